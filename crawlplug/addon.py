@@ -1,0 +1,22 @@
+"""The Scrapy add-on: ``ADDONS = {"crawlplug.Addon": 0}`` turns crawlplug on."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+#: What the add-on sets, at "addon" priority (a project's own settings win).
+ADDON_SETTINGS = {
+    "SCHEDULER": "crawlplug.scheduler.Scheduler",
+    "DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisSetDupeFilter",
+}
+
+
+class Addon:
+    """Swap Scrapy's in-memory scheduler and dupefilter for crawlplug's."""
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        for name, value in ADDON_SETTINGS.items():
+            settings.set(name, value, priority="addon")

@@ -1,0 +1,136 @@
+"""Redis clients from Scrapy settings.
+
+``REDIS_URL`` (redis://, rediss://, unix://) plus ``REDIS_PARAMS``; with no
+URL, the embedded Redis of the project (see :mod:`crawlplug.embedded`).
+Creating a client does no network I/O; :func:`check` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+
+from . import embedded
+from .defaults import default
+from .errors import ConfigError, RedisUnavailable
+
+logger = logging.getLogger(__name__)
+
+SCHEMES = ("redis", "rediss", "unix")
+
+_CLIENT_DEFAULTS: dict[str, Any] = {
+    "socket_timeout": 30,
+    "socket_connect_timeout": 5,
+    "health_check_interval": 30,
+}
+
+
+@dataclass
+class Connection:
+    """A client and how it was chosen (for the first log lines)."""
+
+    client: redis.Redis
+    url: str
+    embedded: bool
+
+    @property
+    def safe_url(self) -> str:
+        return mask_url(self.url)
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for logs and status output)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<invalid url>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    netloc = f"{user}:***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def validate_url(url: str) -> str:
+    """Refuse a REDIS_URL that redis-py would misread or reject late."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"REDIS_URL must be a non-empty string, got {url!r}")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError as exc:
+        raise ConfigError(f"malformed REDIS_URL {mask_url(url)!r}: {exc}") from None
+    if parts.scheme not in SCHEMES:
+        raise ConfigError(
+            f"malformed REDIS_URL {mask_url(url)!r}: scheme must be one of "
+            f"{', '.join(s + '://' for s in SCHEMES)}"
+        )
+    if parts.scheme == "unix" and not parts.path:
+        raise ConfigError(f"malformed REDIS_URL {mask_url(url)!r}: unix:// needs a socket path")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ConfigError(f"malformed REDIS_URL {mask_url(url)!r}: no host")
+    return url
+
+
+def client_from_url(url: str, params: Mapping[str, Any] | None = None) -> redis.Redis:
+    """A redis-py client for ``url`` (validated); no I/O."""
+    validate_url(url)
+    kwargs = dict(_CLIENT_DEFAULTS)
+    kwargs.update(params or {})
+    try:
+        return redis.Redis.from_url(url, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"malformed REDIS_URL {mask_url(url)!r}: {exc}") from None
+
+
+def _project_dir() -> Path:
+    """The Scrapy project directory (where scrapy.cfg is), else the working directory."""
+    try:
+        from scrapy.utils.conf import closest_scrapy_cfg  # noqa: PLC0415
+
+        cfg = closest_scrapy_cfg()
+    except Exception:  # pragma: no cover - defensive
+        cfg = ""
+    return Path(cfg).parent if cfg else Path.cwd()
+
+
+def embedded_dir(settings: Mapping[str, Any]) -> Path:
+    raw = settings.get("CRAWLPLUG_EMBEDDED_DIR") or default("CRAWLPLUG_EMBEDDED_DIR")
+    path = Path(os.path.expanduser(str(raw)))
+    return path if path.is_absolute() else _project_dir() / path
+
+
+def from_settings(settings: Any) -> Connection:
+    """The client the settings ask for: REDIS_URL, else the embedded Redis.
+
+    Starting the embedded server is the one piece of I/O done here; call this
+    from ``open()``, never from a ``from_crawler`` factory.
+    """
+    url = settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or None
+    params = settings.get("REDIS_PARAMS") or {}
+    if not isinstance(params, Mapping):
+        params = dict(params)
+    if url:
+        return Connection(client_from_url(url, params), url, embedded=False)
+    directory = embedded_dir(settings)
+    url = embedded.ensure(directory, settings.get("CRAWLPLUG_REDIS_SERVER"))
+    return Connection(client_from_url(url, params), url, embedded=True)
+
+
+def check(conn: Connection) -> None:
+    """PING the server; raise :class:`RedisUnavailable` with the URL and cause."""
+    try:
+        conn.client.ping()
+    except redis.AuthenticationError as exc:
+        raise RedisUnavailable(f"Redis at {conn.safe_url} refused the credentials: {exc}") from None
+    except redis.RedisError as exc:
+        raise RedisUnavailable(f"cannot reach Redis at {conn.safe_url}: {exc}") from None

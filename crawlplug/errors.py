@@ -1,0 +1,23 @@
+"""crawlplug's exceptions: one root, a branch per subsystem."""
+
+from __future__ import annotations
+
+
+class CrawlplugError(Exception):
+    """Root of every error crawlplug raises on purpose."""
+
+
+class ConfigError(CrawlplugError, ValueError):
+    """A setting has a value crawlplug cannot work with."""
+
+
+class RedisUnavailable(CrawlplugError, ConnectionError):
+    """The Redis server cannot be reached (or refused us)."""
+
+
+class SerializationError(CrawlplugError):
+    """A request cannot be stored (e.g. meta that JSON cannot hold)."""
+
+
+class DecodeError(CrawlplugError):
+    """A payload read from Redis is not a request we are willing to build."""

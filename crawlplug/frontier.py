@@ -1,0 +1,248 @@
+"""The Redis side of one crawl: admission, leases, acks, reaping, status.
+
+A :class:`Frontier` knows nothing of Scrapy's engine: it moves opaque
+payloads between the queue, the leases and the dead letters through the Lua
+scripts of :mod:`crawlplug.lua`. The Scheduler drives it; tests and the
+operator command use it directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import redis
+
+from .keys import NAMES, CrawlKeys
+from .lua import Scripts
+from .queues import BaseQueue, PriorityQueue
+
+logger = logging.getLogger(__name__)
+
+#: One request to admit: fingerprint (b"" = never deduplicated), score, payload.
+Admission = tuple[bytes, float, bytes]
+
+
+def new_node_id() -> str:
+    """host:pid:random, unique per process start."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class AdmitResult:
+    flags: str  # one char per request: "1" admitted, "0" duplicate
+    acked: int
+    stale: int
+
+    @property
+    def admitted(self) -> int:
+        return self.flags.count("1")
+
+    @property
+    def filtered(self) -> int:
+        return self.flags.count("0")
+
+
+@dataclass
+class Leased:
+    id: str
+    payload: bytes
+    deliveries: int
+
+
+@dataclass
+class DeadLetter:
+    header: dict[str, Any]
+    payload: bytes = field(repr=False)
+
+    @classmethod
+    def parse(cls, raw: bytes) -> DeadLetter:
+        head, _, payload = raw.partition(b"\n")
+        try:
+            header = json.loads(head)
+            if not isinstance(header, dict):
+                raise ValueError
+        except ValueError:
+            header = {"reason": "unparseable dead letter"}
+            payload = raw
+        return cls(header, payload)
+
+
+class Frontier:
+    """Queue, leases and dedup of crawl ``keys`` on ``client``."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: CrawlKeys,
+        *,
+        queue: type[BaseQueue] = PriorityQueue,
+        dedup: str = "set",
+        node_id: str | None = None,
+        lease_timeout: float = 30.0,
+        heartbeat: float = 2.0,
+        max_deliveries: int = 5,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.queue = queue
+        self.dedup = dedup
+        self.node_id = node_id or new_node_id()
+        self.lease_ms = int(lease_timeout * 1000)
+        # a node is considered gone after it missed several heartbeats
+        self.node_ttl_ms = int(max(lease_timeout, 3 * heartbeat) * 1000)
+        self.max_deliveries = max_deliveries
+        self.scripts = Scripts(client)
+        k = keys
+        self._admit_keys = [k.seen, k.queue, k.requests, k.seq, k.leases, k.leased, k.deliveries, k.stats]
+        self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats]
+        self._reap_keys = [
+            k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers,
+        ]  # fmt: skip
+
+    # -- admission and leasing ---------------------------------------------
+    def _admit_args(self, items: Sequence[Admission], acks: Sequence[str]) -> list[Any]:
+        args: list[Any] = [self.dedup, self.node_id, len(acks), *acks]
+        for fp, score, payload in items:
+            args += [fp, score, payload]
+        return args
+
+    def admit(self, items: Sequence[Admission], acks: Sequence[str] = ()) -> AdmitResult:
+        """Store new requests (deduplicated) and ack finished leases, atomically."""
+        flags, acked, stale = self.scripts.admit(keys=self._admit_keys, args=self._admit_args(items, acks))
+        return AdmitResult(_text(flags), int(acked), int(stale))
+
+    def pop(self, n: int) -> list[Leased]:
+        """Lease up to ``n`` requests to this node."""
+        raw = self.scripts.pop(
+            keys=self._pop_keys, args=[self.node_id, n, self.lease_ms, self.queue.order]
+        )
+        return _leased(raw)
+
+    def admit_and_pop(
+        self, items: Sequence[Admission], acks: Sequence[str], n: int
+    ) -> tuple[AdmitResult | None, list[Leased]]:
+        """:meth:`admit` then :meth:`pop`, in one round trip."""
+        if not items and not acks:
+            return None, self.pop(n)
+        pipe = self.client.pipeline(transaction=False)
+        self.scripts.admit(keys=self._admit_keys, args=self._admit_args(items, acks), client=pipe)
+        self.scripts.pop(
+            keys=self._pop_keys, args=[self.node_id, n, self.lease_ms, self.queue.order], client=pipe
+        )
+        (flags, acked, stale), raw = pipe.execute()
+        return AdmitResult(_text(flags), int(acked), int(stale)), _leased(raw)
+
+    def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
+        """Admit (fingerprint, request-or-score, payload) items: a convenience for tests and tools."""
+        return self.admit([(fp, float(score), payload) for fp, score, payload in items])
+
+    # -- leases -------------------------------------------------------------
+    def heartbeat(
+        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None
+    ) -> list[str]:
+        """Mark this node alive, renew its leases; return the ids it lost."""
+        k = self.keys
+        pairs: list[Any] = []
+        for name, value in (metrics or {}).items():
+            pairs += [name, value]
+        out = self.scripts.heartbeat(
+            keys=[k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers],
+            args=[
+                self.node_id, self.lease_ms, self.node_ttl_ms, "1" if producing else "0",
+                len(pairs) // 2, *pairs, *lease_ids,
+            ],
+        )  # fmt: skip
+        return [_text(x) for x in out[1:]]
+
+    def reap(self, limit: int = 1000) -> tuple[int, int]:
+        """Requeue expired leases (dead-lettering over-delivered ones): (requeued, dead)."""
+        requeued, dead = self.scripts.reap(keys=self._reap_keys, args=[self.max_deliveries, limit])
+        return int(requeued), int(dead)
+
+    def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
+        """Give leases back to the queue now (closing node)."""
+        if not ids:
+            return 0
+        k = self.keys
+        return int(
+            self.scripts.release(
+                keys=[k.leases, k.leased, k.queue, k.deliveries, k.stats],
+                args=[self.node_id, "1" if unstarted else "0", *ids],
+            )
+        )
+
+    def leave(self) -> None:
+        """Unregister this node (graceful close)."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrem(k.nodes, self.node_id)
+        pipe.zrem(k.producers, self.node_id)
+        pipe.hset(k.node(self.node_id), "closed", int(time.time() * 1000))
+        pipe.execute()
+
+    def dead_letter(self, lease_id: str, reason: str, **extra: Any) -> bool:
+        """Move a leased request to the dead letters with ``reason``."""
+        k = self.keys
+        header = {"id": lease_id, "reason": reason, "node": self.node_id, "at": int(time.time() * 1000)}
+        header.update(extra)
+        moved = self.scripts.dead(
+            keys=[k.leases, k.leased, k.requests, k.deliveries, k.dead, k.stats],
+            args=[self.node_id, lease_id, json.dumps(header, separators=(",", ":"))],
+        )
+        return bool(moved)
+
+    # -- views ----------------------------------------------------------------
+    def idle_state(self) -> tuple[int, int, int]:
+        """(queued, leased, live producers) across the whole crawl."""
+        k = self.keys
+        q, leased, producers = self.scripts.idle(keys=[k.queue, k.leases, k.producers], args=[])
+        return int(q), int(leased), int(producers)
+
+    def __len__(self) -> int:
+        return int(self.client.zcard(self.keys.queue))
+
+    def status(self) -> dict[str, Any]:
+        """Counts and crawl-wide counters (read-only)."""
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(k.queue)
+        pipe.zcard(k.leases)
+        pipe.scard(k.seen)
+        pipe.llen(k.dead)
+        pipe.hgetall(k.stats)
+        pipe.zrange(k.nodes, 0, -1, withscores=True)
+        queued, leased, seen, dead, stats, nodes = pipe.execute()
+        return {
+            "queued": queued,
+            "in_flight": leased,
+            "seen": seen,
+            "dead": dead,
+            "stats": {_text(a): int(b) for a, b in stats.items()},
+            "nodes": {_text(n): int(s) for n, s in nodes},
+        }
+
+    def dead_letters(self, start: int = 0, stop: int = -1) -> list[DeadLetter]:
+        return [DeadLetter.parse(x) for x in self.client.lrange(self.keys.dead, start, stop)]
+
+    def purge(self) -> int:
+        """Delete every key of this crawl; returns how many were deleted."""
+        names = [self.keys.key(n) for n in NAMES]
+        names += [_text(x) for x in self.client.scan_iter(match=f"{self.keys.tag}:node:*", count=1000)]
+        return int(self.client.delete(*names)) if names else 0
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _leased(raw: Sequence[Any]) -> list[Leased]:
+    return [
+        Leased(_text(raw[i]), raw[i + 1], int(raw[i + 2])) for i in range(0, len(raw), 3)
+    ]

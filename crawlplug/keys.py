@@ -1,0 +1,57 @@
+"""Redis key names of one crawl.
+
+Every key of a crawl shares the hash tag ``{<crawl>}`` so that each Lua script,
+which touches several of them, runs on one Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: The names of a crawl's keys, in one place (see DESIGN.md, section 2).
+NAMES = (
+    "queue",  # zset: request id -> score (queue order)
+    "requests",  # hash: request id -> serialized request
+    "seq",  # string: last request id handed out
+    "leases",  # zset: request id -> lease deadline (ms, Redis clock)
+    "leased",  # hash: request id -> "node|score|deliveries"
+    "deliveries",  # hash: request id -> times delivered (only for redelivered ones)
+    "seen",  # set: raw 20-byte request fingerprints
+    "dead",  # list: dead letters (JSON)
+    "stats",  # hash: crawl-wide counters
+    "nodes",  # zset: node id -> heartbeat deadline (ms)
+    "producers",  # zset: node id -> deadline; nodes still reading their start requests
+    "start_urls",  # list: seed URLs pushed by operators
+)
+
+
+@dataclass(frozen=True)
+class CrawlKeys:
+    """Key names for crawl ``crawl`` (``prefix`` defaults to "crawlplug")."""
+
+    crawl: str
+    prefix: str = "crawlplug"
+
+    def __post_init__(self) -> None:
+        if not self.crawl or any(c in self.crawl for c in "{}"):
+            raise ValueError(f"invalid crawl name {self.crawl!r}: must be non-empty, without braces")
+
+    @property
+    def tag(self) -> str:
+        return f"{self.prefix}:{{{self.crawl}}}"
+
+    def key(self, name: str) -> str:
+        return f"{self.tag}:{name}"
+
+    def node(self, node_id: str) -> str:
+        """The hash holding one node's live metrics."""
+        return f"{self.tag}:node:{node_id}"
+
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key of this crawl."""
+        return f"{self.prefix}:{{{self.crawl}}}:*"
+
+    def __getattr__(self, name: str) -> str:
+        if name in NAMES:
+            return self.key(name)
+        raise AttributeError(name)

@@ -1,0 +1,35 @@
+"""The Lua scripts of crawlplug, kept as real ``.lua`` files beside this loader.
+
+Each script is read once and registered once per client with redis-py's
+``register_script`` (EVALSHA, reloaded if the server lost it). Every key a
+script touches is passed in ``KEYS``; all of them share the crawl's hash tag.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+import redis
+
+NAMES = ("admit", "pop", "heartbeat", "reap", "release", "dead", "idle")
+
+
+@cache
+def source(name: str) -> str:
+    """The text of ``<name>.lua``."""
+    return files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
+class Scripts:
+    """The scripts registered on one client: ``scripts.admit(keys, args)``."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._scripts[name]
+        except KeyError:
+            raise AttributeError(name) from None

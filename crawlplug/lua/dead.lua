@@ -1,0 +1,29 @@
+-- dead.lua: move a leased request that cannot be crawled (undecodable
+-- payload, unknown callback, ...) to the dead letters, atomically.
+--
+-- KEYS[1] leases      zset  request id -> lease deadline
+-- KEYS[2] leased      hash  request id -> "node|score|deliveries"
+-- KEYS[3] requests    hash  request id -> payload
+-- KEYS[4] deliveries  hash  request id -> deliveries so far
+-- KEYS[5] dead        list  dead letters: JSON header, "\n", payload
+-- KEYS[6] stats       hash  crawl-wide counters
+-- ARGV[1] node id
+-- ARGV[2] request id
+-- ARGV[3] JSON header (id, reason, node, ...), one line
+-- Returns 1 if the request was moved, 0 if this node no longer held it.
+
+local leases, leased, requests, deliveries, dead, stats =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local node, id, header = ARGV[1], ARGV[2], ARGV[3]
+local info = redis.call("HGET", leased, id)
+if not info or string.sub(info, 1, #node + 1) ~= node .. "|" then
+  return 0
+end
+local payload = redis.call("HGET", requests, id) or ""
+redis.call("RPUSH", dead, header .. "\n" .. payload)
+redis.call("ZREM", leases, id)
+redis.call("HDEL", leased, id)
+redis.call("HDEL", requests, id)
+redis.call("HDEL", deliveries, id)
+redis.call("HINCRBY", stats, "dead", 1)
+return 1

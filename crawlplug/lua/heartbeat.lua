@@ -1,0 +1,48 @@
+-- heartbeat.lua: mark a node alive, publish its metrics, renew its leases.
+--
+-- KEYS[1] nodes       zset  node id -> heartbeat deadline (ms)
+-- KEYS[2] leases      zset  request id -> lease deadline (ms)
+-- KEYS[3] leased      hash  request id -> "node|score|deliveries"
+-- KEYS[4] node        hash  this node's metrics
+-- KEYS[5] producers   zset  node id -> deadline, nodes still reading start requests
+-- ARGV[1] node id
+-- ARGV[2] lease duration (ms)
+-- ARGV[3] node time-to-live (ms) without a heartbeat
+-- ARGV[4] "1" if this node is still producing start requests, else "0"
+-- ARGV[5] M = number of metric field/value pairs, then 2*M arguments
+-- then the ids of the leases this node believes it holds
+-- Returns {now_ms, lost ids...}: ids this node no longer holds (reaped after
+-- it stalled past the lease timeout); it must not ack or release them.
+
+local nodes, leases, leased, nodekey, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local node, lease_ms, ttl_ms, producing = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local m = tonumber(ARGV[5])
+
+pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+redis.call("ZADD", nodes, now + ttl_ms, node)
+if producing == "1" then
+  redis.call("ZADD", producers, now + ttl_ms, node)
+else
+  redis.call("ZREM", producers, node)
+end
+redis.call("HSET", nodekey, "last_seen", now)
+for j = 6, 5 + 2 * m, 2 do
+  redis.call("HSET", nodekey, ARGV[j], ARGV[j + 1])
+end
+redis.call("PEXPIRE", nodekey, ttl_ms * 10)
+
+local out = {now}
+local prefix = node .. "|"
+for j = 6 + 2 * m, #ARGV do
+  local id = ARGV[j]
+  local info = redis.call("HGET", leased, id)
+  if info and string.sub(info, 1, #prefix) == prefix then
+    redis.call("ZADD", leases, "XX", now + lease_ms, id)
+  else
+    out[#out + 1] = id
+  end
+end
+return out

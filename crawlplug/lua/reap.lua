@@ -1,0 +1,55 @@
+-- reap.lua: put expired leases back in the queue (their holder stopped
+-- renewing them: killed, frozen or cut off). Idempotent; any node may run it.
+-- A request delivered CRAWLPLUG_MAX_DELIVERIES times goes to the dead letters.
+--
+-- KEYS[1] leases      zset  request id -> lease deadline (ms)
+-- KEYS[2] leased      hash  request id -> "node|score|deliveries"
+-- KEYS[3] queue       zset  request id -> score
+-- KEYS[4] deliveries  hash  request id -> deliveries so far
+-- KEYS[5] requests    hash  request id -> payload
+-- KEYS[6] dead        list  dead letters: JSON header, "\n", payload
+-- KEYS[7] stats       hash  crawl-wide counters
+-- KEYS[8] nodes       zset  node id -> heartbeat deadline
+-- KEYS[9] producers   zset  node id -> deadline
+-- ARGV[1] max deliveries
+-- ARGV[2] most leases to reap in this call
+-- Returns {requeued, dead}.
+
+local leases, leased, queue, deliveries, requests, dead, stats, nodes, producers =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local max_deliveries, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+
+pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+redis.call("ZREMRANGEBYSCORE", nodes, "-inf", now)
+redis.call("ZREMRANGEBYSCORE", producers, "-inf", now)
+
+local expired = redis.call("ZRANGEBYSCORE", leases, "-inf", now, "LIMIT", 0, limit)
+local requeued, killed = 0, 0
+for _, id in ipairs(expired) do
+  local info = redis.call("HGET", leased, id) or ""
+  local holder, score, d = string.match(info, "^(.*)|([^|]*)|(%d+)$")
+  redis.call("ZREM", leases, id)
+  redis.call("HDEL", leased, id)
+  local payload = redis.call("HGET", requests, id)
+  if payload then
+    d = tonumber(d) or 1
+    if d >= max_deliveries then
+      local header = cjson.encode({id = id, reason = "delivered " .. d .. " times without being acknowledged",
+                                   deliveries = d, node = holder or "", at = now})
+      redis.call("RPUSH", dead, header .. "\n" .. payload)
+      redis.call("HDEL", requests, id)
+      redis.call("HDEL", deliveries, id)
+      killed = killed + 1
+    else
+      redis.call("ZADD", queue, tonumber(score) or 0, id)
+      redis.call("HSET", deliveries, id, d)
+      requeued = requeued + 1
+    end
+  end
+end
+if requeued > 0 then redis.call("HINCRBY", stats, "reaped", requeued) end
+if killed > 0 then redis.call("HINCRBY", stats, "dead", killed) end
+return {requeued, killed}

@@ -1,0 +1,39 @@
+-- release.lua: a closing node hands leases it will not finish back to the
+-- queue at once, without waiting for them to expire. Leases it no longer
+-- holds are left alone. A request released unstarted does not count as a
+-- delivery.
+--
+-- KEYS[1] leases      zset  request id -> lease deadline
+-- KEYS[2] leased      hash  request id -> "node|score|deliveries"
+-- KEYS[3] queue       zset  request id -> score
+-- KEYS[4] deliveries  hash  request id -> deliveries so far
+-- KEYS[5] stats       hash  crawl-wide counters
+-- ARGV[1] node id
+-- ARGV[2] "1" if the requests were never started (undo the delivery count)
+-- ARGV[3..] lease ids
+-- Returns the number of requests put back.
+
+local leases, leased, queue, deliveries, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local node, unstarted = ARGV[1], ARGV[2] == "1"
+local prefix = node .. "|"
+local released = 0
+for j = 3, #ARGV do
+  local id = ARGV[j]
+  local info = redis.call("HGET", leased, id)
+  if info and string.sub(info, 1, #prefix) == prefix then
+    local _, score, d = string.match(info, "^(.*)|([^|]*)|(%d+)$")
+    d = tonumber(d) or 1
+    if unstarted then d = d - 1 end
+    redis.call("ZREM", leases, id)
+    redis.call("HDEL", leased, id)
+    redis.call("ZADD", queue, tonumber(score) or 0, id)
+    if d > 0 then
+      redis.call("HSET", deliveries, id, d)
+    else
+      redis.call("HDEL", deliveries, id)
+    end
+    released = released + 1
+  end
+end
+if released > 0 then redis.call("HINCRBY", stats, "released", released) end
+return released

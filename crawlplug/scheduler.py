@@ -1,0 +1,515 @@
+"""The Scrapy Scheduler that keeps the crawl frontier in Redis.
+
+Life of a request (DESIGN.md, section 3):
+
+* ``enqueue_request`` serializes the request and buffers it locally;
+* the buffer is admitted in one script call (dedup + store + enqueue,
+  atomically) together with the acks of every request the engine finished
+  since the last call, so a parent is acknowledged only in the same step
+  that stores what its callback produced;
+* ``next_request`` leases a batch of requests (as many as the downloader has
+  free slots) in the same round trip, and hands them out one by one;
+* when the engine is done with a request (downloaded, callback or errback
+  run, outputs stored, items through the pipelines) its lease id joins the
+  next admission call;
+* a heartbeat renews this node's leases and requeues the expired leases of
+  nodes that died; a closing node gives back what it did not finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING, Any
+
+import redis
+from scrapy import Request, Spider, signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.dupefilters import BaseDupeFilter
+from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.misc import build_from_crawler, load_object
+from twisted.internet import reactor
+from twisted.internet.task import LoopingCall
+
+from . import connection
+from .defaults import default
+from .dupefilters import RedisSetDupeFilter
+from .errors import ConfigError, DecodeError, RedisUnavailable, SerializationError
+from .frontier import Admission, Frontier, Leased
+from .keys import CrawlKeys
+from .leases import LeaseBook, Termination
+from .queues import BaseQueue, load_queue_class
+from .serializers import get_serializer
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
+
+
+def _setting(settings: BaseSettings, name: str, kind: str = "get") -> Any:
+    """A crawlplug setting, falling back to its documented default."""
+    if settings.get(name) is None:
+        return default(name)
+    return getattr(settings, kind)(name)
+
+
+class Scheduler(BaseScheduler):
+    """A Scrapy scheduler whose queue, dedup and leases are shared in Redis."""
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        *,
+        dupefilter: BaseDupeFilter,
+        queue_cls: type[BaseQueue],
+        serializer: Any,
+        crawl_id: str | None = None,
+        key_prefix: str = "crawlplug",
+        flush_on_start: bool = False,
+        batch_size: int = 200,
+        flush_interval: float = 0.2,
+        prefetch: int = 32,
+        heartbeat: float = 2.0,
+        lease_timeout: float = 30.0,
+        max_deliveries: int = 5,
+        idle_close: float = 3.0,
+        poll_interval: float = 0.5,
+        fp_cache: int = 50_000,
+    ) -> None:
+        if lease_timeout <= heartbeat * 2:
+            raise ConfigError(
+                f"CRAWLPLUG_LEASE_TIMEOUT ({lease_timeout}s) must be more than twice "
+                f"CRAWLPLUG_HEARTBEAT ({heartbeat}s), or live nodes would lose their leases"
+            )
+        if max_deliveries < 1:
+            raise ConfigError(f"CRAWLPLUG_MAX_DELIVERIES must be at least 1, got {max_deliveries}")
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.df = dupefilter
+        self.queue_cls = queue_cls
+        self.serializer = serializer
+        self.crawl_id = crawl_id
+        self.key_prefix = key_prefix
+        self.flush_on_start = flush_on_start
+        self.batch_size = max(1, batch_size)
+        self.flush_interval = flush_interval
+        self.prefetch = max(1, prefetch)
+        self.heartbeat_interval = heartbeat
+        self.lease_timeout = lease_timeout
+        self.max_deliveries = max_deliveries
+        self.poll_interval = poll_interval
+        self.termination = Termination(idle_close)
+        self.fp_cache_size = fp_cache
+
+        self.spider: Spider | None = None
+        self.frontier: Frontier | None = None
+        self.conn: connection.Connection | None = None
+        self.book = LeaseBook()
+        self._buffer: list[tuple[Request, bytes, float, bytes]] = []
+        self._buffer_since = 0.0
+        self._acks: list[str] = []
+        self._prefetched: deque[Leased] = deque()
+        self._recent: OrderedDict[bytes, None] = OrderedDict()
+        self._producing = True
+        self._idle = False
+        self._nothing_until = 0.0
+        self._last_poll = 0.0
+        self._flush_scheduled = False
+        self._redis_down_since: float | None = None
+        self._logged: set[str] = set()
+        self._loops: list[LoopingCall] = []
+        self._started = time.time()
+        self._acked_total = 0
+
+    # -- construction ---------------------------------------------------------
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Scheduler:
+        s = crawler.settings
+        df_cls = load_object(s["DUPEFILTER_CLASS"])
+        dupefilter = build_from_crawler(df_cls, crawler)
+        if not isinstance(dupefilter, RedisSetDupeFilter) and type(dupefilter) is not BaseDupeFilter:
+            raise ConfigError(
+                f"crawlplug's Scheduler needs a crawlplug dupefilter "
+                f"(DUPEFILTER_CLASS = 'crawlplug.dupefilters.RedisSetDupeFilter'), "
+                f"or scrapy.dupefilters.BaseDupeFilter for none; got {s['DUPEFILTER_CLASS']!r}"
+            )
+        return cls(
+            crawler,
+            dupefilter=dupefilter,
+            queue_cls=load_queue_class(_setting(s, "CRAWLPLUG_QUEUE_CLASS")),
+            serializer=get_serializer(
+                _setting(s, "CRAWLPLUG_SERIALIZER"), _setting(s, "CRAWLPLUG_REQUEST_CLASSES", "getlist")
+            ),
+            crawl_id=s.get("CRAWLPLUG_CRAWL_ID"),
+            key_prefix=_setting(s, "CRAWLPLUG_KEY_PREFIX"),
+            flush_on_start=_setting(s, "CRAWLPLUG_FLUSH_ON_START", "getbool"),
+            batch_size=_setting(s, "CRAWLPLUG_BATCH_SIZE", "getint"),
+            flush_interval=_setting(s, "CRAWLPLUG_FLUSH_INTERVAL", "getfloat"),
+            prefetch=_setting(s, "CRAWLPLUG_PREFETCH", "getint"),
+            heartbeat=_setting(s, "CRAWLPLUG_HEARTBEAT", "getfloat"),
+            lease_timeout=_setting(s, "CRAWLPLUG_LEASE_TIMEOUT", "getfloat"),
+            max_deliveries=_setting(s, "CRAWLPLUG_MAX_DELIVERIES", "getint"),
+            idle_close=_setting(s, "CRAWLPLUG_IDLE_CLOSE", "getfloat"),
+            poll_interval=_setting(s, "CRAWLPLUG_POLL_INTERVAL", "getfloat"),
+            fp_cache=_setting(s, "CRAWLPLUG_FP_CACHE", "getint"),
+        )
+
+    # -- open / close -----------------------------------------------------------
+    def open(self, spider: Spider) -> None:
+        self.spider = spider
+        try:
+            self.conn = connection.from_settings(self.crawler.settings)
+            connection.check(self.conn)
+        except (RedisUnavailable, ConfigError) as exc:
+            logger.error("crawlplug: %s", exc)
+            raise
+        keys = CrawlKeys(self.crawl_id or spider.name, self.key_prefix)
+        self.frontier = Frontier(
+            self.conn.client,
+            keys,
+            queue=self.queue_cls,
+            dedup=getattr(self.df, "mode", "none"),
+            lease_timeout=self.lease_timeout,
+            heartbeat=self.heartbeat_interval,
+            max_deliveries=self.max_deliveries,
+        )
+        if isinstance(self.df, RedisSetDupeFilter):
+            self.df.bind(self.frontier)
+        if self.flush_on_start:
+            deleted = self.frontier.purge()
+            logger.info("crawlplug: CRAWLPLUG_FLUSH_ON_START: deleted %d keys of crawl %r", deleted, keys.crawl)
+        if self.conn.embedded:
+            logger.info(
+                "crawlplug: crawl %r on the embedded Redis %s (data in %s). To share this crawl "
+                "with other machines, run one Redis they can all reach and set "
+                "REDIS_URL='redis://<host>:6379/0' on every node.",
+                keys.crawl, self.conn.safe_url, connection.embedded_dir(self.crawler.settings),
+            )  # fmt: skip
+        else:
+            logger.info("crawlplug: crawl %r on Redis %s", keys.crawl, self.conn.safe_url)
+        status = self.frontier.status()
+        logger.info(
+            "crawlplug: node %s joins crawl %r: %d queued, %d in flight, %d fingerprints, %d other nodes",
+            self.frontier.node_id, keys.crawl, status["queued"], status["in_flight"],
+            status["seen"], len(status["nodes"]),
+        )  # fmt: skip
+        self._install_completion_hook()
+        self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
+        self._heartbeat()
+        for func, interval in ((self._heartbeat, self.heartbeat_interval), (self._tick, self.flush_interval)):
+            loop = LoopingCall(func)
+            loop.start(interval, now=False)
+            self._loops.append(loop)
+
+    def close(self, reason: str) -> None:
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        self._loops.clear()
+        if self.frontier is None:
+            return
+        try:
+            self._flush()
+            unstarted = [x.id for x in self._prefetched]
+            self._prefetched.clear()
+            released = self.frontier.release(unstarted, unstarted=True)
+            released += self.frontier.release(list(self.book.active), unstarted=False)
+            self.book.active.clear()
+            if released:
+                self._inc("crawlplug/released", released)
+                logger.info("crawlplug: gave %d unfinished requests back to the queue", released)
+            self.frontier.leave()
+        except redis.RedisError as exc:
+            logger.error(
+                "crawlplug: could not hand back this node's leases (%s); they return to the queue "
+                "when they expire in %.0fs",
+                exc, self.lease_timeout,
+            )  # fmt: skip
+        finally:
+            self.df.close(reason)
+            if self.conn is not None:
+                self.conn.client.close()
+
+    def _install_completion_hook(self) -> None:
+        """Learn when the engine is completely done with a request.
+
+        The engine removes a request from its slot only after the download,
+        the callback or errback, every request the callback produced being
+        scheduled and every item going through the pipelines. Scrapy has no
+        public signal for that moment, so we wrap the slot's method; the ack is
+        recorded before the slot may fire its closing sequence.
+        """
+        slot = getattr(self.crawler.engine, "_slot", None)
+        remove = getattr(slot, "remove_request", None)
+        if remove is None:
+            raise ConfigError(
+                "crawlplug cannot find the engine slot of this Scrapy version; "
+                "it needs Scrapy >= 2.13"
+            )
+
+        def remove_request(request: Request) -> None:
+            self._finished(request)
+            remove(request)
+
+        slot.remove_request = remove_request  # type: ignore[union-attr]
+
+    # -- Scheduler interface ------------------------------------------------------
+    def has_pending_requests(self) -> bool:
+        return bool(self._prefetched or self._buffer or self._acks)
+
+    def enqueue_request(self, request: Request) -> bool:
+        try:
+            payload = self.serializer.dumps(request, self.spider)
+        except SerializationError as exc:
+            self._log_once(f"unserializable:{exc}", logging.ERROR,
+                           "crawlplug: request %s refused: %s", request, exc)  # fmt: skip
+            self._inc("crawlplug/unserializable")
+            return False
+        fp = b""
+        if not request.dont_filter and self.frontier is not None and self.frontier.dedup != "none":
+            fp = self.df.fingerprint(request)
+            if fp in self._recent:
+                self._recent.move_to_end(fp)
+                self.df.log(request, self.spider)
+                self._inc("crawlplug/filtered_locally")
+                return False
+        if not self._buffer:
+            self._buffer_since = time.monotonic()
+        self._buffer.append((request, fp, self.queue_cls.score(request), payload))
+        self._inc("scheduler/enqueued/redis")
+        self._inc("scheduler/enqueued")
+        self._nothing_until = 0.0
+        if len(self._buffer) >= self.batch_size:
+            self._flush()
+        return True
+
+    def next_request(self) -> Request | None:
+        if not self._prefetched and time.monotonic() >= self._nothing_until:
+            self._flush(pop=self._pop_size())
+            if not self._prefetched:
+                # nothing anywhere: let the idle poll find new work instead of
+                # asking Redis on every engine tick
+                self._nothing_until = time.monotonic() + self.poll_interval
+        while self._prefetched:
+            leased = self._prefetched.popleft()
+            try:
+                request = self.serializer.loads(leased.payload, self.spider)
+            except DecodeError as exc:
+                self._dead_letter(leased, str(exc))
+                continue
+            self.book.take(leased.id, request)
+            self._idle = False
+            self._inc("scheduler/dequeued/redis")
+            self._inc("scheduler/dequeued")
+            if leased.deliveries > 1:
+                self._inc("crawlplug/redelivered")
+            return request
+        self._idle = True
+        return None
+
+    def __len__(self) -> int:
+        queued = 0
+        if self.frontier is not None:
+            try:
+                queued = len(self.frontier)
+            except redis.RedisError:
+                pass
+        return queued + len(self._prefetched) + len(self._buffer)
+
+    # -- internals --------------------------------------------------------------------
+    def _pop_size(self) -> int:
+        downloader = getattr(self.crawler.engine, "downloader", None)
+        total = getattr(downloader, "total_concurrency", self.prefetch)
+        active = len(getattr(downloader, "active", ()))
+        return max(1, min(self.prefetch, total - active))
+
+    def _finished(self, request: Request) -> None:
+        lease_id = self.book.finish(request)
+        if lease_id is None:
+            return
+        self._acks.append(lease_id)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            reactor.callLater(0, self._scheduled_flush)  # type: ignore[attr-defined]
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        if self.frontier is not None:
+            self._flush()
+
+    def _flush(self, pop: int = 0) -> None:
+        """Admit the buffer, ack finished leases and (if ``pop``) lease more: one round trip."""
+        assert self.frontier is not None
+        if not (self._buffer or self._acks or pop):
+            return
+        batch, acks = self._buffer, self._acks
+        items: list[Admission] = [(fp, score, payload) for _, fp, score, payload in batch]
+        try:
+            if pop:
+                result, leased = self.frontier.admit_and_pop(items, acks, pop)
+            else:
+                result, leased = self.frontier.admit(items, acks), []
+        except redis.RedisError as exc:
+            self._redis_error(exc)
+            return
+        self._redis_ok()
+        self._buffer, self._acks = [], []
+        if result is not None:
+            self._account(batch, result)
+        if leased:
+            self._prefetched.extend(leased)
+            self._inc("crawlplug/leased", len(leased))
+
+    def _account(self, batch: list[tuple[Request, bytes, float, bytes]], result: Any) -> None:
+        for (request, fp, _, _), flag in zip(batch, result.flags):
+            if fp:
+                self._remember(fp)
+            if flag == "0":
+                self.df.log(request, self.spider)
+        if result.admitted:
+            self._inc("crawlplug/admitted", result.admitted)
+        if result.filtered:
+            self._inc("crawlplug/filtered", result.filtered)
+        if result.acked:
+            self._acked_total += result.acked
+            self._inc("crawlplug/acked", result.acked)
+        if result.stale:
+            self._inc("crawlplug/stale_acks", result.stale)
+
+    def _remember(self, fp: bytes) -> None:
+        if self.fp_cache_size <= 0:
+            return
+        self._recent[fp] = None
+        if len(self._recent) > self.fp_cache_size:
+            self._recent.popitem(last=False)
+
+    def _dead_letter(self, leased: Leased, reason: str) -> None:
+        assert self.frontier is not None
+        self._log_once(f"undecodable:{reason}", logging.ERROR,
+                       "crawlplug: queue entry %s cannot be crawled (%s); moved to the dead letters",
+                       leased.id, reason)  # fmt: skip
+        self._inc("crawlplug/undecodable")
+        try:
+            self.frontier.dead_letter(leased.id, reason, deliveries=leased.deliveries)
+            self._inc("crawlplug/dead")
+        except redis.RedisError as exc:
+            self._redis_error(exc)  # the lease expires and the entry comes back later
+
+    def _heartbeat(self) -> None:
+        if self.frontier is None:
+            return
+        try:
+            lease_ids = list(self.book.active) + [x.id for x in self._prefetched]
+            lost = self.frontier.heartbeat(
+                lease_ids,
+                producing=self._producing,
+                metrics={
+                    "pid": os.getpid(),
+                    "started": int(self._started * 1000),
+                    "leases": len(lease_ids),
+                    "acked": self._acked_total,
+                },
+            )
+            if lost:
+                lost_set = set(lost)
+                self._prefetched = deque(x for x in self._prefetched if x.id not in lost_set)
+                self.book.forget(lost)
+                self._inc("crawlplug/lost_leases", len(lost))
+                logger.warning(
+                    "crawlplug: %d leases of this node expired (stalled longer than "
+                    "CRAWLPLUG_LEASE_TIMEOUT=%ss) and were given to other nodes",
+                    len(lost), self.lease_timeout,
+                )  # fmt: skip
+            requeued, dead = self.frontier.reap()
+            if requeued:
+                self._inc("crawlplug/reaped", requeued)
+                logger.info("crawlplug: put %d requests of stopped nodes back in the queue", requeued)
+                self._wake()
+            if dead:
+                self._inc("crawlplug/dead", dead)
+                logger.warning("crawlplug: %d requests exceeded CRAWLPLUG_MAX_DELIVERIES; see the dead letters", dead)
+            self._redis_ok()
+        except redis.RedisError as exc:
+            self._redis_error(exc)
+        except Exception:  # a failing heartbeat must never stop the loop silently
+            logger.exception("crawlplug: heartbeat failed")
+
+    def _tick(self) -> None:
+        """Flush old buffers, and while idle look for new work and for the end of the crawl."""
+        if self.frontier is None:
+            return
+        try:
+            now = time.monotonic()
+            if self._buffer and now - self._buffer_since >= self.flush_interval:
+                self._flush()
+            if self._idle and not self.has_pending_requests() and now - self._last_poll >= self.poll_interval:
+                self._last_poll = now
+                queued, leased, producers = self.frontier.idle_state()
+                self.termination.observe(queued, leased, producers, local_pending=bool(self.book.active))
+                if queued:
+                    self._nothing_until = 0.0
+                    self._wake()
+                elif self.termination.finished():
+                    self._wake()  # the engine's idle check will now let the spider close
+        except redis.RedisError as exc:
+            self._redis_error(exc)
+        except Exception:
+            logger.exception("crawlplug: scheduler tick failed")
+
+    def _on_idle(self, spider: Spider) -> None:
+        """spider_idle: close only when the whole crawl is done, never on local idleness."""
+        self._producing = False
+        if self.frontier is None:
+            return
+        if self.termination.worker_mode:
+            raise DontCloseSpider
+        try:
+            self._flush()
+            queued, leased, producers = self.frontier.idle_state()
+        except redis.RedisError as exc:
+            self._redis_error(exc)
+            raise DontCloseSpider from None
+        self.termination.observe(queued, leased, producers, local_pending=self.has_pending_requests())
+        if queued:
+            self._nothing_until = 0.0
+        if not self.termination.finished():
+            raise DontCloseSpider
+        logger.info(
+            "crawlplug: crawl %r is finished (nothing queued or leased on any node for %ss)",
+            self.frontier.keys.crawl, self.termination.grace,
+        )  # fmt: skip
+
+    def _wake(self) -> None:
+        """Make the engine ask for requests now instead of at its next 5 s heartbeat."""
+        slot = getattr(self.crawler.engine, "_slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()
+
+    def _redis_error(self, exc: Exception) -> None:
+        self._inc("crawlplug/redis_errors")
+        if self._redis_down_since is None:
+            self._redis_down_since = time.monotonic()
+            logger.error("crawlplug: Redis error (%s); retrying, nothing is dropped", exc)
+
+    def _redis_ok(self) -> None:
+        if self._redis_down_since is not None:
+            logger.info(
+                "crawlplug: Redis is back after %.1fs", time.monotonic() - self._redis_down_since
+            )
+            self._redis_down_since = None
+
+    def _log_once(self, key: str, level: int, msg: str, *args: Any) -> None:
+        if key in self._logged or len(self._logged) > 1000:
+            return
+        self._logged.add(key)
+        logger.log(level, msg, *args)
+
+    def _inc(self, key: str, count: int = 1) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(key, count)
+

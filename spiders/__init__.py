@@ -1,0 +1,1 @@
+"""Example spiders of the crawlplug demo project."""
