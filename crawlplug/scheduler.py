@@ -28,7 +28,7 @@ import redis
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import BaseDupeFilter
-from scrapy.exceptions import DontCloseSpider
+from scrapy.exceptions import CloseSpider, DontCloseSpider
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet import reactor
 from twisted.internet.task import LoopingCall
@@ -165,8 +165,12 @@ class Scheduler(BaseScheduler):
             self.conn = connection.from_settings(self.crawler.settings)
             connection.check(self.conn)
         except (RedisUnavailable, ConfigError) as exc:
+            # One clear line and a clean close (CloseSpider is Scrapy's way for a
+            # component that cannot start), instead of a traceback per component.
+            reason = "redis_unavailable" if isinstance(exc, RedisUnavailable) else "config_error"
             logger.error("crawlplug: %s", exc)
-            raise
+            self._fail_at_start(reason)
+            return
         keys = CrawlKeys(self.crawl_id or spider.name, self.key_prefix)
         self.frontier = Frontier(
             self.conn.client,
@@ -204,6 +208,27 @@ class Scheduler(BaseScheduler):
             loop = LoopingCall(func)
             loop.start(interval, now=False)
             self._loops.append(loop)
+
+    def _fail_at_start(self, reason: str) -> None:
+        """Close cleanly with ``reason`` and make `scrapy crawl` exit non-zero.
+
+        The close is requested from ``spider_opened`` with CloseSpider, Scrapy's
+        way for a component that cannot start, once every other component is
+        open (so none of them logs a traceback while closing). Scrapy's crawl
+        command exits 1 when a crawler ends without a spider, its "bootstrap
+        failed" rule, so the spider reference is dropped once it is closed: a
+        node that could not join its crawl tells its supervisor.
+        """
+        crawler = self.crawler
+
+        def spider_opened(spider: Spider) -> None:
+            raise CloseSpider(reason)
+
+        def spider_closed(spider: Spider) -> None:
+            crawler.spider = None  # type: ignore[assignment]
+
+        crawler.signals.connect(spider_opened, signal=signals.spider_opened, weak=False)
+        crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
 
     def close(self, reason: str) -> None:
         for loop in self._loops:

@@ -1,0 +1,45 @@
+# Everything a person does with crawlplug, from a fresh clone with only Python and pip.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+NODES  ?= 2
+ITEMS  ?= 2000
+PYTEST_ARGS ?=
+
+.PHONY: help venv crawl test bench lint docs clean
+
+help:
+	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
+	@echo "make test    run the whole test suite (starts its own Redis servers and sites)"
+	@echo "make bench   run the benchmarks in bench/"
+	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
+	@echo "make lint    ruff"
+	@echo "make clean   stop the embedded Redis, remove .crawlplug/ and the venv"
+
+$(BIN)/.installed: setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+crawl: venv
+	$(BIN)/python -m crawlplug.democrawl --nodes $(NODES) --items $(ITEMS)
+
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: venv
+	$(BIN)/python bench/kill_compare.py
+
+lint: venv
+	$(BIN)/python -m pip install --quiet ruff
+	$(BIN)/ruff check crawlplug spiders settings tests bench
+
+docs: venv
+	$(BIN)/python -m crawlplug.settingsdoc > docs/settings.md
+
+clean:
+	-test -x $(BIN)/python && $(BIN)/python -c "import crawlplug.embedded as e; e.stop('.crawlplug')"
+	rm -rf .crawlplug $(VENV) *.egg-info

