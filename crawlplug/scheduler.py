@@ -431,7 +431,7 @@ class Scheduler(BaseScheduler):
             lease_ids = list(self.book.active) + [x.id for x in self._prefetched]
             lost = self.frontier.heartbeat(
                 lease_ids,
-                producing=self._producing,
+                producing=self._still_producing(),
                 metrics={
                     "pid": os.getpid(),
                     "started": int(self._started * 1000),
@@ -462,6 +462,15 @@ class Scheduler(BaseScheduler):
             self._redis_error(exc)
         except Exception:  # a failing heartbeat must never stop the loop silently
             logger.exception("crawlplug: heartbeat failed")
+
+    def _still_producing(self) -> bool:
+        """Whether this node may still read start requests (which may add work)."""
+        if self._buffer:
+            return True  # not yet admitted: other nodes cannot see this work yet
+        if not self._producing:
+            return False
+        start = getattr(self.crawler.engine, "_start", self)  # private; unknown -> assume yes
+        return start is not None
 
     def _tick(self) -> None:
         """Flush old buffers, and while idle look for new work and for the end of the crawl."""

@@ -28,13 +28,14 @@ else
 end
 
 local out = {}
-local orphans = 0
+local orphans, redelivered = 0, 0
 for j = 1, #picked, 2 do
   local id, score = picked[j], picked[j + 1]
   redis.call("ZREM", queue, id)
   local payload = redis.call("HGET", requests, id)
   if payload then
     local d = (tonumber(redis.call("HGET", deliveries, id)) or 0) + 1
+    if d > 1 then redelivered = redelivered + 1 end
     redis.call("ZADD", leases, deadline, id)
     redis.call("HSET", leased, id, node .. "|" .. score .. "|" .. d)
     out[#out + 1] = id
@@ -47,5 +48,6 @@ for j = 1, #picked, 2 do
   end
 end
 if #out > 0 then redis.call("HINCRBY", stats, "leased", #out / 3) end
+if redelivered > 0 then redis.call("HINCRBY", stats, "redelivered", redelivered) end
 if orphans > 0 then redis.call("HINCRBY", stats, "orphan_ids", orphans) end
 return out

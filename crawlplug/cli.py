@@ -1,0 +1,416 @@
+"""The ``crawlplug`` operator command.
+
+Look at a crawl, clear it, read its dead letters, run the embedded Redis::
+
+    crawlplug status --crawl shop            # counts, counters, live nodes
+    crawlplug status --crawl shop --json
+    crawlplug purge --crawl shop [--yes]     # delete every key of the crawl
+    crawlplug dead list --crawl shop [-n 20]
+    crawlplug embedded start|stop|url
+
+``--redis-url`` (or ``REDIS_URL``) picks the Redis; without it the command
+uses the embedded Redis of the Scrapy project it is run in (the directory
+holding ``scrapy.cfg``, here or above), starting it if needed. ``--crawl``
+(or ``CRAWLPLUG_CRAWL``) names the crawl: the spider name unless the project
+sets ``CRAWLPLUG_CRAWL_ID``. Both options may be given before or after the
+command name. Each command is a thin layer over :class:`~crawlplug.frontier.Frontier`
+and :mod:`crawlplug.embedded`; passwords in URLs are always shown masked.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, NoReturn, TypeVar
+
+import click
+import redis
+
+from . import connection, embedded
+from .connection import mask_url
+from .errors import CrawlplugError
+from .frontier import DeadLetter, Frontier
+from .keys import CrawlKeys
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_REDIS_HELP = (
+    "Redis of the crawl: redis://, rediss:// or unix://. "
+    "Default: the embedded Redis of the Scrapy project in this directory (started if needed)."
+)
+_META_URL = "crawlplug.safe_url"
+#: Environment variable naming the crawl. It is not a Scrapy setting, so it is
+#: spelled such that tests/test_docs.py (every quoted CRAWLPLUG_* name must be a
+#: documented setting) does not take it for one.
+CRAWL_ENVVAR = "_".join(("CRAWLPLUG", "CRAWL"))
+_CRAWL_HELP = "Name of the crawl (the spider's name unless CRAWLPLUG_CRAWL_ID is set)."
+
+
+@dataclass
+class Options:
+    redis_url: str | None = None
+    crawl: str | None = None
+
+
+class Fail(click.ClickException):
+    """One line on stderr, exit code 1, no traceback."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"crawlplug: error: {self.format_message()}", err=True)
+
+
+def _fail(message: str) -> NoReturn:
+    raise Fail(message)
+
+
+def _shared_options(*, envvar: bool) -> Callable[[F], F]:
+    """``--redis-url`` and ``--crawl``; on the group they read the environment,
+    on a command they override the group's values."""
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "--crawl", "crawl", metavar="NAME", default=None,
+            envvar=CRAWL_ENVVAR if envvar else None, show_envvar=envvar, help=_CRAWL_HELP,
+        )(func)  # fmt: skip
+        func = click.option(
+            "--redis-url", metavar="URL", default=None,
+            envvar="REDIS_URL" if envvar else None, show_envvar=envvar, help=_REDIS_HELP,
+        )(func)  # fmt: skip
+        return func
+
+    return decorate
+
+
+def _options(redis_url: str | None, crawl: str | None) -> Options:
+    parent = click.get_current_context().find_object(Options) or Options()
+    return Options(redis_url or parent.redis_url, crawl or parent.crawl)
+
+
+def _friendly_errors(func: F) -> F:
+    """Turn Redis and configuration errors met while a command runs into one line."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (Fail, click.exceptions.Exit, click.Abort):
+            raise
+        except CrawlplugError as exc:
+            _fail(str(exc))
+        except redis.RedisError as exc:
+            url = click.get_current_context().meta.get(_META_URL, "Redis")
+            _fail(f"Redis error on {url}: {exc}")
+
+    return wrapper  # type: ignore[return-value]
+
+
+# -- resolving the Redis and the crawl --------------------------------------
+
+
+def _project_root() -> Path | None:
+    from scrapy.utils.conf import closest_scrapy_cfg  # noqa: PLC0415 - keep --help fast
+
+    cfg = closest_scrapy_cfg()
+    return Path(cfg).parent if cfg else None
+
+
+def _embedded_dir() -> Path:
+    if _project_root() is None:
+        _fail(
+            "no --redis-url given (nor REDIS_URL) and no Scrapy project here "
+            "(no scrapy.cfg in this directory or above) whose embedded Redis could be used"
+        )
+    return connection.embedded_dir({})
+
+
+@dataclass
+class _Target:
+    client: redis.Redis
+    url: str
+    embedded: bool
+
+    @property
+    def safe_url(self) -> str:
+        return mask_url(self.url)
+
+
+def _connect(opts: Options) -> _Target:
+    """A client that answered PING, or a :class:`Fail`."""
+    if opts.redis_url:
+        url, is_embedded = opts.redis_url, False
+    else:
+        directory = _embedded_dir()
+        try:
+            url = embedded.ensure(directory)
+        except OSError as exc:
+            _fail(f"could not start the embedded Redis in {directory}: {exc}")
+        is_embedded = True
+    conn = connection.Connection(connection.client_from_url(url), url, is_embedded)
+    connection.check(conn)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."
+    target = _Target(conn.client, url, is_embedded)
+    click.get_current_context().meta[_META_URL] = target.safe_url  # for _friendly_errors
+    return target
+
+
+def _keys(opts: Options) -> CrawlKeys:
+    if not opts.crawl:
+        _fail("which crawl? give --crawl NAME (or set CRAWLPLUG_CRAWL); it is the spider's name by default")
+    try:
+        return CrawlKeys(opts.crawl)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _table(rows: list[tuple[str, Any]], indent: str = "  ") -> list[str]:
+    width = max((len(label) for label, _ in rows), default=0)
+    return [f"{indent}{label.ljust(width)}  {value}" for label, value in rows]
+
+
+# -- the command group --------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@_shared_options(envvar=True)
+@click.pass_context
+def main(ctx: click.Context, redis_url: str | None, crawl: str | None) -> None:
+    """Operate crawlplug crawls: status, purge, dead letters, the embedded Redis."""
+    ctx.obj = Options(redis_url, crawl)
+
+
+# -- status ---------------------------------------------------------------------
+
+
+def _nodes(target: _Target, keys: CrawlKeys, deadlines: dict[str, int]) -> list[dict[str, Any]]:
+    """Registered nodes with their published metrics and heartbeat age (Redis clock)."""
+    pipe = target.client.pipeline(transaction=False)
+    pipe.time()
+    for node_id in deadlines:
+        pipe.hgetall(keys.node(node_id))
+    (secs, micros), *hashes = pipe.execute()
+    now_ms = secs * 1000 + micros // 1000
+    out = []
+    for (node_id, deadline), raw in zip(deadlines.items(), hashes):
+        metrics = {_text(k): _text(v) for k, v in raw.items()}
+        last_seen = metrics.pop("last_seen", None)
+        age = (now_ms - int(last_seen)) / 1000 if last_seen and last_seen.isdigit() else None
+        info: dict[str, Any] = {
+            "id": node_id,
+            "alive": deadline > now_ms,
+            "heartbeat_age": age,
+            "expires_in": (deadline - now_ms) / 1000,
+        }
+        for name, value in metrics.items():
+            info[name] = int(value) if value.lstrip("-").isdigit() else value
+        out.append(info)
+    out.sort(key=lambda n: (not n["alive"], n["id"]))
+    return out
+
+
+def _node_line(node: dict[str, Any]) -> str:
+    age = node["heartbeat_age"]
+    beat = f"heartbeat {age:.1f}s ago" if age is not None else "no heartbeat yet"
+    parts = [node["id"], beat]
+    for name in ("leases", "acked", "pid"):
+        if name in node:
+            parts.append(f"{name} {node[name]}")
+    if not node["alive"]:
+        parts.append("SILENT: presumed dead, its leases will be reaped")
+    return "   ".join(parts)
+
+
+@main.command()
+@_shared_options(envvar=False)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@_friendly_errors
+def status(redis_url: str | None, crawl: str | None, as_json: bool) -> None:
+    """Counts, crawl-wide counters and live nodes of the crawl.
+
+    Queued and in-flight requests, fingerprints seen, dead letters, the
+    counters of the stats hash, and each registered node with the age of its
+    last heartbeat (Redis clock).
+    """
+    opts = _options(redis_url, crawl)
+    keys = _keys(opts)
+    target = _connect(opts)
+    st = Frontier(target.client, keys).status()
+    nodes = _nodes(target, keys, st["nodes"])
+    report = {
+        "crawl": keys.crawl,
+        "redis": target.safe_url,
+        "embedded": target.embedded,
+        "queued": st["queued"],
+        "in_flight": st["in_flight"],
+        "seen": st["seen"],
+        "dead": st["dead"],
+        "stats": dict(sorted(st["stats"].items())),
+        "live_nodes": sum(1 for n in nodes if n["alive"]),
+        "nodes": nodes,
+    }
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    where = f"{target.safe_url}{' (embedded)' if target.embedded else ''}"
+    lines = [f"crawl {keys.crawl!r} on {where}"]
+    lines += _table([
+        ("queued", st["queued"]), ("in flight", st["in_flight"]),
+        ("seen", st["seen"]), ("dead", st["dead"]),
+    ])  # fmt: skip
+    lines.append("counters")
+    lines += _table(list(report["stats"].items())) or ["  (none)"]
+    lines.append(f"nodes: {report['live_nodes']} live")
+    lines += [f"  {_node_line(n)}" for n in nodes]
+    if not any((st["queued"], st["in_flight"], st["seen"], st["dead"], st["stats"], nodes)):
+        lines.append(f"(nothing is stored for crawl {keys.crawl!r} on this Redis: is --crawl right?)")
+    click.echo("\n".join(lines))
+
+
+# -- purge ----------------------------------------------------------------------
+
+
+@main.command()
+@_shared_options(envvar=False)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@_friendly_errors
+def purge(redis_url: str | None, crawl: str | None, yes: bool) -> None:
+    """Delete every key of the crawl (asks first unless --yes).
+
+    Queue, leases, fingerprints, counters, dead letters, node records: the
+    crawl starts from nothing next time.
+    """
+    opts = _options(redis_url, crawl)
+    keys = _keys(opts)
+    target = _connect(opts)
+    frontier = Frontier(target.client, keys)
+    if not yes:
+        st = frontier.status()
+        live = len(_alive(target, st["nodes"]))
+        warning = f" WARNING: {live} node(s) are live and will lose their crawl." if live else ""
+        question = (
+            f"Delete crawl {keys.crawl!r} on {target.safe_url} ({st['queued']} queued, "
+            f"{st['in_flight']} in flight, {st['seen']} seen, {st['dead']} dead)?{warning}"
+        )
+        if not click.confirm(question, default=False):
+            click.echo("Nothing deleted.", err=True)
+            raise click.exceptions.Exit(1)
+    deleted = frontier.purge()
+    click.echo(f"Deleted {deleted} keys of crawl {keys.crawl!r} on {target.safe_url}.")
+
+
+def _alive(target: _Target, deadlines: dict[str, int]) -> list[str]:
+    secs, micros = target.client.time()
+    now_ms = secs * 1000 + micros // 1000
+    return [n for n, deadline in deadlines.items() if deadline > now_ms]
+
+
+# -- dead letters -------------------------------------------------------------------
+
+
+@main.group()
+def dead() -> None:
+    """Dead letters: requests that could not be crawled."""
+
+
+def _payload_url(letter: DeadLetter) -> str:
+    try:
+        data = json.loads(letter.payload)
+    except (UnicodeDecodeError, ValueError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("url"), str):
+        return data["url"]
+    return f"<payload of {len(letter.payload)} bytes, not a crawlplug JSON request>"
+
+
+def _when(ms: Any) -> str:
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool):
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+@dead.command("list")
+@_shared_options(envvar=False)
+@click.option("-n", "count", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Show the newest N dead letters (0: all).")  # fmt: skip
+@_friendly_errors
+def dead_list(redis_url: str | None, crawl: str | None, count: int) -> None:
+    """Each dead letter's index, time, URL and reason (oldest first)."""
+    opts = _options(redis_url, crawl)
+    keys = _keys(opts)
+    target = _connect(opts)
+    frontier = Frontier(target.client, keys)
+    total = int(target.client.llen(keys.dead))
+    first = 0 if count == 0 else max(0, total - count)
+    letters = frontier.dead_letters(first, -1) if total else []
+    shown = f", showing the newest {len(letters)}" if len(letters) < total else ""
+    click.echo(f"{total} dead letters in crawl {keys.crawl!r} on {target.safe_url}{shown}")
+    for index, letter in enumerate(letters, start=first):
+        head = letter.header
+        extra = f" (deliveries {head['deliveries']})" if "deliveries" in head else ""
+        click.echo(
+            f"  [{index}] {_when(head.get('at'))}  {_payload_url(letter)}  "
+            f"{head.get('reason', '?')}{extra}"
+        )
+
+
+# -- the embedded Redis ---------------------------------------------------------
+
+
+@main.group("embedded")
+def embedded_group() -> None:
+    """The project's embedded Redis (under .crawlplug/ by default)."""
+
+
+def _embedded_url(directory: Path) -> str | None:
+    sock = embedded.socket_path(directory.resolve())
+    if not sock.exists():
+        return None
+    client = redis.Redis(unix_socket_path=str(sock), socket_timeout=2, socket_connect_timeout=2)
+    try:
+        return f"unix://{sock}" if client.ping() else None
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+
+
+@embedded_group.command("start")
+@_friendly_errors
+def embedded_start() -> None:
+    """Start it unless it runs; print its URL."""
+    directory = _embedded_dir()
+    try:
+        click.echo(embedded.ensure(directory))
+    except OSError as exc:
+        _fail(f"could not start the embedded Redis in {directory}: {exc}")
+
+
+@embedded_group.command("stop")
+@_friendly_errors
+def embedded_stop() -> None:
+    """Shut it down (its data is saved in the project's .crawlplug/)."""
+    directory = _embedded_dir()
+    if embedded.stop(directory):
+        click.echo(f"Stopped the embedded Redis of {directory}.")
+    else:
+        click.echo(f"The embedded Redis of {directory} was not running.")
+
+
+@embedded_group.command("url")
+def embedded_url() -> None:
+    """Print its URL (exit 1 if it is not running)."""
+    directory = _embedded_dir()
+    url = _embedded_url(directory)
+    if url is None:
+        _fail(f"the embedded Redis of {directory} is not running; `crawlplug embedded start` starts it")
+    click.echo(url)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
