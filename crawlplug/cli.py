@@ -43,10 +43,8 @@ _REDIS_HELP = (
     "Default: the embedded Redis of the Scrapy project in this directory (started if needed)."
 )
 _META_URL = "crawlplug.safe_url"
-#: Environment variable naming the crawl. It is not a Scrapy setting, so it is
-#: spelled such that tests/test_docs.py (every quoted CRAWLPLUG_* name must be a
-#: documented setting) does not take it for one.
-CRAWL_ENVVAR = "_".join(("CRAWLPLUG", "CRAWL"))
+#: Environment variable naming the crawl (not a Scrapy setting).
+CRAWL_ENVVAR = "CRAWLPLUG_CRAWL"
 _CRAWL_HELP = "Name of the crawl (the spider's name unless CRAWLPLUG_CRAWL_ID is set)."
 
 
@@ -124,7 +122,10 @@ def _embedded_dir() -> Path:
             "no --redis-url given (nor REDIS_URL) and no Scrapy project here "
             "(no scrapy.cfg in this directory or above) whose embedded Redis could be used"
         )
-    return connection.embedded_dir({})
+    from scrapy.utils.project import get_project_settings  # noqa: PLC0415
+
+    # the project's own CRAWLPLUG_EMBEDDED_DIR, if it sets one
+    return connection.embedded_dir(get_project_settings())
 
 
 @dataclass
