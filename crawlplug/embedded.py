@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Iterator
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .errors import ConfigError, RedisUnavailable
 
@@ -72,7 +74,10 @@ def _locked(data_dir: Path) -> Iterator[None]:
 def _ping(sock: Path) -> bool:
     if not sock.exists():
         return False
-    client = redis.Redis(unix_socket_path=str(sock), socket_timeout=2, socket_connect_timeout=2)
+    # no retries: a dead server's socket file must fail fast, not after backoff
+    client = redis.Redis(
+        unix_socket_path=str(sock), socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
+    )
     try:
         return bool(client.ping())
     except redis.RedisError:
@@ -127,7 +132,7 @@ def stop(data_dir: str | os.PathLike[str]) -> bool:
     with _locked(data_dir):
         if not _ping(sock):
             return False
-        client = redis.Redis(unix_socket_path=str(sock), socket_timeout=10)
+        client = redis.Redis(unix_socket_path=str(sock), socket_timeout=10, retry=Retry(NoBackoff(), 0))
         try:
             client.shutdown(nosave=False)
         except redis.ConnectionError:

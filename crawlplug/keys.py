@@ -33,8 +33,11 @@ class CrawlKeys:
     prefix: str = "crawlplug"
 
     def __post_init__(self) -> None:
-        if not self.crawl or any(c in self.crawl for c in "{}"):
-            raise ValueError(f"invalid crawl name {self.crawl!r}: must be non-empty, without braces")
+        if not self.crawl or any(c in self.crawl for c in "{}*?[]\\ \n"):
+            raise ValueError(
+                f"invalid crawl name {self.crawl!r}: must be non-empty, without braces, "
+                "glob characters (*?[]\\) or whitespace"
+            )
 
     @property
     def tag(self) -> str:

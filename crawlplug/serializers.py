@@ -129,7 +129,7 @@ class JsonSerializer:
             raise DecodeError(f"payload is not JSON: {exc}") from None
         if not isinstance(d, dict):
             raise DecodeError("payload is not a JSON object")
-        if d.get("v") != FORMAT_VERSION:
+        if type(d.get("v")) is not int or d.get("v") != FORMAT_VERSION:
             raise DecodeError(f"unknown payload version {d.get('v')!r}")
         url = d.get("url")
         if not isinstance(url, str) or ":" not in url:
@@ -137,7 +137,7 @@ class JsonSerializer:
         if url.split(":", 1)[0].lower() not in URL_SCHEMES:
             raise DecodeError(f"URL scheme is not crawlable: {url[:200]!r}")
         cls_path = d.get("_class", "scrapy.http.request.Request")
-        if cls_path not in self.allowed_classes:
+        if not isinstance(cls_path, str) or cls_path not in self.allowed_classes:
             raise DecodeError(f"request class {cls_path!r} is not in the allow-list")
         try:
             request_cls = load_object(cls_path)
@@ -168,7 +168,8 @@ class JsonSerializer:
             kwargs[key] = _spider_method(spider, name, key)
         try:
             return request_cls(**kwargs)
-        except (TypeError, ValueError, AttributeError) as exc:
+        except (TypeError, ValueError, AttributeError, LookupError) as exc:
+            # LookupError: an encoding name Python does not know
             raise DecodeError(f"payload does not make a valid request: {exc}") from None
 
 
@@ -177,6 +178,10 @@ def _spider_method(spider: Spider | None, name: Any, what: str) -> Any:
         raise DecodeError(f"{what} {name!r} is not a method name")
     if spider is None:
         raise DecodeError(f"{what} {name!r} needs a spider to resolve")
+    base = getattr(Spider, name, None)
+    if base is not None and name != "parse" and getattr(type(spider), name, None) is base:
+        # Scrapy's own Spider machinery (start, _set_crawler, log, ...) is not a callback
+        raise DecodeError(f"{what} {name!r} is a method of scrapy.Spider itself, not a callback")
     method = getattr(spider, name, None)
     if method is None or not callable(method) or getattr(method, "__self__", None) is not spider:
         raise DecodeError(f"spider {spider.name!r} has no method {name!r} ({what})")

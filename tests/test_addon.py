@@ -1,0 +1,68 @@
+"""The Scrapy add-on: ADDONS = {"crawlplug.Addon": 0} turns crawlplug on, below project settings."""
+
+from __future__ import annotations
+
+from scrapy import Spider
+from scrapy.settings import SETTINGS_PRIORITIES, Settings
+from scrapy.utils.test import get_crawler
+
+from crawlplug import Addon
+from crawlplug.addon import ADDON_SETTINGS
+
+ADDONS = {"ADDONS": {"crawlplug.Addon": 0}}
+
+
+def test_addon_turns_crawlplug_on():
+    # get_crawler() runs Crawler._apply_settings(), which loads the add-ons
+    crawler = get_crawler(settings_dict=dict(ADDONS))
+    s = crawler.settings
+    assert s["SCHEDULER"] == "crawlplug.scheduler.Scheduler"
+    assert s["DUPEFILTER_CLASS"] == "crawlplug.dupefilters.RedisSetDupeFilter"
+    assert s.getpriority("SCHEDULER") == SETTINGS_PRIORITIES["addon"]
+    assert s.getpriority("DUPEFILTER_CLASS") == SETTINGS_PRIORITIES["addon"]
+    assert isinstance(crawler.get_addon(Addon), Addon)
+
+
+def test_addon_by_class_object():
+    crawler = get_crawler(settings_dict={"ADDONS": {Addon: 0}})
+    assert crawler.settings["SCHEDULER"] == "crawlplug.scheduler.Scheduler"
+
+
+def test_without_addon_scrapy_defaults_stay():
+    s = get_crawler(settings_dict={}).settings
+    assert s["SCHEDULER"] not in ADDON_SETTINGS.values()
+    assert s["DUPEFILTER_CLASS"] not in ADDON_SETTINGS.values()
+
+
+def test_project_settings_win_over_the_addon():
+    crawler = get_crawler(settings_dict={**ADDONS, "SCHEDULER": "x.y"})
+    s = crawler.settings
+    assert s["SCHEDULER"] == "x.y"
+    assert s.getpriority("SCHEDULER") == SETTINGS_PRIORITIES["project"]
+    # what the project did not set still comes from the add-on
+    assert s["DUPEFILTER_CLASS"] == "crawlplug.dupefilters.RedisSetDupeFilter"
+
+
+def test_project_dupefilter_wins_over_the_addon():
+    crawler = get_crawler(settings_dict={**ADDONS, "DUPEFILTER_CLASS": "scrapy.dupefilters.BaseDupeFilter"})
+    assert crawler.settings["DUPEFILTER_CLASS"] == "scrapy.dupefilters.BaseDupeFilter"
+    assert crawler.settings["SCHEDULER"] == "crawlplug.scheduler.Scheduler"
+
+
+def test_spider_custom_settings_win_over_the_addon():
+    class OwnScheduler(Spider):
+        name = "own"
+        custom_settings = {"SCHEDULER": "spider.Scheduler"}
+
+    crawler = get_crawler(OwnScheduler, settings_dict=dict(ADDONS))
+    assert crawler.settings["SCHEDULER"] == "spider.Scheduler"
+    assert crawler.settings["DUPEFILTER_CLASS"] == "crawlplug.dupefilters.RedisSetDupeFilter"
+
+
+def test_update_settings_directly():
+    settings = Settings()
+    settings.set("SCHEDULER", "x.y", priority="project")
+    Addon().update_settings(settings)
+    assert settings["SCHEDULER"] == "x.y"
+    assert settings["DUPEFILTER_CLASS"] == "crawlplug.dupefilters.RedisSetDupeFilter"
+    assert settings.getpriority("DUPEFILTER_CLASS") == SETTINGS_PRIORITIES["addon"]

@@ -1,0 +1,139 @@
+"""RedisSetDupeFilter on a real Redis, with crawlers built by scrapy.utils.test."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import pytest
+from scrapy import Request
+from scrapy.utils.test import get_crawler
+
+from crawlplug.dupefilters import RedisSetDupeFilter
+from crawlplug.frontier import Frontier
+from crawlplug.keys import CrawlKeys
+
+K = CrawlKeys("dupes")
+
+
+class PathOnlyFingerprinter:
+    """Ignores the query string: /a?x=1 and /a?x=2 are the same page."""
+
+    calls = 0
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls()
+
+    def fingerprint(self, request: Request) -> bytes:
+        type(self).calls += 1
+        return hashlib.sha1(request.url.split("?", 1)[0].encode()).digest()
+
+
+def make_df(r, **settings) -> RedisSetDupeFilter:
+    crawler = get_crawler(settings_dict=settings)
+    df = RedisSetDupeFilter.from_crawler(crawler)
+    df.bind(Frontier(r, K, node_id="n"))
+    return df
+
+
+def test_uses_the_crawlers_request_fingerprinter(r):
+    crawler = get_crawler(settings_dict={})
+    df = RedisSetDupeFilter.from_crawler(crawler)
+    assert df.fingerprinter is crawler.request_fingerprinter
+    req = Request("http://example.com/a?x=1")
+    assert df.fingerprint(req) == crawler.request_fingerprinter.fingerprint(req)
+    assert df.fingerprint(req) != df.fingerprint(Request("http://example.com/a?x=2"))
+
+
+def test_custom_fingerprinter_class_is_honoured(r):
+    path = f"{PathOnlyFingerprinter.__module__}.{PathOnlyFingerprinter.__qualname__}"
+    df = make_df(r, REQUEST_FINGERPRINTER_CLASS=path)
+    assert isinstance(df.fingerprinter, PathOnlyFingerprinter)
+    PathOnlyFingerprinter.calls = 0
+    assert df.request_seen(Request("http://example.com/a?x=1")) is False
+    assert df.request_seen(Request("http://example.com/a?x=2")) is True
+    assert df.request_seen(Request("http://example.com/b?x=1")) is False
+    assert PathOnlyFingerprinter.calls == 3
+    assert r.smembers(K.seen) == {
+        hashlib.sha1(b"http://example.com/a").digest(),
+        hashlib.sha1(b"http://example.com/b").digest(),
+    }
+
+
+def test_default_fingerprinter_distinguishes_queries(r):
+    df = make_df(r)
+    assert df.request_seen(Request("http://example.com/a?x=1")) is False
+    assert df.request_seen(Request("http://example.com/a?x=2")) is False
+    assert df.request_seen(Request("http://example.com/a?x=1")) is True
+
+
+def test_stores_raw_20_byte_digests(r):
+    df = make_df(r)
+    reqs = [Request(f"http://example.com/{i}") for i in range(5)]
+    for req in reqs:
+        df.request_seen(req)
+    members = r.smembers(K.seen)
+    assert members == {df.fingerprint(req) for req in reqs}
+    assert all(isinstance(m, bytes) and len(m) == 20 for m in members)
+    assert all(m != df.fingerprint(req).hex().encode() for m in members for req in reqs)
+
+
+def test_request_seen_needs_binding():
+    df = RedisSetDupeFilter.from_crawler(get_crawler(settings_dict={}))
+    with pytest.raises(RuntimeError, match="not bound"):
+        df.request_seen(Request("http://example.com/"))
+
+
+def test_request_seen_shares_the_set_with_admission(r):
+    """A fingerprint recorded by request_seen is a duplicate for the admit script, and back."""
+    df = make_df(r)
+    frontier = df.frontier
+    seen_first = Request("http://example.com/seen-first")
+    admitted_first = Request("http://example.com/admitted-first")
+    assert df.request_seen(seen_first) is False
+    assert frontier.admit([(df.fingerprint(seen_first), 0, b"x")]).flags == "0"
+    assert frontier.admit([(df.fingerprint(admitted_first), 0, b"y")]).flags == "1"
+    assert df.request_seen(admitted_first) is True
+
+
+def test_two_filters_share_one_crawl(r):
+    a, b = make_df(r), make_df(r)
+    req = Request("http://example.com/shared")
+    assert a.request_seen(req) is False
+    assert b.request_seen(req) is True
+
+
+def test_close_deletes_nothing(r):
+    df = make_df(r)
+    df.request_seen(Request("http://example.com/1"))
+    df.frontier.admit([(b"", 0, b"payload")])
+    before = {k: r.type(k) for k in r.scan_iter()}
+    assert K.seen.encode() in before
+    df.close("finished")
+    df.close("shutdown")
+    assert {k: r.type(k) for k in r.scan_iter()} == before
+    assert r.scard(K.seen) == 1
+
+
+def test_log_counts_filtered_in_stats(r, caplog):
+    df = make_df(r)
+    stats = df.crawler.stats
+    assert stats.get_value("dupefilter/filtered") is None
+    caplog.set_level(logging.DEBUG, logger="crawlplug.dupefilters")
+    for i in range(3):
+        df.log(Request(f"http://example.com/{i}"), None)
+    assert stats.get_value("dupefilter/filtered") == 3
+    messages = [rec.getMessage() for rec in caplog.records if rec.name == "crawlplug.dupefilters"]
+    assert len(messages) == 1 and "no more duplicates will be shown" in messages[0]
+
+
+def test_log_with_dupefilter_debug_logs_every_duplicate(r, caplog):
+    df = make_df(r, DUPEFILTER_DEBUG=True)
+    caplog.set_level(logging.DEBUG, logger="crawlplug.dupefilters")
+    for i in range(3):
+        df.log(Request(f"http://example.com/{i}"), None)
+    messages = [rec.getMessage() for rec in caplog.records if rec.name == "crawlplug.dupefilters"]
+    assert len(messages) == 3
+    assert all("http://example.com/" in m for m in messages)
+    assert df.crawler.stats.get_value("dupefilter/filtered") == 3
