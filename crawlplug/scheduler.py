@@ -29,6 +29,7 @@ from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.exceptions import CloseSpider, DontCloseSpider
+from scrapy.extensions.feedexport import FeedExporter
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet import reactor
 from twisted.internet.task import LoopingCall
@@ -372,6 +373,8 @@ class Scheduler(BaseScheduler):
         if not (self._buffer or self._acks or pop):
             return
         batch, acks = self._buffer, self._acks
+        if acks:
+            self._flush_feeds()
         items: list[Admission] = [(fp, score, payload) for _, fp, score, payload in batch]
         try:
             if pop:
@@ -388,6 +391,25 @@ class Scheduler(BaseScheduler):
         if leased:
             self._prefetched.extend(leased)
             self._inc("crawlplug/leased", len(leased))
+
+    def _flush_feeds(self) -> None:
+        """Push buffered feed output to the OS before acknowledging its requests.
+
+        Scrapy's feed exporter writes items into a buffered file; a node killed
+        with SIGKILL would lose the buffer while the requests that produced
+        those items are already acknowledged. (A power loss can still lose
+        what the OS has not written; fsync on every ack costs too much.)
+        """
+        extensions = getattr(getattr(self.crawler, "extensions", None), "middlewares", ())
+        for ext in extensions:
+            for slot in getattr(ext, "slots", ()) if isinstance(ext, FeedExporter) else ():
+                file = getattr(slot, "file", None)
+                if file is not None and not getattr(file, "closed", True):
+                    try:
+                        file.flush()
+                    except (OSError, ValueError) as exc:
+                        self._log_once(f"feedflush:{exc}", logging.WARNING,
+                                       "crawlplug: could not flush a feed file: %s", exc)  # fmt: skip
 
     def _account(self, batch: list[tuple[Request, bytes, float, bytes]], result: Any) -> None:
         for (request, fp, _, _), flag in zip(batch, result.flags):
