@@ -28,14 +28,13 @@ import redis
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import BaseDupeFilter
-from scrapy.exceptions import CloseSpider, DontCloseSpider
-from scrapy.extensions.feedexport import FeedExporter
+from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet import reactor
 from twisted.internet.task import LoopingCall
 
-from . import connection
-from .defaults import default
+from . import connection, enginehooks
+from .config import SchedulerConfig, setting
 from .dupefilters import RedisSetDupeFilter
 from .errors import ConfigError, DecodeError, RedisUnavailable, SerializationError
 from .frontier import Admission, Frontier, Leased
@@ -46,16 +45,8 @@ from .serializers import get_serializer
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
-
-
-def _setting(settings: BaseSettings, name: str, kind: str = "get") -> Any:
-    """A crawlplug setting, falling back to its documented default."""
-    if settings.get(name) is None:
-        return default(name)
-    return getattr(settings, kind)(name)
 
 
 class Scheduler(BaseScheduler):
@@ -68,43 +59,16 @@ class Scheduler(BaseScheduler):
         dupefilter: BaseDupeFilter,
         queue_cls: type[BaseQueue],
         serializer: Any,
-        crawl_id: str | None = None,
-        key_prefix: str = "crawlplug",
-        flush_on_start: bool = False,
-        batch_size: int = 200,
-        flush_interval: float = 0.2,
-        prefetch: int = 32,
-        heartbeat: float = 2.0,
-        lease_timeout: float = 30.0,
-        max_deliveries: int = 5,
-        idle_close: float = 3.0,
-        poll_interval: float = 0.5,
-        fp_cache: int = 50_000,
+        config: SchedulerConfig | None = None,
     ) -> None:
-        if lease_timeout <= heartbeat * 2:
-            raise ConfigError(
-                f"CRAWLPLUG_LEASE_TIMEOUT ({lease_timeout}s) must be more than twice "
-                f"CRAWLPLUG_HEARTBEAT ({heartbeat}s), or live nodes would lose their leases"
-            )
-        if max_deliveries < 1:
-            raise ConfigError(f"CRAWLPLUG_MAX_DELIVERIES must be at least 1, got {max_deliveries}")
         self.crawler = crawler
         self.stats = crawler.stats
         self.df = dupefilter
         self.queue_cls = queue_cls
         self.serializer = serializer
-        self.crawl_id = crawl_id
-        self.key_prefix = key_prefix
-        self.flush_on_start = flush_on_start
-        self.batch_size = max(1, batch_size)
-        self.flush_interval = flush_interval
-        self.prefetch = max(1, prefetch)
-        self.heartbeat_interval = heartbeat
-        self.lease_timeout = lease_timeout
-        self.max_deliveries = max_deliveries
-        self.poll_interval = poll_interval
-        self.termination = Termination(idle_close)
-        self.fp_cache_size = fp_cache
+        self.config = config = config or SchedulerConfig()
+        self.prefetch = config.prefetch
+        self.termination = Termination(config.idle_close)
 
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
@@ -141,22 +105,11 @@ class Scheduler(BaseScheduler):
         return cls(
             crawler,
             dupefilter=dupefilter,
-            queue_cls=load_queue_class(_setting(s, "CRAWLPLUG_QUEUE_CLASS")),
+            queue_cls=load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")),
             serializer=get_serializer(
-                _setting(s, "CRAWLPLUG_SERIALIZER"), _setting(s, "CRAWLPLUG_REQUEST_CLASSES", "getlist")
+                setting(s, "CRAWLPLUG_SERIALIZER"), setting(s, "CRAWLPLUG_REQUEST_CLASSES", "getlist")
             ),
-            crawl_id=s.get("CRAWLPLUG_CRAWL_ID"),
-            key_prefix=_setting(s, "CRAWLPLUG_KEY_PREFIX"),
-            flush_on_start=_setting(s, "CRAWLPLUG_FLUSH_ON_START", "getbool"),
-            batch_size=_setting(s, "CRAWLPLUG_BATCH_SIZE", "getint"),
-            flush_interval=_setting(s, "CRAWLPLUG_FLUSH_INTERVAL", "getfloat"),
-            prefetch=_setting(s, "CRAWLPLUG_PREFETCH", "getint"),
-            heartbeat=_setting(s, "CRAWLPLUG_HEARTBEAT", "getfloat"),
-            lease_timeout=_setting(s, "CRAWLPLUG_LEASE_TIMEOUT", "getfloat"),
-            max_deliveries=_setting(s, "CRAWLPLUG_MAX_DELIVERIES", "getint"),
-            idle_close=_setting(s, "CRAWLPLUG_IDLE_CLOSE", "getfloat"),
-            poll_interval=_setting(s, "CRAWLPLUG_POLL_INTERVAL", "getfloat"),
-            fp_cache=_setting(s, "CRAWLPLUG_FP_CACHE", "getint"),
+            config=SchedulerConfig.from_settings(s),
         )
 
     # -- open / close -----------------------------------------------------------
@@ -170,21 +123,21 @@ class Scheduler(BaseScheduler):
             # component that cannot start), instead of a traceback per component.
             reason = "redis_unavailable" if isinstance(exc, RedisUnavailable) else "config_error"
             logger.error("crawlplug: %s", exc)
-            self._fail_at_start(reason)
+            enginehooks.fail_at_start(self.crawler, reason)
             return
-        keys = CrawlKeys(self.crawl_id or spider.name, self.key_prefix)
+        keys = CrawlKeys(self.config.crawl_id or spider.name, self.config.key_prefix)
         self.frontier = Frontier(
             self.conn.client,
             keys,
             queue=self.queue_cls,
             dedup=getattr(self.df, "mode", "none"),
-            lease_timeout=self.lease_timeout,
-            heartbeat=self.heartbeat_interval,
-            max_deliveries=self.max_deliveries,
+            lease_timeout=self.config.lease_timeout,
+            heartbeat=self.config.heartbeat,
+            max_deliveries=self.config.max_deliveries,
         )
         if isinstance(self.df, RedisSetDupeFilter):
             self.df.bind(self.frontier)
-        if self.flush_on_start:
+        if self.config.flush_on_start:
             deleted = self.frontier.purge()
             logger.info("crawlplug: CRAWLPLUG_FLUSH_ON_START: deleted %d keys of crawl %r", deleted, keys.crawl)
         if self.conn.embedded:
@@ -202,34 +155,13 @@ class Scheduler(BaseScheduler):
             self.frontier.node_id, keys.crawl, status["queued"], status["in_flight"],
             status["seen"], len(status["nodes"]),
         )  # fmt: skip
-        self._install_completion_hook()
+        enginehooks.on_request_done(self.crawler, self._finished)
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         self._heartbeat()
-        for func, interval in ((self._heartbeat, self.heartbeat_interval), (self._tick, self.flush_interval)):
+        for func, interval in ((self._heartbeat, self.config.heartbeat), (self._tick, self.config.flush_interval)):
             loop = LoopingCall(func)
             loop.start(interval, now=False)
             self._loops.append(loop)
-
-    def _fail_at_start(self, reason: str) -> None:
-        """Close cleanly with ``reason`` and make `scrapy crawl` exit non-zero.
-
-        The close is requested from ``spider_opened`` with CloseSpider, Scrapy's
-        way for a component that cannot start, once every other component is
-        open (so none of them logs a traceback while closing). Scrapy's crawl
-        command exits 1 when a crawler ends without a spider, its "bootstrap
-        failed" rule, so the spider reference is dropped once it is closed: a
-        node that could not join its crawl tells its supervisor.
-        """
-        crawler = self.crawler
-
-        def spider_opened(spider: Spider) -> None:
-            raise CloseSpider(reason)
-
-        def spider_closed(spider: Spider) -> None:
-            crawler.spider = None  # type: ignore[assignment]
-
-        crawler.signals.connect(spider_opened, signal=signals.spider_opened, weak=False)
-        crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
 
     def close(self, reason: str) -> None:
         for loop in self._loops:
@@ -253,35 +185,12 @@ class Scheduler(BaseScheduler):
             logger.error(
                 "crawlplug: could not hand back this node's leases (%s); they return to the queue "
                 "when they expire in %.0fs",
-                exc, self.lease_timeout,
+                exc, self.config.lease_timeout,
             )  # fmt: skip
         finally:
             self.df.close(reason)
             if self.conn is not None:
                 self.conn.client.close()
-
-    def _install_completion_hook(self) -> None:
-        """Learn when the engine is completely done with a request.
-
-        The engine removes a request from its slot only after the download,
-        the callback or errback, every request the callback produced being
-        scheduled and every item going through the pipelines. Scrapy has no
-        public signal for that moment, so we wrap the slot's method; the ack is
-        recorded before the slot may fire its closing sequence.
-        """
-        slot = getattr(self.crawler.engine, "_slot", None)
-        remove = getattr(slot, "remove_request", None)
-        if remove is None:
-            raise ConfigError(
-                "crawlplug cannot find the engine slot of this Scrapy version; "
-                "it needs Scrapy >= 2.13"
-            )
-
-        def remove_request(request: Request) -> None:
-            self._finished(request)
-            remove(request)
-
-        slot.remove_request = remove_request  # type: ignore[union-attr]
 
     # -- Scheduler interface ------------------------------------------------------
     def has_pending_requests(self) -> bool:
@@ -309,17 +218,17 @@ class Scheduler(BaseScheduler):
         self._inc("scheduler/enqueued/redis")
         self._inc("scheduler/enqueued")
         self._nothing_until = 0.0
-        if len(self._buffer) >= self.batch_size:
+        if len(self._buffer) >= self.config.batch_size:
             self._flush()
         return True
 
     def next_request(self) -> Request | None:
         if not self._prefetched and time.monotonic() >= self._nothing_until:
-            self._flush(pop=self._pop_size())
+            self._flush(pop=enginehooks.free_download_slots(self.crawler, self.prefetch))
             if not self._prefetched:
                 # nothing anywhere: let the idle poll find new work instead of
                 # asking Redis on every engine tick
-                self._nothing_until = time.monotonic() + self.poll_interval
+                self._nothing_until = time.monotonic() + self.config.poll_interval
         while self._prefetched:
             leased = self._prefetched.popleft()
             try:
@@ -347,12 +256,6 @@ class Scheduler(BaseScheduler):
         return queued + len(self._prefetched) + len(self._buffer)
 
     # -- internals --------------------------------------------------------------------
-    def _pop_size(self) -> int:
-        downloader = getattr(self.crawler.engine, "downloader", None)
-        total = getattr(downloader, "total_concurrency", self.prefetch)
-        active = len(getattr(downloader, "active", ()))
-        return max(1, min(self.prefetch, total - active))
-
     def _finished(self, request: Request) -> None:
         lease_id = self.book.finish(request)
         if lease_id is None:
@@ -374,7 +277,9 @@ class Scheduler(BaseScheduler):
             return
         batch, acks = self._buffer, self._acks
         if acks:
-            self._flush_feeds()
+            for error in enginehooks.flush_feeds(self.crawler):
+                self._log_once(f"feedflush:{error}", logging.WARNING,
+                               "crawlplug: could not flush a feed file: %s", error)  # fmt: skip
         items: list[Admission] = [(fp, score, payload) for _, fp, score, payload in batch]
         try:
             if pop:
@@ -391,25 +296,6 @@ class Scheduler(BaseScheduler):
         if leased:
             self._prefetched.extend(leased)
             self._inc("crawlplug/leased", len(leased))
-
-    def _flush_feeds(self) -> None:
-        """Push buffered feed output to the OS before acknowledging its requests.
-
-        Scrapy's feed exporter writes items into a buffered file; a node killed
-        with SIGKILL would lose the buffer while the requests that produced
-        those items are already acknowledged. (A power loss can still lose
-        what the OS has not written; fsync on every ack costs too much.)
-        """
-        extensions = getattr(getattr(self.crawler, "extensions", None), "middlewares", ())
-        for ext in extensions:
-            for slot in getattr(ext, "slots", ()) if isinstance(ext, FeedExporter) else ():
-                file = getattr(slot, "file", None)
-                if file is not None and not getattr(file, "closed", True):
-                    try:
-                        file.flush()
-                    except (OSError, ValueError) as exc:
-                        self._log_once(f"feedflush:{exc}", logging.WARNING,
-                                       "crawlplug: could not flush a feed file: %s", exc)  # fmt: skip
 
     def _account(self, batch: list[tuple[Request, bytes, float, bytes]], result: Any) -> None:
         for (request, fp, _, _), flag in zip(batch, result.flags):
@@ -428,10 +314,10 @@ class Scheduler(BaseScheduler):
             self._inc("crawlplug/stale_acks", result.stale)
 
     def _remember(self, fp: bytes) -> None:
-        if self.fp_cache_size <= 0:
+        if self.config.fp_cache <= 0:
             return
         self._recent[fp] = None
-        if len(self._recent) > self.fp_cache_size:
+        if len(self._recent) > self.config.fp_cache:
             self._recent.popitem(last=False)
 
     def _dead_letter(self, leased: Leased, reason: str) -> None:
@@ -469,13 +355,13 @@ class Scheduler(BaseScheduler):
                 logger.warning(
                     "crawlplug: %d leases of this node expired (stalled longer than "
                     "CRAWLPLUG_LEASE_TIMEOUT=%ss) and were given to other nodes",
-                    len(lost), self.lease_timeout,
+                    len(lost), self.config.lease_timeout,
                 )  # fmt: skip
             requeued, dead = self.frontier.reap()
             if requeued:
                 self._inc("crawlplug/reaped", requeued)
                 logger.info("crawlplug: put %d requests of stopped nodes back in the queue", requeued)
-                self._wake()
+                enginehooks.wake(self.crawler)
             if dead:
                 self._inc("crawlplug/dead", dead)
                 logger.warning("crawlplug: %d requests exceeded CRAWLPLUG_MAX_DELIVERIES; see the dead letters", dead)
@@ -486,13 +372,10 @@ class Scheduler(BaseScheduler):
             logger.exception("crawlplug: heartbeat failed")
 
     def _still_producing(self) -> bool:
-        """Whether this node may still read start requests (which may add work)."""
+        """Whether this node may still add work the other nodes cannot see yet."""
         if self._buffer:
-            return True  # not yet admitted: other nodes cannot see this work yet
-        if not self._producing:
-            return False
-        start = getattr(self.crawler.engine, "_start", self)  # private; unknown -> assume yes
-        return start is not None
+            return True  # not yet admitted
+        return self._producing and enginehooks.start_running(self.crawler)
 
     def _tick(self) -> None:
         """Flush old buffers, and while idle look for new work and for the end of the crawl."""
@@ -500,17 +383,17 @@ class Scheduler(BaseScheduler):
             return
         try:
             now = time.monotonic()
-            if self._buffer and now - self._buffer_since >= self.flush_interval:
+            if self._buffer and now - self._buffer_since >= self.config.flush_interval:
                 self._flush()
-            if self._idle and not self.has_pending_requests() and now - self._last_poll >= self.poll_interval:
+            if self._idle and not self.has_pending_requests() and now - self._last_poll >= self.config.poll_interval:
                 self._last_poll = now
                 queued, leased, producers = self.frontier.idle_state()
                 self.termination.observe(queued, leased, producers, local_pending=bool(self.book.active))
                 if queued:
                     self._nothing_until = 0.0
-                    self._wake()
+                    enginehooks.wake(self.crawler)
                 elif self.termination.finished():
-                    self._wake()  # the engine's idle check will now let the spider close
+                    enginehooks.wake(self.crawler)  # the engine's idle check will now let the spider close
         except redis.RedisError as exc:
             self._redis_error(exc)
         except Exception:
@@ -538,13 +421,6 @@ class Scheduler(BaseScheduler):
             "crawlplug: crawl %r is finished (nothing queued or leased on any node for %ss)",
             self.frontier.keys.crawl, self.termination.grace,
         )  # fmt: skip
-
-    def _wake(self) -> None:
-        """Make the engine ask for requests now instead of at its next 5 s heartbeat."""
-        slot = getattr(self.crawler.engine, "_slot", None)
-        nextcall = getattr(slot, "nextcall", None)
-        if nextcall is not None:
-            nextcall.schedule()
 
     def _redis_error(self, exc: Exception) -> None:
         self._inc("crawlplug/redis_errors")

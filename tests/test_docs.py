@@ -18,7 +18,7 @@ def test_settings_reference_is_generated_from_defaults():
 def test_every_setting_the_code_reads_is_documented():
     code = "\n".join(p.read_text() for p in (ROOT / "crawlplug").glob("*.py"))
     # settings are read through _setting(settings, "NAME", ...) or settings.get*("NAME")
-    used = set(re.findall(r"(?:_setting\(\w+, |\.get\w*\()\"(CRAWLPLUG_[A-Z_]+)\"", code))
+    used = set(re.findall(r"(?:setting\(\w+, |\.get\w*\()\"(CRAWLPLUG_[A-Z_]+)\"", code))
     assert len(used) >= 10, used
     missing = used - set(SETTINGS)
     assert not missing, f"settings read but not in defaults.py: {sorted(missing)}"

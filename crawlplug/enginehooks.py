@@ -1,0 +1,109 @@
+"""What crawlplug needs from Scrapy's engine beyond the Scheduler interface.
+
+Scrapy has no public signal for "the engine is completely done with this
+request", no public way to wake the engine up early, and its feed exporter
+buffers output that must reach the OS before a request is acknowledged. Every
+use of an engine internal lives here, behind a guard, so a Scrapy upgrade
+breaks in one place (and the test suite says so).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Callable
+
+from scrapy import Request, Spider, signals
+from scrapy.exceptions import CloseSpider
+from scrapy.extensions.feedexport import FeedExporter
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+
+def on_request_done(crawler: Crawler, callback: Callable[[Request], None]) -> None:
+    """Call ``callback(request)`` when the engine is done with a scheduled request.
+
+    The engine removes a request from its slot only after the download, the
+    callback or errback, every request the callback produced being scheduled
+    and every item going through the pipelines (also when a downloader
+    middleware replaced the request, e.g. a redirect). ``callback`` runs before
+    the slot may fire its closing sequence.
+    """
+    slot = getattr(crawler.engine, "_slot", None)
+    remove = getattr(slot, "remove_request", None)
+    if remove is None:
+        raise ConfigError("crawlplug cannot find the engine slot of this Scrapy version; it needs Scrapy >= 2.13")
+
+    def remove_request(request: Request) -> None:
+        callback(request)
+        remove(request)
+
+    slot.remove_request = remove_request  # type: ignore[union-attr]
+
+
+def wake(crawler: Crawler) -> None:
+    """Make the engine ask the scheduler for requests now, not at its next 5 s heartbeat."""
+    slot = getattr(crawler.engine, "_slot", None)
+    nextcall = getattr(slot, "nextcall", None)
+    if nextcall is not None:
+        nextcall.schedule()
+
+
+def start_running(crawler: Crawler) -> bool:
+    """Whether the spider's ``start()`` may still yield requests (True if unknown)."""
+    return getattr(crawler.engine, "_start", True) is not None
+
+
+def free_download_slots(crawler: Crawler, most: int) -> int:
+    """How many requests the downloader would take now (at least 1, at most ``most``)."""
+    downloader = getattr(crawler.engine, "downloader", None)
+    total = getattr(downloader, "total_concurrency", most)
+    active = len(getattr(downloader, "active", ()))
+    return max(1, min(most, total - active))
+
+
+def flush_feeds(crawler: Crawler) -> list[str]:
+    """Push buffered feed output to the OS; returns the errors met (if any).
+
+    Scrapy's feed exporter writes items into a block-buffered file: a node
+    killed with SIGKILL would lose that buffer while the requests that
+    produced the items are already acknowledged. (A power loss can still lose
+    what the OS has not written; an fsync per ack would cost too much.)
+    """
+    errors = []
+    for ext in getattr(getattr(crawler, "extensions", None), "middlewares", ()):
+        if not isinstance(ext, FeedExporter):
+            continue
+        for slot in getattr(ext, "slots", ()):
+            file = getattr(slot, "file", None)
+            if file is not None and not getattr(file, "closed", True):
+                try:
+                    file.flush()
+                except (OSError, ValueError) as exc:
+                    errors.append(str(exc))
+    return errors
+
+
+def fail_at_start(crawler: Crawler, reason: str) -> None:
+    """Close cleanly with ``reason`` as soon as the spider is open, and exit non-zero.
+
+    The close is requested from ``spider_opened`` with CloseSpider, Scrapy's way
+    for a component that cannot start, once every other component is open (so
+    none of them logs a traceback while closing). Scrapy's crawl command exits
+    1 when a crawler ends without a spider (its "bootstrap failed" rule), so
+    the spider reference is dropped once it is closed: a node that could not
+    join its crawl tells its supervisor.
+    """
+
+    def spider_opened(spider: Spider) -> None:
+        raise CloseSpider(reason)
+
+    def spider_closed(spider: Spider) -> None:
+        crawler.spider = None  # type: ignore[assignment]
+
+    crawler.signals.connect(spider_opened, signal=signals.spider_opened, weak=False)
+    crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
