@@ -47,6 +47,20 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         [],
         "Extra Request subclasses (class paths) allowed in payloads besides scrapy.http's own.",
     ),
+    "CRAWLPLUG_BLOOM_CAPACITY": (
+        10_000_000,
+        "RedisBloomDupeFilter: URLs the first Bloom layer holds at CRAWLPLUG_BLOOM_ERROR_RATE; "
+        "bigger crawls chain larger layers.",
+    ),
+    "CRAWLPLUG_BLOOM_ERROR_RATE": (
+        0.001,
+        "RedisBloomDupeFilter: most false-positive rate (URLs wrongly taken as seen) of the whole filter.",
+    ),
+    "CRAWLPLUG_DEDUP_TTL": (
+        7 * 24 * 3600,
+        "ExpiringDupeFilter: seconds after which a URL may be crawled again "
+        "(meta['crawlplug_dedup_ttl'] overrides per request).",
+    ),
     # -- batching -------------------------------------------------------------
     "CRAWLPLUG_BATCH_SIZE": (
         200,

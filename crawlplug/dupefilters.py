@@ -1,20 +1,35 @@
 """Duplicate filters whose state lives in the crawl's Redis.
 
-The check itself runs inside the admission script (see ``lua/admit.lua``):
-the fingerprint is recorded in the same atomic step that stores the request,
-so there is never a fingerprint whose request is nowhere. A dupefilter here
-supplies the fingerprint, names the dedup mode the script applies, and logs
-and counts what was filtered. Used on its own (``request_seen``) it is an
-ordinary shared set.
+The check itself runs inside the admission script (``lua/admit.lua``): the
+fingerprint is recorded in the same atomic step that stores the request, so
+there is never a fingerprint whose request is nowhere. A dupefilter here
+supplies the fingerprint, chooses the dedup strategy the script applies
+(:mod:`crawlplug.dedup`), and logs and counts what was filtered. Used on its
+own (``request_seen``) it records fingerprints with the same script.
+
+* :class:`RedisSetDupeFilter`: exact, a set of raw 20-byte fingerprints
+  (about 80 bytes of Redis memory per URL).
+* :class:`RedisBloomDupeFilter`: a scalable Bloom filter, about 2 bytes per
+  URL at a 0.1% false-positive rate; a false positive means a URL never
+  crawled, never a URL crawled twice.
+* :class:`ExpiringDupeFilter`: exact, but each fingerprint is forgotten after
+  ``CRAWLPLUG_DEDUP_TTL`` seconds (``meta["crawlplug_dedup_ttl"]`` per
+  request), for re-crawls.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
+
+from .bloom import BloomSpec
+from .config import setting
+from .dedup import BloomDedup, Dedup, SetDedup, TtlDedup
+from .errors import ConfigError
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -24,16 +39,17 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Request.meta key overriding CRAWLPLUG_DEDUP_TTL (seconds) for one request.
+TTL_META = "crawlplug_dedup_ttl"
+
 
 class RedisSetDupeFilter(BaseDupeFilter):
     """Exact dedup: a Redis set of raw 20-byte request fingerprints.
 
     Fingerprints come from ``crawler.request_fingerprinter``, so
-    ``REQUEST_FINGERPRINTER_CLASS`` is honoured. Closing never deletes the set:
-    other nodes, and the next run, still need it.
+    ``REQUEST_FINGERPRINTER_CLASS`` is honoured. Closing never deletes the
+    state: other nodes, and the next run, still need it.
     """
-
-    mode = "set"
 
     def __init__(
         self,
@@ -46,6 +62,7 @@ class RedisSetDupeFilter(BaseDupeFilter):
         self.debug = debug
         self.crawler = crawler
         self.frontier: Frontier | None = None
+        self.strategy: Dedup = self.make_strategy()
         self._logged_once = False
 
     @classmethod
@@ -57,6 +74,13 @@ class RedisSetDupeFilter(BaseDupeFilter):
             crawler=crawler,
         )
 
+    def make_strategy(self) -> Dedup:
+        return SetDedup()
+
+    @property
+    def mode(self) -> str:
+        return self.strategy.mode
+
     def bind(self, frontier: Frontier) -> None:
         """Attach to the crawl's frontier (done by the Scheduler in ``open``)."""
         self.frontier = frontier
@@ -64,12 +88,16 @@ class RedisSetDupeFilter(BaseDupeFilter):
     def fingerprint(self, request: Request) -> bytes:
         return self.fingerprinter.fingerprint(request)
 
+    def argument(self, request: Request) -> bytes:
+        """The admission script's dedup argument for ``request``."""
+        return self.strategy.argument(self.fingerprint(request))
+
     def request_seen(self, request: Request) -> bool:
-        """Record the fingerprint; True if it was already there (one SADD)."""
+        """Record the fingerprint; True if it was already there (one script call)."""
         if self.frontier is None:
-            raise RuntimeError("RedisSetDupeFilter is not bound to a crawl; the Scheduler binds it")
-        added = self.frontier.client.sadd(self.frontier.keys.seen, self.fingerprint(request))
-        return not added
+            raise RuntimeError(f"{type(self).__name__} is not bound to a crawl; the Scheduler binds it")
+        result = self.frontier.admit([(self.argument(request), 0.0, b"")])
+        return result.flags == "0"
 
     def log(self, request: Request, spider: object = None) -> None:
         if self.debug:
@@ -85,4 +113,133 @@ class RedisSetDupeFilter(BaseDupeFilter):
             self.crawler.stats.inc_value("dupefilter/filtered")
 
     def close(self, reason: str) -> None:
-        """Nothing to do: the fingerprints stay in Redis for the other nodes."""
+        """Nothing is deleted: the fingerprints stay in Redis for the other nodes."""
+
+
+class RedisBloomDupeFilter(RedisSetDupeFilter):
+    """Scalable Bloom-filter dedup in Redis strings, checked and set atomically at admission.
+
+    Sized by ``CRAWLPLUG_BLOOM_CAPACITY`` and ``CRAWLPLUG_BLOOM_ERROR_RATE``;
+    when the filter holds its capacity a larger, stricter layer is chained, so
+    the compound false-positive rate stays at or below the configured one
+    however big the crawl grows. No false negatives: a URL admitted once is
+    never admitted again.
+    """
+
+    def __init__(self, fingerprinter: RequestFingerprinterProtocol, *, spec: BloomSpec,
+                 debug: bool = False, crawler: Crawler | None = None) -> None:  # fmt: skip
+        self.spec = spec
+        super().__init__(fingerprinter, debug=debug, crawler=crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RedisBloomDupeFilter:
+        assert crawler.request_fingerprinter is not None
+        s = crawler.settings
+        try:
+            capacity = int(setting(s, "CRAWLPLUG_BLOOM_CAPACITY"))
+            error_rate = float(setting(s, "CRAWLPLUG_BLOOM_ERROR_RATE"))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"CRAWLPLUG_BLOOM_CAPACITY/ERROR_RATE must be numbers: {exc}") from None
+        spec = BloomSpec(capacity, error_rate)
+        return cls(crawler.request_fingerprinter, spec=spec, debug=s.getbool("DUPEFILTER_DEBUG"), crawler=crawler)
+
+    def make_strategy(self) -> Dedup:
+        return BloomDedup(self.spec)
+
+    def bind(self, frontier: Frontier) -> None:
+        super().bind(frontier)
+        client, key = frontier.client, self.strategy.seen_key(frontier.keys)
+        client.hsetnx(key, "spec", self.spec.identity())
+        stored = client.hget(key, "spec")
+        if stored is not None and stored.decode() != self.spec.identity():
+            raise ConfigError(
+                f"crawl {frontier.keys.crawl!r} already has a Bloom filter sized {stored.decode()} "
+                f"(capacity:error_rate:...); this node is configured {self.spec.identity()}. "
+                "Use the same CRAWLPLUG_BLOOM_* settings on every node, or a new CRAWLPLUG_CRAWL_ID."
+            )
+        self.strategy.observe(int(client.hget(key, "layers") or 0))
+
+    def info(self) -> dict[str, Any]:
+        """Fill ratio, estimated count, estimated false-positive rate and memory of the filter."""
+        if self.frontier is None:
+            raise RuntimeError("not bound to a crawl")
+        return bloom_info(self.frontier, self.spec)
+
+
+def bloom_info(frontier: Frontier, spec: BloomSpec) -> dict[str, Any]:
+    """Introspect the Bloom filter of ``frontier``'s crawl (BITCOUNT: O(size), not for the hot path)."""
+    strategy = BloomDedup(spec)
+    client, keys = frontier.client, frontier.keys
+    meta = {k.decode(): v.decode() for k, v in client.hgetall(strategy.seen_key(keys)).items()}
+    count = int(meta.get("layers", 0))
+    layers = []
+    miss_all = 1.0
+    memory = 0
+    for layer in spec.layers(count):
+        set_bits = 0
+        for chunk in range(layer.chunks):
+            key = keys.key(f"bloom:{layer.index + 1}:{chunk}")
+            set_bits += int(client.bitcount(key))
+            memory += int(client.memory_usage(key) or 0)
+        fill = set_bits / layer.bits
+        fp_rate = layer.fill_to_fp(fill)
+        miss_all *= 1 - fp_rate
+        per_slice = fill  # bits are spread evenly over the slices
+        estimate = (
+            -layer.bits_per_slice * math.log(1 - per_slice) if per_slice < 1 else float("inf")
+        )
+        layers.append({
+            "layer": layer.index + 1, "capacity": layer.capacity, "error_rate": layer.error_rate,
+            "added": int(meta.get(f"count:{layer.index + 1}", 0)), "estimated_count": round(estimate),
+            "fill_ratio": fill, "false_positive_rate": fp_rate, "bits": layer.bits,
+        })  # fmt: skip
+    return {
+        "capacity": spec.capacity,
+        "error_rate": spec.error_rate,
+        "layers": layers,
+        "added": sum(x["added"] for x in layers),
+        "estimated_count": sum(x["estimated_count"] for x in layers),
+        "false_positive_rate": 1 - miss_all,
+        "memory_bytes": memory,
+    }
+
+
+class ExpiringDupeFilter(RedisSetDupeFilter):
+    """Exact dedup that forgets: a URL may be crawled again ``CRAWLPLUG_DEDUP_TTL`` seconds later.
+
+    Each fingerprint carries its expiry (Redis clock) in a sorted set; the
+    admission script treats an expired fingerprint as new and removes expired
+    ones as it goes. ``meta["crawlplug_dedup_ttl"]`` sets another TTL (seconds)
+    for one request, e.g. a short one for a news front page.
+    """
+
+    def __init__(self, fingerprinter: RequestFingerprinterProtocol, *, ttl: float,
+                 debug: bool = False, crawler: Crawler | None = None) -> None:  # fmt: skip
+        if ttl <= 0:
+            raise ConfigError(f"CRAWLPLUG_DEDUP_TTL must be a positive number of seconds, got {ttl!r}")
+        self.ttl = ttl
+        super().__init__(fingerprinter, debug=debug, crawler=crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ExpiringDupeFilter:
+        assert crawler.request_fingerprinter is not None
+        s = crawler.settings
+        return cls(
+            crawler.request_fingerprinter,
+            ttl=float(setting(s, "CRAWLPLUG_DEDUP_TTL", "getfloat")),
+            debug=s.getbool("DUPEFILTER_DEBUG"),
+            crawler=crawler,
+        )
+
+    def make_strategy(self) -> Dedup:
+        return TtlDedup(self.ttl)
+
+    def argument(self, request: Request) -> bytes:
+        ttl = request.meta.get(TTL_META)
+        ttl_ms = None
+        if ttl is not None:
+            try:
+                ttl_ms = int(float(ttl) * 1000)
+            except (TypeError, ValueError):
+                raise ConfigError(f"meta[{TTL_META!r}] must be a number of seconds, got {ttl!r}") from None
+        return self.strategy.argument(self.fingerprint(request), ttl_ms)

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Sequence
 
 import redis
 
+from .dedup import Dedup, SetDedup
 from .keys import NAMES, CrawlKeys
 from .lua import Scripts
 from .queues import BaseQueue, PriorityQueue
@@ -83,7 +84,7 @@ class Frontier:
         keys: CrawlKeys,
         *,
         queue: type[BaseQueue] = PriorityQueue,
-        dedup: str = "set",
+        dedup: str | Dedup = "set",
         node_id: str | None = None,
         lease_timeout: float = 30.0,
         heartbeat: float = 2.0,
@@ -92,7 +93,7 @@ class Frontier:
         self.client = client
         self.keys = keys
         self.queue = queue
-        self.dedup = dedup
+        self.dedup = _dedup(dedup)
         self.node_id = node_id or new_node_id()
         self.lease_ms = int(lease_timeout * 1000)
         # a node is considered gone after it missed several heartbeats
@@ -100,23 +101,59 @@ class Frontier:
         self.max_deliveries = max_deliveries
         self.scripts = Scripts(client)
         k = keys
-        self._admit_keys = [k.seen, k.queue, k.requests, k.seq, k.leases, k.leased, k.deliveries, k.stats]
         self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats]
         self._reap_keys = [
             k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers,
         ]  # fmt: skip
 
     # -- admission and leasing ---------------------------------------------
+    def _admit_keys(self) -> list[str]:
+        k = self.keys
+        return [
+            self.dedup.seen_key(k), k.queue, k.requests, k.seq, k.leases, k.leased, k.deliveries, k.stats,
+            *self.dedup.extra_keys(k),
+        ]  # fmt: skip
+
     def _admit_args(self, items: Sequence[Admission], acks: Sequence[str]) -> list[Any]:
-        args: list[Any] = [self.dedup, self.node_id, len(acks), *acks]
+        args: list[Any] = [self.dedup.mode, self.node_id, self.dedup.param(), len(acks), *acks]
         for fp, score, payload in items:
             args += [fp, score, payload]
         return args
 
+    def _result(self, raw: Sequence[Any]) -> AdmitResult | str | None:
+        """The script's answer: a result, None to call again (Bloom filter grew
+        elsewhere), or the flags of a partial batch (Bloom filter grew twice)."""
+        if raw[0] == b"STALE":
+            self.dedup.observe(int(raw[1]))
+            return None
+        if raw[0] == b"PARTIAL":
+            self.dedup.observe(int(raw[2]))
+            return _text(raw[1])
+        self.dedup.observe(int(raw[3]))
+        return AdmitResult(_text(raw[0]), int(raw[1]), int(raw[2]))
+
     def admit(self, items: Sequence[Admission], acks: Sequence[str] = ()) -> AdmitResult:
-        """Store new requests (deduplicated) and ack finished leases, atomically."""
-        flags, acked, stale = self.scripts.admit(keys=self._admit_keys, args=self._admit_args(items, acks))
-        return AdmitResult(_text(flags), int(acked), int(stale))
+        """Store new requests (deduplicated) and ack finished leases, atomically.
+
+        An item is (dedup argument, score, payload); the dedup argument comes
+        from the strategy (``dedup.argument(fingerprint)``), b"" never filters.
+        The acks happen in the call that stores the last item of the batch.
+        """
+        done = ""
+        stale_rounds = 0
+        while True:
+            rest = items[len(done):]
+            raw = self.scripts.admit(keys=self._admit_keys(), args=self._admit_args(rest, acks))
+            result = self._result(raw)
+            if isinstance(result, AdmitResult):
+                result.flags = done + result.flags
+                return result
+            if result is None:
+                stale_rounds += 1
+                if stale_rounds > 10:
+                    raise RuntimeError("the Bloom filter keeps growing elsewhere; giving up this admission")
+            else:
+                done += result
 
     def pop(self, n: int) -> list[Leased]:
         """Lease up to ``n`` requests to this node."""
@@ -132,12 +169,17 @@ class Frontier:
         if not items and not acks:
             return None, self.pop(n)
         pipe = self.client.pipeline(transaction=False)
-        self.scripts.admit(keys=self._admit_keys, args=self._admit_args(items, acks), client=pipe)
+        self.scripts.admit(keys=self._admit_keys(), args=self._admit_args(items, acks), client=pipe)
         self.scripts.pop(
             keys=self._pop_keys, args=[self.node_id, n, self.lease_ms, self.queue.order], client=pipe
         )
-        (flags, acked, stale), raw = pipe.execute()
-        return AdmitResult(_text(flags), int(acked), int(stale)), _leased(raw)
+        admitted, raw = pipe.execute()
+        result = self._result(admitted)
+        if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish the batch alone
+            done = result or ""
+            result = self.admit(items[len(done):], acks)
+            result.flags = done + result.flags
+        return result, _leased(raw)
 
     def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
         """Admit (fingerprint, request-or-score, payload) items: a convenience for tests and tools."""
@@ -214,7 +256,7 @@ class Frontier:
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(k.queue)
         pipe.zcard(k.leases)
-        pipe.scard(k.seen)
+        pipe.scard(k.seen)  # set dedup; other strategies report through their dupefilter
         pipe.llen(k.dead)
         pipe.hgetall(k.stats)
         pipe.zrange(k.nodes, 0, -1, withscores=True)
@@ -233,9 +275,21 @@ class Frontier:
 
     def purge(self) -> int:
         """Delete every key of this crawl; returns how many were deleted."""
-        names = [self.keys.key(n) for n in NAMES]
-        names += [_text(x) for x in self.client.scan_iter(match=f"{self.keys.tag}:node:*", count=1000)]
+        names = [self.keys.key(n) for n in NAMES] + self.dedup.state_keys(self.keys)
+        for pattern in ("node:*", "bloom*", "seen*"):
+            names += [_text(x) for x in self.client.scan_iter(match=f"{self.keys.tag}:{pattern}", count=1000)]
+        names = list(dict.fromkeys(names))
         return int(self.client.delete(*names)) if names else 0
+
+
+def _dedup(dedup: str | Dedup) -> Dedup:
+    if isinstance(dedup, Dedup):
+        return dedup
+    if dedup == "set":
+        return SetDedup()
+    if dedup == "none":
+        return Dedup()
+    raise ValueError(f"unknown dedup mode {dedup!r}; pass a crawlplug.dedup strategy")
 
 
 def _text(value: Any) -> str:

@@ -35,6 +35,7 @@ from twisted.internet.task import LoopingCall
 
 from . import connection, enginehooks
 from .config import SchedulerConfig, setting
+from .dedup import Dedup
 from .dupefilters import RedisSetDupeFilter
 from .errors import ConfigError, DecodeError, RedisUnavailable, SerializationError
 from .frontier import Admission, Frontier, Leased
@@ -130,7 +131,7 @@ class Scheduler(BaseScheduler):
             self.conn.client,
             keys,
             queue=self.queue_cls,
-            dedup=getattr(self.df, "mode", "none"),
+            dedup=self.df.strategy if isinstance(self.df, RedisSetDupeFilter) else Dedup(),
             lease_timeout=self.config.lease_timeout,
             heartbeat=self.config.heartbeat,
             max_deliveries=self.config.max_deliveries,
@@ -204,17 +205,22 @@ class Scheduler(BaseScheduler):
                            "crawlplug: request %s refused: %s", request, exc)  # fmt: skip
             self._inc("crawlplug/unserializable")
             return False
-        fp = b""
-        if not request.dont_filter and self.frontier is not None and self.frontier.dedup != "none":
-            fp = self.df.fingerprint(request)
-            if fp in self._recent:
-                self._recent.move_to_end(fp)
+        arg = b""
+        if not request.dont_filter and self.frontier is not None and self.frontier.dedup.mode != "none":
+            try:
+                arg = self.df.argument(request)
+            except (ConfigError, ValueError) as exc:
+                self._log_once(f"dedup:{exc}", logging.ERROR, "crawlplug: request %s refused: %s", request, exc)
+                self._inc("crawlplug/unserializable")
+                return False
+            if arg in self._recent:
+                self._recent.move_to_end(arg)
                 self.df.log(request, self.spider)
                 self._inc("crawlplug/filtered_locally")
                 return False
         if not self._buffer:
             self._buffer_since = time.monotonic()
-        self._buffer.append((request, fp, self.queue_cls.score(request), payload))
+        self._buffer.append((request, arg, self.queue_cls.score(request), payload))
         self._inc("scheduler/enqueued/redis")
         self._inc("scheduler/enqueued")
         self._nothing_until = 0.0
@@ -314,7 +320,8 @@ class Scheduler(BaseScheduler):
             self._inc("crawlplug/stale_acks", result.stale)
 
     def _remember(self, fp: bytes) -> None:
-        if self.config.fp_cache <= 0:
+        # an expiring fingerprint may become new again: never cache those
+        if self.config.fp_cache <= 0 or self.frontier is None or self.frontier.dedup.mode == "ttl":
             return
         self._recent[fp] = None
         if len(self._recent) > self.config.fp_cache:

@@ -1,0 +1,143 @@
+"""Bloom filter sizing and bit positions for the Redis-backed Bloom dedup.
+
+Sizing follows pybloom-live's partitioned Bloom filter (``BloomFilter``):
+``k = ceil(log2(1/p))`` slices of ``m = ceil(n * |ln p| / (k * ln(2)^2))``
+bits each; a test checks the numbers against pybloom-live itself. We cannot
+instantiate pybloom-live's class to get them: it allocates the whole bit
+array in the Python process, gigabytes for the filters this module sizes.
+
+The filter is *scalable* (Almeida et al., the scheme behind pybloom-live's
+``ScalableBloomFilter`` and RedisBloom): when a layer holds its capacity, a
+new layer with ``SCALE`` times the capacity and ``RATIO`` times the error
+rate is chained. Layer ``i`` gets error ``p * (1 - RATIO) * RATIO**i``, so
+the sum over all layers, the compound false-positive rate, never exceeds
+``p``. (pybloom-live starts at ``0.9 p`` and multiplies by 0.9, which lets
+the compound rate grow to ``9 p``; we keep its growth factor, not that.)
+
+Bit positions come from the request fingerprint, which is already a uniform
+hash (SHA-1 in Scrapy's fingerprinter): two 48-bit numbers taken from it
+drive double hashing, ``x_j = (h1 + j * h2) mod m`` in slice ``j``, computed
+in Lua with exact integer arithmetic on doubles. No URL is hashed again.
+
+Redis strings hold at most 512 MB, so a layer's bits are split into chunks
+of ``chunk_bits`` (2^31 bits = 256 MB by default), each its own key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from .errors import ConfigError
+
+#: Capacity growth from one layer to the next (pybloom-live's SMALL_SET_GROWTH).
+SCALE = 2
+#: Error-rate tightening from one layer to the next.
+RATIO = 0.5
+#: Bits per Redis string (256 MB, half of Redis's 512 MB limit).
+CHUNK_BITS = 1 << 31
+
+
+def slices_and_bits(capacity: int, error_rate: float) -> tuple[int, int]:
+    """pybloom-live's sizing: (number of slices k, bits per slice m)."""
+    k = int(math.ceil(math.log(1.0 / error_rate, 2)))
+    m = int(math.ceil((capacity * abs(math.log(error_rate))) / (k * (math.log(2) ** 2))))
+    return k, m
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One Bloom filter of the chain."""
+
+    index: int
+    capacity: int
+    error_rate: float
+    slices: int
+    bits_per_slice: int
+    chunk_bits: int = CHUNK_BITS
+
+    @property
+    def bits(self) -> int:
+        return self.slices * self.bits_per_slice
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.bits // self.chunk_bits)
+
+    def chunk_bytes(self, chunk: int) -> int:
+        """Size in bytes of chunk number ``chunk`` (the last one may be shorter)."""
+        bits = min(self.chunk_bits, self.bits - chunk * self.chunk_bits)
+        return -(-bits // 8)
+
+    def descriptor(self) -> str:
+        """What the admission script needs to know: "m,k,capacity,chunks"."""
+        return f"{self.bits_per_slice},{self.slices},{self.capacity},{self.chunks}"
+
+    def fill_to_fp(self, fill: float) -> float:
+        """False-positive probability of this layer when ``fill`` of its bits are set."""
+        return fill**self.slices
+
+
+@dataclass(frozen=True)
+class BloomSpec:
+    """Configuration of a crawl's scalable Bloom filter."""
+
+    capacity: int
+    error_rate: float
+    chunk_bits: int = CHUNK_BITS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity <= 0:
+            raise ConfigError(f"CRAWLPLUG_BLOOM_CAPACITY must be a positive integer, got {self.capacity!r}")
+        if not (isinstance(self.error_rate, (int, float)) and 0 < self.error_rate < 1):
+            raise ConfigError(f"CRAWLPLUG_BLOOM_ERROR_RATE must be in (0, 1), got {self.error_rate!r}")
+        if self.chunk_bits < 8 or self.chunk_bits % 8 or self.chunk_bits > 1 << 32:
+            raise ConfigError(f"chunk size must be a multiple of 8 bits up to 2^32, got {self.chunk_bits}")
+
+    @cached_property
+    def _layers(self) -> dict[int, Layer]:
+        return {}
+
+    def layer(self, index: int) -> Layer:
+        """Layer ``index`` of the chain (deterministic: every node computes the same)."""
+        cached = self._layers.get(index)
+        if cached is None:
+            capacity = self.capacity * SCALE**index
+            error = self.error_rate * (1 - RATIO) * RATIO**index
+            k, m = slices_and_bits(capacity, error)
+            cached = self._layers[index] = Layer(index, capacity, error, k, m, self.chunk_bits)
+        return cached
+
+    def layers(self, count: int) -> list[Layer]:
+        return [self.layer(i) for i in range(count)]
+
+    def param(self, count: int) -> str:
+        """The admission script's argument for a chain of ``count`` layers."""
+        return f"{self.chunk_bits};" + ";".join(layer.descriptor() for layer in self.layers(count))
+
+    def identity(self) -> str:
+        """Stored with the filter: nodes with another sizing must not share it."""
+        return f"{self.capacity}:{self.error_rate!r}:{self.chunk_bits}:{SCALE}:{RATIO!r}"
+
+
+def hash_pair(fingerprint: bytes) -> bytes:
+    """The two 48-bit numbers of double hashing, as the script's "h1,h2" argument."""
+    if len(fingerprint) < 12:
+        raise ValueError("a fingerprint of at least 12 bytes is needed")
+    h1 = int.from_bytes(fingerprint[0:6], "big")
+    h2 = int.from_bytes(fingerprint[6:12], "big")
+    return f"{h1},{h2}".encode()
+
+
+def positions(layer: Layer, fingerprint: bytes) -> list[int]:
+    """Absolute bit positions of ``fingerprint`` in ``layer`` (the Lua code does the same)."""
+    h1 = int.from_bytes(fingerprint[0:6], "big")
+    h2 = int.from_bytes(fingerprint[6:12], "big")
+    m = layer.bits_per_slice
+    x, step = h1 % m, h2 % m or 1
+    out = []
+    for j in range(layer.slices):
+        out.append(j * m + x)
+        x = (x + step) % m
+    return out
