@@ -15,9 +15,13 @@ the sum over all layers, the compound false-positive rate, never exceeds
 the compound rate grow to ``9 p``; we keep its growth factor, not that.)
 
 Bit positions come from the request fingerprint, which is already a uniform
-hash (SHA-1 in Scrapy's fingerprinter): two 48-bit numbers taken from it
-drive double hashing, ``x_j = (h1 + j * h2) mod m`` in slice ``j``, computed
-in Lua with exact integer arithmetic on doubles. No URL is hashed again.
+hash (SHA-1 in Scrapy's fingerprinter): three 48-bit numbers taken from it
+drive triple hashing (Dillinger & Manolios' "enhanced double hashing"),
+``x_0 = h1``, ``x_{j+1} = x_j + s_j``, ``s_{j+1} = s_j + h3`` (mod m), one
+position per slice, computed in Lua with exact integer arithmetic on
+doubles. No URL is hashed again. Plain double hashing (``h1 + j*h2``) leaves
+only m^2 possible position sets, which visibly raises the false-positive rate
+of small layers; the third term makes it m^3.
 
 Redis strings hold at most 512 MB, so a layer's bits are split into chunks
 of ``chunk_bits`` (2^31 bits = 256 MB by default), each its own key.
@@ -121,23 +125,29 @@ class BloomSpec:
         return f"{self.capacity}:{self.error_rate!r}:{self.chunk_bits}:{SCALE}:{RATIO!r}"
 
 
-def hash_pair(fingerprint: bytes) -> bytes:
-    """The two 48-bit numbers of double hashing, as the script's "h1,h2" argument."""
-    if len(fingerprint) < 12:
-        raise ValueError("a fingerprint of at least 12 bytes is needed")
-    h1 = int.from_bytes(fingerprint[0:6], "big")
-    h2 = int.from_bytes(fingerprint[6:12], "big")
-    return f"{h1},{h2}".encode()
+def _h(fingerprint: bytes) -> tuple[int, int, int]:
+    if len(fingerprint) < 18:
+        raise ValueError("a fingerprint of at least 18 bytes is needed")
+    return (
+        int.from_bytes(fingerprint[0:6], "big"),
+        int.from_bytes(fingerprint[6:12], "big"),
+        int.from_bytes(fingerprint[12:18], "big"),
+    )
+
+
+def hash_args(fingerprint: bytes) -> bytes:
+    """The three 48-bit numbers of triple hashing, as the script's "h1,h2,h3" argument."""
+    return "{},{},{}".format(*_h(fingerprint)).encode()
 
 
 def positions(layer: Layer, fingerprint: bytes) -> list[int]:
     """Absolute bit positions of ``fingerprint`` in ``layer`` (the Lua code does the same)."""
-    h1 = int.from_bytes(fingerprint[0:6], "big")
-    h2 = int.from_bytes(fingerprint[6:12], "big")
+    h1, h2, h3 = _h(fingerprint)
     m = layer.bits_per_slice
-    x, step = h1 % m, h2 % m or 1
+    x, step, bump = h1 % m, h2 % m, h3 % m
     out = []
     for j in range(layer.slices):
         out.append(j * m + x)
         x = (x + step) % m
+        step = (step + bump) % m
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .bloom import BloomSpec, hash_pair
+from .bloom import BloomSpec, hash_args
 
 if TYPE_CHECKING:
     from .keys import CrawlKeys
@@ -31,8 +31,8 @@ class Dedup:
     def extra_keys(self, keys: CrawlKeys) -> list[str]:
         return []
 
-    def observe(self, layers: int) -> None:
-        """Learn the state the script reported (the Bloom filter's layer count)."""
+    def observe(self, state: str) -> None:
+        """Learn the state the script reported (the Bloom filters' layer counts)."""
 
     def argument(self, fingerprint: bytes, ttl_ms: int | None = None) -> bytes:
         return fingerprint
@@ -77,44 +77,112 @@ class TtlDedup(Dedup):
 class BloomDedup(Dedup):
     """A scalable Bloom filter in Redis strings (see :mod:`crawlplug.bloom`).
 
-    ``seen_key`` is a hash: ``layers`` (how many exist), ``count:<n>`` (items
-    added to layer n, counted from 1) and ``spec`` (the sizing, so that nodes
-    configured differently refuse to share the filter). Layer n's bits are in
-    ``bloom:<n>:<chunk>`` strings.
+    ``seen_key`` (``bloom``) is a hash holding the filter's sizing (``spec``),
+    so that nodes configured differently refuse to share it. Each filter has
+    a hash of its layer counts (``layers``, ``count:<n>`` for layer n counted
+    from 1) and layer n's bits in ``<filter>:<n>:<chunk>`` strings.
+
+    With ``generations`` N > 0 the filter forgets, approximately: time is cut
+    into windows of ``ttl / N`` (Redis clock); each window has its own filter
+    (``bloom:g<window>``), a URL is checked against the current window's and
+    the N before it and added to the current one, and older windows' keys
+    expire. So a URL admitted at time t counts as seen (false positives
+    aside) until at least ``t + ttl`` and at most ``t + ttl * (1 + 1/N)``;
+    after that it may be admitted, hence crawled, again.
     """
 
     mode = "bloom"
 
-    def __init__(self, spec: BloomSpec) -> None:
+    def __init__(self, spec: BloomSpec, *, ttl: float | None = None, generations: int = 0) -> None:
+        if generations < 0 or (generations and not ttl):
+            raise ValueError("Bloom generations need a positive count and a time-to-live")
         self.spec = spec
-        self.known = 0  # layers this node knows exist
+        self.generations = generations
+        self.window_ms = int(ttl * 1000 / generations) if generations else 0
+        if generations and self.window_ms < 1:
+            raise ValueError("the Bloom generation window must be at least 1 ms")
+        self.generation = 0  # Redis's current window, learnt from the script
+        self.known: dict[int, int] = {}  # filter generation -> layers known to exist
 
     def seen_key(self, keys: CrawlKeys) -> str:
         return keys.key("bloom")
 
-    def layer_keys(self, keys: CrawlKeys, count: int) -> list[str]:
+    def _filters(self) -> list[int]:
+        """Generations of the filters to pass, newest (current) first."""
+        if not self.generations:
+            return [0]
+        return [self.generation - i for i in range(self.generations + 1)]
+
+    def _prefix(self, keys: CrawlKeys, generation: int) -> str:
+        return keys.key("bloom") if not self.generations else keys.key(f"bloom:g{generation}")
+
+    def meta_key(self, keys: CrawlKeys, generation: int = 0) -> str:
+        """The hash of a filter's layer counts."""
+        return f"{self._prefix(keys, generation)}:meta"
+
+    def _count(self, position: int, generation: int) -> int:
+        known = self.known.get(generation, 0)
+        if position == 0:  # the current filter: its layers plus one spare (two if none yet)
+            return max(known, 1) + 1
+        return known
+
+    def layer_keys(self, keys: CrawlKeys, count: int, generation: int = 0) -> list[str]:
+        prefix = self._prefix(keys, generation)
         return [
-            keys.key(f"bloom:{layer.index + 1}:{chunk}")
+            f"{prefix}:{layer.index + 1}:{chunk}"
             for layer in self.spec.layers(count)
             for chunk in range(layer.chunks)
         ]
 
-    def _passed(self) -> int:
-        # every layer known to exist plus one spare the script may create
-        # (two when none exists yet: the first layer and its successor)
-        return max(self.known, 1) + 1
-
     def param(self) -> str:
-        return self.spec.param(self._passed())
+        expire = self.window_ms * (self.generations + 2) if self.generations else 0
+        lines = [f"{self.spec.chunk_bits} {self.window_ms} {self.generation} {expire}"]
+        for position, generation in enumerate(self._filters()):
+            count = self._count(position, generation)
+            lines.append(";".join(layer.descriptor() for layer in self.spec.layers(count)) or "-")
+        return "\n".join(lines)
 
     def extra_keys(self, keys: CrawlKeys) -> list[str]:
-        return self.layer_keys(keys, self._passed())
+        out: list[str] = []
+        for position, generation in enumerate(self._filters()):
+            out.append(self.meta_key(keys, generation))
+            out += self.layer_keys(keys, self._count(position, generation), generation)
+        return out
 
-    def observe(self, layers: int) -> None:
-        self.known = max(self.known, layers)
+    def observe(self, state: str) -> None:
+        if not state:
+            return
+        for generation, count in zip(self._filters(), str(state).split(",")):
+            self.known[generation] = max(self.known.get(generation, 0), int(count))
+
+    def observe_generation(self, generation: int) -> None:
+        self.generation = generation
+        # forget generations that can no longer be passed
+        oldest = generation - self.generations
+        self.known = {g: n for g, n in self.known.items() if g >= oldest}
 
     def argument(self, fingerprint: bytes, ttl_ms: int | None = None) -> bytes:
-        return hash_pair(fingerprint)
+        return hash_args(fingerprint)
 
     def state_keys(self, keys: CrawlKeys) -> list[str]:
-        return [self.seen_key(keys), *self.layer_keys(keys, self._passed())]
+        return [self.seen_key(keys), *self.extra_keys(keys)]
+
+
+class NativeBloomDedup(Dedup):
+    """The server's own scalable Bloom filter (RedisBloom's BF.*, built into Redis 8).
+
+    Reserved at the first admission with half the configured error rate and
+    an expansion of 2: RedisBloom halves the error of each new sub-filter, so
+    the compound rate stays below the configured one, as with :class:`BloomDedup`.
+    """
+
+    mode = "bf"
+
+    def __init__(self, spec: BloomSpec) -> None:
+        self.spec = spec
+
+    def seen_key(self, keys: CrawlKeys) -> str:
+        return keys.key("bf")
+
+    def param(self) -> str:
+        return f"{self.spec.error_rate / 2!r} {self.spec.capacity}"

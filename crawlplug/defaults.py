@@ -56,10 +56,20 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         0.001,
         "RedisBloomDupeFilter: most false-positive rate (URLs wrongly taken as seen) of the whole filter.",
     ),
+    "CRAWLPLUG_BLOOM_NATIVE": (
+        False,
+        "RedisBloomDupeFilter: use the server's own BF.* commands (RedisBloom, Redis 8): True, False or 'auto'. "
+        "A crawl keeps the format it started with.",
+    ),
+    "CRAWLPLUG_BLOOM_GENERATIONS": (
+        0,
+        "RedisBloomDupeFilter: N > 0 makes it forget: a URL counts as seen for CRAWLPLUG_DEDUP_TTL to "
+        "CRAWLPLUG_DEDUP_TTL*(1+1/N) seconds (N+1 filters of TTL/N each).",
+    ),
     "CRAWLPLUG_DEDUP_TTL": (
         7 * 24 * 3600,
-        "ExpiringDupeFilter: seconds after which a URL may be crawled again "
-        "(meta['crawlplug_dedup_ttl'] overrides per request).",
+        "ExpiringDupeFilter (and Bloom generations): seconds after which a URL may be crawled again "
+        "(meta['crawlplug_dedup_ttl'] overrides per request, ExpiringDupeFilter only).",
     ),
     # -- batching -------------------------------------------------------------
     "CRAWLPLUG_BATCH_SIZE": (

@@ -28,7 +28,7 @@ from scrapy.dupefilters import BaseDupeFilter
 
 from .bloom import BloomSpec
 from .config import setting
-from .dedup import BloomDedup, Dedup, SetDedup, TtlDedup
+from .dedup import BloomDedup, Dedup, NativeBloomDedup, SetDedup, TtlDedup
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -127,8 +127,20 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
     """
 
     def __init__(self, fingerprinter: RequestFingerprinterProtocol, *, spec: BloomSpec,
+                 native: bool | str = False, ttl: float | None = None, generations: int = 0,
                  debug: bool = False, crawler: Crawler | None = None) -> None:  # fmt: skip
+        if native not in (True, False, "auto"):
+            raise ConfigError(f"CRAWLPLUG_BLOOM_NATIVE must be True, False or 'auto', got {native!r}")
+        if generations < 0:
+            raise ConfigError(f"CRAWLPLUG_BLOOM_GENERATIONS must be 0 or more, got {generations}")
+        if generations and native is True:
+            raise ConfigError("CRAWLPLUG_BLOOM_GENERATIONS needs the Lua Bloom filter, not CRAWLPLUG_BLOOM_NATIVE")
+        if generations and not (ttl and ttl > 0):
+            raise ConfigError("CRAWLPLUG_BLOOM_GENERATIONS needs a positive CRAWLPLUG_DEDUP_TTL")
         self.spec = spec
+        self.native = native
+        self.ttl = ttl
+        self.generations = generations
         super().__init__(fingerprinter, debug=debug, crawler=crawler)
 
     @classmethod
@@ -141,14 +153,53 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"CRAWLPLUG_BLOOM_CAPACITY/ERROR_RATE must be numbers: {exc}") from None
         spec = BloomSpec(capacity, error_rate)
-        return cls(crawler.request_fingerprinter, spec=spec, debug=s.getbool("DUPEFILTER_DEBUG"), crawler=crawler)
+        native = setting(s, "CRAWLPLUG_BLOOM_NATIVE")
+        if isinstance(native, str) and native.lower() in ("true", "false", "1", "0"):
+            native = native.lower() in ("true", "1")
+        return cls(
+            crawler.request_fingerprinter,
+            spec=spec,
+            native=native,
+            ttl=float(setting(s, "CRAWLPLUG_DEDUP_TTL", "getfloat")),
+            generations=int(setting(s, "CRAWLPLUG_BLOOM_GENERATIONS", "getint")),
+            debug=s.getbool("DUPEFILTER_DEBUG"),
+            crawler=crawler,
+        )
 
     def make_strategy(self) -> Dedup:
+        if self.generations:
+            return BloomDedup(self.spec, ttl=self.ttl, generations=self.generations)
         return BloomDedup(self.spec)
+
+    def _choose_format(self, frontier: Frontier) -> str:
+        """"lua" or "native": what the crawl already uses, else what is asked and possible."""
+        client, key = frontier.client, self.strategy.seen_key(frontier.keys)
+        stored = client.hget(key, "format")
+        available = _has_native_bloom(client)
+        if stored is not None:
+            fmt = stored.decode()
+            if fmt == "native" and not available:
+                raise ConfigError(
+                    f"crawl {frontier.keys.crawl!r} uses the server's native Bloom filter (BF.*), "
+                    "which this Redis does not have"
+                )
+            if fmt == "lua" and self.native is True:
+                logger.warning("crawlplug: crawl %r already uses the Lua Bloom filter; keeping it", frontier.keys.crawl)
+            return fmt
+        if self.native is True and not available:
+            raise ConfigError("CRAWLPLUG_BLOOM_NATIVE=True but this Redis has no BF.* commands (RedisBloom / Redis 8)")
+        fmt = "native" if self.native and available and not self.generations else "lua"
+        client.hsetnx(key, "format", fmt)
+        return (client.hget(key, "format") or fmt.encode()).decode()
 
     def bind(self, frontier: Frontier) -> None:
         super().bind(frontier)
+        if self._choose_format(frontier) == "native":
+            self.strategy = NativeBloomDedup(self.spec)
+            frontier.dedup = self.strategy
         client, key = frontier.client, self.strategy.seen_key(frontier.keys)
+        if isinstance(self.strategy, NativeBloomDedup):
+            key = BloomDedup(self.spec).seen_key(frontier.keys)
         client.hsetnx(key, "spec", self.spec.identity())
         stored = client.hget(key, "spec")
         if stored is not None and stored.decode() != self.spec.identity():
@@ -157,20 +208,43 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
                 f"(capacity:error_rate:...); this node is configured {self.spec.identity()}. "
                 "Use the same CRAWLPLUG_BLOOM_* settings on every node, or a new CRAWLPLUG_CRAWL_ID."
             )
-        self.strategy.observe(int(client.hget(key, "layers") or 0))
+        if isinstance(self.strategy, BloomDedup) and not self.strategy.generations:
+            self.strategy.observe(str(int(client.hget(self.strategy.meta_key(frontier.keys), "layers") or 0)))
 
     def info(self) -> dict[str, Any]:
         """Fill ratio, estimated count, estimated false-positive rate and memory of the filter."""
         if self.frontier is None:
             raise RuntimeError("not bound to a crawl")
+        if isinstance(self.strategy, NativeBloomDedup):
+            raw = self.frontier.client.execute_command("BF.INFO", self.strategy.seen_key(self.frontier.keys))
+            info = {_text(raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
+            return {"native": True, "capacity": info.get("Capacity"), "memory_bytes": info.get("Size"),
+                    "filters": info.get("Number of filters"), "added": info.get("Number of items inserted"),
+                    "error_rate": self.spec.error_rate}  # fmt: skip
+        if self.generations:
+            return {"generations": self.generations, "ttl": self.ttl, "window_ms": self.strategy.window_ms}
         return bloom_info(self.frontier, self.spec)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _has_native_bloom(client: Any) -> bool:
+    try:
+        info = client.execute_command("COMMAND", "INFO", "BF.ADD")
+    except Exception:  # noqa: BLE001 - an old server without COMMAND INFO: no native Bloom
+        return False
+    if isinstance(info, dict):  # redis-py parses the reply into {name: details}
+        return bool(info)
+    return bool(info and info[0])
 
 
 def bloom_info(frontier: Frontier, spec: BloomSpec) -> dict[str, Any]:
     """Introspect the Bloom filter of ``frontier``'s crawl (BITCOUNT: O(size), not for the hot path)."""
     strategy = BloomDedup(spec)
     client, keys = frontier.client, frontier.keys
-    meta = {k.decode(): v.decode() for k, v in client.hgetall(strategy.seen_key(keys)).items()}
+    meta = {k.decode(): v.decode() for k, v in client.hgetall(strategy.meta_key(keys)).items()}
     count = int(meta.get("layers", 0))
     layers = []
     miss_all = 1.0
@@ -178,7 +252,7 @@ def bloom_info(frontier: Frontier, spec: BloomSpec) -> dict[str, Any]:
     for layer in spec.layers(count):
         set_bits = 0
         for chunk in range(layer.chunks):
-            key = keys.key(f"bloom:{layer.index + 1}:{chunk}")
+            key = f"{keys.key('bloom')}:{layer.index + 1}:{chunk}"
             set_bits += int(client.bitcount(key))
             memory += int(client.memory_usage(key) or 0)
         fill = set_bits / layer.bits

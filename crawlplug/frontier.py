@@ -124,12 +124,15 @@ class Frontier:
         """The script's answer: a result, None to call again (Bloom filter grew
         elsewhere), or the flags of a partial batch (Bloom filter grew twice)."""
         if raw[0] == b"STALE":
-            self.dedup.observe(int(raw[1]))
+            self.dedup.observe(_text(raw[1]))
+            return None
+        if raw[0] == b"STALE_GEN":
+            self.dedup.observe_generation(int(raw[1]))  # type: ignore[attr-defined]
             return None
         if raw[0] == b"PARTIAL":
-            self.dedup.observe(int(raw[2]))
+            self.dedup.observe(_text(raw[2]))
             return _text(raw[1])
-        self.dedup.observe(int(raw[3]))
+        self.dedup.observe(_text(raw[3]))
         return AdmitResult(_text(raw[0]), int(raw[1]), int(raw[2]))
 
     def admit(self, items: Sequence[Admission], acks: Sequence[str] = ()) -> AdmitResult:

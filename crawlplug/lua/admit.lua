@@ -4,8 +4,8 @@
 -- in the same call that stores the requests its callback produced.
 --
 -- KEYS[1] seen        the dedup state: set (mode "set"), zset fingerprint ->
---                     expiry ms (mode "ttl"), or the Bloom filter's hash of
---                     layer counts (mode "bloom")
+--                     expiry ms (mode "ttl"), the Bloom filter's spec hash
+--                     (mode "bloom"), a native Bloom filter (mode "bf")
 -- KEYS[2] queue       zset  request id -> score
 -- KEYS[3] requests    hash  request id -> payload
 -- KEYS[4] seq         str   last request id
@@ -13,26 +13,31 @@
 -- KEYS[6] leased      hash  request id -> "node|score|deliveries"
 -- KEYS[7] deliveries  hash  request id -> deliveries so far
 -- KEYS[8] stats       hash  crawl-wide counters
--- KEYS[9..]           mode "bloom" only: the bit strings of every layer the
---                     caller knows plus one spare layer, chunk by chunk
--- ARGV[1] dedup mode: "set", "ttl", "bloom" or "none" (every request admitted)
+-- KEYS[9..]           mode "bloom" only, per filter (newest generation first):
+--                     its hash of layer counts, then the bit strings of every
+--                     layer the caller knows (plus one spare layer for the
+--                     current filter), chunk by chunk
+-- ARGV[1] dedup mode: "set", "ttl", "bloom", "bf" or "none" (every request admitted)
 -- ARGV[2] node id of the caller
--- ARGV[3] mode parameter: "ttl": default time-to-live (ms); "bloom":
---         "<chunk bits>;<m>,<k>,<capacity>,<chunks>;..." for the known layers
---         and the spare; otherwise ignored
+-- ARGV[3] mode parameter: "ttl": default time-to-live (ms); "bf": "<error
+--         rate> <capacity>"; "bloom": lines, first "<chunk bits> <generation
+--         window ms, 0 = none> <generation expected> <key expiry ms, 0 = none>",
+--         then per filter "<m>,<k>,<capacity>,<chunks>;..." for its layers
 -- ARGV[4] A = number of lease ids to acknowledge, then ARGV[5 .. 4+A] the ids
 -- then, per request, three arguments: dedup key ("" = dont_filter), score,
 -- payload (an empty payload only records the fingerprint: a dupefilter used
 -- on its own). The dedup key is the raw fingerprint ("set"), "<ttl ms>:<raw
--- fingerprint>" ("ttl", ttl "" = default) or "<h1>,<h2>" ("bloom").
--- Returns {flags, acked, stale, layers}: flags has one char per request, "1"
+-- fingerprint>" ("ttl", ttl "" = default) or "<h1>,<h2>,<h3>" ("bloom").
+-- Returns {flags, acked, stale, state}: flags has one char per request, "1"
 -- admitted, "0" filtered as a duplicate; stale counts acks of leases this
--- node no longer held; layers is the Bloom filter's layer count (0 otherwise).
--- Mode "bloom" returns {"STALE", layers} and changes nothing when another node
--- grew the filter beyond the layers the caller passed: call again. It returns
--- {"PARTIAL", flags, layers} when the filter needed a second new layer within
--- this batch: the requests that flags covers are done, no ack was made; call
--- again with the rest of the batch (and the acks) and the new layer's keys.
+-- node no longer held; state is, for mode "bloom", the layer count of each
+-- filter passed ("3,2,2"). Mode "bloom" may instead answer, changing nothing:
+-- {"STALE", state} when another node grew a filter beyond the layers the
+-- caller passed, or {"STALE_GEN", generation} when the caller's generation is
+-- not Redis's current one: call again knowing that. It returns {"PARTIAL",
+-- flags, state} when the filter needed a second new layer within this batch:
+-- the requests flags covers are done, no ack was made; call again with the
+-- rest of the batch (and the acks) and the new layer's keys.
 
 local seen, queue, requests, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases, leased, deliveries, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -42,49 +47,86 @@ local nacks = tonumber(ARGV[4])
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
 -- -- Bloom filter -------------------------------------------------------------
-local chunk_bits, layers, nlayers = 0, {}, 0
-local function bloom_setup()
-  local parts = {}
-  for part in string.gmatch(param, "[^;]+") do parts[#parts + 1] = part end
-  chunk_bits = tonumber(parts[1])
-  local key = 9
-  for i = 2, #parts do
-    local m, k, cap, chunks = string.match(parts[i], "^(%d+),(%d+),(%d+),(%d+)$")
-    local layer = {m = tonumber(m), k = tonumber(k), cap = tonumber(cap), keys = {}}
-    for c = 1, tonumber(chunks) do
-      layer.keys[c] = KEYS[key]
-      key = key + 1
-    end
-    layers[#layers + 1] = layer
-  end
-  nlayers = tonumber(redis.call("HGET", seen, "layers") or "0")
-  if nlayers > #layers - 1 then
-    return false -- another node chained layers we were not told about
-  end
-  return true
+-- The Bloom state is a list of filters, newest first: one filter, or one per
+-- generation (time window) when the filter forgets. Each filter is a chain of
+-- layers. Only the current (first) filter is written to and may grow.
+local chunk_bits, window, expire_ms, filters = 0, 0, 0, {}
+local now_ms = 0
+
+local function time_ms()
+  local t = redis.call("TIME")
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function bloom_create(index)
-  local layer = layers[index]
+-- returns nil when ready, or the reply telling the caller to call again
+local function bloom_setup()
+  local lines = {}
+  for line in string.gmatch(param, "[^\n]+") do lines[#lines + 1] = line end
+  local cb, win, gen, exp = string.match(lines[1], "^(%d+) (%d+) (%-?%d+) (%d+)$")
+  chunk_bits, window, expire_ms = tonumber(cb), tonumber(win), tonumber(exp)
+  if window > 0 then
+    now_ms = time_ms()
+    local current = math.floor(now_ms / window)
+    if current ~= tonumber(gen) then return {"STALE_GEN", current} end
+  end
+  local key = 9
+  local stale = false
+  for f = 2, #lines do
+    local filter = {meta = KEYS[key], layers = {}}
+    key = key + 1
+    for m, k, cap, chunks in string.gmatch(lines[f], "(%d+),(%d+),(%d+),(%d+)") do
+      local layer = {m = tonumber(m), k = tonumber(k), cap = tonumber(cap), keys = {}}
+      for c = 1, tonumber(chunks) do
+        layer.keys[c] = KEYS[key]
+        key = key + 1
+      end
+      filter.layers[#filter.layers + 1] = layer
+    end
+    filter.n = tonumber(redis.call("HGET", filter.meta, "layers") or "0")
+    -- the current filter needs one spare layer beyond those that exist
+    local usable = #filter.layers - (f == 2 and 1 or 0)
+    if filter.n > usable then stale = true end
+    filters[#filters + 1] = filter
+  end
+  if stale then
+    local counts = {}
+    for f, filter in ipairs(filters) do counts[f] = filter.n end
+    return {"STALE", table.concat(counts, ",")}
+  end
+  return nil
+end
+
+local function bloom_counts()
+  local counts = {}
+  for f, filter in ipairs(filters) do counts[f] = filter.n end
+  return table.concat(counts, ",")
+end
+
+local function bloom_create(filter, index)
+  local layer = filter.layers[index]
   local bits = layer.m * layer.k
   for c, key in ipairs(layer.keys) do
     local n = math.min(chunk_bits, bits - (c - 1) * chunk_bits)
     -- one exact allocation now, instead of strings growing (and over-allocating) bit by bit
     redis.call("SETRANGE", key, math.ceil(n / 8) - 1, "\0")
+    if expire_ms > 0 then redis.call("PEXPIRE", key, expire_ms) end
   end
-  nlayers = index
-  redis.call("HSET", seen, "layers", index)
+  filter.n = index
+  redis.call("HSET", filter.meta, "layers", index)
+  if expire_ms > 0 then redis.call("PEXPIRE", filter.meta, expire_ms) end
 end
 
-local function bloom_bits(layer, h1, h2, fn)
+-- triple hashing: x_0 = h1, x_{j+1} = x_j + s_j, s_{j+1} = s_j + h3 (mod m);
+-- every value stays below 2^49, so double arithmetic is exact
+local function bloom_bits(layer, h1, h2, h3, fn)
   local m = layer.m
-  local x, step = h1 % m, h2 % m
-  if step == 0 then step = 1 end
+  local x, step, bump = h1 % m, h2 % m, h3 % m
   for j = 0, layer.k - 1 do
     local pos = j * m + x
     local chunk = math.floor(pos / chunk_bits)
     if not fn(layer.keys[chunk + 1], pos - chunk * chunk_bits) then return false end
     x = (x + step) % m
+    step = (step + bump) % m
   end
   return true
 end
@@ -96,26 +138,33 @@ local current_count = 0
 -- Make sure the current layer has room; false if it is full and the caller
 -- passed no spare layer to chain (the batch is then cut here: see PARTIAL).
 local function bloom_room()
-  if nlayers == 0 then
-    bloom_create(1)
+  local filter = filters[1]
+  if filter.n == 0 then
+    bloom_create(filter, 1)
     current_count = 0
   end
-  if current_count >= layers[nlayers].cap then
-    if nlayers >= #layers then return false end
-    bloom_create(nlayers + 1)
+  if current_count >= filter.layers[filter.n].cap then
+    if filter.n >= #filter.layers then return false end
+    bloom_create(filter, filter.n + 1)
     current_count = 0
   end
   return true
 end
 
+-- 1 if new (and recorded), 0 if seen, nil if new but the filter needs a layer
+-- whose keys the caller did not pass (nothing recorded then)
 local function bloom_add(dkey)
-  local a, b = string.match(dkey, "^(%d+),(%d+)$")
-  local h1, h2 = tonumber(a), tonumber(b)
-  for i = nlayers, 1, -1 do -- newest first: recent URLs are the likely duplicates
-    if bloom_bits(layers[i], h1, h2, getbit) then return 0 end
+  local a, b, c = string.match(dkey, "^(%d+),(%d+),(%d+)$")
+  local h1, h2, h3 = tonumber(a), tonumber(b), tonumber(c)
+  for _, filter in ipairs(filters) do
+    for i = filter.n, 1, -1 do -- newest first: recent URLs are the likely duplicates
+      if bloom_bits(filter.layers[i], h1, h2, h3, getbit) then return 0 end
+    end
   end
-  bloom_bits(layers[nlayers], h1, h2, setbit)
-  current_count = redis.call("HINCRBY", seen, "count:" .. nlayers, 1)
+  if not bloom_room() then return nil end
+  local current = filters[1]
+  bloom_bits(current.layers[current.n], h1, h2, h3, setbit)
+  current_count = redis.call("HINCRBY", current.meta, "count:" .. current.n, 1)
   return 1
 end
 
@@ -133,8 +182,16 @@ local function ttl_add(dkey)
 end
 
 if mode == "bloom" then
-  if not bloom_setup() then return {"STALE", nlayers} end
-  current_count = tonumber(redis.call("HGET", seen, "count:" .. nlayers) or "0")
+  local again = bloom_setup()
+  if again then return again end
+  local current = filters[1]
+  current_count = tonumber(redis.call("HGET", current.meta, "count:" .. current.n) or "0")
+elseif mode == "bf" then
+  -- native Bloom filter (RedisBloom / Redis 8): reserved on first use
+  if redis.call("EXISTS", seen) == 0 then
+    local err, cap = string.match(param, "^(%S+) (%d+)$")
+    redis.call("BF.RESERVE", seen, err, cap, "EXPANSION", 2)
+  end
 elseif mode == "ttl" then
   local t = redis.call("TIME")
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -149,16 +206,18 @@ local i = 5 + nacks
 local partial = false
 while i + 2 <= #ARGV do
   local dkey, score, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if mode == "bloom" and dkey ~= "" and not bloom_room() then
-    partial = true -- the filter needs a layer whose keys we were not given
-    break
-  end
   local new = 1
   if dkey ~= "" then
     if mode == "set" then
       new = redis.call("SADD", seen, dkey)
     elseif mode == "bloom" then
       new = bloom_add(dkey)
+      if new == nil then
+        partial = true -- the filter needs a layer whose keys we were not given
+        break
+      end
+    elseif mode == "bf" then
+      new = redis.call("BF.ADD", seen, dkey)
     elseif mode == "ttl" then
       new = ttl_add(dkey)
     end
@@ -205,7 +264,9 @@ if admitted > 0 then redis.call("HINCRBY", stats, "enqueued", admitted) end
 if filtered > 0 then redis.call("HINCRBY", stats, "filtered", filtered) end
 if acked > 0 then redis.call("HINCRBY", stats, "acked", acked) end
 if stale > 0 then redis.call("HINCRBY", stats, "stale_acks", stale) end
+local state = ""
+if mode == "bloom" then state = bloom_counts() end
 if partial then
-  return {"PARTIAL", table.concat(flags), nlayers}
+  return {"PARTIAL", table.concat(flags), state}
 end
-return {table.concat(flags), acked, stale, nlayers}
+return {table.concat(flags), acked, stale, state}
