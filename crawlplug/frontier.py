@@ -171,12 +171,10 @@ class Frontier:
         """:meth:`admit` then :meth:`pop`, in one round trip."""
         if not items and not acks:
             return None, self.pop(n)
-        pipe = self.client.pipeline(transaction=False)
-        self.scripts.admit(keys=self._admit_keys(), args=self._admit_args(items, acks), client=pipe)
-        self.scripts.pop(
-            keys=self._pop_keys, args=[self.node_id, n, self.lease_ms, self.queue.order], client=pipe
-        )
-        admitted, raw = pipe.execute()
+        admitted, raw = self.scripts.pipelined([
+            ("admit", self._admit_keys(), self._admit_args(items, acks)),
+            ("pop", self._pop_keys, [self.node_id, n, self.lease_ms, self.queue.order]),
+        ])
         result = self._result(admitted)
         if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish the batch alone
             done = result or ""

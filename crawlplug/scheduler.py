@@ -30,7 +30,6 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.misc import build_from_crawler, load_object
-from twisted.internet import reactor
 from twisted.internet.task import LoopingCall
 
 from . import connection, enginehooks
@@ -84,7 +83,6 @@ class Scheduler(BaseScheduler):
         self._idle = False
         self._nothing_until = 0.0
         self._last_poll = 0.0
-        self._flush_scheduled = False
         self._redis_down_since: float | None = None
         self._logged: set[str] = set()
         self._loops: list[LoopingCall] = []
@@ -198,13 +196,6 @@ class Scheduler(BaseScheduler):
         return bool(self._prefetched or self._buffer or self._acks)
 
     def enqueue_request(self, request: Request) -> bool:
-        try:
-            payload = self.serializer.dumps(request, self.spider)
-        except SerializationError as exc:
-            self._log_once(f"unserializable:{exc}", logging.ERROR,
-                           "crawlplug: request %s refused: %s", request, exc)  # fmt: skip
-            self._inc("crawlplug/unserializable")
-            return False
         arg = b""
         if not request.dont_filter and self.frontier is not None and self.frontier.dedup.mode != "none":
             try:
@@ -218,7 +209,15 @@ class Scheduler(BaseScheduler):
                 self.df.log(request, self.spider)
                 self._inc("crawlplug/filtered_locally")
                 return False
-        if not self._buffer:
+        # serialized after the local duplicate check: most links of a page are known ones
+        try:
+            payload = self.serializer.dumps(request, self.spider)
+        except SerializationError as exc:
+            self._log_once(f"unserializable:{exc}", logging.ERROR,
+                           "crawlplug: request %s refused: %s", request, exc)  # fmt: skip
+            self._inc("crawlplug/unserializable")
+            return False
+        if not self._buffer and not self._acks:
             self._buffer_since = time.monotonic()
         self._buffer.append((request, arg, self.queue_cls.score(request), payload))
         self._inc("scheduler/enqueued/redis")
@@ -266,15 +265,13 @@ class Scheduler(BaseScheduler):
         lease_id = self.book.finish(request)
         if lease_id is None:
             return
+        if not self._acks and not self._buffer:
+            self._buffer_since = time.monotonic()
+        # No round trip of its own: the engine asks for the next request right
+        # after this (a free download slot), and that call admits the children,
+        # acks this request and leases the next one in one round trip. The tick
+        # flushes what waits longer than CRAWLPLUG_FLUSH_INTERVAL.
         self._acks.append(lease_id)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            reactor.callLater(0, self._scheduled_flush)  # type: ignore[attr-defined]
-
-    def _scheduled_flush(self) -> None:
-        self._flush_scheduled = False
-        if self.frontier is not None:
-            self._flush()
 
     def _flush(self, pop: int = 0) -> None:
         """Admit the buffer, ack finished leases and (if ``pop``) lease more: one round trip."""
@@ -390,7 +387,7 @@ class Scheduler(BaseScheduler):
             return
         try:
             now = time.monotonic()
-            if self._buffer and now - self._buffer_since >= self.config.flush_interval:
+            if (self._buffer or self._acks) and now - self._buffer_since >= self.config.flush_interval:
                 self._flush()
             if self._idle and not self.has_pending_requests() and now - self._last_poll >= self.config.poll_interval:
                 self._last_poll = now

@@ -26,7 +26,28 @@ class Scripts:
     """The scripts registered on one client: ``scripts.admit(keys, args)``."""
 
     def __init__(self, client: redis.Redis) -> None:
+        self.client = client
         self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+
+    def pipelined(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
+        """Run several scripts in one round trip: [(name, keys, args), ...].
+
+        redis-py's own pipelined scripts ask the server ``SCRIPT EXISTS`` before
+        every pipeline, a second round trip; here EVALSHA goes out directly and
+        the scripts are loaded only if the server says it lost them.
+        """
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            for name, keys, args in calls:
+                pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+            try:
+                return pipe.execute()
+            except redis.exceptions.NoScriptError:
+                if attempt == 2:
+                    raise
+                for script in self._scripts.values():
+                    script.sha = self.client.script_load(script.script)
+        raise AssertionError("unreachable")
 
     def __getattr__(self, name: str) -> Any:
         try:

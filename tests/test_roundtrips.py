@@ -1,0 +1,41 @@
+"""Redis work per crawled page stays bounded (counted by the server, not timed)."""
+
+from __future__ import annotations
+
+import redis
+
+from crawlplug.frontier import Frontier
+from crawlplug.keys import CrawlKeys
+from crawlplug.lua import Scripts
+from crawlplug.serializers import JsonSerializer
+from scrapy import Request
+
+# commands the scripts run inside Redis (counted by commandstats too, but no round trip)
+SCRIPT_ONLY = {"sadd", "incr", "hset", "hget", "hdel", "zadd", "zrem", "zrange", "zrevrange",
+               "hincrby", "zrangebyscore", "zremrangebyscore", "zcount", "time", "rpush",
+               "pexpire", "getbit", "setbit", "setrange", "zscore", "exists"}  # fmt: skip
+
+
+def test_script_calls_per_page_on_the_demo_shop(crawl, shop, r, redis_url):
+    r.config_resetstat()
+    node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, "CRAWLPLUG_IDLE_CLOSE": 1})
+    assert node.wait(120) == 0, node.text()[-2000:]
+    pages = sum(shop.hits.values())
+    assert pages == len(shop.shop.paths())
+    stats = {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
+    evalsha = stats.get("evalsha", 0)
+    # an admit+pop pipeline is two EVALSHA in one round trip: evalsha bounds round trips from above
+    top_level = evalsha + sum(n for name, n in stats.items() if name not in SCRIPT_ONLY | {"evalsha", "script"})
+    # each script is loaded once (the server had none); no SCRIPT EXISTS before every pipeline
+    assert stats.get("script", 0) <= 2 * 7, stats  # a handful, whatever the number of pages
+    assert top_level / pages <= 1.0, (top_level, pages, stats)
+
+
+def test_pipelined_scripts_survive_a_script_flush(r):
+    frontier = Frontier(r, CrawlKeys("flush"))
+    payload = JsonSerializer().dumps(Request("http://example.com/"), None)
+    frontier.admit([(b"a" * 20, 0.0, payload)])
+    r.script_flush()  # e.g. a Redis restart without persistence of the script cache
+    result, leased = frontier.admit_and_pop([(b"b" * 20, 0.0, payload)], [], 5)
+    assert result.admitted == 1 and len(leased) == 2
+    assert isinstance(frontier.scripts, Scripts)
