@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import ConfigError
+
 #: The names of a crawl's keys, in one place (see DESIGN.md, section 2).
 NAMES = (
     "queue",  # zset: request id -> score (queue order)
@@ -34,7 +36,7 @@ class CrawlKeys:
 
     def __post_init__(self) -> None:
         if not self.crawl or any(c in self.crawl for c in "{}*?[]\\ \n"):
-            raise ValueError(
+            raise ConfigError(
                 f"invalid crawl name {self.crawl!r}: must be non-empty, without braces, "
                 "glob characters (*?[]\\) or whitespace"
             )

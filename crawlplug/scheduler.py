@@ -115,27 +115,17 @@ class Scheduler(BaseScheduler):
     def open(self, spider: Spider) -> None:
         self.spider = spider
         try:
-            self.conn = connection.from_settings(self.crawler.settings)
-            connection.check(self.conn)
-        except (RedisUnavailable, ConfigError) as exc:
+            self._connect(spider)
+        except (RedisUnavailable, ConfigError, redis.RedisError) as exc:
             # One clear line and a clean close (CloseSpider is Scrapy's way for a
             # component that cannot start), instead of a traceback per component.
-            reason = "redis_unavailable" if isinstance(exc, RedisUnavailable) else "config_error"
+            reason = "config_error" if isinstance(exc, ConfigError) else "redis_unavailable"
             logger.error("crawlplug: %s", exc)
+            self.frontier = None
             enginehooks.fail_at_start(self.crawler, reason)
             return
-        keys = CrawlKeys(self.config.crawl_id or spider.name, self.config.key_prefix)
-        self.frontier = Frontier(
-            self.conn.client,
-            keys,
-            queue=self.queue_cls,
-            dedup=self.df.strategy if isinstance(self.df, RedisSetDupeFilter) else Dedup(),
-            lease_timeout=self.config.lease_timeout,
-            heartbeat=self.config.heartbeat,
-            max_deliveries=self.config.max_deliveries,
-        )
-        if isinstance(self.df, RedisSetDupeFilter):
-            self.df.bind(self.frontier)
+        assert self.frontier is not None and self.conn is not None
+        keys = self.frontier.keys
         if self.config.flush_on_start:
             deleted = self.frontier.purge()
             logger.info("crawlplug: CRAWLPLUG_FLUSH_ON_START: deleted %d keys of crawl %r", deleted, keys.crawl)
@@ -161,6 +151,22 @@ class Scheduler(BaseScheduler):
             loop = LoopingCall(func)
             loop.start(interval, now=False)
             self._loops.append(loop)
+
+    def _connect(self, spider: Spider) -> None:
+        self.conn = connection.from_settings(self.crawler.settings)
+        connection.check(self.conn)
+        keys = CrawlKeys(self.config.crawl_id or spider.name, self.config.key_prefix)
+        self.frontier = Frontier(
+            self.conn.client,
+            keys,
+            queue=self.queue_cls,
+            dedup=self.df.strategy if isinstance(self.df, RedisSetDupeFilter) else Dedup(),
+            lease_timeout=self.config.lease_timeout,
+            heartbeat=self.config.heartbeat,
+            max_deliveries=self.config.max_deliveries,
+        )
+        if isinstance(self.df, RedisSetDupeFilter):
+            self.df.bind(self.frontier)
 
     def close(self, reason: str) -> None:
         for loop in self._loops:

@@ -138,3 +138,23 @@ def test_python_is_not_executed_from_a_payload(crawl, shop, redis_url, tmp_path)
 def test_sys_executable_has_scrapy():
     # the suite runs `scrapy crawl` from the same environment as pytest
     assert Path(SCRAPY).exists(), f"no scrapy next to {sys.executable}"
+
+
+def test_a_node_with_another_bloom_sizing_refuses_to_join(shop, redis_url):
+    bloom = ["-s", "DUPEFILTER_CLASS=crawlplug.dupefilters.RedisBloomDupeFilter", "-s", f"REDIS_URL={redis_url}",
+             "-a", f"base_url={shop.url}", "-s", "CRAWLPLUG_IDLE_CLOSE=0.5"]  # fmt: skip
+    first = _run(["crawl", "shop", *bloom, "-s", "CRAWLPLUG_BLOOM_CAPACITY=1000"])
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = _run(["crawl", "shop", *bloom, "-s", "CRAWLPLUG_BLOOM_CAPACITY=2000"])
+    assert second.returncode != 0
+    errors = [line for line in second.stderr.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and "already has a Bloom filter sized 1000" in errors[0], second.stderr[-2000:]
+    assert "Traceback" not in second.stderr
+    assert "'finish_reason': 'config_error'" in second.stderr
+
+
+def test_an_invalid_crawl_id_is_a_config_error(redis_url):
+    proc = _run(["crawl", "shop", "-s", "CRAWLPLUG_CRAWL_ID=my crawl*", "-s", f"REDIS_URL={redis_url}"])
+    assert proc.returncode != 0
+    assert "invalid crawl name 'my crawl*'" in proc.stderr
+    assert "Traceback" not in proc.stderr
