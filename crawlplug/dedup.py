@@ -136,7 +136,7 @@ class BloomDedup(Dedup):
 
     def param(self) -> str:
         expire = self.window_ms * (self.generations + 2) if self.generations else 0
-        lines = [f"{self.spec.chunk_bits} {self.window_ms} {self.generation} {expire}"]
+        lines = [f"{self.window_ms} {self.generation} {expire}"]
         for position, generation in enumerate(self._filters()):
             count = self._count(position, generation)
             lines.append(";".join(layer.descriptor() for layer in self.spec.layers(count)) or "-")

@@ -154,14 +154,15 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
             raise ConfigError(f"CRAWLPLUG_BLOOM_CAPACITY/ERROR_RATE must be numbers: {exc}") from None
         spec = BloomSpec(capacity, error_rate)
         native = setting(s, "CRAWLPLUG_BLOOM_NATIVE")
+        generations = int(setting(s, "CRAWLPLUG_BLOOM_GENERATIONS", "getint"))
         if isinstance(native, str) and native.lower() in ("true", "false", "1", "0"):
             native = native.lower() in ("true", "1")
         return cls(
             crawler.request_fingerprinter,
             spec=spec,
             native=native,
-            ttl=float(setting(s, "CRAWLPLUG_DEDUP_TTL", "getfloat")),
-            generations=int(setting(s, "CRAWLPLUG_BLOOM_GENERATIONS", "getint")),
+            ttl=_ttl_setting(s) if generations else None,
+            generations=generations,
             debug=s.getbool("DUPEFILTER_DEBUG"),
             crawler=crawler,
         )
@@ -224,6 +225,17 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
         if self.generations:
             return {"generations": self.generations, "ttl": self.ttl, "window_ms": self.strategy.window_ms}
         return bloom_info(self.frontier, self.spec)
+
+
+def _ttl_setting(s: Any) -> float:
+    raw = setting(s, "CRAWLPLUG_DEDUP_TTL")
+    try:
+        ttl = float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"CRAWLPLUG_DEDUP_TTL must be a number of seconds, got {raw!r}") from None
+    if not 0 < ttl < math.inf:
+        raise ConfigError(f"CRAWLPLUG_DEDUP_TTL must be a positive number of seconds, got {raw!r}")
+    return ttl
 
 
 def _text(value: Any) -> str:
@@ -289,7 +301,7 @@ class ExpiringDupeFilter(RedisSetDupeFilter):
 
     def __init__(self, fingerprinter: RequestFingerprinterProtocol, *, ttl: float,
                  debug: bool = False, crawler: Crawler | None = None) -> None:  # fmt: skip
-        if ttl <= 0:
+        if not (isinstance(ttl, (int, float)) and 0 < ttl < math.inf):
             raise ConfigError(f"CRAWLPLUG_DEDUP_TTL must be a positive number of seconds, got {ttl!r}")
         self.ttl = ttl
         super().__init__(fingerprinter, debug=debug, crawler=crawler)
@@ -300,7 +312,7 @@ class ExpiringDupeFilter(RedisSetDupeFilter):
         s = crawler.settings
         return cls(
             crawler.request_fingerprinter,
-            ttl=float(setting(s, "CRAWLPLUG_DEDUP_TTL", "getfloat")),
+            ttl=_ttl_setting(s),
             debug=s.getbool("DUPEFILTER_DEBUG"),
             crawler=crawler,
         )
@@ -314,6 +326,8 @@ class ExpiringDupeFilter(RedisSetDupeFilter):
         if ttl is not None:
             try:
                 ttl_ms = int(float(ttl) * 1000)
-            except (TypeError, ValueError):
-                raise ConfigError(f"meta[{TTL_META!r}] must be a number of seconds, got {ttl!r}") from None
+            except (TypeError, ValueError, OverflowError):
+                ttl_ms = -1
+            if ttl_ms <= 0:
+                raise ConfigError(f"meta[{TTL_META!r}] must be a positive number of seconds, got {ttl!r}")
         return self.strategy.argument(self.fingerprint(request), ttl_ms)

@@ -54,7 +54,7 @@ def test_two_nodes_share_the_generations(r):
     ("settings", "message"),
     [
         ({"CRAWLPLUG_BLOOM_GENERATIONS": 3, "CRAWLPLUG_BLOOM_NATIVE": True}, "needs the Lua Bloom filter"),
-        ({"CRAWLPLUG_BLOOM_GENERATIONS": 3, "CRAWLPLUG_DEDUP_TTL": 0}, "positive CRAWLPLUG_DEDUP_TTL"),
+        ({"CRAWLPLUG_BLOOM_GENERATIONS": 3, "CRAWLPLUG_DEDUP_TTL": 0}, "CRAWLPLUG_DEDUP_TTL must be a positive"),
         ({"CRAWLPLUG_BLOOM_GENERATIONS": -1}, "0 or more"),
         ({"CRAWLPLUG_BLOOM_NATIVE": "maybe"}, "True, False or 'auto'"),
     ],

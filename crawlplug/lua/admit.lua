@@ -20,9 +20,9 @@
 -- ARGV[1] dedup mode: "set", "ttl", "bloom", "bf" or "none" (every request admitted)
 -- ARGV[2] node id of the caller
 -- ARGV[3] mode parameter: "ttl": default time-to-live (ms); "bf": "<error
---         rate> <capacity>"; "bloom": lines, first "<chunk bits> <generation
---         window ms, 0 = none> <generation expected> <key expiry ms, 0 = none>",
---         then per filter "<m>,<k>,<capacity>,<chunks>;..." for its layers
+--         rate> <capacity>"; "bloom": lines, first "<generation window ms,
+--         0 = none> <generation expected> <key expiry ms, 0 = none>", then per
+--         filter "<m>,<k>,<capacity>,<chunks>,<chunk bits>;..." for its layers
 -- ARGV[4] A = number of lease ids to acknowledge, then ARGV[5 .. 4+A] the ids
 -- then, per request, three arguments: dedup key ("" = dont_filter), score,
 -- payload (an empty payload only records the fingerprint: a dupefilter used
@@ -50,7 +50,7 @@ pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before
 -- The Bloom state is a list of filters, newest first: one filter, or one per
 -- generation (time window) when the filter forgets. Each filter is a chain of
 -- layers. Only the current (first) filter is written to and may grow.
-local chunk_bits, window, expire_ms, filters = 0, 0, 0, {}
+local window, expire_ms, filters = 0, 0, {}
 local now_ms = 0
 
 local function time_ms()
@@ -62,8 +62,8 @@ end
 local function bloom_setup()
   local lines = {}
   for line in string.gmatch(param, "[^\n]+") do lines[#lines + 1] = line end
-  local cb, win, gen, exp = string.match(lines[1], "^(%d+) (%d+) (%-?%d+) (%d+)$")
-  chunk_bits, window, expire_ms = tonumber(cb), tonumber(win), tonumber(exp)
+  local win, gen, exp = string.match(lines[1], "^(%d+) (%-?%d+) (%d+)$")
+  window, expire_ms = tonumber(win), tonumber(exp)
   if window > 0 then
     now_ms = time_ms()
     local current = math.floor(now_ms / window)
@@ -74,8 +74,8 @@ local function bloom_setup()
   for f = 2, #lines do
     local filter = {meta = KEYS[key], layers = {}}
     key = key + 1
-    for m, k, cap, chunks in string.gmatch(lines[f], "(%d+),(%d+),(%d+),(%d+)") do
-      local layer = {m = tonumber(m), k = tonumber(k), cap = tonumber(cap), keys = {}}
+    for m, k, cap, chunks, cb in string.gmatch(lines[f], "(%d+),(%d+),(%d+),(%d+),(%d+)") do
+      local layer = {m = tonumber(m), k = tonumber(k), cap = tonumber(cap), cb = tonumber(cb), keys = {}}
       for c = 1, tonumber(chunks) do
         layer.keys[c] = KEYS[key]
         key = key + 1
@@ -106,7 +106,7 @@ local function bloom_create(filter, index)
   local layer = filter.layers[index]
   local bits = layer.m * layer.k
   for c, key in ipairs(layer.keys) do
-    local n = math.min(chunk_bits, bits - (c - 1) * chunk_bits)
+    local n = math.min(layer.cb, bits - (c - 1) * layer.cb)
     -- one exact allocation now, instead of strings growing (and over-allocating) bit by bit
     redis.call("SETRANGE", key, math.ceil(n / 8) - 1, "\0")
     if expire_ms > 0 then redis.call("PEXPIRE", key, expire_ms) end
@@ -123,8 +123,8 @@ local function bloom_bits(layer, h1, h2, h3, fn)
   local x, step, bump = h1 % m, h2 % m, h3 % m
   for j = 0, layer.k - 1 do
     local pos = j * m + x
-    local chunk = math.floor(pos / chunk_bits)
-    if not fn(layer.keys[chunk + 1], pos - chunk * chunk_bits) then return false end
+    local chunk = math.floor(pos / layer.cb)
+    if not fn(layer.keys[chunk + 1], pos - chunk * layer.cb) then return false end
     x = (x + step) % m
     step = (step + bump) % m
   end
