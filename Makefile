@@ -6,12 +6,13 @@ NODES  ?= 2
 ITEMS  ?= 2000
 PYTEST_ARGS ?=
 
-.PHONY: help venv crawl test bench lint docs clean
+.PHONY: help venv crawl test bench bench-quick bench-bloom bench-kill bench-all lint docs clean
 
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
 	@echo "make test    run the whole test suite (starts its own Redis servers and sites)"
-	@echo "make bench   run the benchmarks in bench/"
+	@echo "make bench   throughput vs stock Scrapy and scrapy-redis (~10 min; bench-quick: ~3 min)"
+	@echo "make bench-bloom / bench-kill / bench-all   Bloom memory and false positives / kill -9 side by side / everything"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
 	@echo "make lint    ruff"
 	@echo "make clean   stop the embedded Redis, remove .crawlplug/ and the venv"
@@ -31,7 +32,18 @@ test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv
+	$(BIN)/python bench/throughput.py
+
+bench-quick: venv
+	$(BIN)/python bench/throughput.py --quick
+
+bench-bloom: venv
+	$(BIN)/python bench/bloom_bench.py
+
+bench-kill: venv
 	$(BIN)/python bench/kill_compare.py
+
+bench-all: bench bench-bloom bench-kill
 
 lint: venv
 	$(BIN)/python -m pip install --quiet ruff
