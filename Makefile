@@ -5,6 +5,7 @@ BIN    := $(VENV)/bin
 NODES  ?= 2
 ITEMS  ?= 2000
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: help venv crawl test bench bench-quick bench-bloom bench-kill bench-all lint docs clean
 
@@ -32,7 +33,7 @@ test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv
-	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/throughput.py $(BENCH_ARGS)
 
 bench-quick: venv
 	$(BIN)/python bench/throughput.py --quick

@@ -77,7 +77,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Requests buffered before an admission script call is forced (one call per batch).",
     ),
     "CRAWLPLUG_FLUSH_INTERVAL": (
-        0.2,
+        0.1,
         "Seconds at most that a buffered request (e.g. a start request) waits before admission.",
     ),
     "CRAWLPLUG_PREFETCH": (
@@ -107,7 +107,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "0 keeps nodes running as workers.",
     ),
     "CRAWLPLUG_POLL_INTERVAL": (
-        0.5,
+        0.1,
         "Seconds between queue checks while this node is idle (how soon it sees new work).",
     ),
 }
