@@ -50,6 +50,8 @@ def mask_url(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<invalid url>"
+    if parts.password is None and "password=" not in parts.query.lower():
+        return url  # nothing to hide (and urlunsplit would turn unix:///x into unix:/x)
     netloc = parts.netloc
     userinfo, at, hostport = netloc.rpartition("@")
     if at and ":" in userinfo:
@@ -59,6 +61,8 @@ def mask_url(url: str) -> str:
         pairs = parse_qsl(query, keep_blank_values=True)
         if any(k.lower() == "password" for k, _ in pairs):
             query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*")
+    if not netloc:  # unix:///path: urlunsplit would drop the "//"
+        return f"{parts.scheme}://{parts.path}" + (f"?{query}" if query else "")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

@@ -313,3 +313,14 @@ def test_explicit_server_binary_must_be_executable(data_dir):
     with pytest.raises(ConfigError, match="CRAWLPLUG_REDIS_SERVER"):
         embedded.ensure(data_dir, server=str(data_dir / "no-such-redis-server"))
     assert servers_in(data_dir) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("unix:///tmp/x.sock", "unix:///tmp/x.sock"),
+        ("unix:///tmp/x.sock?password=hunter2", "unix:///tmp/x.sock?password=***"),
+    ],
+)
+def test_mask_url_keeps_unix_urls_usable(url, shown):
+    assert mask_url(url) == shown
