@@ -996,6 +996,15 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 measured = (fmt(v) or "-") + (f" (machine {busy * 100:.0f}% busy)" if busy is not None else "")
                 out.append((f"{n} nodes vs 1 node, crawlplug, CONCURRENT_REQUESTS={sc['concurrency_per_node']}{what}",
                             measured, f">= {need}", v is not None and v >= need))  # fmt: skip
+        # What this machine could do at best: all its CPUs spent at stock Scrapy's own CPU
+        # cost per page, over the pages/s one node gets. Below the target, the target
+        # measures the machine, not the frontier.
+        stock1, cp1 = scale.get((STOCK, 1)), scale.get((CP_SET, 1))
+        cpus = report.get("environment", {}).get("cpus")
+        if stock1 and cp1 and cpus and stock1.get("cpu_per_1000") and cp1.get("pages_per_s"):
+            ceiling = cpus * 1000 / stock1["cpu_per_1000"] / cp1["pages_per_s"]
+            out.append((f"  ceiling on this machine: {cpus} CPUs at stock Scrapy's CPU per page{what}",
+                        f"{ceiling:.2f}", ">= 3.4 to test", ceiling >= 3.4))  # fmt: skip
     micro = report.get("micro")
     if micro:
         for key, label in (("admit_ratio_vs_scrapy_redis", "admission"), ("pop_ratio_vs_scrapy_redis", "pop"),

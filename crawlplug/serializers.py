@@ -83,43 +83,76 @@ class JsonSerializer:
 
     def __init__(self, extra_classes: Iterable[str] = ()) -> None:
         self.allowed_classes = frozenset(DEFAULT_REQUEST_CLASSES) | frozenset(extra_classes)
+        self._classes: dict[str, type[Request]] = {}  # allowed class path -> class, once loaded
 
     def dumps(self, request: Request, spider: Spider | None) -> bytes:
         """Encode ``request``; :class:`SerializationError` names what cannot be stored."""
-        scheme = request.url.split(":", 1)[0].lower()
+        url = request.url
+        scheme = url.split(":", 1)[0].lower()
         if scheme not in URL_SCHEMES:
-            raise SerializationError(f"URL scheme {scheme!r} is not crawlable: {request.url}")
-        try:
-            d = request.to_dict(spider=spider)
-        except ValueError as exc:  # a callback that is not a spider method
-            raise SerializationError(f"callback/errback must be a spider method: {exc}") from None
-        cls = d.pop("_class", None)
-        if cls is not None and cls not in self.allowed_classes:
-            raise SerializationError(
-                f"request class {cls} is not allowed; add it to CRAWLPLUG_REQUEST_CLASSES"
-            )
-        meta = {k: v for k, v in d["meta"].items() if not str(k).startswith(PRIVATE_META_PREFIX)}
-        _check_json(meta, "meta")
-        _check_json(d.get("cb_kwargs") or {}, "cb_kwargs")
-        d["meta"] = meta
-        d["headers"] = [
-            [_b64(bytes(name)), [_b64(bytes(v)) for v in values]]
-            for name, values in d["headers"].items()
-        ]
-        d["body"] = _b64(d["body"])
+            raise SerializationError(f"URL scheme {scheme!r} is not crawlable: {url}")
+        cls = None
+        if type(request) is not Request:
+            cls = f"{type(request).__module__}.{type(request).__name__}"
+            if cls not in self.allowed_classes:
+                raise SerializationError(
+                    f"request class {cls} is not allowed; add it to CRAWLPLUG_REQUEST_CLASSES"
+                )
         out: dict[str, Any] = {"v": FORMAT_VERSION}
         if cls is not None:
             out["_class"] = cls
-        for key, value in d.items():
-            if key in _DEFAULTS and value == _DEFAULTS[key] or key == "body" and value == "":
+        # Reads the attributes directly (what Request.to_dict does, minus the copies
+        # and the inspect.getmembers scan per callback): this runs for every request.
+        for key in type(request).attributes:
+            if key in ("callback", "errback"):
+                value = self._method_name(request, key, spider)
+            elif key == "headers":
+                headers = request.headers
+                if headers:
+                    out["headers"] = [
+                        [_b64(bytes(name)), [_b64(bytes(v)) for v in values]]
+                        for name, values in headers.items()
+                    ]
                 continue
-            if key == "headers" and not value:
+            elif key == "body":
+                if request.body:
+                    out["body"] = _b64(request.body)
                 continue
+            elif key == "meta":
+                value = request.meta
+                if value and any(str(k).startswith(PRIVATE_META_PREFIX) for k in value):
+                    value = {k: v for k, v in value.items() if not str(k).startswith(PRIVATE_META_PREFIX)}
+            else:
+                value = getattr(request, key)
+            if key in _DEFAULTS and value == _DEFAULTS[key]:
+                continue
+            if key in ("meta", "cb_kwargs") and not all(type(k) is str for k in value):
+                _check_json(value, key)  # raises, naming the key JSON would silently convert
             out[key] = value
         try:
             return json.dumps(out, separators=(",", ":"), allow_nan=False).encode("utf-8")
-        except (TypeError, ValueError) as exc:  # e.g. cookies holding odd types
+        except (TypeError, ValueError) as exc:
+            # find the culprit for a message that says where it is
+            _check_json(out.get("meta") or {}, "meta")
+            _check_json(out.get("cb_kwargs") or {}, "cb_kwargs")
             raise SerializationError(f"request cannot be stored as JSON: {exc}") from None
+
+    @staticmethod
+    def _method_name(request: Request, key: str, spider: Spider | None) -> Any:
+        """The spider-method name of ``request.callback``/``errback`` (None stays None)."""
+        func = getattr(request, key)
+        if func is None:
+            return None
+        inner = getattr(func, "__func__", None)
+        if inner is not None and spider is not None and getattr(func, "__self__", None) is spider:
+            name = inner.__name__
+            if getattr(getattr(spider, name, None), "__func__", None) is inner:
+                return name
+        # renamed or aliased methods, partials, plain functions: Scrapy's full lookup
+        try:
+            return request.to_dict(spider=spider)[key]
+        except ValueError as exc:
+            raise SerializationError(f"callback/errback must be a spider method ({key}): {exc}") from None
 
     def loads(self, data: bytes, spider: Spider | None) -> Request:
         """Decode a payload; anything wrong raises :class:`DecodeError`, nothing else."""
@@ -139,10 +172,12 @@ class JsonSerializer:
         cls_path = d.get("_class", "scrapy.http.request.Request")
         if not isinstance(cls_path, str) or cls_path not in self.allowed_classes:
             raise DecodeError(f"request class {cls_path!r} is not in the allow-list")
-        try:
-            request_cls = load_object(cls_path)
-        except (ImportError, NameError, AttributeError, ValueError) as exc:
-            raise DecodeError(f"request class {cls_path!r} cannot be loaded: {exc}") from None
+        request_cls = self._classes.get(cls_path)
+        if request_cls is None:
+            try:
+                request_cls = self._classes[cls_path] = load_object(cls_path)
+            except (ImportError, NameError, AttributeError, ValueError) as exc:
+                raise DecodeError(f"request class {cls_path!r} cannot be loaded: {exc}") from None
         kwargs: dict[str, Any] = {}
         for key in request_cls.attributes:
             if key in d and key not in ("callback", "errback", "headers", "body"):
