@@ -6,6 +6,9 @@ Look at a crawl, clear it, read its dead letters, run the embedded Redis::
     crawlplug status --crawl shop --json
     crawlplug purge --crawl shop [--yes]     # delete every key of the crawl
     crawlplug dead list --crawl shop [-n 20]
+    crawlplug domains list --crawl shop      # DomainQueue: per-domain queue, delay, concurrency
+    crawlplug domains set example.com --delay 2 --concurrency 1 --crawl shop
+    crawlplug domains reset example.com --crawl shop
     crawlplug embedded start|stop|url
 
 ``--redis-url`` (or ``REDIS_URL``) picks the Redis; without it the command
@@ -33,7 +36,7 @@ import redis
 from . import connection, embedded
 from .connection import mask_url
 from .errors import CrawlplugError
-from .frontier import DeadLetter, Frontier
+from .frontier import DeadLetter, Domains, Frontier
 from .keys import CrawlKeys
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -251,6 +254,7 @@ def status(redis_url: str | None, crawl: str | None, as_json: bool) -> None:
         "in_flight": st["in_flight"],
         "seen": st["seen"],
         "dead": st["dead"],
+        "domains": st["domains"],
         "stats": dict(sorted(st["stats"].items())),
         "live_nodes": sum(1 for n in nodes if n["alive"]),
         "nodes": nodes,
@@ -263,6 +267,7 @@ def status(redis_url: str | None, crawl: str | None, as_json: bool) -> None:
     lines += _table([
         ("queued", st["queued"]), ("in flight", st["in_flight"]),
         ("seen", st["seen"]), ("dead", st["dead"]),
+        *([("domains", f"{st['domains']} with queued requests")] if st["domains"] else []),
     ])  # fmt: skip
     lines.append("counters")
     lines += _table(list(report["stats"].items())) or ["  (none)"]
@@ -358,6 +363,100 @@ def dead_list(redis_url: str | None, crawl: str | None, count: int) -> None:
             f"  [{index}] {_when(head.get('at'))}  {_payload_url(letter)}  "
             f"{head.get('reason', '?')}{extra}"
         )
+
+
+# -- per-domain limits (DomainQueue) -------------------------------------------------
+
+
+@main.group()
+def domains() -> None:
+    """The per-domain queue (DomainQueue): queue sizes, delays, concurrency, at runtime."""
+
+
+@domains.command("list")
+@_shared_options(envvar=False)
+@click.option("-n", "count", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Show the N domains due soonest.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@_friendly_errors
+def domains_list(redis_url: str | None, crawl: str | None, count: int, as_json: bool) -> None:
+    """Domains with queued requests, soonest due first, and the limits in force.
+
+    Limits come, strongest first, from `crawlplug domains set`, then the nodes'
+    settings (CRAWLPLUG_DOMAINS, CRAWLPLUG_DOMAIN_DELAY, ..._CONCURRENCY), then
+    robots.txt Crawl-delay (which may only lengthen the default delay).
+    """
+    opts = _options(redis_url, crawl)
+    keys = _keys(opts)
+    target = _connect(opts)
+    view = Domains(target.client, keys)
+    total = int(target.client.zcard(keys.domains))
+    rows = view.table(count)
+    if as_json:
+        click.echo(json.dumps({"crawl": keys.crawl, "domains": total, "limits": view.limits(), "rows": rows},
+                              indent=2))  # fmt: skip
+        return
+    shown = f", showing {len(rows)}" if len(rows) < total else ""
+    click.echo(f"{total} domains with queued requests in crawl {keys.crawl!r} on {target.safe_url}{shown}")
+    if rows:
+        width = max(len(r["domain"]) for r in rows)
+        click.echo(f"  {'domain'.ljust(width)}  {'queued':>8}  {'in flight':>9}  {'delay s':>7}  "
+                   f"{'concurrency':>11}  next")  # fmt: skip
+    for r in rows:
+        nxt = "at concurrency limit" if r["at_concurrency"] else f"in {r['ready_in']:.1f}s"
+        conc = r["concurrency"] or "no limit"
+        click.echo(f"  {r['domain'].ljust(width)}  {r['queued']:>8}  {r['in_flight']:>9}  {r['delay']:>7.2f}  "
+                   f"{conc!s:>11}  {nxt}")  # fmt: skip
+
+
+def _limit_text(value: float | int | None, scale: int = 1) -> str:
+    return "-" if value is None else str(round(value * scale))
+
+
+@domains.command("set")
+@_shared_options(envvar=False)
+@click.argument("domain")
+@click.option("--delay", type=click.FloatRange(min=0), default=None,
+              help="Seconds between two request starts of DOMAIN, crawl-wide.")  # fmt: skip
+@click.option("--concurrency", type=click.IntRange(min=0), default=None,
+              help="Most requests of DOMAIN in flight, crawl-wide (0: no limit).")  # fmt: skip
+@_friendly_errors
+def domains_set(redis_url: str | None, crawl: str | None, domain: str, delay: float | None,
+                concurrency: int | None) -> None:  # fmt: skip
+    """Override DOMAIN's limits while the crawl runs ("*" = every domain's default).
+
+    Takes effect at once on every node and outlives node restarts; a limit
+    not given keeps coming from the settings. Undo with `domains reset`.
+    """
+    if delay is None and concurrency is None:
+        _fail("give --delay and/or --concurrency")
+    if not domain or any(c in domain for c in "\t|"):
+        _fail(f"invalid domain {domain!r}")
+    opts = _options(redis_url, crawl)
+    keys = _keys(opts)
+    target = _connect(opts)
+    value = f"{_limit_text(delay, 1000)} {_limit_text(concurrency)}"
+    Domains(target.client, keys).configure({f"o:{domain}": value})
+    said = []
+    if delay is not None:
+        said.append(f"delay {delay:g}s")
+    if concurrency is not None:
+        said.append(f"concurrency {concurrency or 'unlimited'}")
+    click.echo(f"{domain}: {', '.join(said)} in crawl {keys.crawl!r}")
+
+
+@domains.command("reset")
+@_shared_options(envvar=False)
+@click.argument("domain")
+@_friendly_errors
+def domains_reset(redis_url: str | None, crawl: str | None, domain: str) -> None:
+    """Drop the runtime override of DOMAIN ("*": of the default): settings rule again."""
+    opts = _options(redis_url, crawl)
+    keys = _keys(opts)
+    target = _connect(opts)
+    existed = target.client.hexists(keys.dconf, f"o:{domain}")
+    Domains(target.client, keys).configure({f"o:{domain}": ""})
+    click.echo(f"{domain}: {'override removed' if existed else 'had no override'} in crawl {keys.crawl!r}")
 
 
 # -- the embedded Redis ---------------------------------------------------------

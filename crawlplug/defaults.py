@@ -36,7 +36,29 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     # -- queue and dedup ----------------------------------------------------
     "CRAWLPLUG_QUEUE_CLASS": (
         "crawlplug.queues.PriorityQueue",
-        "Queue order: PriorityQueue (priority, then FIFO), FifoQueue or LifoQueue.",
+        "Queue order: PriorityQueue (priority, then FIFO), FifoQueue, LifoQueue, or DomainQueue "
+        "(one sub-queue per domain, with a delay and a concurrency enforced across all nodes).",
+    ),
+    "CRAWLPLUG_DOMAIN_KEY": (
+        "host",
+        "DomainQueue: what a domain is, 'host' (the URL's host name, as Scrapy's downloader "
+        "slots) or 'domain' (the registered domain: shop.example.co.uk -> example.co.uk).",
+    ),
+    "CRAWLPLUG_DOMAIN_DELAY": (
+        None,
+        "DomainQueue: seconds between the starts of two requests of one domain, across the "
+        "whole crawl. None: DOWNLOAD_DELAY. The larger robots.txt Crawl-delay wins when "
+        "ROBOTSTXT_OBEY is on.",
+    ),
+    "CRAWLPLUG_DOMAIN_CONCURRENCY": (
+        None,
+        "DomainQueue: most requests of one domain in flight across the whole crawl (0: no "
+        "limit). None: CONCURRENT_REQUESTS_PER_DOMAIN, now meant crawl-wide.",
+    ),
+    "CRAWLPLUG_DOMAINS": (
+        {},
+        "DomainQueue: per-domain limits, {'example.com': {'delay': 2.0, 'concurrency': 1}}; "
+        "`crawlplug domains set` changes them at runtime, overriding these.",
     ),
     "CRAWLPLUG_FLUSH_ON_START": (
         False,

@@ -26,8 +26,9 @@ from .queues import BaseQueue, PriorityQueue
 
 logger = logging.getLogger(__name__)
 
-#: One request to admit: fingerprint (b"" = never deduplicated), score, payload.
-Admission = tuple[bytes, float, bytes]
+#: One request to admit: fingerprint (b"" = never deduplicated), score, payload,
+#: and optionally its domain ("" or absent = the plain queue; DomainQueue sets it).
+Admission = tuple[bytes, float, bytes] | tuple[bytes, float, bytes, str]
 
 
 def new_node_id() -> str:
@@ -83,7 +84,7 @@ class Frontier:
         client: redis.Redis,
         keys: CrawlKeys,
         *,
-        queue: type[BaseQueue] = PriorityQueue,
+        queue: type[BaseQueue] | BaseQueue = PriorityQueue,
         dedup: str | Dedup = "set",
         node_id: str | None = None,
         lease_timeout: float = 30.0,
@@ -101,9 +102,12 @@ class Frontier:
         self.max_deliveries = max_deliveries
         self.scripts = Scripts(client)
         k = keys
-        self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats]
+        #: ms until the next domain is ready, from the last pop (DomainQueue; -1: unknown)
+        self.next_ready_ms = -1
+        dk = k.domain_keys()
+        self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk]
         self._reap_keys = [
-            k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers,
+            k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers, *dk,
         ]  # fmt: skip
 
     # -- admission and leasing ---------------------------------------------
@@ -111,13 +115,13 @@ class Frontier:
         k = self.keys
         return [
             self.dedup.seen_key(k), k.queue, k.requests, k.seq, k.leases, k.leased, k.deliveries, k.stats,
-            *self.dedup.extra_keys(k),
+            *k.domain_keys(), *self.dedup.extra_keys(k),
         ]  # fmt: skip
 
     def _admit_args(self, items: Sequence[Admission], acks: Sequence[str]) -> list[Any]:
         args: list[Any] = [self.dedup.mode, self.node_id, self.dedup.param(), len(acks), *acks]
-        for fp, score, payload in items:
-            args += [fp, score, payload]
+        for item in items:
+            args += [item[0], item[1], item[2], item[3] if len(item) > 3 else ""]
         return args
 
     def _result(self, raw: Sequence[Any]) -> AdmitResult | str | None:
@@ -163,6 +167,12 @@ class Frontier:
         raw = self.scripts.pop(
             keys=self._pop_keys, args=[self.node_id, n, self.lease_ms, self.queue.order]
         )
+        return self._leased(raw)
+
+    def _leased(self, raw: Sequence[Any]) -> list[Leased]:
+        if len(raw) % 3 == 1:  # the per-domain queue says when its next domain is ready
+            self.next_ready_ms = int(raw[-1])
+            raw = raw[:-1]
         return _leased(raw)
 
     def admit_and_pop(
@@ -180,7 +190,7 @@ class Frontier:
             done = result or ""
             result = self.admit(items[len(done):], acks)
             result.flags = done + result.flags
-        return result, _leased(raw)
+        return result, self._leased(raw)
 
     def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
         """Admit (fingerprint, request-or-score, payload) items: a convenience for tests and tools."""
@@ -216,7 +226,7 @@ class Frontier:
         k = self.keys
         return int(
             self.scripts.release(
-                keys=[k.leases, k.leased, k.queue, k.deliveries, k.stats],
+                keys=[k.leases, k.leased, k.queue, k.deliveries, k.stats, *k.domain_keys()],
                 args=[self.node_id, "1" if unstarted else "0", *ids],
             )
         )
@@ -236,7 +246,7 @@ class Frontier:
         header = {"id": lease_id, "reason": reason, "node": self.node_id, "at": int(time.time() * 1000)}
         header.update(extra)
         moved = self.scripts.dead(
-            keys=[k.leases, k.leased, k.requests, k.deliveries, k.dead, k.stats],
+            keys=[k.leases, k.leased, k.requests, k.deliveries, k.dead, k.stats, *k.domain_keys()],
             args=[self.node_id, lease_id, json.dumps(header, separators=(",", ":"))],
         )
         return bool(moved)
@@ -245,25 +255,31 @@ class Frontier:
     def idle_state(self) -> tuple[int, int, int]:
         """(queued, leased, live producers) across the whole crawl."""
         k = self.keys
-        q, leased, producers = self.scripts.idle(keys=[k.queue, k.leases, k.producers], args=[])
+        q, leased, producers = self.scripts.idle(keys=[k.queue, k.leases, k.producers, k.dq], args=[])
         return int(q), int(leased), int(producers)
 
     def __len__(self) -> int:
-        return int(self.client.zcard(self.keys.queue))
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(self.keys.queue)
+        pipe.zcard(self.keys.dq)
+        return sum(pipe.execute())
 
     def status(self) -> dict[str, Any]:
         """Counts and crawl-wide counters (read-only)."""
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(k.queue)
+        pipe.zcard(k.dq)
+        pipe.zcard(k.domains)
         pipe.zcard(k.leases)
         pipe.scard(k.seen)  # set dedup; other strategies report through their dupefilter
         pipe.llen(k.dead)
         pipe.hgetall(k.stats)
         pipe.zrange(k.nodes, 0, -1, withscores=True)
-        queued, leased, seen, dead, stats, nodes = pipe.execute()
+        queued, dqueued, domains, leased, seen, dead, stats, nodes = pipe.execute()
         return {
-            "queued": queued,
+            "queued": queued + dqueued,
+            "domains": domains,
             "in_flight": leased,
             "seen": seen,
             "dead": dead,
@@ -281,6 +297,85 @@ class Frontier:
             names += [_text(x) for x in self.client.scan_iter(match=f"{self.keys.tag}:{pattern}", count=1000)]
         names = list(dict.fromkeys(names))
         return int(self.client.delete(*names)) if names else 0
+
+
+class Domains:
+    """The per-domain queue's schedule and limits of one crawl (read and steer)."""
+
+    def __init__(self, client: redis.Redis, keys: CrawlKeys) -> None:
+        self.client = client
+        self.keys = keys
+        self.scripts = Scripts(client)
+
+    def configure(self, fields: dict[str, str]) -> int:
+        """Write dconf fields ({"o:example.com": "2000 1", "s:*": "- 4"}; "" deletes) and
+        reschedule the domains they touch; returns how many were rescheduled."""
+        if not fields:
+            return 0
+        args: list[str] = []
+        for field_, value in fields.items():
+            args += [field_, value]
+        return int(self.scripts.domainconf(keys=self.keys.domain_keys(), args=args))
+
+    def limits(self) -> dict[str, str]:
+        """Every dconf field: "<source>:<domain>" -> "<delay ms> <concurrency>"."""
+        return {_text(a): _text(b) for a, b in self.client.hgetall(self.keys.dconf).items()}
+
+    def queued_count(self) -> int:
+        return int(self.client.zcard(self.keys.dq))
+
+    def table(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The scheduled domains, soonest first (parked ones last), with their
+        queue size, requests in flight, limits in force and next start time."""
+        k = self.keys
+        now_s, now_us = self.client.time()
+        now = now_s * 1000 + now_us // 1000
+        rows = self.client.zrange(k.domains, 0, limit - 1, withscores=True)
+        conf = self.limits()
+        pipe = self.client.pipeline(transaction=False)
+        for domain, _ in rows:
+            d = _text(domain)
+            pipe.zlexcount(k.dq, f"[{d}\t", f"[{d}\t\xff")
+            pipe.hget(k.dbusy, d)
+        counts = pipe.execute()
+        out = []
+        for i, (domain, score) in enumerate(rows):
+            d = _text(domain)
+            delay, conc = effective_limits(conf, d)
+            out.append({
+                "domain": d,
+                "queued": int(counts[2 * i]),
+                "in_flight": int(counts[2 * i + 1] or 0),
+                "delay": delay / 1000,
+                "concurrency": conc,
+                "ready_in": None if score == float("inf") else max(0.0, (score - now) / 1000),
+                "at_concurrency": score == float("inf"),
+            })  # fmt: skip
+        return out
+
+
+def effective_limits(conf: dict[str, str], domain: str) -> tuple[float, int]:
+    """(delay ms, concurrency) for ``domain`` from dconf fields: the rule of lua/domains.lua."""
+
+    def parse(field_: str) -> tuple[float | None, int | None]:
+        value = conf.get(field_)
+        if not value or " " not in value:
+            return None, None
+        d, c = value.split(" ", 1)
+        return (None if d == "-" else float(d)), (None if c == "-" else int(c))
+
+    od, oc = parse(f"o:{domain}")
+    sd, sc = parse(f"s:{domain}")
+    gd, gc = parse("o:*")
+    hd, hc = parse("s:*")
+    rd, _ = parse(f"r:{domain}")
+    delay = od if od is not None else sd
+    if delay is None:
+        delay = gd if gd is not None else (hd if hd is not None else 0.0)
+        if rd is not None and rd > delay:
+            delay = rd
+    conc = next((c for c in (oc, sc, gc, hc) if c is not None), 0)
+    return delay, conc
 
 
 def _dedup(dedup: str | Dedup) -> Dedup:

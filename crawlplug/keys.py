@@ -16,7 +16,7 @@ NAMES = (
     "requests",  # hash: request id -> serialized request
     "seq",  # string: last request id handed out
     "leases",  # zset: request id -> lease deadline (ms, Redis clock)
-    "leased",  # hash: request id -> "node|score|deliveries"
+    "leased",  # hash: request id -> "node|score|deliveries[|domain]"
     "deliveries",  # hash: request id -> times delivered (only for redelivered ones)
     "seen",  # set: raw 20-byte request fingerprints
     "dead",  # list: dead letters (JSON)
@@ -24,7 +24,16 @@ NAMES = (
     "nodes",  # zset: node id -> heartbeat deadline (ms)
     "producers",  # zset: node id -> deadline; nodes still reading their start requests
     "start_urls",  # list: seed URLs pushed by operators
+    # the per-domain queue (crawlplug.queues.DomainQueue; lua/domains.lua)
+    "dq",  # zset: "<domain>\t<rank><request id>", one domain's requests in order
+    "domains",  # zset: domain -> when its next request may start (ms); +inf = at its concurrency
+    "dbusy",  # hash: domain -> requests of it leased now
+    "dlast",  # hash: domain -> when its last request was leased (ms)
+    "dconf",  # hash: "<source>:<domain>" -> "<delay ms> <concurrency>" (runtime limits)
 )
+
+#: The per-domain queue's keys, in the order the scripts take them.
+DOMAIN_NAMES = ("dq", "domains", "dbusy", "dlast", "dconf")
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,10 @@ class CrawlKeys:
     def node(self, node_id: str) -> str:
         """The hash holding one node's live metrics."""
         return f"{self.tag}:node:{node_id}"
+
+    def domain_keys(self) -> list[str]:
+        """The per-domain queue's keys, in the order the scripts take them."""
+        return [self.key(n) for n in DOMAIN_NAMES]
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this crawl."""

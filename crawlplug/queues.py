@@ -9,11 +9,15 @@ members (zero-padded, increasing ids) lexicographically, i.e. by age.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from functools import lru_cache
+from typing import Any, ClassVar
 
 from scrapy import Request
+from scrapy.settings import BaseSettings
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
+from .config import setting
 from .errors import ConfigError
 
 
@@ -26,6 +30,14 @@ class BaseQueue:
     @staticmethod
     def score(request: Request) -> float:
         raise NotImplementedError
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> BaseQueue:
+        return cls()
+
+    def domain(self, request: Request) -> str:
+        """The per-domain sub-queue of ``request``; "" = the one shared queue."""
+        return ""
 
 
 class PriorityQueue(BaseQueue):
@@ -56,6 +68,99 @@ class LifoQueue(BaseQueue):
     @staticmethod
     def score(request: Request) -> float:
         return 0
+
+
+class DomainQueue(BaseQueue):
+    """One sub-queue per domain, politeness enforced for the whole crawl.
+
+    Priority order (then oldest first) inside each domain; a pop takes from the
+    domains whose next allowed fetch time has come, the longest waiting first,
+    each an equal share of the batch, so a huge domain never starves small
+    ones. A domain's delay (CRAWLPLUG_DOMAIN_DELAY) spaces the starts of its
+    requests across all nodes; its concurrency (CRAWLPLUG_DOMAIN_CONCURRENCY)
+    caps its requests leased at once, crawl-wide. The schedule lives in Redis
+    (lua/domains.lua) and limits can be changed while the crawl runs
+    (``crawlplug domains set``).
+    """
+
+    order = "domain"
+
+    def __init__(self, key: str = "host") -> None:
+        if key not in ("host", "domain"):
+            raise ConfigError(f"CRAWLPLUG_DOMAIN_KEY must be 'host' or 'domain', not {key!r}")
+        self.key = key
+
+    @staticmethod
+    def score(request: Request) -> float:
+        return -request.priority
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> DomainQueue:
+        return cls(setting(settings, "CRAWLPLUG_DOMAIN_KEY"))
+
+    def domain(self, request: Request) -> str:
+        host = (urlparse_cached(request).hostname or "-").rstrip(".")
+        if "\t" in host or "|" in host:  # separators in Redis members; not in a valid host
+            host = host.replace("\t", "%09").replace("|", "%7C")
+        return registered_domain(host) if self.key == "domain" else host
+
+
+@lru_cache(maxsize=65536)
+def registered_domain(host: str) -> str:
+    """``shop.example.co.uk`` -> ``example.co.uk``; IPs and bare names stay as they are.
+
+    tldextract (a Scrapy dependency) with its bundled Public Suffix List
+    snapshot: never fetches the list over the network.
+    """
+    result = _extractor()(host)
+    top = getattr(result, "top_domain_under_public_suffix", None)
+    if top is None:  # tldextract < 5.3
+        top = result.registered_domain
+    return top or host
+
+
+@lru_cache(maxsize=1)
+def _extractor() -> Any:
+    import tldextract
+
+    return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+
+
+def domain_limits(settings: BaseSettings) -> dict[str, str]:
+    """The dconf fields ("s:<domain>" -> "<delay ms> <concurrency>") the settings ask for."""
+    delay = setting(settings, "CRAWLPLUG_DOMAIN_DELAY")
+    if delay is None:
+        delay = settings.getfloat("DOWNLOAD_DELAY")
+    concurrency = setting(settings, "CRAWLPLUG_DOMAIN_CONCURRENCY")
+    if concurrency is None:
+        concurrency = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
+    fields = {"s:*": _limit_value(delay, concurrency, "the default")}
+    overrides = setting(settings, "CRAWLPLUG_DOMAINS", "getdict")
+    for domain, limits in overrides.items():
+        if not isinstance(limits, dict) or set(limits) - {"delay", "concurrency"}:
+            raise ConfigError(
+                f"CRAWLPLUG_DOMAINS[{domain!r}] must be a dict with 'delay' and/or 'concurrency', "
+                f"got {limits!r}"
+            )
+        fields[f"s:{domain}"] = _limit_value(limits.get("delay"), limits.get("concurrency"), repr(domain))
+    return fields
+
+
+def _limit_value(delay: Any, concurrency: Any, what: str) -> str:
+    """ "<delay ms> <concurrency>" with "-" for unset; refuses negative or non-numeric limits."""
+    parts = []
+    for value, name, conv in ((delay, "delay", float), (concurrency, "concurrency", int)):
+        if value is None:
+            parts.append("-")
+            continue
+        try:
+            number = conv(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} for {what} must be a number, got {value!r}") from None
+        if number < 0:
+            raise ConfigError(f"{name} for {what} must not be negative, got {value!r}")
+        parts.append(str(round(number * 1000)) if name == "delay" else str(number))
+    return " ".join(parts)
 
 
 #: scrapy-redis queue classes and the crawlplug queue with the same order.

@@ -37,10 +37,10 @@ from .config import SchedulerConfig, setting
 from .dedup import Dedup
 from .dupefilters import RedisSetDupeFilter
 from .errors import ConfigError, DecodeError, RedisUnavailable, SerializationError
-from .frontier import Admission, Frontier, Leased
+from .frontier import Admission, Domains, Frontier, Leased
 from .keys import CrawlKeys
 from .leases import LeaseBook, Termination
-from .queues import BaseQueue, load_queue_class
+from .queues import BaseQueue, domain_limits, load_queue_class
 from .serializers import get_serializer
 
 if TYPE_CHECKING:
@@ -57,14 +57,15 @@ class Scheduler(BaseScheduler):
         crawler: Crawler,
         *,
         dupefilter: BaseDupeFilter,
-        queue_cls: type[BaseQueue],
+        queue: BaseQueue,
         serializer: Any,
         config: SchedulerConfig | None = None,
     ) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
         self.df = dupefilter
-        self.queue_cls = queue_cls
+        self.queue = queue
+        self._domains = queue.order == "domain"
         self.serializer = serializer
         self.config = config = config or SchedulerConfig()
         self.prefetch = config.prefetch
@@ -74,7 +75,7 @@ class Scheduler(BaseScheduler):
         self.frontier: Frontier | None = None
         self.conn: connection.Connection | None = None
         self.book = LeaseBook()
-        self._buffer: list[tuple[Request, bytes, float, bytes]] = []
+        self._buffer: list[tuple[Request, bytes, float, bytes, str]] = []
         self._buffer_since = 0.0
         self._acks: list[str] = []
         self._prefetched: deque[Leased] = deque()
@@ -88,6 +89,8 @@ class Scheduler(BaseScheduler):
         self._loops: list[LoopingCall] = []
         self._started = time.time()
         self._acked_total = 0
+        self._wake_call: Any = None
+        self.domains: Domains | None = None
 
     # -- construction ---------------------------------------------------------
     @classmethod
@@ -104,7 +107,7 @@ class Scheduler(BaseScheduler):
         return cls(
             crawler,
             dupefilter=dupefilter,
-            queue_cls=load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")),
+            queue=load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")).from_settings(s),
             serializer=get_serializer(
                 setting(s, "CRAWLPLUG_SERIALIZER"), setting(s, "CRAWLPLUG_REQUEST_CLASSES", "getlist")
             ),
@@ -126,9 +129,6 @@ class Scheduler(BaseScheduler):
             return
         assert self.frontier is not None and self.conn is not None
         keys = self.frontier.keys
-        if self.config.flush_on_start:
-            deleted = self.frontier.purge()
-            logger.info("crawlplug: CRAWLPLUG_FLUSH_ON_START: deleted %d keys of crawl %r", deleted, keys.crawl)
         if self.conn.embedded:
             logger.info(
                 "crawlplug: crawl %r on the embedded Redis %s (data in %s). To share this crawl "
@@ -159,14 +159,57 @@ class Scheduler(BaseScheduler):
         self.frontier = Frontier(
             self.conn.client,
             keys,
-            queue=self.queue_cls,
+            queue=self.queue,
             dedup=self.df.strategy if isinstance(self.df, RedisSetDupeFilter) else Dedup(),
             lease_timeout=self.config.lease_timeout,
             heartbeat=self.config.heartbeat,
             max_deliveries=self.config.max_deliveries,
         )
+        if self.config.flush_on_start:
+            deleted = self.frontier.purge()
+            logger.info("crawlplug: CRAWLPLUG_FLUSH_ON_START: deleted %d keys of crawl %r", deleted, keys.crawl)
         if isinstance(self.df, RedisSetDupeFilter):
             self.df.bind(self.frontier)
+        self._check_queue_kind()
+        if self._domains:
+            self.domains = Domains(self.conn.client, keys)
+            self.domains.configure(domain_limits(self.crawler.settings))
+            if self.crawler.settings.getbool("ROBOTSTXT_OBEY") and hasattr(signals, "robots_parsed"):
+                self.crawler.signals.connect(self._on_robots, signal=signals.robots_parsed)
+
+    def _check_queue_kind(self) -> None:
+        """Refuse to run one crawl with the per-domain queue and a plain one at once:
+        requests waiting in the other kind would never be crawled."""
+        assert self.frontier is not None
+        keys = self.frontier.keys
+        other = keys.queue if self._domains else keys.dq
+        waiting = int(self.frontier.client.zcard(other))
+        if waiting:
+            used, ours = ("a plain queue", "DomainQueue") if self._domains else ("DomainQueue", "a plain queue")
+            raise ConfigError(
+                f"crawl {keys.crawl!r} has {waiting} requests queued by {used}, and this node uses "
+                f"{ours} (CRAWLPLUG_QUEUE_CLASS): finish the crawl with the queue class it was "
+                f"started with, or start afresh (CRAWLPLUG_FLUSH_ON_START=True, or `crawlplug purge`)"
+            )
+
+    def _on_robots(self, robotparser: Any, request: Request) -> None:
+        """robots.txt parsed: its Crawl-delay becomes the domain's minimum delay, crawl-wide."""
+        s = self.crawler.settings
+        agent = s.get("ROBOTSTXT_USER_AGENT") or request.headers.get(b"User-Agent") or s.get("USER_AGENT")
+        try:
+            delay = robotparser.crawl_delay(agent)
+        except Exception:  # a parser without Crawl-delay support, or a broken robots.txt
+            return
+        if not delay or delay <= 0:
+            return
+        domain = self.queue.domain(request)
+        try:
+            self.domains.configure({f"r:{domain}": f"{round(float(delay) * 1000)} -"})
+        except redis.RedisError as exc:
+            self._redis_error(exc)
+            return
+        logger.info("crawlplug: robots.txt of %s asks for Crawl-delay %ss; applied crawl-wide", domain, delay)
+        self._inc("crawlplug/robots_crawl_delay")
 
     def close(self, reason: str) -> None:
         for loop in self._loops:
@@ -225,7 +268,7 @@ class Scheduler(BaseScheduler):
             return False
         if not self._buffer and not self._acks:
             self._buffer_since = time.monotonic()
-        self._buffer.append((request, arg, self.queue_cls.score(request), payload))
+        self._buffer.append((request, arg, self.queue.score(request), payload, self.queue.domain(request)))
         self._inc("scheduler/enqueued/redis")
         self._inc("scheduler/enqueued")
         self._nothing_until = 0.0
@@ -237,9 +280,10 @@ class Scheduler(BaseScheduler):
         if not self._prefetched and time.monotonic() >= self._nothing_until:
             self._flush(pop=enginehooks.free_download_slots(self.crawler, self.prefetch))
             if not self._prefetched:
-                # nothing anywhere: let the idle poll find new work instead of
-                # asking Redis on every engine tick
-                self._nothing_until = time.monotonic() + self.config.poll_interval
+                # nothing ready: let the idle poll find new work instead of
+                # asking Redis on every engine tick; the per-domain queue says
+                # when its next domain may start, and is asked again just then
+                self._nothing_until = time.monotonic() + self._pause()
         while self._prefetched:
             leased = self._prefetched.popleft()
             try:
@@ -256,6 +300,18 @@ class Scheduler(BaseScheduler):
             return request
         self._idle = True
         return None
+
+    def _pause(self) -> float:
+        """Seconds before asking Redis for work again after an empty pop."""
+        poll = self.config.poll_interval
+        wait = self.frontier.next_ready_ms / 1000 if self._domains and self.frontier is not None else -1.0
+        if wait < 0 or wait >= poll:
+            return poll
+        if self._wake_call is None or not self._wake_call.active():
+            from twisted.internet import reactor
+
+            self._wake_call = reactor.callLater(wait, enginehooks.wake, self.crawler)
+        return wait
 
     def __len__(self) -> int:
         queued = 0
@@ -289,7 +345,7 @@ class Scheduler(BaseScheduler):
             for error in enginehooks.flush_feeds(self.crawler):
                 self._log_once(f"feedflush:{error}", logging.WARNING,
                                "crawlplug: could not flush a feed file: %s", error)  # fmt: skip
-        items: list[Admission] = [(fp, score, payload) for _, fp, score, payload in batch]
+        items: list[Admission] = [(fp, score, payload, domain) for _, fp, score, payload, domain in batch]
         try:
             if pop:
                 result, leased = self.frontier.admit_and_pop(items, acks, pop)
@@ -306,8 +362,8 @@ class Scheduler(BaseScheduler):
             self._prefetched.extend(leased)
             self._inc("crawlplug/leased", len(leased))
 
-    def _account(self, batch: list[tuple[Request, bytes, float, bytes]], result: Any) -> None:
-        for (request, fp, _, _), flag in zip(batch, result.flags):
+    def _account(self, batch: list[tuple[Request, bytes, float, bytes, str]], result: Any) -> None:
+        for (request, fp, *_), flag in zip(batch, result.flags):
             if fp:
                 self._remember(fp)
             if flag == "0":

@@ -12,7 +12,7 @@ import redis
 from redis.crc import key_slot
 
 from crawlplug.frontier import Frontier
-from crawlplug.keys import NAMES, CrawlKeys
+from crawlplug.keys import DOMAIN_NAMES, NAMES, CrawlKeys
 from crawlplug.queues import FifoQueue
 
 K = CrawlKeys("crawl")
@@ -108,7 +108,7 @@ def test_every_key_shares_the_crawl_hash_tag(r, frontier):
     assert other.reap() == (0, 1)
     frontier.idle_state()
     seen_keys()
-    assert keys == {K.key(name) for name in NAMES if name != "start_urls"} | {
+    assert keys == {K.key(name) for name in NAMES if name not in ("start_urls", *DOMAIN_NAMES)} | {
         K.node("node-a"), K.node("node-b")
     }
     for key in keys:

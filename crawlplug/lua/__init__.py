@@ -13,13 +13,21 @@ from typing import Any
 
 import redis
 
-NAMES = ("admit", "pop", "heartbeat", "reap", "release", "dead", "idle")
+NAMES = ("admit", "pop", "heartbeat", "reap", "release", "dead", "idle", "domainconf")
+
+#: Scripts that move requests in or out of the queue get the per-domain queue's
+#: functions (domains.lua) in front of their own text.
+WITH_DOMAINS = frozenset({"admit", "pop", "reap", "release", "dead", "domainconf"})
 
 
 @cache
 def source(name: str) -> str:
-    """The text of ``<name>.lua``."""
-    return files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    """The text of ``<name>.lua`` as sent to Redis."""
+    text = files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    if name in WITH_DOMAINS:
+        prelude = files(__package__).joinpath("domains.lua").read_text(encoding="utf-8")
+        text = f"{prelude}\n-- ---- {name}.lua ----\n{text}"
+    return text
 
 
 class Scripts:

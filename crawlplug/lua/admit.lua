@@ -10,10 +10,12 @@
 -- KEYS[3] requests    hash  request id -> payload
 -- KEYS[4] seq         str   last request id
 -- KEYS[5] leases      zset  request id -> lease deadline (ms)
--- KEYS[6] leased      hash  request id -> "node|score|deliveries"
+-- KEYS[6] leased      hash  request id -> "node|score|deliveries[|domain]"
 -- KEYS[7] deliveries  hash  request id -> deliveries so far
 -- KEYS[8] stats       hash  crawl-wide counters
--- KEYS[9..]           mode "bloom" only, per filter (newest generation first):
+-- KEYS[9..13]         the per-domain queue: dq, domains, dbusy, dlast, dconf
+--                     (see domains.lua)
+-- KEYS[14..]          mode "bloom" only, per filter (newest generation first):
 --                     its hash of layer counts, then the bit strings of every
 --                     layer the caller knows (plus one spare layer for the
 --                     current filter), chunk by chunk
@@ -24,9 +26,9 @@
 --         0 = none> <generation expected> <key expiry ms, 0 = none>", then per
 --         filter "<m>,<k>,<capacity>,<chunks>,<chunk bits>;..." for its layers
 -- ARGV[4] A = number of lease ids to acknowledge, then ARGV[5 .. 4+A] the ids
--- then, per request, three arguments: dedup key ("" = dont_filter), score,
+-- then, per request, four arguments: dedup key ("" = dont_filter), score,
 -- payload (an empty payload only records the fingerprint: a dupefilter used
--- on its own). The dedup key is the raw fingerprint ("set"), "<ttl ms>:<raw
+-- on its own), domain ("" = the plain queue, else the per-domain queue). The dedup key is the raw fingerprint ("set"), "<ttl ms>:<raw
 -- fingerprint>" ("ttl", ttl "" = default) or "<h1>,<h2>,<h3>" ("bloom").
 -- Returns {flags, acked, stale, state}: flags has one char per request, "1"
 -- admitted, "0" filtered as a duplicate; stale counts acks of leases this
@@ -43,6 +45,7 @@ local seen, queue, requests, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases, leased, deliveries, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local mode, node, param = ARGV[1], ARGV[2], ARGV[3]
 local nacks = tonumber(ARGV[4])
+dq_keys(9)
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
@@ -69,7 +72,7 @@ local function bloom_setup()
     local current = math.floor(now_ms / window)
     if current ~= tonumber(gen) then return {"STALE_GEN", current} end
   end
-  local key = 9
+  local key = 14
   local stale = false
   for f = 2, #lines do
     local filter = {meta = KEYS[key], layers = {}}
@@ -204,8 +207,9 @@ local flags = {}
 local admitted, filtered = 0, 0
 local i = 5 + nacks
 local partial = false
-while i + 2 <= #ARGV do
-  local dkey, score, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+local dq_now
+while i + 3 <= #ARGV do
+  local dkey, score, payload, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local new = 1
   if dkey ~= "" then
     if mode == "set" then
@@ -227,14 +231,19 @@ while i + 2 <= #ARGV do
   elseif new == 1 then
     local id = string.format("%016d", redis.call("INCR", seq))
     redis.call("HSET", requests, id, payload)
-    redis.call("ZADD", queue, score, id)
+    if domain == "" then
+      redis.call("ZADD", queue, score, id)
+    else
+      dq_now = dq_now or redis_now_ms()
+      dq_add(domain, score, id, dq_now)
+    end
     admitted = admitted + 1
     flags[#flags + 1] = "1"
   else
     filtered = filtered + 1
     flags[#flags + 1] = "0"
   end
-  i = i + 3
+  i = i + 4
 end
 
 local acked, stale = 0, 0
@@ -248,10 +257,16 @@ for a = 5, 4 + nacks do
     redis.call("HDEL", leased, id)
     redis.call("HDEL", requests, id)
     redis.call("HDEL", deliveries, id)
+    local _, _, _, domain = lease_info(info)
+    if domain ~= "" then
+      dq_now = dq_now or redis_now_ms()
+      dq_done(domain, dq_now)
+    end
     acked = acked + 1
   elseif not info and redis.call("ZREM", queue, id) == 1 then
     -- reaped back into the queue while we stalled, not yet taken by anyone:
-    -- the work is done now, so finish it instead of doing it twice
+    -- the work is done now, so finish it instead of doing it twice (plain
+    -- queues only: in the per-domain queue such an ack counts as stale)
     redis.call("HDEL", requests, id)
     redis.call("HDEL", deliveries, id)
     acked = acked + 1

@@ -7,6 +7,7 @@
 -- KEYS[4] deliveries  hash  request id -> deliveries so far
 -- KEYS[5] dead        list  dead letters: JSON header, "\n", payload
 -- KEYS[6] stats       hash  crawl-wide counters
+-- KEYS[7..11]         the per-domain queue: dq, domains, dbusy, dlast, dconf
 -- ARGV[1] node id
 -- ARGV[2] request id
 -- ARGV[3] JSON header (id, reason, node, ...), one line
@@ -15,6 +16,8 @@
 local leases, leased, requests, deliveries, dead, stats =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local node, id, header = ARGV[1], ARGV[2], ARGV[3]
+dq_keys(7)
+pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local info = redis.call("HGET", leased, id)
 if not info or string.sub(info, 1, #node + 1) ~= node .. "|" then
   return 0
@@ -26,4 +29,8 @@ redis.call("HDEL", leased, id)
 redis.call("HDEL", requests, id)
 redis.call("HDEL", deliveries, id)
 redis.call("HINCRBY", stats, "dead", 1)
+local _, _, _, domain = lease_info(info)
+if domain ~= "" then
+  dq_done(domain, redis_now_ms())
+end
 return 1

@@ -3,22 +3,108 @@
 -- KEYS[1] queue       zset  request id -> score
 -- KEYS[2] requests    hash  request id -> payload
 -- KEYS[3] leases      zset  request id -> lease deadline (ms, Redis clock)
--- KEYS[4] leased      hash  request id -> "node|score|deliveries"
+-- KEYS[4] leased      hash  request id -> "node|score|deliveries[|domain]"
 -- KEYS[5] deliveries  hash  request id -> deliveries so far
 -- KEYS[6] stats       hash  crawl-wide counters
+-- KEYS[7..11]         the per-domain queue: dq, domains, dbusy, dlast, dconf
+--                     (see domains.lua)
 -- ARGV[1] node id
 -- ARGV[2] N, most requests to lease
 -- ARGV[3] lease duration (ms)
--- ARGV[4] "min" (lowest score first) or "max" (highest score first)
--- Returns a flat list {id, payload, deliveries, id, payload, deliveries, ...}.
+-- ARGV[4] "min" (lowest score first), "max" (highest score first) or
+--         "domain" (the per-domain queue: ready domains, earliest first)
+-- Returns a flat list {id, payload, deliveries, id, payload, deliveries, ...};
+-- order "domain" appends one more element: milliseconds until the next
+-- domain is ready (-1: no domain is waiting on its delay).
 
 local queue, requests, leases, leased, deliveries, stats =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local node, n, lease_ms, order = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+dq_keys(7)
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
-local t = redis.call("TIME")
-local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + lease_ms
+local now = redis_now_ms()
+local deadline = now + lease_ms
+
+local out = {}
+local orphans, redelivered = 0, 0
+
+-- lease one queued id; false if it had no payload (deleted by hand?)
+local function lease(id, score, domain)
+  local payload = redis.call("HGET", requests, id)
+  if not payload then
+    redis.call("HDEL", deliveries, id)
+    orphans = orphans + 1
+    return false
+  end
+  local d = (tonumber(redis.call("HGET", deliveries, id)) or 0) + 1
+  if d > 1 then redelivered = redelivered + 1 end
+  redis.call("ZADD", leases, deadline, id)
+  local info = node .. "|" .. score .. "|" .. d
+  if domain then info = info .. "|" .. domain end
+  redis.call("HSET", leased, id, info)
+  out[#out + 1] = id
+  out[#out + 1] = payload
+  out[#out + 1] = d
+  return true
+end
+
+local leased_count = 0
+if order == "domain" then
+  -- Ready domains, longest waiting first; each takes an equal share of the
+  -- N slots (one request if it has a delay), within its free concurrency.
+  -- Domains with no delay that filled their share get another pass while
+  -- slots remain, so one domain alone can still fill a whole batch.
+  local ready = redis.call("ZRANGEBYSCORE", D.domains, "-inf", now, "LIMIT", 0, n)
+  local remaining = n
+  while remaining > 0 and #ready > 0 do
+    local quota = math.max(1, math.floor(remaining / #ready))
+    local again = {}
+    for _, domain in ipairs(ready) do
+      if remaining <= 0 then break end
+      local delay, conc = dq_limits(domain)
+      local busy = tonumber(redis.call("HGET", D.busy, domain)) or 0
+      local k = math.min(quota, remaining)
+      if delay > 0 then k = 1 end
+      if conc > 0 then k = math.min(k, conc - busy) end
+      local got = 0
+      if k > 0 then
+        local prefix = #domain + 2
+        for _, member in ipairs(dq_first(domain, k)) do
+          redis.call("ZREM", D.dq, member)
+          local score = tonumber(string.sub(member, prefix, prefix + 15)) - RANK_OFFSET
+          if lease(string.sub(member, prefix + 16), score, domain) then got = got + 1 end
+        end
+      end
+      if got > 0 then
+        busy = busy + got
+        redis.call("HSET", D.busy, domain, busy)
+        redis.call("HSET", D.last, domain, now)
+        remaining = remaining - got
+      end
+      if #dq_first(domain, 1) == 0 then
+        redis.call("ZREM", D.domains, domain)
+      elseif conc > 0 and busy >= conc then
+        redis.call("ZADD", D.domains, "+inf", domain)
+      elseif got > 0 then
+        redis.call("ZADD", D.domains, now + delay, domain)
+        if delay == 0 and got >= k then again[#again + 1] = domain end
+      end
+      leased_count = leased_count + got
+    end
+    ready = again
+  end
+  local first = redis.call("ZRANGE", D.domains, 0, 0, "WITHSCORES")
+  local wait = -1
+  if #first > 0 and first[2] ~= "inf" then
+    wait = math.max(0, tonumber(first[2]) - now)
+  end
+  if leased_count > 0 then redis.call("HINCRBY", stats, "leased", leased_count) end
+  if redelivered > 0 then redis.call("HINCRBY", stats, "redelivered", redelivered) end
+  if orphans > 0 then redis.call("HINCRBY", stats, "orphan_ids", orphans) end
+  out[#out + 1] = wait
+  return out
+end
 
 local picked
 if order == "max" then
@@ -26,28 +112,12 @@ if order == "max" then
 else
   picked = redis.call("ZRANGE", queue, 0, n - 1, "WITHSCORES")
 end
-
-local out = {}
-local orphans, redelivered = 0, 0
 for j = 1, #picked, 2 do
   local id, score = picked[j], picked[j + 1]
   redis.call("ZREM", queue, id)
-  local payload = redis.call("HGET", requests, id)
-  if payload then
-    local d = (tonumber(redis.call("HGET", deliveries, id)) or 0) + 1
-    if d > 1 then redelivered = redelivered + 1 end
-    redis.call("ZADD", leases, deadline, id)
-    redis.call("HSET", leased, id, node .. "|" .. score .. "|" .. d)
-    out[#out + 1] = id
-    out[#out + 1] = payload
-    out[#out + 1] = d
-  else
-    -- an id without a payload (deleted by hand?): nothing to crawl
-    redis.call("HDEL", deliveries, id)
-    orphans = orphans + 1
-  end
+  if lease(id, score, nil) then leased_count = leased_count + 1 end
 end
-if #out > 0 then redis.call("HINCRBY", stats, "leased", #out / 3) end
+if leased_count > 0 then redis.call("HINCRBY", stats, "leased", leased_count) end
 if redelivered > 0 then redis.call("HINCRBY", stats, "redelivered", redelivered) end
 if orphans > 0 then redis.call("HINCRBY", stats, "orphan_ids", orphans) end
 return out

@@ -3,7 +3,7 @@
 -- A request delivered CRAWLPLUG_MAX_DELIVERIES times goes to the dead letters.
 --
 -- KEYS[1] leases      zset  request id -> lease deadline (ms)
--- KEYS[2] leased      hash  request id -> "node|score|deliveries"
+-- KEYS[2] leased      hash  request id -> "node|score|deliveries[|domain]"
 -- KEYS[3] queue       zset  request id -> score
 -- KEYS[4] deliveries  hash  request id -> deliveries so far
 -- KEYS[5] requests    hash  request id -> payload
@@ -11,6 +11,7 @@
 -- KEYS[7] stats       hash  crawl-wide counters
 -- KEYS[8] nodes       zset  node id -> heartbeat deadline
 -- KEYS[9] producers   zset  node id -> deadline
+-- KEYS[10..14]        the per-domain queue: dq, domains, dbusy, dlast, dconf
 -- ARGV[1] max deliveries
 -- ARGV[2] most leases to reap in this call
 -- Returns {requeued, dead}.
@@ -18,6 +19,7 @@
 local leases, leased, queue, deliveries, requests, dead, stats, nodes, producers =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local max_deliveries, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+dq_keys(10)
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local t = redis.call("TIME")
@@ -29,8 +31,7 @@ redis.call("ZREMRANGEBYSCORE", producers, "-inf", now)
 local expired = redis.call("ZRANGEBYSCORE", leases, "-inf", now, "LIMIT", 0, limit)
 local requeued, killed = 0, 0
 for _, id in ipairs(expired) do
-  local info = redis.call("HGET", leased, id) or ""
-  local holder, score, d = string.match(info, "^(.*)|([^|]*)|(%d+)$")
+  local holder, score, d, domain = lease_info(redis.call("HGET", leased, id))
   redis.call("ZREM", leases, id)
   redis.call("HDEL", leased, id)
   local payload = redis.call("HGET", requests, id)
@@ -44,11 +45,12 @@ for _, id in ipairs(expired) do
       redis.call("HDEL", deliveries, id)
       killed = killed + 1
     else
-      redis.call("ZADD", queue, tonumber(score) or 0, id)
+      requeue(queue, id, score, domain, now)
       redis.call("HSET", deliveries, id, d)
       requeued = requeued + 1
     end
   end
+  if domain ~= "" then dq_done(domain, now) end
 end
 if requeued > 0 then redis.call("HINCRBY", stats, "reaped", requeued) end
 if killed > 0 then redis.call("HINCRBY", stats, "dead", killed) end

@@ -4,10 +4,11 @@
 -- delivery.
 --
 -- KEYS[1] leases      zset  request id -> lease deadline
--- KEYS[2] leased      hash  request id -> "node|score|deliveries"
+-- KEYS[2] leased      hash  request id -> "node|score|deliveries[|domain]"
 -- KEYS[3] queue       zset  request id -> score
 -- KEYS[4] deliveries  hash  request id -> deliveries so far
 -- KEYS[5] stats       hash  crawl-wide counters
+-- KEYS[6..10]         the per-domain queue: dq, domains, dbusy, dlast, dconf
 -- ARGV[1] node id
 -- ARGV[2] "1" if the requests were never started (undo the delivery count)
 -- ARGV[3..] lease ids
@@ -16,17 +17,21 @@
 local leases, leased, queue, deliveries, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local node, unstarted = ARGV[1], ARGV[2] == "1"
 local prefix = node .. "|"
+dq_keys(6)
+pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
+local now = redis_now_ms()
 local released = 0
 for j = 3, #ARGV do
   local id = ARGV[j]
   local info = redis.call("HGET", leased, id)
   if info and string.sub(info, 1, #prefix) == prefix then
-    local _, score, d = string.match(info, "^(.*)|([^|]*)|(%d+)$")
+    local _, score, d, domain = lease_info(info)
     d = tonumber(d) or 1
     if unstarted then d = d - 1 end
     redis.call("ZREM", leases, id)
     redis.call("HDEL", leased, id)
-    redis.call("ZADD", queue, tonumber(score) or 0, id)
+    requeue(queue, id, score, domain, now)
+    if domain ~= "" then dq_done(domain, now) end
     if d > 0 then
       redis.call("HSET", deliveries, id, d)
     else

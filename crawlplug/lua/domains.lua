@@ -1,0 +1,121 @@
+-- domains.lua: the per-domain polite queue (crawlplug.queues.DomainQueue).
+-- Not a script of its own: the loader puts it in front of every script that
+-- moves requests into or out of the queue, which then calls
+-- dq_keys(first) with the index of the five keys below in its KEYS.
+--
+-- dq       zset, every score 0, members "<domain>\t<rank><id>": ZRANGEBYLEX
+--          over "<domain>\t" yields one domain's requests in priority order,
+--          oldest first among equals. One key holds every domain, so every
+--          key a script touches is declared and 10,000 domains are one key.
+-- domains  zset domain -> time (ms) its next request may start. Holds every
+--          domain with queued requests; "+inf" while the domain has all the
+--          concurrency it may use in flight (it is woken when a lease ends).
+-- dbusy    hash domain -> its requests leased now (acked, released, reaped
+--          or dead-lettered: the count goes down)
+-- dlast    hash domain -> when its last request was leased (ms, Redis clock)
+-- dconf    hash "<source>:<domain>" -> "<delay ms> <concurrency>", "-" for
+--          unset; source "o" = the operator at runtime, "s" = the nodes'
+--          settings, "r" = robots.txt Crawl-delay; domain "*" = the default
+--
+-- A domain's delay: o:<domain>, else s:<domain>, else the larger of the
+-- default (o:*, else s:*) and its robots.txt Crawl-delay. Its concurrency:
+-- o:<domain>, s:<domain>, o:*, s:*, in that order; 0 = no limit.
+
+local D = {}
+local RANK_OFFSET = 2 ^ 50
+
+local function dq_keys(first)
+  D.dq, D.domains, D.busy, D.last, D.conf =
+    KEYS[first], KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4]
+end
+
+-- a queue score as 16 digits whose text order is the numeric order
+local function dq_rank(score)
+  local s = math.floor(tonumber(score) or 0)
+  if s < -RANK_OFFSET then s = -RANK_OFFSET elseif s >= RANK_OFFSET then s = RANK_OFFSET - 1 end
+  return string.format("%016.0f", s + RANK_OFFSET)
+end
+
+local function dq_first(domain, n)
+  return redis.call("ZRANGEBYLEX", D.dq, "[" .. domain .. "\t", "[" .. domain .. "\t\255", "LIMIT", 0, n)
+end
+
+local function dq_parse_conf(value)
+  if not value then return nil, nil end
+  local d, c = string.match(value, "^(%S+) (%S+)$")
+  return tonumber(d), tonumber(c)
+end
+
+local dq_limit_cache = {}
+-- (delay ms, concurrency) in force for domain
+local function dq_limits(domain)
+  local hit = dq_limit_cache[domain]
+  if hit then return hit[1], hit[2] end
+  local v = redis.call("HMGET", D.conf, "o:" .. domain, "s:" .. domain, "o:*", "s:*", "r:" .. domain)
+  local od, oc = dq_parse_conf(v[1])
+  local sd, sc = dq_parse_conf(v[2])
+  local gd, gc = dq_parse_conf(v[3])
+  local hd, hc = dq_parse_conf(v[4])
+  local rd = dq_parse_conf(v[5])
+  local delay = od or sd
+  if delay == nil then
+    delay = gd or hd or 0
+    if rd and rd > delay then delay = rd end
+  end
+  local conc = oc or sc or gc or hc or 0
+  dq_limit_cache[domain] = {delay, conc}
+  return delay, conc
+end
+
+-- put domain on the schedule if it has queued requests: at the time its
+-- delay allows (never before now), or parked at +inf while it has no free slot
+local function dq_wake(domain, now)
+  local current = redis.call("ZSCORE", D.domains, domain)
+  local delay, conc = dq_limits(domain)
+  local busy = tonumber(redis.call("HGET", D.busy, domain)) or 0
+  if conc > 0 and busy >= conc then
+    if current and current ~= "inf" then redis.call("ZADD", D.domains, "+inf", domain) end
+    return
+  end
+  if current and current ~= "inf" then return end
+  if #dq_first(domain, 1) == 0 then
+    if current then redis.call("ZREM", D.domains, domain) end
+    return
+  end
+  local at = (tonumber(redis.call("HGET", D.last, domain)) or 0) + delay
+  if at < now then at = now end
+  redis.call("ZADD", D.domains, at, domain)
+end
+
+-- a request of domain goes (back) into the queue
+local function dq_add(domain, score, id, now)
+  redis.call("ZADD", D.dq, 0, domain .. "\t" .. dq_rank(score) .. id)
+  dq_wake(domain, now)
+end
+
+-- a lease of domain ended (acked, released, reaped or dead-lettered)
+local function dq_done(domain, now)
+  local busy = redis.call("HINCRBY", D.busy, domain, -1)
+  if busy <= 0 then redis.call("HDEL", D.busy, domain) end
+  dq_wake(domain, now)
+end
+
+-- "node|score|deliveries" (plain queues) or "node|score|deliveries|domain"
+local function lease_info(info)
+  local node, score, d, domain = string.match(info or "", "^([^|]*)|([^|]*)|(%d+)|?([^|]*)$")
+  return node, score, d, domain or ""
+end
+
+-- back to the queue it came from
+local function requeue(queue, id, score, domain, now)
+  if domain ~= "" then
+    dq_add(domain, score, id, now)
+  else
+    redis.call("ZADD", queue, tonumber(score) or 0, id)
+  end
+end
+
+local function redis_now_ms()
+  local t = redis.call("TIME")
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
