@@ -336,7 +336,7 @@ class Domains:
         for domain, _ in rows:
             d = _text(domain)
             pipe.zlexcount(k.dq, f"[{d}\t", f"[{d}\t\xff")
-            pipe.hget(k.dbusy, d)
+            pipe.hget(k.dstate, f"b:{d}")
         counts = pipe.execute()
         out = []
         for i, (domain, score) in enumerate(rows):

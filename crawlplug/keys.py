@@ -27,13 +27,12 @@ NAMES = (
     # the per-domain queue (crawlplug.queues.DomainQueue; lua/domains.lua)
     "dq",  # zset: "<domain>\t<rank><request id>", one domain's requests in order
     "domains",  # zset: domain -> when its next request may start (ms); +inf = at its concurrency
-    "dbusy",  # hash: domain -> requests of it leased now
-    "dlast",  # hash: domain -> when its last request was leased (ms)
+    "dstate",  # hash: "b:<domain>" -> requests of it leased now, "l:<domain>" -> last lease (ms)
     "dconf",  # hash: "<source>:<domain>" -> "<delay ms> <concurrency>" (runtime limits)
 )
 
 #: The per-domain queue's keys, in the order the scripts take them.
-DOMAIN_NAMES = ("dq", "domains", "dbusy", "dlast", "dconf")
+DOMAIN_NAMES = ("dq", "domains", "dstate", "dconf")
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ def test_concurrency_counts_leases_until_acked_released_or_dead(frontier, domain
     assert frontier.pop(10) == []
     assert frontier.dead_letter(again[0].id, "test")
     assert len(frontier.pop(10)) == 1
-    assert int(r.hget(K.dbusy, "c.test")) == 2
+    assert int(r.hget(K.dstate, "b:c.test")) == 2
 
 
 def test_an_expired_lease_goes_back_to_its_domain_and_frees_its_slot(r, domains):
@@ -96,7 +96,7 @@ def test_an_expired_lease_goes_back_to_its_domain_and_frees_its_slot(r, domains)
     again = reaper.pop(5)
     assert payloads(again) == ["k.test/a"]
     assert again[0].deliveries == 2
-    assert r.hget(K.dbusy, "k.test") == b"1"
+    assert r.hget(K.dstate, "b:k.test") == b"1"
 
 
 def test_a_big_domain_does_not_starve_small_ones(frontier, domains):
@@ -215,7 +215,8 @@ def test_two_nodes_crawl_the_shop_through_the_domain_queue_exactly_once(crawl, m
     client = redis.Redis.from_url(redis_url)
     status = Frontier(client, CrawlKeys("shop")).status()
     assert (status["queued"], status["in_flight"], status["domains"]) == (0, 0, 0)
-    assert client.hlen(CrawlKeys("shop").dbusy) == 0  # every lease gave its slot back
+    busy = client.hgetall(CrawlKeys("shop").dstate)
+    assert not [f for f in busy if f.startswith(b"b:")], busy  # every lease gave its slot back
 
 
 def test_a_crawl_queued_by_another_queue_kind_is_refused_with_a_clear_message(crawl, shop, redis_url):

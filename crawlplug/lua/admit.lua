@@ -13,9 +13,9 @@
 -- KEYS[6] leased      hash  request id -> "node|score|deliveries[|domain]"
 -- KEYS[7] deliveries  hash  request id -> deliveries so far
 -- KEYS[8] stats       hash  crawl-wide counters
--- KEYS[9..13]         the per-domain queue: dq, domains, dbusy, dlast, dconf
+-- KEYS[9..12]         the per-domain queue: dq, domains, dstate, dconf
 --                     (see domains.lua)
--- KEYS[14..]          mode "bloom" only, per filter (newest generation first):
+-- KEYS[13..]          mode "bloom" only, per filter (newest generation first):
 --                     its hash of layer counts, then the bit strings of every
 --                     layer the caller knows (plus one spare layer for the
 --                     current filter), chunk by chunk
@@ -72,7 +72,7 @@ local function bloom_setup()
     local current = math.floor(now_ms / window)
     if current ~= tonumber(gen) then return {"STALE_GEN", current} end
   end
-  local key = 14
+  local key = 13
   local stale = false
   for f = 2, #lines do
     local filter = {meta = KEYS[key], layers = {}}

@@ -7,7 +7,7 @@
 -- KEYS[4] deliveries  hash  request id -> deliveries so far
 -- KEYS[5] dead        list  dead letters: JSON header, "\n", payload
 -- KEYS[6] stats       hash  crawl-wide counters
--- KEYS[7..11]         the per-domain queue: dq, domains, dbusy, dlast, dconf
+-- KEYS[7..10]         the per-domain queue: dq, domains, dstate, dconf
 -- ARGV[1] node id
 -- ARGV[2] request id
 -- ARGV[3] JSON header (id, reason, node, ...), one line

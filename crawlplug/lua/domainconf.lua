@@ -2,7 +2,7 @@
 -- put the domains they affect back on the schedule under the new limits, so
 -- a shorter delay or a higher concurrency takes effect at once.
 --
--- KEYS[1..5] the per-domain queue: dq, domains, dbusy, dlast, dconf (see domains.lua)
+-- KEYS[1..4] the per-domain queue: dq, domains, dstate, dconf (see domains.lua)
 -- ARGV: pairs of field, value. Field "<source>:<domain>" as in dconf
 --       ("o:example.com", "s:*", "r:example.com"); value "<delay ms>
 --       <concurrency>" ("-" for unset) or "" to delete the field.

@@ -1,7 +1,7 @@
 -- domains.lua: the per-domain polite queue (crawlplug.queues.DomainQueue).
 -- Not a script of its own: the loader puts it in front of every script that
 -- moves requests into or out of the queue, which then calls
--- dq_keys(first) with the index of the five keys below in its KEYS.
+-- dq_keys(first) with the index of the four keys below in its KEYS.
 --
 -- dq       zset, every score 0, members "<domain>\t<rank><id>": ZRANGEBYLEX
 --          over "<domain>\t" yields one domain's requests in priority order,
@@ -10,9 +10,9 @@
 -- domains  zset domain -> time (ms) its next request may start. Holds every
 --          domain with queued requests; "+inf" while the domain has all the
 --          concurrency it may use in flight (it is woken when a lease ends).
--- dbusy    hash domain -> its requests leased now (acked, released, reaped
---          or dead-lettered: the count goes down)
--- dlast    hash domain -> when its last request was leased (ms, Redis clock)
+-- dstate   hash "b:<domain>" -> its requests leased now (acked, released,
+--          reaped or dead-lettered: the count goes down); "l:<domain>" ->
+--          when its last request was leased (ms, Redis clock)
 -- dconf    hash "<source>:<domain>" -> "<delay ms> <concurrency>", "-" for
 --          unset; source "o" = the operator at runtime, "s" = the nodes'
 --          settings, "r" = robots.txt Crawl-delay; domain "*" = the default
@@ -25,8 +25,7 @@ local D = {}
 local RANK_OFFSET = 2 ^ 50
 
 local function dq_keys(first)
-  D.dq, D.domains, D.busy, D.last, D.conf =
-    KEYS[first], KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4]
+  D.dq, D.domains, D.state, D.conf = KEYS[first], KEYS[first + 1], KEYS[first + 2], KEYS[first + 3]
 end
 
 -- a queue score as 16 digits whose text order is the numeric order
@@ -72,7 +71,8 @@ end
 local function dq_wake(domain, now)
   local current = redis.call("ZSCORE", D.domains, domain)
   local delay, conc = dq_limits(domain)
-  local busy = tonumber(redis.call("HGET", D.busy, domain)) or 0
+  local state = redis.call("HMGET", D.state, "b:" .. domain, "l:" .. domain)
+  local busy = tonumber(state[1]) or 0
   if conc > 0 and busy >= conc then
     if current and current ~= "inf" then redis.call("ZADD", D.domains, "+inf", domain) end
     return
@@ -82,7 +82,7 @@ local function dq_wake(domain, now)
     if current then redis.call("ZREM", D.domains, domain) end
     return
   end
-  local at = (tonumber(redis.call("HGET", D.last, domain)) or 0) + delay
+  local at = (tonumber(state[2]) or 0) + delay
   if at < now then at = now end
   redis.call("ZADD", D.domains, at, domain)
 end
@@ -95,8 +95,8 @@ end
 
 -- a lease of domain ended (acked, released, reaped or dead-lettered)
 local function dq_done(domain, now)
-  local busy = redis.call("HINCRBY", D.busy, domain, -1)
-  if busy <= 0 then redis.call("HDEL", D.busy, domain) end
+  local busy = redis.call("HINCRBY", D.state, "b:" .. domain, -1)
+  if busy <= 0 then redis.call("HDEL", D.state, "b:" .. domain) end
   dq_wake(domain, now)
 end
 

@@ -6,7 +6,7 @@
 -- KEYS[4] leased      hash  request id -> "node|score|deliveries[|domain]"
 -- KEYS[5] deliveries  hash  request id -> deliveries so far
 -- KEYS[6] stats       hash  crawl-wide counters
--- KEYS[7..11]         the per-domain queue: dq, domains, dbusy, dlast, dconf
+-- KEYS[7..10]         the per-domain queue: dq, domains, dstate, dconf
 --                     (see domains.lua)
 -- ARGV[1] node id
 -- ARGV[2] N, most requests to lease
@@ -63,14 +63,18 @@ if order == "domain" then
     for _, domain in ipairs(ready) do
       if remaining <= 0 then break end
       local delay, conc = dq_limits(domain)
-      local busy = tonumber(redis.call("HGET", D.busy, domain)) or 0
+      local busy = tonumber(redis.call("HGET", D.state, "b:" .. domain)) or 0
       local k = math.min(quota, remaining)
       if delay > 0 then k = 1 end
       if conc > 0 then k = math.min(k, conc - busy) end
-      local got = 0
+      local got, more = 0, true
       if k > 0 then
+        -- one more than taken: whether the domain has requests left, for free
+        local members = dq_first(domain, k + 1)
+        more = #members > k
         local prefix = #domain + 2
-        for _, member in ipairs(dq_first(domain, k)) do
+        for j = 1, math.min(k, #members) do
+          local member = members[j]
           redis.call("ZREM", D.dq, member)
           local score = tonumber(string.sub(member, prefix, prefix + 15)) - RANK_OFFSET
           if lease(string.sub(member, prefix + 16), score, domain) then got = got + 1 end
@@ -78,11 +82,10 @@ if order == "domain" then
       end
       if got > 0 then
         busy = busy + got
-        redis.call("HSET", D.busy, domain, busy)
-        redis.call("HSET", D.last, domain, now)
+        redis.call("HSET", D.state, "b:" .. domain, busy, "l:" .. domain, now)
         remaining = remaining - got
       end
-      if #dq_first(domain, 1) == 0 then
+      if not more then
         redis.call("ZREM", D.domains, domain)
       elseif conc > 0 and busy >= conc then
         redis.call("ZADD", D.domains, "+inf", domain)

@@ -11,7 +11,7 @@
 -- KEYS[7] stats       hash  crawl-wide counters
 -- KEYS[8] nodes       zset  node id -> heartbeat deadline
 -- KEYS[9] producers   zset  node id -> deadline
--- KEYS[10..14]        the per-domain queue: dq, domains, dbusy, dlast, dconf
+-- KEYS[10..13]        the per-domain queue: dq, domains, dstate, dconf
 -- ARGV[1] max deliveries
 -- ARGV[2] most leases to reap in this call
 -- Returns {requeued, dead}.

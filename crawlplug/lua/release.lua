@@ -8,7 +8,7 @@
 -- KEYS[3] queue       zset  request id -> score
 -- KEYS[4] deliveries  hash  request id -> deliveries so far
 -- KEYS[5] stats       hash  crawl-wide counters
--- KEYS[6..10]         the per-domain queue: dq, domains, dbusy, dlast, dconf
+-- KEYS[6..9]          the per-domain queue: dq, domains, dstate, dconf
 -- ARGV[1] node id
 -- ARGV[2] "1" if the requests were never started (undo the delivery count)
 -- ARGV[3..] lease ids
