@@ -36,6 +36,17 @@ def new_node_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+_process_node: tuple[int, str] | None = None
+
+
+def process_node_id() -> str:
+    """This process's node id: the same for its scheduler, stats and pipelines (new after fork)."""
+    global _process_node
+    if _process_node is None or _process_node[0] != os.getpid():
+        _process_node = (os.getpid(), new_node_id())
+    return _process_node[1]
+
+
 @dataclass
 class AdmitResult:
     flags: str  # one char per request: "1" admitted, "0" duplicate

@@ -37,7 +37,7 @@ from .config import SchedulerConfig, setting
 from .dedup import Dedup
 from .dupefilters import RedisSetDupeFilter
 from .errors import ConfigError, DecodeError, RedisUnavailable, SerializationError
-from .frontier import Admission, Domains, Frontier, Leased
+from .frontier import Admission, Domains, Frontier, Leased, process_node_id
 from .keys import CrawlKeys
 from .leases import LeaseBook, Termination
 from .queues import BaseQueue, domain_limits, load_queue_class
@@ -164,6 +164,7 @@ class Scheduler(BaseScheduler):
             lease_timeout=self.config.lease_timeout,
             heartbeat=self.config.heartbeat,
             max_deliveries=self.config.max_deliveries,
+            node_id=process_node_id(),
         )
         if self.config.flush_on_start:
             deleted = self.frontier.purge()
