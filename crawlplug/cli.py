@@ -514,3 +514,7 @@ def embedded_url() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+# commands defined in their own modules register themselves on `main`
+from . import cli_feed  # noqa: E402, F401

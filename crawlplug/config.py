@@ -38,6 +38,8 @@ class SchedulerConfig:
     idle_close: float = default("CRAWLPLUG_IDLE_CLOSE")
     poll_interval: float = default("CRAWLPLUG_POLL_INTERVAL")
     fp_cache: int = default("CRAWLPLUG_FP_CACHE")
+    start_batch: int = default("CRAWLPLUG_START_BATCH")
+    seeds: bool = default("CRAWLPLUG_SEEDS")
 
     def __post_init__(self) -> None:
         if self.heartbeat <= 0:
@@ -49,7 +51,8 @@ class SchedulerConfig:
             )
         if self.max_deliveries < 1:
             raise ConfigError(f"CRAWLPLUG_MAX_DELIVERIES must be at least 1, got {self.max_deliveries}")
-        for name, value in (("CRAWLPLUG_BATCH_SIZE", self.batch_size), ("CRAWLPLUG_PREFETCH", self.prefetch)):
+        for name, value in (("CRAWLPLUG_BATCH_SIZE", self.batch_size), ("CRAWLPLUG_PREFETCH", self.prefetch),
+                            ("CRAWLPLUG_START_BATCH", self.start_batch)):  # fmt: skip
             if value < 1:
                 raise ConfigError(f"{name} must be at least 1, got {value}")
         if self.flush_interval <= 0 or self.poll_interval <= 0:
@@ -70,4 +73,6 @@ class SchedulerConfig:
             idle_close=setting(s, "CRAWLPLUG_IDLE_CLOSE", "getfloat"),
             poll_interval=setting(s, "CRAWLPLUG_POLL_INTERVAL", "getfloat"),
             fp_cache=setting(s, "CRAWLPLUG_FP_CACHE", "getint"),
+            start_batch=setting(s, "CRAWLPLUG_START_BATCH", "getint"),
+            seeds=setting(s, "CRAWLPLUG_SEEDS", "getbool"),
         )

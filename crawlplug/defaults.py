@@ -132,6 +132,55 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         0.1,
         "Seconds between queue checks while this node is idle (how soon it sees new work).",
     ),
+    "CRAWLPLUG_START_BATCH": (
+        16,
+        "Start entries (crawlplug push, seeds, RedisSpider) a node leases per call. An entry "
+        "stays leased until the requests made from it are stored, so none is lost.",
+    ),
+    "CRAWLPLUG_SEEDS": (
+        True,
+        "Run the recurring-seed timer in this node (one node at a time fires, under a Redis "
+        "lock); see `crawlplug seeds`.",
+    ),
+    "REDIS_START_URLS_KEY": (
+        "%(name)s:start_urls",
+        "RedisSpider also reads scrapy-redis's start URL key (a list, set or sorted set, read "
+        "as scrapy-redis does) after the crawl's own start_urls list.",
+    ),
+    "REDIS_START_URLS_BATCH_SIZE": (
+        None,
+        "RedisSpider: start entries leased per call (scrapy-redis's name); None: "
+        "CRAWLPLUG_START_BATCH.",
+    ),
+    # -- stats and items (STATS_CLASS / ITEM_PIPELINES) ---------------------------
+    "CRAWLPLUG_STATS_INTERVAL": (
+        5.0,
+        "RedisStatsCollector: seconds between two writes of this node's changed stats to Redis "
+        "(and always once at close); 0: only at close.",
+    ),
+    "CRAWLPLUG_ITEMS_KEY": (
+        None,
+        "RedisItemPipeline: Redis key of the items; %(crawl)s and %(spider)s are filled in. "
+        "None: REDIS_ITEMS_KEY if set, else the crawl's crawlplug:{<crawl>}:items.",
+    ),
+    "REDIS_ITEMS_KEY": (
+        None,
+        "RedisItemPipeline: scrapy-redis's name for CRAWLPLUG_ITEMS_KEY (its '%(spider)s:items' "
+        "default is not assumed), used when CRAWLPLUG_ITEMS_KEY is unset.",
+    ),
+    "CRAWLPLUG_ITEMS_FORMAT": (
+        "list",
+        "RedisItemPipeline: 'list' (RPUSH one JSON text per item) or 'stream' (XADD, field 'item').",
+    ),
+    "CRAWLPLUG_ITEMS_MAXLEN": (
+        0,
+        "RedisItemPipeline: keep about the newest N items (stream: XADD MAXLEN ~ N; list: LTRIM); 0: all.",
+    ),
+    "CRAWLPLUG_ITEMS_RETRY": (
+        300.0,
+        "RedisItemPipeline: seconds an item waits for an unreachable Redis (its request stays "
+        "unacknowledged) before the error is raised; 0: raise at once.",
+    ),
 }
 
 

@@ -107,3 +107,14 @@ def fail_at_start(crawler: Crawler, reason: str) -> None:
 
     crawler.signals.connect(spider_opened, signal=signals.spider_opened, weak=False)
     crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
+
+
+def scheduler(crawler: Crawler) -> object | None:
+    """The engine's scheduler instance (None before the spider opened)."""
+    engine = crawler.engine
+    if engine is None:
+        return None
+    found = getattr(engine, "scheduler", None)  # public since Scrapy 2.13
+    if found is None:
+        found = getattr(getattr(engine, "_slot", None), "scheduler", None)
+    return found

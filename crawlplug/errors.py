@@ -21,3 +21,7 @@ class SerializationError(CrawlplugError):
 
 class DecodeError(CrawlplugError):
     """A payload read from Redis is not a request we are willing to build."""
+
+
+class ItemError(CrawlplugError, TypeError):
+    """An item cannot be stored (not an item, or a value JSON cannot hold)."""

@@ -115,10 +115,13 @@ class Frontier:
         k = keys
         #: ms until the next domain is ready, from the last pop (DomainQueue; -1: unknown)
         self.next_ready_ms = -1
+        #: start entries waiting in start_urls, at the last idle_state()
+        self.start_entries = 0
         dk = k.domain_keys()
         self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk]
         self._reap_keys = [
             k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers, *dk,
+            k.start_urls, k.series,
         ]  # fmt: skip
 
     # -- admission and leasing ---------------------------------------------
@@ -126,7 +129,7 @@ class Frontier:
         k = self.keys
         return [
             self.dedup.seen_key(k), k.queue, k.requests, k.seq, k.leases, k.leased, k.deliveries, k.stats,
-            *k.domain_keys(), *self.dedup.extra_keys(k),
+            *k.domain_keys(), k.series, *self.dedup.extra_keys(k),
         ]  # fmt: skip
 
     def _admit_args(self, items: Sequence[Admission], acks: Sequence[str]) -> list[Any]:
@@ -203,6 +206,22 @@ class Frontier:
             result.flags = done + result.flags
         return result, self._leased(raw)
 
+    def take_starts(self, n: int, legacy_key: str | None = None) -> list[tuple[str, bytes]]:
+        """Lease up to ``n`` start entries: [(lease id, raw entry)]. Ack a lease
+        with the admission of the requests made from it (``admit(..., acks)``);
+        ``legacy_key`` is scrapy-redis's ``<spider>:start_urls``, read after ours."""
+        k = self.keys
+        raw = self.scripts.starts(
+            keys=[k.start_urls, legacy_key or k.start_urls, k.requests, k.seq, k.leases, k.leased, k.stats],
+            args=[self.node_id, n, self.lease_ms],
+        )
+        return [(_text(raw[i]), raw[i + 1]) for i in range(0, len(raw), 2)]
+
+    def push_starts(self, lines: Iterable[str | bytes]) -> int:
+        """Append start entries (already validated) to the crawl's start_urls; returns the new length."""
+        lines = list(lines)
+        return int(self.client.rpush(self.keys.start_urls, *lines)) if lines else 0
+
     def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
         """Admit (fingerprint, request-or-score, payload) items: a convenience for tests and tools."""
         return self.admit([(fp, float(score), payload) for fp, score, payload in items])
@@ -237,7 +256,8 @@ class Frontier:
         k = self.keys
         return int(
             self.scripts.release(
-                keys=[k.leases, k.leased, k.queue, k.deliveries, k.stats, *k.domain_keys()],
+                keys=[k.leases, k.leased, k.queue, k.deliveries, k.stats, *k.domain_keys(), k.requests,
+                      k.start_urls],  # fmt: skip
                 args=[self.node_id, "1" if unstarted else "0", *ids],
             )
         )
@@ -266,7 +286,10 @@ class Frontier:
     def idle_state(self) -> tuple[int, int, int]:
         """(queued, leased, live producers) across the whole crawl."""
         k = self.keys
-        q, leased, producers = self.scripts.idle(keys=[k.queue, k.leases, k.producers, k.dq], args=[])
+        q, leased, producers, starts = self.scripts.idle(
+            keys=[k.queue, k.leases, k.producers, k.dq, k.start_urls], args=[]
+        )
+        self.start_entries = int(starts)
         return int(q), int(leased), int(producers)
 
     def __len__(self) -> int:
@@ -281,15 +304,17 @@ class Frontier:
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(k.queue)
         pipe.zcard(k.dq)
+        pipe.llen(k.start_urls)
         pipe.zcard(k.domains)
         pipe.zcard(k.leases)
         pipe.scard(k.seen)  # set dedup; other strategies report through their dupefilter
         pipe.llen(k.dead)
         pipe.hgetall(k.stats)
         pipe.zrange(k.nodes, 0, -1, withscores=True)
-        queued, dqueued, domains, leased, seen, dead, stats, nodes = pipe.execute()
+        queued, dqueued, starts, domains, leased, seen, dead, stats, nodes = pipe.execute()
         return {
             "queued": queued + dqueued,
+            "start_urls": starts,
             "domains": domains,
             "in_flight": leased,
             "seen": seen,

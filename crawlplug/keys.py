@@ -7,7 +7,9 @@ which touches several of them, runs on one Redis Cluster slot.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from .config import setting
 from .errors import ConfigError
 
 #: The names of a crawl's keys, in one place (see DESIGN.md, section 2).
@@ -23,12 +25,20 @@ NAMES = (
     "stats",  # hash: crawl-wide counters
     "nodes",  # zset: node id -> heartbeat deadline (ms)
     "producers",  # zset: node id -> deadline; nodes still reading their start requests
-    "start_urls",  # list: seed URLs pushed by operators
+    "start_urls",  # list: start entries pushed by operators and the seed timer
+    "seeds",  # hash: seed id -> JSON spec (entry, schedule, last run)
+    "seeds_due",  # zset: seed id -> next run (ms)
+    "seedlock",  # string: the seed timer's lock (redis-py Lock)
+    "series",  # hash: "<counter>:<10 s bucket>" -> count, the last hour (rates, ETA, charts)
     # the per-domain queue (crawlplug.queues.DomainQueue; lua/domains.lua)
     "dq",  # zset: "<domain>\t<rank><request id>", one domain's requests in order
     "domains",  # zset: domain -> when its next request may start (ms); +inf = at its concurrency
     "dstate",  # hash: "b:<domain>" -> requests of it leased now, "l:<domain>" -> last lease (ms)
     "dconf",  # hash: "<source>:<domain>" -> "<delay ms> <concurrency>" (runtime limits)
+    # crawl-wide Scrapy stats (crawlplug.stats.RedisStatsCollector; lua/stats.lua)
+    "crawlstats",  # hash: stat -> value aggregated over every node (summed, earliest start, latest finish)
+    "statnodes",  # zset: node id -> its last stats flush (ms); each node's own stats in node:<id>:stats
+    "items",  # list or stream: scraped items as JSON (crawlplug.pipelines.RedisItemPipeline)
 )
 
 #: The per-domain queue's keys, in the order the scripts take them.
@@ -60,6 +70,10 @@ class CrawlKeys:
         """The hash holding one node's live metrics."""
         return f"{self.tag}:node:{node_id}"
 
+    def node_stats(self, node_id: str) -> str:
+        """The hash holding one node's Scrapy stats (under ``node:`` so purge deletes it)."""
+        return f"{self.tag}:node:{node_id}:stats"
+
     def domain_keys(self) -> list[str]:
         """The per-domain queue's keys, in the order the scripts take them."""
         return [self.key(n) for n in DOMAIN_NAMES]
@@ -72,3 +86,9 @@ class CrawlKeys:
         if name in NAMES:
             return self.key(name)
         raise AttributeError(name)
+
+
+def crawl_keys(settings: Any, spider_name: str) -> CrawlKeys:
+    """The keys of the crawl a node of spider ``spider_name`` joins, as the scheduler
+    builds them: CRAWLPLUG_CRAWL_ID (else the spider's name) and CRAWLPLUG_KEY_PREFIX."""
+    return CrawlKeys(settings.get("CRAWLPLUG_CRAWL_ID") or spider_name, setting(settings, "CRAWLPLUG_KEY_PREFIX"))

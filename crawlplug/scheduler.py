@@ -18,6 +18,7 @@ Life of a request (DESIGN.md, section 3):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -32,7 +33,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.task import LoopingCall
 
-from . import connection, enginehooks
+from . import connection, enginehooks, starts
 from .config import SchedulerConfig, setting
 from .dedup import Dedup
 from .dupefilters import RedisSetDupeFilter
@@ -41,12 +42,16 @@ from .frontier import Admission, Domains, Frontier, Leased, process_node_id
 from .keys import CrawlKeys
 from .leases import LeaseBook, Termination
 from .queues import BaseQueue, domain_limits, load_queue_class
+from .seeds import Seeds
 from .serializers import get_serializer
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+
+#: Meta flag of requests made from start entries: admitted even if seen, fingerprint recorded.
+RECORD_FP_META = "_crawlplug_record_fp"
 
 
 class Scheduler(BaseScheduler):
@@ -90,6 +95,10 @@ class Scheduler(BaseScheduler):
         self._started = time.time()
         self._acked_total = 0
         self._wake_call: Any = None
+        self._start_leases: set[str] = set()  # start entries taken, their requests not yet stored
+        self._start_waiting = False  # RedisSpider.start() is waiting for entries
+        self._pages: deque[tuple[float, int]] = deque()  # (time, acked total), for pages/min
+        self.seeds: Any = None
         self.domains: Domains | None = None
 
     # -- construction ---------------------------------------------------------
@@ -172,9 +181,12 @@ class Scheduler(BaseScheduler):
         if isinstance(self.df, RedisSetDupeFilter):
             self.df.bind(self.frontier)
         self._check_queue_kind()
+        if self.config.seeds:
+            self.seeds = Seeds(self.conn.client, keys)
         if self._domains:
             self.domains = Domains(self.conn.client, keys)
-            self.domains.configure(domain_limits(self.crawler.settings))
+            # "key": how hosts map to domains, for tools that requeue (crawlplug dead requeue)
+            self.domains.configure({**domain_limits(self.crawler.settings), "key": self.queue.key})
             if self.crawler.settings.getbool("ROBOTSTXT_OBEY") and hasattr(signals, "robots_parsed"):
                 self.crawler.signals.connect(self._on_robots, signal=signals.robots_parsed)
 
@@ -223,6 +235,8 @@ class Scheduler(BaseScheduler):
             self._flush()
             unstarted = [x.id for x in self._prefetched]
             self._prefetched.clear()
+            unstarted += sorted(self._start_leases)  # back to the head of start_urls
+            self._start_leases.clear()
             released = self.frontier.release(unstarted, unstarted=True)
             released += self.frontier.release(list(self.book.active), unstarted=False)
             self.book.active.clear()
@@ -269,6 +283,12 @@ class Scheduler(BaseScheduler):
             return False
         if not self._buffer and not self._acks:
             self._buffer_since = time.monotonic()
+        if request.dont_filter and request.meta.get(RECORD_FP_META) and self.frontier is not None:
+            # a start entry is crawled even if seen before, and recorded, so the
+            # links that lead back to it later are duplicates (same admission call)
+            with contextlib.suppress(ConfigError, ValueError):
+                if self.frontier.dedup.mode != "none":
+                    self._buffer.append((request, self.df.argument(request), 0.0, b"", ""))
         self._buffer.append((request, arg, self.queue.score(request), payload, self.queue.domain(request)))
         self._inc("scheduler/enqueued/redis")
         self._inc("scheduler/enqueued")
@@ -364,15 +384,21 @@ class Scheduler(BaseScheduler):
             self._inc("crawlplug/leased", len(leased))
 
     def _account(self, batch: list[tuple[Request, bytes, float, bytes, str]], result: Any) -> None:
-        for (request, fp, *_), flag in zip(batch, result.flags):
+        admitted = filtered = 0
+        for (request, fp, _, payload, _), flag in zip(batch, result.flags):
             if fp:
                 self._remember(fp)
+            if not payload:
+                continue  # only recorded a start entry's fingerprint
             if flag == "0":
+                filtered += 1
                 self.df.log(request, self.spider)
-        if result.admitted:
-            self._inc("crawlplug/admitted", result.admitted)
-        if result.filtered:
-            self._inc("crawlplug/filtered", result.filtered)
+            else:
+                admitted += 1
+        if admitted:
+            self._inc("crawlplug/admitted", admitted)
+        if filtered:
+            self._inc("crawlplug/filtered", filtered)
         if result.acked:
             self._acked_total += result.acked
             self._inc("crawlplug/acked", result.acked)
@@ -403,7 +429,7 @@ class Scheduler(BaseScheduler):
         if self.frontier is None:
             return
         try:
-            lease_ids = list(self.book.active) + [x.id for x in self._prefetched]
+            lease_ids = list(self.book.active) + [x.id for x in self._prefetched] + list(self._start_leases)
             lost = self.frontier.heartbeat(
                 lease_ids,
                 producing=self._still_producing(),
@@ -412,11 +438,13 @@ class Scheduler(BaseScheduler):
                     "started": int(self._started * 1000),
                     "leases": len(lease_ids),
                     "acked": self._acked_total,
+                    "pages_per_min": self._pages_per_min(),
                 },
             )
             if lost:
                 lost_set = set(lost)
                 self._prefetched = deque(x for x in self._prefetched if x.id not in lost_set)
+                self._start_leases -= lost_set
                 self.book.forget(lost)
                 self._inc("crawlplug/lost_leases", len(lost))
                 logger.warning(
@@ -424,6 +452,8 @@ class Scheduler(BaseScheduler):
                     "CRAWLPLUG_LEASE_TIMEOUT=%ss) and were given to other nodes",
                     len(lost), self.config.lease_timeout,
                 )  # fmt: skip
+            self._drain_starts()
+            self._fire_seeds()
             requeued, dead = self.frontier.reap()
             if requeued:
                 self._inc("crawlplug/reaped", requeued)
@@ -438,11 +468,126 @@ class Scheduler(BaseScheduler):
         except Exception:  # a failing heartbeat must never stop the loop silently
             logger.exception("crawlplug: heartbeat failed")
 
+    def _pages_per_min(self) -> int:
+        """Requests this node finished per minute, over the last minute."""
+        now = time.monotonic()
+        self._pages.append((now, self._acked_total))
+        while len(self._pages) > 1 and now - self._pages[0][0] > 60:
+            self._pages.popleft()
+        t0, a0 = self._pages[0]
+        return round((self._acked_total - a0) * 60 / (now - t0)) if now - t0 >= 1 else 0
+
+    def _fire_seeds(self) -> None:
+        if self.seeds is None:
+            return
+        try:
+            fired = self.seeds.fire_due()
+        except (redis.RedisError, ConfigError) as exc:
+            self._log_once(f"seeds:{exc}", logging.ERROR, "crawlplug: seed timer failed: %s", exc)
+            return
+        if fired:
+            self._inc("crawlplug/seeds_fired", fired)
+            self._drain_starts()
+
     def _still_producing(self) -> bool:
         """Whether this node may still add work the other nodes cannot see yet."""
         if self._buffer:
             return True  # not yet admitted
+        if self._start_waiting:
+            return False  # RedisSpider.start() waits for entries: it adds nothing meanwhile
         return self._producing and enginehooks.start_running(self.crawler)
+
+    # -- start entries: crawlplug push, the seed timer, RedisSpider ------------------
+    def take_start_requests(self, n: int, legacy_key: str | None = None) -> list[tuple[str, list[Request]]]:
+        """Lease up to ``n`` start entries and make their requests: [(lease id, requests)].
+
+        A malformed entry goes to the dead letters with its reason. Call
+        :meth:`start_done` for each lease once its requests are enqueued: the
+        lease is acked in the admission call that stores them, so an entry
+        taken by a node that dies before is not lost (it returns to the head
+        of start_urls when its lease expires).
+        """
+        if self.frontier is None:
+            return []
+        try:
+            taken = self.frontier.take_starts(n, legacy_key)
+        except redis.RedisError as exc:
+            self._redis_error(exc)
+            return []
+        self._redis_ok()
+        out: list[tuple[str, list[Request]]] = []
+        for lease_id, raw in taken:
+            self._start_leases.add(lease_id)
+            try:
+                requests = self._requests_from_entry(raw)
+            except DecodeError as exc:
+                self._log_once(f"badstart:{exc}", logging.ERROR,
+                               "crawlplug: start entry %r cannot be crawled (%s); moved to the dead letters",
+                               raw[:200], exc)  # fmt: skip
+                self._inc("crawlplug/start_entries_invalid")
+                self._start_leases.discard(lease_id)
+                try:
+                    self.frontier.dead_letter(lease_id, f"invalid start entry: {exc}")
+                except redis.RedisError as rexc:
+                    self._redis_error(rexc)  # the lease expires and the entry returns
+                continue
+            for request in requests:
+                request.meta[RECORD_FP_META] = True
+            out.append((lease_id, requests))
+        if taken:
+            self._start_waiting = False
+            self._inc("crawlplug/start_entries", len(taken))
+        return out
+
+    def _requests_from_entry(self, raw: bytes) -> list[Request]:
+        maker = getattr(self.spider, "make_request_from_data", None)
+        if maker is None:
+            return [starts.build(starts.parse(raw), self.spider)]
+        try:
+            result = maker(raw)
+        except DecodeError:
+            raise
+        except Exception as exc:  # the spider's own parser: its error becomes the reason
+            raise DecodeError(f"make_request_from_data failed: {type(exc).__name__}: {exc}") from None
+        if result is None:
+            return []
+        if isinstance(result, Request):
+            return [result]
+        return [r for r in result if isinstance(r, Request)]
+
+    def start_done(self, lease_id: str) -> None:
+        """The requests made from a start entry are enqueued: ack it with their admission."""
+        if lease_id in self._start_leases:
+            self._start_leases.discard(lease_id)
+            if not self._acks and not self._buffer:
+                self._buffer_since = time.monotonic()
+            self._acks.append(lease_id)
+
+    def start_idle(self) -> bool:
+        """RedisSpider.start() found no entry. True once the whole crawl is finished
+        (never in worker mode): then start() may end and the node close."""
+        self._start_waiting = True
+        if self.frontier is None or self.termination.worker_mode:
+            return False
+        try:
+            self._flush()
+            queued, leased, producers = self.frontier.idle_state()
+        except redis.RedisError as exc:
+            self._redis_error(exc)
+            return False
+        local = self.has_pending_requests() or bool(self.book.active) or bool(self._start_leases)
+        self.termination.observe(queued, leased, producers, local_pending=local)
+        return self.termination.finished()
+
+    def _drain_starts(self) -> None:
+        """Spiders that do not read start entries themselves get them from the scheduler."""
+        if self.spider is None or getattr(self.spider, "crawlplug_reads_start_entries", False):
+            return
+        for lease_id, requests in self.take_start_requests(self.config.start_batch):
+            for request in requests:
+                self.enqueue_request(request)
+            self.start_done(lease_id)
+            self._nothing_until = 0.0
 
     def _tick(self) -> None:
         """Flush old buffers, and while idle look for new work and for the end of the crawl."""
@@ -455,7 +600,10 @@ class Scheduler(BaseScheduler):
             if self._idle and not self.has_pending_requests() and now - self._last_poll >= self.config.poll_interval:
                 self._last_poll = now
                 queued, leased, producers = self.frontier.idle_state()
-                self.termination.observe(queued, leased, producers, local_pending=bool(self.book.active))
+                if self.frontier.start_entries:
+                    self._drain_starts()
+                local = bool(self.book.active) or bool(self._start_leases)
+                self.termination.observe(queued, leased, producers, local_pending=local)
                 if queued:
                     self._nothing_until = 0.0
                     enginehooks.wake(self.crawler)

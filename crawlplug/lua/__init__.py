@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-NAMES = ("admit", "pop", "heartbeat", "reap", "release", "dead", "idle", "domainconf")
+NAMES = ("admit", "pop", "heartbeat", "reap", "release", "dead", "idle", "domainconf", "starts")
 
 #: Scripts that move requests in or out of the queue get the per-domain queue's
 #: functions (domains.lua) in front of their own text.

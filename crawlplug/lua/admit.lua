@@ -15,7 +15,8 @@
 -- KEYS[8] stats       hash  crawl-wide counters
 -- KEYS[9..12]         the per-domain queue: dq, domains, dstate, dconf
 --                     (see domains.lua)
--- KEYS[13..]          mode "bloom" only, per filter (newest generation first):
+-- KEYS[13] series     hash  "a:<bucket>" acked, "e:<bucket>" enqueued, per 10 s
+-- KEYS[14..]          mode "bloom" only, per filter (newest generation first):
 --                     its hash of layer counts, then the bit strings of every
 --                     layer the caller knows (plus one spare layer for the
 --                     current filter), chunk by chunk
@@ -72,7 +73,7 @@ local function bloom_setup()
     local current = math.floor(now_ms / window)
     if current ~= tonumber(gen) then return {"STALE_GEN", current} end
   end
-  local key = 13
+  local key = 14
   local stale = false
   for f = 2, #lines do
     local filter = {meta = KEYS[key], layers = {}}
@@ -279,6 +280,12 @@ if admitted > 0 then redis.call("HINCRBY", stats, "enqueued", admitted) end
 if filtered > 0 then redis.call("HINCRBY", stats, "filtered", filtered) end
 if acked > 0 then redis.call("HINCRBY", stats, "acked", acked) end
 if stale > 0 then redis.call("HINCRBY", stats, "stale_acks", stale) end
+if acked > 0 or admitted > 0 then
+  dq_now = dq_now or redis_now_ms()
+  local bucket = math.floor(dq_now / 10000)
+  if acked > 0 then redis.call("HINCRBY", KEYS[13], "a:" .. bucket, acked) end
+  if admitted > 0 then redis.call("HINCRBY", KEYS[13], "e:" .. bucket, admitted) end
+end
 local state = ""
 if mode == "bloom" then state = bloom_counts() end
 if partial then

@@ -12,6 +12,9 @@
 -- KEYS[8] nodes       zset  node id -> heartbeat deadline
 -- KEYS[9] producers   zset  node id -> deadline
 -- KEYS[10..13]        the per-domain queue: dq, domains, dstate, dconf
+-- KEYS[14] start_urls list  a start entry's lease (score "start") returns here
+-- KEYS[15] series     hash  per-10 s counters (admit.lua); buckets older than
+--                           an hour are deleted here
 -- ARGV[1] max deliveries
 -- ARGV[2] most leases to reap in this call
 -- Returns {requeued, dead}.
@@ -29,13 +32,20 @@ redis.call("ZREMRANGEBYSCORE", nodes, "-inf", now)
 redis.call("ZREMRANGEBYSCORE", producers, "-inf", now)
 
 local expired = redis.call("ZRANGEBYSCORE", leases, "-inf", now, "LIMIT", 0, limit)
-local requeued, killed = 0, 0
+local starts = KEYS[14]
+local requeued, killed, restarted = 0, 0, 0
 for _, id in ipairs(expired) do
   local holder, score, d, domain = lease_info(redis.call("HGET", leased, id))
   redis.call("ZREM", leases, id)
   redis.call("HDEL", leased, id)
   local payload = redis.call("HGET", requests, id)
-  if payload then
+  if payload and score == "start" then
+    -- a start entry whose node died before storing its requests: first in line again
+    redis.call("LPUSH", starts, payload)
+    redis.call("HDEL", requests, id)
+    redis.call("HDEL", deliveries, id)
+    restarted = restarted + 1
+  elseif payload then
     d = tonumber(d) or 1
     if d >= max_deliveries then
       local header = cjson.encode({id = id, reason = "delivered " .. d .. " times without being acknowledged",
@@ -54,4 +64,18 @@ for _, id in ipairs(expired) do
 end
 if requeued > 0 then redis.call("HINCRBY", stats, "reaped", requeued) end
 if killed > 0 then redis.call("HINCRBY", stats, "dead", killed) end
+if restarted > 0 then redis.call("HINCRBY", stats, "start_returned", restarted) end
+
+-- forget series buckets older than an hour (360 buckets of 10 s), a few per call
+local series = KEYS[15]
+local oldest = math.floor(now / 10000) - 360
+local trimmed = tonumber(redis.call("HGET", series, "trimmed") or "") or oldest
+local upto = math.min(oldest, trimmed + 50)
+for b = trimmed + 1, upto do
+  redis.call("HDEL", series, "a:" .. b, "e:" .. b)
+end
+if upto > trimmed or redis.call("HEXISTS", series, "trimmed") == 0 then
+  redis.call("HSET", series, "trimmed", math.max(upto, trimmed))
+end
+requeued = requeued + restarted
 return {requeued, killed}

@@ -9,6 +9,8 @@
 -- KEYS[4] deliveries  hash  request id -> deliveries so far
 -- KEYS[5] stats       hash  crawl-wide counters
 -- KEYS[6..9]          the per-domain queue: dq, domains, dstate, dconf
+-- KEYS[10] requests   hash  request id -> payload
+-- KEYS[11] start_urls list  a start entry's lease (score "start") returns here
 -- ARGV[1] node id
 -- ARGV[2] "1" if the requests were never started (undo the delivery count)
 -- ARGV[3..] lease ids
@@ -27,10 +29,17 @@ for j = 3, #ARGV do
   if info and string.sub(info, 1, #prefix) == prefix then
     local _, score, d, domain = lease_info(info)
     d = tonumber(d) or 1
+    if score == "start" then
+      local entry = redis.call("HGET", KEYS[10], id)
+      if entry then redis.call("LPUSH", KEYS[11], entry) end
+      redis.call("HDEL", KEYS[10], id)
+      d = 0
+    else
+      requeue(queue, id, score, domain, now)
+    end
     if unstarted then d = d - 1 end
     redis.call("ZREM", leases, id)
     redis.call("HDEL", leased, id)
-    requeue(queue, id, score, domain, now)
     if domain ~= "" then dq_done(domain, now) end
     if d > 0 then
       redis.call("HSET", deliveries, id, d)

@@ -1,0 +1,362 @@
+"""Scraped items into Redis, as JSON: ``RedisItemPipeline``.
+
+Turn it on with ``ITEM_PIPELINES = {"crawlplug.pipelines.RedisItemPipeline": 300}``.
+Every item (a dict, a scrapy ``Item``, a dataclass, an attrs class: whatever
+itemadapter knows) becomes one compact JSON object, appended to a Redis list
+(``RPUSH``) or a stream (``XADD``, the JSON in field ``item``), by default the
+crawl's ``crawlplug:{<crawl>}:items`` (settings ``CRAWLPLUG_ITEMS_KEY``,
+``CRAWLPLUG_ITEMS_FORMAT``, ``CRAWLPLUG_ITEMS_MAXLEN``). ``crawlplug items
+export`` writes them out as JSON lines.
+
+Values JSON has no type for are converted:
+
+* ``datetime``, ``date``, ``time``: ISO 8601 (``isoformat()``, time zone kept);
+* ``Decimal``: a string, exactly (``"19.90"``), as Scrapy's JSON feed exports do;
+* ``bytes``: text when valid UTF-8, else ``{"$base64": "..."}``;
+* ``set``, ``frozenset``, ``tuple``: lists (sets sorted when their members allow);
+* nested items (an ``Item`` inside an item): objects;
+* ``UUID``, ``Path``: strings; an ``Enum``: its value; ``timedelta``: seconds;
+* ``float`` NaN and infinities: ``null``.
+
+Anything else (an arbitrary object) makes the item fail with :class:`ItemError`,
+which Scrapy logs as an item error: an item is never stored half-converted,
+and never dropped silently.
+
+The item is in Redis when ``process_item`` returns. While Redis cannot be
+reached, the item waits (retried with backoff, the reactor free, its request
+not acknowledged: crawlplug acknowledges a request only after its items went
+through the pipelines) for up to ``CRAWLPLUG_ITEMS_RETRY`` seconds, or until
+the node is asked to stop; then the Redis error is raised and Scrapy logs it.
+An error Redis answers (a key of another type, out of memory) is raised at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import date, datetime, timedelta
+from datetime import time as dtime
+from decimal import Decimal
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+import redis
+from itemadapter import ItemAdapter
+
+from . import connection
+from .config import setting
+from .errors import ConfigError, CrawlplugError, ItemError
+from .keys import CrawlKeys, crawl_keys
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+__all__ = ["RedisItemPipeline", "count_items", "item_json", "iter_items"]
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("list", "stream")
+#: The stream field holding an item's JSON.
+STREAM_FIELD = "item"
+#: Redis errors worth waiting out: the server is unreachable, loading, or failing over.
+TRANSIENT = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+)
+_MAX_BACKOFF = 5.0
+
+
+# -- items as JSON -------------------------------------------------------------------------
+
+
+def item_json(item: Any) -> str:
+    """``item`` as one line of compact JSON (see the module docstring for conversions)."""
+    if not ItemAdapter.is_item(item):
+        raise ItemError(f"cannot store {type(item).__name__} {item!r:.200}: not an item itemadapter knows")
+    try:
+        data = ItemAdapter(item).asdict()
+        try:
+            return _dumps(data)
+        except ValueError as exc:  # NaN or infinity (allow_nan=False): store them as null
+            if "Out of range float" not in str(exc):
+                raise
+            return _dumps(_finite(data))
+    except (ItemError, ValueError, TypeError, RecursionError) as exc:
+        raise ItemError(f"cannot store {type(item).__name__} {_describe(item)}: {exc}") from None
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, default=_default, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _default(value: Any) -> Any:
+    if ItemAdapter.is_item(value):
+        return ItemAdapter(value).asdict()
+    if isinstance(value, (datetime, date, dtime)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"$base64": base64.b64encode(raw).decode("ascii")}
+    if isinstance(value, (set, frozenset)):
+        try:
+            return sorted(value)
+        except TypeError:
+            return list(value)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (uuid.UUID, PurePath)):
+        return str(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise ItemError(f"a value of type {type(value).__module__}.{type(value).__qualname__} ({value!r:.100}) has no JSON form")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities replaced by None (in lists and dicts)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _describe(item: Any) -> str:
+    adapter = ItemAdapter(item)
+    url = adapter.get("url")
+    return f"(url {url})" if isinstance(url, str) else f"with fields {sorted(map(str, adapter.field_names()))[:10]}"
+
+
+# -- the pipeline -------------------------------------------------------------------------------
+
+
+async def _reactor_sleep(seconds: float) -> None:
+    from scrapy.utils.defer import maybe_deferred_to_future
+    from twisted.internet import reactor
+    from twisted.internet.task import deferLater
+
+    await maybe_deferred_to_future(deferLater(reactor, seconds, lambda: None))
+
+
+class RedisItemPipeline:
+    """Append every item, as JSON, to a Redis list or stream."""
+
+    def __init__(
+        self,
+        crawler: Crawler | None = None,
+        *,
+        key: str | None = None,
+        fmt: str = "list",
+        maxlen: int = 0,
+        retry: float = 300.0,
+    ) -> None:
+        if fmt not in FORMATS:
+            raise ConfigError(f"CRAWLPLUG_ITEMS_FORMAT must be 'list' or 'stream', got {fmt!r}")
+        if maxlen < 0:
+            raise ConfigError(f"CRAWLPLUG_ITEMS_MAXLEN must be 0 (no limit) or more, got {maxlen}")
+        self.crawler = crawler
+        self.key_template = key
+        self.format = fmt
+        self.maxlen = maxlen
+        self.retry = retry
+        self.client: redis.Redis | None = None
+        self.key = ""
+        self._conn: connection.Connection | None = None
+        self._stop_aware = False
+        self._down_since: float | None = None
+        #: how the pipeline waits between retries (a test may give a fake clock)
+        self.sleep: Callable[[float], Awaitable[None]] = _reactor_sleep
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RedisItemPipeline:
+        s = crawler.settings
+        return cls(
+            crawler,
+            key=s.get("CRAWLPLUG_ITEMS_KEY") or s.get("REDIS_ITEMS_KEY") or None,
+            fmt=str(setting(s, "CRAWLPLUG_ITEMS_FORMAT")).strip().lower(),
+            maxlen=setting(s, "CRAWLPLUG_ITEMS_MAXLEN", "getint"),
+            retry=setting(s, "CRAWLPLUG_ITEMS_RETRY", "getfloat"),
+        )
+
+    def key_for(self, keys: CrawlKeys, spider_name: str) -> str:
+        """The items key: CRAWLPLUG_ITEMS_KEY with %(crawl)s, %(spider)s (or %(name)s) filled in."""
+        if not self.key_template:
+            return keys.items
+        try:
+            return self.key_template % {"crawl": keys.crawl, "spider": spider_name, "name": spider_name}
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ConfigError(
+                f"CRAWLPLUG_ITEMS_KEY {self.key_template!r}: only %(crawl)s and %(spider)s may be filled in ({exc})"
+            ) from None
+
+    def open_spider(self, spider: Spider | None = None) -> None:
+        assert self.crawler is not None, "build the pipeline with from_crawler, or call bind()"
+        spider = spider or self.crawler.spider
+        name = spider.name if spider is not None else self.crawler.spidercls.name
+        settings = self.crawler.settings
+        key = self.key_for(crawl_keys(settings, name), name)
+        self._conn = connection.from_settings(settings)
+        self.bind(self._conn.client, key)
+        self._stop_aware = bool(getattr(self.crawler, "crawling", False))
+        logger.info("crawlplug: items go to the Redis %s %s", self.format, key)
+
+    def bind(self, client: redis.Redis, key: str) -> None:
+        """Store into ``key`` on ``client`` (``open_spider`` does this)."""
+        self.client, self.key = client, key
+
+    def close_spider(self, spider: Spider | None = None) -> None:
+        if self._conn is not None:
+            self._conn.client.close()
+
+    def process_item(self, item: Any, spider: Spider | None = None) -> Any:
+        data = item_json(item)  # ItemError: Scrapy logs the item as failed
+        try:
+            self.store(data)
+        except TRANSIENT as exc:
+            if self.retry <= 0:
+                self._inc("crawlplug/items_failed")
+                raise
+            return self._wait_and_store(item, data, exc)  # Scrapy awaits it
+        self._inc("crawlplug/items_stored")
+        return item
+
+    def store(self, data: str) -> None:
+        """Append one item's JSON to the key (one round trip)."""
+        assert self.client is not None, "the pipeline is not open"
+        if self.format == "stream":
+            self.client.xadd(self.key, {STREAM_FIELD: data}, maxlen=self.maxlen or None, approximate=True)
+        elif self.maxlen:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.rpush(self.key, data)
+            pipe.ltrim(self.key, -self.maxlen, -1)
+            pipe.execute()
+        else:
+            self.client.rpush(self.key, data)
+
+    async def _wait_and_store(self, item: Any, data: str, exc: Exception) -> Any:
+        started = time.monotonic()
+        if self._down_since is None:
+            self._down_since = started
+            logger.warning(
+                "crawlplug: cannot store items in Redis (%s); they wait up to %ss, "
+                "their requests stay unacknowledged",
+                exc, self.retry,
+            )  # fmt: skip
+        delay = 0.1
+        while True:
+            if time.monotonic() - started + delay > self.retry or self._stopping():
+                self._inc("crawlplug/items_failed")
+                logger.error(
+                    "crawlplug: gave up storing an item after %.1fs: Redis still fails (%s)",
+                    time.monotonic() - started, exc,
+                )  # fmt: skip
+                raise exc
+            await self.sleep(delay)
+            delay = min(delay * 2, _MAX_BACKOFF)
+            self._inc("crawlplug/items_retried")
+            try:
+                self.store(data)
+            except TRANSIENT as again:
+                exc = again
+                continue
+            if self._down_since is not None:
+                logger.info("crawlplug: items reach Redis again after %.1fs", time.monotonic() - self._down_since)
+                self._down_since = None
+            self._inc("crawlplug/items_stored")
+            return item
+
+    def _stopping(self) -> bool:
+        """The node was asked to stop: give up rather than hold its shutdown."""
+        return self._stop_aware and self.crawler is not None and not self.crawler.crawling
+
+    def _inc(self, key: str) -> None:
+        stats = getattr(self.crawler, "stats", None)
+        if stats is not None:
+            stats.inc_value(key)
+
+
+# -- reading them back (crawlplug items) -----------------------------------------------------------
+
+
+def _kind(client: redis.Redis, key: str) -> str:
+    kind = client.type(key)
+    kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+    if kind not in ("list", "stream", "none"):
+        raise CrawlplugError(f"{key} is a Redis {kind}, not a list or stream of items")
+    return kind
+
+
+def count_items(client: redis.Redis, key: str) -> tuple[str, int]:
+    """(``"list"``, ``"stream"`` or ``"none"``, number of items) of ``key``."""
+    kind = _kind(client, key)
+    if kind == "list":
+        return kind, int(client.llen(key))
+    if kind == "stream":
+        return kind, int(client.xlen(key))
+    return kind, 0
+
+
+def iter_items(client: redis.Redis, key: str, *, limit: int = 0, chunk: int = 1000) -> Iterator[bytes]:
+    """The items of ``key``, oldest first, as JSON bytes; at most ``limit`` (0: all).
+
+    Lists are read with LRANGE and streams with XRANGE, ``chunk`` entries per
+    round trip. A stream entry without an ``item`` field is given as the JSON
+    object of its fields.
+    """
+    if chunk < 1:
+        raise ValueError("chunk must be at least 1")
+    kind = _kind(client, key)
+    left = limit if limit > 0 else None
+    if kind == "list":
+        start = 0
+        while left is None or left > 0:
+            n = chunk if left is None else min(chunk, left)
+            rows = client.lrange(key, start, start + n - 1)
+            yield from rows
+            start += len(rows)
+            if left is not None:
+                left -= len(rows)
+            if len(rows) < n:
+                return
+    elif kind == "stream":
+        start = "-"
+        field = STREAM_FIELD.encode()
+        while left is None or left > 0:
+            n = chunk if left is None else min(chunk, left)
+            rows = client.xrange(key, start, "+", count=n)
+            for _, fields in rows:
+                yield fields[field] if field in fields else json.dumps(
+                    {_text(k): _text(v) for k, v in fields.items()}, ensure_ascii=False
+                ).encode()
+            if left is not None:
+                left -= len(rows)
+            if len(rows) < n:
+                return
+            last = _text(rows[-1][0])
+            ms, _, seq = last.partition("-")
+            start = f"{ms}-{int(seq) + 1}"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value

@@ -1,0 +1,206 @@
+"""Start entries: what operators push into a crawl's ``start_urls`` key.
+
+An entry is one line of text, either a plain URL or a JSON object::
+
+    https://example.com/
+    {"url": "https://example.com/search", "method": "POST", "body": "q=1",
+     "headers": {"Content-Type": "application/x-www-form-urlencoded"},
+     "meta": {"job": 7}, "priority": 5, "callback": "parse_search",
+     "cb_kwargs": {"page": 1}, "dont_filter": false}
+
+scrapy-redis's JSON format is accepted as well: keys other than the ones
+above are form fields (``FormRequest(formdata=...)``), as scrapy-redis does.
+A start entry is crawled even if its URL was seen before (``dont_filter``
+defaults to true, as for Scrapy's own start URLs), unless it says otherwise.
+
+:func:`parse` validates an entry without a spider (``crawlplug push`` uses
+it); :func:`build` turns it into requests for a spider. Both raise
+:class:`~crawlplug.errors.DecodeError` with the reason, and nothing else.
+Nothing in an entry is imported or executed: a callback is a method *name*
+looked up on the running spider.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrapy import FormRequest, Request, Spider
+from w3lib.url import safe_url_string
+
+from .errors import DecodeError
+from .serializers import URL_SCHEMES, _spider_method
+
+#: Longest entry accepted (a URL, or a JSON request with a small body).
+MAX_ENTRY_BYTES = 1 << 20
+
+KNOWN_KEYS = frozenset({
+    "url", "method", "headers", "body", "meta", "priority", "callback", "errback", "cb_kwargs",
+    "dont_filter", "formdata", "encoding",
+})  # fmt: skip
+
+
+@dataclass
+class StartEntry:
+    url: str
+    method: str = "GET"
+    headers: dict[str, list[str]] = field(default_factory=dict)
+    body: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    callback: str | None = None
+    errback: str | None = None
+    cb_kwargs: dict[str, Any] = field(default_factory=dict)
+    dont_filter: bool = True
+    formdata: dict[str, Any] | None = None
+    encoding: str = "utf-8"
+
+
+def _check_url(url: Any) -> str:
+    if not isinstance(url, str) or not url.strip():
+        raise DecodeError(f"url must be a non-empty string, got {url!r:.200}")
+    url = url.strip()
+    if any(c in url for c in "\r\n\t ") and not url.startswith(("http://", "https://")):
+        raise DecodeError(f"not a URL: {url!r:.200}")
+    scheme, sep, rest = url.partition(":")
+    if not sep:
+        raise DecodeError(f"URL has no scheme (http:// or https://): {url!r:.200}")
+    if scheme.lower() not in URL_SCHEMES:
+        raise DecodeError(f"URL scheme {scheme!r:.40} is not crawlable (http or https only): {url!r:.200}")
+    if not rest.startswith("//") or not rest[2:].split("/", 1)[0].split("?", 1)[0].strip("@:"):
+        raise DecodeError(f"URL has no host: {url!r:.200}")
+    try:
+        return safe_url_string(url)
+    except (ValueError, UnicodeError) as exc:
+        raise DecodeError(f"malformed URL {url!r:.200}: {exc}") from None
+
+
+def _check_name(value: Any, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isidentifier() or value.startswith("__"):
+        raise DecodeError(f"{what} must be a spider method name, got {value!r:.100}")
+    return value
+
+
+def _check_json_dict(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DecodeError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def parse(data: bytes | str) -> StartEntry:
+    """Validate one entry (plain URL or JSON object); :class:`DecodeError` says what is wrong."""
+    if isinstance(data, bytes):
+        if len(data) > MAX_ENTRY_BYTES:
+            raise DecodeError(f"entry of {len(data)} bytes is larger than {MAX_ENTRY_BYTES}")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DecodeError("entry is not UTF-8 text") from None
+    elif isinstance(data, str):
+        text = data
+        if len(text) > MAX_ENTRY_BYTES:
+            raise DecodeError(f"entry of {len(text)} characters is larger than {MAX_ENTRY_BYTES}")
+    else:
+        raise DecodeError(f"entry must be text, got {type(data).__name__}")
+    text = text.strip()
+    if not text:
+        raise DecodeError("empty entry")
+    if not text.startswith("{"):
+        if "\n" in text:
+            raise DecodeError("a plain entry must be one URL on one line")
+        return StartEntry(url=_check_url(text))
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise DecodeError(f"not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise DecodeError("a JSON entry must be an object")
+    entry = StartEntry(url=_check_url(obj.get("url")))
+    method = obj.get("method", "GET")
+    if not isinstance(method, str) or not method.isalpha() or len(method) > 20:
+        raise DecodeError(f"method must be an HTTP method name, got {method!r:.40}")
+    entry.method = method.upper()
+    headers = _check_json_dict(obj.get("headers"), "headers")
+    for name, value in headers.items():
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in values):
+            raise DecodeError(f"header {name!r:.60} must be a string or a list of strings")
+        entry.headers[name] = values
+    body = obj.get("body")
+    if body is not None and not isinstance(body, str):
+        raise DecodeError("body must be a string")
+    entry.body = body
+    entry.meta = _check_json_dict(obj.get("meta"), "meta")
+    priority = obj.get("priority", 0)
+    if type(priority) is not int:
+        raise DecodeError(f"priority must be an integer, got {priority!r:.40}")
+    entry.priority = priority
+    entry.callback = _check_name(obj.get("callback"), "callback")
+    entry.errback = _check_name(obj.get("errback"), "errback")
+    entry.cb_kwargs = _check_json_dict(obj.get("cb_kwargs"), "cb_kwargs")
+    dont_filter = obj.get("dont_filter", True)
+    if not isinstance(dont_filter, bool):
+        raise DecodeError("dont_filter must be true or false")
+    entry.dont_filter = dont_filter
+    encoding = obj.get("encoding", "utf-8")
+    if not isinstance(encoding, str):
+        raise DecodeError("encoding must be a string")
+    entry.encoding = encoding
+    formdata = _check_json_dict(obj.get("formdata"), "formdata")
+    # scrapy-redis: every other key is a form field
+    formdata.update({k: v for k, v in obj.items() if k not in KNOWN_KEYS})
+    if formdata:
+        for name, value in formdata.items():
+            if not isinstance(value, (str, int, float)) and not (
+                isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value)
+            ):
+                raise DecodeError(f"form field {name!r:.60} must be text, a number or a list of them")
+        entry.formdata = formdata
+    return entry
+
+
+def build(entry: StartEntry, spider: Spider | None) -> Request:
+    """The request an entry asks for, callbacks resolved on ``spider``."""
+    kwargs: dict[str, Any] = {
+        "method": entry.method,
+        "headers": entry.headers or None,
+        "meta": dict(entry.meta),
+        "priority": entry.priority,
+        "dont_filter": entry.dont_filter,
+        "cb_kwargs": dict(entry.cb_kwargs),
+        "encoding": entry.encoding,
+    }
+    for key in ("callback", "errback"):
+        name = getattr(entry, key)
+        if name is not None:
+            kwargs[key] = _spider_method(spider, name, key)
+    try:
+        if entry.formdata is not None:
+            if entry.body is not None:
+                raise DecodeError("an entry cannot have both a body and form fields")
+            return FormRequest(entry.url, formdata=entry.formdata, **kwargs)
+        if entry.body is not None:
+            kwargs["body"] = entry.body
+        return Request(entry.url, **kwargs)
+    except (TypeError, ValueError, LookupError) as exc:
+        raise DecodeError(f"entry does not make a valid request: {exc}") from None
+
+
+def to_line(entry: StartEntry) -> str:
+    """The canonical one-line form stored in Redis (a plain URL when that says it all)."""
+    plain = StartEntry(url=entry.url)
+    if entry == plain:
+        return entry.url
+    out: dict[str, Any] = {"url": entry.url}
+    defaults = StartEntry(url=entry.url)
+    for key in ("method", "headers", "body", "meta", "priority", "callback", "errback", "cb_kwargs",
+                "dont_filter", "formdata", "encoding"):  # fmt: skip
+        value = getattr(entry, key)
+        if value != getattr(defaults, key):
+            out[key] = value
+    return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
