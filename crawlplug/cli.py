@@ -512,9 +512,12 @@ def embedded_url() -> None:
     click.echo(url)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-
 # commands defined in their own modules register themselves on `main`
-from . import cli_feed  # noqa: E402, F401
+from . import cli_feed, cli_items  # noqa: E402, F401
+
+if __name__ == "__main__":  # pragma: no cover
+    # run as `python -m crawlplug.cli`: the commands registered themselves on the
+    # group of the imported module crawlplug.cli, not on this __main__ copy
+    from crawlplug.cli import main as _main
+
+    sys.exit(_main())

@@ -7,7 +7,7 @@
 Thin commands over :func:`crawlplug.pipelines.count_items` and
 :func:`~crawlplug.pipelines.iter_items`; ``--redis-url`` and ``--crawl`` as
 for every ``crawlplug`` command. Importing this module adds the group to
-``crawlplug.cli.main`` (cli.py imports it at its end).
+``crawlplug.cli.main`` (cli.py imports it at its end: ``from . import cli_items``).
 """
 
 from __future__ import annotations

@@ -67,6 +67,8 @@ class Leased:
     id: str
     payload: bytes
     deliveries: int
+    #: what to report to Redis about it (per-domain queue): "s" sent, "r" download ended
+    report: str = ""
 
 
 @dataclass
@@ -132,8 +134,12 @@ class Frontier:
             *k.domain_keys(), k.series, *self.dedup.extra_keys(k),
         ]  # fmt: skip
 
-    def _admit_args(self, items: Sequence[Admission], acks: Sequence[str]) -> list[Any]:
-        args: list[Any] = [self.dedup.mode, self.node_id, self.dedup.param(), len(acks), *acks]
+    def _admit_args(
+        self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = ()
+    ) -> list[Any]:
+        args: list[Any] = [self.dedup.mode, self.node_id, self.dedup.param(), len(acks), *acks, len(events)]
+        for lease_id, kind in events:
+            args += [lease_id, kind]
         for item in items:
             args += [item[0], item[1], item[2], item[3] if len(item) > 3 else ""]
         return args
@@ -153,7 +159,9 @@ class Frontier:
         self.dedup.observe(_text(raw[3]))
         return AdmitResult(_text(raw[0]), int(raw[1]), int(raw[2]))
 
-    def admit(self, items: Sequence[Admission], acks: Sequence[str] = ()) -> AdmitResult:
+    def admit(
+        self, items: Sequence[Admission], acks: Sequence[str] = (), events: Sequence[tuple[str, str]] = ()
+    ) -> AdmitResult:
         """Store new requests (deduplicated) and ack finished leases, atomically.
 
         An item is (dedup argument, score, payload); the dedup argument comes
@@ -164,7 +172,7 @@ class Frontier:
         stale_rounds = 0
         while True:
             rest = items[len(done):]
-            raw = self.scripts.admit(keys=self._admit_keys(), args=self._admit_args(rest, acks))
+            raw = self.scripts.admit(keys=self._admit_keys(), args=self._admit_args(rest, acks, events))
             result = self._result(raw)
             if isinstance(result, AdmitResult):
                 result.flags = done + result.flags
@@ -184,25 +192,28 @@ class Frontier:
         return self._leased(raw)
 
     def _leased(self, raw: Sequence[Any]) -> list[Leased]:
-        if len(raw) % 3 == 1:  # the per-domain queue says when its next domain is ready
-            self.next_ready_ms = int(raw[-1])
-            raw = raw[:-1]
-        return _leased(raw)
+        if getattr(self.queue, "order", None) != "domain":
+            return _leased(raw)
+        # the per-domain queue: a report flag per request, and when its next domain is ready
+        self.next_ready_ms = int(raw[-1])
+        return [
+            Leased(_text(raw[i]), raw[i + 1], int(raw[i + 2]), _text(raw[i + 3])) for i in range(0, len(raw) - 1, 4)
+        ]
 
     def admit_and_pop(
-        self, items: Sequence[Admission], acks: Sequence[str], n: int
+        self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
     ) -> tuple[AdmitResult | None, list[Leased]]:
         """:meth:`admit` then :meth:`pop`, in one round trip."""
-        if not items and not acks:
+        if not items and not acks and not events:
             return None, self.pop(n)
         admitted, raw = self.scripts.pipelined([
-            ("admit", self._admit_keys(), self._admit_args(items, acks)),
+            ("admit", self._admit_keys(), self._admit_args(items, acks, events)),
             ("pop", self._pop_keys, [self.node_id, n, self.lease_ms, self.queue.order]),
         ])
         result = self._result(admitted)
         if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish the batch alone
             done = result or ""
-            result = self.admit(items[len(done):], acks)
+            result = self.admit(items[len(done):], acks, events)
             result.flags = done + result.flags
         return result, self._leased(raw)
 

@@ -322,7 +322,9 @@ def iter_items(client: redis.Redis, key: str, *, limit: int = 0, chunk: int = 10
 
     Lists are read with LRANGE and streams with XRANGE, ``chunk`` entries per
     round trip. A stream entry without an ``item`` field is given as the JSON
-    object of its fields.
+    object of its fields. Items appended meanwhile are read too; a list that is
+    trimmed (CRAWLPLUG_ITEMS_MAXLEN) or consumed (LPOP) meanwhile shifts under
+    the reader, which may then skip or repeat a few items (a stream does not).
     """
     if chunk < 1:
         raise ValueError("chunk must be at least 1")

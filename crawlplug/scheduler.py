@@ -40,7 +40,7 @@ from .dupefilters import RedisSetDupeFilter
 from .errors import ConfigError, DecodeError, RedisUnavailable, SerializationError
 from .frontier import Admission, Domains, Frontier, Leased, process_node_id
 from .keys import CrawlKeys
-from .leases import LeaseBook, Termination
+from .leases import LEASE_META, LeaseBook, Termination
 from .queues import BaseQueue, domain_limits, load_queue_class
 from .seeds import Seeds
 from .serializers import get_serializer
@@ -95,6 +95,8 @@ class Scheduler(BaseScheduler):
         self._started = time.time()
         self._acked_total = 0
         self._wake_call: Any = None
+        self._events: list[tuple[str, str]] = []  # (lease id, "s"/"r") for the per-domain queue
+        self._reports: dict[str, tuple[Request, str]] = {}  # lease id -> (request, reports still due)
         self._start_leases: set[str] = set()  # start entries taken, their requests not yet stored
         self._start_waiting = False  # RedisSpider.start() is waiting for entries
         self._pages: deque[tuple[float, int]] = deque()  # (time, acked total), for pages/min
@@ -187,6 +189,8 @@ class Scheduler(BaseScheduler):
             self.domains = Domains(self.conn.client, keys)
             # "key": how hosts map to domains, for tools that requeue (crawlplug dead requeue)
             self.domains.configure({**domain_limits(self.crawler.settings), "key": self.queue.key})
+            self.crawler.signals.connect(self._on_sent, signal=signals.request_reached_downloader)
+            self.crawler.signals.connect(self._on_downloaded, signal=signals.request_left_downloader)
             if self.crawler.settings.getbool("ROBOTSTXT_OBEY") and hasattr(signals, "robots_parsed"):
                 self.crawler.signals.connect(self._on_robots, signal=signals.robots_parsed)
 
@@ -257,7 +261,7 @@ class Scheduler(BaseScheduler):
 
     # -- Scheduler interface ------------------------------------------------------
     def has_pending_requests(self) -> bool:
-        return bool(self._prefetched or self._buffer or self._acks)
+        return bool(self._prefetched or self._buffer or self._acks or self._events)
 
     def enqueue_request(self, request: Request) -> bool:
         arg = b""
@@ -313,6 +317,8 @@ class Scheduler(BaseScheduler):
                 self._dead_letter(leased, str(exc))
                 continue
             self.book.take(leased.id, request)
+            if leased.report:
+                self._reports[leased.id] = (request, leased.report)
             self._idle = False
             self._inc("scheduler/dequeued/redis")
             self._inc("scheduler/dequeued")
@@ -355,13 +361,45 @@ class Scheduler(BaseScheduler):
         # acks this request and leases the next one in one round trip. The tick
         # flushes what waits longer than CRAWLPLUG_FLUSH_INTERVAL.
         self._acks.append(lease_id)
+        self._reports.pop(lease_id, None)
+        if self._domains:
+            # its domain may have room again: ask Redis at the next engine call
+            self._nothing_until = 0.0
+            enginehooks.wake(self.crawler)
+
+    def _report(self, request: Request, kind: str) -> bool:
+        """Queue a report on a per-domain-queue request this node leased; False if none was due."""
+        lease_id = request.meta.get(LEASE_META)
+        entry = self._reports.get(lease_id) if lease_id is not None else None
+        if entry is None or entry[0] is not request or kind not in entry[1]:
+            return False  # not ours, a copy (redirect, retry), or already reported
+        left = entry[1].replace(kind, "")
+        if left:
+            self._reports[lease_id] = (request, left)
+        else:
+            del self._reports[lease_id]
+        if not (self._buffer or self._acks or self._events):
+            self._buffer_since = time.monotonic()
+        self._events.append((lease_id, kind))
+        return True
+
+    def _on_sent(self, request: Request, spider: Spider) -> None:
+        """A request of a domain with a delay goes out: its domain's delay starts now, crawl-wide."""
+        if self._report(request, "s"):
+            self._flush()  # the other nodes wait for this
+
+    def _on_downloaded(self, request: Request, spider: Spider) -> None:
+        """A download ended: the domain's concurrency slot is free (sent with the next call)."""
+        if self._report(request, "r"):
+            self._nothing_until = 0.0
+            enginehooks.wake(self.crawler)
 
     def _flush(self, pop: int = 0) -> None:
         """Admit the buffer, ack finished leases and (if ``pop``) lease more: one round trip."""
         assert self.frontier is not None
-        if not (self._buffer or self._acks or pop):
+        if not (self._buffer or self._acks or self._events or pop):
             return
-        batch, acks = self._buffer, self._acks
+        batch, acks, events = self._buffer, self._acks, self._events
         if acks:
             for error in enginehooks.flush_feeds(self.crawler):
                 self._log_once(f"feedflush:{error}", logging.WARNING,
@@ -369,14 +407,14 @@ class Scheduler(BaseScheduler):
         items: list[Admission] = [(fp, score, payload, domain) for _, fp, score, payload, domain in batch]
         try:
             if pop:
-                result, leased = self.frontier.admit_and_pop(items, acks, pop)
+                result, leased = self.frontier.admit_and_pop(items, acks, pop, events)
             else:
-                result, leased = self.frontier.admit(items, acks), []
+                result, leased = self.frontier.admit(items, acks, events), []
         except redis.RedisError as exc:
             self._redis_error(exc)
             return
         self._redis_ok()
-        self._buffer, self._acks = [], []
+        self._buffer, self._acks, self._events = [], [], []
         if result is not None:
             self._account(batch, result)
         if leased:
@@ -445,6 +483,8 @@ class Scheduler(BaseScheduler):
                 lost_set = set(lost)
                 self._prefetched = deque(x for x in self._prefetched if x.id not in lost_set)
                 self._start_leases -= lost_set
+                for lease_id in lost_set:
+                    self._reports.pop(lease_id, None)
                 self.book.forget(lost)
                 self._inc("crawlplug/lost_leases", len(lost))
                 logger.warning(
@@ -595,7 +635,7 @@ class Scheduler(BaseScheduler):
             return
         try:
             now = time.monotonic()
-            if (self._buffer or self._acks) and now - self._buffer_since >= self.config.flush_interval:
+            if (self._buffer or self._acks or self._events) and now - self._buffer_since >= self.config.flush_interval:
                 self._flush()
             if self._idle and not self.has_pending_requests() and now - self._last_poll >= self.config.poll_interval:
                 self._last_poll = now

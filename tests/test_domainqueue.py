@@ -42,30 +42,90 @@ def payloads(leased: list) -> list[str]:
     return [x.payload.decode() for x in leased]
 
 
+def pop_sent(frontier: Frontier, n: int) -> list:
+    """Pop, and report at once that every request that must say so was sent (a node
+    whose requests leave immediately)."""
+    leased = frontier.pop(n)
+    sent = [(x.id, "s") for x in leased if "s" in x.report]
+    if sent:
+        frontier.admit([], events=sent)
+    return leased
+
+
 def test_priority_order_then_oldest_first_inside_a_domain(frontier, domains):
     domains.configure({"s:*": "0 0"})
     admit(frontier, "a.test", ["low1", "low2"], priority=0)
     admit(frontier, "a.test", ["high"], priority=10)
     admit(frontier, "a.test", ["neg"], priority=-5)
     admit(frontier, "a.test", ["low3"], priority=0)
-    assert payloads(frontier.pop(10)) == ["a.test/high", "a.test/low1", "a.test/low2", "a.test/low3", "a.test/neg"]
+    assert payloads(pop_sent(frontier, 10)) == ["a.test/high"]  # a new domain's first request goes alone
+    assert payloads(pop_sent(frontier, 10)) == ["a.test/low1", "a.test/low2", "a.test/low3", "a.test/neg"]
+
+
+def test_a_new_domain_waits_for_its_first_request_to_be_sent(frontier, domains):
+    """robots.txt is fetched before a domain's first request leaves: its Crawl-delay
+    must be known before a second request of the domain is handed out."""
+    domains.configure({"s:*": "0 0"})
+    admit(frontier, "new.test", ["1", "2", "3"])
+    first = frontier.pop(10)
+    assert payloads(first) == ["new.test/1"]
+    assert first[0].report == "s"
+    assert frontier.pop(10) == []
+    domains.configure({"r:new.test": "60000 -"})  # what robots.txt said meanwhile
+    frontier.admit([], events=[(first[0].id, "s")])
+    assert frontier.pop(10) == []
+    assert frontier.next_ready_ms > 50_000
 
 
 def test_a_domain_waits_its_delay_between_two_requests_whichever_node_asks(r, frontier, domains):
     domains.configure({"s:*": "1500 0"})
     admit(frontier, "slow.test", ["1", "2", "3"])
     other = Frontier(r, K, queue=DomainQueue(), node_id="node-b")
-    assert payloads(frontier.pop(10)) == ["slow.test/1"]  # one request per delay, however many asked
+    first = frontier.pop(10)
+    assert payloads(first) == ["slow.test/1"]  # one request per delay, however many asked
+    assert first[0].report == "sr"  # the node must say when it is sent and when it is done
     assert other.pop(10) == []  # another node is held back as well
-    assert 0 < other.next_ready_ms <= 1500
+    assert other.next_ready_ms == -1  # until the first request is sent, the delay has not started
+    time.sleep(0.3)  # e.g. robots.txt is fetched first: the wait does not eat into the delay
+    assert other.pop(10) == []
+    frontier.admit([], events=[(first[0].id, "s")])
+    assert other.pop(10) == []
+    assert 1000 < other.next_ready_ms <= 1500
     time.sleep(other.next_ready_ms / 1000 + 0.05)
     assert payloads(other.pop(10)) == ["slow.test/2"]
+
+
+def test_a_request_leased_but_never_sent_does_not_hold_its_domain(frontier, domains):
+    domains.configure({"s:*": "60000 0"})
+    admit(frontier, "x.test", ["1", "2"])
+    first = frontier.pop(5)
+    assert frontier.pop(5) == []
+    frontier.admit([], acks=[first[0].id])  # dropped before download (robots.txt, a middleware)
+    assert payloads(frontier.pop(5)) == ["x.test/2"]
+
+
+def test_a_finished_download_frees_its_concurrency_slot_before_the_callback_ends(frontier, domains, r):
+    domains.configure({"s:*": "0 1"})
+    admit(frontier, "f.test", ["1", "2", "3"])
+    first = frontier.pop(5)
+    assert [x.report for x in first] == ["sr"]
+    frontier.admit([], events=[(first[0].id, "s")])
+    assert frontier.pop(5) == []
+    frontier.admit([], events=[(first[0].id, "r")])  # downloaded; its callback still runs
+    second = frontier.pop(5)
+    assert payloads(second) == ["f.test/2"]
+    assert second[0].report == "r"
+    frontier.admit([], events=[(first[0].id, "r")])  # a repeated report changes nothing
+    assert frontier.pop(5) == []
+    frontier.admit([], acks=[first[0].id])  # the ack of a freed lease frees nothing more
+    assert frontier.pop(5) == []
+    assert r.hget(K.dstate, "b:f.test") == b"1"
 
 
 def test_concurrency_counts_leases_until_acked_released_or_dead(frontier, domains, r):
     domains.configure({"s:*": "0 2"})
     admit(frontier, "c.test", [str(i) for i in range(6)])
-    first = frontier.pop(10)
+    first = pop_sent(frontier, 10) + pop_sent(frontier, 10)
     assert len(first) == 2
     assert frontier.pop(10) == []
     assert r.zscore(K.domains, "c.test") == float("inf")  # parked, not polled
@@ -107,7 +167,7 @@ def test_a_big_domain_does_not_starve_small_ones(frontier, domains):
         admit(frontier, d, [str(i) for i in range(5)])
     taken: list[str] = []
     for _ in range(6):
-        taken += payloads(frontier.pop(10))
+        taken += payloads(pop_sent(frontier, 10))
     assert len(taken) == 60
     for d in small:
         assert sum(1 for p in taken if p.startswith(d + "/")) == 5, (d, taken)
@@ -116,13 +176,16 @@ def test_a_big_domain_does_not_starve_small_ones(frontier, domains):
 def test_one_domain_alone_fills_a_whole_batch(frontier, domains):
     domains.configure({"s:*": "0 0"})
     admit(frontier, "only.test", [str(i) for i in range(50)])
+    assert len(pop_sent(frontier, 32)) == 1  # its first request, alone
     assert len(frontier.pop(32)) == 32
 
 
 def test_operator_overrides_take_effect_at_once_and_win_over_settings(frontier, domains):
     domains.configure({"s:*": "60000 0"})
     admit(frontier, "o.test", ["1", "2", "3"])
-    assert len(frontier.pop(5)) == 1
+    sent = frontier.pop(5)
+    assert len(sent) == 1
+    frontier.admit([], events=[(sent[0].id, "s")])
     assert frontier.pop(5) == []
     assert frontier.next_ready_ms > 50_000
     domains.configure({"o:o.test": "0 -"})  # the operator: no delay for o.test
@@ -146,9 +209,10 @@ def test_robots_crawl_delay_lengthens_the_default_on_redis(frontier, domains):
     domains.configure({"s:*": "0 0", "r:r.test": "1500 -"})
     admit(frontier, "r.test", ["1", "2"])
     admit(frontier, "free.test", ["1", "2"])
-    got = payloads(frontier.pop(10))
-    assert sorted(got) == ["free.test/1", "free.test/2", "r.test/1"]
-    assert 0 < frontier.next_ready_ms <= 1500
+    assert sorted(payloads(pop_sent(frontier, 10))) == ["free.test/1", "r.test/1"]
+    assert payloads(pop_sent(frontier, 10)) == ["free.test/2"]
+    assert frontier.pop(10) == []
+    assert 1000 < frontier.next_ready_ms <= 1500
 
 
 def test_ten_thousand_domains_pop_from_distinct_domains(frontier, domains, r):

@@ -27,6 +27,9 @@
 --         0 = none> <generation expected> <key expiry ms, 0 = none>", then per
 --         filter "<m>,<k>,<capacity>,<chunks>,<chunk bits>;..." for its layers
 -- ARGV[4] A = number of lease ids to acknowledge, then ARGV[5 .. 4+A] the ids
+-- then E = number of lease events, then E pairs (lease id, kind): what the
+-- node saw happen to its requests of the per-domain queue, "s" sent, "r"
+-- download ended (see dq_event in domains.lua); repeating one is harmless
 -- then, per request, four arguments: dedup key ("" = dont_filter), score,
 -- payload (an empty payload only records the fingerprint: a dupefilter used
 -- on its own), domain ("" = the plain queue, else the per-domain queue). The dedup key is the raw fingerprint ("set"), "<ttl ms>:<raw
@@ -206,7 +209,8 @@ end
 
 local flags = {}
 local admitted, filtered = 0, 0
-local i = 5 + nacks
+local nevents = tonumber(ARGV[5 + nacks])
+local i = 6 + nacks + 2 * nevents
 local partial = false
 local dq_now
 while i + 3 <= #ARGV do
@@ -249,6 +253,14 @@ end
 
 local acked, stale = 0, 0
 local owner_prefix = node .. "|"
+for e = 6 + nacks, 5 + nacks + 2 * nevents, 2 do
+  local id = ARGV[e]
+  local info = redis.call("HGET", leased, id)
+  if info and string.sub(info, 1, #owner_prefix) == owner_prefix then
+    dq_now = dq_now or redis_now_ms()
+    dq_event(leased, id, info, ARGV[e + 1], dq_now)
+  end
+end
 if partial then nacks = 0 end -- parents are acked only once all their children are stored
 for a = 5, 4 + nacks do
   local id = ARGV[a]
@@ -258,10 +270,10 @@ for a = 5, 4 + nacks do
     redis.call("HDEL", leased, id)
     redis.call("HDEL", requests, id)
     redis.call("HDEL", deliveries, id)
-    local _, _, _, domain = lease_info(info)
+    local _, _, _, domain, freed = lease_info(info)
     if domain ~= "" then
       dq_now = dq_now or redis_now_ms()
-      dq_done(domain, dq_now)
+      dq_end(domain, id, freed, dq_now)
     end
     acked = acked + 1
   elseif not info and redis.call("ZREM", queue, id) == 1 then

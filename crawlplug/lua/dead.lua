@@ -29,8 +29,8 @@ redis.call("HDEL", leased, id)
 redis.call("HDEL", requests, id)
 redis.call("HDEL", deliveries, id)
 redis.call("HINCRBY", stats, "dead", 1)
-local _, _, _, domain = lease_info(info)
+local _, _, _, domain, freed = lease_info(info)
 if domain ~= "" then
-  dq_done(domain, redis_now_ms())
+  dq_end(domain, id, freed, redis_now_ms())
 end
 return 1

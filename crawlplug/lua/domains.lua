@@ -10,9 +10,14 @@
 -- domains  zset domain -> time (ms) its next request may start. Holds every
 --          domain with queued requests; "+inf" while the domain has all the
 --          concurrency it may use in flight (it is woken when a lease ends).
--- dstate   hash "b:<domain>" -> its requests leased now (acked, released,
---          reaped or dead-lettered: the count goes down); "l:<domain>" ->
---          when its last request was leased (ms, Redis clock)
+-- dstate   hash "b:<domain>" -> its requests in flight: leased and not yet
+--          downloaded (the node reports the end of a download, or the
+--          lease ends: acked, released, reaped, dead-lettered);
+--          "l:<domain>" -> when its last request was sent (ms, Redis clock);
+--          "p:<domain>" -> the lease whose request is leased but not yet
+--          sent: a domain with a delay waits for it, so the delay counts
+--          from the moment the request really leaves (after robots.txt,
+--          local queues), not from the lease
 -- dconf    hash "<source>:<domain>" -> "<delay ms> <concurrency>", "-" for
 --          unset; source "o" = the operator at runtime, "s" = the nodes'
 --          settings, "r" = robots.txt Crawl-delay; domain "*" = the default
@@ -71,9 +76,9 @@ end
 local function dq_wake(domain, now)
   local current = redis.call("ZSCORE", D.domains, domain)
   local delay, conc = dq_limits(domain)
-  local state = redis.call("HMGET", D.state, "b:" .. domain, "l:" .. domain)
+  local state = redis.call("HMGET", D.state, "b:" .. domain, "l:" .. domain, "p:" .. domain)
   local busy = tonumber(state[1]) or 0
-  if conc > 0 and busy >= conc then
+  if (conc > 0 and busy >= conc) or state[3] then
     if current and current ~= "inf" then redis.call("ZADD", D.domains, "+inf", domain) end
     return
   end
@@ -100,10 +105,40 @@ local function dq_done(domain, now)
   dq_wake(domain, now)
 end
 
--- "node|score|deliveries" (plain queues) or "node|score|deliveries|domain"
+-- "node|score|deliveries" (plain queues) or "node|score|deliveries|domain",
+-- plus "|f" once its download ended (it no longer counts as in flight)
 local function lease_info(info)
-  local node, score, d, domain = string.match(info or "", "^([^|]*)|([^|]*)|(%d+)|?([^|]*)$")
-  return node, score, d, domain or ""
+  local node, score, d, domain, freed = string.match(info or "", "^([^|]*)|([^|]*)|(%d+)|?([^|]*)|?(f?)$")
+  return node, score, d, domain or "", freed or ""
+end
+
+-- a lease of domain ended (acked, released, reaped or dead-lettered)
+local function dq_end(domain, id, freed, now)
+  if redis.call("HGET", D.state, "p:" .. domain) == id then
+    redis.call("HDEL", D.state, "p:" .. domain) -- never sent: the domain need not wait for it
+  end
+  if freed == "f" then
+    dq_wake(domain, now)
+  else
+    dq_done(domain, now)
+  end
+end
+
+-- the node reports on a lease of domain: "s" its request was sent (the
+-- delay counts from now), "r" its download ended (no longer in flight)
+local function dq_event(leased, id, info, kind, now)
+  local _, _, _, domain, freed = lease_info(info)
+  if domain == "" then return end
+  if kind == "s" then
+    if redis.call("HGET", D.state, "p:" .. domain) == id then
+      redis.call("HDEL", D.state, "p:" .. domain)
+    end
+    redis.call("HSET", D.state, "l:" .. domain, now)
+    dq_wake(domain, now)
+  elseif kind == "r" and freed ~= "f" then
+    redis.call("HSET", leased, id, info .. "|f")
+    dq_done(domain, now)
+  end
 end
 
 -- back to the queue it came from

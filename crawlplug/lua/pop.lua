@@ -14,8 +14,13 @@
 -- ARGV[4] "min" (lowest score first), "max" (highest score first) or
 --         "domain" (the per-domain queue: ready domains, earliest first)
 -- Returns a flat list {id, payload, deliveries, id, payload, deliveries, ...};
--- order "domain" appends one more element: milliseconds until the next
--- domain is ready (-1: no domain is waiting on its delay).
+-- order "domain" returns four elements per request, the fourth saying what
+-- the node must report on it (admit.lua events): "s" when sent (its domain
+-- has a delay, or it is the domain's first request: the domain waits for
+-- it), "r" when its download ended (its domain has a delay or a concurrency
+-- limit), e.g. "sr", or "" for nothing; and then one more
+-- element: milliseconds until the next domain is ready (-1: none waits on
+-- its delay).
 
 local queue, requests, leases, leased, deliveries, stats =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -30,7 +35,7 @@ local out = {}
 local orphans, redelivered = 0, 0
 
 -- lease one queued id; false if it had no payload (deleted by hand?)
-local function lease(id, score, domain)
+local function lease(id, score, domain, report)
   local payload = redis.call("HGET", requests, id)
   if not payload then
     redis.call("HDEL", deliveries, id)
@@ -46,6 +51,7 @@ local function lease(id, score, domain)
   out[#out + 1] = id
   out[#out + 1] = payload
   out[#out + 1] = d
+  if report then out[#out + 1] = report end
   return true
 end
 
@@ -63,11 +69,19 @@ if order == "domain" then
     for _, domain in ipairs(ready) do
       if remaining <= 0 then break end
       local delay, conc = dq_limits(domain)
-      local busy = tonumber(redis.call("HGET", D.state, "b:" .. domain)) or 0
+      local state = redis.call("HMGET", D.state, "b:" .. domain, "l:" .. domain)
+      local busy = tonumber(state[1]) or 0
+      -- a domain's very first request goes out alone, so robots.txt (fetched
+      -- before it) can set the domain's Crawl-delay before a second one leaves
+      local hold = delay > 0 or not state[2]
       local k = math.min(quota, remaining)
-      if delay > 0 then k = 1 end
+      if hold then k = 1 end
       if conc > 0 then k = math.min(k, conc - busy) end
       local got, more = 0, true
+      local report = ""
+      if hold then report = "s" end
+      if delay > 0 or conc > 0 then report = report .. "r" end
+      local last_id
       if k > 0 then
         -- one more than taken: whether the domain has requests left, for free
         local members = dq_first(domain, k + 1)
@@ -77,21 +91,29 @@ if order == "domain" then
           local member = members[j]
           redis.call("ZREM", D.dq, member)
           local score = tonumber(string.sub(member, prefix, prefix + 15)) - RANK_OFFSET
-          if lease(string.sub(member, prefix + 16), score, domain) then got = got + 1 end
+          local id = string.sub(member, prefix + 16)
+          if lease(id, score, domain, report) then
+            got = got + 1
+            last_id = id
+          end
         end
       end
       if got > 0 then
         busy = busy + got
-        redis.call("HSET", D.state, "b:" .. domain, busy, "l:" .. domain, now)
+        redis.call("HSET", D.state, "b:" .. domain, busy)
+        if hold then
+          -- the delay starts when the node says the request was sent
+          redis.call("HSET", D.state, "p:" .. domain, last_id)
+        end
         remaining = remaining - got
       end
       if not more then
         redis.call("ZREM", D.domains, domain)
-      elseif conc > 0 and busy >= conc then
+      elseif (conc > 0 and busy >= conc) or (hold and got > 0) then
         redis.call("ZADD", D.domains, "+inf", domain)
       elseif got > 0 then
         redis.call("ZADD", D.domains, now + delay, domain)
-        if delay == 0 and got >= k then again[#again + 1] = domain end
+        if not hold and got >= k then again[#again + 1] = domain end
       end
       leased_count = leased_count + got
     end

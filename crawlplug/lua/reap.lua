@@ -35,7 +35,7 @@ local expired = redis.call("ZRANGEBYSCORE", leases, "-inf", now, "LIMIT", 0, lim
 local starts = KEYS[14]
 local requeued, killed, restarted = 0, 0, 0
 for _, id in ipairs(expired) do
-  local holder, score, d, domain = lease_info(redis.call("HGET", leased, id))
+  local holder, score, d, domain, freed = lease_info(redis.call("HGET", leased, id))
   redis.call("ZREM", leases, id)
   redis.call("HDEL", leased, id)
   local payload = redis.call("HGET", requests, id)
@@ -60,7 +60,7 @@ for _, id in ipairs(expired) do
       requeued = requeued + 1
     end
   end
-  if domain ~= "" then dq_done(domain, now) end
+  if domain ~= "" then dq_end(domain, id, freed, now) end
 end
 if requeued > 0 then redis.call("HINCRBY", stats, "reaped", requeued) end
 if killed > 0 then redis.call("HINCRBY", stats, "dead", killed) end

@@ -27,7 +27,7 @@ for j = 3, #ARGV do
   local id = ARGV[j]
   local info = redis.call("HGET", leased, id)
   if info and string.sub(info, 1, #prefix) == prefix then
-    local _, score, d, domain = lease_info(info)
+    local _, score, d, domain, freed = lease_info(info)
     d = tonumber(d) or 1
     if score == "start" then
       local entry = redis.call("HGET", KEYS[10], id)
@@ -40,7 +40,7 @@ for j = 3, #ARGV do
     if unstarted then d = d - 1 end
     redis.call("ZREM", leases, id)
     redis.call("HDEL", leased, id)
-    if domain ~= "" then dq_done(domain, now) end
+    if domain ~= "" then dq_end(domain, id, freed, now) end
     if d > 0 then
       redis.call("HSET", deliveries, id, d)
     else
