@@ -33,7 +33,7 @@ from typing import Any, Callable, NoReturn, TypeVar
 import click
 import redis
 
-from . import connection, embedded
+from . import connection, embedded, monitor
 from .connection import mask_url
 from .errors import CrawlplugError
 from .frontier import DeadLetter, Domains, Frontier
@@ -192,90 +192,139 @@ def main(ctx: click.Context, redis_url: str | None, crawl: str | None) -> None:
 # -- status ---------------------------------------------------------------------
 
 
-def _nodes(target: _Target, keys: CrawlKeys, deadlines: dict[str, int]) -> list[dict[str, Any]]:
-    """Registered nodes with their published metrics and heartbeat age (Redis clock)."""
-    pipe = target.client.pipeline(transaction=False)
-    pipe.time()
-    for node_id in deadlines:
-        pipe.hgetall(keys.node(node_id))
-    (secs, micros), *hashes = pipe.execute()
-    now_ms = secs * 1000 + micros // 1000
-    out = []
-    for (node_id, deadline), raw in zip(deadlines.items(), hashes):
-        metrics = {_text(k): _text(v) for k, v in raw.items()}
-        last_seen = metrics.pop("last_seen", None)
-        age = (now_ms - int(last_seen)) / 1000 if last_seen and last_seen.isdigit() else None
-        info: dict[str, Any] = {
-            "id": node_id,
-            "alive": deadline > now_ms,
-            "heartbeat_age": age,
-            "expires_in": (deadline - now_ms) / 1000,
-        }
-        for name, value in metrics.items():
-            info[name] = int(value) if value.lstrip("-").isdigit() else value
-        out.append(info)
-    out.sort(key=lambda n: (not n["alive"], n["id"]))
-    return out
-
-
 def _node_line(node: dict[str, Any]) -> str:
     age = node["heartbeat_age"]
     beat = f"heartbeat {age:.1f}s ago" if age is not None else "no heartbeat yet"
     parts = [node["id"], beat]
-    for name in ("leases", "acked", "pid"):
+    for name, label in (("pages_per_min", "pages/min"), ("leases", "leases"), ("acked", "acked"), ("pid", "pid")):
         if name in node:
-            parts.append(f"{name} {node[name]}")
+            parts.append(f"{label} {node[name]}")
+    if "uptime" in node:
+        parts.append(f"up {monitor.duration(node['uptime'])}")
     if not node["alive"]:
         parts.append("SILENT: presumed dead, its leases will be reaped")
     return "   ".join(parts)
 
 
+def _status_report(target: _Target, keys: CrawlKeys) -> dict[str, Any]:
+    snap = monitor.snapshot(target.client, keys)
+    nodes = snap["nodes"]
+    return {
+        "crawl": keys.crawl,
+        "redis": target.safe_url,
+        "embedded": target.embedded,
+        **{k: snap[k] for k in ("queued", "start_urls", "in_flight", "seen", "done", "failed", "dead", "domains",
+                                "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds", "history")},
+        "stats": snap["counters"],
+        "scrapy_stats": snap["scrapy_stats"],
+        "live_nodes": sum(1 for n in nodes if n["alive"]),
+        "nodes": nodes,
+    }  # fmt: skip
+
+
+def _status_lines(report: dict[str, Any]) -> list[str]:
+    where = f"{report['redis']}{' (embedded)' if report['embedded'] else ''}"
+    lines = [f"crawl {report['crawl']!r} on {where}"]
+    rows: list[tuple[str, Any]] = [
+        ("queued", report["queued"]), ("in flight", report["in_flight"]), ("done", report["done"]),
+        ("seen", report["seen"]), ("dead", report["dead"]),
+    ]  # fmt: skip
+    if report["failed"] is not None:
+        rows.append(("failed", report["failed"]))
+    if report["start_urls"]:
+        rows.append(("start entries", f"{report['start_urls']} waiting"))
+    if report["domains"]:
+        rows.append(("domains", f"{report['domains']} with queued requests"))
+    rows.append(("rate", f"{report['pages_per_min']:g} pages/min over 5 min, {report['pages_last_min']} last minute"))
+    eta = report["eta_seconds"]
+    if eta == 0:
+        rows.append(("ETA", "nothing left"))
+    elif eta is not None:
+        rows.append(("ETA", f"{monitor.duration(eta)} at the recent rate"))
+    elif report["queued"] or report["in_flight"]:
+        rows.append(("ETA", "unknown: the queue is not shrinking"))
+    lines += _table(rows)
+    lines.append("counters")
+    lines += _table(list(report["stats"].items())) or ["  (none)"]
+    lines.append(f"nodes: {report['live_nodes']} live")
+    lines += [f"  {_node_line(n)}" for n in report["nodes"]]
+    if not any((report["queued"], report["in_flight"], report["seen"], report["dead"], report["stats"],
+                report["nodes"], report["start_urls"])):  # fmt: skip
+        lines.append(f"(nothing is stored for crawl {report['crawl']!r} on this Redis: is --crawl right?)")
+    return lines
+
+
+def _spark(values: list[int]) -> str:
+    bars = " ▁▂▃▄▅▆▇█"
+    top = max(values, default=0)
+    return "".join(bars[min(8, round(v * 8 / top))] if top else bars[0] for v in values)
+
+
+def _status_view(report: dict[str, Any]) -> Any:
+    """A rich renderable of the status: counts, progress, rate history, nodes."""
+    from rich.console import Group  # noqa: PLC0415 - only for --watch
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    counts = Table.grid(padding=(0, 2))
+    for label, key in (("queued", "queued"), ("in flight", "in_flight"), ("done", "done"), ("seen", "seen"),
+                       ("dead", "dead"), ("failed", "failed"), ("start entries", "start_urls")):  # fmt: skip
+        if report.get(key) is not None:
+            counts.add_row(label, str(report[key]))
+    total = report["done"] + report["queued"] + report["in_flight"] + report["start_urls"]
+    eta = report["eta_seconds"]
+    eta_text = "done" if eta == 0 else (monitor.duration(eta) if eta is not None else "unknown")
+    head = (f"crawl [bold]{report['crawl']}[/] on {report['redis']}   {report['pages_per_min']:g} pages/min   "
+            f"ETA {eta_text}   nodes {report['live_nodes']} live")  # fmt: skip
+    bar = Table.grid(padding=(0, 1))
+    bar.add_row(ProgressBar(total=max(total, 1), completed=report["done"], width=50),
+                f"{report['done']}/{total}")  # fmt: skip
+    hist = report["history"]["acked"]
+    nodes = Table("node", "host", "pid", "pages/min", "leases", "heartbeat", "state", box=None)
+    for n in report["nodes"]:
+        age = n["heartbeat_age"]
+        nodes.add_row(n["id"], n["host"], str(n.get("pid", "")), str(n.get("pages_per_min", "")),
+                      str(n.get("leases", "")), f"{age:.1f}s ago" if age is not None else "-",
+                      "live" if n["alive"] else "[red]dead[/]")  # fmt: skip
+    return Group(head, bar, counts, f"pages/min, last {len(hist)} min: {_spark(hist)}", nodes)
+
+
 @main.command()
 @_shared_options(envvar=False)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--watch", "-w", is_flag=True, help="Redraw live, with progress bars, until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              help="Seconds between redraws with --watch.")  # fmt: skip
+@click.option("--count", type=click.IntRange(min=1), default=None, help="With --watch: stop after N redraws.")
 @_friendly_errors
-def status(redis_url: str | None, crawl: str | None, as_json: bool) -> None:
-    """Counts, crawl-wide counters and live nodes of the crawl.
+def status(redis_url: str | None, crawl: str | None, as_json: bool, watch: bool, interval: float,
+           count: int | None) -> None:  # fmt: skip
+    """Counts, rate, ETA, counters and nodes of the crawl.
 
-    Queued and in-flight requests, fingerprints seen, dead letters, the
-    counters of the stats hash, and each registered node with the age of its
-    last heartbeat (Redis clock).
+    Queued and in-flight requests, pages done, fingerprints seen, dead
+    letters, failures (when the crawl keeps its Scrapy stats in Redis),
+    pages/min over the last minutes and the ETA at that rate, the counters of
+    the crawl, and each node with its rate, leases and heartbeat age (Redis
+    clock). --watch redraws it live; --json prints it for scripts.
     """
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
-    st = Frontier(target.client, keys).status()
-    nodes = _nodes(target, keys, st["nodes"])
-    report = {
-        "crawl": keys.crawl,
-        "redis": target.safe_url,
-        "embedded": target.embedded,
-        "queued": st["queued"],
-        "in_flight": st["in_flight"],
-        "seen": st["seen"],
-        "dead": st["dead"],
-        "domains": st["domains"],
-        "stats": dict(sorted(st["stats"].items())),
-        "live_nodes": sum(1 for n in nodes if n["alive"]),
-        "nodes": nodes,
-    }
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
+    if not watch:
+        report = _status_report(target, keys)
+        click.echo(json.dumps(report, indent=2, default=str) if as_json else "\n".join(_status_lines(report)))
         return
-    where = f"{target.safe_url}{' (embedded)' if target.embedded else ''}"
-    lines = [f"crawl {keys.crawl!r} on {where}"]
-    lines += _table([
-        ("queued", st["queued"]), ("in flight", st["in_flight"]),
-        ("seen", st["seen"]), ("dead", st["dead"]),
-        *([("domains", f"{st['domains']} with queued requests")] if st["domains"] else []),
-    ])  # fmt: skip
-    lines.append("counters")
-    lines += _table(list(report["stats"].items())) or ["  (none)"]
-    lines.append(f"nodes: {report['live_nodes']} live")
-    lines += [f"  {_node_line(n)}" for n in nodes]
-    if not any((st["queued"], st["in_flight"], st["seen"], st["dead"], st["stats"], nodes)):
-        lines.append(f"(nothing is stored for crawl {keys.crawl!r} on this Redis: is --crawl right?)")
-    click.echo("\n".join(lines))
+    from rich.live import Live  # noqa: PLC0415
+
+    frames = 0
+    try:
+        with Live(_status_view(_status_report(target, keys)), refresh_per_second=4, transient=False) as live:
+            while count is None or frames < count - 1:
+                time.sleep(interval)
+                live.update(_status_view(_status_report(target, keys)))
+                frames += 1
+    except KeyboardInterrupt:
+        pass
 
 
 # -- purge ----------------------------------------------------------------------
