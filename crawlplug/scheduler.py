@@ -52,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 #: Meta flag of requests made from start entries: admitted even if seen, fingerprint recorded.
 RECORD_FP_META = "_crawlplug_record_fp"
+#: Meta key of requests made from a start entry: the entry's lease id.
+START_META = "_crawlplug_start"
 
 
 class Scheduler(BaseScheduler):
@@ -98,6 +100,7 @@ class Scheduler(BaseScheduler):
         self._events: list[tuple[str, str]] = []  # (lease id, "s"/"r") for the per-domain queue
         self._reports: dict[str, tuple[Request, str]] = {}  # lease id -> (request, reports still due)
         self._start_leases: set[str] = set()  # start entries taken, their requests not yet stored
+        self._start_pending: dict[str, int] = {}  # start lease id -> its requests not yet enqueued
         self._start_waiting = False  # RedisSpider.start() is waiting for entries
         self._pages: deque[tuple[float, int]] = deque()  # (time, acked total), for pages/min
         self.seeds: Any = None
@@ -264,6 +267,18 @@ class Scheduler(BaseScheduler):
         return bool(self._prefetched or self._buffer or self._acks or self._events)
 
     def enqueue_request(self, request: Request) -> bool:
+        try:
+            return self._enqueue(request)
+        finally:
+            start_lease = request.meta.get(START_META)
+            if start_lease is not None and start_lease in self._start_pending:
+                self._start_pending[start_lease] -= 1
+                if self._start_pending[start_lease] <= 0:
+                    # the entry's last request is buffered (or refused): ack the entry
+                    # with it, even if the node stops before its start() resumes
+                    self.start_done(start_lease)
+
+    def _enqueue(self, request: Request) -> bool:
         arg = b""
         if not request.dont_filter and self.frontier is not None and self.frontier.dedup.mode != "none":
             try:
@@ -484,6 +499,8 @@ class Scheduler(BaseScheduler):
                 self._prefetched = deque(x for x in self._prefetched if x.id not in lost_set)
                 self._start_leases -= lost_set
                 for lease_id in lost_set:
+                    self._start_pending.pop(lease_id, None)
+                for lease_id in lost_set:
                     self._reports.pop(lease_id, None)
                 self.book.forget(lost)
                 self._inc("crawlplug/lost_leases", len(lost))
@@ -497,7 +514,8 @@ class Scheduler(BaseScheduler):
             requeued, dead = self.frontier.reap()
             if requeued:
                 self._inc("crawlplug/reaped", requeued)
-                logger.info("crawlplug: put %d requests of stopped nodes back in the queue", requeued)
+                logger.info("crawlplug: put %d leases of stopped nodes back (requests in the queue, "
+                            "start entries at the head of start_urls)", requeued)  # fmt: skip
                 enginehooks.wake(self.crawler)
             if dead:
                 self._inc("crawlplug/dead", dead)
@@ -573,6 +591,9 @@ class Scheduler(BaseScheduler):
                 continue
             for request in requests:
                 request.meta[RECORD_FP_META] = True
+                request.meta[START_META] = lease_id
+            if requests:
+                self._start_pending[lease_id] = len(requests)
             out.append((lease_id, requests))
         if taken:
             self._start_waiting = False
@@ -596,7 +617,9 @@ class Scheduler(BaseScheduler):
         return [r for r in result if isinstance(r, Request)]
 
     def start_done(self, lease_id: str) -> None:
-        """The requests made from a start entry are enqueued: ack it with their admission."""
+        """The requests made from a start entry are enqueued (or dropped on the way):
+        ack it with their admission. Calling it twice is harmless."""
+        self._start_pending.pop(lease_id, None)
         if lease_id in self._start_leases:
             self._start_leases.discard(lease_id)
             if not self._acks and not self._buffer:

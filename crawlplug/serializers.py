@@ -70,7 +70,7 @@ def _check_json(mapping: dict[str, Any], what: str) -> None:
             raise SerializationError(f"{what} key {key!r} is not a string; JSON cannot store it")
         try:
             json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise SerializationError(
                 f"{what}[{key!r}] cannot be stored as JSON ({type(value).__name__}: {exc})"
             ) from None
@@ -131,7 +131,7 @@ class JsonSerializer:
             out[key] = value
         try:
             return json.dumps(out, separators=(",", ":"), allow_nan=False).encode("utf-8")
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             # find the culprit for a message that says where it is
             _check_json(out.get("meta") or {}, "meta")
             _check_json(out.get("cb_kwargs") or {}, "cb_kwargs")
@@ -158,7 +158,7 @@ class JsonSerializer:
         """Decode a payload; anything wrong raises :class:`DecodeError`, nothing else."""
         try:
             d = json.loads(data)
-        except (UnicodeDecodeError, ValueError, TypeError) as exc:
+        except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
             raise DecodeError(f"payload is not JSON: {exc}") from None
         if not isinstance(d, dict):
             raise DecodeError("payload is not a JSON object")
@@ -213,9 +213,9 @@ def _spider_method(spider: Spider | None, name: Any, what: str) -> Any:
         raise DecodeError(f"{what} {name!r} is not a method name")
     if spider is None:
         raise DecodeError(f"{what} {name!r} needs a spider to resolve")
-    base = getattr(Spider, name, None)
-    if base is not None and name != "parse" and getattr(type(spider), name, None) is base:
-        # Scrapy's own Spider machinery (start, _set_crawler, log, ...) is not a callback
+    if name != "parse" and hasattr(Spider, name):
+        # Scrapy's own Spider machinery (start, start_requests, closed, log, ...),
+        # even where the spider overrides it, is not a callback
         raise DecodeError(f"{what} {name!r} is a method of scrapy.Spider itself, not a callback")
     method = getattr(spider, name, None)
     if method is None or not callable(method) or getattr(method, "__self__", None) is not spider:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from scrapy import FormRequest, Request, Spider
 from w3lib.url import safe_url_string
@@ -68,12 +69,16 @@ def _check_url(url: Any) -> str:
         raise DecodeError(f"URL has no scheme (http:// or https://): {url!r:.200}")
     if scheme.lower() not in URL_SCHEMES:
         raise DecodeError(f"URL scheme {scheme!r:.40} is not crawlable (http or https only): {url!r:.200}")
-    if not rest.startswith("//") or not rest[2:].split("/", 1)[0].split("?", 1)[0].strip("@:"):
+    if not rest.startswith("//"):
         raise DecodeError(f"URL has no host: {url!r:.200}")
     try:
-        return safe_url_string(url)
+        safe = safe_url_string(url)
+        host = urlsplit(safe).hostname  # checked after normalisation: what a node will crawl
     except (ValueError, UnicodeError) as exc:
         raise DecodeError(f"malformed URL {url!r:.200}: {exc}") from None
+    if not host or not host.strip("."):
+        raise DecodeError(f"URL has no host: {url!r:.200}")
+    return safe
 
 
 def _check_name(value: Any, what: str) -> str | None:
@@ -110,16 +115,24 @@ def parse(data: bytes | str) -> StartEntry:
     text = text.strip()
     if not text:
         raise DecodeError("empty entry")
-    if not text.startswith("{"):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DecodeError("entry is not valid Unicode text (a lone surrogate?)") from None
+    if not text.startswith(("{", "[", '"')):
         if "\n" in text:
             raise DecodeError("a plain entry must be one URL on one line")
         return StartEntry(url=_check_url(text))
     try:
         obj = json.loads(text)
-    except ValueError as exc:
-        raise DecodeError(f"not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise DecodeError(f"not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(obj, dict):
-        raise DecodeError("a JSON entry must be an object")
+        raise DecodeError(f"a JSON entry must be an object, not {type(obj).__name__}")
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError, ValueError):
+        raise DecodeError("entry holds text that is not valid Unicode (a lone surrogate?) or nests too deep") from None
     entry = StartEntry(url=_check_url(obj.get("url")))
     method = obj.get("method", "GET")
     if not isinstance(method, str) or not method.isalpha() or len(method) > 20:
@@ -183,7 +196,11 @@ def build(entry: StartEntry, spider: Spider | None) -> Request:
         if entry.formdata is not None:
             if entry.body is not None:
                 raise DecodeError("an entry cannot have both a body and form fields")
-            return FormRequest(entry.url, formdata=entry.formdata, **kwargs)
+            formdata = {
+                name: [str(v) for v in value] if isinstance(value, list) else str(value)
+                for name, value in entry.formdata.items()
+            }
+            return FormRequest(entry.url, formdata=formdata, **kwargs)
         if entry.body is not None:
             kwargs["body"] = entry.body
         return Request(entry.url, **kwargs)

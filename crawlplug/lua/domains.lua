@@ -150,6 +150,14 @@ local function requeue(queue, id, score, domain, now)
   end
 end
 
+-- start entries back at the head of start_urls, keeping their order
+local function push_back_starts(starts, entries)
+  if #entries == 0 then return end
+  local reversed = {}
+  for j = #entries, 1, -1 do reversed[#reversed + 1] = entries[j] end
+  redis.call("LPUSH", starts, unpack(reversed))
+end
+
 local function redis_now_ms()
   local t = redis.call("TIME")
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

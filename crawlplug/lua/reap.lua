@@ -34,6 +34,7 @@ redis.call("ZREMRANGEBYSCORE", producers, "-inf", now)
 local expired = redis.call("ZRANGEBYSCORE", leases, "-inf", now, "LIMIT", 0, limit)
 local starts = KEYS[14]
 local requeued, killed, restarted = 0, 0, 0
+local returned = {}
 for _, id in ipairs(expired) do
   local holder, score, d, domain, freed = lease_info(redis.call("HGET", leased, id))
   redis.call("ZREM", leases, id)
@@ -41,7 +42,7 @@ for _, id in ipairs(expired) do
   local payload = redis.call("HGET", requests, id)
   if payload and score == "start" then
     -- a start entry whose node died before storing its requests: first in line again
-    redis.call("LPUSH", starts, payload)
+    returned[#returned + 1] = payload
     redis.call("HDEL", requests, id)
     redis.call("HDEL", deliveries, id)
     restarted = restarted + 1
@@ -64,6 +65,7 @@ for _, id in ipairs(expired) do
 end
 if requeued > 0 then redis.call("HINCRBY", stats, "reaped", requeued) end
 if killed > 0 then redis.call("HINCRBY", stats, "dead", killed) end
+push_back_starts(starts, returned)
 if restarted > 0 then redis.call("HINCRBY", stats, "start_returned", restarted) end
 
 -- forget series buckets older than an hour (360 buckets of 10 s), a few per call

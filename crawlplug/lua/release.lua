@@ -23,6 +23,7 @@ dq_keys(6)
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local now = redis_now_ms()
 local released = 0
+local returned = {}
 for j = 3, #ARGV do
   local id = ARGV[j]
   local info = redis.call("HGET", leased, id)
@@ -31,7 +32,7 @@ for j = 3, #ARGV do
     d = tonumber(d) or 1
     if score == "start" then
       local entry = redis.call("HGET", KEYS[10], id)
-      if entry then redis.call("LPUSH", KEYS[11], entry) end
+      if entry then returned[#returned + 1] = entry end
       redis.call("HDEL", KEYS[10], id)
       d = 0
     else
@@ -49,5 +50,6 @@ for j = 3, #ARGV do
     released = released + 1
   end
 end
+push_back_starts(KEYS[11], returned)
 if released > 0 then redis.call("HINCRBY", stats, "released", released) end
 return released
