@@ -345,7 +345,7 @@ def test_build_resolves_callbacks_on_the_spider():
         ("base_url", "has no method 'base_url'"),  # an attribute, not a method
         ("log", "a method of scrapy.Spider itself"),  # Scrapy's machinery is no callback
         ("logger", "a method of scrapy.Spider itself"),
-        ("from_crawler", "has no method"),  # a classmethod: bound to the class, not the spider
+        ("from_crawler", "method of scrapy.Spider itself"),  # Scrapy machinery, never a callback
     ],
 )
 def test_build_refuses_unknown_callbacks(name, reason):
