@@ -14,9 +14,18 @@ ADDON_SETTINGS = {
 }
 
 
+#: Components the add-on adds (a project can disable one by setting it to None).
+ADDON_COMPONENTS = {
+    # crawl-wide error counts with sample URLs (crawlplug status, the dashboard)
+    "DOWNLOADER_MIDDLEWARES": ("crawlplug.errorsamples.ErrorSamplesMiddleware", 960),
+}
+
+
 class Addon:
     """Swap Scrapy's in-memory scheduler and dupefilter for crawlplug's."""
 
     def update_settings(self, settings: BaseSettings) -> None:
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, priority="addon")
+        for setting_name, (path, order) in ADDON_COMPONENTS.items():
+            settings.setdefault_in_component_priority_dict(setting_name, path, order)

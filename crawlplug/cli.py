@@ -213,7 +213,7 @@ def _status_report(target: _Target, keys: CrawlKeys) -> dict[str, Any]:
         "crawl": keys.crawl,
         "redis": target.safe_url,
         "embedded": target.embedded,
-        **{k: snap[k] for k in ("queued", "start_urls", "in_flight", "seen", "done", "failed", "dead", "domains",
+        **{k: snap[k] for k in ("paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead", "domains",
                                 "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds", "history")},
         "stats": snap["counters"],
         "scrapy_stats": snap["scrapy_stats"],
@@ -225,6 +225,8 @@ def _status_report(target: _Target, keys: CrawlKeys) -> dict[str, Any]:
 def _status_lines(report: dict[str, Any]) -> list[str]:
     where = f"{report['redis']}{' (embedded)' if report['embedded'] else ''}"
     lines = [f"crawl {report['crawl']!r} on {where}"]
+    if report.get("paused"):
+        lines.append(f"PAUSED by {report['paused'].get('by', '?')} (crawlplug resume to go on)")
     rows: list[tuple[str, Any]] = [
         ("queued", report["queued"]), ("in flight", report["in_flight"]), ("done", report["done"]),
         ("seen", report["seen"]), ("dead", report["dead"]),
@@ -562,7 +564,7 @@ def embedded_url() -> None:
 
 
 # commands defined in their own modules register themselves on `main`
-from . import cli_feed, cli_items  # noqa: E402, F401
+from . import cli_feed, cli_items, cli_web  # noqa: E402, F401
 
 if __name__ == "__main__":  # pragma: no cover
     # run as `python -m crawlplug.cli`: the commands registered themselves on the

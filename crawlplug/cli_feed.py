@@ -11,11 +11,10 @@ from typing import Any, TextIO
 
 import click
 
-from . import starts
+from . import operations, starts
 from .cli import _connect, _fail, _friendly_errors, _keys, _options, _shared_options, _when, dead, main
 from .errors import ConfigError, DecodeError
-from .frontier import DeadLetter, Frontier
-from .queues import DomainQueue, PriorityQueue
+from .frontier import Frontier
 from .seeds import Seeds, make_seed
 
 # -- push -------------------------------------------------------------------------
@@ -127,31 +126,6 @@ def peek(redis_url: str | None, crawl: str | None, count: int, as_json: bool) ->
 
 # -- dead letters: requeue / drop ------------------------------------------------------
 
-_TOMBSTONE = "__crawlplug_removed__"
-
-
-def _pick(client: Any, key: str, indexes: tuple[int, ...], all_: bool) -> list[tuple[int, bytes]]:
-    if all_ == bool(indexes):
-        _fail("give dead-letter INDEXes (as `crawlplug dead list` shows them) or --all")
-    raw = client.lrange(key, 0, -1)
-    wanted = range(len(raw)) if all_ else indexes
-    out = []
-    for i in wanted:
-        if not 0 <= i < len(raw):
-            _fail(f"no dead letter at index {i} (there are {len(raw)})")
-        out.append((i, raw[i]))
-    return out
-
-
-def _remove(client: Any, key: str, picked: list[tuple[int, bytes]]) -> int:
-    """Remove exactly these entries, safe against concurrent appends (tombstone, then LREM)."""
-    pipe = client.pipeline(transaction=True)
-    for i, _ in picked:
-        pipe.lset(key, i, _TOMBSTONE)
-    pipe.lrem(key, 0, _TOMBSTONE)
-    return int(pipe.execute()[-1])
-
-
 @dead.command("requeue")
 @_shared_options(envvar=False)
 @click.argument("indexes", nargs=-1, type=int)
@@ -166,44 +140,10 @@ def dead_requeue(redis_url: str | None, crawl: str | None, indexes: tuple[int, .
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
-    client = target.client
-    picked = _pick(client, keys.dead, indexes, all_)
-    domain_mode = bool(client.exists(keys.dconf))
-    queue = DomainQueue(_domain_key(client, keys)) if domain_mode else None
-    frontier = Frontier(client, keys, queue=queue or PriorityQueue)
-    items, keep = [], []
-    for i, raw in picked:
-        letter = DeadLetter.parse(raw)
-        domain = ""
-        try:
-            data = json.loads(letter.payload)
-            url = data["url"]
-            if not isinstance(url, str):
-                raise TypeError
-        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
-            keep.append((i, "not a crawlplug request (a start entry? push it again with `crawlplug push`)"))
-            continue
-        if queue is not None:
-            from scrapy import Request  # noqa: PLC0415
-
-            try:
-                domain = queue.domain(Request(url))
-            except ValueError:
-                keep.append((i, f"invalid URL {url!r:.100}"))
-                continue
-        score = -int(data.get("priority", 0)) if isinstance(data.get("priority", 0), int) else 0
-        items.append((i, (b"", float(score), letter.payload, domain)))
-    if items:
-        frontier.admit([item for _, item in items])
-        _remove(client, keys.dead, [(i, b"") for i, _ in items])
-    click.echo(f"requeued {len(items)} dead letters of crawl {keys.crawl!r}")
-    for i, why in keep:
+    requeued, kept = operations.requeue_dead(target.client, keys, indexes, all_)
+    click.echo(f"requeued {requeued} dead letters of crawl {keys.crawl!r}")
+    for i, why in kept:
         click.echo(f"  [{i}] kept: {why}", err=True)
-
-
-def _domain_key(client: Any, keys: Any) -> str:
-    key = client.hget(keys.dconf, "key")
-    return key.decode() if key else "host"
 
 
 @dead.command("drop")
@@ -217,11 +157,11 @@ def dead_drop(redis_url: str | None, crawl: str | None, indexes: tuple[int, ...]
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
-    picked = _pick(target.client, keys.dead, indexes, all_)
+    picked = operations.pick_dead(target.client, keys, indexes, all_)
     if not yes and not click.confirm(f"Delete {len(picked)} dead letters of crawl {keys.crawl!r}?", default=False):
         click.echo("Nothing deleted.", err=True)
         raise click.exceptions.Exit(1)
-    removed = _remove(target.client, keys.dead, picked)
+    removed = operations.remove_dead(target.client, keys, [i for i, _ in picked])
     click.echo(f"dropped {removed} dead letters of crawl {keys.crawl!r}")
 
 
@@ -342,3 +282,31 @@ def timer(redis_url: str | None, crawl: str | None, once: bool, interval: float)
         if once:
             return
         time.sleep(interval)
+
+
+# -- pause / resume ----------------------------------------------------------------------
+
+
+@main.command()
+@_shared_options(envvar=False)
+@_friendly_errors
+def pause(redis_url: str | None, crawl: str | None) -> None:
+    """Pause the crawl: every node stops taking requests within a heartbeat and
+    finishes what it is downloading; prefetched requests go back to the queue."""
+    opts = _options(redis_url, crawl)
+    keys = _keys(opts)
+    target = _connect(opts)
+    changed = Frontier(target.client, keys).pause(by="crawlplug pause")
+    click.echo(f"crawl {keys.crawl!r} {'paused' if changed else 'was already paused'}")
+
+
+@main.command()
+@_shared_options(envvar=False)
+@_friendly_errors
+def resume(redis_url: str | None, crawl: str | None) -> None:
+    """Resume a paused crawl."""
+    opts = _options(redis_url, crawl)
+    keys = _keys(opts)
+    target = _connect(opts)
+    changed = Frontier(target.client, keys).resume()
+    click.echo(f"crawl {keys.crawl!r} {'resumed' if changed else 'was not paused'}")

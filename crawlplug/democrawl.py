@@ -358,6 +358,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--redis-url", default=None,
         help="Redis to share the crawl through (default: $REDIS_URL, else the project's embedded Redis)",
     )  # fmt: skip
+    parser.add_argument("--dashboard-port", type=int, default=8642,
+                        help="serve the live dashboard on this loopback port while the crawl runs "
+                             "(a free one if taken; -1: no dashboard)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds (default 600)")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for the logs and items (default .crawlplug/demo-runs/<timestamp>)")  # fmt: skip
@@ -414,12 +417,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     old_term = signal.signal(signal.SIGTERM, _raise_interrupted)
     nodes: list[Node] = []
     server = serve(shop)
+    dash = None
     try:
         where = f"{connection.mask_url(url)}{' (embedded)' if is_embedded else ''}"
         print(f"Demo shop: {args.items} items, {site_pages} pages, at {server.url}")
         print(f"Redis: {where}; crawl {CRAWL!r} purged ({deleted} keys deleted)")
         print(f"Logs and items: {out}" + (f" ({pruned} old runs deleted; --keep keeps them)" if pruned else ""))
         print(f"Watch the crawl from another terminal: {_watch_command(project, url, is_embedded)}")
+        if args.dashboard_port >= 0:
+            dash = DashboardThread(frontier.client, frontier.keys, url, args.dashboard_port)
+            print(f"Dashboard (live while the crawl runs): {dash.url}", flush=True)
         print(f"Starting {args.nodes} nodes: scrapy crawl {CRAWL} (cwd {project})", flush=True)
         start = time.monotonic()
         nodes = start_nodes(args.nodes, project, out, server.url, url, is_embedded)
@@ -456,6 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 node.proc.kill()
                 node.proc.wait()
         server.stop()
+        if dash is not None:
+            dash.stop()
 
     if timed_out or outcome.problems:
         title = f"Demo crawl TIMED OUT after {args.timeout:.0f}s" if timed_out else "Demo crawl FAILED"
@@ -467,6 +476,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2 if timed_out else 1
     print_summary("Demo crawl OK: every page fetched, every item exported", outcome)
     return 0
+
+
+class DashboardThread:
+    """crawlplug's dashboard served from a thread of this process (read-only)."""
+
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, url: str, port: int) -> None:
+        import socket  # noqa: PLC0415
+        import threading  # noqa: PLC0415
+
+        import uvicorn  # noqa: PLC0415
+
+        from .web import create_app  # noqa: PLC0415
+
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            sock.bind(("127.0.0.1", 0))  # 8642 taken (another demo?): any free port
+        sock.listen(64)
+        self.port = sock.getsockname()[1]
+        app = create_app(client, keys, None, connection.mask_url(url))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(5)
 
 
 if __name__ == "__main__":

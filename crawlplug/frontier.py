@@ -119,6 +119,8 @@ class Frontier:
         self.next_ready_ms = -1
         #: start entries waiting in start_urls, at the last idle_state()
         self.start_entries = 0
+        #: whether an operator paused the crawl, at the last heartbeat
+        self.paused = False
         dk = k.domain_keys()
         self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk]
         self._reap_keys = [
@@ -247,13 +249,14 @@ class Frontier:
         for name, value in (metrics or {}).items():
             pairs += [name, value]
         out = self.scripts.heartbeat(
-            keys=[k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers],
+            keys=[k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers, k.control],
             args=[
                 self.node_id, self.lease_ms, self.node_ttl_ms, "1" if producing else "0",
                 len(pairs) // 2, *pairs, *lease_ids,
             ],
         )  # fmt: skip
-        return [_text(x) for x in out[1:]]
+        self.paused = bool(int(out[1]))
+        return [_text(x) for x in out[2:]]
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Requeue expired leases (dead-lettering over-delivered ones): (requeued, dead)."""
@@ -272,6 +275,30 @@ class Frontier:
                 args=[self.node_id, "1" if unstarted else "0", *ids],
             )
         )
+
+    def pause(self, by: str = "operator") -> bool:
+        """Pause the crawl: every node stops taking requests (within a heartbeat) and
+        finishes what it holds. False if it was already paused."""
+        k = self.keys
+        sec, usec = self.client.time()
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hsetnx(k.control, "paused", json.dumps({"by": by, "at": sec * 1000 + usec // 1000}))
+        pipe.hincrby(k.stats, "pauses", 1)
+        return bool(pipe.execute()[0])
+
+    def resume(self) -> bool:
+        """Resume a paused crawl; False if it was not paused."""
+        return bool(self.client.hdel(self.keys.control, "paused"))
+
+    def paused_info(self) -> dict[str, Any] | None:
+        raw = self.client.hget(self.keys.control, "paused")
+        if raw is None:
+            return None
+        try:
+            info = json.loads(raw)
+            return info if isinstance(info, dict) else {"by": "?"}
+        except ValueError:
+            return {"by": "?"}
 
     def leave(self) -> None:
         """Unregister this node (graceful close)."""

@@ -29,6 +29,8 @@ NAMES = (
     "seeds",  # hash: seed id -> JSON spec (entry, schedule, last run)
     "seeds_due",  # zset: seed id -> next run (ms)
     "seedlock",  # string: the seed timer's lock (redis-py Lock)
+    "control",  # hash: crawl-wide switches set by operators ("paused" -> JSON who/when)
+    "errors",  # hash: "<kind>" -> count, "<kind>|s" -> JSON list of recent sample URLs
     "series",  # hash: "<counter>:<10 s bucket>" -> count, the last hour (rates, ETA, charts)
     # the per-domain queue (crawlplug.queues.DomainQueue; lua/domains.lua)
     "dq",  # zset: "<domain>\t<rank><request id>", one domain's requests in order

@@ -61,6 +61,7 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15)
     elif net > 0:
         eta = remaining / net * 60  # seconds, at the recent net drain rate
     scrapy_stats = crawl_stats(client, keys)
+    frontier = Frontier(client, keys)
     failed = None
     if scrapy_stats:
         failed = sum(int(scrapy_stats.get(k, 0) or 0) for k in FAILURE_STATS)
@@ -69,6 +70,7 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15)
     return {
         "crawl": keys.crawl,
         "now_ms": now_ms,
+        "paused": frontier.paused_info(),
         "queued": st["queued"],
         "start_urls": st.get("start_urls", 0),
         "in_flight": st["in_flight"],
@@ -86,6 +88,28 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15)
         "scrapy_stats": scrapy_stats,
         "nodes": nodes(client, keys, st["nodes"], now_ms),
     }
+
+
+def history(client: redis.Redis, keys: CrawlKeys, minutes: int = 60) -> dict[str, Any]:
+    """Per-10 s points of the last ``minutes``: finished and admitted requests (counts per
+    bucket), queued, in flight and dead letters (sampled by the nodes' heartbeats; None
+    where no node was running)."""
+    sec, usec = client.time()
+    now_ms = sec * 1000 + usec // 1000
+    last = now_ms // BUCKET_MS
+    buckets = list(range(last - minutes * 6 + 1, last + 1))
+    names = {"a": "done", "e": "admitted", "q": "queued", "f": "in_flight", "x": "dead"}
+    fields = [f"{p}:{b}" for p in names for b in buckets]
+    values = client.hmget(keys.series, fields)
+    n = len(buckets)
+    out: dict[str, Any] = {"bucket_seconds": BUCKET_MS // 1000, "t": [b * BUCKET_MS for b in buckets]}
+    for i, (prefix, name) in enumerate(names.items()):
+        chunk = values[i * n:(i + 1) * n]
+        if prefix in "ae":
+            out[name] = [int(v or 0) for v in chunk]
+        else:
+            out[name] = [None if v is None else int(v) for v in chunk]
+    return out
 
 
 def nodes(client: redis.Redis, keys: CrawlKeys, deadlines: dict[str, int], now_ms: int) -> list[dict[str, Any]]:

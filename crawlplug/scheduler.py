@@ -104,6 +104,7 @@ class Scheduler(BaseScheduler):
         self._start_waiting = False  # RedisSpider.start() is waiting for entries
         self._pages: deque[tuple[float, int]] = deque()  # (time, acked total), for pages/min
         self.seeds: Any = None
+        self._paused = False  # an operator paused the crawl (crawlplug pause, the dashboard)
         self.domains: Domains | None = None
 
     # -- construction ---------------------------------------------------------
@@ -317,6 +318,9 @@ class Scheduler(BaseScheduler):
         return True
 
     def next_request(self) -> Request | None:
+        if self._paused:
+            self._idle = True
+            return None
         if not self._prefetched and time.monotonic() >= self._nothing_until:
             self._flush(pop=enginehooks.free_download_slots(self.crawler, self.prefetch))
             if not self._prefetched:
@@ -492,8 +496,10 @@ class Scheduler(BaseScheduler):
                     "leases": len(lease_ids),
                     "acked": self._acked_total,
                     "pages_per_min": self._pages_per_min(),
+                    "paused": int(self._paused),
                 },
             )
+            self._follow_pause(self.frontier.paused)
             if lost:
                 lost_set = set(lost)
                 self._prefetched = deque(x for x in self._prefetched if x.id not in lost_set)
@@ -525,6 +531,26 @@ class Scheduler(BaseScheduler):
             self._redis_error(exc)
         except Exception:  # a failing heartbeat must never stop the loop silently
             logger.exception("crawlplug: heartbeat failed")
+
+    def _follow_pause(self, paused: bool) -> None:
+        """Start or end a pause an operator asked for (seen at each heartbeat)."""
+        if paused == self._paused or self.frontier is None:
+            return
+        self._paused = paused
+        if paused:
+            unstarted = [x.id for x in self._prefetched]
+            self._prefetched.clear()
+            given = self.frontier.release(unstarted, unstarted=True) if unstarted else 0
+            logger.warning(
+                "crawlplug: crawl %r paused by an operator: this node takes no new requests and "
+                "finishes the %d it is downloading (%d prefetched given back)",
+                self.frontier.keys.crawl, len(self.book.active), given,
+            )  # fmt: skip
+            self._inc("crawlplug/paused")
+        else:
+            logger.warning("crawlplug: crawl %r resumed", self.frontier.keys.crawl)
+            self._nothing_until = 0.0
+            enginehooks.wake(self.crawler)
 
     def _pages_per_min(self) -> int:
         """Requests this node finished per minute, over the last minute."""
@@ -565,7 +591,7 @@ class Scheduler(BaseScheduler):
         taken by a node that dies before is not lost (it returns to the head
         of start_urls when its lease expires).
         """
-        if self.frontier is None:
+        if self.frontier is None or self._paused:
             return []
         try:
             taken = self.frontier.take_starts(n, legacy_key)
@@ -660,7 +686,8 @@ class Scheduler(BaseScheduler):
             now = time.monotonic()
             if (self._buffer or self._acks or self._events) and now - self._buffer_since >= self.config.flush_interval:
                 self._flush()
-            if self._idle and not self.has_pending_requests() and now - self._last_poll >= self.config.poll_interval:
+            if (self._idle and not self._paused and not self.has_pending_requests()
+                    and now - self._last_poll >= self.config.poll_interval):  # fmt: skip
                 self._last_poll = now
                 queued, leased, producers = self.frontier.idle_state()
                 if self.frontier.start_entries:

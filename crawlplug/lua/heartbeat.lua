@@ -5,14 +5,16 @@
 -- KEYS[3] leased      hash  request id -> "node|score|deliveries"
 -- KEYS[4] node        hash  this node's metrics
 -- KEYS[5] producers   zset  node id -> deadline, nodes still reading start requests
+-- KEYS[6] control     hash  crawl-wide switches set by operators ("paused")
 -- ARGV[1] node id
 -- ARGV[2] lease duration (ms)
 -- ARGV[3] node time-to-live (ms) without a heartbeat
 -- ARGV[4] "1" if this node is still producing start requests, else "0"
 -- ARGV[5] M = number of metric field/value pairs, then 2*M arguments
 -- then the ids of the leases this node believes it holds
--- Returns {now_ms, lost ids...}: ids this node no longer holds (reaped after
--- it stalled past the lease timeout); it must not ack or release them.
+-- Returns {now_ms, paused, lost ids...}: paused is 1 while an operator has
+-- paused the crawl; the ids are those this node no longer holds (reaped
+-- after it stalled past the lease timeout); it must not ack or release them.
 
 local nodes, leases, leased, nodekey, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local node, lease_ms, ttl_ms, producing = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -34,7 +36,7 @@ for j = 6, 5 + 2 * m, 2 do
 end
 redis.call("PEXPIRE", nodekey, ttl_ms * 10)
 
-local out = {now}
+local out = {now, redis.call("HEXISTS", KEYS[6], "paused")}
 local prefix = node .. "|"
 for j = 6 + 2 * m, #ARGV do
   local id = ARGV[j]

@@ -13,8 +13,10 @@
 -- KEYS[9] producers   zset  node id -> deadline
 -- KEYS[10..13]        the per-domain queue: dq, domains, dstate, dconf
 -- KEYS[14] start_urls list  a start entry's lease (score "start") returns here
--- KEYS[15] series     hash  per-10 s counters (admit.lua); buckets older than
---                           an hour are deleted here
+-- KEYS[15] series     hash  per-10 s counters (admit.lua) and gauges sampled
+--                           here: "q:<bucket>" queued, "f:<bucket>" in flight,
+--                           "x:<bucket>" dead letters; buckets older than an
+--                           hour are deleted here
 -- ARGV[1] max deliveries
 -- ARGV[2] most leases to reap in this call
 -- Returns {requeued, dead}.
@@ -70,11 +72,16 @@ if restarted > 0 then redis.call("HINCRBY", stats, "start_returned", restarted) 
 
 -- forget series buckets older than an hour (360 buckets of 10 s), a few per call
 local series = KEYS[15]
-local oldest = math.floor(now / 10000) - 360
+local bucket = math.floor(now / 10000)
+redis.call("HSET", series,
+  "q:" .. bucket, redis.call("ZCARD", queue) + redis.call("ZCARD", D.dq),
+  "f:" .. bucket, redis.call("ZCARD", leases),
+  "x:" .. bucket, redis.call("LLEN", dead))
+local oldest = bucket - 360
 local trimmed = tonumber(redis.call("HGET", series, "trimmed") or "") or oldest
 local upto = math.min(oldest, trimmed + 50)
 for b = trimmed + 1, upto do
-  redis.call("HDEL", series, "a:" .. b, "e:" .. b)
+  redis.call("HDEL", series, "a:" .. b, "e:" .. b, "q:" .. b, "f:" .. b, "x:" .. b)
 end
 if upto > trimmed or redis.call("HEXISTS", series, "trimmed") == 0 then
   redis.call("HSET", series, "trimmed", math.max(upto, trimmed))

@@ -1,0 +1,39 @@
+"""``crawlplug dashboard``: the live web dashboard (see :mod:`crawlplug.web`)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from .cli import _connect, _fail, _friendly_errors, _keys, _options, _shared_options, main
+
+TOKEN_ENVVAR = "CRAWLPLUG_DASHBOARD_TOKEN"
+
+
+@main.command()
+@_shared_options(envvar=False)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (loopback by default; 0.0.0.0 exposes it to your network).")  # fmt: skip
+@click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True)
+@_friendly_errors
+def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int) -> None:
+    """Serve the live dashboard of a crawl (pages, and a JSON API under /api).
+
+    Read-only unless CRAWLPLUG_DASHBOARD_TOKEN is set: then pausing, resuming,
+    changing a domain's limits and requeueing dead letters need that token.
+    """
+    import uvicorn  # noqa: PLC0415 - only for this command
+
+    from .web import create_app  # noqa: PLC0415
+
+    opts = _options(redis_url, crawl)
+    keys = _keys(opts)
+    target = _connect(opts)
+    token = os.environ.get(TOKEN_ENVVAR) or None
+    if token is not None and len(token) < 12:
+        _fail(f"{TOKEN_ENVVAR} is too short: use at least 12 random characters")
+    app = create_app(target.client, keys, token, target.safe_url)
+    mode = "actions need the token" if token else f"read-only (set {TOKEN_ENVVAR} to allow actions)"
+    click.echo(f"crawlplug dashboard of crawl {keys.crawl!r} on http://{host}:{port}/  ({mode})", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,216 @@
+"""The live dashboard of a crawl: ``crawlplug dashboard``.
+
+A Starlette application serving one page (``static/``, plain HTML and
+JavaScript, no build step) and a JSON API under ``/api`` that the page uses
+and scripts may use too. Every number comes from Redis at request time; the
+charts read the rolling hour of per-10 s points the crawl's scripts keep in
+the ``series`` hash, so a dashboard opened late still shows the last hour.
+
+Read-only unless a token is configured (``CRAWLPLUG_DASHBOARD_TOKEN``):
+actions (pause, resume, a domain's limits, requeueing dead letters) then need
+``Authorization: Bearer <token>``. It binds to loopback unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from importlib.resources import files
+from typing import Any
+
+import redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .. import errorsamples, monitor, operations
+from ..errors import CrawlplugError
+from ..frontier import Domains, Frontier
+from ..keys import CrawlKeys
+
+logger = logging.getLogger(__name__)
+
+STATIC = files(__package__).joinpath("static")
+
+#: The API, as served at GET /api (and documented in docs/dashboard.md).
+API = {
+    "GET /api/status": "counts, rates, ETA, paused state, crawl-wide counters and nodes (the crawl now)",
+    "GET /api/history?minutes=60": "per-10 s points: done, admitted, queued, in_flight, dead",
+    "GET /api/nodes": "every registered node: host, pid, uptime, heartbeat age, leases, pages/min, alive",
+    "GET /api/errors": "errors by kind (http/<status>, download/<Exception>, spider/<Exception>) with sample URLs",
+    "GET /api/domains?n=50": "per-domain queue: queued, in flight, delay and concurrency in force, next start",
+    "GET /api/fields": "extraction outcomes per site, step and field (Scrapy stats named site/<site>/...)",
+    "GET /api/dead?n=50": "the newest dead letters: index, url, reason, time, deliveries",
+    "POST /api/pause": "pause the crawl (token)",
+    "POST /api/resume": "resume the crawl (token)",
+    "POST /api/domains/{domain}": 'set a domain\'s limits: {"delay": s, "concurrency": n} ("*" = default) (token)',
+    "DELETE /api/domains/{domain}": "drop the runtime limits of a domain (token)",
+    "POST /api/dead/requeue": '{"indexes": [...]} or {"all": true}: dead letters back to the queue (token)',
+}
+
+
+class Dashboard:
+    """The routes of one crawl's dashboard."""
+
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, token: str | None = None, redis_label: str = "") -> None:
+        self.client = client
+        self.keys = keys
+        self.token = token or None
+        self.redis_label = redis_label
+
+    # -- helpers -----------------------------------------------------------------
+    def _authorized(self, request: Request) -> JSONResponse | None:
+        if self.token is None:
+            return JSONResponse({"error": "read-only dashboard: start it with CRAWLPLUG_DASHBOARD_TOKEN set "
+                                          "to allow actions"}, status_code=403)  # fmt: skip
+        given = request.headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(value.encode(), self.token.encode()):
+            return JSONResponse({"error": "a valid token is needed (Authorization: Bearer <token>)"},
+                                status_code=401)  # fmt: skip
+        return None
+
+    @staticmethod
+    def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+        try:
+            return max(low, min(high, int(request.query_params.get(name, default))))
+        except ValueError:
+            return default
+
+    # -- pages and reads ------------------------------------------------------------
+    async def index(self, request: Request) -> Response:
+        return FileResponse(str(STATIC.joinpath("index.html")))
+
+    def api(self, request: Request) -> JSONResponse:
+        return JSONResponse({"crawl": self.keys.crawl, "endpoints": API})
+
+    def status(self, request: Request) -> JSONResponse:
+        snap = monitor.snapshot(self.client, self.keys)
+        snap.pop("history", None)
+        snap["redis"] = self.redis_label
+        snap["actions"] = self.token is not None
+        return JSONResponse(snap)
+
+    def history(self, request: Request) -> JSONResponse:
+        minutes = self._int(request, "minutes", 60, 1, 60)
+        return JSONResponse(monitor.history(self.client, self.keys, minutes))
+
+    def nodes(self, request: Request) -> JSONResponse:
+        st = Frontier(self.client, self.keys).status()
+        sec, usec = self.client.time()
+        return JSONResponse({"nodes": monitor.nodes(self.client, self.keys, st["nodes"], sec * 1000 + usec // 1000)})
+
+    def errors(self, request: Request) -> JSONResponse:
+        return JSONResponse({"errors": errorsamples.read(self.client, self.keys)})
+
+    def domains(self, request: Request) -> JSONResponse:
+        n = self._int(request, "n", 50, 1, 1000)
+        view = Domains(self.client, self.keys)
+        return JSONResponse({
+            "domains": int(self.client.zcard(self.keys.domains)),
+            "rows": view.table(n),
+            "limits": view.limits(),
+        })  # fmt: skip
+
+    def fields(self, request: Request) -> JSONResponse:
+        return JSONResponse({"sites": site_outcomes(monitor.crawl_stats(self.client, self.keys))})
+
+    def dead(self, request: Request) -> JSONResponse:
+        n = self._int(request, "n", 50, 1, 1000)
+        total = int(self.client.llen(self.keys.dead))
+        return JSONResponse({"total": total, "rows": operations.dead_rows(self.client, self.keys, -n, -1)})
+
+    # -- actions ----------------------------------------------------------------------
+    def pause(self, request: Request) -> JSONResponse:
+        denied = self._authorized(request)
+        if denied:
+            return denied
+        changed = Frontier(self.client, self.keys).pause(by="dashboard")
+        return JSONResponse({"paused": True, "changed": changed})
+
+    def resume(self, request: Request) -> JSONResponse:
+        denied = self._authorized(request)
+        if denied:
+            return denied
+        changed = Frontier(self.client, self.keys).resume()
+        return JSONResponse({"paused": False, "changed": changed})
+
+    async def set_domain(self, request: Request) -> JSONResponse:
+        denied = self._authorized(request)
+        if denied:
+            return denied
+        domain = request.path_params["domain"]
+        if not domain or any(c in domain for c in "\t|"):
+            return JSONResponse({"error": f"invalid domain {domain!r}"}, status_code=400)
+        if request.method == "DELETE":
+            Domains(self.client, self.keys).configure({f"o:{domain}": ""})
+            return JSONResponse({"domain": domain, "override": None})
+        try:
+            body = await request.json()
+            delay, conc = body.get("delay"), body.get("concurrency")
+            delay_ms = "-" if delay is None else str(round(float(delay) * 1000))
+            conc_txt = "-" if conc is None else str(int(conc))
+            if (delay is not None and float(delay) < 0) or (conc is not None and int(conc) < 0):
+                raise ValueError("limits must not be negative")
+            if delay is None and conc is None:
+                raise ValueError("give delay and/or concurrency")
+        except (ValueError, TypeError, AttributeError) as exc:
+            return JSONResponse({"error": f"bad limits: {exc}"}, status_code=400)
+        Domains(self.client, self.keys).configure({f"o:{domain}": f"{delay_ms} {conc_txt}"})
+        return JSONResponse({"domain": domain, "override": {"delay": delay, "concurrency": conc}})
+
+    async def requeue(self, request: Request) -> JSONResponse:
+        denied = self._authorized(request)
+        if denied:
+            return denied
+        try:
+            body = await request.json()
+            indexes = [int(i) for i in body.get("indexes", [])]
+            requeued, kept = operations.requeue_dead(self.client, self.keys, indexes, bool(body.get("all")))
+        except (ValueError, TypeError, AttributeError, CrawlplugError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse({"requeued": requeued, "kept": [{"index": i, "why": why} for i, why in kept]})
+
+    def routes(self) -> list[Any]:
+        return [
+            Route("/", self.index),
+            Route("/api", self.api),
+            Route("/api/status", self.status),
+            Route("/api/history", self.history),
+            Route("/api/nodes", self.nodes),
+            Route("/api/errors", self.errors),
+            Route("/api/domains", self.domains),
+            Route("/api/fields", self.fields),
+            Route("/api/dead", self.dead),
+            Route("/api/pause", self.pause, methods=["POST"]),
+            Route("/api/resume", self.resume, methods=["POST"]),
+            Route("/api/domains/{domain}", self.set_domain, methods=["POST", "DELETE"]),
+            Route("/api/dead/requeue", self.requeue, methods=["POST"]),
+            Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
+        ]
+
+
+def site_outcomes(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Scrapy stats named ``site/<site>/<what...>`` grouped per site: the convention
+    site spiders use to report pages per step, items ok, missing fields, exceptions."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in stats.items():
+        if not key.startswith("site/"):
+            continue
+        _, site, rest = key.split("/", 2) if key.count("/") >= 2 else (None, key[5:], "")
+        if not rest:
+            continue
+        out.setdefault(site, {})[rest] = value
+    return dict(sorted(out.items()))
+
+
+def create_app(client: redis.Redis, keys: CrawlKeys, token: str | None = None, redis_label: str = "") -> Starlette:
+    """The dashboard of crawl ``keys`` on ``client``."""
+    dash = Dashboard(client, keys, token, redis_label)
+
+    async def redis_down(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"Redis error: {exc}"}, status_code=503)
+
+    return Starlette(routes=dash.routes(), exception_handlers={redis.RedisError: redis_down})
