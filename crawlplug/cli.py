@@ -564,7 +564,7 @@ def embedded_url() -> None:
 
 
 # commands defined in their own modules register themselves on `main`
-from . import cli_feed, cli_items, cli_web  # noqa: E402, F401
+from . import cli_feed, cli_items, cli_transfer, cli_web  # noqa: E402, F401
 
 if __name__ == "__main__":  # pragma: no cover
     # run as `python -m crawlplug.cli`: the commands registered themselves on the

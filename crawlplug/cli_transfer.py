@@ -114,6 +114,13 @@ def import_command(redis_url: str | None, crawl: str | None, file: TextIO, repla
     with its number and nothing is imported. In-flight requests of the export
     are queued; request ids, the dedup state and the schedule carry over.
     """
+    try:
+        _import(redis_url, crawl, file, replace, yes)
+    except UnicodeDecodeError as exc:
+        _fail(f"{getattr(file, 'name', 'the input')} is not UTF-8 text ({exc}): not a crawlplug export")
+
+
+def _import(redis_url: str | None, crawl: str | None, file: TextIO, replace: bool, yes: bool) -> None:
     head: list[str] = []  # up to the header line (blank lines kept: line numbers stay right)
     for line in file:
         head.append(line)

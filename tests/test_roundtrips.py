@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import redis
 
 from crawlplug.frontier import Frontier
 from crawlplug.keys import CrawlKeys
