@@ -1,8 +1,19 @@
 """Redis clients from Scrapy settings.
 
-``REDIS_URL`` (redis://, rediss://, unix://) plus ``REDIS_PARAMS``; with no
-URL, the embedded Redis of the project (see :mod:`crawlplug.embedded`).
-Creating a client does no network I/O; :func:`check` does.
+``REDIS_URL`` plus ``REDIS_PARAMS``; with no URL, the embedded Redis of the
+project (see :mod:`crawlplug.embedded`). URL forms:
+
+* ``redis://[user:password@]host:port/db``, ``rediss://`` (TLS), ``unix:///path``;
+* ``redis+cluster://[user:password@]host:port[,host:port...]`` (``rediss+cluster``
+  for TLS): Redis Cluster through redis-py's cluster client (any reachable
+  node is enough to discover the others); ``CRAWLPLUG_REDIS_CLUSTER = True``
+  reads a plain ``redis://`` URL the same way;
+* ``redis+sentinel://[user:password@]host:port[,host:port...]/service_name[/db]``
+  (``rediss+sentinel``): the primary Sentinel names for the service, found
+  again after a failover.
+
+Every key of a crawl shares one hash tag, so every script runs on one
+cluster slot. Creating a client does no network I/O; :func:`check` does.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from .errors import ConfigError, RedisUnavailable
 
 logger = logging.getLogger(__name__)
 
-SCHEMES = ("redis", "rediss", "unix")
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
 
 _CLIENT_DEFAULTS: dict[str, Any] = {
     "socket_timeout": 30,
@@ -72,7 +83,10 @@ def validate_url(url: str) -> str:
         raise ConfigError(f"REDIS_URL must be a non-empty string, got {url!r}")
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a bad port
+        if "+" in parts.scheme:
+            _hosts(parts)  # several host:port pairs: checked one by one
+        else:
+            parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError as exc:
         raise ConfigError(f"malformed REDIS_URL {mask_url(url)!r}: {exc}") from None
     if parts.scheme not in SCHEMES:
@@ -84,18 +98,78 @@ def validate_url(url: str) -> str:
         raise ConfigError(f"malformed REDIS_URL {mask_url(url)!r}: unix:// needs a socket path")
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigError(f"malformed REDIS_URL {mask_url(url)!r}: no host")
+    if parts.scheme.endswith("+sentinel") and not parts.path.strip("/"):
+        raise ConfigError(f"malformed REDIS_URL {mask_url(url)!r}: redis+sentinel:// needs /service_name")
     return url
 
 
-def client_from_url(url: str, params: Mapping[str, Any] | None = None) -> redis.Redis:
-    """A redis-py client for ``url`` (validated); no I/O."""
+def _hosts(parts: Any) -> list[tuple[str, int]]:
+    """host:port pairs of a cluster or sentinel URL (port 26379 for sentinels, 6379 else)."""
+    hostlist = parts.netloc.rpartition("@")[2]
+    default_port = 26379 if parts.scheme.endswith("+sentinel") else 6379
+    out = []
+    for item in hostlist.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep:
+            host, port = item.strip(), str(default_port)
+        host = host.strip("[]")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bad host:port {item!r}")
+        out.append((host, int(port)))
+    return out
+
+
+def client_from_url(url: str, params: Mapping[str, Any] | None = None, *, cluster: bool = False) -> Any:
+    """A redis-py client for ``url`` (validated): Redis, RedisCluster, or a Sentinel-managed
+    primary; no I/O."""
     validate_url(url)
     kwargs = dict(_CLIENT_DEFAULTS)
     kwargs.update(params or {})
+    parts = urlsplit(url)
     try:
+        if parts.scheme.endswith("+cluster") or (cluster and parts.scheme in ("redis", "rediss")):
+            return _cluster(parts, kwargs)
+        if parts.scheme.endswith("+sentinel"):
+            return _sentinel(parts, kwargs)
         return redis.Redis.from_url(url, **kwargs)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"malformed REDIS_URL {mask_url(url)!r}: {exc}") from None
+
+
+def _auth(parts: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    from urllib.parse import unquote  # noqa: PLC0415
+
+    if parts.username:
+        kwargs.setdefault("username", unquote(parts.username))
+    if parts.password:
+        kwargs.setdefault("password", unquote(parts.password))
+    if parts.scheme.startswith("rediss"):
+        kwargs.setdefault("ssl", True)
+    return kwargs
+
+
+def _cluster(parts: Any, kwargs: dict[str, Any]) -> Any:
+    from redis.cluster import ClusterNode, RedisCluster  # noqa: PLC0415
+
+    kwargs = _auth(parts, kwargs)
+    kwargs.pop("health_check_interval", None)
+    nodes = [ClusterNode(host, port) for host, port in _hosts(parts)]
+    return RedisCluster(startup_nodes=nodes, **kwargs)
+
+
+def _sentinel(parts: Any, kwargs: dict[str, Any]) -> Any:
+    from redis.sentinel import Sentinel  # noqa: PLC0415
+
+    kwargs = _auth(parts, kwargs)
+    path = [p for p in parts.path.split("/") if p]
+    service = path[0]
+    if len(path) > 1:
+        if not path[1].isdigit():
+            raise ValueError(f"database must be a number, got {path[1]!r}")
+        kwargs["db"] = int(path[1])
+    sentinel_kwargs = {k: kwargs[k] for k in ("socket_timeout", "socket_connect_timeout") if k in kwargs}
+    sentinel = Sentinel(_hosts(parts), sentinel_kwargs=sentinel_kwargs, **kwargs)
+    return sentinel.master_for(service)
 
 
 def _project_dir() -> Path:
@@ -126,7 +200,8 @@ def from_settings(settings: Any) -> Connection:
     if not isinstance(params, Mapping):
         params = dict(params)
     if url:
-        return Connection(client_from_url(url, params), url, embedded=False)
+        cluster = bool(settings.getbool("CRAWLPLUG_REDIS_CLUSTER")) if hasattr(settings, "getbool") else False
+        return Connection(client_from_url(url, params, cluster=cluster), url, embedded=False)
     directory = embedded_dir(settings)
     url = embedded.ensure(directory, settings.get("CRAWLPLUG_REDIS_SERVER"))
     return Connection(client_from_url(url, params), url, embedded=True)

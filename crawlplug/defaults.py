@@ -18,6 +18,11 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Unset: the embedded Redis under CRAWLPLUG_EMBEDDED_DIR.",
     ),
     "REDIS_PARAMS": ({}, "Extra keyword arguments for redis-py's client (e.g. socket_timeout)."),
+    "CRAWLPLUG_REDIS_CLUSTER": (
+        False,
+        "Read a redis:// REDIS_URL as the address of a Redis Cluster node (same as "
+        "redis+cluster://).",
+    ),
     "CRAWLPLUG_EMBEDDED_DIR": (
         ".crawlplug",
         "Directory of the embedded Redis (data, socket, log), relative to the project directory.",

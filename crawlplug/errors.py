@@ -25,3 +25,14 @@ class DecodeError(CrawlplugError):
 
 class ItemError(CrawlplugError, TypeError):
     """An item cannot be stored (not an item, or a value JSON cannot hold)."""
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    import redis  # noqa: PLC0415
+
+    return (redis.RedisError, redis.exceptions.RedisClusterException)
+
+
+#: What a Redis call may raise when the server (or the cluster) is unreachable,
+#: busy, failing over or refusing: redis-py's errors and its cluster client's.
+REDIS_ERRORS = _redis_errors()

@@ -26,6 +26,7 @@ from scrapy.http import Response
 from twisted.internet.task import LoopingCall
 
 from . import enginehooks
+from .errors import REDIS_ERRORS
 from .keys import CrawlKeys
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class ErrorSamplesMiddleware:
                 merged = _load(previous) + samples.get(kind, [])
                 pipe.hset(keys.errors, f"{kind}|s", json.dumps(merged[-SAMPLES:]))
             pipe.execute()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             logger.debug("crawlplug: error samples not sent (%s); kept for the next try", exc)
             return
         for kind, n in counts.items():

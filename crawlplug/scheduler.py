@@ -25,7 +25,6 @@ import time
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
-import redis
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import BaseDupeFilter
@@ -37,7 +36,7 @@ from . import connection, enginehooks, starts
 from .config import SchedulerConfig, setting
 from .dedup import Dedup
 from .dupefilters import RedisSetDupeFilter
-from .errors import ConfigError, DecodeError, RedisUnavailable, SerializationError
+from .errors import REDIS_ERRORS, ConfigError, DecodeError, RedisUnavailable, SerializationError
 from .frontier import Admission, Domains, Frontier, Leased, process_node_id
 from .keys import CrawlKeys
 from .leases import LEASE_META, LeaseBook, Termination
@@ -134,7 +133,7 @@ class Scheduler(BaseScheduler):
         self.spider = spider
         try:
             self._connect(spider)
-        except (RedisUnavailable, ConfigError, redis.RedisError) as exc:
+        except (RedisUnavailable, ConfigError, *REDIS_ERRORS) as exc:
             # One clear line and a clean close (CloseSpider is Scrapy's way for a
             # component that cannot start), instead of a traceback per component.
             reason = "config_error" if isinstance(exc, ConfigError) else "redis_unavailable"
@@ -226,7 +225,7 @@ class Scheduler(BaseScheduler):
         domain = self.queue.domain(request)
         try:
             self.domains.configure({f"r:{domain}": f"{round(float(delay) * 1000)} -"})
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._redis_error(exc)
             return
         logger.info("crawlplug: robots.txt of %s asks for Crawl-delay %ss; applied crawl-wide", domain, delay)
@@ -252,7 +251,7 @@ class Scheduler(BaseScheduler):
                 self._inc("crawlplug/released", released)
                 logger.info("crawlplug: gave %d unfinished requests back to the queue", released)
             self.frontier.leave()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             logger.error(
                 "crawlplug: could not hand back this node's leases (%s); they return to the queue "
                 "when they expire in %.0fs",
@@ -364,7 +363,7 @@ class Scheduler(BaseScheduler):
         if self.frontier is not None:
             try:
                 queued = len(self.frontier)
-            except redis.RedisError:
+            except REDIS_ERRORS:
                 pass
         return queued + len(self._prefetched) + len(self._buffer)
 
@@ -429,7 +428,7 @@ class Scheduler(BaseScheduler):
                 result, leased = self.frontier.admit_and_pop(items, acks, pop, events)
             else:
                 result, leased = self.frontier.admit(items, acks, events), []
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._redis_error(exc)
             return
         self._redis_ok()
@@ -479,7 +478,7 @@ class Scheduler(BaseScheduler):
         try:
             self.frontier.dead_letter(leased.id, reason, deliveries=leased.deliveries)
             self._inc("crawlplug/dead")
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._redis_error(exc)  # the lease expires and the entry comes back later
 
     def _heartbeat(self) -> None:
@@ -527,7 +526,7 @@ class Scheduler(BaseScheduler):
                 self._inc("crawlplug/dead", dead)
                 logger.warning("crawlplug: %d requests exceeded CRAWLPLUG_MAX_DELIVERIES; see the dead letters", dead)
             self._redis_ok()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._redis_error(exc)
         except Exception:  # a failing heartbeat must never stop the loop silently
             logger.exception("crawlplug: heartbeat failed")
@@ -566,7 +565,7 @@ class Scheduler(BaseScheduler):
             return
         try:
             fired = self.seeds.fire_due()
-        except (redis.RedisError, ConfigError) as exc:
+        except (*REDIS_ERRORS, ConfigError) as exc:
             self._log_once(f"seeds:{exc}", logging.ERROR, "crawlplug: seed timer failed: %s", exc)
             return
         if fired:
@@ -595,7 +594,7 @@ class Scheduler(BaseScheduler):
             return []
         try:
             taken = self.frontier.take_starts(n, legacy_key)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._redis_error(exc)
             return []
         self._redis_ok()
@@ -612,7 +611,7 @@ class Scheduler(BaseScheduler):
                 self._start_leases.discard(lease_id)
                 try:
                     self.frontier.dead_letter(lease_id, f"invalid start entry: {exc}")
-                except redis.RedisError as rexc:
+                except REDIS_ERRORS as rexc:
                     self._redis_error(rexc)  # the lease expires and the entry returns
                 continue
             for request in requests:
@@ -661,7 +660,7 @@ class Scheduler(BaseScheduler):
         try:
             self._flush()
             queued, leased, producers = self.frontier.idle_state()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._redis_error(exc)
             return False
         local = self.has_pending_requests() or bool(self.book.active) or bool(self._start_leases)
@@ -699,7 +698,7 @@ class Scheduler(BaseScheduler):
                     enginehooks.wake(self.crawler)
                 elif self.termination.finished():
                     enginehooks.wake(self.crawler)  # the engine's idle check will now let the spider close
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._redis_error(exc)
         except Exception:
             logger.exception("crawlplug: scheduler tick failed")
@@ -714,7 +713,7 @@ class Scheduler(BaseScheduler):
         try:
             self._flush()
             queued, leased, producers = self.frontier.idle_state()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._redis_error(exc)
             raise DontCloseSpider from None
         self.termination.observe(queued, leased, producers, local_pending=self.has_pending_requests())

@@ -45,6 +45,7 @@ from twisted.internet.task import LoopingCall
 
 from . import connection
 from .config import setting
+from .errors import REDIS_ERRORS
 from .frontier import process_node_id
 from .keys import CrawlKeys, crawl_keys
 from .lua import source
@@ -170,7 +171,7 @@ class RedisStatsCollector(StatsCollector):
             args += self._field(key)
         try:
             now = self._script(keys=[keys.crawlstats, keys.node_stats(self.node_id), keys.statnodes], args=args)
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             self._redis_error(exc)
             return False
         if self._down_since is not None:

@@ -44,8 +44,13 @@ class Scripts:
         every pipeline, a second round trip; here EVALSHA goes out directly and
         the scripts are loaded only if the server says it lost them.
         """
+        client = self.client
+        if calls and _is_cluster(client):
+            # Every key of a crawl shares one hash tag: the whole pipeline goes to the
+            # node owning that slot (redis-py's cluster pipeline refuses EVALSHA).
+            client = client.get_redis_connection(client.get_node_from_key(calls[0][1][0]))
         for attempt in (1, 2):
-            pipe = self.client.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=False)
             for name, keys, args in calls:
                 pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
             try:
@@ -54,7 +59,7 @@ class Scripts:
                 if attempt == 2:
                     raise
                 for script in self._scripts.values():
-                    script.sha = self.client.script_load(script.script)
+                    script.sha = client.script_load(script.script)
         raise AssertionError("unreachable")
 
     def __getattr__(self, name: str) -> Any:
@@ -62,3 +67,9 @@ class Scripts:
             return self._scripts[name]
         except KeyError:
             raise AttributeError(name) from None
+
+
+def _is_cluster(client: Any) -> bool:
+    from redis.cluster import RedisCluster  # noqa: PLC0415
+
+    return isinstance(client, RedisCluster)

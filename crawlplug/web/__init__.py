@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 from importlib.resources import files
 from typing import Any
 
@@ -149,14 +150,17 @@ class Dashboard:
             return JSONResponse({"domain": domain, "override": None})
         try:
             body = await request.json()
-            delay, conc = body.get("delay"), body.get("concurrency")
-            delay_ms = "-" if delay is None else str(round(float(delay) * 1000))
-            conc_txt = "-" if conc is None else str(int(conc))
-            if (delay is not None and float(delay) < 0) or (conc is not None and int(conc) < 0):
-                raise ValueError("limits must not be negative")
+            delay = _limit(body.get("delay"), "delay")
+            conc = _limit(body.get("concurrency"), "concurrency")
+            if conc is not None:
+                if not conc.is_integer():
+                    raise ValueError("concurrency must be a whole number")
+                conc = int(conc)
+            delay_ms = "-" if delay is None else str(round(delay * 1000))
+            conc_txt = "-" if conc is None else str(conc)
             if delay is None and conc is None:
                 raise ValueError("give delay and/or concurrency")
-        except (ValueError, TypeError, AttributeError) as exc:
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             return JSONResponse({"error": f"bad limits: {exc}"}, status_code=400)
         Domains(self.client, self.keys).configure({f"o:{domain}": f"{delay_ms} {conc_txt}"})
         return JSONResponse({"domain": domain, "override": {"delay": delay, "concurrency": conc}})
@@ -169,7 +173,7 @@ class Dashboard:
             body = await request.json()
             indexes = [int(i) for i in body.get("indexes", [])]
             requeued, kept = operations.requeue_dead(self.client, self.keys, indexes, bool(body.get("all")))
-        except (ValueError, TypeError, AttributeError, CrawlplugError) as exc:
+        except (ValueError, TypeError, AttributeError, OverflowError, CrawlplugError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return JSONResponse({"requeued": requeued, "kept": [{"index": i, "why": why} for i, why in kept]})
 
@@ -190,6 +194,18 @@ class Dashboard:
             Route("/api/dead/requeue", self.requeue, methods=["POST"]),
             Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
         ]
+
+
+def _limit(value: Any, name: str) -> float | None:
+    """A domain limit from a JSON body: None, or a finite number >= 0 (a number or numeric text)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"{name} must be a number, not {value!r:.40}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, not {value!r:.40}")
+    return number
 
 
 def site_outcomes(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
