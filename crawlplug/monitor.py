@@ -39,6 +39,26 @@ def _series(client: redis.Redis, keys: CrawlKeys, now_ms: int, minutes: int) -> 
     return {"acked": per_min(acked), "enqueued": per_min(enqueued)}
 
 
+def _rates(client: redis.Redis, keys: CrawlKeys, now_ms: int, minutes: int = 5) -> tuple[float, float, int]:
+    """(pages/min, net drain/min, pages in the last minute) over the last ``minutes``,
+    counted from the first busy 10 s bucket: a crawl that started 40 s ago is not
+    averaged over five minutes, and the current bucket counts for the time it covers."""
+    current = now_ms // BUCKET_MS
+    buckets = list(range(current - minutes * 6, current + 1))
+    values = client.hmget(keys.series, [f"a:{b}" for b in buckets] + [f"e:{b}" for b in buckets])
+    n = len(buckets)
+    acked = [int(v or 0) for v in values[:n]]
+    admitted = [int(v or 0) for v in values[n:]]
+    first = next((i for i in range(n) if acked[i] or admitted[i]), None)
+    if first is None:
+        return 0.0, 0.0, 0
+    elapsed = max(10.0, (now_ms - buckets[first] * BUCKET_MS) / 1000)
+    done = sum(acked[first:])
+    pages = done * 60 / elapsed
+    net = (done - sum(admitted[first:])) * 60 / elapsed
+    return pages, net, sum(acked[-7:-1]) + acked[-1]
+
+
 def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15) -> dict[str, Any]:
     """The crawl's state now: see the module docstring."""
     st = Frontier(client, keys).status()
@@ -47,13 +67,7 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15)
     series = _series(client, keys, now_ms, history_minutes)
     stats = st["stats"]
     done = stats.get("acked", 0)
-    # the last 5 complete minutes, leaving out the quiet ones before the crawl started
-    recent, discovered = series["acked"][-5:], series["enqueued"][-5:]
-    while recent and recent[0] == 0 and discovered[0] == 0:
-        recent, discovered = recent[1:], discovered[1:]
-    pages_per_min = sum(recent) / len(recent) if recent else 0.0
-    last_min = series["acked"][-1] if series["acked"] else 0
-    net = pages_per_min - (sum(discovered) / len(discovered) if discovered else 0.0)
+    pages_per_min, net, last_min = _rates(client, keys, now_ms)
     remaining = st["queued"] + st["in_flight"] + st.get("start_urls", 0)
     eta = None
     if remaining == 0:

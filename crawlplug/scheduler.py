@@ -536,6 +536,8 @@ class Scheduler(BaseScheduler):
         if paused == self._paused or self.frontier is None:
             return
         self._paused = paused
+        with contextlib.suppress(*REDIS_ERRORS):  # shown at once, not at the next heartbeat
+            self.frontier.client.hset(self.frontier.keys.node(self.frontier.node_id), "paused", int(paused))
         if paused:
             unstarted = [x.id for x in self._prefetched]
             self._prefetched.clear()

@@ -34,7 +34,7 @@
 -- payload (an empty payload only records the fingerprint: a dupefilter used
 -- on its own), domain ("" = the plain queue, else the per-domain queue). The dedup key is the raw fingerprint ("set"), "<ttl ms>:<raw
 -- fingerprint>" ("ttl", ttl "" = default) or "<h1>,<h2>,<h3>" ("bloom").
--- Returns {flags, acked, stale, state}: flags has one char per request, "1"
+-- Returns {flags, acked, stale, state} (acked: requests, start entries not counted): flags has one char per request, "1"
 -- admitted, "0" filtered as a duplicate; stale counts acks of leases this
 -- node no longer held; state is, for mode "bloom", the layer count of each
 -- filter passed ("3,2,2"). Mode "bloom" may instead answer, changing nothing:
@@ -251,7 +251,7 @@ while i + 3 <= #ARGV do
   i = i + 4
 end
 
-local acked, stale = 0, 0
+local acked, stale, starts_acked = 0, 0, 0
 local owner_prefix = node .. "|"
 for e = 6 + nacks, 5 + nacks + 2 * nevents, 2 do
   local id = ARGV[e]
@@ -270,12 +270,16 @@ for a = 5, 4 + nacks do
     redis.call("HDEL", leased, id)
     redis.call("HDEL", requests, id)
     redis.call("HDEL", deliveries, id)
-    local _, _, _, domain, freed = lease_info(info)
+    local _, score, _, domain, freed = lease_info(info)
     if domain ~= "" then
       dq_now = dq_now or redis_now_ms()
       dq_end(domain, id, freed, dq_now)
     end
-    acked = acked + 1
+    if score == "start" then
+      starts_acked = starts_acked + 1 -- a start entry, not a page: not counted as done
+    else
+      acked = acked + 1
+    end
   elseif not info and redis.call("ZREM", queue, id) == 1 then
     -- reaped back into the queue while we stalled, not yet taken by anyone:
     -- the work is done now, so finish it instead of doing it twice (plain
@@ -291,6 +295,7 @@ end
 if admitted > 0 then redis.call("HINCRBY", stats, "enqueued", admitted) end
 if filtered > 0 then redis.call("HINCRBY", stats, "filtered", filtered) end
 if acked > 0 then redis.call("HINCRBY", stats, "acked", acked) end
+if starts_acked > 0 then redis.call("HINCRBY", stats, "start_acked", starts_acked) end
 if stale > 0 then redis.call("HINCRBY", stats, "stale_acks", stale) end
 if acked > 0 or admitted > 0 then
   dq_now = dq_now or redis_now_ms()

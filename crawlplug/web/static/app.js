@@ -26,10 +26,30 @@ function say(text, error = false) {
   say.timer = setTimeout(() => { box.hidden = true; }, 6000);
 }
 
+function summary(out) {
+  if ("paused" in out) {
+    if (!out.changed) return out.paused ? "The crawl was already paused." : "The crawl was not paused.";
+    return out.paused ? "Crawl paused: every node stops taking requests within a heartbeat and finishes what it downloads."
+                      : "Crawl resumed.";
+  }
+  if ("requeued" in out) {
+    const kept = out.kept.length ? ` ${out.kept.length} kept: ${out.kept.map(k => `#${k.index} ${k.why}`).join("; ")}` : "";
+    return `${out.requeued} dead letters back in the queue.${kept}`;
+  }
+  if ("domain" in out) {
+    if (!out.override) return `${out.domain}: back to the limits of the settings.`;
+    const parts = [];
+    if (out.override.delay !== null && out.override.delay !== undefined) parts.push(`delay ${out.override.delay} s`);
+    if (out.override.concurrency !== null && out.override.concurrency !== undefined) parts.push(`concurrency ${out.override.concurrency || "unlimited"}`);
+    return `${out.domain}: ${parts.join(", ")}, on every node now.`;
+  }
+  return JSON.stringify(out);
+}
+
 async function act(path, body, method = "POST") {
   try {
     const out = await api(path, { method, body: body === undefined ? undefined : JSON.stringify(body) });
-    say(JSON.stringify(out));
+    say(summary(out));
     refresh();
     return out;
   } catch (err) {
@@ -162,7 +182,7 @@ async function refresh() {
   $("#crawl").textContent = st.crawl;
   $("#redis").textContent = st.redis;
   $("#state").textContent = st.paused ? "paused" : (st.nodes.some(n => n.alive) ? "running" : "no live node");
-  $("#state").className = "badge" + (st.paused ? " paused" : "");
+  $("#state").className = "badge" + (st.paused ? " paused" : (st.nodes.some(n => n.alive) ? "" : " idle"));
   document.querySelectorAll("button.action").forEach(b => { b.disabled = !actions; b.title = actions ? "" : "read-only: no token configured"; });
   const page = (location.hash || "#overview").slice(1);
   try {
