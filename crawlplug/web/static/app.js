@@ -102,6 +102,10 @@ function chart(svg, t, series) {
 
 async function drawCharts() {
   const h = await api("/api/history?minutes=60");
+  // zoom to the part of the hour the crawl has run (at least 5 minutes)
+  const busy = h.t.findIndex((_, i) => h.done[i] || h.admitted[i] || h.queued[i] !== null);
+  const from = busy < 0 ? h.t.length - 30 : Math.min(busy, h.t.length - 30);
+  for (const k of ["t", "done", "admitted", "queued", "in_flight", "dead"]) h[k] = h[k].slice(Math.max(0, from));
   const perMin = h.done.map(v => v * 6);  // per 10 s bucket -> per minute
   chart($("#chart-done"), h.t, [{ name: "pages/min", values: perMin, color: "#1565c0" }]);
   chart($("#chart-queue"), h.t, [
