@@ -228,3 +228,19 @@ def test_redisshop_reads_scrapy_redis_start_urls_key(crawl, make_shop, redis_url
     assert all(n == 1 for n in shop.hits.values())
     assert not client.exists("redisshop:start_urls")
     client.close()
+
+
+# -- RedisCrawlSpider: CrawlSpider rules, start URLs from Redis ----------------------------
+
+
+def test_redis_crawl_spider_follows_its_rules_from_a_pushed_url(crawl, make_shop, redis_url):
+    shop = make_shop(items=120)
+    settings = {"REDIS_URL": redis_url, "CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 0.5,
+                "CRAWLPLUG_LEASE_TIMEOUT": 10}  # fmt: skip
+    node = crawl("redisrules", settings=settings)
+    push(redis_url, "redisrules", shop.url + "/")
+    assert node.wait(60) == 0, node.text()[-3000:]
+    assert "'finish_reason': 'finished'" in node.text()
+    items = items_of([node])
+    assert sorted(i["url"].split(shop.url, 1)[1] for i in items) == sorted(shop.shop.item_paths())
+    assert not {p: n for p, n in shop.hits.items() if n > 1}
