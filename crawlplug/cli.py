@@ -42,7 +42,8 @@ from .keys import CrawlKeys
 F = TypeVar("F", bound=Callable[..., Any])
 
 _REDIS_HELP = (
-    "Redis of the crawl: redis://, rediss:// or unix://. "
+    "Redis of the crawl: redis://, rediss://, unix://, redis+cluster://h:p[,h:p] or "
+    "redis+sentinel://h:p[,h:p]/service. "
     "Default: the embedded Redis of the Scrapy project in this directory (started if needed)."
 )
 _META_URL = "crawlplug.safe_url"

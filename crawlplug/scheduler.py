@@ -740,6 +740,10 @@ class Scheduler(BaseScheduler):
                 "crawlplug: Redis is back after %.1fs", time.monotonic() - self._redis_down_since
             )
             self._redis_down_since = None
+            # A Redis that comes back may have lost its last writes (a failover to a
+            # replica that lagged, an AOF everysec crash): fingerprints this node saw
+            # admitted may be gone, and trusting them would filter pages never crawled.
+            self._recent.clear()
 
     def _log_once(self, key: str, level: int, msg: str, *args: Any) -> None:
         if key in self._logged or len(self._logged) > 1000:

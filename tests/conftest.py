@@ -241,3 +241,67 @@ def project_copy(tmp_path: Path) -> Path:
     return dest
 
 
+# -- Redis Cluster and Sentinel (tests/clusters.py) ------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def cluster_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Three cluster-enabled primaries on loopback joined by `redis-cli --cluster create`
+    (a tests.clusters.RedisCluster3: .url, .nodes, .owner_of(key), .flushall())."""
+    from .clusters import RedisCluster3
+
+    cluster = RedisCluster3(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.stop()
+        raise
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(cluster_deployment) -> str:
+    """URL of the suite's Redis Cluster: redis+cluster://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3."""
+    return cluster_deployment.url
+
+
+@pytest.fixture
+def cluster_url(cluster_deployment, redis_cluster: str) -> Iterator[str]:
+    """The suite's Redis Cluster (its URL), every primary flushed before and after the test."""
+    cluster_deployment.flushall()
+    yield redis_cluster
+    cluster_deployment.flushall()
+
+
+@pytest.fixture
+def cluster_client(cluster_url: str) -> Iterator[object]:
+    """A redis-py RedisCluster client of the flushed cluster, as crawlplug builds it."""
+    from crawlplug.connection import client_from_url
+
+    client = client_from_url(cluster_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_sentinel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
+    """A primary (appendonly, appendfsync always), a replica and three sentinels watching
+    'mymaster' (a tests.clusters.SentinelSetup: .url, .processes, .kill_primary(),
+    .wait_new_primary(killed_at), .failover(), .failover_seconds). Per test: a test kills it.
+    Parametrize indirectly with {"holdable_link": True} to replicate through a proxy that
+    ``setup.link.hold()`` stops (the replica falls behind)."""
+    from .clusters import SentinelSetup
+
+    setup = SentinelSetup(tmp_path / "sentinel", **getattr(request, "param", {}))
+    try:
+        setup.start()
+    except BaseException:
+        setup.stop()
+        raise
+    try:
+        yield setup
+    finally:
+        setup.stop()
