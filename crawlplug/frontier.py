@@ -410,7 +410,7 @@ class Domains:
         for domain, _ in rows:
             d = _text(domain)
             pipe.zlexcount(k.dq, f"[{d}\t", f"[{d}\t\xff")
-            pipe.hget(k.dstate, f"b:{d}")
+            pipe.hmget(k.dstate, f"b:{d}", f"n:{d}")
         counts = pipe.execute()
         out = []
         for i, (domain, score) in enumerate(rows):
@@ -419,7 +419,8 @@ class Domains:
             out.append({
                 "domain": d,
                 "queued": int(counts[2 * i]),
-                "in_flight": int(counts[2 * i + 1] or 0),
+                "in_flight": int(counts[2 * i + 1][0] or 0),
+                "leased_total": int(counts[2 * i + 1][1] or 0),
                 "delay": delay / 1000,
                 "concurrency": conc,
                 "ready_in": None if score == float("inf") else max(0.0, (score - now) / 1000),

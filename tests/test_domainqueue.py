@@ -292,3 +292,12 @@ def test_a_crawl_queued_by_another_queue_kind_is_refused_with_a_clear_message(cr
     assert "has 1 requests queued by a plain queue" in text
     assert "CRAWLPLUG_QUEUE_CLASS" in text
     assert sum(shop.hits.values()) == 0
+
+
+def test_the_domain_table_counts_requests_leased_per_domain(frontier, domains):
+    domains.configure({"s:*": "0 0"})
+    admit(frontier, "rate.test", [str(i) for i in range(5)])
+    pop_sent(frontier, 10)  # the first request, alone
+    pop_sent(frontier, 2)
+    [row] = domains.table()
+    assert (row["domain"], row["queued"], row["in_flight"], row["leased_total"]) == ("rate.test", 2, 3, 3)

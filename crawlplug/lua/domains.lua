@@ -17,7 +17,8 @@
 --          "p:<domain>" -> the lease whose request is leased but not yet
 --          sent: a domain with a delay waits for it, so the delay counts
 --          from the moment the request really leaves (after robots.txt,
---          local queues), not from the lease
+--          local queues), not from the lease; "n:<domain>" -> requests of it
+--          leased so far (the dashboard's rate per domain)
 -- dconf    hash "<source>:<domain>" -> "<delay ms> <concurrency>", "-" for
 --          unset; source "o" = the operator at runtime, "s" = the nodes'
 --          settings, "r" = robots.txt Crawl-delay; domain "*" = the default

@@ -101,6 +101,7 @@ if order == "domain" then
       if got > 0 then
         busy = busy + got
         redis.call("HSET", D.state, "b:" .. domain, busy)
+        redis.call("HINCRBY", D.state, "n:" .. domain, got) -- requests leased so far (its rate)
         if hold then
           -- the delay starts when the node says the request was sent
           redis.call("HSET", D.state, "p:" .. domain, last_id)

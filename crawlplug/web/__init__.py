@@ -41,7 +41,8 @@ API = {
     "GET /api/history?minutes=60": "per-10 s points: done, admitted, queued, in_flight, dead",
     "GET /api/nodes": "every registered node: host, pid, uptime, heartbeat age, leases, pages/min, alive",
     "GET /api/errors": "errors by kind (http/<status>, download/<Exception>, spider/<Exception>) with sample URLs",
-    "GET /api/domains?n=50": "per-domain queue: queued, in flight, delay and concurrency in force, next start",
+    "GET /api/domains?n=50": "per-domain queue: queued, in flight, requests leased so far (its rate), delay and "
+                             "concurrency in force, next start",
     "GET /api/fields": "extraction outcomes per site, step and field (Scrapy stats named site/<site>/...)",
     "GET /api/dead?n=50": "the newest dead letters: index, url, reason, time, deliveries",
     "POST /api/pause": "pause the crawl (token)",

@@ -145,10 +145,18 @@ async function errors() {
     <td class="samples">${x.samples.map(esc).join("<br>")}</td></tr>`));
 }
 
+const domainSeen = new Map();  // domain -> [time ms, requests leased so far], for rates
 async function domains() {
   const d = await api("/api/domains?n=100");
+  const now = Date.now();
+  const rate = r => {
+    const before = domainSeen.get(r.domain);
+    domainSeen.set(r.domain, [now, r.leased_total]);
+    if (!before || now - before[0] < 500) return "-";
+    return fmt(Math.round((r.leased_total - before[1]) * 60000 / (now - before[0])));
+  };
   rows("domains-table", d.rows.map(r => `<tr><td>${esc(r.domain)}</td><td class="num">${fmt(r.queued)}</td>
-    <td class="num">${fmt(r.in_flight)}</td><td class="num">${r.delay}</td><td class="num">${r.concurrency || "no limit"}</td>
+    <td class="num">${fmt(r.in_flight)}</td><td class="num">${rate(r)}</td><td class="num">${r.delay}</td><td class="num">${r.concurrency || "no limit"}</td>
     <td>${r.at_concurrency ? "at its limit" : "in " + r.ready_in.toFixed(1) + "s"}</td></tr>`));
 }
 
