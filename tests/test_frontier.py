@@ -475,3 +475,20 @@ def test_concurrent_admission_is_atomic(r, redis_url):
     payloads = [v.decode().split(":") for v in r.hvals(K.requests)]
     assert sorted(int(i) for i, _ in payloads) == list(range(2000))
     assert stats(r) == {"enqueued": 2000, "filtered": 6000}
+
+
+def test_an_ack_after_a_failover_never_finishes_a_new_request_that_reuses_the_id(r, frontier):
+    """A failover that loses writes rolls seq back: a request admitted afterwards can get
+    the id of a lease the node still holds from before. Acking that old lease must not
+    take the new request for a reaped copy of it and delete it."""
+    frontier.admit([(fp("old"), 0, b"old")])
+    [held] = frontier.pop(1)
+    # what the new primary looks like: the lease and the old request are gone, seq is back,
+    # and a new request was admitted under the same id
+    r.delete(K.leases, K.leased, K.requests, K.deliveries)
+    r.set(K.seq, int(held.id) - 1)
+    frontier.admit([(fp("new"), 0, b"new")])
+    assert r.hget(K.requests, held.id) == b"new"
+    result = frontier.admit([], acks=[held.id])
+    assert (result.acked, result.stale) == (0, 1)
+    assert r.hget(K.requests, held.id) == b"new" and r.zscore(K.queue, held.id) is not None

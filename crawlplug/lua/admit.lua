@@ -280,10 +280,13 @@ for a = 5, 4 + nacks do
     else
       acked = acked + 1
     end
-  elseif not info and redis.call("ZREM", queue, id) == 1 then
+  elseif not info and redis.call("HEXISTS", deliveries, id) == 1 and redis.call("ZREM", queue, id) == 1 then
     -- reaped back into the queue while we stalled, not yet taken by anyone:
     -- the work is done now, so finish it instead of doing it twice (plain
-    -- queues only: in the per-domain queue such an ack counts as stale)
+    -- queues only: in the per-domain queue such an ack counts as stale).
+    -- Only a request that was delivered before (reaped ones keep their
+    -- delivery count): after a failover that rolled back seq, a new request
+    -- may carry the id of a lease that was lost, and must not be taken for it
     redis.call("HDEL", requests, id)
     redis.call("HDEL", deliveries, id)
     acked = acked + 1
