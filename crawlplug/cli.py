@@ -33,8 +33,7 @@ from typing import Any, Callable, NoReturn, TypeVar
 import click
 import redis
 
-from . import connection, embedded, monitor
-from .connection import mask_url
+from . import connection, embedded, monitor, operations
 from .errors import CrawlplugError
 from .frontier import DeadLetter, Domains, Frontier
 from .keys import CrawlKeys
@@ -132,15 +131,8 @@ def _embedded_dir() -> Path:
     return connection.embedded_dir(get_project_settings())
 
 
-@dataclass
-class _Target:
-    client: redis.Redis
-    url: str
-    embedded: bool
-
-    @property
-    def safe_url(self) -> str:
-        return mask_url(self.url)
+#: What a command talks to: a client that answered PING, its URL, whether it is embedded.
+_Target = connection.Connection
 
 
 def _connect(opts: Options) -> _Target:
@@ -154,9 +146,8 @@ def _connect(opts: Options) -> _Target:
         except OSError as exc:
             _fail(f"could not start the embedded Redis in {directory}: {exc}")
         is_embedded = True
-    conn = connection.Connection(connection.client_from_url(url), url, is_embedded)
-    connection.check(conn)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."
-    target = _Target(conn.client, url, is_embedded)
+    target = connection.Connection(connection.client_from_url(url), url, is_embedded)
+    connection.check(target)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."
     click.get_current_context().meta[_META_URL] = target.safe_url  # for _friendly_errors
     return target
 
@@ -377,13 +368,7 @@ def dead() -> None:
 
 
 def _payload_url(letter: DeadLetter) -> str:
-    try:
-        data = json.loads(letter.payload)
-    except (UnicodeDecodeError, ValueError):
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("url"), str):
-        return data["url"]
-    return f"<payload of {len(letter.payload)} bytes, not a crawlplug JSON request>"
+    return operations.payload_url(letter.payload)
 
 
 def _when(ms: Any) -> str:
