@@ -7,14 +7,15 @@ ITEMS  ?= 2000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help venv crawl test bench bench-quick bench-bloom bench-kill bench-domains bench-all lint docs clean
+.PHONY: help venv crawl test bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-all lint docs clean
 
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
 	@echo "make test    run the whole test suite (starts its own Redis servers and sites)"
 	@echo "make bench   throughput vs stock Scrapy and scrapy-redis (~10 min; bench-quick: ~3 min)"
-	@echo "make bench-bloom / bench-kill / bench-domains / bench-all   Bloom memory and false positives /"
-	@echo "             kill -9 side by side / DomainQueue pops with 10,000 domains / everything"
+	@echo "make bench-bloom / bench-kill / bench-domains / bench-shards / bench-all   Bloom memory and"
+	@echo "             false positives / kill -9 side by side / DomainQueue pops with 10,000 domains /"
+	@echo "             one crawl on a 3-primary Redis Cluster, 1 vs 3 vs 6 shards / everything"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
 	@echo "make lint    ruff"
 	@echo "make clean   stop the embedded Redis, remove .crawlplug/ and the venv"
@@ -48,7 +49,10 @@ bench-kill: venv
 bench-domains: venv
 	$(BIN)/python bench/domain_bench.py
 
-bench-all: bench bench-bloom bench-kill bench-domains
+bench-shards: venv
+	$(BIN)/python bench/shard_bench.py
+
+bench-all: bench bench-bloom bench-kill bench-domains bench-shards
 
 lint: venv
 	$(BIN)/python -m pip install --quiet ruff

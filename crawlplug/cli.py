@@ -35,8 +35,9 @@ import redis
 
 from . import connection, embedded, monitor, operations
 from .errors import CrawlplugError
-from .frontier import DeadLetter, Domains, Frontier
+from .frontier import DeadLetter
 from .keys import CrawlKeys
+from .shards import open_domains, open_frontier
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -337,7 +338,7 @@ def purge(redis_url: str | None, crawl: str | None, yes: bool) -> None:
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
-    frontier = Frontier(target.client, keys)
+    frontier = open_frontier(target.client, keys)
     if not yes:
         st = frontier.status()
         live = len(_alive(target, st["nodes"]))
@@ -387,8 +388,8 @@ def dead_list(redis_url: str | None, crawl: str | None, count: int) -> None:
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
-    frontier = Frontier(target.client, keys)
-    total = int(target.client.llen(keys.dead))
+    frontier = open_frontier(target.client, keys)
+    total = operations.dead_count(target.client, keys)
     first = 0 if count == 0 else max(0, total - count)
     letters = frontier.dead_letters(first, -1) if total else []
     shown = f", showing the newest {len(letters)}" if len(letters) < total else ""
@@ -426,8 +427,8 @@ def domains_list(redis_url: str | None, crawl: str | None, count: int, as_json: 
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
-    view = Domains(target.client, keys)
-    total = int(target.client.zcard(keys.domains))
+    view = open_domains(target.client, keys)
+    total = view.scheduled_count()
     rows = view.table(count)
     if as_json:
         click.echo(json.dumps({"crawl": keys.crawl, "domains": total, "limits": view.limits(), "rows": rows},
@@ -473,7 +474,7 @@ def domains_set(redis_url: str | None, crawl: str | None, domain: str, delay: fl
     keys = _keys(opts)
     target = _connect(opts)
     value = f"{_limit_text(delay, 1000)} {_limit_text(concurrency)}"
-    Domains(target.client, keys).configure({f"o:{domain}": value})
+    open_domains(target.client, keys).configure({f"o:{domain}": value})
     said = []
     if delay is not None:
         said.append(f"delay {delay:g}s")
@@ -491,8 +492,9 @@ def domains_reset(redis_url: str | None, crawl: str | None, domain: str) -> None
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
-    existed = target.client.hexists(keys.dconf, f"o:{domain}")
-    Domains(target.client, keys).configure({f"o:{domain}": ""})
+    view = open_domains(target.client, keys)
+    existed = target.client.hexists(view.parts[0].dconf, f"o:{domain}")
+    view.configure({f"o:{domain}": ""})
     click.echo(f"{domain}: {'override removed' if existed else 'had no override'} in crawl {keys.crawl!r}")
 
 

@@ -16,6 +16,7 @@ from .cli import _connect, _fail, _friendly_errors, _keys, _options, _shared_opt
 from .errors import ConfigError, DecodeError
 from .frontier import Frontier
 from .seeds import Seeds, make_seed
+from .shards import parts
 
 # -- push -------------------------------------------------------------------------
 
@@ -97,14 +98,19 @@ def peek(redis_url: str | None, crawl: str | None, count: int, as_json: bool) ->
     target = _connect(opts)
     client = target.client
     rows: list[dict[str, Any]] = []
-    ids = [(x.decode(), score) for x, score in client.zrange(keys.queue, 0, count - 1, withscores=True)]
-    for member in client.zrange(keys.dq, 0, count - 1):  # per-domain queue: "<domain>\t<rank><id>"
-        domain, _, rest = member.decode().partition("\t")
-        ids.append((rest[16:], None))
-    payloads = client.hmget(keys.requests, [i for i, _ in ids]) if ids else []
-    for (rid, score), payload in zip(ids, payloads):
-        row = {"id": rid, **(_describe(payload) if payload is not None else {"url": "<payload missing>"})}
-        rows.append(row)
+    queued = 0
+    for part in parts(client, keys):  # a sharded crawl: each shard's head, shard by shard
+        ids = [(x.decode(), score) for x, score in client.zrange(part.queue, 0, count - 1, withscores=True)]
+        for member in client.zrange(part.dq, 0, count - 1):  # per-domain queue: "<domain>\t<rank><id>"
+            _, _, rest = member.decode().partition("\t")
+            ids.append((rest[16:], None))
+        payloads = client.hmget(part.requests, [i for i, _ in ids]) if ids else []
+        for (rid, score), payload in zip(ids, payloads):
+            rid = rid if part.shard is None else f"{part.shard}.{rid}"
+            row = {"id": rid, **(_describe(payload) if payload is not None else {"url": "<payload missing>"})}
+            rows.append(row)
+        queued += client.zcard(part.queue) + client.zcard(part.dq)
+    rows = rows[:count]
     entries = [x.decode(errors="replace") for x in client.lrange(keys.start_urls, 0, count - 1)]
     waiting = client.llen(keys.start_urls)
     if as_json:
@@ -113,7 +119,6 @@ def peek(redis_url: str | None, crawl: str | None, count: int, as_json: bool) ->
         for entry in entries:
             click.echo(json.dumps({"start_entry": entry}))
         return
-    queued = client.zcard(keys.queue) + client.zcard(keys.dq)
     click.echo(f"crawl {keys.crawl!r}: {queued} queued, {waiting} start entries waiting")
     for row in rows[:count]:
         extra = "  ".join(f"{k}={row[k]}" for k in ("priority", "callback", "method") if k in row)

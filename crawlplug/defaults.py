@@ -38,6 +38,13 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Name of the shared crawl; every key is crawlplug:{<id>}:<name>. Unset: the spider's name.",
     ),
     "CRAWLPLUG_KEY_PREFIX": ("crawlplug", "First part of every Redis key."),
+    "CRAWLPLUG_SHARDS": (
+        1,
+        "Split the crawl's frontier (queue, leases, dedup, per-domain schedule) into this many "
+        "shards, each under its own hash tag, routed by the request's domain: on Redis Cluster "
+        "the crawl's load spreads over the primaries. Fixed for a crawl's life (a node with "
+        "another value is refused). See docs/scaling.md.",
+    ),
     # -- queue and dedup ----------------------------------------------------
     "CRAWLPLUG_QUEUE_CLASS": (
         "crawlplug.queues.PriorityQueue",

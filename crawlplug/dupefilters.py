@@ -174,7 +174,7 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
 
     def _choose_format(self, frontier: Frontier) -> str:
         """"lua" or "native": what the crawl already uses, else what is asked and possible."""
-        client, key = frontier.client, self.strategy.seen_key(frontier.keys)
+        client, key = frontier.client, BloomDedup(self.spec).seen_key(frontier.keys)
         stored = client.hget(key, "format")
         available = _has_native_bloom(client)
         if stored is not None:
@@ -195,12 +195,20 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
 
     def bind(self, frontier: Frontier) -> None:
         super().bind(frontier)
+        shards = getattr(frontier, "shards", None)
+        if shards is None:
+            self.strategy = frontier.dedup = self._bind_part(frontier, self.strategy)
+            return
+        # a sharded crawl (crawlplug.shards): one filter per shard, each its own strategy
+        for part in shards:
+            part.dedup = self._bind_part(part, part.dedup)
+        self.strategy = shards[0].dedup
+
+    def _bind_part(self, frontier: Frontier, strategy: Dedup) -> Dedup:
+        """Check (and record) the filter's format and size in one key set; the strategy to use."""
         if self._choose_format(frontier) == "native":
-            self.strategy = NativeBloomDedup(self.spec)
-            frontier.dedup = self.strategy
-        client, key = frontier.client, self.strategy.seen_key(frontier.keys)
-        if isinstance(self.strategy, NativeBloomDedup):
-            key = BloomDedup(self.spec).seen_key(frontier.keys)
+            strategy = NativeBloomDedup(self.spec)
+        client, key = frontier.client, BloomDedup(self.spec).seen_key(frontier.keys)
         client.hsetnx(key, "spec", self.spec.identity())
         stored = client.hget(key, "spec")
         if stored is not None and stored.decode() != self.spec.identity():
@@ -209,8 +217,9 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
                 f"(capacity:error_rate:...); this node is configured {self.spec.identity()}. "
                 "Use the same CRAWLPLUG_BLOOM_* settings on every node, or a new CRAWLPLUG_CRAWL_ID."
             )
-        if isinstance(self.strategy, BloomDedup) and not self.strategy.generations:
-            self.strategy.observe(str(int(client.hget(self.strategy.meta_key(frontier.keys), "layers") or 0)))
+        if isinstance(strategy, BloomDedup) and not strategy.generations:
+            strategy.observe(str(int(client.hget(strategy.meta_key(frontier.keys), "layers") or 0)))
+        return strategy
 
     def info(self) -> dict[str, Any]:
         """Fill ratio, estimated count, estimated false-positive rate and memory of the filter."""

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import os
+import socket
 import time
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import redis
 
@@ -27,8 +28,9 @@ from .queues import BaseQueue, PriorityQueue
 logger = logging.getLogger(__name__)
 
 #: One request to admit: fingerprint (b"" = never deduplicated), score, payload,
-#: and optionally its domain ("" or absent = the plain queue; DomainQueue sets it).
-Admission = tuple[bytes, float, bytes] | tuple[bytes, float, bytes, str]
+#: optionally its domain ("" or absent = the plain queue; DomainQueue sets it), and for a
+#: sharded crawl the domain or host that routes it to a shard (crawlplug.shards).
+Admission = tuple[bytes, float, bytes] | tuple[bytes, float, bytes, str] | tuple[bytes, float, bytes, str, str]
 
 
 def new_node_id() -> str:
@@ -103,6 +105,7 @@ class Frontier:
         lease_timeout: float = 30.0,
         heartbeat: float = 2.0,
         max_deliveries: int = 5,
+        scripts: Scripts | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -113,7 +116,7 @@ class Frontier:
         # a node is considered gone after it missed several heartbeats
         self.node_ttl_ms = int(max(lease_timeout, 3 * heartbeat) * 1000)
         self.max_deliveries = max_deliveries
-        self.scripts = Scripts(client)
+        self.scripts = scripts or Scripts(client)
         k = keys
         #: ms until the next domain is ready, from the last pop (DomainQueue; -1: unknown)
         self.next_ready_ms = -1
@@ -188,10 +191,56 @@ class Frontier:
 
     def pop(self, n: int) -> list[Leased]:
         """Lease up to ``n`` requests to this node."""
-        raw = self.scripts.pop(
-            keys=self._pop_keys, args=[self.node_id, n, self.lease_ms, self.queue.order]
+        return self._leased(self.scripts.pop(keys=self._pop_keys, args=self._pop_args(n)))
+
+    def _pop_args(self, n: int) -> list[Any]:
+        return [self.node_id, n, self.lease_ms, self.queue.order]
+
+    # -- the calls, for a sharded crawl to pipeline over its shards (crawlplug.shards) --
+    def admit_call(
+        self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = ()
+    ) -> tuple[str, list[str], list[Any]]:
+        return ("admit", self._admit_keys(), self._admit_args(items, acks, events))
+
+    def pop_call(self, n: int) -> tuple[str, list[str], list[Any]]:
+        return ("pop", self._pop_keys, self._pop_args(n))
+
+    def renew_call(self, lease_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
+        return ("renew", [self.keys.leases, self.keys.leased], [self.node_id, self.lease_ms, *lease_ids])
+
+    def reap_call(self, limit: int = 1000) -> tuple[str, list[str], list[Any]]:
+        return ("reap", self._reap_keys, [self.max_deliveries, limit])
+
+    def idle_call(self) -> tuple[str, list[str], list[Any]]:
+        k = self.keys
+        return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls], [])
+
+    def release_call(self, ids: Sequence[str], *, unstarted: bool) -> tuple[str, list[str], list[Any]]:
+        k = self.keys
+        return (
+            "release",
+            [k.leases, k.leased, k.queue, k.deliveries, k.stats, *k.domain_keys(), k.requests, k.start_urls],
+            [self.node_id, "1" if unstarted else "0", *ids],
         )
-        return self._leased(raw)
+
+    def heartbeat_call(
+        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None
+    ) -> tuple[str, list[str], list[Any]]:
+        k = self.keys
+        pairs: list[Any] = []
+        for name, value in (metrics or {}).items():
+            pairs += [name, value]
+        return (
+            "heartbeat",
+            [k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers, k.control],
+            [self.node_id, self.lease_ms, self.node_ttl_ms, "1" if producing else "0", len(pairs) // 2, *pairs,
+             *lease_ids],
+        )  # fmt: skip
+
+    def renew(self, lease_ids: Sequence[str]) -> list[str]:
+        """Renew leases without a heartbeat (a shard's leases); return the ids lost."""
+        _, keys, args = self.renew_call(lease_ids)
+        return [_text(x) for x in self.scripts.renew(keys=keys, args=args)] if lease_ids else []
 
     def _leased(self, raw: Sequence[Any]) -> list[Leased]:
         if getattr(self.queue, "order", None) != "domain":
@@ -208,10 +257,7 @@ class Frontier:
         """:meth:`admit` then :meth:`pop`, in one round trip."""
         if not items and not acks and not events:
             return None, self.pop(n)
-        admitted, raw = self.scripts.pipelined([
-            ("admit", self._admit_keys(), self._admit_args(items, acks, events)),
-            ("pop", self._pop_keys, [self.node_id, n, self.lease_ms, self.queue.order]),
-        ])
+        admitted, raw = self.scripts.pipelined([self.admit_call(items, acks, events), self.pop_call(n)])
         result = self._result(admitted)
         if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish the batch alone
             done = result or ""
@@ -244,37 +290,23 @@ class Frontier:
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None
     ) -> list[str]:
         """Mark this node alive, renew its leases; return the ids it lost."""
-        k = self.keys
-        pairs: list[Any] = []
-        for name, value in (metrics or {}).items():
-            pairs += [name, value]
-        out = self.scripts.heartbeat(
-            keys=[k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers, k.control],
-            args=[
-                self.node_id, self.lease_ms, self.node_ttl_ms, "1" if producing else "0",
-                len(pairs) // 2, *pairs, *lease_ids,
-            ],
-        )  # fmt: skip
+        _, keys, args = self.heartbeat_call(lease_ids, producing=producing, metrics=metrics)
+        out = self.scripts.heartbeat(keys=keys, args=args)
         self.paused = bool(int(out[1]))
         return [_text(x) for x in out[2:]]
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Requeue expired leases (dead-lettering over-delivered ones): (requeued, dead)."""
-        requeued, dead = self.scripts.reap(keys=self._reap_keys, args=[self.max_deliveries, limit])
+        _, keys, args = self.reap_call(limit)
+        requeued, dead = self.scripts.reap(keys=keys, args=args)
         return int(requeued), int(dead)
 
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         """Give leases back to the queue now (closing node)."""
         if not ids:
             return 0
-        k = self.keys
-        return int(
-            self.scripts.release(
-                keys=[k.leases, k.leased, k.queue, k.deliveries, k.stats, *k.domain_keys(), k.requests,
-                      k.start_urls],  # fmt: skip
-                args=[self.node_id, "1" if unstarted else "0", *ids],
-            )
-        )
+        _, keys, args = self.release_call(ids, unstarted=unstarted)
+        return int(self.scripts.release(keys=keys, args=args))
 
     def pause(self, by: str = "operator") -> bool:
         """Pause the crawl: every node stops taking requests (within a heartbeat) and
@@ -323,10 +355,8 @@ class Frontier:
     # -- views ----------------------------------------------------------------
     def idle_state(self) -> tuple[int, int, int]:
         """(queued, leased, live producers) across the whole crawl."""
-        k = self.keys
-        q, leased, producers, starts = self.scripts.idle(
-            keys=[k.queue, k.leases, k.producers, k.dq, k.start_urls], args=[]
-        )
+        _, keys, _ = self.idle_call()
+        q, leased, producers, starts = self.scripts.idle(keys=keys, args=[])
         self.start_entries = int(starts)
         return int(q), int(leased), int(producers)
 
@@ -374,11 +404,16 @@ class Frontier:
 
 
 class Domains:
-    """The per-domain queue's schedule and limits of one crawl (read and steer)."""
+    """The per-domain queue's schedule and limits of one crawl (read and steer).
 
-    def __init__(self, client: redis.Redis, keys: CrawlKeys) -> None:
+    ``parts``: the key sets holding the schedule, the shards' for a sharded crawl
+    (crawlplug.shards.open_domains); each shard keeps its own copy of the limits.
+    """
+
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, parts: Sequence[CrawlKeys] | None = None) -> None:
         self.client = client
         self.keys = keys
+        self.parts = list(parts or [keys])
         self.scripts = Scripts(client)
 
     def configure(self, fields: dict[str, str]) -> int:
@@ -389,44 +424,54 @@ class Domains:
         args: list[str] = []
         for field_, value in fields.items():
             args += [field_, value]
-        return int(self.scripts.domainconf(keys=self.keys.domain_keys(), args=args))
+        total = 0
+        for raw in self.scripts.run_many([("domainconf", k.domain_keys(), args) for k in self.parts]):
+            if isinstance(raw, Exception):
+                raise raw
+            total += int(raw)
+        return total
 
     def limits(self) -> dict[str, str]:
         """Every dconf field: "<source>:<domain>" -> "<delay ms> <concurrency>"."""
-        return {_text(a): _text(b) for a, b in self.client.hgetall(self.keys.dconf).items()}
+        return {_text(a): _text(b) for a, b in self.client.hgetall(self.parts[0].dconf).items()}
 
     def queued_count(self) -> int:
-        return int(self.client.zcard(self.keys.dq))
+        return sum(int(self.client.zcard(k.dq)) for k in self.parts)
+
+    def scheduled_count(self) -> int:
+        return sum(int(self.client.zcard(k.domains)) for k in self.parts)
 
     def table(self, limit: int = 20) -> list[dict[str, Any]]:
         """The scheduled domains, soonest first (parked ones last), with their
         queue size, requests in flight, limits in force and next start time."""
-        k = self.keys
         now_s, now_us = self.client.time()
         now = now_s * 1000 + now_us // 1000
-        rows = self.client.zrange(k.domains, 0, limit - 1, withscores=True)
         conf = self.limits()
-        pipe = self.client.pipeline(transaction=False)
-        for domain, _ in rows:
-            d = _text(domain)
-            pipe.zlexcount(k.dq, f"[{d}\t", f"[{d}\t\xff")
-            pipe.hmget(k.dstate, f"b:{d}", f"n:{d}")
-        counts = pipe.execute()
         out = []
-        for i, (domain, score) in enumerate(rows):
-            d = _text(domain)
-            delay, conc = effective_limits(conf, d)
-            out.append({
-                "domain": d,
-                "queued": int(counts[2 * i]),
-                "in_flight": int(counts[2 * i + 1][0] or 0),
-                "leased_total": int(counts[2 * i + 1][1] or 0),
-                "delay": delay / 1000,
-                "concurrency": conc,
-                "ready_in": None if score == float("inf") else max(0.0, (score - now) / 1000),
-                "at_concurrency": score == float("inf"),
-            })  # fmt: skip
-        return out
+        for k in self.parts:
+            rows = self.client.zrange(k.domains, 0, limit - 1, withscores=True)
+            pipe = self.client.pipeline(transaction=False)
+            for domain, _ in rows:
+                d = _text(domain)
+                pipe.zlexcount(k.dq, f"[{d}\t", f"[{d}\t\xff")
+                pipe.hmget(k.dstate, f"b:{d}", f"n:{d}")
+            counts = pipe.execute() if rows else []
+            for i, (domain, score) in enumerate(rows):
+                d = _text(domain)
+                delay, conc = effective_limits(conf, d)
+                out.append({
+                    "domain": d,
+                    "queued": int(counts[2 * i]),
+                    "in_flight": int(counts[2 * i + 1][0] or 0),
+                    "leased_total": int(counts[2 * i + 1][1] or 0),
+                    "delay": delay / 1000,
+                    "concurrency": conc,
+                    "ready_in": None if score == float("inf") else max(0.0, (score - now) / 1000),
+                    "at_concurrency": score == float("inf"),
+                    "_score": score,
+                })  # fmt: skip
+        out.sort(key=lambda row: row.pop("_score"))
+        return out[:limit]
 
 
 def effective_limits(conf: dict[str, str], domain: str) -> tuple[float, int]:

@@ -7,7 +7,11 @@ which touches several of them, runs on one Redis Cluster slot.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
+from redis.crc import key_slot
 
 from .config import setting
 from .errors import ConfigError
@@ -41,7 +45,16 @@ NAMES = (
     "crawlstats",  # hash: stat -> value aggregated over every node (summed, earliest start, latest finish)
     "statnodes",  # zset: node id -> its last stats flush (ms); each node's own stats in node:<id>:stats
     "items",  # list or stream: scraped items as JSON (crawlplug.pipelines.RedisItemPipeline)
+    "meta",  # hash: the crawl's fixed layout ("shards" -> N), checked by every node at start
 )
+
+#: Keys that a sharded crawl (CRAWLPLUG_SHARDS > 1) keeps once per shard, under the
+#: shard's own hash tag; every other name stays under the crawl's tag. The crawl's
+#: tag keeps its own queue keys too: they hold the leases of start entries.
+SHARDED_NAMES = (
+    "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "dead", "stats", "series",
+    "dq", "domains", "dstate", "dconf",
+)  # fmt: skip
 
 #: The per-domain queue's keys, in the order the scripts take them.
 DOMAIN_NAMES = ("dq", "domains", "dstate", "dconf")
@@ -53,17 +66,32 @@ class CrawlKeys:
 
     crawl: str
     prefix: str = "crawlplug"
+    #: which shard of a sharded crawl these keys are (None: the crawl's own keys)
+    shard: int | None = None
+    #: how many shards the crawl has (with ``shard``)
+    shards: int = 1
 
     def __post_init__(self) -> None:
-        if not self.crawl or any(c in self.crawl for c in "{}*?[]\\ \n"):
+        if not self.crawl or any(c in self.crawl for c in "{}*?[]\\#~ \n"):
             raise ConfigError(
                 f"invalid crawl name {self.crawl!r}: must be non-empty, without braces, "
-                "glob characters (*?[]\\) or whitespace"
+                "glob characters (*?[]\\), '#', '~' or whitespace"
             )
 
     @property
     def tag(self) -> str:
-        return f"{self.prefix}:{{{self.crawl}}}"
+        if self.shard is None:
+            return f"{self.prefix}:{{{self.crawl}}}"
+        return f"{self.prefix}:{{{self.crawl}#{self.shard}~{_spread(self.crawl, self.shard, self.shards)}}}"
+
+    def shard_keys(self, shard: int, shards: int) -> CrawlKeys:
+        """The keys of shard ``shard`` of ``shards`` of this crawl."""
+        return CrawlKeys(self.crawl, self.prefix, shard, shards)
+
+    @property
+    def base(self) -> CrawlKeys:
+        """The crawl's own keys (for a shard's keys: the crawl's)."""
+        return self if self.shard is None else CrawlKeys(self.crawl, self.prefix)
 
     def key(self, name: str) -> str:
         return f"{self.tag}:{name}"
@@ -81,8 +109,12 @@ class CrawlKeys:
         return [self.key(n) for n in DOMAIN_NAMES]
 
     def pattern(self) -> str:
-        """A SCAN pattern matching every key of this crawl."""
-        return f"{self.prefix}:{{{self.crawl}}}:*"
+        """A SCAN pattern matching every key of this crawl (of this shard, for a shard's keys)."""
+        return f"{self.tag}:*"
+
+    def shards_pattern(self) -> str:
+        """A SCAN pattern matching the keys of every shard of this crawl."""
+        return f"{self.prefix}:{{{self.crawl}#*~*}}:*"
 
     def __getattr__(self, name: str) -> str:
         if name in NAMES:
@@ -94,3 +126,22 @@ def crawl_keys(settings: Any, spider_name: str) -> CrawlKeys:
     """The keys of the crawl a node of spider ``spider_name`` joins, as the scheduler
     builds them: CRAWLPLUG_CRAWL_ID (else the spider's name) and CRAWLPLUG_KEY_PREFIX."""
     return CrawlKeys(settings.get("CRAWLPLUG_CRAWL_ID") or spider_name, setting(settings, "CRAWLPLUG_KEY_PREFIX"))
+
+
+@lru_cache(maxsize=1024)
+def _spread(crawl: str, shard: int, shards: int) -> int:
+    """A suffix that puts shard ``shard``'s hash slot near the middle of its
+    1/``shards`` of the slot space.
+
+    Redis Cluster gives each primary a contiguous range of slots; shards whose
+    slots are spread evenly over the range land on min(shards, primaries)
+    different primaries of a freshly created cluster, instead of wherever CRC16
+    happens to put ``{crawl#0}``, ``{crawl#1}``... The suffix is a pure function
+    of the name, so every node computes the same keys.
+    """
+    width = SLOTS / shards
+    target = (shard + 0.5) * width
+    for suffix in range(100_000):
+        if abs(key_slot(f"{crawl}#{shard}~{suffix}".encode()) - target) <= width / 8:
+            return suffix
+    raise AssertionError("unreachable: CRC16 covers the slot space")

@@ -14,8 +14,8 @@ from typing import Any
 
 import redis
 
-from .frontier import Frontier
 from .keys import CrawlKeys
+from .shards import open_frontier, parts
 from .stats import crawl_stats
 
 BUCKET_MS = 10_000
@@ -27,12 +27,22 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def _series_values(client: redis.Redis, keys: CrawlKeys, fields: list[str]) -> list[int | None]:
+    """``fields`` of the crawl's series hash, summed over its shards (None: in none of them)."""
+    out: list[int | None] = [None] * len(fields)
+    for part in parts(client, keys):
+        for i, value in enumerate(client.hmget(part.series, fields)):
+            if value is not None:
+                out[i] = (out[i] or 0) + int(value)
+    return out
+
+
 def _series(client: redis.Redis, keys: CrawlKeys, now_ms: int, minutes: int) -> dict[str, list[int]]:
     """Per-minute acked/enqueued counts, oldest first, the current (partial) minute excluded."""
     last = now_ms // BUCKET_MS  # the current, incomplete bucket
     buckets = list(range(last - minutes * 6, last))
     fields = [f"a:{b}" for b in buckets] + [f"e:{b}" for b in buckets]
-    values = [int(v or 0) for v in client.hmget(keys.series, fields)]
+    values = [v or 0 for v in _series_values(client, keys, fields)]
     n = len(buckets)
     acked, enqueued = values[:n], values[n:]
     per_min = lambda xs: [sum(xs[i:i + 6]) for i in range(0, n, 6)]  # noqa: E731
@@ -45,7 +55,7 @@ def _rates(client: redis.Redis, keys: CrawlKeys, now_ms: int, minutes: int = 5) 
     averaged over five minutes, and the current bucket counts for the time it covers."""
     current = now_ms // BUCKET_MS
     buckets = list(range(current - minutes * 6, current + 1))
-    values = client.hmget(keys.series, [f"a:{b}" for b in buckets] + [f"e:{b}" for b in buckets])
+    values = _series_values(client, keys, [f"a:{b}" for b in buckets] + [f"e:{b}" for b in buckets])
     n = len(buckets)
     acked = [int(v or 0) for v in values[:n]]
     admitted = [int(v or 0) for v in values[n:]]
@@ -61,7 +71,8 @@ def _rates(client: redis.Redis, keys: CrawlKeys, now_ms: int, minutes: int = 5) 
 
 def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15) -> dict[str, Any]:
     """The crawl's state now: see the module docstring."""
-    st = Frontier(client, keys).status()
+    frontier = open_frontier(client, keys)
+    st = frontier.status()
     sec, usec = client.time()
     now_ms = sec * 1000 + usec // 1000
     series = _series(client, keys, now_ms, history_minutes)
@@ -75,7 +86,6 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15)
     elif net > 0:
         eta = remaining / net * 60  # seconds, at the recent net drain rate
     scrapy_stats = crawl_stats(client, keys)
-    frontier = Frontier(client, keys)
     failed = None
     if scrapy_stats:
         failed = sum(int(scrapy_stats.get(k, 0) or 0) for k in FAILURE_STATS)
@@ -93,6 +103,7 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15)
         "failed": failed,
         "dead": st["dead"],
         "domains": st.get("domains", 0),
+        "shards": st.get("shards"),  # a sharded crawl: queued, in flight, dead per shard
         "pages_per_min": round(pages_per_min, 1),
         "pages_last_min": last_min,
         "net_drain_per_min": round(net, 1),
@@ -114,7 +125,7 @@ def history(client: redis.Redis, keys: CrawlKeys, minutes: int = 60) -> dict[str
     buckets = list(range(last - minutes * 6 + 1, last + 1))
     names = {"a": "done", "e": "admitted", "q": "queued", "f": "in_flight", "x": "dead"}
     fields = [f"{p}:{b}" for p in names for b in buckets]
-    values = client.hmget(keys.series, fields)
+    values = _series_values(client, keys, fields)
     n = len(buckets)
     out: dict[str, Any] = {"bucket_seconds": BUCKET_MS // 1000, "t": [b * BUCKET_MS for b in buckets]}
     for i, (prefix, name) in enumerate(names.items()):

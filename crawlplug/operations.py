@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import redis
 from scrapy import Request
+from scrapy.utils.httpobj import urlparse_cached
 
 from .errors import CrawlplugError
-from .frontier import DeadLetter, Frontier
+from .frontier import DeadLetter
 from .keys import CrawlKeys
 from .queues import DomainQueue, PriorityQueue
+from .shards import open_frontier, parts
 
 _TOMBSTONE = "__crawlplug_removed__"
 
@@ -20,7 +23,7 @@ def pick_dead(client: redis.Redis, keys: CrawlKeys, indexes: Sequence[int], all_
     """The dead letters at ``indexes`` (as `crawlplug dead list` numbers them), or all."""
     if all_ == bool(indexes):
         raise CrawlplugError("give dead-letter indexes (as `crawlplug dead list` shows them) or all")
-    raw = client.lrange(keys.dead, 0, -1)
+    raw = [letter for _, _, letter in _dead(client, keys)]
     wanted = range(len(raw)) if all_ else indexes
     out = []
     for i in wanted:
@@ -34,11 +37,32 @@ def remove_dead(client: redis.Redis, keys: CrawlKeys, indexes: Sequence[int]) ->
     """Remove exactly these entries, safe against concurrent appends (tombstone, then LREM)."""
     if not indexes:
         return 0
-    pipe = client.pipeline(transaction=True)
+    where = {i: (key, local) for i, (key, local, _) in enumerate(_dead(client, keys))}
+    by_key: dict[str, list[int]] = {}
     for i in indexes:
-        pipe.lset(keys.dead, i, _TOMBSTONE)
-    pipe.lrem(keys.dead, 0, _TOMBSTONE)
-    return int(pipe.execute()[-1])
+        key, local = where[i]
+        by_key.setdefault(key, []).append(local)
+    removed = 0
+    for key, locals_ in by_key.items():  # one list per shard: one slot per transaction
+        pipe = client.pipeline(transaction=True)
+        for i in locals_:
+            pipe.lset(key, i, _TOMBSTONE)
+        pipe.lrem(key, 0, _TOMBSTONE)
+        removed += int(pipe.execute()[-1])
+    return removed
+
+
+def _dead(client: redis.Redis, keys: CrawlKeys) -> list[tuple[str, int, bytes]]:
+    """Every dead letter of the crawl as (its list, its index there, the letter): the
+    crawl's own list, then each shard's; `crawlplug dead list` numbers them in this order."""
+    out = []
+    for part in parts(client, keys):
+        out += [(part.dead, i, raw) for i, raw in enumerate(client.lrange(part.dead, 0, -1))]
+    return out
+
+
+def dead_count(client: redis.Redis, keys: CrawlKeys) -> int:
+    return sum(int(client.llen(part.dead)) for part in parts(client, keys))
 
 
 def requeue_dead(
@@ -51,10 +75,11 @@ def requeue_dead(
     payloads stay dead.
     """
     picked = pick_dead(client, keys, indexes, all_)
-    domain_mode = bool(client.exists(keys.dconf))
-    queue = DomainQueue(_domain_key(client, keys)) if domain_mode else None
-    frontier = Frontier(client, keys, queue=queue or PriorityQueue)
-    items: list[tuple[int, tuple[bytes, float, bytes, str]]] = []
+    conf = parts(client, keys)[-1]  # a sharded crawl's limits live in its shards
+    domain_mode = bool(client.exists(conf.dconf))
+    queue = DomainQueue(_domain_key(client, conf)) if domain_mode else None
+    frontier = open_frontier(client, keys, queue=queue or PriorityQueue)
+    items: list[tuple[int, tuple[bytes, float, bytes, str, str]]] = []
     kept: list[tuple[int, str]] = []
     for i, raw in picked:
         letter = DeadLetter.parse(raw)
@@ -67,15 +92,17 @@ def requeue_dead(
             kept.append((i, "not a crawlplug request (a start entry? push it again with `crawlplug push`)"))
             continue
         domain = ""
-        if queue is not None:
-            try:
-                domain = queue.domain(Request(url))
-            except ValueError:
-                kept.append((i, f"invalid URL {url!r:.100}"))
-                continue
+        try:
+            request = Request(url)
+            if queue is not None:
+                domain = queue.domain(request)
+        except ValueError:
+            kept.append((i, f"invalid URL {url!r:.100}"))
+            continue
+        route = domain or urlparse_cached(request).hostname or url
         priority = data.get("priority", 0)
         score = -float(priority) if isinstance(priority, int) and not isinstance(priority, bool) else 0.0
-        items.append((i, (b"", score, letter.payload, domain)))
+        items.append((i, (b"", score, letter.payload, domain, route)))
     if items:
         frontier.admit([item for _, item in items])
         remove_dead(client, keys, [i for i, _ in items])
@@ -84,12 +111,12 @@ def requeue_dead(
 
 def dead_rows(client: redis.Redis, keys: CrawlKeys, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
     """Dead letters as plain dicts: index, url, reason, at (ms), deliveries, node."""
-    frontier = Frontier(client, keys)
-    total = int(client.llen(keys.dead))
+    letters = [DeadLetter.parse(raw) for _, _, raw in _dead(client, keys)]
+    total = len(letters)
     if start < 0:
         start = max(0, total + start)
     rows = []
-    for index, letter in enumerate(frontier.dead_letters(start, stop), start=start):
+    for index, letter in enumerate(letters[start:None if stop == -1 else stop + 1], start=start):
         head = letter.header
         rows.append({
             "index": index,

@@ -29,6 +29,7 @@ from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.task import LoopingCall
 
@@ -43,6 +44,7 @@ from .leases import LEASE_META, LeaseBook, Termination
 from .queues import BaseQueue, domain_limits, load_queue_class
 from .seeds import Seeds
 from .serializers import get_serializer
+from .shards import ShardedFrontier, claim_shards, open_frontier
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -170,26 +172,35 @@ class Scheduler(BaseScheduler):
         self.conn = connection.from_settings(self.crawler.settings)
         connection.check(self.conn)
         keys = CrawlKeys(self.config.crawl_id or spider.name, self.config.key_prefix)
-        self.frontier = Frontier(
-            self.conn.client,
-            keys,
-            queue=self.queue,
-            dedup=self.df.strategy if isinstance(self.df, RedisSetDupeFilter) else Dedup(),
-            lease_timeout=self.config.lease_timeout,
-            heartbeat=self.config.heartbeat,
-            max_deliveries=self.config.max_deliveries,
-            node_id=process_node_id(),
-        )
+        shards = setting(self.crawler.settings, "CRAWLPLUG_SHARDS", "getint")
+        common: dict[str, Any] = {
+            "queue": self.queue,
+            "lease_timeout": self.config.lease_timeout,
+            "heartbeat": self.config.heartbeat,
+            "max_deliveries": self.config.max_deliveries,
+            "node_id": process_node_id(),
+        }
         if self.config.flush_on_start:
-            deleted = self.frontier.purge()
+            deleted = open_frontier(self.conn.client, keys).purge()
             logger.info("crawlplug: CRAWLPLUG_FLUSH_ON_START: deleted %d keys of crawl %r", deleted, keys.crawl)
+        claim_shards(self.conn.client, keys, shards)
+        if shards > 1:
+            self.frontier = ShardedFrontier(
+                self.conn.client, keys, shards=shards, **common,
+                dedup_factory=self.df.make_strategy if isinstance(self.df, RedisSetDupeFilter) else Dedup,
+            )  # fmt: skip
+        else:
+            self.frontier = Frontier(
+                self.conn.client, keys, **common,
+                dedup=self.df.strategy if isinstance(self.df, RedisSetDupeFilter) else Dedup(),
+            )  # fmt: skip
         if isinstance(self.df, RedisSetDupeFilter):
             self.df.bind(self.frontier)
         self._check_queue_kind()
         if self.config.seeds:
             self.seeds = Seeds(self.conn.client, keys)
         if self._domains:
-            self.domains = Domains(self.conn.client, keys)
+            self.domains = Domains(self.conn.client, keys, self._parts()[1:] or [keys])
             # "key": how hosts map to domains, for tools that requeue (crawlplug dead requeue)
             self.domains.configure({**domain_limits(self.crawler.settings), "key": self.queue.key})
             self.crawler.signals.connect(self._on_sent, signal=signals.request_reached_downloader)
@@ -202,8 +213,9 @@ class Scheduler(BaseScheduler):
         requests waiting in the other kind would never be crawled."""
         assert self.frontier is not None
         keys = self.frontier.keys
-        other = keys.queue if self._domains else keys.dq
-        waiting = int(self.frontier.client.zcard(other))
+        waiting = sum(
+            int(self.frontier.client.zcard(k.queue if self._domains else k.dq)) for k in self._parts()
+        )
         if waiting:
             used, ours = ("a plain queue", "DomainQueue") if self._domains else ("DomainQueue", "a plain queue")
             raise ConfigError(
@@ -211,6 +223,12 @@ class Scheduler(BaseScheduler):
                 f"{ours} (CRAWLPLUG_QUEUE_CLASS): finish the crawl with the queue class it was "
                 f"started with, or start afresh (CRAWLPLUG_FLUSH_ON_START=True, or `crawlplug purge`)"
             )
+
+    def _parts(self) -> list[CrawlKeys]:
+        """The key sets of this crawl's frontier: its own, then each shard's."""
+        assert self.frontier is not None
+        shards = getattr(self.frontier, "shards", [])
+        return [self.frontier.keys, *(f.keys for f in shards)]
 
     def _on_robots(self, robotparser: Any, request: Request) -> None:
         """robots.txt parsed: its Crawl-delay becomes the domain's minimum delay, crawl-wide."""
@@ -422,7 +440,14 @@ class Scheduler(BaseScheduler):
             for error in enginehooks.flush_feeds(self.crawler):
                 self._log_once(f"feedflush:{error}", logging.WARNING,
                                "crawlplug: could not flush a feed file: %s", error)  # fmt: skip
-        items: list[Admission] = [(fp, score, payload, domain) for _, fp, score, payload, domain in batch]
+        if self._sharded:
+            # routed by domain (DomainQueue's key), else by host: one site, one shard
+            items: list[Admission] = [
+                (fp, score, payload, domain, domain or urlparse_cached(request).hostname or request.url)
+                for request, fp, score, payload, domain in batch
+            ]  # type: ignore[misc]
+        else:
+            items = [(fp, score, payload, domain) for _, fp, score, payload, domain in batch]
         try:
             if pop:
                 result, leased = self.frontier.admit_and_pop(items, acks, pop, events)
@@ -438,6 +463,10 @@ class Scheduler(BaseScheduler):
         if leased:
             self._prefetched.extend(leased)
             self._inc("crawlplug/leased", len(leased))
+
+    @property
+    def _sharded(self) -> bool:
+        return isinstance(self.frontier, ShardedFrontier)
 
     def _account(self, batch: list[tuple[Request, bytes, float, bytes, str]], result: Any) -> None:
         admitted = filtered = 0

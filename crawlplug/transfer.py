@@ -72,8 +72,9 @@ from typing import IO, Any, TextIO
 import redis
 
 from .errors import CrawlplugError
-from .frontier import Domains, Frontier
+from .frontier import Domains
 from .keys import CrawlKeys
+from .shards import open_frontier, stored_shards
 
 FORMAT = "crawlplug-export"
 VERSION = 1
@@ -205,6 +206,7 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
     Safe to run beside a live crawl (it only reads), but then it is no snapshot:
     stop the crawl's nodes first (``counts["live_nodes"]`` says how many were live).
     """
+    _refuse_sharded(client, keys)
     w = _Out(out)
     counts: dict[str, Any] = {
         "requests": 0, "leased": 0, "start_entries": 0, "dead": 0, "seeds": 0, "dconf": 0, "domains": 0,
@@ -606,8 +608,17 @@ def _existing(client: redis.Redis, keys: CrawlKeys) -> str | None:
     return None
 
 
+def _refuse_sharded(client: redis.Redis, keys: CrawlKeys) -> None:
+    n = stored_shards(client, keys) or 1
+    if n > 1:
+        raise TransferError(
+            f"crawl {keys.crawl!r} is split into {n} shards (CRAWLPLUG_SHARDS): export and import "
+            "handle unsharded crawls only for now"
+        )
+
+
 def _purge(client: redis.Redis, keys: CrawlKeys) -> int:
-    deleted = Frontier(client, keys).purge()
+    deleted = open_frontier(client, keys).purge()
     rest = list(client.scan_iter(match=keys.pattern(), count=BATCH))  # what purge does not know of (bf)
     for batch in _batches(rest):
         deleted += int(client.delete(*batch))
@@ -641,6 +652,7 @@ def import_crawl(
     """
     if not replace:
         _refuse_non_empty(client, keys)
+    _refuse_sharded(client, keys)
     plan = _Plan()
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
         number = 0

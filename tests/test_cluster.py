@@ -13,8 +13,9 @@
 * Real two-node crawls of the demo shop through ``REDIS_URL=redis+cluster://``:
   plain, DomainQueue, and Redis stats + items.
 
-Sharding one crawl over several slots (CRAWLPLUG_SHARDS) is not built yet: a
-crawl's keys all live on the primary that owns its hash tag's slot.
+An unsharded crawl's keys all live on the primary that owns its hash tag's
+slot; sharding one crawl over the primaries (CRAWLPLUG_SHARDS) is tested in
+test_shards.py.
 """
 
 from __future__ import annotations
@@ -476,7 +477,7 @@ def test_two_node_crawl_on_the_cluster_fetches_every_page_once(crawl, make_shop,
         assert res.exit_code == 0, res.output
         exported = [line for line in res.output.splitlines() if line.startswith("{")]
         assert len(exported) == len(shop.shop.item_paths())
-    # where the crawl lives: one slot, one primary (sharding over the three is not built yet)
+    # where an unsharded crawl lives: one slot, one primary (test_shards.py spreads one)
     owner = cluster_deployment.owner_of(keys.queue)
     crawl_keys = [k.decode() for k in cluster_client.scan_iter(match=keys.pattern())]
     assert {key_slot(k.encode()) for k in crawl_keys} == {key_slot(b"{shop}")}

@@ -28,8 +28,8 @@ from starlette.staticfiles import StaticFiles
 
 from .. import errorsamples, monitor, operations
 from ..errors import CrawlplugError
-from ..frontier import Domains, Frontier
 from ..keys import CrawlKeys
+from ..shards import open_domains, open_frontier
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class Dashboard:
         return JSONResponse(monitor.history(self.client, self.keys, minutes))
 
     def nodes(self, request: Request) -> JSONResponse:
-        st = Frontier(self.client, self.keys).status()
+        st = open_frontier(self.client, self.keys).status()
         sec, usec = self.client.time()
         return JSONResponse({"nodes": monitor.nodes(self.client, self.keys, st["nodes"], sec * 1000 + usec // 1000)})
 
@@ -109,9 +109,9 @@ class Dashboard:
 
     def domains(self, request: Request) -> JSONResponse:
         n = self._int(request, "n", 50, 1, 1000)
-        view = Domains(self.client, self.keys)
+        view = open_domains(self.client, self.keys)
         return JSONResponse({
-            "domains": int(self.client.zcard(self.keys.domains)),
+            "domains": view.scheduled_count(),
             "rows": view.table(n),
             "limits": view.limits(),
         })  # fmt: skip
@@ -121,7 +121,7 @@ class Dashboard:
 
     def dead(self, request: Request) -> JSONResponse:
         n = self._int(request, "n", 50, 1, 1000)
-        total = int(self.client.llen(self.keys.dead))
+        total = operations.dead_count(self.client, self.keys)
         return JSONResponse({"total": total, "rows": operations.dead_rows(self.client, self.keys, -n, -1)})
 
     # -- actions ----------------------------------------------------------------------
@@ -129,14 +129,14 @@ class Dashboard:
         denied = self._authorized(request)
         if denied:
             return denied
-        changed = Frontier(self.client, self.keys).pause(by="dashboard")
+        changed = open_frontier(self.client, self.keys).pause(by="dashboard")
         return JSONResponse({"paused": True, "changed": changed})
 
     def resume(self, request: Request) -> JSONResponse:
         denied = self._authorized(request)
         if denied:
             return denied
-        changed = Frontier(self.client, self.keys).resume()
+        changed = open_frontier(self.client, self.keys).resume()
         return JSONResponse({"paused": False, "changed": changed})
 
     async def set_domain(self, request: Request) -> JSONResponse:
@@ -147,7 +147,7 @@ class Dashboard:
         if not domain or any(c in domain for c in "\t|"):
             return JSONResponse({"error": f"invalid domain {domain!r}"}, status_code=400)
         if request.method == "DELETE":
-            Domains(self.client, self.keys).configure({f"o:{domain}": ""})
+            open_domains(self.client, self.keys).configure({f"o:{domain}": ""})
             return JSONResponse({"domain": domain, "override": None})
         try:
             body = await request.json()
@@ -163,7 +163,7 @@ class Dashboard:
                 raise ValueError("give delay and/or concurrency")
         except (ValueError, TypeError, AttributeError, OverflowError) as exc:
             return JSONResponse({"error": f"bad limits: {exc}"}, status_code=400)
-        Domains(self.client, self.keys).configure({f"o:{domain}": f"{delay_ms} {conc_txt}"})
+        open_domains(self.client, self.keys).configure({f"o:{domain}": f"{delay_ms} {conc_txt}"})
         return JSONResponse({"domain": domain, "override": {"delay": delay, "concurrency": conc}})
 
     async def requeue(self, request: Request) -> JSONResponse:

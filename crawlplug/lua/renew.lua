@@ -1,0 +1,29 @@
+-- renew.lua: renew a node's leases in one shard of a sharded crawl (the
+-- node's heartbeat itself goes to the crawl's own keys: heartbeat.lua).
+--
+-- KEYS[1] leases  zset  request id -> lease deadline (ms)
+-- KEYS[2] leased  hash  request id -> "node|score|deliveries[|domain]"
+-- ARGV[1] node id
+-- ARGV[2] lease duration (ms)
+-- then the ids of the leases this node believes it holds in this shard
+-- Returns the ids it no longer holds (reaped after it stalled).
+
+local leases, leased = KEYS[1], KEYS[2]
+local node, lease_ms = ARGV[1], tonumber(ARGV[2])
+
+pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local lost = {}
+local prefix = node .. "|"
+for j = 3, #ARGV do
+  local id = ARGV[j]
+  local info = redis.call("HGET", leased, id)
+  if info and string.sub(info, 1, #prefix) == prefix then
+    redis.call("ZADD", leases, "XX", now + lease_ms, id)
+  else
+    lost[#lost + 1] = id
+  end
+end
+return lost

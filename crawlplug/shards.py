@@ -1,0 +1,436 @@
+"""One crawl's frontier split into shards (``CRAWLPLUG_SHARDS``), for Redis Cluster.
+
+A crawl's keys share one hash tag so that each Lua script runs on one slot:
+that makes the whole crawl one slot of one primary. ``CRAWLPLUG_SHARDS = N``
+splits the frontier (queue, payloads, leases, dedup, per-domain schedule,
+dead letters, counters) into N parts, each under its own hash tag
+(:meth:`crawlplug.keys.CrawlKeys.shard_keys`), and routes every request by a
+hash of its domain. The same URL always lands in the same shard, so
+"deduplicate and store" stays one atomic script inside that shard.
+
+What stays under the crawl's own tag: the nodes and their heartbeats, the
+operators' switches, start entries (and their leases), seeds, Scrapy stats and
+items. :class:`ShardedFrontier` offers :class:`~crawlplug.frontier.Frontier`'s
+interface over these N + 1 parts; lease ids carry their shard (``"2.0000000000000042"``).
+
+The invariant that a request is acknowledged only after its children are
+stored holds across shards: an ack rides in the admission script of its own
+shard when every child of the batch goes to that shard (the common case:
+most links stay on their site), and otherwise waits for a second call made
+only after every shard stored its part of the batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+
+from .errors import ConfigError
+from .frontier import Admission, AdmitResult, DeadLetter, Domains, Frontier, Leased, _text
+from .keys import CrawlKeys
+from .lua import Scripts
+
+logger = logging.getLogger(__name__)
+
+#: a part index for the crawl's own keys (start entries); shards are 0..N-1
+BASE = -1
+
+
+def shard_of(route: str, shards: int) -> int:
+    """The shard of a request whose domain (or host) is ``route``: stable across
+    processes and machines (BLAKE2b, not Python's salted ``hash``; CRC32 is linear
+    and sends names that differ in one character to the same few shards)."""
+    if shards <= 1:
+        return 0
+    return int.from_bytes(hashlib.blake2b(route.encode(), digest_size=8).digest(), "big") % shards
+
+
+def stored_shards(client: redis.Redis, keys: CrawlKeys) -> int | None:
+    """The shard count recorded for the crawl, or None if no node recorded one yet."""
+    raw = client.hget(keys.meta, "shards")
+    return None if raw is None else int(raw)
+
+
+def claim_shards(client: redis.Redis, keys: CrawlKeys, shards: int) -> None:
+    """Record the crawl's shard count, or refuse a node configured with another one.
+
+    Changing N would move most domains to another shard, where their fingerprints
+    and queued requests are not: duplicates and a split queue. It is refused.
+    """
+    if shards < 1:
+        raise ConfigError(f"CRAWLPLUG_SHARDS must be 1 or more, got {shards}")
+    stored = stored_shards(client, keys)
+    if stored is None:
+        if shards > 1 and _has_unsharded_state(client, keys):
+            raise ConfigError(
+                f"crawl {keys.crawl!r} already has requests or fingerprints in one shard; this node "
+                f"is configured CRAWLPLUG_SHARDS={shards}. Finish it unsharded, or export it "
+                "(`crawlplug export`), purge it and start it afresh sharded."
+            )
+        client.hsetnx(keys.meta, "shards", shards)
+        stored = stored_shards(client, keys)
+    if stored != shards:
+        raise ConfigError(
+            f"crawl {keys.crawl!r} is split into {stored} shards (CRAWLPLUG_SHARDS={stored}); this node "
+            f"is configured CRAWLPLUG_SHARDS={shards}. A crawl keeps its shard count for its whole life: "
+            f"use CRAWLPLUG_SHARDS={stored} on every node, or a new CRAWLPLUG_CRAWL_ID."
+        )
+
+
+def _has_unsharded_state(client: redis.Redis, keys: CrawlKeys) -> bool:
+    pipe = client.pipeline(transaction=False)
+    for name in ("queue", "dq", "leases", "seen"):
+        pipe.exists(keys.key(name))
+    pipe.exists(f"{keys.tag}:bloom")
+    return any(pipe.execute())
+
+
+def parts(client: redis.Redis, keys: CrawlKeys) -> list[CrawlKeys]:
+    """Every key set holding part of the crawl's frontier: the crawl's own, then each shard's."""
+    n = stored_shards(client, keys) or 1
+    return [keys] + ([keys.shard_keys(i, n) for i in range(n)] if n > 1 else [])
+
+
+def open_frontier(client: redis.Redis, keys: CrawlKeys, **kwargs: Any) -> Frontier | ShardedFrontier:
+    """The frontier of an existing crawl as its nodes see it (tools, dashboard):
+    sharded if the crawl was started sharded."""
+    n = stored_shards(client, keys) or 1
+    if n > 1:
+        return ShardedFrontier(client, keys, shards=n, **kwargs)
+    return Frontier(client, keys, **kwargs)
+
+
+class ShardedFrontier:
+    """:class:`~crawlplug.frontier.Frontier`'s interface over a crawl split into ``shards``."""
+
+    #: how long a shard that ran dry is left out of pops (this node's own admissions
+    #: to it bring it back at once; other nodes' within this time)
+    SKIP_EMPTY = 0.5
+    #: the fewest requests a pop asks of one shard (a pop of 32 asks two shards)
+    MIN_SHARE = 16
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: CrawlKeys,
+        *,
+        shards: int,
+        dedup: Any = "set",
+        dedup_factory: Any = None,
+        node_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if shards < 2:
+            raise ConfigError("a sharded frontier needs CRAWLPLUG_SHARDS of 2 or more")
+        self.client = client
+        self.keys = keys
+        self.n = shards
+        self.scripts = Scripts(client)
+        # the crawl's own keys: nodes, control, start entries and their leases
+        self.base = Frontier(client, keys, dedup="none", node_id=node_id, scripts=self.scripts, **kwargs)
+        self.node_id = self.base.node_id
+        self.shards = [
+            Frontier(
+                client, keys.shard_keys(i, shards), node_id=self.node_id, scripts=self.scripts,
+                dedup=dedup_factory() if dedup_factory else dedup, **kwargs,
+            )
+            for i in range(shards)
+        ]  # fmt: skip
+        self.queue = self.shards[0].queue
+        self.lease_ms = self.base.lease_ms
+        self.max_deliveries = self.base.max_deliveries
+        self.next_ready_ms = -1
+        self.start_entries = 0
+        self.paused = False
+        self._rr = 0
+        self._dry_until = [0.0] * shards
+        self._shares_last: dict[int, int] = {}
+
+    # -- routing ---------------------------------------------------------------
+    @property
+    def dedup(self) -> Any:
+        return self.shards[0].dedup
+
+    def part(self, index: int) -> Frontier:
+        return self.base if index == BASE else self.shards[index]
+
+    def split_id(self, lease_id: str) -> tuple[int, str]:
+        """(part, id in that part) of a lease id."""
+        head, dot, rest = lease_id.partition(".")
+        if not dot:
+            return BASE, lease_id
+        return int(head), rest
+
+    def route(self, item: Admission) -> int:
+        """The shard of an admission: by its route (5th field), else its domain (4th)."""
+        key = item[4] if len(item) > 4 else (item[3] if len(item) > 3 else "")  # type: ignore[misc]
+        if not key:
+            raise ValueError("a sharded crawl needs each request's domain to route it (the scheduler gives it)")
+        return shard_of(key, self.n)
+
+    def _group_ids(self, ids: Iterable[str]) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        for lease_id in ids:
+            part, raw = self.split_id(lease_id)
+            out.setdefault(part, []).append(raw)
+        return out
+
+    def _wrap(self, part: int, leased: list[Leased]) -> list[Leased]:
+        if part != BASE:
+            for x in leased:
+                x.id = f"{part}.{x.id}"
+        return leased
+
+    # -- admission and leasing -------------------------------------------------
+    def admit(
+        self, items: Sequence[Admission], acks: Sequence[str] = (), events: Sequence[tuple[str, str]] = ()
+    ) -> AdmitResult:
+        return self._admit(items, acks, events, 0)[0] or AdmitResult("", 0, 0)
+
+    def admit_and_pop(
+        self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
+    ) -> tuple[AdmitResult | None, list[Leased]]:
+        result, leased = self._admit(items, acks, events, n)
+        return (result if (items or acks or events) else None), leased
+
+    def pop(self, n: int) -> list[Leased]:
+        return self._admit((), (), (), n)[1]
+
+    def _admit(
+        self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]], pop: int
+    ) -> tuple[AdmitResult | None, list[Leased]]:
+        by_shard: dict[int, list[int]] = {}
+        for i, item in enumerate(items):
+            by_shard.setdefault(self.route(item), []).append(i)
+        ack_parts = self._group_ids(acks)
+        event_parts: dict[int, list[tuple[str, str]]] = {}
+        for lease_id, kind in events:
+            part, raw = self.split_id(lease_id)
+            event_parts.setdefault(part, []).append((raw, kind))
+        # an ack may ride with its shard's items only if no other shard gets items
+        now_acks = {p: a for p, a in ack_parts.items() if set(by_shard) <= {p}}
+        later_acks = {p: a for p, a in ack_parts.items() if p not in now_acks}
+
+        calls: list[tuple[str, list[str], list[Any]]] = []
+        plan: list[tuple[str, int]] = []
+        for part in dict.fromkeys([*by_shard, *now_acks, *event_parts]):
+            part_items = [items[i] for i in by_shard.get(part, ())]
+            calls.append(self.part(part).admit_call(part_items, now_acks.get(part, ()), event_parts.get(part, ())))
+            plan.append(("admit", part))
+        asked: set[int] = set()
+        for shard, share in self._shares(pop, asked):
+            calls.append(self.shards[shard].pop_call(share))
+            plan.append(("pop", shard))
+        results = self.scripts.run_many(calls) if calls else []
+
+        flags = [""] * len(items)
+        acked = stale = 0
+        leased: list[Leased] = []
+        error: Exception | None = None
+        waits: list[int] = []
+        for (kind, part), raw in zip(plan, results):
+            frontier = self.part(part)
+            if kind == "pop":
+                if isinstance(raw, Exception):
+                    error = error or raw
+                    continue
+                got = frontier._leased(raw)
+                leased += self._took(part, got, waits)
+                continue
+            if isinstance(raw, Exception):
+                error = error or raw
+                continue
+            part_items = [items[i] for i in by_shard.get(part, ())]
+            part_acks, part_events = now_acks.get(part, ()), event_parts.get(part, ())
+            try:
+                result = frontier._result(raw)
+                if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish this part alone
+                    done = result or ""
+                    result = frontier.admit(part_items[len(done):], part_acks, part_events)
+                    result.flags = done + result.flags
+            except (redis.RedisError, RuntimeError) as exc:
+                error = error or exc
+                continue
+            for i, flag in zip(by_shard.get(part, ()), result.flags):
+                flags[i] = flag
+            if part != BASE and "1" in result.flags:
+                self._dry_until[part] = 0.0
+            acked += result.acked
+            stale += result.stale
+        if error is not None:
+            self._give_back(leased)
+            raise error
+        # a pop smaller than the number of shards asked only some of them: if those ran
+        # dry, ask the others now (the dry ones are skipped for a moment after this)
+        while pop and len(leased) < pop and len(asked) < self.n:
+            shares = self._shares(pop - len(leased), asked)
+            if not shares:
+                break
+            for (shard, _), raw in zip(shares, self.scripts.run_many([self.shards[s].pop_call(k) for s, k in shares])):
+                if isinstance(raw, Exception):
+                    self._give_back(leased)
+                    raise raw
+                leased += self._took(shard, self.shards[shard]._leased(raw), waits)
+        self.next_ready_ms = min(waits) if waits else -1
+        if later_acks:
+            # every child of the batch is stored: the parents may be acknowledged
+            calls = [self.part(p).admit_call((), a, ()) for p, a in later_acks.items()]
+            for raw in self.scripts.run_many(calls):
+                if isinstance(raw, Exception):
+                    self._give_back(leased)
+                    raise raw
+                acked += int(raw[1])
+                stale += int(raw[2])
+        return AdmitResult("".join(flags), acked, stale), leased
+
+    def _shares(self, n: int, asked: set[int]) -> list[tuple[int, int]]:
+        """Split a pop of ``n`` over shards not yet ``asked`` in this call, in rotation,
+        leaving out those that ran dry a moment ago (unless all did: then each is asked)."""
+        self._shares_last = {}
+        if n <= 0:
+            return []
+        now = time.monotonic()
+        order = [(self._rr + j) % self.n for j in range(self.n) if (self._rr + j) % self.n not in asked]
+        live = [s for s in order if self._dry_until[s] <= now] or order
+        self._rr = (self._rr + 1) % self.n
+        # each shard asked gets MIN_SHARE requests at least: one script call per shard
+        # has a fixed cost, and the rotation visits every shard anyway
+        live = live[:max(1, n // self.MIN_SHARE)]
+        base, extra = divmod(n, len(live)) if live else (0, 0)
+        shares = [(s, base + (1 if j < extra else 0)) for j, s in enumerate(live)]
+        shares = [(s, k) for s, k in shares if k > 0]
+        asked.update(s for s, _ in shares)
+        self._shares_last = dict(shares)
+        return shares
+
+    def _took(self, shard: int, got: list[Leased], waits: list[int]) -> list[Leased]:
+        """Note what a shard's pop gave: a shard that gave less than asked ran dry."""
+        if len(got) < self._shares_last.get(shard, 0):
+            self._dry_until[shard] = time.monotonic() + self.SKIP_EMPTY
+        nxt = self.shards[shard].next_ready_ms
+        if getattr(self.queue, "order", None) == "domain" and nxt >= 0:
+            waits.append(nxt)
+        return self._wrap(shard, got)
+
+    def _give_back(self, leased: list[Leased]) -> None:
+        """Return leases taken in a call whose admission failed (best effort: they expire anyway)."""
+        if not leased:
+            return
+        try:
+            self.release([x.id for x in leased], unstarted=True)
+        except redis.RedisError:
+            logger.debug("crawlplug: could not give back %d leases now; they expire", len(leased))
+
+    def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
+        raise TypeError("a sharded crawl routes requests by domain: use admit() with (fp, score, payload, domain)")
+
+    def take_starts(self, n: int, legacy_key: str | None = None) -> list[tuple[str, bytes]]:
+        return self.base.take_starts(n, legacy_key)
+
+    def push_starts(self, lines: Iterable[str | bytes]) -> int:
+        return self.base.push_starts(lines)
+
+    # -- leases ------------------------------------------------------------------
+    def heartbeat(
+        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None
+    ) -> list[str]:
+        groups = self._group_ids(lease_ids)
+        calls = [self.base.heartbeat_call(groups.get(BASE, ()), producing=producing, metrics=metrics)]
+        shards = [p for p in groups if p != BASE]
+        calls += [self.shards[p].renew_call(groups[p]) for p in shards]
+        results = self.scripts.run_many(calls)
+        for raw in results:
+            if isinstance(raw, Exception):
+                raise raw
+        out = results[0]
+        self.paused = self.base.paused = bool(int(out[1]))
+        lost = [_text(x) for x in out[2:]]
+        for p, raw in zip(shards, results[1:]):
+            lost += [f"{p}.{_text(x)}" for x in raw]
+        return lost
+
+    def reap(self, limit: int = 1000) -> tuple[int, int]:
+        requeued = dead = 0
+        for raw in self.scripts.run_many([f.reap_call(limit) for f in (self.base, *self.shards)]):
+            if isinstance(raw, Exception):
+                raise raw
+            requeued += int(raw[0])
+            dead += int(raw[1])
+        return requeued, dead
+
+    def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
+        groups = self._group_ids(ids)
+        if not groups:
+            return 0
+        total = 0
+        for raw in self.scripts.run_many([self.part(p).release_call(a, unstarted=unstarted) for p, a in groups.items()]):
+            if isinstance(raw, Exception):
+                raise raw
+            total += int(raw)
+        return total
+
+    def dead_letter(self, lease_id: str, reason: str, **extra: Any) -> bool:
+        part, raw = self.split_id(lease_id)
+        return self.part(part).dead_letter(raw, reason, shard=part, **extra)
+
+    def pause(self, by: str = "operator") -> bool:
+        return self.base.pause(by)
+
+    def resume(self) -> bool:
+        return self.base.resume()
+
+    def paused_info(self) -> dict[str, Any] | None:
+        return self.base.paused_info()
+
+    def leave(self) -> None:
+        self.base.leave()
+
+    # -- views ---------------------------------------------------------------------
+    def idle_state(self) -> tuple[int, int, int]:
+        queued = leased = producers = 0
+        results = self.scripts.run_many([f.idle_call() for f in (self.base, *self.shards)])
+        for i, raw in enumerate(results):
+            if isinstance(raw, Exception):
+                raise raw
+            queued += int(raw[0])
+            leased += int(raw[1])
+            producers += int(raw[2])
+            if i == 0:
+                self.start_entries = int(raw[3])
+        return queued, leased, producers
+
+    def __len__(self) -> int:
+        return sum(len(f) for f in self.shards)
+
+    def status(self) -> dict[str, Any]:
+        """The crawl-wide counts: every shard's summed, nodes from the crawl's own keys."""
+        out = self.base.status()
+        out["shards"] = []
+        for f in self.shards:
+            st = f.status()
+            for name in ("queued", "domains", "in_flight", "seen", "dead"):
+                out[name] += st[name]
+            for name, value in st["stats"].items():
+                out["stats"][name] = out["stats"].get(name, 0) + value
+            out["shards"].append({"queued": st["queued"], "in_flight": st["in_flight"], "dead": st["dead"]})
+        return out
+
+    def dead_letters(self, start: int = 0, stop: int = -1) -> list[DeadLetter]:
+        letters = [x for f in (self.base, *self.shards) for x in f.dead_letters()]
+        return letters[start:None if stop == -1 else stop + 1]
+
+    def purge(self) -> int:
+        deleted = self.base.purge()
+        for f in self.shards:
+            deleted += f.purge()
+        return deleted
+
+
+def open_domains(client: redis.Redis, keys: CrawlKeys) -> Domains:
+    """The per-domain schedule of an existing crawl, over its shards if it has them."""
+    return Domains(client, keys, parts(client, keys)[1:] or [keys])

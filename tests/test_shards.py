@@ -1,0 +1,363 @@
+"""A crawl split into shards (CRAWLPLUG_SHARDS): crawlplug.shards on real Redis servers.
+
+* The sharded frontier on the suite's Redis and on a real three-primary Redis
+  Cluster: routing by domain, dedup across nodes, acks that wait for children
+  stored in other shards (a shard made to fail for real), leases lost and
+  reaped per shard, start entries, the shard count fixed for a crawl's life.
+* Real crawls: two ``scrapy crawl multisite`` nodes over eight loopback hosts
+  with 4 shards, on one Redis and on the cluster (where the keys must spread
+  over all three primaries), with DomainQueue and with the Bloom filter; and a
+  node killed with SIGKILL mid-crawl.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+from redis.crc import key_slot
+
+from crawlplug.cli import main
+from crawlplug.demosite import DemoShop, serve
+from crawlplug.dedup import BloomDedup
+from crawlplug.bloom import BloomSpec
+from crawlplug.errors import ConfigError
+from crawlplug.frontier import Frontier
+from crawlplug.keys import CrawlKeys
+from crawlplug.queues import DomainQueue
+from crawlplug.shards import ShardedFrontier, claim_shards, open_frontier, parts, shard_of
+
+K = CrawlKeys("sharded")
+N = 4
+
+
+def fp(n: object) -> bytes:
+    return str(n).encode().ljust(20, b"_")[:20]
+
+
+def hosts_per_shard(n: int = N) -> dict[int, str]:
+    """One host name per shard."""
+    out: dict[int, str] = {}
+    i = 0
+    while len(out) < n:
+        out.setdefault(shard_of(f"site{i}.test", n), f"site{i}.test")
+        i += 1
+    return out
+
+
+def item(host: str, n: object, score: float = 0.0) -> tuple[bytes, float, bytes, str, str]:
+    return (fp(f"{host}/{n}"), score, json.dumps({"url": f"http://{host}/{n}"}).encode(), "", host)
+
+
+def sharded(client: Any, node: str = "node-a", **kwargs: Any) -> ShardedFrontier:
+    claim_shards(client, K, N)
+    return ShardedFrontier(client, K, shards=N, node_id=node, **kwargs)
+
+
+@pytest.fixture(params=["one-redis", "cluster"])
+def client(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue("r" if request.param == "one-redis" else "cluster_client")
+
+
+def test_requests_go_to_their_domains_shard_and_duplicates_are_found_by_any_node(client):
+    a, b = sharded(client, "a"), sharded(client, "b")
+    hosts = [f"h{i}.example" for i in range(40)]
+    items = [item(h, j) for h in hosts for j in range(3)]
+    assert a.admit(items).admitted == 120
+    # another node, another process: the same URLs are duplicates (same shard, same filter)
+    assert b.admit(items[::7]).flags == "0" * len(items[::7])
+    for i, part in enumerate(parts(client, K)[1:]):
+        urls = [json.loads(p)["url"] for p in client.hvals(part.requests)]
+        assert urls and {u.split("/")[2] for u in urls} == {h for h in hosts if shard_of(h, N) == i}
+    assert a.status()["queued"] == 120 and len(a) == 120
+    assert client.zcard(K.queue) == 0, "nothing in the crawl's own queue"
+
+
+def _evalsha_calls(r: redis.Redis) -> int:
+    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_pop_finds_the_shards_with_work_and_then_skips_the_dry_ones(r):
+    a = sharded(r)
+    only = hosts_per_shard()[2]
+    a.admit([item(only, j) for j in range(40)])
+    before = _evalsha_calls(r)
+    first = a.pop(8)  # the rotation starts at shard 0, then shard 1: both empty
+    assert len(first) == 8 and all(x.id.startswith("2.") for x in first)
+    assert _evalsha_calls(r) - before == 3
+    second = a.pop(8)  # shard 3 was never asked: asked now, found dry
+    before = _evalsha_calls(r)
+    third = a.pop(8)  # every dry shard is left out for a moment: one call
+    assert _evalsha_calls(r) - before == 1
+    assert len({x.id for x in first + second + third if x.id.startswith("2.")}) == 24
+    a.admit([item(hosts_per_shard()[0], j) for j in range(40)])  # this node's own admission revives shard 0
+    big = a.pop(32)  # 32 = two shares of MIN_SHARE: two shards asked
+    assert {x.id.split(".")[0] for x in big} == {"0", "2"} and len(big) == 32
+
+
+def test_an_ack_waits_until_every_shard_stored_its_children(client):
+    a = sharded(client)
+    hosts = hosts_per_shard()
+    a.admit([item(hosts[0], "parent")])
+    (parent,) = a.pop(1)
+    children = [item(hosts[0], "c0"), item(hosts[1], "c1")]
+    broken = K.shard_keys(1, N).seen
+    client.set(broken, "not a set")  # shard 1 fails its admission for real (WRONGTYPE)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        a.admit(children, [parent.id])
+    leased = client.hget(K.shard_keys(0, N).leased, parent.id.split(".", 1)[1])
+    assert leased is not None, "the parent is still leased: its child in shard 1 is not stored"
+    client.delete(broken)
+    result = a.admit(children, [parent.id])  # the node retries the same batch
+    assert (result.flags, result.acked) == ("01", 1), "c0 was stored the first time; the ack now"
+    status = a.status()
+    assert (status["queued"], status["in_flight"]) == (2, 0)
+
+
+def test_an_ack_rides_with_children_of_its_own_shard(client):
+    a = sharded(client)
+    host = hosts_per_shard()[3]
+    a.admit([item(host, "p")])
+    (parent,) = a.pop(1)
+    result, leased = a.admit_and_pop([item(host, "c")], [parent.id], 4)
+    assert (result.flags, result.acked) == ("1", 1)
+    assert [x.id.split(".")[0] for x in leased] == ["3"]
+
+
+def test_leases_lost_by_a_stalled_node_are_reaped_in_every_shard(client):
+    a = sharded(client, "a", lease_timeout=0.3, heartbeat=0.1)
+    b = sharded(client, "b", lease_timeout=5)
+    hosts = hosts_per_shard()
+    a.admit([item(hosts[s], j) for s in range(N) for j in range(2)])
+    held = a.pop(8)
+    assert {x.id.split(".")[0] for x in held} == {"0", "1", "2", "3"}
+    assert a.heartbeat([x.id for x in held]) == []
+    time.sleep(0.5)
+    assert b.reap() == (8, 0)
+    lost = a.heartbeat([x.id for x in held])
+    assert sorted(lost) == sorted(x.id for x in held), "a learns which of its leases are gone, shard by shard"
+    again = b.pop(8)
+    assert len(again) == 8 and all(x.deliveries == 2 for x in again)
+    result = a.admit([], [x.id for x in held])  # the stalled node's late acks are stale
+    assert (result.acked, result.stale) == (0, 8)
+    assert b.admit([], [x.id for x in again]).acked == 8
+    assert b.idle_state() == (0, 0, 0)
+
+
+def test_start_entries_and_their_acks_cross_shards(client):
+    a = sharded(client)
+    hosts = hosts_per_shard()
+    a.push_starts([f"http://{hosts[0]}/", f"http://{hosts[1]}/"])
+    taken = a.take_starts(2)
+    assert [e for _, e in taken] == [f"http://{hosts[0]}/".encode(), f"http://{hosts[1]}/".encode()]
+    assert a.idle_state()[1] == 2, "start leases count as in flight"
+    result = a.admit([item(hosts[0], "x"), item(hosts[1], "y")], [lease for lease, _ in taken])
+    assert result.flags == "11"
+    status = a.status()
+    assert (status["queued"], status["in_flight"], status["stats"].get("start_acked")) == (2, 0, 2)
+
+
+def test_release_and_dead_letters_find_their_shard(client):
+    a = sharded(client)
+    hosts = hosts_per_shard()
+    a.admit([item(hosts[s], 1) for s in range(N)])
+    held = a.pop(4)
+    assert a.dead_letter(held[0].id, "test reason")
+    assert a.release([x.id for x in held[1:]], unstarted=True) == 3
+    letters = a.dead_letters()
+    assert [x.header["reason"] for x in letters] == ["test reason"]
+    assert letters[0].header["shard"] == int(held[0].id.split(".")[0])
+    status = a.status()
+    assert (status["queued"], status["in_flight"], status["dead"]) == (3, 0, 1)
+
+
+def test_each_shard_has_its_own_bloom_filter(client):
+    spec = BloomSpec(1000, 0.001)
+    a = sharded(client, "a", dedup_factory=lambda: BloomDedup(spec))
+    b = sharded(client, "b", dedup_factory=lambda: BloomDedup(spec))
+    hosts = [f"b{i}.example" for i in range(20)]
+    items = [(BloomDedup(spec).argument(fp_), *rest) for fp_, *rest in (item(h, j) for h in hosts for j in range(5))]
+    assert a.admit(items).admitted == 100
+    assert b.admit(items).filtered == 100
+    used = [p for p in parts(client, K)[1:] if client.exists(f"{p.tag}:bloom:meta")]
+    assert len(used) == N and not client.exists(f"{K.tag}:bloom:meta")
+
+
+def test_domain_queue_on_shards_keeps_each_domains_schedule_in_one_shard(client):
+    a = sharded(client, queue=DomainQueue())
+    hosts = hosts_per_shard()
+    a.admit([(fp(f"{h}{j}"), 0.0, b"{}", h, h) for h in hosts.values() for j in range(3)])
+    for i, part in enumerate(parts(client, K)[1:]):
+        assert [m.decode() for m in client.zrange(part.domains, 0, -1)] == [hosts[i]]
+    leased = a.pop(8)
+    assert {x.id.split(".")[0] for x in leased} == {"0", "1", "2", "3"}
+
+
+def test_the_shard_count_is_fixed_for_a_crawls_life(r):
+    claim_shards(r, K, 4)
+    claim_shards(r, K, 4)
+    with pytest.raises(ConfigError, match="split into 4 shards"):
+        claim_shards(r, K, 2)
+    with pytest.raises(ConfigError, match="split into 4 shards"):
+        claim_shards(r, K, 1)
+    other = CrawlKeys("unsharded")
+    Frontier(r, other).admit([(fp(1), 0.0, b"{}")])
+    with pytest.raises(ConfigError, match="already has requests"):
+        claim_shards(r, other, 3)
+    claim_shards(r, other, 1)
+    assert isinstance(open_frontier(r, K), ShardedFrontier) and isinstance(open_frontier(r, other), Frontier)
+
+
+def test_purge_deletes_every_shard(r):
+    a = sharded(r)
+    a.admit([item(h, 1) for h in hosts_per_shard().values()])
+    a.pop(2)
+    assert open_frontier(r, K).purge() > 0
+    assert not list(r.scan_iter(match=K.pattern())) and not list(r.scan_iter(match=K.shards_pattern()))
+
+
+def test_shard_tags_land_on_every_primary_of_the_cluster(cluster_client, cluster_deployment):
+    owners = {cluster_deployment.owner_of(K.shard_keys(i, N).queue).port for i in range(N)}
+    assert len(owners) == 3, f"4 shards over {len(owners)} primaries"
+    for n in (3, 6):
+        assert len({cluster_deployment.owner_of(K.shard_keys(i, n).queue).port for i in range(n)}) == 3
+
+
+# -- real crawls ---------------------------------------------------------------------------------
+
+HOSTS = [f"127.0.0.{i}" for i in range(11, 19)]
+FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4,
+        "CRAWLPLUG_SHARDS": N}  # fmt: skip
+
+
+@pytest.fixture
+def sites():
+    """Eight demo shops, one per loopback address: eight hosts for the shards to split."""
+    try:
+        servers = [serve(DemoShop(items=40, per_page=10, categories=3, seed=i), host=h) for i, h in enumerate(HOSTS)]
+    except OSError as exc:  # pragma: no cover - a machine without 127/8 routed to lo
+        pytest.skip(f"cannot bind loopback addresses 127.0.0.11-18: {exc}")
+    yield servers
+    for s in servers:
+        s.stop()
+
+
+def _start_urls(sites) -> str:
+    return ",".join(f"http://{s.host}:{s.port}/" for s in sites)
+
+
+def _check_every_page_once(sites, allowed_twice: int = 0) -> int:
+    twice = 0
+    for s in sites:
+        hits = s.hits
+        assert set(hits) == s.shop.paths(), f"every page of {s.host} was fetched"
+        twice += sum(n - 1 for n in hits.values() if n > 1)
+    assert twice <= allowed_twice, f"{twice} pages fetched again (allowed {allowed_twice})"
+    return sum(len(s.shop.paths()) for s in sites)
+
+
+def _finish(nodes, timeout: float = 120) -> None:
+    for node in nodes:
+        assert node.wait(timeout) == 0, node.text()[-3000:]
+        text = node.text()
+        assert "'finish_reason': 'finished'" in text, text[-3000:]
+        assert "Traceback" not in text, text[-3000:]
+
+
+VARIANTS = {
+    "plain": {},
+    "domainqueue": {"CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue", "CRAWLPLUG_DOMAIN_CONCURRENCY": 4},
+    "bloom": {"DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter"},
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_two_nodes_crawl_eight_hosts_over_four_shards_on_one_redis(crawl, sites, redis_url, r, variant):
+    settings = {"REDIS_URL": redis_url, **FAST, **VARIANTS[variant]}
+    nodes = [crawl("multisite", args={"start_urls": _start_urls(sites)}, settings=settings) for _ in range(2)]
+    _finish(nodes)
+    pages = _check_every_page_once(sites)
+    status = open_frontier(r, CrawlKeys("multisite")).status()
+    assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
+    assert status["stats"]["acked"] == pages
+    per_shard = [int(r.hget(k.stats, "acked") or 0) for k in parts(r, CrawlKeys("multisite"))[1:]]
+    assert sum(per_shard) == pages and all(per_shard), f"every shard crawled some hosts: {per_shard}"
+    # the operator's view adds the shards up
+    res = CliRunner().invoke(main, ["status", "--json", "--redis-url", redis_url, "--crawl", "multisite"])
+    assert res.exit_code == 0, res.output
+    snap = json.loads(res.output)
+    assert (snap["done"], snap["queued"], snap["in_flight"]) == (pages, 0, 0)
+    assert len(snap["shards"]) == N and not any(sh["queued"] or sh["in_flight"] for sh in snap["shards"])
+    print(f"\n{variant}: {pages} pages of {len(sites)} hosts; acked per shard {per_shard}")
+
+
+@pytest.mark.parametrize("variant", ["plain", "domainqueue"])
+def test_two_nodes_crawl_over_four_shards_on_the_cluster(crawl, sites, cluster_url, cluster_client,
+                                                         cluster_deployment, variant):  # fmt: skip
+    settings = {"REDIS_URL": cluster_url, **FAST, **VARIANTS[variant]}
+    nodes = [crawl("multisite", args={"start_urls": _start_urls(sites)}, settings=settings) for _ in range(2)]
+    _finish(nodes)
+    pages = _check_every_page_once(sites)
+    keys = CrawlKeys("multisite")
+    status = open_frontier(cluster_client, keys).status()
+    assert (status["queued"], status["in_flight"], status["dead"], status["stats"]["acked"]) == (0, 0, 0, pages)
+    # where the crawl lives: its own tag and four shard tags, over all three primaries
+    names = [k.decode() for k in cluster_client.scan_iter(match=keys.shards_pattern())]
+    by_primary = Counter(cluster_deployment.owner_of(k).port for k in names)
+    assert len(by_primary) == 3, f"shard keys per primary: {dict(by_primary)}"
+    seen = {key_slot(k.encode()) for k in names if k.endswith((":seen", ":dq"))}
+    assert len(seen) == N
+    print(f"\n{variant}: {pages} pages; shard keys per primary {dict(by_primary)}; "
+          f"keys per primary {cluster_deployment.dbsizes()}")  # fmt: skip
+
+
+def _leases_of(client: redis.Redis, keys: CrawlKeys, pid: int) -> int:
+    prefix = f"{socket.gethostname()}:{pid}:".encode()
+    return sum(
+        1 for part in parts(client, keys) for v in client.hvals(part.leased) if v.startswith(prefix)
+    )
+
+
+def test_a_killed_node_loses_nothing_on_a_sharded_crawl(crawl, redis_url, r):
+    servers = [serve(DemoShop(items=60, per_page=10, categories=3, seed=i, delay=0.02), host=h)
+               for i, h in enumerate(HOSTS[:6])]  # fmt: skip
+    try:
+        settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 4}
+        keys = CrawlKeys("multisite")
+        victim = crawl("multisite", args={"start_urls": _start_urls(servers)}, settings=settings)
+        survivor = crawl("multisite", args={"start_urls": _start_urls(servers)}, settings=settings)
+        deadline = time.monotonic() + 60
+        while sum(sum(s.hits.values()) for s in servers) < 60 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        victim.signal(signal.SIGSTOP)
+        held = _leases_of(r, keys, victim.proc.pid)
+        victim.kill()
+        _finish([survivor])
+        _check_every_page_once(servers, allowed_twice=held)
+        status = open_frontier(r, keys).status()
+        assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
+        assert status["stats"].get("reaped", 0) >= held > 0
+        print(f"\nkilled a node holding {held} leases over {N} shards; reaped {status['stats'].get('reaped')}")
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def test_a_node_with_another_shard_count_is_refused(crawl, redis_url, r, sites):
+    claim_shards(r, CrawlKeys("multisite"), 4)
+    node = crawl("multisite", args={"start_urls": _start_urls(sites[:1])},
+                 settings={"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_SHARDS": 2})  # fmt: skip
+    assert node.wait(60) != 0, "a node that cannot join exits non-zero"
+    text = node.text()
+    errors = [line for line in text.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and "is split into 4 shards" in errors[0] and "CRAWLPLUG_SHARDS=2" in errors[0], text[-2000:]
+    assert "Traceback" not in text
+    assert "'finish_reason': 'config_error'" in text
+    assert not any(s.hits for s in sites[:1])
