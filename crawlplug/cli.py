@@ -206,7 +206,7 @@ def _status_report(target: _Target, keys: CrawlKeys) -> dict[str, Any]:
         "crawl": keys.crawl,
         "redis": target.safe_url,
         "embedded": target.embedded,
-        **{k: snap[k] for k in ("paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead", "domains",
+        **{k: snap[k] for k in ("paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead", "domains", "shards",
                                 "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds", "history")},
         "stats": snap["counters"],
         "scrapy_stats": snap["scrapy_stats"],
@@ -220,6 +220,9 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
     lines = [f"crawl {report['crawl']!r} on {where}"]
     if report.get("paused"):
         lines.append(f"PAUSED by {report['paused'].get('by', '?')} (crawlplug resume to go on)")
+    if report.get("shards"):
+        per = " ".join(f"{sh['queued']}/{sh['in_flight']}" for sh in report["shards"])
+        lines.append(f"{len(report['shards'])} shards (CRAWLPLUG_SHARDS), queued/in flight per shard: {per}")
     rows: list[tuple[str, Any]] = [
         ("queued", report["queued"]), ("in flight", report["in_flight"]), ("done", report["done"]),
         ("seen", report["seen"]), ("dead", report["dead"]),

@@ -361,3 +361,64 @@ def test_a_node_with_another_shard_count_is_refused(crawl, redis_url, r, sites):
     assert "Traceback" not in text
     assert "'finish_reason': 'config_error'" in text
     assert not any(s.hits for s in sites[:1])
+
+
+# -- the operator's tools on a sharded crawl -------------------------------------------------------
+
+
+def _cli(*args: str) -> Any:
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.mark.parametrize("where", ["one-redis", "cluster"])
+def test_cli_and_dashboard_add_the_shards_up(request, where):
+    from starlette.testclient import TestClient
+
+    from crawlplug.web import create_app
+
+    client = request.getfixturevalue("r" if where == "one-redis" else "cluster_client")
+    url = request.getfixturevalue("redis_url" if where == "one-redis" else "cluster_url")
+    a = sharded(client, queue=DomainQueue())
+    hosts = hosts_per_shard()
+    a.admit([(fp(f"{h}/{j}"), 0.0, json.dumps({"url": f"http://{h}/{j}"}).encode(), h, h)
+             for h in hosts.values() for j in range(5)])  # fmt: skip
+    held = a.pop(32)
+    assert len(held) == 4, "one request per domain at a time (DomainQueue)"
+    for x in held[:2]:
+        a.dead_letter(x.id, "broken on purpose")
+    a.release([x.id for x in held[2:]], unstarted=True)
+    common = ["--redis-url", url, "--crawl", K.crawl]
+
+    res = _cli("status", "--json", *common)
+    assert res.exit_code == 0, res.output
+    snap = json.loads(res.output)
+    assert (snap["queued"], snap["in_flight"], snap["dead"], snap["domains"]) == (18, 0, 2, 4)
+    assert sorted(sh["queued"] for sh in snap["shards"]) == sorted([5, 5, 4, 4])
+
+    res = _cli("peek", "--json", "-n", "50", *common)
+    rows = [json.loads(line) for line in res.output.splitlines() if '"id"' in line]
+    assert len(rows) == 18 and {r["url"].split("/")[2] for r in rows} == set(hosts.values())
+
+    res = _cli("domains", "list", "--json", *common)
+    assert json.loads(res.output)["domains"] == 4
+    res = _cli("domains", "set", hosts[1], "--delay", "2", *common)
+    assert res.exit_code == 0, res.output
+    row = next(r for r in json.loads(_cli("domains", "list", "--json", *common).output)["rows"]
+               if r["domain"] == hosts[1])  # fmt: skip
+    assert row["delay"] == 2.0
+
+    res = _cli("dead", "list", *common)
+    assert res.output.startswith("2 dead letters") and res.output.count("broken on purpose") == 2
+    res = _cli("dead", "requeue", "1", *common)
+    assert res.exit_code == 0, res.output
+    assert a.status()["queued"] == 19 and a.status()["dead"] == 1
+
+    web = TestClient(create_app(client, K))
+    status = web.get("/api/status").json()
+    assert (status["queued"], status["dead"]) == (19, 1)
+    assert web.get("/api/domains").json()["domains"] == 4
+    assert web.get("/api/dead").json()["total"] == 1
+
+    res = _cli("purge", "--yes", *common)
+    assert res.exit_code == 0, res.output
+    assert not list(client.scan_iter(match=K.shards_pattern()))
