@@ -33,7 +33,7 @@ from typing import Any, Callable, NoReturn, TypeVar
 import click
 import redis
 
-from . import connection, embedded, monitor, operations
+from . import connection, embedded, monitor, operations, siteoutcomes
 from .errors import CrawlplugError
 from .frontier import DeadLetter
 from .keys import CrawlKeys
@@ -210,6 +210,7 @@ def _status_report(target: _Target, keys: CrawlKeys) -> dict[str, Any]:
                                 "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds", "history")},
         "stats": snap["counters"],
         "scrapy_stats": snap["scrapy_stats"],
+        "sites": siteoutcomes.outcomes(snap["scrapy_stats"]),
         "live_nodes": sum(1 for n in nodes if n["alive"]),
         "nodes": nodes,
     }  # fmt: skip
@@ -244,6 +245,9 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
     lines += _table(rows)
     lines.append("counters")
     lines += _table(list(report["stats"].items())) or ["  (none)"]
+    if report.get("sites"):
+        lines.append("sites (outcomes of site spiders, crawl-wide)")
+        lines += siteoutcomes.status_lines(report["scrapy_stats"])
     lines.append(f"nodes: {report['live_nodes']} live")
     lines += [f"  {_node_line(n)}" for n in report["nodes"]]
     if not any((report["queued"], report["in_flight"], report["seen"], report["dead"], report["stats"],
@@ -555,7 +559,7 @@ def embedded_url() -> None:
 
 
 # commands defined in their own modules register themselves on `main`
-from . import cli_feed, cli_items, cli_transfer, cli_web  # noqa: E402, F401
+from . import cli_feed, cli_items, cli_sites, cli_transfer, cli_web  # noqa: E402, F401
 
 if __name__ == "__main__":  # pragma: no cover
     # run as `python -m crawlplug.cli`: the commands registered themselves on the

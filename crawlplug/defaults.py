@@ -193,6 +193,21 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "RedisItemPipeline: seconds an item waits for an unreachable Redis (its request stays "
         "unacknowledged) before the error is raised; 0: raise at once.",
     ),
+    # -- site spiders (crawlplug.sitespider, `scrapy crawl site -a site=NAME`) ---------
+    "CRAWLPLUG_SITES_DIR": (
+        "spiders/sites",
+        (
+            "Site spiders: directory of site definitions (<name>.yaml, .yml or .json), relative to the "
+            "project directory; a definition stored in Redis (`crawlplug sites put`) wins over its file."
+        ),
+    ),
+    "CRAWLPLUG_SITES_REFRESH": (
+        2.0,
+        (
+            "Site spiders: seconds between two checks of Redis for a changed definition (one HGET per "
+            "site); a change takes effect on every node within this time. 0: never re-check."
+        ),
+    ),
 }
 
 

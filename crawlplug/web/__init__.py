@@ -26,7 +26,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import errorsamples, monitor, operations
+from .. import errorsamples, monitor, operations, siteoutcomes
 from ..errors import CrawlplugError
 from ..keys import CrawlKeys
 from ..shards import open_domains, open_frontier
@@ -43,7 +43,8 @@ API = {
     "GET /api/errors": "errors by kind (http/<status>, download/<Exception>, spider/<Exception>) with sample URLs",
     "GET /api/domains?n=50": "per-domain queue: queued, in flight, requests leased so far (its rate), delay and "
                              "concurrency in force, next start",
-    "GET /api/fields": "extraction outcomes per site, step and field (Scrapy stats named site/<site>/...)",
+    "GET /api/fields": "extraction outcomes per site, step and field (Scrapy stats named site/<site>/...), "
+                       "also as rows with a label ('price is null')",
     "GET /api/dead?n=50": "the newest dead letters: index, url, reason, time, deliveries",
     "POST /api/pause": "pause the crawl (token)",
     "POST /api/resume": "resume the crawl (token)",
@@ -117,7 +118,10 @@ class Dashboard:
         })  # fmt: skip
 
     def fields(self, request: Request) -> JSONResponse:
-        return JSONResponse({"sites": site_outcomes(monitor.crawl_stats(self.client, self.keys))})
+        sites = site_outcomes(monitor.crawl_stats(self.client, self.keys))
+        rows = [{"site": site, "outcome": what, "label": siteoutcomes.describe(what), "value": value}
+                for site, outcomes in sites.items() for what, value in outcomes.items()]  # fmt: skip
+        return JSONResponse({"sites": sites, "rows": rows})
 
     def dead(self, request: Request) -> JSONResponse:
         n = self._int(request, "n", 50, 1, 1000)
@@ -211,16 +215,9 @@ def _limit(value: Any, name: str) -> float | None:
 
 def site_outcomes(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Scrapy stats named ``site/<site>/<what...>`` grouped per site: the convention
-    site spiders use to report pages per step, items ok, missing fields, exceptions."""
-    out: dict[str, dict[str, Any]] = {}
-    for key, value in stats.items():
-        if not key.startswith("site/"):
-            continue
-        _, site, rest = key.split("/", 2) if key.count("/") >= 2 else (None, key[5:], "")
-        if not rest:
-            continue
-        out.setdefault(site, {})[rest] = value
-    return dict(sorted(out.items()))
+    site spiders use to report pages per step, items ok, missing fields, exceptions
+    (:mod:`crawlplug.siteoutcomes`)."""
+    return siteoutcomes.outcomes(stats)
 
 
 def create_app(client: redis.Redis, keys: CrawlKeys, token: str | None = None, redis_label: str = "") -> Starlette:

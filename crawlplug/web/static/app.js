@@ -162,11 +162,11 @@ async function domains() {
 
 async function fields() {
   const f = await api("/api/fields");
-  const out = [];
-  for (const [site, outcomes] of Object.entries(f.sites)) {
-    for (const [what, n] of Object.entries(outcomes)) out.push(`<tr><td>${esc(site)}</td><td>${esc(what)}</td><td class="num">${fmt(n)}</td></tr>`);
-  }
-  rows("fields-table", out);
+  // problems first (a null required field, an invalid value, an exception), then pages and items
+  const bad = r => /^(field\/[^/]+\/(missing|invalid)|errors\/)/.test(r.outcome) ? 0 : 1;
+  const sorted = [...f.rows].sort((a, b) => a.site.localeCompare(b.site) || bad(a) - bad(b));
+  rows("fields-table", sorted.map(r => `<tr${bad(r) ? "" : ' class="warn"'}><td>${esc(r.site)}</td>
+    <td title="${esc(r.outcome)}">${esc(r.label)}</td><td class="num">${typeof r.value === "number" ? fmt(r.value) : esc(r.value)}</td></tr>`));
 }
 
 async function dead() {

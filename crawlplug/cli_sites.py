@@ -1,0 +1,178 @@
+"""``crawlplug sites``: site definitions in Redis, for ``scrapy crawl site -a site=NAME``.
+
+    crawlplug sites check spiders/sites/cars.yaml    # validate only (no Redis)
+    crawlplug sites put spiders/sites/cars.yaml      # validate and store; running nodes switch to it
+    crawlplug sites list [--json]
+    crawlplug sites show cars [--json]
+    crawlplug sites delete cars
+
+Definitions live in one hash shared by every crawl (:mod:`crawlplug.sitestore`),
+so these commands need no ``--crawl``. A definition is validated before it is
+stored, pipeline class paths included (imported with the Scrapy project of the
+current directory on the path): an invalid one is refused with the path of
+every bad key and stored nothing. Importing this module adds the group to
+``crawlplug.cli.main`` (cli.py imports it at its end).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from .cli import _connect, _fail, _friendly_errors, _options, _project_root, main
+from .errors import ConfigError
+from .sitedef import expand_start_urls, load_file
+from .sitestore import SiteStore
+
+_REDIS_HELP = "Redis holding the definitions (default: REDIS_URL, else the project's embedded Redis)."
+
+
+def _redis_option(func: Any) -> Any:
+    return click.option("--redis-url", metavar="URL", default=None, help=_REDIS_HELP)(func)
+
+
+def _project_on_path() -> None:
+    """Pipeline steps are class paths of the project (spiders.sitesteps.X): import them as Scrapy would."""
+    root = _project_root()
+    if root is not None and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+
+
+def _store(redis_url: str | None) -> tuple[SiteStore, str]:
+    target = _connect(_options(redis_url, None))
+    return SiteStore(target.client), target.safe_url
+
+
+def _summary(site: Any) -> str:
+    return (f"{len(expand_start_urls(site))} start URLs, steps {' -> '.join(s.name for s in site.steps)} "
+            f"(detail: {site.detail_step}), {len(site.fields)} fields "
+            f"({sum(f.required for f in site.fields.values())} required)")  # fmt: skip
+
+
+@click.group("sites")
+def sites() -> None:
+    """Site definitions for `scrapy crawl site -a site=NAME` (see docs/sites.md)."""
+
+
+@sites.command("check")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def sites_check(files: tuple[str, ...]) -> None:
+    """Validate definition FILES (YAML or JSON); store nothing.
+
+    Every problem is printed with the path of its key; exit 1 if any file is invalid.
+    """
+    _project_on_path()
+    bad = 0
+    for path in files:
+        try:
+            site, _ = load_file(path)
+        except ConfigError as exc:
+            click.echo(str(exc), err=True)
+            bad += 1
+            continue
+        click.echo(f"{path}: site {site.name!r} is valid: {_summary(site)}")
+    if bad:
+        _fail(f"{bad} of {len(files)} definitions are invalid")
+
+
+@sites.command("put")
+@_redis_option
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@_friendly_errors
+def sites_put(redis_url: str | None, files: tuple[str, ...]) -> None:
+    """Validate definition FILES and store them in Redis (all valid, or none stored).
+
+    A site's stored definition wins over its file in CRAWLPLUG_SITES_DIR;
+    running nodes switch to it within CRAWLPLUG_SITES_REFRESH seconds.
+    """
+    _project_on_path()
+    loaded = []
+    errors = []
+    for path in files:
+        try:
+            loaded.append((path, *load_file(path)))
+        except ConfigError as exc:
+            errors.append(str(exc))
+    if errors:
+        click.echo("\n".join(errors), err=True)
+        _fail(f"{len(errors)} of {len(files)} definitions are invalid; nothing was stored")
+    store, where = _store(redis_url)
+    for path, site, doc in loaded:
+        before = store.version(site.name)
+        stored = store.put(doc, str(Path(path)))
+        if before == stored.version:
+            what = "unchanged"
+        elif before is None:
+            what = "new"
+        else:
+            what = f"replaces version {before}"
+        click.echo(f"stored site {site.name!r} version {stored.version} ({what}) on {where}: {_summary(site)}")
+
+
+@sites.command("list")
+@_redis_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@_friendly_errors
+def sites_list(redis_url: str | None, as_json: bool) -> None:
+    """The definitions stored in Redis: name, version, when, from which file."""
+    store, where = _store(redis_url)
+    rows = []
+    for stored in store.all():
+        doc = stored.doc
+        rows.append({
+            "name": stored.name, "version": stored.version, "source": stored.source,
+            "stored_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stored.stored_at)),
+            "steps": [s.get("name") for s in doc.get("steps", []) if isinstance(s, dict)],
+            "fields": list(doc.get("fields", {}) or {}),
+        })  # fmt: skip
+    if as_json:
+        click.echo(json.dumps({"redis": where, "sites": rows}, indent=2))
+        return
+    click.echo(f"{len(rows)} site definitions on {where}")
+    for row in rows:
+        click.echo(f"  {row['name']}  version {row['version']}  stored {row['stored_at']}"
+                   f"{'  from ' + row['source'] if row['source'] else ''}  "
+                   f"steps {' -> '.join(map(str, row['steps']))}  {len(row['fields'])} fields")  # fmt: skip
+
+
+@sites.command("show")
+@_redis_option
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the definition as JSON instead of YAML.")
+@_friendly_errors
+def sites_show(redis_url: str | None, name: str, as_json: bool) -> None:
+    """Print the stored definition of site NAME (as it was written)."""
+    store, where = _store(redis_url)
+    stored = store.get(name)
+    if stored is None:
+        known = ", ".join(store.names()) or "none"
+        _fail(f"no site {name!r} stored on {where} (stored: {known})")
+    if as_json:
+        click.echo(json.dumps({"name": stored.name, "version": stored.version, "source": stored.source,
+                               "stored_at": stored.stored_at, "definition": stored.doc}, indent=2))  # fmt: skip
+        return
+    click.echo(f"# site {stored.name!r} version {stored.version}, stored "
+               f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(stored.stored_at))}"
+               f"{' from ' + stored.source if stored.source else ''}")  # fmt: skip
+    click.echo(yaml.safe_dump(stored.doc, sort_keys=False, allow_unicode=True, width=100).rstrip())
+
+
+@sites.command("delete")
+@_redis_option
+@click.argument("name")
+@_friendly_errors
+def sites_delete(redis_url: str | None, name: str) -> None:
+    """Delete the stored definition of site NAME (nodes then keep the one they have)."""
+    store, where = _store(redis_url)
+    if not store.delete(name):
+        _fail(f"no site {name!r} stored on {where}")
+    click.echo(f"deleted site {name!r} from {where}")
+
+
+main.add_command(sites)

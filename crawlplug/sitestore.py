@@ -1,0 +1,142 @@
+"""Site definitions in Redis and on disk, and where a node finds the one it runs.
+
+Definitions stored with ``crawlplug sites put FILE`` live in one hash,
+``<prefix>:sites`` (``crawlplug:sites``), shared by every crawl and every
+node that reaches the Redis: a definition describes a site, not one crawl of
+it. Two fields per site, written together by one HSET:
+
+* ``<name>``: JSON ``{"doc": <the document as written>, "version", "source", "stored_at"}``;
+* ``<name>#v``: the version alone (a digest of the document), what running
+  nodes poll every ``CRAWLPLUG_SITES_REFRESH`` seconds: one small HGET per site.
+
+A node looks for a site in Redis first, then in ``CRAWLPLUG_SITES_DIR``
+(``<name>.yaml``, ``.yml`` or ``.json``): what an operator stored wins over the
+file the nodes were deployed with, and a change stored while the crawl runs
+reaches every node within a refresh interval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from .errors import ConfigError
+from .sitedef import NAME_RE, SiteDefinition, load_file, validate, version_of
+
+__all__ = ["SiteStore", "StoredSite", "find_file", "sites_dir", "sites_key"]
+
+logger = logging.getLogger(__name__)
+
+SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def sites_key(prefix: str = "crawlplug") -> str:
+    """The hash of stored definitions. Not hash-tagged: it is one key, read alone."""
+    return f"{prefix}:sites"
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class StoredSite:
+    """A definition as stored in Redis."""
+
+    name: str
+    doc: dict[str, Any]
+    version: str
+    source: str
+    stored_at: float  # seconds since the epoch
+
+    def definition(self, *, check_imports: bool = True) -> SiteDefinition:
+        return validate(self.doc, f"{self.name!r} stored in Redis", check_imports=check_imports)
+
+
+class SiteStore:
+    """Definitions in the ``<prefix>:sites`` hash of ``client``."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "crawlplug") -> None:
+        self.client = client
+        self.key = sites_key(prefix)
+
+    def put(self, doc: dict[str, Any], source: str = "", *, check_imports: bool = True) -> StoredSite:
+        """Validate ``doc`` and store it (replacing the site's previous definition)."""
+        site = validate(doc, source or "<definition>", check_imports=check_imports)
+        doc = {"name": site.name, **doc}
+        stored = StoredSite(site.name, doc, version_of(doc), source, time.time())
+        record = {"doc": doc, "version": stored.version, "source": source, "stored_at": stored.stored_at}
+        self.client.hset(self.key, mapping={site.name: json.dumps(record, default=str), f"{site.name}#v": stored.version})
+        return stored
+
+    def version(self, name: str) -> str | None:
+        raw = self.client.hget(self.key, f"{name}#v")
+        return None if raw is None else _text(raw)
+
+    def get(self, name: str) -> StoredSite | None:
+        raw = self.client.hget(self.key, name)
+        return None if raw is None else self._decode(name, raw)
+
+    def names(self) -> list[str]:
+        return sorted(n for n in (_text(f) for f in self.client.hkeys(self.key)) if "#" not in n)
+
+    def all(self) -> list[StoredSite]:
+        names = self.names()
+        if not names:
+            return []
+        return [self._decode(n, raw) for n, raw in zip(names, self.client.hmget(self.key, names)) if raw is not None]
+
+    def delete(self, name: str) -> bool:
+        return bool(self.client.hdel(self.key, name, f"{name}#v"))
+
+    @staticmethod
+    def _decode(name: str, raw: bytes | str) -> StoredSite:
+        try:
+            record = json.loads(raw)
+            return StoredSite(name, dict(record["doc"]), str(record["version"]), str(record.get("source", "")),
+                              float(record.get("stored_at", 0)))  # fmt: skip
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"the stored definition of site {name!r} is not readable ({exc}); "
+                              f"store it again with `crawlplug sites put`") from None  # fmt: skip
+
+
+# -- files ------------------------------------------------------------------------------
+
+
+def sites_dir(raw: str | Path) -> Path:
+    """CRAWLPLUG_SITES_DIR as a path: relative ones are under the Scrapy project's directory."""
+    path = Path(raw).expanduser()
+    if path.is_absolute():
+        return path
+    from scrapy.utils.conf import closest_scrapy_cfg
+
+    cfg = closest_scrapy_cfg()
+    return (Path(cfg).parent if cfg else Path.cwd()) / path
+
+
+def find_file(directory: Path, name: str) -> Path | None:
+    """``<name>.yaml``, ``.yml`` or ``.json`` in ``directory``, if one exists."""
+    if not NAME_RE.match(name):
+        return None
+    for suffix in SUFFIXES:
+        path = directory / f"{name}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+def load_named_file(directory: Path, name: str) -> tuple[SiteDefinition, dict[str, Any], Path] | None:
+    """The definition of site ``name`` from its file, None if there is no file."""
+    path = find_file(directory, name)
+    if path is None:
+        return None
+    site, doc = load_file(path)
+    if site.name != name:
+        raise ConfigError(f"{path} defines site {site.name!r}, not {name!r}: rename the file or its name key")
+    return site, doc, path
