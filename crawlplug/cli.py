@@ -454,7 +454,7 @@ def domains_list(redis_url: str | None, crawl: str | None, count: int, as_json: 
                    f"{conc!s:>11}  {nxt}")  # fmt: skip
 
 
-def _limit_text(value: float | int | None, scale: int = 1) -> str:
+def _limit_text(value: float | None, scale: int = 1) -> str:
     return "-" if value is None else str(round(value * scale))
 
 
@@ -559,7 +559,7 @@ def embedded_url() -> None:
 
 
 # commands defined in their own modules register themselves on `main`
-from . import cli_feed, cli_items, cli_sites, cli_transfer, cli_web  # noqa: E402, F401
+from . import cli_feed, cli_items, cli_migrate, cli_sites, cli_transfer, cli_web  # noqa: E402, F401
 
 if __name__ == "__main__":  # pragma: no cover
     # run as `python -m crawlplug.cli`: the commands registered themselves on the

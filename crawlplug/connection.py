@@ -1,7 +1,9 @@
 """Redis clients from Scrapy settings.
 
-``REDIS_URL`` plus ``REDIS_PARAMS``; with no URL, the embedded Redis of the
-project (see :mod:`crawlplug.embedded`). URL forms:
+``REDIS_URL`` plus ``REDIS_PARAMS`` (and scrapy-redis's ``REDIS_HOST``,
+``REDIS_PORT``, ``REDIS_DB``, ``REDIS_ENCODING``: :func:`server_settings`); with
+no server named, the embedded Redis of the project (see :mod:`crawlplug.embedded`).
+URL forms:
 
 * ``redis://[user:password@]host:port/db``, ``rediss://`` (TLS), ``unix:///path``;
 * ``redis+cluster://[user:password@]host:port[,host:port...]`` (``rediss+cluster``
@@ -18,6 +20,7 @@ cluster slot. Creating a client does no network I/O; :func:`check` does.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 from dataclasses import dataclass
@@ -190,21 +193,87 @@ def embedded_dir(settings: Mapping[str, Any]) -> Path:
 
 
 def from_settings(settings: Any) -> Connection:
-    """The client the settings ask for: REDIS_URL, else the embedded Redis.
+    """The client the settings ask for: REDIS_URL (or scrapy-redis's REDIS_HOST,
+    REDIS_PORT, ...; see :func:`server_settings`), else the embedded Redis.
 
     Starting the embedded server is the one piece of I/O done here; call this
     from ``open()``, never from a ``from_crawler`` factory.
     """
-    url = settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or None
-    params = settings.get("REDIS_PARAMS") or {}
-    if not isinstance(params, Mapping):
-        params = dict(params)
+    url, params = server_settings(settings)
+    url = url or os.environ.get("REDIS_URL") or None
     if url:
         cluster = bool(settings.getbool("CRAWLPLUG_REDIS_CLUSTER")) if hasattr(settings, "getbool") else False
         return Connection(client_from_url(url, params, cluster=cluster), url, embedded=False)
     directory = embedded_dir(settings)
     url = embedded.ensure(directory, settings.get("CRAWLPLUG_REDIS_SERVER"))
     return Connection(client_from_url(url, params), url, embedded=True)
+
+
+#: REDIS_PARAMS keys of scrapy-redis that name the server, not a client option.
+_SERVER_PARAMS = ("url", "host", "port", "db", "unix_socket_path")
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        logger.warning("crawlplug: %s", message)
+
+
+def server_settings(settings: Any) -> tuple[str | None, dict[str, Any]]:
+    """(URL of the server the settings name, or None; client keyword arguments).
+
+    As scrapy-redis reads them: REDIS_URL, else REDIS_HOST / REDIS_PORT /
+    REDIS_DB (``redis://host:port/db``, localhost and 6379 filling in), where
+    each setting wins over the same key of REDIS_PARAMS (``url``, ``host``,
+    ``port``, ``db``, ``unix_socket_path``). REDIS_ENCODING is the client's
+    ``encoding``. scrapy-redis's ``redis_cls`` and ``decode_responses`` are
+    dropped with a warning: crawlplug picks its client class and reads raw
+    bytes (fingerprints are 20 raw bytes).
+    """
+    if hasattr(settings, "getdict"):
+        params = dict(settings.getdict("REDIS_PARAMS"))  # a JSON text from -s works too
+    else:
+        params = dict(settings.get("REDIS_PARAMS") or {})
+    named = {key: params.pop(key, None) for key in _SERVER_PARAMS}
+    if params.pop("redis_cls", None) is not None:
+        _warn_once("REDIS_PARAMS['redis_cls'] (scrapy-redis) is ignored: crawlplug chooses its Redis client class")
+    if params.pop("decode_responses", None) or settings.get("REDIS_DECODE_RESPONSES"):
+        _warn_once("decode_responses (scrapy-redis) is ignored: crawlplug reads raw bytes from Redis")
+    encoding = settings.get("REDIS_ENCODING")
+    if encoding:
+        try:
+            codecs.lookup(str(encoding))
+        except LookupError:
+            raise ConfigError(f"REDIS_ENCODING={encoding!r} is not an encoding Python knows") from None
+        params["encoding"] = str(encoding)
+    url = settings.get("REDIS_URL") or named["url"]
+    host = settings.get("REDIS_HOST") or named["host"]
+    port = settings.get("REDIS_PORT") or named["port"]
+    db = settings.get("REDIS_DB") or named["db"]
+    if db is not None:
+        try:
+            db = int(db)
+        except (TypeError, ValueError):
+            raise ConfigError(f"REDIS_DB must be a database number, got {db!r}") from None
+    if url:
+        if db and urlsplit(str(url)).scheme in ("redis", "rediss", "unix"):
+            params.setdefault("db", db)  # a database in the URL itself still wins, as in redis-py
+        return str(url), params
+    if host or port:
+        try:
+            number = int(port) if port else 6379
+        except (TypeError, ValueError):
+            raise ConfigError(f"REDIS_PORT must be a port number, got {port!r}") from None
+        if not 0 < number < 65536:
+            raise ConfigError(f"REDIS_PORT must be a port number, got {port!r}")
+        host = str(host or "localhost")
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"  # IPv6
+        return f"redis://{host}:{number}/{db or 0}", params
+    if named["unix_socket_path"]:
+        return f"unix://{named['unix_socket_path']}" + (f"?db={db}" if db else ""), params
+    return None, params
 
 
 def check(conn: Connection) -> None:

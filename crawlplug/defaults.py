@@ -17,7 +17,25 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Redis to share the crawl through: redis://, rediss:// (TLS) or unix://. "
         "Unset: the embedded Redis under CRAWLPLUG_EMBEDDED_DIR.",
     ),
-    "REDIS_PARAMS": ({}, "Extra keyword arguments for redis-py's client (e.g. socket_timeout)."),
+    "REDIS_PARAMS": (
+        {},
+        "Extra keyword arguments for redis-py's client (e.g. socket_timeout); scrapy-redis's 'url', "
+        "'host', 'port', 'db' keys name the server as REDIS_URL, REDIS_HOST... do.",
+    ),
+    "REDIS_HOST": (
+        None,
+        "scrapy-redis's: with no REDIS_URL, the Redis host (redis://<host>:<REDIS_PORT>/<REDIS_DB>). "
+        "Neither REDIS_URL nor REDIS_HOST/REDIS_PORT: the embedded Redis.",
+    ),
+    "REDIS_PORT": (None, "scrapy-redis's: with no REDIS_URL, the Redis port (6379 when only REDIS_HOST is set)."),
+    "REDIS_DB": (
+        None,
+        "scrapy-redis's: database number with REDIS_HOST/REDIS_PORT, or with a REDIS_URL that names none.",
+    ),
+    "REDIS_ENCODING": (
+        None,
+        "scrapy-redis's: encoding of text sent to Redis and of RedisSpider start entries. None: utf-8.",
+    ),
     "CRAWLPLUG_REDIS_CLUSTER": (
         False,
         "Read a redis:// REDIS_URL as the address of a Redis Cluster node (same as "
@@ -77,6 +95,37 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Delete the crawl's queue, leases and fingerprints when a node opens (set it on one node only).",
     ),
     "CRAWLPLUG_SERIALIZER": ("json", "Request payload format; json is the only safe format."),
+    # -- scrapy-redis's scheduler settings (docs/migrating.md) ------------------
+    "SCHEDULER_PERSIST": (
+        None,
+        "scrapy-redis's; False is not followed: closing a node never deletes a crawl's shared state "
+        "(CRAWLPLUG_FLUSH_ON_START or `crawlplug purge` start afresh).",
+    ),
+    "SCHEDULER_FLUSH_ON_START": (
+        None,
+        "scrapy-redis's name for CRAWLPLUG_FLUSH_ON_START, used when that is unset.",
+    ),
+    "SCHEDULER_IDLE_BEFORE_CLOSE": (
+        None,
+        "scrapy-redis's: a positive value is CRAWLPLUG_IDLE_CLOSE when that is unset (0 keeps "
+        "crawlplug's default: crawlplug's 0 means never close).",
+    ),
+    "SCHEDULER_QUEUE_CLASS": (
+        None,
+        "scrapy-redis's name for CRAWLPLUG_QUEUE_CLASS, used when that is unset; "
+        "scrapy_redis.queue.PriorityQueue/FifoQueue/LifoQueue mean crawlplug's queues of the same order.",
+    ),
+    "SCHEDULER_QUEUE_KEY": (
+        None,
+        "scrapy-redis's queue key ('%(spider)s:requests' when unset): where `crawlplug migrate "
+        "from-scrapy-redis` reads the old queue. crawlplug's own keys are always crawlplug:{<crawl>}:*.",
+    ),
+    "SCHEDULER_DUPEFILTER_KEY": (
+        None,
+        "scrapy-redis's fingerprint set ('%(spider)s:dupefilter' when unset): what `crawlplug migrate "
+        "from-scrapy-redis` copies for crawlplug.legacy.ScrapyRedisDupeFilter.",
+    ),
+    "DUPEFILTER_DEBUG": (False, "Log every filtered duplicate, not only the first (Scrapy's and scrapy-redis's)."),
     "CRAWLPLUG_REQUEST_CLASSES": (
         [],
         "Extra Request subclasses (class paths) allowed in payloads besides scrapy.http's own.",
@@ -159,6 +208,17 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "RedisSpider also reads scrapy-redis's start URL key (a list, set or sorted set, read "
         "as scrapy-redis does) after the crawl's own start_urls list.",
     ),
+    "REDIS_START_URLS_AS_SET": (
+        None,
+        "scrapy-redis's; not needed: RedisSpider reads REDIS_START_URLS_KEY by its type (list, set, "
+        "sorted set), in scrapy-redis's order.",
+    ),
+    "REDIS_START_URLS_AS_ZSET": (None, "scrapy-redis's; not needed, as REDIS_START_URLS_AS_SET."),
+    "MAX_IDLE_TIME_BEFORE_CLOSE": (
+        None,
+        "RedisSpider: scrapy-redis's seconds idle before closing (a spider's max_idle_time "
+        "first), used as CRAWLPLUG_IDLE_CLOSE when that is unset; 0 or unset: a worker, never closes.",
+    ),
     "REDIS_START_URLS_BATCH_SIZE": (
         None,
         "RedisSpider: start entries leased per call (scrapy-redis's name); None: "
@@ -169,6 +229,11 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         5.0,
         "RedisStatsCollector: seconds between two writes of this node's changed stats to Redis "
         "(and always once at close); 0: only at close.",
+    ),
+    "STATS_KEY": (
+        None,
+        "RedisStatsCollector: also copy the crawl-wide stats, at every flush, to this hash "
+        "(%(spider)s filled in; scrapy-redis's format: datetimes as timestamps).",
     ),
     "CRAWLPLUG_ITEMS_KEY": (
         None,

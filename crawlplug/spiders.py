@@ -10,8 +10,9 @@ returns to the head of the list when its lease expires.
 
 RedisSpider nodes are workers by default: when no entry is waiting they poll
 every CRAWLPLUG_POLL_INTERVAL (0.1 s) and never close. Set
-CRAWLPLUG_IDLE_CLOSE (seconds) to let them close once the whole crawl is
-done. Entries are plain URLs or JSON lines (see :mod:`crawlplug.starts`);
+CRAWLPLUG_IDLE_CLOSE (seconds; scrapy-redis's ``max_idle_time`` attribute and
+MAX_IDLE_TIME_BEFORE_CLOSE setting are read when it is unset) to let them close
+once the whole crawl is done. Entries are plain URLs or JSON lines (see :mod:`crawlplug.starts`);
 override :meth:`make_request_from_data` to read your own format (as with
 scrapy-redis).
 
@@ -21,6 +22,7 @@ takes them when the node is idle and on every heartbeat.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -32,7 +34,7 @@ from twisted.internet.task import deferLater
 
 from . import enginehooks, starts
 from .config import setting
-from .errors import ConfigError
+from .errors import ConfigError, DecodeError
 
 
 class RedisMixin:
@@ -45,12 +47,22 @@ class RedisMixin:
     redis_key: str | None = None
     #: Entries leased per call (default: REDIS_START_URLS_BATCH_SIZE, else CRAWLPLUG_START_BATCH).
     redis_batch_size: int | None = None
+    #: scrapy-redis's: seconds the crawl stays empty before the node closes, when
+    #: CRAWLPLUG_IDLE_CLOSE is unset (default: MAX_IDLE_TIME_BEFORE_CLOSE; 0: never close).
+    max_idle_time: float | None = None
+    #: Encoding of the start entries (default: REDIS_ENCODING, else utf-8).
+    redis_encoding: str | None = None
 
     @classmethod
     def update_settings(cls, settings: BaseSettings) -> None:
         super().update_settings(settings)  # type: ignore[misc]
         if settings.get("CRAWLPLUG_IDLE_CLOSE") is None:
-            settings.set("CRAWLPLUG_IDLE_CLOSE", 0, priority="spider")  # a worker, as scrapy-redis's
+            # a worker unless told otherwise, as scrapy-redis's (its max_idle_time, then
+            # MAX_IDLE_TIME_BEFORE_CLOSE, whose 0 means "never close" as crawlplug's does)
+            idle = cls.max_idle_time
+            if idle is None:
+                idle = settings.get("MAX_IDLE_TIME_BEFORE_CLOSE")
+            settings.set("CRAWLPLUG_IDLE_CLOSE", _idle_seconds(idle), priority="spider")
 
     async def start(self) -> AsyncIterator[Any]:
         crawler = self.crawler  # type: ignore[attr-defined]
@@ -86,7 +98,41 @@ class RedisMixin:
 
     def make_request_from_data(self, data: bytes) -> Request | Iterable[Request]:
         """The request(s) for one start entry; raise crawlplug.errors.DecodeError to refuse it."""
+        encoding = self._entry_encoding()
+        if encoding != "utf-8":
+            try:
+                data = data.decode(encoding).encode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DecodeError(f"start entry is not {encoding} text: {exc}") from None
         return starts.build(starts.parse(data), self)  # type: ignore[arg-type]
+
+    def _entry_encoding(self) -> str:
+        """REDIS_ENCODING (scrapy-redis's), normalised: "utf-8" unless another is set."""
+        cached = self.__dict__.get("_crawlplug_encoding")
+        if cached is None:
+            name = self.redis_encoding
+            if name is None:
+                crawler = getattr(self, "crawler", None)
+                name = crawler.settings.get("REDIS_ENCODING") if crawler is not None else None
+            try:
+                cached = codecs.lookup(name or "utf-8").name
+            except LookupError:
+                raise ConfigError(f"REDIS_ENCODING / redis_encoding {name!r} is not an encoding Python knows") from None
+            self.__dict__["_crawlplug_encoding"] = cached
+        return cached
+
+
+def _idle_seconds(value: Any) -> float:
+    """max_idle_time / MAX_IDLE_TIME_BEFORE_CLOSE as seconds (None: 0, a worker)."""
+    if value is None:
+        return 0
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"MAX_IDLE_TIME_BEFORE_CLOSE / max_idle_time must be seconds, got {value!r}") from None
+    if seconds < 0:
+        raise ConfigError(f"MAX_IDLE_TIME_BEFORE_CLOSE / max_idle_time must not be negative, got {value!r}")
+    return seconds
 
 
 class RedisSpider(RedisMixin, Spider):

@@ -27,6 +27,12 @@ are kept and sent at the next flush, and since a node's hash holds absolute
 values that the crawl-wide sums move by the difference from, a flush that
 is retried never counts twice. ``get_value``/``get_stats`` answer for this
 node, from memory, like Scrapy's collector. Closing never raises.
+
+``STATS_KEY`` (scrapy-redis's setting, e.g. ``"%(spider)s:stats"``) also keeps a
+copy of the crawl-wide stats in that hash, replaced after every flush, in
+scrapy-redis's format (datetimes as POSIX timestamps), for tools that read it.
+Unlike scrapy-redis's collector, nothing is deleted at close, whatever
+SCHEDULER_PERSIST says.
 """
 
 from __future__ import annotations
@@ -83,6 +89,9 @@ class RedisStatsCollector(StatsCollector):
         self._flushed = False  # Redis took a flush of this node (its hash should exist)
         self._down_since: float | None = None
         self._loop: LoopingCall | None = None
+        #: scrapy-redis's STATS_KEY template; the hash it names once open (see mirror())
+        self.mirror_template: str | None = crawler.settings.get("STATS_KEY") or None
+        self.mirror_key: str | None = None
 
     # -- Scrapy's interface: in memory, and remember what changed ---------------------
     def set_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
@@ -127,6 +136,12 @@ class RedisStatsCollector(StatsCollector):
             logger.error("crawlplug: stats stay in memory only, no Redis for them: %s", exc)
             return
         self.bind(self._conn.client, keys, process_node_id())
+        if self.mirror_template:
+            try:
+                self.mirror_key = str(self.mirror_template) % {"spider": name, "name": name}
+            except (KeyError, ValueError, TypeError) as exc:
+                logger.error("crawlplug: STATS_KEY %r: only %%(spider)s may be filled in (%s); "
+                             "no copy of the stats is kept there", self.mirror_template, exc)  # fmt: skip
         if self.interval > 0:
             self._loop = LoopingCall(self._periodic_flush)
             self._loop.start(self.interval, now=False)
@@ -188,7 +203,23 @@ class RedisStatsCollector(StatsCollector):
             if key not in self._stats:
                 self._how.pop(key, None)
         self._flushed = True
+        if self.mirror_key is not None:
+            self.mirror()
         return True
+
+    def mirror(self) -> None:
+        """Replace the STATS_KEY hash by the crawl-wide stats (two round trips; never raises)."""
+        if self.client is None or self.keys is None or self.mirror_key is None:
+            return
+        try:
+            stats = crawl_stats(self.client, self.keys)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(self.mirror_key)
+            if stats:
+                pipe.hset(self.mirror_key, mapping={k: _scrapy_redis_value(v) for k, v in stats.items()})
+            pipe.execute()
+        except REDIS_ERRORS as exc:
+            logger.debug("crawlplug: could not copy the stats to %s: %s", self.mirror_key, exc)
 
     def _periodic_flush(self) -> None:
         try:
@@ -256,6 +287,21 @@ def decode(raw: bytes | str) -> Any:
         except ValueError:
             pass
     return text
+
+
+def _scrapy_redis_value(value: Any) -> str | int | float:
+    """A decoded stat as scrapy-redis's collector stores it: datetimes as timestamps."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp() if _ISO.fullmatch(value) else value
+        except ValueError:
+            return value
+    return json.dumps(value)
+
+
+_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)?")
 
 
 def _text(value: bytes | str) -> str:

@@ -1,0 +1,273 @@
+"""``crawlplug migrate from-scrapy-redis SPIDER``: carry a scrapy-redis crawl over.
+
+    crawlplug migrate from-scrapy-redis shop --dry-run     # read and check all, write nothing
+    crawlplug migrate from-scrapy-redis shop               # shows what it found, asks, migrates
+    crawlplug --redis-url redis://redis.internal:6379/0 migrate from-scrapy-redis shop --yes
+    crawlplug migrate from-scrapy-redis shop --source-url redis://old:6379/0 \\
+        --queue-key 'myproject:%(spider)s:requests'
+
+Run it in the Scrapy project (the directory of ``scrapy.cfg``, or below): the
+project's settings give the Redis (REDIS_URL, or scrapy-redis's REDIS_HOST,
+REDIS_PORT...), scrapy-redis's key templates (SCHEDULER_QUEUE_KEY,
+SCHEDULER_DUPEFILTER_KEY, REDIS_START_URLS_KEY), the crawl
+(CRAWLPLUG_CRAWL_ID), its queue class, dupefilter and
+REQUEST_FINGERPRINTER_CLASS, and the spider class, whose callbacks every
+migrated request is checked against. ``--redis-url`` (or REDIS_URL) names the
+crawl's Redis, where crawlplug writes; the scrapy-redis keys are read from
+the same Redis unless ``--source-url`` names another.
+
+Unpickling happens only here, only after a warning and a confirmation
+(``--yes`` when not run in a terminal), through
+:func:`crawlplug.safepickle.restricted_loads`. The work is
+:class:`crawlplug.migrate.ScrapyRedisMigration`'s; importing this module adds
+the command to ``crawlplug.cli.main``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from scrapy import Spider
+from scrapy.dupefilters import BaseDupeFilter
+from scrapy.settings import Settings
+from scrapy.utils.misc import build_from_crawler, load_object
+
+from . import connection
+from .cli import _META_URL, _fail, _friendly_errors, _options, _shared_options, main
+from .config import SCRAPY_REDIS_KEYS, setting
+from .dedup import Dedup, SetDedup
+from .dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
+from .frontier import Frontier
+from .keys import CrawlKeys
+from .legacy import FINGERPRINT_FUNCTIONS, ScrapyRedisSeen
+from .migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
+from .queues import load_queue_class
+from .serializers import get_serializer
+
+logger = logging.getLogger(__name__)
+
+WARNING = (
+    "WARNING: scrapy-redis stores requests as pickles, and unpickling data can run code. crawlplug reads "
+    "them with a restricted unpickler: dicts, lists, sets, strings, numbers and Scrapy's request classes "
+    "only; an entry naming anything else is refused, skipped and reported. Migrate only from a Redis you "
+    "trust, once every scrapy-redis node has stopped (gracefully: Ctrl-C or SIGTERM, so that the requests "
+    "it held are done or back in the queue)."
+)
+LIFO_PATHS = ("scrapy_redis.queue.LifoQueue", "scrapy_redis.queue.SpiderStack")
+LEGACY_DUPEFILTER = "crawlplug.legacy.ScrapyRedisDupeFilter"
+
+
+@dataclass
+class _Project:
+    crawler: Any  # scrapy.crawler.Crawler, never started: settings, request_fingerprinter
+    spidercls: type[Spider] | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def settings(self) -> Settings:
+        return self.crawler.settings
+
+
+def _project(spider: str) -> _Project:
+    """The Scrapy project's settings (with the spider's own and the add-ons' applied),
+    its request fingerprinter, and the spider class when the project has it."""
+    from scrapy.crawler import Crawler  # noqa: PLC0415 - keep --help fast
+    from scrapy.utils.conf import closest_scrapy_cfg
+    from scrapy.utils.project import get_project_settings
+
+    notes = []
+    spidercls: type[Spider] | None = None
+    if closest_scrapy_cfg():
+        try:
+            settings = get_project_settings()
+        except Exception as exc:  # noqa: BLE001 - the project's own settings module failed
+            _fail(f"cannot read the Scrapy project's settings ({closest_scrapy_cfg()}): {exc}")
+        try:
+            from scrapy.spiderloader import get_spider_loader  # noqa: PLC0415
+
+            spidercls = get_spider_loader(settings).load(spider)
+        except Exception as exc:  # noqa: BLE001 - KeyError, or an import error of the project
+            notes.append(f"spider {spider!r} not loaded from this project ({exc}): callbacks are not checked")
+    else:
+        settings = Settings()
+        notes.append("no Scrapy project here (no scrapy.cfg): Scrapy's default settings, callbacks not checked")
+    crawler = Crawler(spidercls or type("MigratedSpider", (Spider,), {"name": spider}), settings)
+    try:
+        crawler.addons.load_settings(crawler.settings)  # e.g. crawlplug.Addon's DUPEFILTER_CLASS
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"the project's add-ons could not be applied: {exc}")
+    fingerprinter_cls = load_object(crawler.settings["REQUEST_FINGERPRINTER_CLASS"])
+    crawler.request_fingerprinter = build_from_crawler(fingerprinter_cls, crawler)
+    return _Project(crawler, spidercls, notes)
+
+
+def _dedup(crawler: Any, frontier: Frontier, notes: list[str]) -> Dedup:
+    """The crawl's dedup strategy, from the project's DUPEFILTER_CLASS, bound to ``frontier``."""
+    path = crawler.settings["DUPEFILTER_CLASS"]
+    cls = load_object(path) if isinstance(path, str) else path
+    if cls is BaseDupeFilter:
+        return Dedup()
+    if not (isinstance(cls, type) and issubclass(cls, RedisSetDupeFilter)):
+        notes.append(f"DUPEFILTER_CLASS is {path!r}, not crawlplug's: requests are admitted with crawlplug's "
+                     f"exact set (as {LEGACY_DUPEFILTER} and RedisSetDupeFilter use)")  # fmt: skip
+        frontier.dedup = SetDedup()
+        return frontier.dedup
+    if issubclass(cls, ExpiringDupeFilter):
+        notes.append("ExpiringDupeFilter cannot consult scrapy-redis's fingerprints while the crawl runs "
+                     f"(use {LEGACY_DUPEFILTER} until it ends)")  # fmt: skip
+    df = build_from_crawler(cls, crawler)
+    frontier.dedup = df.strategy
+    if isinstance(df, ScrapyRedisSeen):
+        df.bind_plain(frontier)
+    else:
+        df.bind(frontier)
+    return frontier.dedup
+
+
+def _refuse_sharded(target: connection.Connection, keys: CrawlKeys, settings: Settings) -> None:
+    """A sharded crawl (CRAWLPLUG_SHARDS > 1) routes requests by domain to its shards:
+    this migration writes one frontier only."""
+    stored = target.client.hget(keys.key("meta"), "shards")
+    shards = max(int(stored or 1), settings.getint("CRAWLPLUG_SHARDS", 1))
+    if shards > 1:
+        _fail(f"crawl {keys.crawl!r} is sharded (CRAWLPLUG_SHARDS={shards}): migrate into an unsharded crawl")
+
+
+def _client(url: str) -> connection.Connection:
+    conn = connection.Connection(connection.client_from_url(url), url, embedded=False)
+    connection.check(conn)
+    return conn
+
+
+@main.group("migrate")
+def migrate_group() -> None:
+    """Carry a crawl of another system over to crawlplug."""
+
+
+@migrate_group.command("from-scrapy-redis")
+@_shared_options(envvar=False)
+@click.argument("spider")
+@click.option("--source-url", metavar="URL", default=None,
+              help="Redis of the scrapy-redis crawl, when it is not the crawl's own Redis (--redis-url).")
+@click.option("--queue-key", metavar="TEMPLATE", default=None,
+              help="scrapy-redis's queue key. Default: the project's SCHEDULER_QUEUE_KEY, else "
+                   f"{SCRAPY_REDIS_KEYS['SCHEDULER_QUEUE_KEY']!r}.")
+@click.option("--dupefilter-key", metavar="TEMPLATE", default=None,
+              help="scrapy-redis's fingerprint set. Default: the project's SCHEDULER_DUPEFILTER_KEY, else "
+                   f"{SCRAPY_REDIS_KEYS['SCHEDULER_DUPEFILTER_KEY']!r}.")
+@click.option("--start-urls-key", metavar="TEMPLATE", default=None,
+              help="scrapy-redis's start URLs. Default: the project's REDIS_START_URLS_KEY, else "
+                   f"{SCRAPY_REDIS_KEYS['REDIS_START_URLS_KEY']!r}.")
+@click.option("--fingerprints", "function", type=click.Choice(["auto", *FINGERPRINT_FUNCTIONS]), default="auto",
+              show_default=True,
+              help="scrapy-redis's fingerprint function: json (scrapy-redis >= 0.8), concat (<= 0.7), or "
+                   "auto: found from the queued requests.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before unpickling (needed when not run in a terminal).")
+@click.option("--dry-run", is_flag=True, help="Read, unpickle and check everything; write nothing.")
+@_friendly_errors
+def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, source_url: str | None,
+                      queue_key: str | None, dupefilter_key: str | None, start_urls_key: str | None,
+                      function: str, yes: bool, dry_run: bool) -> None:  # fmt: skip
+    """Move scrapy-redis's crawl of SPIDER into a crawlplug crawl.
+
+    Its queue (pickled requests, re-fingerprinted and stored as crawlplug's
+    JSON), its fingerprint set (kept for crawlplug.legacy.ScrapyRedisDupeFilter,
+    so pages scrapy-redis fetched are not fetched again) and its start URLs.
+    The scrapy-redis queue and start URL keys are renamed to <key>:migrated,
+    a backup no scrapy-redis node reads. Asks before it unpickles anything.
+    """
+    opts = _options(redis_url, crawl)
+    project = _project(spider)
+    s = project.settings
+    templates = [
+        given or s.get(name) or SCRAPY_REDIS_KEYS[name]
+        for given, name in ((queue_key, "SCHEDULER_QUEUE_KEY"), (dupefilter_key, "SCHEDULER_DUPEFILTER_KEY"),
+                            (start_urls_key, "REDIS_START_URLS_KEY"))
+    ]  # fmt: skip
+    source_keys = SourceKeys.from_templates(spider, *templates)
+    target = _client(opts.redis_url) if opts.redis_url else connection.from_settings(s)
+    if not opts.redis_url:
+        connection.check(target)
+    click.get_current_context().meta[_META_URL] = target.safe_url
+    source = _client(source_url) if source_url else target
+    keys = CrawlKeys(opts.crawl or s.get("CRAWLPLUG_CRAWL_ID") or spider, setting(s, "CRAWLPLUG_KEY_PREFIX"))
+    _refuse_sharded(target, keys, s)
+    queue = load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")).from_settings(s)
+    frontier = Frontier(target.client, keys, queue=queue)
+    _dedup(project.crawler, frontier, project.notes)
+    migration = ScrapyRedisMigration(
+        source.client, source_keys, frontier,
+        spider_name=spider,
+        fingerprinter=project.crawler.request_fingerprinter,
+        serializer=get_serializer(setting(s, "CRAWLPLUG_SERIALIZER"),
+                                  setting(s, "CRAWLPLUG_REQUEST_CLASSES", "getlist")),
+        queue=queue,
+        spidercls=project.spidercls,
+        lifo=str(s.get("SCHEDULER_QUEUE_CLASS") or "") in LIFO_PATHS,
+        function=function,
+    )  # fmt: skip
+    inventory = migration.check()
+    _show_plan(spider, source, source_keys, inventory, target, frontier)
+    for note in project.notes:
+        click.echo(f"note: {note}")
+    if not (inventory.queued or inventory.fingerprints or inventory.start_entries):
+        _fail(f"nothing to migrate: no scrapy-redis queue, fingerprints or start URLs for spider {spider!r} "
+              f"on {source.safe_url} (another spider name, Redis, or key template?)")  # fmt: skip
+    click.echo(WARNING, err=True)
+    if not yes:
+        if not sys.stdin.isatty():
+            _fail("not run in a terminal: nothing is unpickled without a confirmation; pass --yes to confirm")
+        verb = "Check (dry run)" if dry_run else "Migrate"
+        if not click.confirm(f"{verb}: unpickle {inventory.queued} requests from {source_keys.queue}?",
+                             default=False):  # fmt: skip
+            click.echo("Nothing migrated.", err=True)
+            raise click.exceptions.Exit(1)
+    report = migration.run(dry_run=dry_run)
+    _show_report(report, source_keys, keys, target)
+
+
+def _show_plan(spider: str, source: connection.Connection, sk: SourceKeys, inv: Inventory,
+               target: connection.Connection, frontier: Frontier) -> None:  # fmt: skip
+    names = {"zset": "sorted set", "list": "list", "set": "set", "none": "absent"}
+    width = max(len(sk.queue), len(sk.dupefilter), len(sk.start_urls))
+    click.echo(f"scrapy-redis crawl of spider {spider!r} on {source.safe_url}:")
+    click.echo(f"  {sk.queue.ljust(width)}  {names[inv.queue_type]}, {inv.queued} requests (pickled)")
+    click.echo(f"  {sk.dupefilter.ljust(width)}  {inv.fingerprints} fingerprints")
+    click.echo(f"  {sk.start_urls.ljust(width)}  {names.get(inv.start_type, inv.start_type)}, "
+               f"{inv.start_entries} start entries")  # fmt: skip
+    st = frontier.status()
+    click.echo(f"into crawlplug crawl {frontier.keys.crawl!r} on {target.safe_url} "
+               f"({type(frontier.queue).__name__}, {frontier.dedup.mode} dedup): "
+               f"{st['queued']} queued, {st['in_flight']} in flight, {st['seen']} seen now")  # fmt: skip
+
+
+def _show_report(report: Report, sk: SourceKeys, keys: CrawlKeys, target: connection.Connection) -> None:
+    head = "dry run, nothing written; would migrate" if report.dry_run else "migrated"
+    click.echo(f"{head} into crawl {keys.crawl!r} on {target.safe_url}:")
+    admitted = (f"{report.admitted} to admit" if report.dry_run
+                else f"{report.admitted} admitted, {report.already_seen} already in the crawl")  # fmt: skip
+    click.echo(f"  requests: {report.requests_read} read, {admitted}, {report.skipped_total} skipped")
+    for reason, count in report.skipped.most_common(10):
+        click.echo(f"    {count:>6}  {reason}")
+    if len(report.skipped) > 10:
+        click.echo(f"    ... and {len(report.skipped) - 10} other reasons")
+    invalid = f", {report.fingerprints_invalid} not hex SHA-1s (ignored)" if report.fingerprints_invalid else ""
+    click.echo(f"  fingerprints: {report.fingerprints_copied} copied{invalid}, function {report.function!r} "
+               f"({report.function_evidence}); {report.fingerprints_total} in the crawl's scrapy-redis set")  # fmt: skip
+    click.echo(f"  start entries: {report.start_entries}")
+    for key, backup in report.backups.items():
+        click.echo(f"  backup: {key} renamed to {backup}"
+                   + (" (the skipped entries are there)" if key == sk.queue and report.skipped_total else ""))
+    for key, count in report.late_writes.items():
+        click.echo(f"crawlplug: warning: {count} entries were written to {key} while migrating: a scrapy-redis "
+                   "node is still running? Stop it, then migrate again (nothing is admitted twice)", err=True)
+    if report.refused_globals:
+        click.echo(f"crawlplug: warning: {sum(report.refused_globals.values())} entries named globals outside the "
+                   f"allow-list ({', '.join(sorted(report.refused_globals))}); nothing of them was run", err=True)
+    if not report.dry_run and report.fingerprints_total:
+        click.echo(f"next: crawl with DUPEFILTER_CLASS = {LEGACY_DUPEFILTER!r} until this crawl ends, so that "
+                   "pages scrapy-redis already scheduled are not fetched again (docs/migrating.md)")  # fmt: skip
