@@ -206,7 +206,7 @@ def _status_report(target: _Target, keys: CrawlKeys) -> dict[str, Any]:
         "crawl": keys.crawl,
         "redis": target.safe_url,
         "embedded": target.embedded,
-        **{k: snap[k] for k in ("paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead", "domains", "shards",
+        **{k: snap[k] for k in ("paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead", "domains", "shards", "redis_memory",
                                 "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds", "history")},
         "stats": snap["counters"],
         "scrapy_stats": snap["scrapy_stats"],
@@ -221,6 +221,10 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
     lines = [f"crawl {report['crawl']!r} on {where}"]
     if report.get("paused"):
         lines.append(f"PAUSED by {report['paused'].get('by', '?')} (crawlplug resume to go on)")
+    mem = report.get("redis_memory") or {}
+    if mem.get("nearly_full"):
+        lines.append(f"WARNING: Redis uses {mem['ratio']:.0%} of its maxmemory ({mem['policy']}): when full it "
+                     "refuses new requests and the nodes wait")
     if report.get("shards"):
         per = " ".join(f"{sh['queued']}/{sh['in_flight']}" for sh in report["shards"])
         lines.append(f"{len(report['shards'])} shards (CRAWLPLUG_SHARDS), queued/in flight per shard: {per}")

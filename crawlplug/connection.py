@@ -29,6 +29,8 @@ from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from . import embedded
 from .defaults import default
@@ -40,8 +42,13 @@ SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+
 
 _CLIENT_DEFAULTS: dict[str, Any] = {
     "socket_timeout": 30,
-    "socket_connect_timeout": 5,
+    "socket_connect_timeout": 2,
     "health_check_interval": 30,
+    # redis-py's default retries a failed command 10 times with backoff: about 4 s
+    # with Redis down, and the Twisted reactor (every download) waits meanwhile.
+    # One quick retry rides over a dropped connection; the scheduler waits out
+    # longer outages itself, asking again every few seconds (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT).
+    "retry": Retry(ExponentialBackoff(cap=0.2, base=0.05), retries=1),
 }
 
 

@@ -189,6 +189,12 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Seconds the whole crawl must stay empty (no queue, no lease anywhere) before nodes close; "
         "0 keeps nodes running as workers.",
     ),
+    "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT": (
+        300.0,
+        "Seconds a node waits for an unreachable Redis (keeping its buffered requests and acks, "
+        "asking again every few seconds) before it closes with finish_reason 'redis_unavailable'; "
+        "its leases then return to the queue when they expire. 0: wait forever.",
+    ),
     "CRAWLPLUG_POLL_INTERVAL": (
         0.1,
         "Seconds between queue checks while this node is idle (how soon it sees new work).",

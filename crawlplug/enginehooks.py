@@ -109,6 +109,20 @@ def fail_at_start(crawler: Crawler, reason: str) -> None:
     crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
 
 
+def close(crawler: Crawler, reason: str) -> None:
+    """Close the running spider with ``reason`` (the engine's public close, as CloseSpider's
+    extension does it)."""
+    engine = crawler.engine
+    if engine is None or getattr(engine, "spider", None) is None:
+        return
+    if hasattr(engine, "close_spider_async"):  # Scrapy >= 2.14
+        from scrapy.utils.defer import deferred_from_coro  # noqa: PLC0415
+
+        deferred_from_coro(engine.close_spider_async(reason=reason))
+    else:  # pragma: no cover - Scrapy 2.13
+        engine.close_spider(engine.spider, reason)
+
+
 def scheduler(crawler: Crawler) -> object | None:
     """The engine's scheduler instance (None before the spider opened)."""
     engine = crawler.engine

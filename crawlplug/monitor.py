@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from .keys import CrawlKeys
+from .memory import memory as redis_memory
 from .shards import open_frontier, parts
 from .stats import crawl_stats
 
@@ -103,7 +104,8 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15)
         "failed": failed,
         "dead": st["dead"],
         "domains": st.get("domains", 0),
-        "shards": st.get("shards"),  # a sharded crawl: queued, in flight, dead per shard
+        "shards": st.get("shards"),
+        "redis_memory": redis_memory(client),  # used, max, policy, ratio, nearly_full (None: no INFO)  # a sharded crawl: queued, in flight, dead per shard
         "pages_per_min": round(pages_per_min, 1),
         "pages_last_min": last_min,
         "net_drain_per_min": round(net, 1),

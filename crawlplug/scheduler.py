@@ -25,6 +25,7 @@ import time
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
+import redis
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.dupefilters import BaseDupeFilter
@@ -33,7 +34,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.task import LoopingCall
 
-from . import connection, enginehooks, starts
+from . import connection, enginehooks, memory, starts
 from .config import SchedulerConfig, setting
 from .dedup import Dedup
 from .dupefilters import RedisSetDupeFilter
@@ -93,6 +94,11 @@ class Scheduler(BaseScheduler):
         self._nothing_until = 0.0
         self._last_poll = 0.0
         self._redis_down_since: float | None = None
+        self._next_probe = 0.0  # during an outage: when to ask Redis again
+        self._probe_backoff = 0.0
+        self._closing = False
+        self._cache_cleared = True
+        self._outage_timeout = setting(crawler.settings, "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT", "getfloat")
         self._logged: set[str] = set()
         self._loops: list[LoopingCall] = []
         self._started = time.time()
@@ -171,6 +177,14 @@ class Scheduler(BaseScheduler):
     def _connect(self, spider: Spider) -> None:
         self.conn = connection.from_settings(self.crawler.settings)
         connection.check(self.conn)
+        mem = memory.memory(self.conn.client)
+        if mem is not None:
+            risk = memory.eviction_risk(mem["policy"])
+            if risk:
+                logger.warning("crawlplug: %s", risk)
+            if mem["nearly_full"]:
+                logger.warning("crawlplug: Redis uses %.0f%% of its maxmemory (%d bytes); when it is full it "
+                               "refuses new requests and this node waits", mem["ratio"] * 100, mem["max"])  # fmt: skip
         keys = CrawlKeys(self.config.crawl_id or spider.name, self.config.key_prefix)
         shards = setting(self.crawler.settings, "CRAWLPLUG_SHARDS", "getint")
         common: dict[str, Any] = {
@@ -256,6 +270,7 @@ class Scheduler(BaseScheduler):
         self._loops.clear()
         if self.frontier is None:
             return
+        self._next_probe = 0.0  # one last attempt, even during an outage
         try:
             self._flush()
             unstarted = [x.id for x in self._prefetched]
@@ -433,7 +448,7 @@ class Scheduler(BaseScheduler):
     def _flush(self, pop: int = 0) -> None:
         """Admit the buffer, ack finished leases and (if ``pop``) lease more: one round trip."""
         assert self.frontier is not None
-        if not (self._buffer or self._acks or self._events or pop):
+        if not (self._buffer or self._acks or self._events or pop) or self._waiting_for_redis():
             return
         batch, acks, events = self._buffer, self._acks, self._events
         if acks:
@@ -456,7 +471,10 @@ class Scheduler(BaseScheduler):
         except REDIS_ERRORS as exc:
             self._redis_error(exc)
             return
-        self._redis_ok()
+        if batch or acks or events or leased:
+            # a write went through (a pop that found nothing wrote nothing: a full
+            # Redis still answers those, and is not back yet)
+            self._redis_ok()
         self._buffer, self._acks, self._events = [], [], []
         if result is not None:
             self._account(batch, result)
@@ -511,7 +529,7 @@ class Scheduler(BaseScheduler):
             self._redis_error(exc)  # the lease expires and the entry comes back later
 
     def _heartbeat(self) -> None:
-        if self.frontier is None:
+        if self.frontier is None or self._waiting_for_redis():
             return
         try:
             lease_ids = list(self.book.active) + [x.id for x in self._prefetched] + list(self._start_leases)
@@ -554,7 +572,7 @@ class Scheduler(BaseScheduler):
             if dead:
                 self._inc("crawlplug/dead", dead)
                 logger.warning("crawlplug: %d requests exceeded CRAWLPLUG_MAX_DELIVERIES; see the dead letters", dead)
-            self._redis_ok()
+            self._redis_ok(confirmed=True)
         except REDIS_ERRORS as exc:
             self._redis_error(exc)
         except Exception:  # a failing heartbeat must never stop the loop silently
@@ -710,7 +728,7 @@ class Scheduler(BaseScheduler):
 
     def _tick(self) -> None:
         """Flush old buffers, and while idle look for new work and for the end of the crawl."""
-        if self.frontier is None:
+        if self.frontier is None or self._waiting_for_redis():
             return
         try:
             now = time.monotonic()
@@ -739,7 +757,7 @@ class Scheduler(BaseScheduler):
         self._producing = False
         if self.frontier is None:
             return
-        if self.termination.worker_mode:
+        if self.termination.worker_mode or self._waiting_for_redis():
             raise DontCloseSpider
         try:
             self._flush()
@@ -759,20 +777,54 @@ class Scheduler(BaseScheduler):
 
     def _redis_error(self, exc: Exception) -> None:
         self._inc("crawlplug/redis_errors")
+        now = time.monotonic()
         if self._redis_down_since is None:
-            self._redis_down_since = time.monotonic()
-            logger.error("crawlplug: Redis error (%s); retrying, nothing is dropped", exc)
+            self._redis_down_since = now
+            self._cache_cleared = False
+            wait = f"up to {self._outage_timeout:g}s" if self._outage_timeout > 0 else "as long as it takes"
+            if isinstance(exc, redis.exceptions.OutOfMemoryError) or "maxmemory" in str(exc):
+                logger.error("crawlplug: Redis is out of memory (%s): it refuses to store new requests. This "
+                             "node keeps them, and does not acknowledge the pages they came from, and asks "
+                             "again every few seconds, %s: free memory or raise maxmemory", exc, wait)  # fmt: skip
+            else:
+                logger.error("crawlplug: Redis error (%s); keeping this node's requests and acks and "
+                             "asking again every few seconds, %s", exc, wait)  # fmt: skip
+        # ask again after 0.5 s, 1 s, 2 s... 5 s at most: each attempt blocks the
+        # reactor for as long as the client takes to fail
+        self._probe_backoff = min(5.0, max(0.5, self._probe_backoff * 2))
+        self._next_probe = now + self._probe_backoff
+        down = now - self._redis_down_since
+        if 0 < self._outage_timeout < down and not self._closing:
+            self._closing = True
+            logger.error(
+                "crawlplug: Redis unreachable for %.0fs (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT=%gs): closing this node "
+                "(finish_reason 'redis_unavailable'). Its unacknowledged requests return to the queue when "
+                "their leases expire; start it again once Redis is back.",
+                down, self._outage_timeout,
+            )  # fmt: skip
+            enginehooks.close(self.crawler, "redis_unavailable")
 
-    def _redis_ok(self) -> None:
-        if self._redis_down_since is not None:
-            logger.info(
-                "crawlplug: Redis is back after %.1fs", time.monotonic() - self._redis_down_since
-            )
-            self._redis_down_since = None
+    def _waiting_for_redis(self) -> bool:
+        """During an outage, between two attempts: leave Redis alone (and the reactor free)."""
+        return self._redis_down_since is not None and time.monotonic() < self._next_probe
+
+    def _redis_ok(self, confirmed: bool = False) -> None:
+        """A call went through. ``confirmed`` (the heartbeat, which always writes): the
+        outage is over. Else calls resume at once, but a Redis that still refuses some
+        writes (a full one takes deletions, not new requests) is not reported back."""
+        if self._redis_down_since is None:
+            return
+        self._probe_backoff = 0.0
+        self._next_probe = 0.0
+        if not self._cache_cleared:
             # A Redis that comes back may have lost its last writes (a failover to a
             # replica that lagged, an AOF everysec crash): fingerprints this node saw
             # admitted may be gone, and trusting them would filter pages never crawled.
             self._recent.clear()
+            self._cache_cleared = True
+        if confirmed:
+            logger.info("crawlplug: Redis is back after %.1fs", time.monotonic() - self._redis_down_since)
+            self._redis_down_since = None
 
     def _log_once(self, key: str, level: int, msg: str, *args: Any) -> None:
         if key in self._logged or len(self._logged) > 1000:

@@ -53,6 +53,22 @@ dq_keys(9)
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
+-- A script is not rolled back when a command in it fails: a crawl key of the wrong
+-- type (written by hand) would fail the store of a request after its fingerprint
+-- was recorded, and the request would be lost. Refuse the whole call first.
+if #ARGV > 5 + nacks + 2 * tonumber(ARGV[5 + nacks]) then
+  local expected = {{queue, "zset"}, {requests, "hash"}, {seq, "string"}, {D.dq, "zset"}}
+  if mode == "set" then expected[#expected + 1] = {seen, "set"} end
+  if mode == "ttl" then expected[#expected + 1] = {seen, "zset"} end
+  for _, pair in ipairs(expected) do
+    local kind = redis.call("TYPE", pair[1])["ok"]
+    if kind ~= "none" and kind ~= pair[2] then
+      return redis.error_reply("WRONGTYPE crawl key " .. pair[1] .. " holds a " .. kind .. ", not a " ..
+        pair[2] .. ": nothing was admitted (repair or delete the key)")
+    end
+  end
+end
+
 -- -- Bloom filter -------------------------------------------------------------
 -- The Bloom state is a list of filters, newest first: one filter, or one per
 -- generation (time window) when the filter forgets. Each filter is a chain of

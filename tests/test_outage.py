@@ -1,0 +1,197 @@
+"""Redis faults under real crawls: a crash and restart in each persistence mode, an
+outage longer than CRAWLPLUG_REDIS_OUTAGE_TIMEOUT, a full Redis (maxmemory with
+noeviction), and an eviction policy that could delete crawl keys.
+
+Real ``scrapy crawl shop`` nodes against a slowed-down demo shop that counts
+every fetch, and a private redis-server per test that the test kills with
+SIGKILL and starts again on the same port and data directory.
+
+The restart test is also the measurement behind the durability table in
+docs/scaling.md: it prints, per persistence mode, the pages never fetched and
+the pages fetched twice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from crawlplug.cli import main
+from crawlplug.keys import CrawlKeys
+
+from .conftest import RedisServer, free_port
+
+KEYS = CrawlKeys("shop")
+SETTINGS = {
+    "CRAWLPLUG_HEARTBEAT": 0.5,
+    "CRAWLPLUG_LEASE_TIMEOUT": 8,
+    "CRAWLPLUG_IDLE_CLOSE": 2,
+    "CONCURRENT_REQUESTS": 2,
+}
+MODES = {
+    "none": ["--save", "", "--appendonly", "no"],
+    "rdb-every-second": ["--save", "1 1", "--appendonly", "no"],
+    "aof-everysec": ["--appendonly", "yes", "--appendfsync", "everysec"],
+    "aof-always": ["--appendonly", "yes", "--appendfsync", "always"],
+}
+
+
+def _server(tmp_path: Path, args: list[str], port: int | None = None) -> RedisServer:
+    directory = tmp_path / "redis"
+    directory.mkdir(exist_ok=True)
+    return RedisServer(port or free_port(), directory, args).start()
+
+
+def _crash(server: RedisServer) -> None:
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGKILL)
+    server.proc.wait(10)
+
+
+def _wait_hits(shop, n: int, nodes, timeline: list[tuple[float, int]], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        total = sum(shop.hits.values())
+        timeline.append((time.monotonic(), total))
+        if total >= n:
+            return
+        for node in nodes:
+            assert node.proc.poll() is None, node.text()[-3000:]
+        assert time.monotonic() < deadline, f"only {total} pages fetched"
+        time.sleep(0.05)
+
+
+def _fetched_since(timeline: list[tuple[float, int]], seconds: float) -> int:
+    now, total = timeline[-1]
+    before = next((n for t, n in reversed(timeline) if t <= now - seconds), 0)
+    return total - before
+
+
+def _outage_lines(text: str) -> int:
+    return len(re.findall(r"crawlplug: Redis (error|is out of memory)", text))
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_redis_crashes_and_restarts_mid_crawl(crawl, make_shop, tmp_path, mode):
+    shop = make_shop(items=300, delay=0.05)
+    server = _server(tmp_path, MODES[mode])
+    nodes = [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": server.url, **SETTINGS}) for _ in range(2)]
+    timeline: list[tuple[float, int]] = []
+    pages = len(shop.shop.paths())
+    _wait_hits(shop, pages // 3, nodes, timeline)
+    recent = _fetched_since(timeline, 2.0)  # what a persistence lag of up to ~1-2 s may have to redo
+    _crash(server)
+    fetched_at_crash = sum(shop.hits.values())
+    time.sleep(1.5)
+    server = RedisServer(server.port, server.directory, MODES[mode]).start()
+    try:
+        for node in nodes:
+            assert node.wait(120) == 0, node.text()[-3000:]
+        hits = shop.hits
+        missing = shop.shop.paths() - set(hits)
+        twice = sum(n - 1 for n in hits.values() if n > 1)
+        texts = [node.text() for node in nodes]
+        print(f"\n{mode}: crash after {fetched_at_crash} of {pages} pages; never fetched {len(missing)}, "
+              f"fetched twice {twice} (pages fetched in the 2 s before the crash: {recent})")  # fmt: skip
+        for text in texts:
+            assert "Traceback" not in text, text[-3000:]
+            assert _outage_lines(text) == 1, "the outage is logged once per node"
+            assert "Redis is back after" in text
+        if mode == "none":
+            # nothing survives the crash: the crawl cannot resume, and says so by missing pages
+            assert missing, "with no persistence the crawl restarts from an empty Redis"
+            return
+        assert not missing, f"{mode}: nothing lost: {sorted(missing)[:5]}"
+        for text in texts:
+            assert "'finish_reason': 'finished'" in text
+        # a page is fetched again only if the crash lost its ack (a persistence lag of about a
+        # second, more for snapshots) or its lease: bounded by the recent fetches and the leases
+        leases = 2 * SETTINGS["CONCURRENT_REQUESTS"] * 2
+        assert twice <= recent + leases, f"{mode}: {twice} pages fetched twice"
+        if mode == "aof-always":
+            assert twice <= leases
+        status = json.loads(CliRunner().invoke(main, ["status", "--json", "--redis-url", server.url, "--crawl", "shop"]).output)
+        assert (status["queued"], status["in_flight"]) == (0, 0)
+    finally:
+        server.stop()
+
+
+def test_a_longer_outage_closes_the_node_and_its_leases_return(crawl, make_shop, tmp_path):
+    shop = make_shop(items=200, delay=0.05)
+    args = MODES["aof-always"]
+    server = _server(tmp_path, args)
+    first = crawl(args={"base_url": shop.url},
+                  settings={"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT": 3})  # fmt: skip
+    _wait_hits(shop, 60, [first], [])
+    _crash(server)
+    assert first.wait(90) == 0, first.text()[-3000:]
+    text = first.text()
+    assert "'finish_reason': 'redis_unavailable'" in text, text[-3000:]
+    assert "Redis unreachable for" in text and "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT=3s" in text
+    assert "Traceback" not in text, text[-3000:]
+    assert _outage_lines(text) == 1
+    # Redis comes back; a new node finishes the crawl, the first node's leases included
+    server = RedisServer(server.port, server.directory, args).start()
+    try:
+        second = crawl(args={"base_url": shop.url},
+                       settings={"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_LEASE_TIMEOUT": 2})  # fmt: skip
+        assert second.wait(120) == 0, second.text()[-3000:]
+        assert "'finish_reason': 'finished'" in second.text()
+        assert set(shop.hits) == shop.shop.paths(), "every page fetched"
+        reaped = re.search(r"'crawlplug/reaped': (\d+)", second.text())
+        assert reaped and int(reaped.group(1)) > 0, "the first node's leases came back to the queue"
+    finally:
+        server.stop()
+
+
+def test_a_full_redis_refuses_admissions_and_loses_nothing(crawl, make_shop, tmp_path):
+    shop = make_shop(items=300, delay=0.02)
+    server = _server(tmp_path, ["--maxmemory-policy", "noeviction"])
+    client = redis.Redis.from_url(server.url)
+    try:
+        node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": server.url, **SETTINGS})
+        _wait_hits(shop, 40, [node], [])
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory", used // 2)  # over the limit now: every write is refused
+        time.sleep(0.5)
+        enqueued = int(client.hget(KEYS.stats, "enqueued") or 0)
+        deadline = time.monotonic() + 30
+        while "out of memory" not in node.text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "Redis is out of memory" in node.text(), node.text()[-3000:]
+        time.sleep(1.0)
+        # no new request is stored while Redis is full; a page whose links are all stored
+        # (or all known) may still be acknowledged, one with links waiting may not
+        assert int(client.hget(KEYS.stats, "enqueued") or 0) == enqueued
+        res = CliRunner().invoke(main, ["status", "--redis-url", server.url, "--crawl", "shop"])
+        assert "of its maxmemory" in res.output, res.output
+        client.config_set("maxmemory", 0)
+        assert node.wait(120) == 0, node.text()[-3000:]
+        text = node.text()
+        assert "'finish_reason': 'finished'" in text and "Traceback" not in text, text[-3000:]
+        assert set(shop.hits) == shop.shop.paths(), "nothing lost"
+        assert not [p for p, n in shop.hits.items() if n > 1], "nothing fetched twice"
+        assert _outage_lines(text) == 1
+    finally:
+        client.close()
+        server.stop()
+
+
+def test_an_eviction_policy_that_may_delete_crawl_keys_is_warned_about(crawl, shop, tmp_path):
+    server = _server(tmp_path, ["--maxmemory", "1gb", "--maxmemory-policy", "allkeys-lru"])
+    try:
+        node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": server.url, **SETTINGS})
+        assert node.wait(120) == 0, node.text()[-3000:]
+        warnings = [line for line in node.text().splitlines() if "maxmemory-policy allkeys-lru" in line]
+        assert len(warnings) == 1 and "WARNING" in warnings[0] and "noeviction" in warnings[0]
+        assert Counter(shop.hits).most_common(1)[0][1] == 1
+    finally:
+        server.stop()
