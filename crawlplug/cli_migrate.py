@@ -46,7 +46,7 @@ from .keys import CrawlKeys
 from .legacy import FINGERPRINT_FUNCTIONS, ScrapyRedisSeen
 from .migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
 from .queues import load_queue_class
-from .serializers import get_serializer
+from .serializers import serializer_from_settings
 
 logger = logging.getLogger(__name__)
 
@@ -203,8 +203,7 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
         source.client, source_keys, frontier,
         spider_name=spider,
         fingerprinter=project.crawler.request_fingerprinter,
-        serializer=get_serializer(setting(s, "CRAWLPLUG_SERIALIZER"),
-                                  setting(s, "CRAWLPLUG_REQUEST_CLASSES", "getlist")),
+        serializer=serializer_from_settings(s),
         queue=queue,
         spidercls=project.spidercls,
         lifo=str(s.get("SCHEDULER_QUEUE_CLASS") or "") in LIFO_PATHS,

@@ -94,7 +94,23 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         False,
         "Delete the crawl's queue, leases and fingerprints when a node opens (set it on one node only).",
     ),
-    "CRAWLPLUG_SERIALIZER": ("json", "Request payload format; json is the only safe format."),
+    "CRAWLPLUG_SERIALIZER": (
+        "json",
+        "Request payload format: 'json' (safe to read from a Redis others can write to), or 'pickle' "
+        "(opt-in, for meta JSON cannot hold: needs CRAWLPLUG_SECRET, every payload HMAC-signed and "
+        "read through a restricted unpickler). See docs/security.md.",
+    ),
+    "CRAWLPLUG_SECRET": (
+        None,
+        "Key that signs payloads (HMAC-SHA256) when CRAWLPLUG_SERIALIZER='pickle'; the same on every "
+        "node, 16 bytes or more. Unset: the CRAWLPLUG_SECRET environment variable (preferred: a -s "
+        "option shows in the process list). Never logged.",
+    ),
+    "CRAWLPLUG_MAX_PAYLOAD_BYTES": (
+        10 * 1024 * 1024,
+        "Largest request payload: a bigger request is refused at enqueue (crawlplug/unserializable), "
+        "a bigger queue entry goes to the dead letters unread. 0: no limit.",
+    ),
     # -- scrapy-redis's scheduler settings (docs/migrating.md) ------------------
     "SCHEDULER_PERSIST": (
         None,

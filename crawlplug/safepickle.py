@@ -9,7 +9,9 @@ dicts. Unpickling runs whatever callable a pickle names, so
 pickle builds by calling them and Scrapy's request classes. Any other global
 (``os.system``, ``builtins.eval``, ``subprocess.Popen``, a class of the
 project...) raises :class:`RefusedGlobal` before it is even imported, so nothing
-of that pickle runs. Nothing else in crawlplug reads pickle.
+of that pickle runs. crawlplug reads pickle only here: in the migration command, and
+in the opt-in pickle serializer (CRAWLPLUG_SERIALIZER = "pickle"), after its HMAC
+signature was checked.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from .keys import CrawlKeys
 from .leases import LEASE_META, LeaseBook, Termination
 from .queues import BaseQueue, domain_limits, load_queue_class
 from .seeds import Seeds
-from .serializers import get_serializer
+from .serializers import serializer_from_settings
 from .shards import ShardedFrontier, claim_shards, open_frontier
 
 if TYPE_CHECKING:
@@ -126,13 +126,15 @@ class Scheduler(BaseScheduler):
                 f"(DUPEFILTER_CLASS = 'crawlplug.dupefilters.RedisSetDupeFilter'), "
                 f"or scrapy.dupefilters.BaseDupeFilter for none; got {s['DUPEFILTER_CLASS']!r}"
             )
+        try:
+            serializer: Any = serializer_from_settings(s)
+        except ConfigError as exc:  # raised by open() instead: one clear line, not a traceback
+            serializer = exc
         return cls(
             crawler,
             dupefilter=dupefilter,
             queue=load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")).from_settings(s),
-            serializer=get_serializer(
-                setting(s, "CRAWLPLUG_SERIALIZER"), setting(s, "CRAWLPLUG_REQUEST_CLASSES", "getlist")
-            ),
+            serializer=serializer,
             config=SchedulerConfig.from_settings(s),
         )
 
@@ -175,6 +177,8 @@ class Scheduler(BaseScheduler):
             self._loops.append(loop)
 
     def _connect(self, spider: Spider) -> None:
+        if isinstance(self.serializer, ConfigError):  # e.g. pickle without CRAWLPLUG_SECRET
+            raise self.serializer
         self.conn = connection.from_settings(self.crawler.settings)
         connection.check(self.conn)
         mem = memory.memory(self.conn.client)
@@ -652,7 +656,9 @@ class Scheduler(BaseScheduler):
             self._start_leases.add(lease_id)
             try:
                 requests = self._requests_from_entry(raw)
-            except DecodeError as exc:
+                for request in requests:  # one a node cannot store: a dead letter, not a refusal that acks it
+                    self.serializer.dumps(request, self.spider)
+            except (DecodeError, SerializationError) as exc:
                 self._log_once(f"badstart:{exc}", logging.ERROR,
                                "crawlplug: start entry %r cannot be crawled (%s); moved to the dead letters",
                                raw[:200], exc)  # fmt: skip

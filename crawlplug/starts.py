@@ -9,7 +9,8 @@ An entry is one line of text, either a plain URL or a JSON object::
      "cb_kwargs": {"page": 1}, "dont_filter": false}
 
 scrapy-redis's JSON format is accepted as well: keys other than the ones
-above are form fields (``FormRequest(formdata=...)``), as scrapy-redis does.
+above are form fields (``FormRequest(formdata=...)``), as scrapy-redis does;
+but not ``_class``, a queue payload's key: an entry names no request class.
 A start entry is crawled even if its URL was seen before (``dont_filter``
 defaults to true, as for Scrapy's own start URLs), unless it says otherwise.
 
@@ -23,6 +24,7 @@ looked up on the running spider.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,7 +33,7 @@ from scrapy import FormRequest, Request, Spider
 from w3lib.url import safe_url_string
 
 from .errors import DecodeError
-from .serializers import URL_SCHEMES, _spider_method
+from .serializers import URL_SCHEME, URL_SCHEMES, _spider_method
 
 #: Longest entry accepted (a URL, or a JSON request with a small body).
 MAX_ENTRY_BYTES = 1 << 20
@@ -64,9 +66,9 @@ def _check_url(url: Any) -> str:
     url = url.strip()
     if any(c in url for c in "\r\n\t ") and not url.startswith(("http://", "https://")):
         raise DecodeError(f"not a URL: {url!r:.200}")
-    scheme, sep, rest = url.partition(":")
-    if not sep:
+    if URL_SCHEME.match(url) is None:  # "example.com/x", "127.0.0.1:8000/x"
         raise DecodeError(f"URL has no scheme (http:// or https://): {url!r:.200}")
+    scheme, _, rest = url.partition(":")
     if scheme.lower() not in URL_SCHEMES:
         raise DecodeError(f"URL scheme {scheme!r:.40} is not crawlable (http or https only): {url!r:.200}")
     if not rest.startswith("//"):
@@ -97,6 +99,17 @@ def _check_json_dict(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
+def _no_constant(name: str) -> Any:
+    raise DecodeError(f"{name} is not a number a request can store (JSON has no {name})")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise DecodeError(f"number {text[:40]} is out of range (a request stores finite numbers only)")
+    return value
+
+
 def parse(data: bytes | str) -> StartEntry:
     """Validate one entry (plain URL or JSON object); :class:`DecodeError` says what is wrong."""
     if isinstance(data, bytes):
@@ -124,11 +137,16 @@ def parse(data: bytes | str) -> StartEntry:
             raise DecodeError("a plain entry must be one URL on one line")
         return StartEntry(url=_check_url(text))
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         raise DecodeError(f"not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(obj, dict):
         raise DecodeError(f"a JSON entry must be an object, not {type(obj).__name__}")
+    if "_class" in obj:  # a queue payload's key; as a start entry's form field it would only mislead
+        raise DecodeError(
+            f"request class {obj['_class']!r:.100} is not in the allow-list of start entries: they make "
+            "a Request, or a FormRequest from form fields, and name no class"
+        )
     try:
         json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except (UnicodeEncodeError, RecursionError, ValueError):

@@ -259,11 +259,12 @@ def test_subclass_outside_allow_list_is_refused_then_allowed_by_extension(spider
     assert set(DEFAULT_REQUEST_CLASSES) <= wide.allowed_classes
 
 
-def test_get_serializer():
+def test_get_serializer(monkeypatch):
     assert isinstance(get_serializer("json"), JsonSerializer)
     assert TRACKED_PATH in get_serializer("json", [TRACKED_PATH]).allowed_classes
-    with pytest.raises(ConfigError, match="'pickle' is not available"):
-        get_serializer("pickle")
+    monkeypatch.delenv("CRAWLPLUG_SECRET", raising=False)
+    with pytest.raises(ConfigError, match="'pickle' needs CRAWLPLUG_SECRET"):
+        get_serializer("pickle")  # pickle only signed (tests/test_serializer_pickle.py)
     with pytest.raises(ConfigError, match="no.such.Serializer"):
         get_serializer("no.such.Serializer")
 
