@@ -227,7 +227,10 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
             raise RuntimeError("not bound to a crawl")
         if isinstance(self.strategy, NativeBloomDedup):
             raw = self.frontier.client.execute_command("BF.INFO", self.strategy.seen_key(self.frontier.keys))
-            info = {_text(raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
+            if isinstance(raw, dict):  # redis-py parses it into a dict where it knows the module
+                info = {_text(k): v for k, v in raw.items()}
+            else:
+                info = {_text(raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
             return {"native": True, "capacity": info.get("Capacity"), "memory_bytes": info.get("Size"),
                     "filters": info.get("Number of filters"), "added": info.get("Number of items inserted"),
                     "error_rate": self.spec.error_rate}  # fmt: skip

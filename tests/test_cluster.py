@@ -337,7 +337,8 @@ def _cli_outputs(url: str, tmp_path, tag: str) -> dict[str, Any]:
     res = run("status", "--redis-url", url, "--crawl", CLI.crawl, "--json")
     assert res.exit_code == 0, res.output
     status = json.loads(res.output)
-    for volatile in ("redis", "history", "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds"):
+    for volatile in ("redis", "history", "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds",
+                     "redis_memory"):
         status.pop(volatile)
     for node in status["nodes"]:
         node.pop("heartbeat_age")
