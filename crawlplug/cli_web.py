@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 import click
@@ -9,6 +10,16 @@ import click
 from .cli import _connect, _fail, _friendly_errors, _keys, _options, _shared_options, main
 
 TOKEN_ENVVAR = "CRAWLPLUG_DASHBOARD_TOKEN"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is reachable from this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
 
 
 @main.command()
@@ -36,4 +47,8 @@ def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int) ->
     app = create_app(target.client, keys, token, target.safe_url)
     mode = "actions need the token" if token else f"read-only (set {TOKEN_ENVVAR} to allow actions)"
     click.echo(f"crawlplug dashboard of crawl {keys.crawl!r} on http://{host}:{port}/  ({mode})", err=True)
+    if not is_loopback(host):
+        click.echo(f"warning: {host} is not a loopback address: anyone who can reach it can read the crawl's "
+                   "state" + (", and the token crosses the network in clear text (plain HTTP): put a "
+                              "TLS-terminating proxy in front" if token else ""), err=True)  # fmt: skip
     uvicorn.run(app, host=host, port=port, log_level="warning")

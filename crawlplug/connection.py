@@ -59,6 +59,9 @@ class Connection:
     client: redis.Redis
     url: str
     embedded: bool
+    #: for a Scrapy node (:func:`from_settings`): :func:`check` also makes sure the Redis
+    #: user may run what every node runs (:data:`NODE_COMMANDS`)
+    node: bool = False
 
     @property
     def safe_url(self) -> str:
@@ -71,20 +74,27 @@ def mask_url(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<invalid url>"
-    if parts.password is None and "password=" not in parts.query.lower():
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    secret_query = any(_is_secret(k) for k, _ in pairs)
+    if parts.password is None and not secret_query:
         return url  # nothing to hide (and urlunsplit would turn unix:///x into unix:/x)
     netloc = parts.netloc
     userinfo, at, hostport = netloc.rpartition("@")
     if at and ":" in userinfo:
         netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
     query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(k.lower() == "password" for k, _ in pairs):
-            query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*")
+    if secret_query:
+        query = urlencode([(k, "***" if _is_secret(k) else v) for k, v in pairs], safe="*")
     if not netloc:  # unix:///path: urlunsplit would drop the "//"
         return f"{parts.scheme}://{parts.path}" + (f"?{query}" if query else "")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _is_secret(name: str) -> bool:
+    """A URL query argument that holds a secret: ``password``, redis-py's ``ssl_password``
+    (the client key's passphrase), anything named like a token or a secret."""
+    name = name.lower()
+    return any(word in name for word in ("password", "secret", "token"))
 
 
 def validate_url(url: str) -> str:
@@ -210,10 +220,10 @@ def from_settings(settings: Any) -> Connection:
     url = url or os.environ.get("REDIS_URL") or None
     if url:
         cluster = bool(settings.getbool("CRAWLPLUG_REDIS_CLUSTER")) if hasattr(settings, "getbool") else False
-        return Connection(client_from_url(url, params, cluster=cluster), url, embedded=False)
+        return Connection(client_from_url(url, params, cluster=cluster), url, embedded=False, node=True)
     directory = embedded_dir(settings)
     url = embedded.ensure(directory, settings.get("CRAWLPLUG_REDIS_SERVER"))
-    return Connection(client_from_url(url, params), url, embedded=True)
+    return Connection(client_from_url(url, params), url, embedded=True, node=True)
 
 
 #: REDIS_PARAMS keys of scrapy-redis that name the server, not a client option.
@@ -283,11 +293,46 @@ def server_settings(settings: Any) -> tuple[str | None, dict[str, Any]]:
     return None, params
 
 
+#: Commands every node runs that no key names, so that a Redis ACL may deny them
+#: without it showing at the first write: the scripts (EVALSHA; SCRIPT LOAD when the
+#: server lost them, as after a restart) and TIME (leases, heartbeats and domain delays
+#: follow Redis's clock, never the node's). The ACL crawlplug needs: docs/security.md.
+NODE_COMMANDS = ("time", "evalsha", "script|load")
+ACL_DOC = "docs/security.md"
+
+
 def check(conn: Connection) -> None:
-    """PING the server; raise :class:`RedisUnavailable` with the URL and cause."""
+    """PING the server, and for a node check the user's command permissions
+    (:data:`NODE_COMMANDS`); raise :class:`RedisUnavailable` with the (masked) URL and cause."""
     try:
         conn.client.ping()
+        # a cluster's nodes are asked when used: a permission refused there is logged then
+        denied = _denied(conn.client) if conn.node and isinstance(conn.client, redis.Redis) else []
     except redis.AuthenticationError as exc:
         raise RedisUnavailable(f"Redis at {conn.safe_url} refused the credentials: {exc}") from None
+    except redis.exceptions.NoPermissionError as exc:
+        raise RedisUnavailable(f"Redis at {conn.safe_url}: {exc} (the ACL crawlplug needs: {ACL_DOC})") from None
     except redis.RedisError as exc:
         raise RedisUnavailable(f"cannot reach Redis at {conn.safe_url}: {exc}") from None
+    if denied:
+        user = conn.client.connection_pool.connection_kwargs.get("username") or "default"
+        raise RedisUnavailable(
+            f"Redis at {conn.safe_url}: user {user!r} may not run {', '.join(c.upper() for c in denied)}, "
+            f"which every crawlplug node needs (the ACL crawlplug needs: {ACL_DOC})"
+        )
+
+
+def _denied(client: redis.Redis) -> list[str]:
+    """Which of :data:`NODE_COMMANDS` the server refuses with NOPERM (one round trip).
+
+    EVALSHA is asked for a script that does not exist (NOSCRIPT when allowed); SCRIPT
+    LOAD loads crawlplug's smallest script, as the node itself does next.
+    """
+    from .lua import source  # noqa: PLC0415 - the scripts' text, read once
+
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    pipe.evalsha("0" * 40, 0)
+    pipe.script_load(source("idle"))
+    replies = pipe.execute(raise_on_error=False)
+    return [name for name, reply in zip(NODE_COMMANDS, replies) if isinstance(reply, redis.exceptions.NoPermissionError)]

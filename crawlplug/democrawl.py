@@ -109,7 +109,9 @@ def _watch_command(project: Path, url: str, is_embedded: bool) -> str:
     if is_embedded:
         here = "" if Path.cwd().resolve() == project else f"cd {project} && "
         return f"{here}{prog} status --crawl {CRAWL}"
-    return f"{prog} --redis-url '{connection.mask_url(url)}' status --crawl {CRAWL}"
+    if connection.mask_url(url) != url:  # a password is never printed: the command takes it from REDIS_URL
+        return f"REDIS_URL='<the Redis URL>' {prog} status --crawl {CRAWL}"
+    return f"{prog} --redis-url '{url}' status --crawl {CRAWL}"
 
 
 # -- the Redis ------------------------------------------------------------------------
@@ -180,23 +182,37 @@ class Node:
         return "\n".join(out)
 
 
+def node_command(scrapy: str, number: int, out: Path, base_url: str) -> list[str]:
+    """The command line of node ``number``. It names no Redis: the URL may hold a
+    password, and any local user can read a process's command line (``ps``)."""
+    log, items = out / f"node{number}.log", out / f"node{number}.jsonl"
+    return [
+        scrapy, "crawl", CRAWL, "-a", f"base_url={base_url}",
+        "-o", f"{items}:jsonlines", "-s", f"LOG_FILE={log}",
+        "-s", f"CRAWLPLUG_IDLE_CLOSE={IDLE_CLOSE}",
+    ]  # fmt: skip
+
+
+def node_env(url: str, is_embedded: bool) -> dict[str, str]:
+    """The nodes' environment: REDIS_URL names the shared Redis (crawlplug reads it when
+    no setting names one); unset for the embedded Redis, which the nodes find themselves."""
+    env = dict(os.environ)
+    if is_embedded:
+        env.pop("REDIS_URL", None)
+    else:
+        env["REDIS_URL"] = url
+    return env
+
+
 def start_nodes(
     count: int, project: Path, out: Path, base_url: str, url: str, is_embedded: bool
 ) -> list[Node]:
     scrapy = scrapy_executable()
-    env = dict(os.environ)
-    if is_embedded:
-        env.pop("REDIS_URL", None)
+    env = node_env(url, is_embedded)
     nodes = []
     for k in range(1, count + 1):
         log, items, err = out / f"node{k}.log", out / f"node{k}.jsonl", out / f"node{k}.err"
-        cmd = [
-            scrapy, "crawl", CRAWL, "-a", f"base_url={base_url}",
-            "-o", f"{items}:jsonlines", "-s", f"LOG_FILE={log}",
-            "-s", f"CRAWLPLUG_IDLE_CLOSE={IDLE_CLOSE}",
-        ]  # fmt: skip
-        if not is_embedded:
-            cmd += ["-s", f"REDIS_URL={url}"]
+        cmd = node_command(scrapy, k, out, base_url)
         with open(err, "wb") as err_fh:
             # Own session: a Ctrl-C in the terminal reaches this script only, which
             # then stops the nodes with one SIGTERM (a second signal would make

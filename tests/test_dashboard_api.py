@@ -8,17 +8,22 @@ processes sharing one Redis.
 
 from __future__ import annotations
 
+import hmac
 import itertools
 import os
 import time
 
+import httpx
 import pytest
 import scrapy
+import uvicorn
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from crawlplug.cli import main as cli_main
+from crawlplug.cli_web import is_loopback
 from crawlplug.connection import client_from_url
+from crawlplug.democrawl import DashboardThread
 from crawlplug.frontier import Frontier
 from crawlplug.keys import CrawlKeys
 from crawlplug.serializers import JsonSerializer
@@ -415,3 +420,91 @@ def test_redis_down_is_a_503_with_a_json_error(fresh_redis, tmp_path):
     finally:
         dash.stop()
         client.close()
+
+
+# -- who can reach the dashboard, and with what token -------------------------------------------
+
+
+def test_token_is_compared_in_constant_time(r, monkeypatch):
+    """Every action's token check goes through hmac.compare_digest (whose time does not tell
+    how much of a guess was right), and only the exact token passes."""
+    calls: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    client = TestClient(create_app(r, KEYS, TOKEN))
+    for given, status in ((TOKEN[:-1] + "X", 401), (TOKEN[:5], 401), ("", 401), (TOKEN + "x", 401), (TOKEN, 200)):
+        for method, path, body in ACTIONS:
+            calls.clear()
+            res = client.request(method, path, json=body, headers={"Authorization": f"Bearer {given}"})
+            assert res.status_code == status, (given, method, path, res.text)
+            assert calls == [(given.encode(), TOKEN.encode())], "the token must be compared by hmac.compare_digest"
+
+
+def test_real_dashboard_never_shows_its_token(redis_url, tmp_path):
+    """`crawlplug dashboard` takes the token from the environment only (never a command-line
+    argument, which `ps` shows), and neither prints it nor serves it."""
+    dash = start_dashboard(redis_url, KEYS.crawl, tmp_path, token=TOKEN)
+    try:
+        assert TOKEN not in " ".join(dash.proc.args)
+        assert "actions need the token" in dash.text()
+        for path in ("/", "/api", "/api/status", "/api/nodes", "/api/history", "/api/domains", "/api/dead"):
+            res = dash.http.get(path)
+            assert res.status_code == 200 and TOKEN not in res.text, path
+        assert dash.http.get("/api/status").json()["actions"] is True
+        assert dash.http.post("/api/pause").status_code == 401
+        assert dash.http.post("/api/pause", headers=AUTH).json()["paused"] is True
+        assert dash.http.post("/api/resume", headers=AUTH).json()["paused"] is False
+        assert TOKEN not in dash.text()
+    finally:
+        dash.stop()
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True), ("localhost", True),
+    ("0.0.0.0", False), ("::", False), ("192.168.1.10", False), ("dashboard.example.com", False),
+])  # fmt: skip
+def test_a_dashboard_open_to_the_network_is_warned_about(redis_url, monkeypatch, host, loopback):
+    """The default is loopback; asked for another address, the command says who can then read
+    the crawl, and that a token would cross the network in clear text. (The web server itself is
+    not started here: the real one is started by the tests above.)"""
+    assert is_loopback(host) is loopback
+    served: list[tuple[str, int]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: served.append((host, port)))
+    res = CliRunner().invoke(cli_main, ["--redis-url", redis_url, "--crawl", "shop", "dashboard", "--host", host,
+                                        "--port", "0"], env={"CRAWLPLUG_DASHBOARD_TOKEN": TOKEN})  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert served == [(host, 0)]
+    warned = "is not a loopback address" in res.output
+    assert warned is not loopback, res.output
+    if warned:
+        assert "clear text" in res.output
+    assert TOKEN not in res.output
+    default = CliRunner().invoke(cli_main, ["--redis-url", redis_url, "--crawl", "shop", "dashboard"])
+    assert default.exit_code == 0 and served[-1] == ("127.0.0.1", 8642) and "warning" not in default.output
+
+
+def test_demo_dashboard_is_loopback_and_read_only(r, redis_url):
+    """The dashboard `make crawl` serves while the demo runs: loopback, no actions."""
+    dash = DashboardThread(r, KEYS, redis_url, 0)
+    try:
+        assert dash.url.startswith("http://127.0.0.1:")
+        assert listening_addresses(dash.port) in ({"127.0.0.1"}, None), "loopback only"
+        with httpx.Client(base_url=dash.url, timeout=10) as http:
+            wait_for(lambda: _answers(http), 20, "the demo dashboard to answer")
+            assert http.get("/api/status").json()["actions"] is False
+            assert http.post("/api/pause", headers=AUTH).status_code == 403
+        assert Frontier(r, KEYS).paused_info() is None
+    finally:
+        dash.stop()
+
+
+def _answers(http) -> bool:
+    try:
+        return http.get("/api").status_code == 200
+    except httpx.TransportError:
+        return False
