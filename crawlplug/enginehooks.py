@@ -109,12 +109,19 @@ def fail_at_start(crawler: Crawler, reason: str) -> None:
     crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
 
 
-def close(crawler: Crawler, reason: str) -> None:
+def close(crawler: Crawler, reason: str, *, failed: bool = False) -> None:
     """Close the running spider with ``reason`` (the engine's public close, as CloseSpider's
-    extension does it)."""
+    extension does it). ``failed``: ``scrapy crawl`` then exits 1, as for a node that could
+    not start (see :func:`fail_at_start`), so a supervisor can tell it from a finished crawl."""
     engine = crawler.engine
     if engine is None or getattr(engine, "spider", None) is None:
         return
+    if failed:
+
+        def spider_closed(spider: Spider) -> None:
+            crawler.spider = None  # type: ignore[assignment]
+
+        crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
     if hasattr(engine, "close_spider_async"):  # Scrapy >= 2.14
         from scrapy.utils.defer import deferred_from_coro  # noqa: PLC0415
 

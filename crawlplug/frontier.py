@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import socket
-import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -338,13 +337,18 @@ class Frontier:
         pipe = self.client.pipeline(transaction=False)
         pipe.zrem(k.nodes, self.node_id)
         pipe.zrem(k.producers, self.node_id)
-        pipe.hset(k.node(self.node_id), "closed", int(time.time() * 1000))
+        pipe.hset(k.node(self.node_id), "closed", self.redis_ms())
         pipe.execute()
+
+    def redis_ms(self) -> int:
+        """Redis's clock (ms): every time a crawl shows or compares, whatever the node's clock says."""
+        sec, usec = self.client.time()
+        return int(sec) * 1000 + int(usec) // 1000
 
     def dead_letter(self, lease_id: str, reason: str, **extra: Any) -> bool:
         """Move a leased request to the dead letters with ``reason``."""
         k = self.keys
-        header = {"id": lease_id, "reason": reason, "node": self.node_id, "at": int(time.time() * 1000)}
+        header = {"id": lease_id, "reason": reason, "node": self.node_id, "at": self.redis_ms()}
         header.update(extra)
         moved = self.scripts.dead(
             keys=[k.leases, k.leased, k.requests, k.deliveries, k.dead, k.stats, *k.domain_keys()],

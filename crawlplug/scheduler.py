@@ -181,6 +181,8 @@ class Scheduler(BaseScheduler):
             raise self.serializer
         self.conn = connection.from_settings(self.crawler.settings)
         connection.check(self.conn)
+        sec, usec = self.conn.client.time()
+        self._started = int(sec) + int(usec) / 1e6  # Redis's clock: uptimes compare across nodes
         mem = memory.memory(self.conn.client)
         if mem is not None:
             risk = memory.eviction_risk(mem["policy"])
@@ -783,6 +785,16 @@ class Scheduler(BaseScheduler):
 
     def _redis_error(self, exc: Exception) -> None:
         self._inc("crawlplug/redis_errors")
+        if isinstance(exc, redis.exceptions.NoPermissionError) and not self._closing:
+            # waiting would not help: the Redis user lacks a grant (an ACL), e.g. on a key
+            # outside the crawl's prefix such as scrapy-redis's <spider>:start_urls
+            self._closing = True
+            assert self.conn is not None
+            logger.error("crawlplug: Redis at %s refused a command to this node's user: %s. Grant it (the "
+                         "ACL crawlplug needs: %s); closing this node (finish_reason 'config_error')",
+                         self.conn.safe_url, exc, connection.ACL_DOC)  # fmt: skip
+            enginehooks.close(self.crawler, "config_error", failed=True)
+            return
         now = time.monotonic()
         if self._redis_down_since is None:
             self._redis_down_since = now
@@ -808,7 +820,7 @@ class Scheduler(BaseScheduler):
                 "their leases expire; start it again once Redis is back.",
                 down, self._outage_timeout,
             )  # fmt: skip
-            enginehooks.close(self.crawler, "redis_unavailable")
+            enginehooks.close(self.crawler, "redis_unavailable", failed=True)
 
     def _waiting_for_redis(self) -> bool:
         """During an outage, between two attempts: leave Redis alone (and the reactor free)."""

@@ -359,3 +359,18 @@ def test_embedded_redis_listens_on_a_private_socket_only(tmp_path):
         assert (Path(url.removeprefix("unix://")).stat().st_mode & 0o777) == 0o700
     finally:
         embedded.stop(data)
+
+
+def test_a_grant_missing_mid_crawl_closes_the_node_at_once_and_exits_1(crawl, acl_redis):
+    """RedisSpider also reads scrapy-redis's <spider>:start_urls, a key outside ~crawlplug:*:
+    the first call touching it is refused (NOPERM). Waiting would not help, so the node
+    says which grant is missing and stops, instead of waiting out an outage."""
+    url = acl_redis.url(CRAWLER, CRAWLER_PASSWORD)
+    node = crawl("redisshop", settings={"CRAWLPLUG_IDLE_CLOSE": 1}, env={"REDIS_URL": url})
+    assert node.wait(60) == 1, node.text()[-3000:]
+    text = node.text()
+    errors = [line for line in text.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and "refused a command to this node's user" in errors[0], errors
+    assert "docs/security.md" in errors[0]
+    assert "'finish_reason': 'config_error'" in text and "Traceback" not in text
+    assert_no_secret(text, "the log")
