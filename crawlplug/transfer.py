@@ -74,7 +74,7 @@ import redis
 from .errors import CrawlplugError
 from .frontier import Domains
 from .keys import CrawlKeys
-from .shards import open_frontier, stored_shards
+from .shards import claim_shards, open_frontier, parts
 
 FORMAT = "crawlplug-export"
 VERSION = 1
@@ -205,25 +205,42 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
 
     Safe to run beside a live crawl (it only reads), but then it is no snapshot:
     stop the crawl's nodes first (``counts["live_nodes"]`` says how many were live).
+    A sharded crawl (CRAWLPLUG_SHARDS) is written part by part: the crawl's own keys,
+    then each shard's, each after a ``part`` record; the header says how many shards.
     """
-    _refuse_sharded(client, keys)
     w = _Out(out)
     counts: dict[str, Any] = {
         "requests": 0, "leased": 0, "start_entries": 0, "dead": 0, "seeds": 0, "dconf": 0, "domains": 0,
         "stats": 0, "fingerprints": 0, "bloom_keys": 0, "bloom_bytes": 0, "bf_chunks": 0, "orphans": 0,
     }  # fmt: skip
     now = _now_ms(client)
-    names = _crawl_key_names(client, keys)
-    counts["not_exported"] = _not_exported(names)
+    all_parts = parts(client, keys)
+    shards = len(all_parts) - 1
+    names = {p.tag: _crawl_key_names(client, p) for p in all_parts}
+    counts["not_exported"] = sorted({n for part_names in names.values() for n in _not_exported(part_names)})
     counts["live_nodes"] = int(client.zcount(keys.nodes, now + 1, "+inf"))
-    domain_mode = any(n in names for n in ("dq", "domains", "dconf"))
-    seq = int(client.get(keys.seq) or 0)
-    w.write({
+    domain_mode = any(n in part_names for part_names in names.values() for n in ("dq", "domains", "dconf"))
+    header = {
         "type": FORMAT, "version": VERSION, "crawl": keys.crawl,
         "exported_at": datetime.fromtimestamp(now / 1000, timezone.utc).isoformat(timespec="milliseconds"),
         "exported_at_ms": now, "queue": "domain" if domain_mode else "plain",
-        "dedup": _dedup_mode(client, keys), "seq": seq,
-    }, count=False)  # fmt: skip
+        "dedup": _dedup_mode(client, all_parts[-1]), "seq": int(client.get(keys.seq) or 0),
+    }  # fmt: skip
+    if shards:
+        header["shards"] = shards
+    w.write(header, count=False)
+    for part in all_parts:
+        if shards:
+            w.write({"type": "part", "shard": part.shard, "seq": int(client.get(part.seq) or 0)})
+        _export_part(client, part, w, counts, now, names[part.tag])
+    w.write({"type": "end", "records": w.records, "counts": counts}, count=False)
+    out.flush()
+    return counts
+
+
+def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str, Any], now: int,
+                 names: list[str]) -> None:  # fmt: skip
+    """Every record of one key set (a crawl's, or one shard's)."""
 
     def payloads(ids: list[str]) -> tuple[list[Any], list[Any]]:
         pipe = client.pipeline(transaction=False)
@@ -326,13 +343,13 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
                 n += len(pairs)
         return n
 
-    counts["dconf"] = fields("dconf", keys.dconf)
+    counts["dconf"] += fields("dconf", keys.dconf)
     fields("dstate", keys.dstate, lambda f: f.startswith(b"l:"))  # when each domain last sent
     for batch in _batches(client.zscan_iter(keys.domains, count=BATCH)):
         for domain, score in batch:
             w.write({"type": "domain", "domain": _text(domain), "next": score if math.isfinite(score) else None})
             counts["domains"] += 1
-    counts["stats"] = fields("stats", keys.stats)
+    counts["stats"] += fields("stats", keys.stats)
     fields("crawlstats", keys.crawlstats)
 
     # dedup state
@@ -357,10 +374,6 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
             w.write({"type": "bf", "iter": int(it), "data": base64.b64encode(data).decode("ascii")})
             counts["bf_chunks"] += 1
             counts["bloom_bytes"] += len(data)
-
-    w.write({"type": "end", "records": w.records, "counts": counts}, count=False)
-    out.flush()
-    return counts
 
 
 def _export_bloom_key(client: redis.Redis, keys: CrawlKeys, name: str, now: int, w: _Out) -> int:
@@ -400,10 +413,13 @@ class _Plan:
     """What the validation pass learnt, for the writing pass."""
 
     header: dict[str, Any] = field(default_factory=dict)
-    max_id: int = 0
+    #: the part the next records belong to: None (the crawl's own keys) or a shard
+    part: int | None = None
+    max_id: dict[int | None, int] = field(default_factory=dict)
     records: int = 0
-    dq_domains: set[str] = field(default_factory=set)
-    bloom_strings: dict[str, int] = field(default_factory=dict)
+    dq_domains: dict[int | None, set[str]] = field(default_factory=dict)
+    bloom_strings: dict[tuple[int | None, str], int] = field(default_factory=dict)
+    seqs: dict[int | None, int] = field(default_factory=dict)
     has_bf: bool = False
     ended: bool = False
 
@@ -452,6 +468,9 @@ def _check_header(record: Any) -> dict[str, Any]:
     seq = record.get("seq", 0)
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
         raise ValueError(f"'seq' must be a non-negative integer, got {_short(seq)}")
+    shards = record.get("shards", 1)
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ValueError(f"'shards' must be a positive integer, got {_short(shards)}")
     return record
 
 
@@ -466,7 +485,7 @@ def _check(record: Any, plan: _Plan) -> None:
         rid = _need(record, "id", str)
         if not _ID.match(rid):
             raise ValueError(f"request id {rid!r} is not a number")
-        plan.max_id = max(plan.max_id, int(rid))
+        plan.max_id[plan.part] = max(plan.max_id.get(plan.part, 0), int(rid))
         _dec(record.get("payload"), "payload")
         if "domain" in record:
             domain = _need(record, "domain", str)
@@ -477,7 +496,7 @@ def _check(record: Any, plan: _Plan) -> None:
                 raise ValueError(f"rank {rank!r} must be 16 digits")
             if "score" in record:
                 raise ValueError("a request has a score (plain queue) or a domain and rank, not both")
-            plan.dq_domains.add(domain)
+            plan.dq_domains.setdefault(plan.part, set()).add(domain)
         else:
             _number(record.get("score"), "score")
         d = record.get("deliveries", 0)
@@ -518,18 +537,18 @@ def _check(record: Any, plan: _Plan) -> None:
             size = _need(record, "size", int)
             if size < 0 or size > 512 << 20:
                 raise ValueError(f"size {size} out of range")
-            plan.bloom_strings[name] = size
+            plan.bloom_strings[plan.part, name] = size
         elif record.get("kind") == "hash":
             _pairs(record, "bloom hash")
         else:
             raise ValueError(f"bloom 'kind' must be 'string' or 'hash', got {_short(record.get('kind'))}")
     elif kind == "bloom_chunk":
         name = _bloom_name(record)
-        if name not in plan.bloom_strings:
+        if (plan.part, name) not in plan.bloom_strings:
             raise ValueError(f"chunk of {name!r} before its 'bloom' record")
         offset = _need(record, "offset", int)
         data = _b64(record.get("data"), "data")
-        if offset < 0 or offset + len(data) > plan.bloom_strings[name]:
+        if offset < 0 or offset + len(data) > plan.bloom_strings[plan.part, name]:
             raise ValueError(f"chunk at {offset} (+{len(data)} bytes) beyond the size of {name!r}")
     elif kind == "bf":
         it = _need(record, "iter", int)
@@ -537,6 +556,18 @@ def _check(record: Any, plan: _Plan) -> None:
             raise ValueError(f"'iter' must be positive, got {it}")
         _b64(record.get("data"), "data")
         plan.has_bf = True
+    elif kind == "part":
+        shards = plan.header.get("shards", 1)
+        shard = record.get("shard")
+        if shards < 2:
+            raise ValueError("a 'part' record in the export of an unsharded crawl")
+        if shard is not None and (isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards):
+            raise ValueError(f"'shard' must be null or 0..{shards - 1}, got {_short(shard)}")
+        seq = record.get("seq", 0)
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise ValueError(f"'seq' must be a non-negative integer, got {_short(seq)}")
+        plan.part = shard
+        plan.seqs[shard] = seq
     elif kind == "end":
         n = record.get("records")
         if n != plan.records:
@@ -603,23 +634,16 @@ class _Pipe:
 
 
 def _existing(client: redis.Redis, keys: CrawlKeys) -> str | None:
-    for key in client.scan_iter(match=keys.pattern(), count=BATCH):
-        return _text(key)
+    for pattern in (keys.pattern(), keys.shards_pattern()):
+        for key in client.scan_iter(match=pattern, count=BATCH):
+            return _text(key)
     return None
-
-
-def _refuse_sharded(client: redis.Redis, keys: CrawlKeys) -> None:
-    n = stored_shards(client, keys) or 1
-    if n > 1:
-        raise TransferError(
-            f"crawl {keys.crawl!r} is split into {n} shards (CRAWLPLUG_SHARDS): export and import "
-            "handle unsharded crawls only for now"
-        )
 
 
 def _purge(client: redis.Redis, keys: CrawlKeys) -> int:
     deleted = open_frontier(client, keys).purge()
-    rest = list(client.scan_iter(match=keys.pattern(), count=BATCH))  # what purge does not know of (bf)
+    rest = [k for pattern in (keys.pattern(), keys.shards_pattern())  # what purge does not know of (bf)
+            for k in client.scan_iter(match=pattern, count=BATCH)]  # fmt: skip
     for batch in _batches(rest):
         deleted += int(client.delete(*batch))
     return deleted
@@ -652,7 +676,6 @@ def import_crawl(
     """
     if not replace:
         _refuse_non_empty(client, keys)
-    _refuse_sharded(client, keys)
     plan = _Plan()
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spool:
         number = 0
@@ -688,56 +711,70 @@ def _write(client: redis.Redis, keys: CrawlKeys, plan: _Plan, spool: IO[str]) ->
         "requests": 0, "leased": 0, "start_entries": 0, "dead": 0, "seeds": 0, "dconf": 0, "domains": 0,
         "stats": 0, "fingerprints": 0, "bloom_keys": 0, "bloom_bytes": 0, "bf_chunks": 0,
     }  # fmt: skip
-    seq = max(int(plan.header.get("seq", 0)), plan.max_id)
-    if seq:
-        client.set(keys.seq, seq)  # first: a node started meanwhile could not reuse an imported id
+    shards = plan.header.get("shards", 1)
+    if shards > 1:
+        claim_shards(client, keys, shards)  # before any request: nodes must see the layout first
+
+    def part_keys(part: int | None) -> CrawlKeys:
+        return keys if part is None else keys.shard_keys(part, shards)
+
+    seqs = dict(plan.seqs)
+    seqs[None] = max(seqs.get(None, 0), int(plan.header.get("seq", 0)))
+    for part in {*seqs, *plan.max_id}:
+        seq = max(seqs.get(part, 0), plan.max_id.get(part, 0))
+        if seq:  # first: a node started meanwhile could not reuse an imported id
+            client.set(part_keys(part).seq, seq)
     pipe = _Pipe(client)
-    schedule: dict[str, float | None] = {}
+    cur, part = keys, None
+    schedule: dict[int | None, dict[str, float | None]] = {}
     expiries: dict[str, int] = {}
     bloom_keys: set[str] = set()
     spool.readline()  # the header
     for line in spool:
         record = json.loads(line)
         kind = record["type"]
-        if kind == "request":
+        if kind == "part":
+            part = record["shard"]
+            cur = part_keys(part)
+        elif kind == "request":
             rid = record["id"]
-            pipe.hset(keys.requests, rid, _dec(record["payload"], "payload"))
+            pipe.hset(cur.requests, rid, _dec(record["payload"], "payload"))
             if "domain" in record:
-                pipe.zadd(keys.dq, {f"{record['domain']}\t{record['rank']}{rid}".encode(): 0})
+                pipe.zadd(cur.dq, {f"{record['domain']}\t{record['rank']}{rid}".encode(): 0})
             else:
-                pipe.zadd(keys.queue, {rid: record["score"]})
+                pipe.zadd(cur.queue, {rid: record["score"]})
             if record.get("deliveries"):
-                pipe.hset(keys.deliveries, rid, record["deliveries"])
+                pipe.hset(cur.deliveries, rid, record["deliveries"])
             counts["requests"] += 1
             counts["leased"] += bool(record.get("leased"))
         elif kind == "start":
-            pipe.rpush(keys.start_urls, _dec(record["entry"], "entry"))
+            pipe.rpush(cur.start_urls, _dec(record["entry"], "entry"))
             counts["start_entries"] += 1
         elif kind == "dead":
-            pipe.rpush(keys.dead, _dec(record["letter"], "letter"))
+            pipe.rpush(cur.dead, _dec(record["letter"], "letter"))
             counts["dead"] += 1
         elif kind == "seed":
             sid = _dec(record["id"], "seed id")
-            pipe.hset(keys.seeds, sid, _dec(record["spec"], "seed spec"))
+            pipe.hset(cur.seeds, sid, _dec(record["spec"], "seed spec"))
             if record.get("due") is not None:
-                pipe.zadd(keys.seeds_due, {sid: int(record["due"])})
+                pipe.zadd(cur.seeds_due, {sid: int(record["due"])})
             counts["seeds"] += 1
         elif kind in ("dconf", "dstate", "stats", "crawlstats"):
             pairs = _pairs(record, kind)
             if pairs:
-                pipe.hset(keys.key(kind), mapping=dict(pairs))
+                pipe.hset(cur.key(kind), mapping=dict(pairs))
             if kind in ("dconf", "stats"):
                 counts[kind] += len(pairs)
         elif kind == "domain":
-            schedule[record["domain"]] = record.get("next")
+            schedule.setdefault(part, {})[record["domain"]] = record.get("next")
         elif kind == "seen" and record["hex"]:
-            pipe.sadd(keys.seen, *[bytes.fromhex(x) for x in record["hex"]])
+            pipe.sadd(cur.seen, *[bytes.fromhex(x) for x in record["hex"]])
             counts["fingerprints"] += len(record["hex"])
         elif kind == "seen_ttl" and record["entries"]:
-            pipe.zadd(keys.key("seen_ttl"), {bytes.fromhex(fp): int(ms) for fp, ms in record["entries"]})
+            pipe.zadd(cur.key("seen_ttl"), {bytes.fromhex(fp): int(ms) for fp, ms in record["entries"]})
             counts["fingerprints"] += len(record["entries"])
         elif kind == "bloom":
-            key = keys.key(record["key"])
+            key = cur.key(record["key"])
             if record["kind"] == "string":
                 size = record["size"]
                 if size:
@@ -753,16 +790,16 @@ def _write(client: redis.Redis, keys: CrawlKeys, plan: _Plan, spool: IO[str]) ->
             if record.get("expire_at") is not None:
                 expiries[key] = int(record["expire_at"])
         elif kind == "bloom_chunk":
-            pipe.setrange(keys.key(record["key"]), record["offset"], base64.b64decode(record["data"]))
+            pipe.setrange(cur.key(record["key"]), record["offset"], base64.b64decode(record["data"]))
         elif kind == "bf":
-            pipe.execute_command("BF.LOADCHUNK", keys.key("bf"), record["iter"], base64.b64decode(record["data"]))
+            pipe.execute_command("BF.LOADCHUNK", cur.key("bf"), record["iter"], base64.b64decode(record["data"]))
             counts["bf_chunks"] += 1
     for key, at in expiries.items():
         pipe.pexpireat(key, at)
     pipe.flush()
     counts["bloom_keys"] = len(bloom_keys)
-    if plan.dq_domains:
-        counts["domains"] = _schedule(client, keys, plan.dq_domains, schedule)
+    for part, domains in plan.dq_domains.items():
+        counts["domains"] += _schedule(client, part_keys(part), domains, schedule.get(part, {}))
     return counts
 
 

@@ -425,3 +425,84 @@ def test_cli_and_dashboard_add_the_shards_up(request, where):
     res = _cli("purge", "--yes", *common)
     assert res.exit_code == 0, res.output
     assert not list(client.scan_iter(match=K.shards_pattern()))
+
+
+# -- export and import of a sharded crawl ----------------------------------------------------------
+
+
+def test_a_sharded_crawl_stopped_on_one_redis_finishes_on_another(crawl, redis_url, r, fresh_redis, tmp_path):
+    servers = [serve(DemoShop(items=60, per_page=10, categories=3, seed=i, delay=0.02), host=h)
+               for i, h in enumerate(HOSTS[:6])]  # fmt: skip
+    try:
+        keys = CrawlKeys("multisite")
+        args = {"start_urls": _start_urls(servers)}
+        settings = {**FAST, "CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue",
+                    "DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter"}  # fmt: skip
+        first = crawl("multisite", args=args, settings={"REDIS_URL": redis_url, **settings})
+        deadline = time.monotonic() + 60
+        while sum(sum(s.hits.values()) for s in servers) < 80 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first.signal(signal.SIGTERM)
+        assert first.wait(60) == 0, first.text()[-3000:]
+        before = open_frontier(r, keys).status()
+        assert before["queued"] > 0 and before["in_flight"] == 0
+
+        path = tmp_path / "multisite.jsonl"
+        res = _cli("export", "-o", str(path), "--redis-url", redis_url, "--crawl", "multisite")
+        assert res.exit_code == 0, res.output
+        header = json.loads(path.read_text().splitlines()[0])
+        assert header["shards"] == N and header["queue"] == "domain" and header["dedup"] == "bloom"
+        res = _cli("import", str(path), "--redis-url", fresh_redis.url)
+        assert res.exit_code == 0, res.output
+        target = redis.Redis.from_url(fresh_redis.url)
+        after = open_frontier(target, keys).status()
+        assert isinstance(open_frontier(target, keys), ShardedFrontier)
+        assert [s["queued"] for s in after["shards"]] == [s["queued"] for s in before["shards"]]
+        blooms = sorted(k for k in r.scan_iter(match=keys.shards_pattern()) if b":bloom:1:" in k)
+        assert len({k.split(b"}")[0] for k in blooms}) >= 2, "the hosts went to several shards"
+        for key in blooms:  # every shard's Bloom filter moved bit for bit
+            assert r.get(key) == target.get(key)
+
+        second = crawl("multisite", args=args, settings={"REDIS_URL": fresh_redis.url, **settings})
+        _finish([second])
+        _check_every_page_once(servers)
+        status = open_frontier(target, keys).status()
+        assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
+        # the imported crawl keeps its shard count: a node configured otherwise is refused
+        with pytest.raises(ConfigError, match=f"split into {N} shards"):
+            claim_shards(target, keys, 2)
+        target.close()
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def test_a_sharded_export_keeps_leases_starts_and_dead_letters_in_their_parts(r, fresh_redis):
+    import io
+
+    from crawlplug.transfer import TransferError, export_crawl, import_crawl
+
+    a = sharded(r)
+    hosts = hosts_per_shard()
+    a.admit([item(hosts[s], j) for s in range(N) for j in range(3)])
+    held = a.pop(8)
+    a.dead_letter(held[0].id, "kept for the operator")
+    a.push_starts(["http://start.example/"])
+    out = io.StringIO()
+    counts = export_crawl(r, K, out)
+    assert (counts["requests"], counts["leased"], counts["dead"], counts["start_entries"]) == (11, 7, 1, 1)
+    target = redis.Redis.from_url(fresh_redis.url)
+    import_crawl(target, K, out.getvalue().splitlines())
+    b = open_frontier(target, K)
+    status = b.status()
+    assert (status["queued"], status["in_flight"], status["dead"], status["start_urls"]) == (11, 0, 1, 1)
+    assert status["shards"] == [{"queued": 3 - (held[0].id.startswith(f"{i}.")), "in_flight": 0,
+                                 "dead": int(held[0].id.startswith(f"{i}."))} for i in range(N)]  # fmt: skip
+    assert b.admit([item(hosts[s], j) for s in range(N) for j in range(3)]).filtered == 12, "dedup moved"
+    # the layout must agree with the header
+    lines = out.getvalue().splitlines()
+    header = json.loads(lines[0])
+    del header["shards"]
+    with pytest.raises(TransferError, match="line 2: a 'part' record in the export of an unsharded crawl"):
+        import_crawl(target, CrawlKeys("other"), [json.dumps(header), *lines[1:]])
+    target.close()
