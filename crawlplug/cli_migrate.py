@@ -47,6 +47,7 @@ from .legacy import FINGERPRINT_FUNCTIONS, ScrapyRedisSeen
 from .migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
 from .queues import load_queue_class
 from .serializers import serializer_from_settings
+from .shards import ShardedFrontier, claim_shards, stored_shards
 
 logger = logging.getLogger(__name__)
 
@@ -105,36 +106,41 @@ def _project(spider: str) -> _Project:
     return _Project(crawler, spidercls, notes)
 
 
-def _dedup(crawler: Any, frontier: Frontier, notes: list[str]) -> Dedup:
-    """The crawl's dedup strategy, from the project's DUPEFILTER_CLASS, bound to ``frontier``."""
+def _frontier(crawler: Any, client: Any, keys: CrawlKeys, queue: Any, shards: int,
+              notes: list[str]) -> Frontier | ShardedFrontier:  # fmt: skip
+    """The crawl's frontier (sharded as the crawl is), with the dedup strategy of the
+    project's DUPEFILTER_CLASS bound to it, as a node of the crawl would have it."""
     path = crawler.settings["DUPEFILTER_CLASS"]
     cls = load_object(path) if isinstance(path, str) else path
+    df = None
     if cls is BaseDupeFilter:
-        return Dedup()
-    if not (isinstance(cls, type) and issubclass(cls, RedisSetDupeFilter)):
+        factory: Any = Dedup
+    elif not (isinstance(cls, type) and issubclass(cls, RedisSetDupeFilter)):
         notes.append(f"DUPEFILTER_CLASS is {path!r}, not crawlplug's: requests are admitted with crawlplug's "
                      f"exact set (as {LEGACY_DUPEFILTER} and RedisSetDupeFilter use)")  # fmt: skip
-        frontier.dedup = SetDedup()
-        return frontier.dedup
-    if issubclass(cls, ExpiringDupeFilter):
-        notes.append("ExpiringDupeFilter cannot consult scrapy-redis's fingerprints while the crawl runs "
-                     f"(use {LEGACY_DUPEFILTER} until it ends)")  # fmt: skip
-    df = build_from_crawler(cls, crawler)
-    frontier.dedup = df.strategy
+        factory = SetDedup
+    else:
+        if issubclass(cls, ExpiringDupeFilter):
+            notes.append("ExpiringDupeFilter cannot consult scrapy-redis's fingerprints while the crawl runs "
+                         f"(use {LEGACY_DUPEFILTER} until it ends)")  # fmt: skip
+        df = build_from_crawler(cls, crawler)
+        factory = df.make_strategy
+    if shards > 1:
+        frontier: Frontier | ShardedFrontier = ShardedFrontier(client, keys, shards=shards, queue=queue,
+                                                               dedup_factory=factory)  # fmt: skip
+    else:
+        frontier = Frontier(client, keys, queue=queue, dedup=df.strategy if df is not None else factory())
     if isinstance(df, ScrapyRedisSeen):
         df.bind_plain(frontier)
-    else:
+    elif df is not None:
         df.bind(frontier)
-    return frontier.dedup
+    return frontier
 
 
-def _refuse_sharded(target: connection.Connection, keys: CrawlKeys, settings: Settings) -> None:
-    """A sharded crawl (CRAWLPLUG_SHARDS > 1) routes requests by domain to its shards:
-    this migration writes one frontier only."""
-    stored = target.client.hget(keys.key("meta"), "shards")
-    shards = max(int(stored or 1), settings.getint("CRAWLPLUG_SHARDS", 1))
-    if shards > 1:
-        _fail(f"crawl {keys.crawl!r} is sharded (CRAWLPLUG_SHARDS={shards}): migrate into an unsharded crawl")
+def _shards(target: connection.Connection, keys: CrawlKeys, settings: Settings) -> int:
+    """The crawl's shard count: as recorded if it has one, else as the project's nodes
+    will claim it (CRAWLPLUG_SHARDS)."""
+    return stored_shards(target.client, keys) or int(setting(settings, "CRAWLPLUG_SHARDS", "getint"))
 
 
 def _client(url: str) -> connection.Connection:
@@ -195,10 +201,9 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
     click.get_current_context().meta[_META_URL] = target.safe_url
     source = _client(source_url) if source_url else target
     keys = CrawlKeys(opts.crawl or s.get("CRAWLPLUG_CRAWL_ID") or spider, setting(s, "CRAWLPLUG_KEY_PREFIX"))
-    _refuse_sharded(target, keys, s)
+    shards = _shards(target, keys, s)
     queue = load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")).from_settings(s)
-    frontier = Frontier(target.client, keys, queue=queue)
-    _dedup(project.crawler, frontier, project.notes)
+    frontier = _frontier(project.crawler, target.client, keys, queue, shards, project.notes)
     migration = ScrapyRedisMigration(
         source.client, source_keys, frontier,
         spider_name=spider,
@@ -225,6 +230,8 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
                              default=False):  # fmt: skip
             click.echo("Nothing migrated.", err=True)
             raise click.exceptions.Exit(1)
+    if shards > 1 and not dry_run:
+        claim_shards(target.client, keys, shards)  # the layout first, as a node records it
     report = migration.run(dry_run=dry_run)
     _show_report(report, source_keys, keys, target)
 

@@ -47,6 +47,7 @@ from typing import Any
 
 import redis
 from scrapy import Request, Spider
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from . import legacy
@@ -340,7 +341,10 @@ class ScrapyRedisMigration:
             arg = b""
             if not request.dont_filter and self.frontier.dedup.mode != "none":
                 arg = self.frontier.dedup.argument(self.fingerprinter.fingerprint(request))
-            batch.append((arg, self.queue.score(request), payload, self.queue.domain(request)))
+            domain = self.queue.domain(request)
+            # the 5th field routes it to its shard in a sharded crawl (crawlplug.shards), as the scheduler does
+            route = domain or urlparse_cached(request).hostname or request.url
+            batch.append((arg, self.queue.score(request), payload, domain, route))
             if len(batch) >= BATCH:
                 self._admit(batch, report, dry_run)
                 batch = []

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from crawlplug.frontier import Frontier
 from crawlplug.keys import CrawlKeys
+from crawlplug.shards import ShardedFrontier, claim_shards, open_frontier
 
 from .conftest import ROOT
 
@@ -51,7 +51,7 @@ def items(nodes) -> list[dict]:
     return [json.loads(line) for node in nodes for line in node.item_lines() if line.endswith("}")]
 
 
-def finish_with_crawlplug(crawl, shop, redis_url, first, client):
+def finish_with_crawlplug(crawl, shop, redis_url, first, client, shards: int = 1):
     """Migrate, crawl the rest with crawlplug; check the union of both halves."""
     fetched_by_scrapy_redis = shop.hits
     queued = {"zset": client.zcard, "list": client.llen}[client.type("shop:requests").decode()]("shop:requests")
@@ -66,10 +66,13 @@ def finish_with_crawlplug(crawl, shop, redis_url, first, client):
     assert not client.exists("shop:requests"), "the scrapy-redis queue is renamed, a backup"
     assert client.exists("shop:requests:migrated")
     keys = CrawlKeys("shop")
-    status = Frontier(client, keys).status()
+    frontier = open_frontier(client, keys)
+    assert isinstance(frontier, ShardedFrontier) == (shards > 1)
+    status = frontier.status()
     assert status["queued"] == queued
 
-    second = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **CRAWLPLUG_NODE})
+    second = crawl(args={"base_url": shop.url},
+                   settings={"REDIS_URL": redis_url, **CRAWLPLUG_NODE, "CRAWLPLUG_SHARDS": shards})  # fmt: skip
     assert second.wait(180) == 0, second.text()[-3000:]
     log = second.text()
     assert "'finish_reason': 'finished'" in log, log[-3000:]
@@ -88,12 +91,13 @@ def finish_with_crawlplug(crawl, shop, redis_url, first, client):
     assert fetched_by_scrapy_redis and set(fetched_by_scrapy_redis) < site.paths()
     # the home page (the spider's start request, seen by scrapy-redis) was filtered by the old set
     assert "'crawlplug/scrapy_redis_seen':" in log
-    status = Frontier(client, keys).status()
+    status = open_frontier(client, keys).status()
     assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
     return hits
 
 
-def test_scrapy_redis_crawl_stopped_by_sigterm_is_finished_by_crawlplug(crawl, make_shop, redis_url, r):
+@pytest.mark.parametrize("shards", [1, 4], ids=["unsharded", "4-shards"])
+def test_scrapy_redis_crawl_stopped_by_sigterm_is_finished_by_crawlplug(crawl, make_shop, redis_url, r, shards):
     shop = make_shop(items=400, delay=0.02)
     first = crawl(args={"base_url": shop.url},
                   settings={"REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 4, **SCRAPY_REDIS})  # fmt: skip
@@ -106,7 +110,9 @@ def test_scrapy_redis_crawl_stopped_by_sigterm_is_finished_by_crawlplug(crawl, m
     assert first.wait(60) == 0, first.text()[-3000:]
     assert "'finish_reason': 'shutdown'" in first.text()
     assert r.type("shop:requests") == b"zset", "scrapy-redis's PriorityQueue: a sorted set of pickles"
-    finish_with_crawlplug(crawl, shop, redis_url, first, r)
+    if shards > 1:  # a crawl sharded beforehand (its project sets CRAWLPLUG_SHARDS): migrate into its shards
+        claim_shards(r, CrawlKeys("shop"), shards)
+    finish_with_crawlplug(crawl, shop, redis_url, first, r, shards)
 
 
 @pytest.mark.parametrize("queue_class", ["scrapy_redis.queue.FifoQueue", "scrapy_redis.queue.LifoQueue"])
