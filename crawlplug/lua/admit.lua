@@ -20,6 +20,7 @@
 --                     its hash of layer counts, then the bit strings of every
 --                     layer the caller knows (plus one spare layer for the
 --                     current filter), chunk by chunk
+-- KEYS[last] epoch     str   the part's epoch (epoch.lua)
 -- ARGV[1] dedup mode: "set", "ttl", "bloom", "bf" or "none" (every request admitted)
 -- ARGV[2] node id of the caller
 -- ARGV[3] mode parameter: "ttl": default time-to-live (ms); "bf": "<error
@@ -34,6 +35,7 @@
 -- payload (an empty payload only records the fingerprint: a dupefilter used
 -- on its own), domain ("" = the plain queue, else the per-domain queue). The dedup key is the raw fingerprint ("set"), "<ttl ms>:<raw
 -- fingerprint>" ("ttl", ttl "" = default) or "<h1>,<h2>,<h3>" ("bloom").
+-- ARGV[last] the caller's epoch (epoch.lua)
 -- Returns {flags, acked, stale, state} (acked: requests, start entries not counted): flags has one char per request, "1"
 -- admitted, "0" filtered as a duplicate; stale counts acks of leases this
 -- node no longer held; state is, for mode "bloom", the layer count of each
@@ -51,12 +53,13 @@ local mode, node, param = ARGV[1], ARGV[2], ARGV[3]
 local nacks = tonumber(ARGV[4])
 dq_keys(9)
 
+do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
 -- A script is not rolled back when a command in it fails: a crawl key of the wrong
 -- type (written by hand) would fail the store of a request after its fingerprint
 -- was recorded, and the request would be lost. Refuse the whole call first.
-if #ARGV > 5 + nacks + 2 * tonumber(ARGV[5 + nacks]) then
+if NARGV > 5 + nacks + 2 * tonumber(ARGV[5 + nacks]) then
   local expected = {{queue, "zset"}, {requests, "hash"}, {seq, "string"}, {D.dq, "zset"}}
   if mode == "set" then expected[#expected + 1] = {seen, "set"} end
   if mode == "ttl" then expected[#expected + 1] = {seen, "zset"} end
@@ -229,7 +232,7 @@ local nevents = tonumber(ARGV[5 + nacks])
 local i = 6 + nacks + 2 * nevents
 local partial = false
 local dq_now
-while i + 3 <= #ARGV do
+while i + 3 <= NARGV do
   local dkey, score, payload, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local new = 1
   if dkey ~= "" then
