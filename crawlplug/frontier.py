@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 from .dedup import Dedup, SetDedup
+from .errors import AdmissionIncomplete
 from .keys import NAMES, CrawlKeys
 from .lua import Scripts
 from .queues import BaseQueue, PriorityQueue
@@ -105,6 +106,7 @@ class Frontier:
         heartbeat: float = 2.0,
         max_deliveries: int = 5,
         scripts: Scripts | None = None,
+        joined: bool = False,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -123,6 +125,14 @@ class Frontier:
         self.start_entries = 0
         #: whether an operator paused the crawl, at the last heartbeat
         self.paused = False
+        #: whether this node joined the crawl through its meta key (the scheduler, after
+        #: claim_shards): its heartbeat then tells when Redis lost the crawl's data
+        self.joined = joined
+        #: whether a node found the crawl's data lost (control "lost"), at the last
+        #: heartbeat or idle_state(): the crawl must then not read as finished
+        self.data_lost = False
+        #: the type start_urls holds when it is not a list ("" if it is one, or absent)
+        self.start_urls_kind = ""
         dk = k.domain_keys()
         self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk]
         self._reap_keys = [
@@ -176,7 +186,12 @@ class Frontier:
         stale_rounds = 0
         while True:
             rest = items[len(done):]
-            raw = self.scripts.admit(keys=self._admit_keys(), args=self._admit_args(rest, acks, events))
+            try:
+                raw = self.scripts.admit(keys=self._admit_keys(), args=self._admit_args(rest, acks, events))
+            except redis.RedisError as exc:
+                if done:  # a Bloom filter that grew stored the first part of the batch
+                    raise AdmissionIncomplete(done + "-" * len(rest), exc) from exc
+                raise
             result = self._result(raw)
             if isinstance(result, AdmitResult):
                 result.flags = done + result.flags
@@ -195,13 +210,22 @@ class Frontier:
     def _pop_args(self, n: int) -> list[Any]:
         return [self.node_id, n, self.lease_ms, self.queue.order]
 
+    def _pop_after_admit_call(self, n: int) -> tuple[str, list[str], list[Any]]:
+        """A pop pipelined after an admission: it checks the admission's own keys too
+        (pop.lua), so a corrupt key refuses both calls and the pair changes nothing."""
+        k = self.keys
+        keys = [*self._pop_keys, self.dedup.seen_key(k), k.seq, k.series, *self.dedup.extra_keys(k)]
+        return ("pop", keys, [*self._pop_args(n), self.dedup.mode, self.dedup.param()])
+
     # -- the calls, for a sharded crawl to pipeline over its shards (crawlplug.shards) --
     def admit_call(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = ()
     ) -> tuple[str, list[str], list[Any]]:
         return ("admit", self._admit_keys(), self._admit_args(items, acks, events))
 
-    def pop_call(self, n: int) -> tuple[str, list[str], list[Any]]:
+    def pop_call(self, n: int, *, after_admit: bool = False) -> tuple[str, list[str], list[Any]]:
+        if after_admit:
+            return self._pop_after_admit_call(n)
         return ("pop", self._pop_keys, self._pop_args(n))
 
     def renew_call(self, lease_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
@@ -212,7 +236,7 @@ class Frontier:
 
     def idle_call(self) -> tuple[str, list[str], list[Any]]:
         k = self.keys
-        return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls], [])
+        return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls, k.control], [])
 
     def release_call(self, ids: Sequence[str], *, unstarted: bool) -> tuple[str, list[str], list[Any]]:
         k = self.keys
@@ -231,9 +255,9 @@ class Frontier:
             pairs += [name, value]
         return (
             "heartbeat",
-            [k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers, k.control],
-            [self.node_id, self.lease_ms, self.node_ttl_ms, "1" if producing else "0", len(pairs) // 2, *pairs,
-             *lease_ids],
+            [k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers, k.control, k.meta],
+            [self.node_id, self.lease_ms, self.node_ttl_ms, "1" if producing else "0", "1" if self.joined else "0",
+             len(pairs) // 2, *pairs, *lease_ids],
         )  # fmt: skip
 
     def renew(self, lease_ids: Sequence[str]) -> list[str]:
@@ -256,13 +280,33 @@ class Frontier:
         """:meth:`admit` then :meth:`pop`, in one round trip."""
         if not items and not acks and not events:
             return None, self.pop(n)
-        admitted, raw = self.scripts.pipelined([self.admit_call(items, acks, events), self.pop_call(n)])
+        admitted, raw = self.scripts.pipelined([self.admit_call(items, acks, events), self.pop_call(n, after_admit=True)])
+        if isinstance(admitted, Exception):
+            # the admission failed (a full Redis refuses its first write while the pop's
+            # are let through): the leases the pop took go back at once, unstarted, or
+            # they would be held from every node until they expire, each counted as a delivery
+            if not isinstance(raw, Exception):
+                self._give_back(self._leased(raw))
+            raise admitted
+        if isinstance(raw, Exception):
+            logger.debug("crawlplug: the pop after an admission failed (%s); the admission stands", raw)
+            raw = [-1] if getattr(self.queue, "order", None) == "domain" else []
         result = self._result(admitted)
         if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish the batch alone
             done = result or ""
             result = self.admit(items[len(done):], acks, events)
             result.flags = done + result.flags
         return result, self._leased(raw)
+
+    def _give_back(self, leased: list[Leased]) -> None:
+        """Return leases taken in a call whose admission failed (they expire anyway if this fails too)."""
+        if not leased:
+            return
+        try:
+            self.release([x.id for x in leased], unstarted=True)
+        except redis.RedisError as exc:
+            logger.warning("crawlplug: could not give back %d leases now (%s); they return when they expire",
+                           len(leased), exc)  # fmt: skip
 
     def take_starts(self, n: int, legacy_key: str | None = None) -> list[tuple[str, bytes]]:
         """Lease up to ``n`` start entries: [(lease id, raw entry)]. Ack a lease
@@ -292,7 +336,9 @@ class Frontier:
         _, keys, args = self.heartbeat_call(lease_ids, producing=producing, metrics=metrics)
         out = self.scripts.heartbeat(keys=keys, args=args)
         self.paused = bool(int(out[1]))
-        return [_text(x) for x in out[2:]]
+        if int(out[2]):
+            self.data_lost = True
+        return [_text(x) for x in out[3:]]
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Requeue expired leases (dead-lettering over-delivered ones): (requeued, dead)."""
@@ -318,8 +364,9 @@ class Frontier:
         return bool(pipe.execute()[0])
 
     def resume(self) -> bool:
-        """Resume a paused crawl; False if it was not paused."""
-        return bool(self.client.hdel(self.keys.control, "paused"))
+        """Resume a paused crawl, and accept that Redis lost its data if a node found it
+        so (control "lost", set by heartbeat.lua); False if neither was set."""
+        return bool(self.client.hdel(self.keys.control, "paused", "lost"))
 
     def paused_info(self) -> dict[str, Any] | None:
         raw = self.client.hget(self.keys.control, "paused")
@@ -360,8 +407,10 @@ class Frontier:
     def idle_state(self) -> tuple[int, int, int]:
         """(queued, leased, live producers) across the whole crawl."""
         _, keys, _ = self.idle_call()
-        q, leased, producers, starts = self.scripts.idle(keys=keys, args=[])
+        q, leased, producers, starts, lost, kind = self.scripts.idle(keys=keys, args=[])
         self.start_entries = int(starts)
+        self.data_lost = bool(int(lost))
+        self.start_urls_kind = _text(kind)
         return int(q), int(leased), int(producers)
 
     def __len__(self) -> int:
@@ -383,15 +432,24 @@ class Frontier:
         pipe.llen(k.dead)
         pipe.hgetall(k.stats)
         pipe.zrange(k.nodes, 0, -1, withscores=True)
-        queued, dqueued, starts, domains, leased, seen, dead, stats, nodes = pipe.execute()
+        names = [k.queue, k.dq, k.start_urls, k.domains, k.leases, k.seen, k.dead, k.stats, k.nodes]
+        raw = pipe.execute(raise_on_error=False)
+        # a key of the wrong type (written by hand) is reported, not raised: status is
+        # what an operator runs to find out what is wrong
+        corrupt = {name: str(value) for name, value in zip(names, raw) if isinstance(value, redis.ResponseError)}
+        queued, dqueued, starts, domains, leased, seen, dead, stats, nodes = (
+            ({} if i == 7 else [] if i == 8 else 0) if isinstance(value, redis.ResponseError) else value
+            for i, value in enumerate(raw)
+        )
         return {
+            "corrupt": corrupt,
             "queued": queued + dqueued,
             "start_urls": starts,
             "domains": domains,
             "in_flight": leased,
             "seen": seen,
             "dead": dead,
-            "stats": {_text(a): int(b) for a, b in stats.items()},
+            "stats": {_text(a): _int(b) for a, b in stats.items()},
             "nodes": {_text(n): int(s) for n, s in nodes},
         }
 
@@ -510,6 +568,13 @@ def _dedup(dedup: str | Dedup) -> Dedup:
     if dedup == "none":
         return Dedup()
     raise ValueError(f"unknown dedup mode {dedup!r}; pass a crawlplug.dedup strategy")
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return 0
 
 
 def _text(value: Any) -> str:

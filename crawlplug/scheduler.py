@@ -38,8 +38,16 @@ from . import connection, enginehooks, memory, starts
 from .config import SchedulerConfig, setting
 from .dedup import Dedup
 from .dupefilters import RedisSetDupeFilter
-from .errors import REDIS_ERRORS, ConfigError, DecodeError, RedisUnavailable, SerializationError
-from .frontier import Admission, Domains, Frontier, Leased, process_node_id
+from .errors import (
+    REDIS_ERRORS,
+    AdmissionIncomplete,
+    ConfigError,
+    CorruptKey,
+    DecodeError,
+    RedisUnavailable,
+    SerializationError,
+)
+from .frontier import Admission, AdmitResult, Domains, Frontier, Leased, process_node_id
 from .keys import CrawlKeys
 from .leases import LEASE_META, LeaseBook, Termination
 from .queues import BaseQueue, domain_limits, load_queue_class
@@ -162,7 +170,15 @@ class Scheduler(BaseScheduler):
             )  # fmt: skip
         else:
             logger.info("crawlplug: crawl %r on Redis %s", keys.crawl, self.conn.safe_url)
-        status = self.frontier.status()
+        try:
+            status = self.frontier.status()
+        except REDIS_ERRORS as exc:  # the heartbeat below says what is wrong, once
+            status = {"queued": 0, "in_flight": 0, "seen": 0, "nodes": {}, "corrupt": {}}
+            logger.debug("crawlplug: could not read the crawl's status at start: %s", exc)
+        for key, error in status.get("corrupt", {}).items():
+            self._log_once(f"corrupt:{key}", logging.ERROR,
+                           "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
+                           "this node goes on with the rest of the crawl", key, error)  # fmt: skip
         logger.info(
             "crawlplug: node %s joins crawl %r: %d queued, %d in flight, %d fingerprints, %d other nodes",
             self.frontier.node_id, keys.crawl, status["queued"], status["in_flight"],
@@ -214,6 +230,7 @@ class Scheduler(BaseScheduler):
                 self.conn.client, keys, **common,
                 dedup=self.df.strategy if isinstance(self.df, RedisSetDupeFilter) else Dedup(),
             )  # fmt: skip
+        self.frontier.joined = True  # the crawl's meta exists now: its heartbeat can tell a lost Redis
         if isinstance(self.df, RedisSetDupeFilter):
             self.df.bind(self.frontier)
         self._check_queue_kind()
@@ -222,7 +239,10 @@ class Scheduler(BaseScheduler):
         if self._domains:
             self.domains = Domains(self.conn.client, keys, self._parts()[1:] or [keys])
             # "key": how hosts map to domains, for tools that requeue (crawlplug dead requeue)
-            self.domains.configure({**domain_limits(self.crawler.settings), "key": self.queue.key})
+            try:
+                self.domains.configure({**domain_limits(self.crawler.settings), "key": self.queue.key})
+            except CorruptKey as exc:  # the scripts refuse until it is repaired; said once here
+                self._corrupt(exc)
             self.crawler.signals.connect(self._on_sent, signal=signals.request_reached_downloader)
             self.crawler.signals.connect(self._on_downloaded, signal=signals.request_left_downloader)
             if self.crawler.settings.getbool("ROBOTSTXT_OBEY") and hasattr(signals, "robots_parsed"):
@@ -233,9 +253,12 @@ class Scheduler(BaseScheduler):
         requests waiting in the other kind would never be crawled."""
         assert self.frontier is not None
         keys = self.frontier.keys
-        waiting = sum(
-            int(self.frontier.client.zcard(k.queue if self._domains else k.dq)) for k in self._parts()
-        )
+        waiting = 0
+        for k in self._parts():
+            try:
+                waiting += int(self.frontier.client.zcard(k.queue if self._domains else k.dq))
+            except redis.ResponseError:  # a key of the wrong type: the scripts name it
+                pass
         if waiting:
             used, ours = ("a plain queue", "DomainQueue") if self._domains else ("DomainQueue", "a plain queue")
             raise ConfigError(
@@ -474,6 +497,14 @@ class Scheduler(BaseScheduler):
                 result, leased = self.frontier.admit_and_pop(items, acks, pop, events)
             else:
                 result, leased = self.frontier.admit(items, acks, events), []
+        except AdmissionIncomplete as exc:
+            # part of the batch is stored (other shards): account for it and keep only
+            # the rest, so a retry counts none of it as a duplicate; the acks wait
+            done = [(entry, flag) for entry, flag in zip(batch, exc.flags) if flag != "-"]
+            self._buffer = [entry for entry, flag in zip(batch, exc.flags) if flag == "-"]
+            self._account([entry for entry, _ in done], AdmitResult("".join(f for _, f in done), 0, 0))
+            self._redis_error(exc.cause)
+            return
         except REDIS_ERRORS as exc:
             self._redis_error(exc)
             return
@@ -538,7 +569,11 @@ class Scheduler(BaseScheduler):
         if self.frontier is None or self._waiting_for_redis():
             return
         try:
-            lease_ids = list(self.book.active) + [x.id for x in self._prefetched] + list(self._start_leases)
+            # acks not yet sent are renewed too: while admissions fail (a full Redis, a
+            # corrupt key) and heartbeats go through, finished pages must not expire
+            lease_ids = list(dict.fromkeys([
+                *self.book.active, *(x.id for x in self._prefetched), *self._start_leases, *self._acks,
+            ]))  # fmt: skip
             lost = self.frontier.heartbeat(
                 lease_ids,
                 producing=self._still_producing(),
@@ -552,6 +587,7 @@ class Scheduler(BaseScheduler):
                 },
             )
             self._follow_pause(self.frontier.paused)
+            self._check_lost()
             if lost:
                 lost_set = set(lost)
                 self._prefetched = deque(x for x in self._prefetched if x.id not in lost_set)
@@ -721,7 +757,7 @@ class Scheduler(BaseScheduler):
             self._redis_error(exc)
             return False
         local = self.has_pending_requests() or bool(self.book.active) or bool(self._start_leases)
-        self.termination.observe(queued, leased, producers, local_pending=local)
+        self._observe(queued, leased, producers, local)
         return self.termination.finished()
 
     def _drain_starts(self) -> None:
@@ -749,7 +785,7 @@ class Scheduler(BaseScheduler):
                 if self.frontier.start_entries:
                     self._drain_starts()
                 local = bool(self.book.active) or bool(self._start_leases)
-                self.termination.observe(queued, leased, producers, local_pending=local)
+                self._observe(queued, leased, producers, local)
                 if queued:
                     self._nothing_until = 0.0
                     enginehooks.wake(self.crawler)
@@ -773,7 +809,7 @@ class Scheduler(BaseScheduler):
         except REDIS_ERRORS as exc:
             self._redis_error(exc)
             raise DontCloseSpider from None
-        self.termination.observe(queued, leased, producers, local_pending=self.has_pending_requests())
+        self._observe(queued, leased, producers, self.has_pending_requests())
         if queued:
             self._nothing_until = 0.0
         if not self.termination.finished():
@@ -783,7 +819,41 @@ class Scheduler(BaseScheduler):
             self.frontier.keys.crawl, self.termination.grace,
         )  # fmt: skip
 
+    def _corrupt(self, exc: CorruptKey) -> None:
+        """A script refused a corrupt crawl key: not an outage, said once per key."""
+        self._inc("crawlplug/corrupt_key_refusals")
+        self._log_once(f"corrupt:{exc.key}", logging.ERROR,
+                       "crawlplug: %s. This is not an outage: this node keeps what it could not store, "
+                       "goes on with what does not need that key, and tries again", exc)  # fmt: skip
+
+    def _check_lost(self) -> None:
+        """Redis lost the crawl's data (seen by a heartbeat, or at idle checks): say so once."""
+        assert self.frontier is not None
+        if self.frontier.data_lost:
+            self._log_once("data-lost", logging.ERROR,
+                           "crawlplug: Redis lost crawl %r's data (its keys vanished: a restart without "
+                           "persistence, a flush, a failover to an empty replica). What was queued or in flight "
+                           "then is gone; the crawl will not end as 'finished' while this stands. Push its "
+                           "start URLs again, then `crawlplug resume --crawl %s` to accept the loss",
+                           self.frontier.keys.crawl, self.frontier.keys.crawl)  # fmt: skip
+        kind = getattr(self.frontier, "start_urls_kind", "")
+        if kind:
+            self._log_once(f"corrupt:{self.frontier.keys.start_urls}", logging.ERROR,
+                           "crawlplug: crawl key %s holds a %s, not a list: its entries are not read. Push start "
+                           "URLs with `crawlplug push` (a list), or move them there and delete the key "
+                           "(docs/faults.md); the rest of the crawl goes on",
+                           self.frontier.keys.start_urls, kind)  # fmt: skip
+
+    def _observe(self, queued: int, leased: int, producers: int, local: bool) -> None:
+        """Feed the termination rule; a crawl whose data Redis lost never reads as finished."""
+        self._check_lost()
+        assert self.frontier is not None
+        self.termination.observe(queued, leased, producers, local_pending=local or self.frontier.data_lost)
+
     def _redis_error(self, exc: Exception) -> None:
+        if isinstance(exc, CorruptKey):
+            self._corrupt(exc)
+            return
         self._inc("crawlplug/redis_errors")
         if isinstance(exc, redis.exceptions.NoPermissionError) and not self._closing:
             # waiting would not help: the Redis user lacks a grant (an ACL), e.g. on a key

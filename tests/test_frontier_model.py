@@ -40,23 +40,30 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from crawlplug.bloom import BloomSpec
 from crawlplug.dedup import BloomDedup, Dedup, SetDedup, TtlDedup
+from crawlplug.errors import AdmissionIncomplete
 from crawlplug.frontier import Frontier
 from crawlplug.keys import CrawlKeys
 from crawlplug.queues import DomainQueue, PriorityQueue
@@ -140,13 +147,15 @@ class FrontierUnderTest:
                 "heartbeat": SHORT / 3 if short else 2.0,
                 "max_deliveries": MAX_DELIVERIES,
             }
+            # as the scheduler does: claim the crawl's layout (its meta key), then join it
             if self.config.sharded:
                 claim_shards(self.client, K, SHARDS)
-                self.frontiers[key] = ShardedFrontier(self.client, K, shards=SHARDS, dedup_factory=self._dedup,
-                                                      **kwargs)  # fmt: skip
+                frontier: Any = ShardedFrontier(self.client, K, shards=SHARDS, dedup_factory=self._dedup, **kwargs)
             else:
                 claim_shards(self.client, K, 1)
-                self.frontiers[key] = Frontier(self.client, K, dedup=self._dedup(), **kwargs)
+                frontier = Frontier(self.client, K, dedup=self._dedup(), **kwargs)
+            frontier.joined = True
+            self.frontiers[key] = frontier
         return self.frontiers[key]
 
     def shard_of(self, url: str) -> int | None:
@@ -168,12 +177,19 @@ class FrontierUnderTest:
 
     def admit(self, node: str, items: list[tuple[str, str, float, str]], acks: list[str],
               events: list[tuple[str, str]]) -> tuple[str, int, int]:  # fmt: skip
-        result = self.frontier(node).admit(self._items(node, items), acks, events)
+        """(flags, acked, stale); raises :class:`Partial` when only part of the batch was stored."""
+        try:
+            result = self.frontier(node).admit(self._items(node, items), acks, events)
+        except AdmissionIncomplete as exc:
+            raise Partial(exc.flags, exc.cause) from exc
         return result.flags, result.acked, result.stale
 
     def admit_and_pop(self, node: str, items: list[tuple[str, str, float, str]], acks: list[str],
                       events: list[tuple[str, str]], n: int) -> tuple[str, list[tuple[str, str, int, str]]]:  # fmt: skip
-        result, leased = self.frontier(node).admit_and_pop(self._items(node, items), acks, n, events)
+        try:
+            result, leased = self.frontier(node).admit_and_pop(self._items(node, items), acks, n, events)
+        except AdmissionIncomplete as exc:
+            raise Partial(exc.flags, exc.cause) from exc
         flags = result.flags if result is not None else ""
         return flags, [(x.id, x.payload.decode(), x.deliveries, x.report) for x in leased]
 
@@ -254,6 +270,14 @@ class FrontierUnderTest:
         return part.key(name)
 
 
+class Partial(Exception):
+    """An admission that stored part of its batch: ``flags`` per item, "-" for not done."""
+
+    def __init__(self, flags: str, cause: Exception) -> None:
+        super().__init__(flags, cause)
+        self.flags, self.cause = flags, cause
+
+
 @dataclass
 class Req:
     """The model's request (or start entry while leased)."""
@@ -322,24 +346,44 @@ class FrontierModel(RuleBasedStateMachine):
 
     # -- helpers -----------------------------------------------------------------------------
     def call(self, fn: Callable[[], Any]) -> Any:
-        """Run one frontier call; a refusal must name the corrupt key and write nothing."""
-        before = self.f.snapshot()
+        """Run one frontier call; a refusal must name the corrupt key and write nothing.
+
+        On a sharded crawl a call spans parts that cannot change together: the part
+        holding the corrupt key must be untouched; the other parts may have stored
+        their share of a batch (returned as :class:`Partial`, applied by the rule) and
+        given back what their pops took (the lease and release counters rise alike).
+        """
+        before, counts = self.f.snapshot(), self._give_back_counts()
         try:
             return fn()
-        except redis.ResponseError as exc:
+        except (redis.ResponseError, Partial) as exc:
+            cause = exc.cause if isinstance(exc, Partial) else exc
             after = self.f.snapshot()
             changed = sorted(k.decode() for k in set(before) | set(after) if before.get(k) != after.get(k))
             if self.config.sharded and self.corrupt is not None:
-                # no atomicity across shards: the part with the corrupt key must be untouched
                 tag = self.corrupt[0].rsplit("}:", 1)[0] + "}:"
                 changed = [k for k in changed if k.startswith(tag)]
-            assert not changed, f"a refused call ({exc}) wrote to {changed}"
-            assert self.corrupt is not None, f"refused with no corrupt key: {exc}"
-            if not self.named_errors:
-                return REFUSED
-            assert self.corrupt[0] in str(exc), f"the error does not name the corrupt key {self.corrupt[0]}: {exc}"
-            assert "repair or delete" in str(exc), f"the error does not say what to do: {exc}"
-            return REFUSED
+            assert not changed, f"a refused call ({cause}) wrote to {changed}"
+            assert self.corrupt is not None, f"refused with no corrupt key: {cause}"
+            if self.named_errors:
+                assert self.corrupt[0] in str(cause), f"the error does not name the corrupt key {self.corrupt[0]}: {cause}"
+                assert "repair or delete" in str(cause), f"the error does not say what to do: {cause}"
+            if self.config.sharded:
+                delta = self._give_back_counts() - counts
+                assert delta["leased"] == delta["released"], f"leases taken and not given back: {delta}"
+                self.counters.update(delta)
+            return exc if isinstance(exc, Partial) else REFUSED
+
+    def _give_back_counts(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for part in self.f.parts():
+            for name in ("leased", "released", "redelivered"):
+                raw = self.client.hget(part.stats, name) if self.client.type(part.stats) == b"hash" else None
+                try:
+                    out[name] += int(raw or 0)
+                except ValueError:
+                    pass
+        return out
 
     def live(self) -> list[str]:
         return [n for n, m in self.nodes.items() if m.stalled is None]
@@ -372,6 +416,11 @@ class FrontierModel(RuleBasedStateMachine):
                 self.counters["enqueued"] += 1
                 self.seq += 1
                 self.reqs[payload] = Req(payload, url, False, (score, self.seq))
+
+    def _expect_partial(self, items: list[tuple[str, str, float, str]], flags: str) -> None:
+        """The part of a batch stored before another part was refused (no ack made)."""
+        done = [(item, flag) for item, flag in zip(items, flags) if flag != "-"]
+        self._expect_admit([item for item, _ in done], "".join(flag for _, flag in done))
 
     def _expect_acks(self, node: str, acks: list[str]) -> tuple[int, int]:
         acked = stale = 0
@@ -437,6 +486,9 @@ class FrontierModel(RuleBasedStateMachine):
         """One admission; False if it was refused."""
         events = list(self.nodes[node].reports)
         out = self.call(lambda: self.f.admit(node, items, acks, events))
+        if isinstance(out, Partial):
+            self._expect_partial(items, out.flags)
+            return False
         if out is REFUSED:
             return False
         flags, acked, stale = out
@@ -451,6 +503,9 @@ class FrontierModel(RuleBasedStateMachine):
         node = data.draw(st.sampled_from(self.live()))
         items, acks, events = self._batch(raw), self._acks(node, data), list(self.nodes[node].reports)
         out = self.call(lambda: self.f.admit_and_pop(node, items, acks, events, n))
+        if isinstance(out, Partial):
+            self._expect_partial(items, out.flags)
+            return
         if out is REFUSED:
             return
         flags, got = out
@@ -481,6 +536,9 @@ class FrontierModel(RuleBasedStateMachine):
         parent = data.draw(st.sampled_from(sorted(self.nodes[node].held)))
         items = [(to, kind, 0.0, self.next_payload(to))]
         out = self.call(lambda: self.f.admit(node, items, [parent], []))
+        if isinstance(out, Partial):
+            self._expect_partial(items, out.flags)
+            return
         if out is REFUSED:
             return
         self._expect_admit(items, out[0])
@@ -796,7 +854,7 @@ class FrontierModel(RuleBasedStateMachine):
     def finished_only_when_nothing_is_left(self) -> None:
         if self.corrupt is not None or not self.live():
             return
-        done, (queued, leased, producers) = self.f.finished(self.live()[0])
+        done, (queued, leased, _) = self.f.finished(self.live()[0])
         if not self.pairings_only:
             assert (queued, leased) == (len(self.queued()) + len(self.start_list), len(self.leased()))
         if done:
