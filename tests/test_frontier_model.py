@@ -749,8 +749,9 @@ class FrontierModel(RuleBasedStateMachine):
         elif name == "start_urls":
             done = self._take(node, 1)
         else:
-            fresh = [u for u in URLS if u not in self.seen and (shard is None or self.f.shard_of(u) == shard)]
-            url = fresh[0] if fresh else URLS[0]
+            here = [u for u in URLS if shard is None or self.f.shard_of(u) == shard]
+            fresh = [u for u in here if u not in self.seen]
+            url = fresh[0] if fresh else here[0]
             done = self._admit(node, [(url, "n" if fresh else "d", 0.0, self.next_payload(url))], [])
         assert not done or not self.named_errors, f"a call on the corrupt {key} went through"
 
@@ -879,7 +880,7 @@ def test_the_frontier_matches_its_model(config: Config, model_server: RedisServe
     run_state_machine_as_test(
         machine,
         settings=settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=False,
-                          suppress_health_check=list(HealthCheck)),  # fmt: skip
+                          suppress_health_check=list(HealthCheck)),
     )
     if config.dedup == "bloom":
         # dropped new URLs are false positives only, within what the error rate allows
