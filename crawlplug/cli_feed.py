@@ -316,9 +316,15 @@ def pause(redis_url: str | None, crawl: str | None) -> None:
 @_shared_options(envvar=False)
 @_friendly_errors
 def resume(redis_url: str | None, crawl: str | None) -> None:
-    """Resume a paused crawl."""
+    """Resume a paused crawl, or one whose nodes found its data lost by Redis (it
+    may then finish again: what was lost is not crawled unless pushed again)."""
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
-    changed = Frontier(target.client, keys).resume()
-    click.echo(f"crawl {keys.crawl!r} {'resumed' if changed else 'was not paused'}")
+    frontier = Frontier(target.client, keys)
+    lost = target.client.hexists(keys.control, "lost")
+    paused = frontier.paused_info() is not None
+    frontier.resume()
+    if lost:
+        click.echo(f"crawl {keys.crawl!r}: the loss of its data is accepted; it may finish again")
+    click.echo(f"crawl {keys.crawl!r} {'resumed' if paused else 'was not paused'}")

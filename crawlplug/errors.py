@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import redis
 
 
@@ -55,6 +57,53 @@ class RunEnded(CrawlplugError):
     def __init__(self, message: str, state: str = "stopped") -> None:
         super().__init__(message)
         self.state = state
+class CorruptKey(CrawlplugError, redis.ResponseError):
+    """A crawl key holds what crawlplug never writes there (a wrong type, a counter
+    that is no integer): the script refused the whole call, having written nothing.
+    Not an outage: waiting does not repair it, an operator does (the message names
+    the key and what to do). ``key`` is its name."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+_CORRUPT = re.compile(r"CORRUPT crawl key (\S+) ")
+
+
+def corrupt_key(exc: Exception) -> Exception:
+    """``exc`` as a :class:`CorruptKey` if it is a script's refusal of a corrupt key
+    (guard.lua), else ``exc`` itself."""
+    if isinstance(exc, CorruptKey):
+        return exc
+    match = _CORRUPT.search(str(exc))
+    if match is None:
+        return exc
+    message = str(exc)
+    return CorruptKey(message[message.index("CORRUPT crawl key"):], match.group(1))
+
+
+def script_error(exc: BaseException) -> BaseException:
+    """A script's error reply as crawlplug's error for it (:class:`StaleEpoch`,
+    :class:`CorruptKey`), else ``exc`` itself: converted once, where replies come in
+    (crawlplug.lua.Scripts)."""
+    if not isinstance(exc, redis.exceptions.ResponseError):
+        return exc
+    converted = StaleEpoch.check(exc)
+    return converted if converted is not exc else corrupt_key(exc)
+
+
+class AdmissionIncomplete(CrawlplugError):
+    """An admission of one batch that went through in part only (a sharded crawl
+    whose shards answered differently, a Bloom filter that grew half-way): the
+    requests ``flags`` marks "1" (admitted) or "0" (duplicate) are done, those
+    marked "-" are not, nor are the acks. ``cause`` is the error the rest met.
+    Retrying only the rest counts nothing twice."""
+
+    def __init__(self, flags: str, cause: Exception) -> None:
+        super().__init__(f"{flags.count('-')} of {len(flags)} requests not admitted: {cause}")
+        self.flags = flags
+        self.cause = cause
 
 
 def _redis_errors() -> tuple[type[BaseException], ...]:

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 from .dedup import Dedup, SetDedup
+from .errors import AdmissionIncomplete
 from .keys import NAMES, CrawlKeys
 from .lua import Scripts
 from .queues import BaseQueue, PriorityQueue
@@ -129,6 +130,11 @@ class Frontier:
         self.paused = False
         #: the run's state at the last heartbeat (crawlplug.runs; "" before one)
         self.run_state = ""
+        #: whether a node found the crawl's data lost (control "lost"), at the last
+        #: heartbeat or idle_state(): the crawl must then not read as finished
+        self.data_lost = False
+        #: the type start_urls holds when it is not a list ("" if it is one, or absent)
+        self.start_urls_kind = ""
         dk = k.domain_keys()
         self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk, k.epoch]
         self._reap_keys = [
@@ -183,7 +189,12 @@ class Frontier:
         stale_rounds = 0
         while True:
             rest = items[len(done):]
-            raw = self.scripts.admit(keys=self._admit_keys(), args=self._admit_args(rest, acks, events))
+            try:
+                raw = self.scripts.admit(keys=self._admit_keys(), args=self._admit_args(rest, acks, events))
+            except redis.RedisError as exc:
+                if done:  # a Bloom filter that grew stored the first part of the batch
+                    raise AdmissionIncomplete(done + "-" * len(rest), exc) from exc
+                raise
             result = self._result(raw)
             if isinstance(result, AdmitResult):
                 result.flags = done + result.flags
@@ -202,13 +213,23 @@ class Frontier:
     def _pop_args(self, n: int) -> list[Any]:
         return [self.node_id, n, self.lease_ms, self.queue.order, self.epoch]
 
+    def _pop_after_admit_call(self, n: int) -> tuple[str, list[str], list[Any]]:
+        """A pop pipelined after an admission: it checks the admission's own keys too
+        (pop.lua), so a corrupt key refuses both calls and the pair changes nothing."""
+        k = self.keys
+        keys = [*self._pop_keys[:-1], self.dedup.seen_key(k), k.seq, k.series, *self.dedup.extra_keys(k), k.epoch]
+        args = [*self._pop_args(n)[:-1], self.dedup.mode, self.dedup.param(), self.epoch]
+        return ("pop", keys, args)
+
     # -- the calls, for a sharded crawl to pipeline over its shards (crawlplug.shards) --
     def admit_call(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = ()
     ) -> tuple[str, list[str], list[Any]]:
         return ("admit", self._admit_keys(), self._admit_args(items, acks, events))
 
-    def pop_call(self, n: int) -> tuple[str, list[str], list[Any]]:
+    def pop_call(self, n: int, *, after_admit: bool = False) -> tuple[str, list[str], list[Any]]:
+        if after_admit:
+            return self._pop_after_admit_call(n)
         return ("pop", self._pop_keys, self._pop_args(n))
 
     def renew_call(self, lease_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
@@ -220,7 +241,7 @@ class Frontier:
 
     def idle_call(self) -> tuple[str, list[str], list[Any]]:
         k = self.keys
-        return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls], [])
+        return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls, k.control], [])
 
     def release_call(self, ids: Sequence[str], *, unstarted: bool) -> tuple[str, list[str], list[Any]]:
         k = self.keys
@@ -269,13 +290,33 @@ class Frontier:
         """:meth:`admit` then :meth:`pop`, in one round trip."""
         if not items and not acks and not events:
             return None, self.pop(n)
-        admitted, raw = self.scripts.pipelined([self.admit_call(items, acks, events), self.pop_call(n)])
+        admitted, raw = self.scripts.pipelined([self.admit_call(items, acks, events), self.pop_call(n, after_admit=True)])
+        if isinstance(admitted, Exception):
+            # the admission failed (a full Redis refuses its first write while the pop's
+            # are let through): the leases the pop took go back at once, unstarted, or
+            # they would be held from every node until they expire, each counted as a delivery
+            if not isinstance(raw, Exception):
+                self._give_back(self._leased(raw))
+            raise admitted
+        if isinstance(raw, Exception):
+            logger.debug("crawlplug: the pop after an admission failed (%s); the admission stands", raw)
+            raw = [-1] if getattr(self.queue, "order", None) == "domain" else []
         result = self._result(admitted)
         if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish the batch alone
             done = result or ""
             result = self.admit(items[len(done):], acks, events)
             result.flags = done + result.flags
         return result, self._leased(raw)
+
+    def _give_back(self, leased: list[Leased]) -> None:
+        """Return leases taken in a call whose admission failed (they expire anyway if this fails too)."""
+        if not leased:
+            return
+        try:
+            self.release([x.id for x in leased], unstarted=True)
+        except redis.RedisError as exc:
+            logger.warning("crawlplug: could not give back %d leases now (%s); they return when they expire",
+                           len(leased), exc)  # fmt: skip
 
     def take_starts(self, n: int, legacy_key: str | None = None) -> list[tuple[str, bytes]]:
         """Lease up to ``n`` start entries: [(lease id, raw entry)]. Ack a lease
@@ -308,7 +349,8 @@ class Frontier:
         out = self.scripts.heartbeat(keys=keys, args=args)
         self.paused = bool(int(out[1]))
         self.run_state = _text(out[2])
-        return [_text(x) for x in out[3:]]
+        self.data_lost = bool(int(out[3]))
+        return [_text(x) for x in out[4:]]
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Requeue expired leases (dead-lettering over-delivered ones): (requeued, dead)."""
@@ -334,8 +376,9 @@ class Frontier:
         return bool(pipe.execute()[0])
 
     def resume(self) -> bool:
-        """Resume a paused crawl; False if it was not paused."""
-        return bool(self.client.hdel(self.keys.control, "paused"))
+        """Resume a paused crawl, and accept that Redis lost its data if a node found it
+        so (control "lost", set by heartbeat.lua); False if neither was set."""
+        return bool(self.client.hdel(self.keys.control, "paused", "lost"))
 
     def paused_info(self) -> dict[str, Any] | None:
         raw = self.client.hget(self.keys.control, "paused")
@@ -376,8 +419,10 @@ class Frontier:
     def idle_state(self) -> tuple[int, int, int]:
         """(queued, leased, live producers) across the whole crawl."""
         _, keys, _ = self.idle_call()
-        q, leased, producers, starts = self.scripts.idle(keys=keys, args=[])
+        q, leased, producers, starts, lost, kind = self.scripts.idle(keys=keys, args=[])
         self.start_entries = int(starts)
+        self.data_lost = bool(int(lost))
+        self.start_urls_kind = _text(kind)
         return int(q), int(leased), int(producers)
 
     def __len__(self) -> int:
@@ -399,15 +444,24 @@ class Frontier:
         pipe.llen(k.dead)
         pipe.hgetall(k.stats)
         pipe.zrange(k.nodes, 0, -1, withscores=True)
-        queued, dqueued, starts, domains, leased, seen, dead, stats, nodes = pipe.execute()
+        names = [k.queue, k.dq, k.start_urls, k.domains, k.leases, k.seen, k.dead, k.stats, k.nodes]
+        raw = pipe.execute(raise_on_error=False)
+        # a key of the wrong type (written by hand) is reported, not raised: status is
+        # what an operator runs to find out what is wrong
+        corrupt = {name: str(value) for name, value in zip(names, raw) if isinstance(value, redis.ResponseError)}
+        queued, dqueued, starts, domains, leased, seen, dead, stats, nodes = (
+            ({} if i == 7 else [] if i == 8 else 0) if isinstance(value, redis.ResponseError) else value
+            for i, value in enumerate(raw)
+        )
         return {
+            "corrupt": corrupt,
             "queued": queued + dqueued,
             "start_urls": starts,
             "domains": domains,
             "in_flight": leased,
             "seen": seen,
             "dead": dead,
-            "stats": {_text(a): int(b) for a, b in stats.items()},
+            "stats": {_text(a): _int(b) for a, b in stats.items()},
             "nodes": {_text(n): int(s) for n, s in nodes},
         }
 
@@ -526,6 +580,13 @@ def _dedup(dedup: str | Dedup) -> Dedup:
     if dedup == "none":
         return Dedup()
     raise ValueError(f"unknown dedup mode {dedup!r}; pass a crawlplug.dedup strategy")
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return 0
 
 
 def _text(value: Any) -> str:

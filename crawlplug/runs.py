@@ -41,7 +41,7 @@ from typing import Any
 
 import redis
 
-from .errors import ConfigError, RunEnded
+from .errors import ConfigError, RunEnded, StaleEpoch
 from .keys import CrawlKeys
 from .lua import Scripts
 
@@ -83,6 +83,7 @@ class Joined:
     cleared: bool = False  #: fingerprints cleared when the run began (not incremental)
     incremental: bool = False
     waited: float = 0.0  #: seconds spent waiting for another node to begin the run
+    at_ms: int = 0  #: when it joined (Redis clock)
 
 
 @dataclass
@@ -179,7 +180,7 @@ def join(
             _adopt_epoch(client, parts, epoch)
             register(client, keys)
             return Joined(action, run_id, epoch, live_nodes=int(detail), incremental=incremental,
-                          waited=time.monotonic() - started)  # fmt: skip
+                          waited=time.monotonic() - started, at_ms=_now_ms(client))  # fmt: skip
         if action == "ended":
             raise RunEnded(ended_message(keys, run_id, _text(raw[3]), _summary(detail)), _text(raw[3]))
         if action == "wait":
@@ -200,7 +201,36 @@ def join(
             continue
         register(client, keys)
         return Joined("new", run_id, epoch, previous=previous, cleared=cleared, incremental=incremental,
-                      waited=time.monotonic() - started)  # fmt: skip
+                      waited=time.monotonic() - started, at_ms=_now_ms(client))  # fmt: skip
+
+
+def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Joined,
+           **kwargs: Any) -> tuple[Joined, bool]:  # fmt: skip
+    """Join again after a script refused a node's epoch (``refusal``): (the run joined now,
+    whether Redis lost the crawl's data). The epoch vanished without a purge since the node
+    joined ``joined``: the data was lost (a restart without persistence, a flush, a failover
+    to an empty replica), and the crawl is marked so (control "lost": it does not read as
+    finished until an operator accepts the loss, `crawlplug resume`)."""
+    # another node may have seen the loss first and begun a run since (then the epoch is
+    # no longer "0"): its mark says so
+    lost = (refusal.stored == "0" and vanished(client, keys, joined.at_ms)) or bool(client.hexists(keys.control, "lost"))
+    if lost:
+        mark_lost(client, keys, kwargs.get("node_id", "?"))  # before the join: the next node sees it
+    return join(client, keys, **kwargs), lost
+
+
+def vanished(client: redis.Redis, keys: CrawlKeys, since_ms: int) -> bool:
+    """Whether the crawl's state is gone from Redis with no purge since ``since_ms``."""
+    entry = _registry_entry(client, keys)
+    purged = entry.get("purged_at") if entry else None
+    return not (isinstance(purged, int) and purged >= since_ms)
+
+
+def mark_lost(client: redis.Redis, keys: CrawlKeys, node_id: str) -> None:
+    """Record that Redis lost the crawl's data (seen by ``node_id``): lua/idle.lua and the
+    heartbeat report it, and the crawl does not read as finished until `crawlplug resume`."""
+    entry = json.dumps({"node": node_id, "at": _now_ms(client)}, separators=(",", ":"))
+    client.hsetnx(keys.control, "lost", entry)
 
 
 def new_token() -> str:
@@ -254,6 +284,8 @@ def begin(
         previous.update(totals(client, parts))
         client.hset(keys.runs, str(previous.get("id")), json.dumps(previous, separators=(",", ":")))
     prev_id = previous.get("id") if previous else None
+    if previous is not None and previous.get("state") in ("finished", "reset"):
+        client.hdel(keys.control, "lost")  # a loss of the last run does not hold the next one
     clear_dedup = not incremental
     for part in parts:
         doomed: list[str] = []
@@ -414,7 +446,11 @@ def purge(client: redis.Redis, keys: CrawlKeys) -> int:
     """Delete every key of the crawl: every part, its runs and their history, its epoch.
     A live node of it holds an epoch no script finds any more: it is refused at its next
     call and joins the crawl afresh. Returns how many keys were deleted."""
-    # the epochs first: from this moment no node of the old state writes anything
+    # the epochs first: from this moment no node of the old state writes anything; the
+    # registry says it was a purge (a node refused by its epoch tells it from data lost)
+    entry = _registry_entry(client, keys) or {}
+    entry["purged_at"] = _now_ms(client)
+    client.hset(registry_key(keys.prefix), keys.crawl, json.dumps(entry, separators=(",", ":")))
     deleted = int(client.unlink(*[k.epoch for k in part_keys(client, keys)]))
     names = [
         _text(x) for pattern in (keys.pattern(), keys.shards_pattern())
@@ -422,7 +458,6 @@ def purge(client: redis.Redis, keys: CrawlKeys) -> int:
     ]  # fmt: skip
     for i in range(0, len(names), 500):
         deleted += int(client.unlink(*names[i:i + 500]))
-    client.hdel(registry_key(keys.prefix), keys.crawl)
     return deleted
 
 
@@ -443,10 +478,31 @@ def new_epoch(client: redis.Redis, keys: CrawlKeys) -> str:
 # -- the registry of crawls --------------------------------------------------------
 
 
+def _registry_entry(client: redis.Redis, keys: CrawlKeys) -> dict[str, Any] | None:
+    raw = client.hget(registry_key(keys.prefix), keys.crawl)
+    return _summary(raw) if raw is not None else None
+
+
+def _registered(entry: dict[str, Any] | None) -> bool:
+    """A registry entry names a crawl unless it was purged since it was created."""
+    if entry is None:
+        return False
+    created, purged = entry.get("created"), entry.get("purged_at")
+    return not isinstance(purged, int) or (isinstance(created, int) and created > purged)
+
+
 def register(client: redis.Redis, keys: CrawlKeys) -> bool:
-    """Record the crawl in the Redis's registry (True if it was not there)."""
-    entry = json.dumps({"created": _now_ms(client)}, separators=(",", ":"))
-    return bool(client.hsetnx(registry_key(keys.prefix), keys.crawl, entry))
+    """Record the crawl in the Redis's registry (True if it was not there, or purged since).
+    The time of its last purge stays: a node refused by its epoch tells a purge by it."""
+    entry = _registry_entry(client, keys)
+    if _registered(entry):
+        return False
+    fresh = {"created": _now_ms(client)}
+    if entry is None:
+        return bool(client.hsetnx(registry_key(keys.prefix), keys.crawl, json.dumps(fresh)))
+    fresh["purged_at"] = entry.get("purged_at")
+    client.hset(registry_key(keys.prefix), keys.crawl, json.dumps(fresh, separators=(",", ":")))
+    return True
 
 
 def _scan_crawls(client: redis.Redis, prefix: str) -> set[str]:
@@ -465,14 +521,14 @@ def _scan_crawls(client: redis.Redis, prefix: str) -> set[str]:
 
 def known_crawls(client: redis.Redis, prefix: str = "crawlplug") -> list[str]:
     """Every crawl on this Redis: the registry, plus a scan for crawls made before it existed."""
-    names = {_text(n) for n in client.hkeys(registry_key(prefix))}
+    names = {_text(n) for n, raw in client.hgetall(registry_key(prefix)).items() if _registered(_summary(raw))}
     names |= _scan_crawls(client, prefix)
     return sorted(names)
 
 
 def exists(client: redis.Redis, keys: CrawlKeys) -> bool:
-    """Whether the crawl is registered or has any key on this Redis."""
-    if client.hexists(registry_key(keys.prefix), keys.crawl):
+    """Whether the crawl is registered (and not purged since) or has any key on this Redis."""
+    if _registered(_registry_entry(client, keys)):
         return True
     for pattern in (keys.pattern(), keys.shards_pattern()):
         for _ in client.scan_iter(match=pattern, count=1000):

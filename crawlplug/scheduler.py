@@ -23,7 +23,7 @@ import logging
 import os
 import time
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import redis
 from scrapy import Request, Spider, signals
@@ -38,14 +38,24 @@ from . import connection, enginehooks, memory, runs, starts
 from .config import SchedulerConfig, setting
 from .dedup import BloomDedup, Dedup
 from .dupefilters import RedisSetDupeFilter
-from .errors import REDIS_ERRORS, ConfigError, DecodeError, RedisUnavailable, RunEnded, SerializationError, StaleEpoch
-from .frontier import Admission, Domains, Frontier, Leased, process_node_id
+from .errors import (
+    REDIS_ERRORS,
+    AdmissionIncomplete,
+    ConfigError,
+    CorruptKey,
+    DecodeError,
+    RedisUnavailable,
+    RunEnded,
+    SerializationError,
+    StaleEpoch,
+)
+from .frontier import Admission, AdmitResult, Domains, Frontier, Leased, process_node_id
 from .keys import CrawlKeys
 from .leases import LEASE_META, LeaseBook, Termination
 from .queues import BaseQueue, domain_limits, load_queue_class
 from .seeds import Seeds
 from .serializers import serializer_from_settings
-from .shards import ShardedFrontier, claim_shards, open_frontier
+from .shards import ShardedFrontier, claim_shards
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -171,7 +181,16 @@ class Scheduler(BaseScheduler):
             )  # fmt: skip
         else:
             logger.info("crawlplug: crawl %r on Redis %s", keys.crawl, self.conn.safe_url)
-        self._log_join(self.frontier.status())
+        try:
+            status = self.frontier.status()
+        except REDIS_ERRORS as exc:  # the heartbeat below says what is wrong, once
+            status = {"queued": 0, "in_flight": 0, "seen": 0, "nodes": {}, "corrupt": {}}
+            logger.debug("crawlplug: could not read the crawl's status at start: %s", exc)
+        for key, error in status.get("corrupt", {}).items():
+            self._log_once(f"corrupt:{key}", logging.ERROR,
+                           "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
+                           "this node goes on with the rest of the crawl", key, error)  # fmt: skip
+        self._log_join(status)
         enginehooks.on_request_done(self.crawler, self._finished)
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         self._heartbeat()
@@ -225,7 +244,10 @@ class Scheduler(BaseScheduler):
         if self._domains:
             self.domains = Domains(self.conn.client, keys, self._parts()[1:] or [keys])
             # "key": how hosts map to domains, for tools that requeue (crawlplug dead requeue)
-            self.domains.configure({**domain_limits(self.crawler.settings), "key": self.queue.key})
+            try:
+                self.domains.configure({**domain_limits(self.crawler.settings), "key": self.queue.key})
+            except CorruptKey as exc:  # the scripts refuse until it is repaired; said once here
+                self._corrupt(exc)
             self.crawler.signals.connect(self._on_sent, signal=signals.request_reached_downloader)
             self.crawler.signals.connect(self._on_downloaded, signal=signals.request_left_downloader)
             if self.crawler.settings.getbool("ROBOTSTXT_OBEY") and hasattr(signals, "robots_parsed"):
@@ -234,11 +256,15 @@ class Scheduler(BaseScheduler):
     def _join(self, keys: CrawlKeys, want: str) -> runs.Joined:
         """Join the crawl's run, resume it or begin the next one (crawlplug.runs)."""
         assert self.conn is not None
-        return runs.join(
-            self.conn.client, keys, node_id=process_node_id(),
-            ttl_ms=int(max(self.config.lease_timeout, 3 * self.config.heartbeat) * 1000), want=want,
-            incremental=self._incremental(), worker=self.termination.worker_mode,
-        )  # fmt: skip
+        return runs.join(self.conn.client, keys, want=want, **self._join_args())
+
+    def _join_args(self) -> dict[str, Any]:
+        return {
+            "node_id": process_node_id(),
+            "ttl_ms": int(max(self.config.lease_timeout, 3 * self.config.heartbeat) * 1000),
+            "incremental": self._incremental(),
+            "worker": self.termination.worker_mode,
+        }
 
     def _incremental(self) -> bool:
         """CRAWLPLUG_INCREMENTAL; unset, True for dedup that forgets by itself (it decides re-crawls)."""
@@ -286,9 +312,12 @@ class Scheduler(BaseScheduler):
         requests waiting in the other kind would never be crawled."""
         assert self.frontier is not None
         keys = self.frontier.keys
-        waiting = sum(
-            int(self.frontier.client.zcard(k.queue if self._domains else k.dq)) for k in self._parts()
-        )
+        waiting = 0
+        for k in self._parts():
+            try:
+                waiting += int(self.frontier.client.zcard(k.queue if self._domains else k.dq))
+            except redis.ResponseError:  # a key of the wrong type: the scripts name it
+                pass
         if waiting:
             used, ours = ("a plain queue", "DomainQueue") if self._domains else ("DomainQueue", "a plain queue")
             raise ConfigError(
@@ -548,6 +577,14 @@ class Scheduler(BaseScheduler):
                 result, leased = self.frontier.admit_and_pop(items, acks, pop, events)
             else:
                 result, leased = self.frontier.admit(items, acks, events), []
+        except AdmissionIncomplete as exc:
+            # part of the batch is stored (other shards): account for it and keep only
+            # the rest, so a retry counts none of it as a duplicate; the acks wait
+            done = [(entry, flag) for entry, flag in zip(batch, exc.flags) if flag != "-"]
+            self._buffer = [entry for entry, flag in zip(batch, exc.flags) if flag == "-"]
+            self._account([entry for entry, _ in done], AdmitResult("".join(f for _, f in done), 0, 0))
+            self._redis_error(exc.cause)
+            return
         except REDIS_ERRORS as exc:
             self._redis_error(exc)
             return
@@ -612,7 +649,11 @@ class Scheduler(BaseScheduler):
         if self.frontier is None or self._waiting_for_redis():
             return
         try:
-            lease_ids = list(self.book.active) + [x.id for x in self._prefetched] + list(self._start_leases)
+            # acks not yet sent are renewed too: while admissions fail (a full Redis, a
+            # corrupt key) and heartbeats go through, finished pages must not expire
+            lease_ids = list(dict.fromkeys([
+                *self.book.active, *(x.id for x in self._prefetched), *self._start_leases, *self._acks,
+            ]))  # fmt: skip
             counts = self._counts()
             lost = self.frontier.heartbeat(
                 lease_ids,
@@ -632,6 +673,7 @@ class Scheduler(BaseScheduler):
             if self.frontier.run_state == "finished" and not self._run_ended:
                 self._run_ended = True  # another node recorded the end: close with it
                 enginehooks.wake(self.crawler)
+            self._check_lost()
             if lost:
                 lost_set = set(lost)
                 self._prefetched = deque(x for x in self._prefetched if x.id not in lost_set)
@@ -665,7 +707,7 @@ class Scheduler(BaseScheduler):
             logger.exception("crawlplug: heartbeat failed")
 
     #: Scrapy stats added to the run's counters with each heartbeat (crawlplug.runs summaries)
-    RUN_COUNTS = {"items": ("item_scraped_count",),
+    RUN_COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {"items": ("item_scraped_count",),
                   "errors": ("spider_exceptions/count", "downloader/exception_count")}  # fmt: skip
 
     def _counts(self) -> dict[str, int]:
@@ -681,9 +723,10 @@ class Scheduler(BaseScheduler):
         return out
 
     def _rejoin(self, exc: StaleEpoch) -> None:
-        """The crawl was reset (purge, CRAWLPLUG_FLUSH_ON_START elsewhere, import) or began a
-        new run while this node ran: drop what belongs to the old state and join again."""
-        assert self.frontier is not None
+        """The crawl was reset (purge, CRAWLPLUG_FLUSH_ON_START elsewhere, import), began a
+        new run, or Redis lost its data while this node ran: drop what belongs to the old
+        state and join again."""
+        assert self.frontier is not None and self.conn is not None and self.joined is not None
         in_flight, waiting = len(self.book.active), len(self._buffer) + len(self._prefetched) + len(self._acks)
         self._stale_leases |= set(self.book.active)
         self.book.active.clear()
@@ -698,20 +741,25 @@ class Scheduler(BaseScheduler):
         self._counted = self._counts()  # what this node did before belongs to the old state
         _forget_bloom_layers(self.frontier)
         try:
-            self.joined = self._join(self.frontier.keys, "auto")
+            self.joined, lost = runs.rejoin(self.conn.client, self.frontier.keys, exc, self.joined,
+                                            **self._join_args())  # fmt: skip
         except RunEnded as rexc:
             logger.error("crawlplug: %s: this node closes", rexc)
             enginehooks.close(self.crawler, rexc.state)
             return
         self.frontier.epoch = self.joined.epoch
+        self.frontier.data_lost = self.frontier.data_lost or lost
         self._inc("crawlplug/epoch_changes")
         self._inc("crawlplug/stale_dropped", in_flight + waiting)
+        what = ("Redis lost the crawl's data (a restart without persistence, a flush, a failover to an empty "
+                "replica)" if lost else "the crawl was reset or began a new run (`crawlplug purge`, "
+                "CRAWLPLUG_FLUSH_ON_START or `crawlplug import`)")  # fmt: skip
         logger.warning(
-            "crawlplug: crawl %r was reset or began a new run while this node ran (epoch %s; `crawlplug purge`, "
-            "CRAWLPLUG_FLUSH_ON_START or `crawlplug import`): dropped %d requests in flight (their links too) "
+            "crawlplug: crawl %r: %s while this node ran: dropped %d requests in flight (their links too) "
             "and %d waiting, and its fingerprint cache; now in run %d",
-            self.frontier.keys.crawl, exc.stored, in_flight, waiting, self.joined.run,
+            self.frontier.keys.crawl, what, in_flight, waiting, self.joined.run,
         )  # fmt: skip
+        self._check_lost()
         self._nothing_until = 0.0
         enginehooks.wake(self.crawler)
 
@@ -736,7 +784,7 @@ class Scheduler(BaseScheduler):
         if state in ("limit", "stopped"):
             enginehooks.close(self.crawler, state)
         elif state == "gone":  # the run was replaced: join the current one
-            self._rejoin(StaleEpoch("STALE_EPOCH ? run replaced"))
+            self._rejoin(StaleEpoch(f"STALE_EPOCH {self.frontier.epoch} {self.frontier.epoch} run replaced"))
         self.termination.empty_since = None  # "busy": work or a producer appeared
         return False
 
@@ -877,7 +925,7 @@ class Scheduler(BaseScheduler):
             self._redis_error(exc)
             return False
         local = self.has_pending_requests() or bool(self.book.active) or bool(self._start_leases)
-        self.termination.observe(queued, leased, producers, local_pending=local)
+        self._observe(queued, leased, producers, local)
         if self.termination.finished() and not self._run_ended and self._nothing_pushed():
             return False
         try:
@@ -931,7 +979,7 @@ class Scheduler(BaseScheduler):
                 if self.frontier.start_entries:
                     self._drain_starts()
                 local = bool(self.book.active) or bool(self._start_leases)
-                self.termination.observe(queued, leased, producers, local_pending=local)
+                self._observe(queued, leased, producers, local)
                 if queued:
                     self._nothing_until = 0.0
                     enginehooks.wake(self.crawler)
@@ -955,7 +1003,7 @@ class Scheduler(BaseScheduler):
         except REDIS_ERRORS as exc:
             self._redis_error(exc)
             raise DontCloseSpider from None
-        self.termination.observe(queued, leased, producers, local_pending=self.has_pending_requests())
+        self._observe(queued, leased, producers, self.has_pending_requests())
         if queued:
             self._nothing_until = 0.0
         already = self._run_ended
@@ -973,9 +1021,43 @@ class Scheduler(BaseScheduler):
             "; another node recorded it" if already else "",
         )  # fmt: skip
 
+    def _corrupt(self, exc: CorruptKey) -> None:
+        """A script refused a corrupt crawl key: not an outage, said once per key."""
+        self._inc("crawlplug/corrupt_key_refusals")
+        self._log_once(f"corrupt:{exc.key}", logging.ERROR,
+                       "crawlplug: %s. This is not an outage: this node keeps what it could not store, "
+                       "goes on with what does not need that key, and tries again", exc)  # fmt: skip
+
+    def _check_lost(self) -> None:
+        """Redis lost the crawl's data (seen by a heartbeat, or at idle checks): say so once."""
+        assert self.frontier is not None
+        if self.frontier.data_lost:
+            self._log_once("data-lost", logging.ERROR,
+                           "crawlplug: Redis lost crawl %r's data (its keys vanished: a restart without "
+                           "persistence, a flush, a failover to an empty replica). What was queued or in flight "
+                           "then is gone; the crawl will not end as 'finished' while this stands. Push its "
+                           "start URLs again, then `crawlplug resume --crawl %s` to accept the loss",
+                           self.frontier.keys.crawl, self.frontier.keys.crawl)  # fmt: skip
+        kind = getattr(self.frontier, "start_urls_kind", "")
+        if kind:
+            self._log_once(f"corrupt:{self.frontier.keys.start_urls}", logging.ERROR,
+                           "crawlplug: crawl key %s holds a %s, not a list: its entries are not read. Push start "
+                           "URLs with `crawlplug push` (a list), or move them there and delete the key "
+                           "(docs/faults.md); the rest of the crawl goes on",
+                           self.frontier.keys.start_urls, kind)  # fmt: skip
+
+    def _observe(self, queued: int, leased: int, producers: int, local: bool) -> None:
+        """Feed the termination rule; a crawl whose data Redis lost never reads as finished."""
+        self._check_lost()
+        assert self.frontier is not None
+        self.termination.observe(queued, leased, producers, local_pending=local or self.frontier.data_lost)
+
     def _redis_error(self, exc: Exception) -> None:
         if isinstance(exc, StaleEpoch):
             self._rejoin(exc)
+            return
+        if isinstance(exc, CorruptKey):
+            self._corrupt(exc)
             return
         self._inc("crawlplug/redis_errors")
         if isinstance(exc, redis.exceptions.NoPermissionError) and not self._closing:

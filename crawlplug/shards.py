@@ -30,8 +30,16 @@ from typing import Any
 
 import redis
 
-from .errors import ConfigError
-from .frontier import Admission, AdmitResult, DeadLetter, Domains, Frontier, Leased, _text
+from .errors import AdmissionIncomplete, ConfigError
+from .frontier import (
+    Admission,
+    AdmitResult,
+    DeadLetter,
+    Domains,
+    Frontier,
+    Leased,
+    _text,
+)
 from .keys import CrawlKeys
 from .lua import Scripts
 
@@ -150,6 +158,7 @@ class ShardedFrontier:
         self.start_entries = 0
         self.paused = False
         self.run_state = ""
+        self.start_urls_kind = ""
         self._rr = 0
         self._dry_until = [0.0] * shards
         self._shares_last: dict[int, int] = {}
@@ -167,6 +176,10 @@ class ShardedFrontier:
     def epoch(self, value: int | str) -> None:
         for part in (self.base, *self.shards):
             part.epoch = str(value)
+
+    @property
+    def data_lost(self) -> bool:
+        return self.base.data_lost
 
     def part(self, index: int) -> Frontier:
         return self.base if index == BASE else self.shards[index]
@@ -235,8 +248,10 @@ class ShardedFrontier:
             calls.append(self.part(part).admit_call(part_items, now_acks.get(part, ()), event_parts.get(part, ())))
             plan.append(("admit", part))
         asked: set[int] = set()
+        admitting = {p for kind, p in plan}
         for shard, share in self._shares(pop, asked):
-            calls.append(self.shards[shard].pop_call(share))
+            # a pop in a shard that admits in this call refuses with it on a corrupt key
+            calls.append(self.shards[shard].pop_call(share, after_admit=shard in admitting))
             plan.append(("pop", shard))
         results = self.scripts.run_many(calls) if calls else []
 
@@ -265,6 +280,11 @@ class ShardedFrontier:
                     done = result or ""
                     result = frontier.admit(part_items[len(done):], part_acks, part_events)
                     result.flags = done + result.flags
+            except AdmissionIncomplete as exc:  # the filter grew, then the rest failed
+                for i, flag in zip(by_shard.get(part, ()), exc.flags):
+                    flags[i] = "" if flag == "-" else flag
+                error = error or exc.cause
+                continue
             except (redis.RedisError, RuntimeError) as exc:
                 error = error or exc
                 continue
@@ -276,6 +296,10 @@ class ShardedFrontier:
             stale += result.stale
         if error is not None:
             self._give_back(leased)
+            if any(flags):
+                # other shards stored their part: say which, so that a retry sends only
+                # the rest and counts none of it twice as a duplicate
+                raise AdmissionIncomplete("".join(f or "-" for f in flags), error) from error
             raise error
         # a pop smaller than the number of shards asked only some of them: if those ran
         # dry, ask the others now (the dry ones are skipped for a moment after this)
@@ -295,7 +319,8 @@ class ShardedFrontier:
             for raw in self.scripts.run_many(calls):
                 if isinstance(raw, Exception):
                     self._give_back(leased)
-                    raise raw
+                    # every request of the batch is stored: only the acks are to send again
+                    raise AdmissionIncomplete("".join(flags), raw) from raw
                 acked += int(raw[1])
                 stale += int(raw[2])
         return AdmitResult("".join(flags), acked, stale), leased
@@ -364,7 +389,8 @@ class ShardedFrontier:
         out = results[0]
         self.paused = self.base.paused = bool(int(out[1]))
         self.run_state = self.base.run_state = _text(out[2])
-        lost = [_text(x) for x in out[3:]]
+        self.base.data_lost = bool(int(out[3]))
+        lost = [_text(x) for x in out[4:]]
         for p, raw in zip(shards, results[1:]):
             lost += [f"{p}.{_text(x)}" for x in raw]
         return lost
@@ -417,6 +443,8 @@ class ShardedFrontier:
             producers += int(raw[2])
             if i == 0:
                 self.start_entries = int(raw[3])
+                self.base.data_lost = bool(int(raw[4]))
+                self.start_urls_kind = self.base.start_urls_kind = _text(raw[5])
         return queued, leased, producers
 
     def __len__(self) -> int:

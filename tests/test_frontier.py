@@ -492,3 +492,39 @@ def test_an_ack_after_a_failover_never_finishes_a_new_request_that_reuses_the_id
     result = frontier.admit([], acks=[held.id])
     assert (result.acked, result.stale) == (0, 1)
     assert r.hget(K.requests, held.id) == b"new" and r.zscore(K.queue, held.id) is not None
+
+
+def test_leases_are_renewed_on_a_full_redis_and_admissions_refused_whole(fresh_redis):
+    """Over maxmemory (noeviction) the heartbeat still renews every lease (allow-oom on
+    Redis 7, a first write that frees memory before it); an admission is refused whole."""
+    client = redis.Redis.from_url(fresh_redis.url)
+    client.config_set("maxmemory-policy", "noeviction")
+    f = Frontier(client, K, node_id="node-a", lease_timeout=2)
+    f.admit([(fp(i), 0, b"x" * 100) for i in range(10)])
+    held = f.pop(10)
+    client.set("filler", "1" * 2_000_000)
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) // 2)
+    before = dict(client.zrange(K.leases, 0, -1, withscores=True))
+    time.sleep(0.05)
+    assert f.heartbeat([x.id for x in held]) == []
+    after = dict(client.zrange(K.leases, 0, -1, withscores=True))
+    assert set(after) == set(before) and all(after[i] > before[i] for i in before), "every lease renewed"
+    seen = client.scard(K.seen)
+    with pytest.raises(redis.ResponseError, match="maxmemory"):
+        f.admit([(fp("new"), 0, b"new")])
+    assert client.scard(K.seen) == seen and client.hlen(K.requests) == 10, "nothing half-written"
+    client.close()
+
+
+def test_a_corrupt_key_refuses_the_whole_call_and_names_the_key(r, frontier):
+    from crawlplug.errors import CorruptKey
+
+    frontier.admit([(fp(1), 0, b"one")])
+    r.set(K.seq, "12abc")  # a non-integer counter: INCR would fail after the fingerprint
+    with pytest.raises(CorruptKey, match="seq holds .*not an integer.*repair or delete") as refused:
+        frontier.admit([(fp(2), 0, b"two")])
+    assert refused.value.key == K.seq
+    assert not r.sismember(K.seen, fp(2)), "no fingerprint recorded without its request"
+    r.delete(K.seq)  # the documented repair: new ids skip those still in use
+    assert frontier.admit([(fp(2), 0, b"two")]).admitted == 1
+    assert sorted(r.hvals(K.requests)) == [b"one", b"two"], "the new request overwrote nothing"

@@ -13,9 +13,10 @@ from scrapy import Request
 SCRIPT_ONLY = {"sadd", "incr", "hset", "hget", "hdel", "zadd", "zrem", "zrange", "zrevrange",
                "hincrby", "zrangebyscore", "zremrangebyscore", "zcount", "time", "rpush",
                "pexpire", "getbit", "setbit", "setrange", "zscore", "exists",
-               "type",  # admit.lua checks the kinds of the keys it writes
-               "get",  # the epoch guard of every script a node sends (lua/epoch.lua)
-               "hgetall", "zcard", "llen", "hkeys", "hmget"}  # fmt: skip  (join.lua, finish.lua)
+               "type",  # guard.lua checks the kind of every key a script touches before its first write
+               "get",  # guard.lua's integer checks, and the epoch guard of every node script (lua/epoch.lua)
+               "hmget", "hexists",  # guard.lua's counter checks, heartbeat.lua's switches
+               "hgetall", "zcard", "llen", "hkeys"}  # fmt: skip  (join.lua, finish.lua, idle.lua)
 
 
 def test_script_calls_per_page_on_the_demo_shop(crawl, shop, r, redis_url):

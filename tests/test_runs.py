@@ -225,7 +225,7 @@ def test_a_purge_under_live_workers_reaches_every_node(crawl, make_shop, redis_u
         node.signal(signal.SIGTERM)
     _wait_ok(*nodes, timeout=60)
     for node in nodes:
-        assert "was reset or began a new run while this node ran" in node.text(), node.text()[-3000:]
+        assert "the crawl was reset or began a new run (`crawlplug purge`" in node.text(), node.text()[-3000:]
     again = _fetched_since(shop, before)
     assert max(again.values()) == 1, f"every page once after the purge: {dict(again)}"
 
@@ -240,7 +240,7 @@ def test_flush_on_start_under_a_live_node(crawl, make_shop, redis_url):
     _wait_ok(first, flusher, timeout=240)
     assert "starting run 2 of crawl 'shop' (run 1 reset by CRAWLPLUG_FLUSH_ON_START, fingerprints cleared)" \
         in _run_line(flusher)  # fmt: skip
-    assert "was reset or began a new run while this node ran" in first.text()
+    assert "the crawl was reset or began a new run (`crawlplug purge`" in first.text()
     assert "now in run 2" in first.text()
     history = runs.history(client, SHOP)
     assert [(r["id"], r["state"]) for r in history] == [(1, "reset"), (2, "finished")], history
@@ -390,3 +390,24 @@ def test_runs_on_a_redis_cluster(crawl, make_shop, cluster_url, cluster_client):
     assert set(rows) == {"shop", "legacy-a", "legacy-b", "legacy-c"}, rows
     assert rows["shop"]["run"] == 2 and rows["shop"]["state"] == "finished"
     assert rows["shop"]["done"] == len(shop.shop.paths()), "counted over every shard"
+
+
+def test_a_redis_that_lost_its_data_is_not_taken_for_a_reset(crawl, make_shop, fresh_redis):
+    """Redis restarted empty under a live node: not a purge. The node says Redis lost the
+    crawl's data and does not finish the crawl until an operator accepts the loss."""
+    shop = make_shop(items=300, delay=0.01)
+    settings = {"REDIS_URL": fresh_redis.url, **FAST, "CONCURRENT_REQUESTS": 2}
+    node = crawl(args={"base_url": shop.url}, settings=settings)
+    _wait_for(lambda: sum(shop.hits.values()) > 30, "the crawl under way", nodes=[node])
+    fresh_redis.proc.send_signal(signal.SIGKILL)  # no persistence: it comes back empty
+    fresh_redis.proc.wait(10)
+    fresh_redis.start()
+    _wait_for(lambda: "Redis lost the crawl's data" in node.text(), "the node to see the loss", nodes=[node])
+    client = redis.Redis.from_url(fresh_redis.url)
+    assert client.hexists(SHOP.control, "lost")
+    time.sleep(4 * FAST["CRAWLPLUG_IDLE_CLOSE"])  # well past the idle grace: the crawl is empty now
+    assert node.proc.poll() is None, "a crawl whose data Redis lost is not 'finished'"
+    res = cli(fresh_redis.url, "resume", "--crawl", "shop")
+    assert res.exit_code == 0 and "the loss of its data is accepted" in res.output, res.output
+    assert node.wait(60) == 0
+    assert "'finish_reason': 'finished'" in node.text()

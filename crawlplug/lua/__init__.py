@@ -7,13 +7,17 @@ script touches is passed in ``KEYS``; all of them share the crawl's hash tag.
 
 from __future__ import annotations
 
+import logging
+import weakref
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
 import redis
 
-from ..errors import StaleEpoch
+from ..errors import script_error
+
+logger = logging.getLogger(__name__)
 
 NAMES = (
     "admit", "pop", "heartbeat", "renew", "reap", "release", "dead", "idle", "domainconf", "starts",
@@ -21,23 +25,78 @@ NAMES = (
 )  # fmt: skip
 
 #: Scripts that move requests in or out of the queue get the per-domain queue's
-#: functions (domains.lua) in front of their own text.
+#: functions (domains.lua) in front of their own text; every script gets the
+#: all-or-nothing checks (guard.lua) in front of that.
 WITH_DOMAINS = frozenset({"admit", "pop", "reap", "release", "dead", "domainconf"})
 
 #: Scripts a node sends on its own behalf start with the epoch guard (epoch.lua):
 #: their last key is the part's epoch key, their last argument the node's epoch.
 WITH_EPOCH = frozenset({"admit", "pop", "heartbeat", "renew", "release", "dead", "starts", "finish"})
 
+#: Scripts whose writes must go through on a full Redis (lease renewal): on Redis 7
+#: and later they declare ``flags=allow-oom``; older servers know no flags, and let
+#: them through because their first write frees memory (guard.lua).
+ALLOW_OOM = frozenset({"heartbeat", "renew"})
+
 
 @cache
-def source(name: str) -> str:
-    """The text of ``<name>.lua`` as sent to Redis."""
-    text = files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+def source(name: str, flags: bool = False) -> str:
+    """The text of ``<name>.lua`` as sent to Redis (``flags``: with the shebang line
+    of Redis 7's script flags, for the scripts in :data:`ALLOW_OOM`)."""
+    package = files(__package__)
+    text = package.joinpath(f"{name}.lua").read_text(encoding="utf-8")
     for prelude, users in (("domains", WITH_DOMAINS), ("epoch", WITH_EPOCH)):
         if name in users:
-            piece = files(__package__).joinpath(f"{prelude}.lua").read_text(encoding="utf-8")
+            piece = package.joinpath(f"{prelude}.lua").read_text(encoding="utf-8")
             text = f"{piece}\n-- ---- {name}.lua ----\n{text}"
+    text = f"{package.joinpath('guard.lua').read_text(encoding='utf-8')}\n{text}"
+    if flags and name in ALLOW_OOM:
+        text = f"#!lua flags=allow-oom\n{text}"
     return text
+
+
+_versions: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def server_major(client: Any) -> int:
+    """The major version of the Redis server behind ``client`` (the lowest of a
+    cluster's nodes; 0 if it cannot be told), asked once per client."""
+    try:
+        return _versions[client]
+    except (KeyError, TypeError):
+        pass
+    major = 0
+    try:
+        info = client.info("server")
+        found = [info] if "redis_version" in info else [v for v in info.values() if isinstance(v, dict)]
+        majors = [int(str(x["redis_version"]).split(".")[0]) for x in found if "redis_version" in x]
+        major = min(majors) if majors else 0
+    except (redis.RedisError, ValueError, AttributeError) as exc:
+        logger.debug("crawlplug: could not tell the Redis version (%s); scripts without flags", exc)
+        return 0
+    try:
+        _versions[client] = major
+    except TypeError:
+        pass
+    return major
+
+
+class _Script:
+    """One registered script, called like redis-py's ``Script``; a refusal of a
+    corrupt crawl key is raised as :class:`crawlplug.errors.CorruptKey`."""
+
+    def __init__(self, script: Any) -> None:
+        self.script = script
+
+    @property
+    def sha(self) -> str:
+        return self.script.sha
+
+    def __call__(self, keys: Any = (), args: Any = ()) -> Any:
+        try:
+            return self.script(keys=keys, args=args)
+        except redis.ResponseError as exc:
+            raise script_error(exc) from None
 
 
 class Scripts:
@@ -45,10 +104,14 @@ class Scripts:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self._scripts = {name: client.register_script(source(name)) for name in NAMES}
+        flags = server_major(client) >= 7
+        self._scripts = {name: client.register_script(source(name, flags)) for name in NAMES}
 
     def pipelined(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
         """Run several scripts in one round trip: [(name, keys, args), ...].
+
+        Returns each call's result, or the error it met (an exception instance, not
+        raised): the caller decides what the others' results mean then.
 
         redis-py's own pipelined scripts ask the server ``SCRIPT EXISTS`` before
         every pipeline, a second round trip; here EVALSHA goes out directly and
@@ -63,15 +126,12 @@ class Scripts:
             pipe = client.pipeline(transaction=False)
             for name, keys, args in calls:
                 pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
-            try:
-                return pipe.execute()
-            except redis.exceptions.NoScriptError:
-                if attempt == 2:
-                    raise
+            out = pipe.execute(raise_on_error=False)
+            if any(isinstance(x, redis.exceptions.NoScriptError) for x in out) and attempt == 1:
                 for script in self._scripts.values():
                     script.sha = client.script_load(script.script)
-            except redis.exceptions.ResponseError as exc:
-                raise StaleEpoch.check(exc) from None
+                continue
+            return [script_error(x) if isinstance(x, redis.ResponseError) else x for x in out]
         raise AssertionError("unreachable")
 
     def run_many(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
@@ -114,7 +174,7 @@ class Scripts:
                 except (redis.exceptions.RedisError, *_cluster_errors()) as exc:
                     out = [exc] * len(todo)
                 for i, value in zip(todo, out):
-                    results[i] = StaleEpoch.check(value) if isinstance(value, Exception) else value
+                    results[i] = script_error(value) if isinstance(value, redis.ResponseError) else value
                 missing = [i for i, v in zip(todo, out) if isinstance(v, redis.exceptions.NoScriptError)]
                 if not missing or attempt == 2:
                     break
@@ -150,7 +210,7 @@ class Scripts:
                     try:
                         results[i] = conn.read_response()
                     except redis.exceptions.ResponseError as exc:  # this call failed; the next replies follow
-                        results[i] = StaleEpoch.check(exc)
+                        results[i] = script_error(exc)
                     except redis.exceptions.RedisError as exc:  # the connection broke: no more replies
                         conn.disconnect()
                         for j in indexes[n:]:
@@ -163,17 +223,9 @@ class Scripts:
 
     def __getattr__(self, name: str) -> Any:
         try:
-            script = self._scripts[name]
+            return _Script(self._scripts[name])
         except KeyError:
             raise AttributeError(name) from None
-
-        def call(keys: list[Any], args: list[Any]) -> Any:
-            try:
-                return script(keys=keys, args=args)
-            except redis.exceptions.ResponseError as exc:
-                raise StaleEpoch.check(exc) from None
-
-        return call
 
 
 def _cluster_errors() -> tuple[type[Exception], ...]:

@@ -56,21 +56,15 @@ dq_keys(9)
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
--- A script is not rolled back when a command in it fails: a crawl key of the wrong
--- type (written by hand) would fail the store of a request after its fingerprint
--- was recorded, and the request would be lost. Refuse the whole call first.
-if NARGV > 5 + nacks + 2 * tonumber(ARGV[5 + nacks]) then
-  local expected = {{queue, "zset"}, {requests, "hash"}, {seq, "string"}, {D.dq, "zset"}}
-  if mode == "set" then expected[#expected + 1] = {seen, "set"} end
-  if mode == "ttl" then expected[#expected + 1] = {seen, "zset"} end
-  for _, pair in ipairs(expected) do
-    local kind = redis.call("TYPE", pair[1])["ok"]
-    if kind ~= "none" and kind ~= pair[2] then
-      return redis.error_reply("WRONGTYPE crawl key " .. pair[1] .. " holds a " .. kind .. ", not a " ..
-        pair[2] .. ": nothing was admitted (repair or delete the key)")
-    end
-  end
+-- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
+do
+  local spec = dedup_spec({{queue, "zset"}, {requests, "hash"}, {seq, "int"}, {leases, "zset"}, {leased, "hash"},
+                           {deliveries, "hash"}, {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"},
+                           {D.state, "hash"}, {D.conf, "hash"}, {KEYS[13], "hash"}}, mode, seen, param, 14)
+  local refused = guard(spec) or guard_bloom_meta(spec)
+  if refused then return refused end
 end
+-- ---- end of the checks ----
 
 -- -- Bloom filter -------------------------------------------------------------
 -- The Bloom state is a list of filters, newest first: one filter, or one per
@@ -190,7 +184,7 @@ local function bloom_add(dkey)
   if not bloom_room() then return nil end
   local current = filters[1]
   bloom_bits(current.layers[current.n], h1, h2, h3, setbit)
-  current_count = redis.call("HINCRBY", current.meta, "count:" .. current.n, 1)
+  current_count = add_to_field(current.meta, "count:" .. current.n, 1)
   return 1
 end
 
@@ -253,7 +247,7 @@ while i + 3 <= NARGV do
   if new == 1 and payload == "" then
     flags[#flags + 1] = "1"
   elseif new == 1 then
-    local id = string.format("%016d", redis.call("INCR", seq))
+    local id = next_id(seq, requests)
     redis.call("HSET", requests, id, payload)
     if domain == "" then
       redis.call("ZADD", queue, score, id)
@@ -322,8 +316,8 @@ if stale > 0 then redis.call("HINCRBY", stats, "stale_acks", stale) end
 if acked > 0 or admitted > 0 then
   dq_now = dq_now or redis_now_ms()
   local bucket = math.floor(dq_now / 10000)
-  if acked > 0 then redis.call("HINCRBY", KEYS[13], "a:" .. bucket, acked) end
-  if admitted > 0 then redis.call("HINCRBY", KEYS[13], "e:" .. bucket, admitted) end
+  if acked > 0 then add_to_field(KEYS[13], "a:" .. bucket, acked) end
+  if admitted > 0 then add_to_field(KEYS[13], "e:" .. bucket, admitted) end
 end
 local state = ""
 if mode == "bloom" then state = bloom_counts() end

@@ -20,6 +20,16 @@ local leases, leased, requests, deliveries, dead, stats =
 local node, id, header = ARGV[1], ARGV[2], ARGV[3]
 dq_keys(7)
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
+
+-- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
+do
+  local refused = guard({{leases, "zset"}, {leased, "hash"}, {requests, "hash"}, {deliveries, "hash"},
+                         {dead, "list"}, {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"},
+                         {D.state, "hash"}, {D.conf, "hash"}})
+  if refused then return refused end
+end
+-- ---- end of the checks ----
+
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local info = redis.call("HGET", leased, id)
 if not info or string.sub(info, 1, #node + 1) ~= node .. "|" then

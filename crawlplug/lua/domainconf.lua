@@ -9,6 +9,10 @@
 -- Returns the number of domains rescheduled.
 
 dq_keys(1)
+do
+  local refused = guard({{D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"}, {D.conf, "hash"}})
+  if refused then return refused end
+end
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local now = redis_now_ms()
 local all, touched = false, {}

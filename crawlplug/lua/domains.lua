@@ -101,8 +101,12 @@ end
 
 -- a lease of domain ended (acked, released, reaped or dead-lettered)
 local function dq_done(domain, now)
-  local busy = redis.call("HINCRBY", D.state, "b:" .. domain, -1)
-  if busy <= 0 then redis.call("HDEL", D.state, "b:" .. domain) end
+  local busy = (tonumber(redis.call("HGET", D.state, "b:" .. domain)) or 0) - 1
+  if busy <= 0 then
+    redis.call("HDEL", D.state, "b:" .. domain)
+  else
+    redis.call("HSET", D.state, "b:" .. domain, busy)
+  end
   dq_wake(domain, now)
 end
 

@@ -6,7 +6,8 @@
 -- KEYS[3] leased      hash  request id -> "node|score|deliveries"
 -- KEYS[4] node        hash  this node's metrics
 -- KEYS[5] producers   zset  node id -> deadline, nodes still reading start requests
--- KEYS[6] control     hash  crawl-wide switches set by operators ("paused")
+-- KEYS[6] control     hash  crawl-wide switches set by operators ("paused"), and
+--                           "lost": a node found Redis had lost the crawl's data
 -- KEYS[7] stats       hash  the run's counters
 -- KEYS[8] run         hash  the current run (join.lua)
 -- KEYS[9] epoch       str   the crawl's epoch (epoch.lua)
@@ -19,10 +20,18 @@
 -- run's counter: the node's items and errors since its last heartbeat)
 -- then the ids of the leases this node believes it holds
 -- and last the node's epoch (epoch.lua)
--- Returns {now_ms, paused, run state, lost ids...}: paused is 1 while an
--- operator has paused the crawl; the run state is join.lua's ("" without a
--- run); the ids are those this node no longer holds (reaped after it stalled
--- past the lease timeout); it must not ack or release them.
+-- Returns {now_ms, paused, run state, data lost, lost ids...}: paused is 1
+-- while an operator has paused the crawl; the run state is join.lua's (""
+-- without a run); data lost is 1 while control "lost" is set (the crawl must
+-- not read as finished: what Redis lost is not crawled); the ids are those
+-- this node no longer holds (reaped after it stalled past the lease timeout);
+-- it must not ack or release them.
+--
+-- Lease renewal must go through on a full Redis (maxmemory reached): else an
+-- OOM longer than the lease timeout gets every page in flight reaped and
+-- fetched again. Redis 7 runs it with flags=allow-oom (lua/__init__.py);
+-- older servers let it through because its first write frees memory
+-- (first_write_allowed_when_full, guard.lua).
 
 local nodes, leases, leased, nodekey, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local node, lease_ms, ttl_ms, producing = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -30,15 +39,24 @@ local m = tonumber(ARGV[5])
 local c = tonumber(ARGV[6 + 2 * m])
 
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
-for j = 7 + 2 * m, 6 + 2 * m + 2 * c, 2 do
-  if not string.match(ARGV[j + 1], "^-?%d+$") then
-    return redis.error_reply("heartbeat.lua: counter " .. ARGV[j] .. " needs an integer, got " .. ARGV[j + 1])
+-- ---- all or nothing (guard.lua): every key and value checked before the first write ----
+do
+  local refused = guard({{nodes, "zset"}, {leases, "zset"}, {leased, "hash"}, {nodekey, "hash"},
+                         {producers, "zset"}, {KEYS[6], "hash"}, {KEYS[7], "counters"}, {KEYS[8], "hash"}})
+  if refused then return refused end
+  for j = 7 + 2 * m, 6 + 2 * m + 2 * c, 2 do
+    if not string.match(ARGV[j + 1], "^-?%d+$") then
+      return redis.error_reply("heartbeat.lua: counter " .. ARGV[j] .. " needs an integer, got " .. ARGV[j + 1])
+    end
   end
 end
+-- ---- end of the checks ----
+
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+first_write_allowed_when_full(nodekey)
 redis.call("ZADD", nodes, now + ttl_ms, node)
 if producing == "1" then
   redis.call("ZADD", producers, now + ttl_ms, node)
@@ -54,7 +72,8 @@ for j = 7 + 2 * m, 6 + 2 * m + 2 * c, 2 do
   if ARGV[j + 1] ~= "0" then redis.call("HINCRBY", KEYS[7], ARGV[j], ARGV[j + 1]) end
 end
 
-local out = {now, redis.call("HEXISTS", KEYS[6], "paused"), redis.call("HGET", KEYS[8], "state") or ""}
+local out = {now, redis.call("HEXISTS", KEYS[6], "paused"), redis.call("HGET", KEYS[8], "state") or "",
+             redis.call("HEXISTS", KEYS[6], "lost")}
 local prefix = node .. "|"
 for j = 7 + 2 * m + 2 * c, NARGV do
   local id = ARGV[j]

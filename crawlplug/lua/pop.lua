@@ -8,13 +8,19 @@
 -- KEYS[6] stats       hash  crawl-wide counters
 -- KEYS[7..10]         the per-domain queue: dq, domains, dstate, dconf
 --                     (see domains.lua)
--- KEYS[11] epoch      str   the part's epoch (epoch.lua)
+-- KEYS[last] epoch    str   the part's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] N, most requests to lease
 -- ARGV[3] lease duration (ms)
 -- ARGV[4] "min" (lowest score first), "max" (highest score first) or
 --         "domain" (the per-domain queue: ready domains, earliest first)
--- ARGV[5] the caller's epoch (epoch.lua)
+-- ARGV[5], ARGV[6] (optional) the dedup mode and parameter of an admission
+--         pipelined just before this pop (Frontier.admit_and_pop), whose dedup
+--         keys, seq and series are then KEYS[11], KEYS[12], KEYS[13] and
+--         KEYS[14..] (admit.lua's KEYS[1], [4], [13], [14..]): they are checked
+--         too, so that a corrupt key that makes the admission refuse makes the
+--         pop refuse as well, and the call changes nothing
+-- ARGV[last] the caller's epoch (epoch.lua); KEYS[last] the part's epoch key
 -- Returns a flat list {id, payload, deliveries, id, payload, deliveries, ...};
 -- order "domain" returns four elements per request, the fourth saying what
 -- the node must report on it (admit.lua events): "s" when sent (its domain
@@ -30,6 +36,20 @@ local node, n, lease_ms, order = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), 
 dq_keys(7)
 
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
+-- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
+do
+  local spec = {{queue, "zset"}, {requests, "hash"}, {leases, "zset"}, {leased, "hash"}, {deliveries, "hash"},
+                {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"}, {D.conf, "hash"}}
+  if NARGV >= 6 then -- an admission's mode and parameter come before the epoch
+    spec[#spec + 1] = {KEYS[12], "int"}
+    spec[#spec + 1] = {KEYS[13], "hash"}
+    dedup_spec(spec, ARGV[5], KEYS[11], ARGV[6], 14)
+  end
+  local refused = guard(spec) or guard_bloom_meta(spec)
+  if refused then return refused end
+end
+-- ---- end of the checks ----
+
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local now = redis_now_ms()
 local deadline = now + lease_ms
@@ -104,7 +124,7 @@ if order == "domain" then
       if got > 0 then
         busy = busy + got
         redis.call("HSET", D.state, "b:" .. domain, busy)
-        redis.call("HINCRBY", D.state, "n:" .. domain, got) -- requests leased so far (its rate)
+        add_to_field(D.state, "n:" .. domain, got) -- requests leased so far (its rate)
         if hold then
           -- the delay starts when the node says the request was sent
           redis.call("HSET", D.state, "p:" .. domain, last_id)

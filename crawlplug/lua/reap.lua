@@ -20,11 +20,25 @@
 -- ARGV[1] max deliveries
 -- ARGV[2] most leases to reap in this call
 -- Returns {requeued, dead}.
+-- A start_urls key of the wrong type (see starts.lua) leaves expired start-entry
+-- leases where they are (they cannot go back); every other lease is reaped.
 
 local leases, leased, queue, deliveries, requests, dead, stats, nodes, producers =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local max_deliveries, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 dq_keys(10)
+
+-- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
+local starts_ok = redis.call("TYPE", KEYS[14])["ok"]
+starts_ok = starts_ok == "list" or starts_ok == "none"
+do
+  local refused = guard({{leases, "zset"}, {leased, "hash"}, {queue, "zset"}, {deliveries, "hash"},
+                         {requests, "hash"}, {dead, "list"}, {stats, "counters"}, {nodes, "zset"},
+                         {producers, "zset"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"},
+                         {D.conf, "hash"}, {KEYS[15], "hash"}})
+  if refused then return refused end
+end
+-- ---- end of the checks ----
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local t = redis.call("TIME")
@@ -39,31 +53,33 @@ local requeued, killed, restarted = 0, 0, 0
 local returned = {}
 for _, id in ipairs(expired) do
   local holder, score, d, domain, freed = lease_info(redis.call("HGET", leased, id))
-  redis.call("ZREM", leases, id)
-  redis.call("HDEL", leased, id)
-  local payload = redis.call("HGET", requests, id)
-  if payload and score == "start" then
-    -- a start entry whose node died before storing its requests: first in line again
-    returned[#returned + 1] = payload
-    redis.call("HDEL", requests, id)
-    redis.call("HDEL", deliveries, id)
-    restarted = restarted + 1
-  elseif payload then
-    d = tonumber(d) or 1
-    if d >= max_deliveries then
-      local header = cjson.encode({id = id, reason = "delivered " .. d .. " times without being acknowledged",
-                                   deliveries = d, node = holder or "", at = now})
-      redis.call("RPUSH", dead, header .. "\n" .. payload)
+  if score ~= "start" or starts_ok then
+    redis.call("ZREM", leases, id)
+    redis.call("HDEL", leased, id)
+    local payload = redis.call("HGET", requests, id)
+    if payload and score == "start" then
+      -- a start entry whose node died before storing its requests: first in line again
+      returned[#returned + 1] = payload
       redis.call("HDEL", requests, id)
       redis.call("HDEL", deliveries, id)
-      killed = killed + 1
-    else
-      requeue(queue, id, score, domain, now)
-      redis.call("HSET", deliveries, id, d)
-      requeued = requeued + 1
+      restarted = restarted + 1
+    elseif payload then
+      d = tonumber(d) or 1
+      if d >= max_deliveries then
+        local header = cjson.encode({id = id, reason = "delivered " .. d .. " times without being acknowledged",
+                                     deliveries = d, node = holder or "", at = now})
+        redis.call("RPUSH", dead, header .. "\n" .. payload)
+        redis.call("HDEL", requests, id)
+        redis.call("HDEL", deliveries, id)
+        killed = killed + 1
+      else
+        requeue(queue, id, score, domain, now)
+        redis.call("HSET", deliveries, id, d)
+        requeued = requeued + 1
+      end
     end
+    if domain ~= "" then dq_end(domain, id, freed, now) end
   end
-  if domain ~= "" then dq_end(domain, id, freed, now) end
 end
 if requeued > 0 then redis.call("HINCRBY", stats, "reaped", requeued) end
 if killed > 0 then redis.call("HINCRBY", stats, "dead", killed) end

@@ -17,11 +17,26 @@
 -- ARGV[3..] lease ids, and last the caller's epoch (epoch.lua)
 -- Returns the number of requests put back.
 
+-- A start_urls key of the wrong type (see starts.lua) leaves start-entry leases
+-- where they are (they expire, and return once the key is repaired).
+
 local leases, leased, queue, deliveries, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local node, unstarted = ARGV[1], ARGV[2] == "1"
 local prefix = node .. "|"
 dq_keys(6)
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
+
+-- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
+local starts_ok = redis.call("TYPE", KEYS[11])["ok"]
+starts_ok = starts_ok == "list" or starts_ok == "none"
+do
+  local refused = guard({{leases, "zset"}, {leased, "hash"}, {queue, "zset"}, {deliveries, "hash"},
+                         {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"},
+                         {D.conf, "hash"}, {KEYS[10], "hash"}})
+  if refused then return refused end
+end
+-- ---- end of the checks ----
+
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local now = redis_now_ms()
 local released = 0
@@ -29,8 +44,12 @@ local returned = {}
 for j = 3, NARGV do
   local id = ARGV[j]
   local info = redis.call("HGET", leased, id)
-  if info and string.sub(info, 1, #prefix) == prefix then
-    local _, score, d, domain, freed = lease_info(info)
+  local _, score, d, domain, freed = lease_info(info)
+  if info and string.sub(info, 1, #prefix) == prefix and (score ~= "start" or starts_ok) then
+    -- the lease goes first: a write that frees memory, so that on a full Redis the
+    -- requeue after it is not refused half-way (see guard.lua)
+    redis.call("ZREM", leases, id)
+    redis.call("HDEL", leased, id)
     d = tonumber(d) or 1
     if score == "start" then
       local entry = redis.call("HGET", KEYS[10], id)
@@ -41,8 +60,6 @@ for j = 3, NARGV do
       requeue(queue, id, score, domain, now)
     end
     if unstarted then d = d - 1 end
-    redis.call("ZREM", leases, id)
-    redis.call("HDEL", leased, id)
     if domain ~= "" then dq_end(domain, id, freed, now) end
     if d > 0 then
       redis.call("HSET", deliveries, id, d)

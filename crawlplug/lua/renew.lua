@@ -9,15 +9,24 @@
 -- then the ids of the leases this node believes it holds in this shard,
 -- and last the caller's epoch (epoch.lua)
 -- Returns the ids it no longer holds (reaped after it stalled).
+-- Goes through on a full Redis, as heartbeat.lua does (see there).
 
 local leases, leased = KEYS[1], KEYS[2]
 local node, lease_ms = ARGV[1], tonumber(ARGV[2])
 
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
+-- ---- all or nothing (guard.lua): every key checked before the first write ----
+do
+  local refused = guard({{leases, "zset"}, {leased, "hash"}})
+  if refused then return refused end
+end
+-- ---- end of the checks ----
+
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+first_write_allowed_when_full(leased)
 local lost = {}
 local prefix = node .. "|"
 for j = 3, NARGV do

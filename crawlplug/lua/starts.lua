@@ -24,6 +24,15 @@ local starts, legacy, requests, seq, leases, leased, stats =
 local node, n, lease_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
+-- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
+-- (the legacy key is read by its type, whatever it is: scrapy-redis's own)
+do
+  local refused = guard({{starts, "list"}, {requests, "hash"}, {seq, "int"}, {leases, "zset"},
+                         {leased, "hash"}, {stats, "counters"}})
+  if refused then return refused end
+end
+-- ---- end of the checks ----
+
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (SPOP, TIME before writes)
 local entries = redis.call("LRANGE", starts, 0, n - 1)
 if #entries > 0 then redis.call("LTRIM", starts, #entries, -1) end
@@ -48,7 +57,7 @@ local t = redis.call("TIME")
 local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + lease_ms
 local out = {}
 for _, entry in ipairs(entries) do
-  local id = string.format("%016d", redis.call("INCR", seq))
+  local id = next_id(seq, requests)
   redis.call("HSET", requests, id, entry)
   redis.call("ZADD", leases, deadline, id)
   redis.call("HSET", leased, id, node .. "|start|1")

@@ -25,6 +25,11 @@
 local crawl, node, registry = KEYS[1], KEYS[2], KEYS[3]
 local node_id, flushed_before = ARGV[1], ARGV[2]
 
+do
+  local refused = guard({{crawl, "hash"}, {node, "hash"}, {registry, "zset"}})
+  if refused then return refused end
+end
+
 if flushed_before == "1" and redis.call("EXISTS", node) == 0 then
   return -1
 end

@@ -1,0 +1,138 @@
+-- guard.lua: the all-or-nothing check every script makes before its first write.
+-- Not a script of its own: the loader puts it in front of every script.
+--
+-- A script is not rolled back when a command in it fails: a crawl key of the
+-- wrong type, or a counter that holds no integer (both written by hand), would
+-- fail a command half-way, after earlier writes (a fingerprint recorded, its
+-- request not stored). So each script first checks every key it was given, the
+-- type of each and the values its commands need to be integers, and refuses the
+-- whole call, having written nothing, with an error naming the key:
+--   CORRUPT crawl key <key> holds a set, not a list: nothing was done (repair or delete the key)
+-- crawlplug.errors.CorruptKey is that error on the Python side.
+--
+-- guard(spec) takes a list of {key, kind[, fields]}, kind one of "set", "zset",
+-- "hash", "list", "string" (a key may also be absent), "int" (absent, or a
+-- string holding an integer), "counters" (a hash whose fields listed in
+-- COUNTERS hold integers), "any" (not checked). It returns nil, or the error
+-- reply to return.
+
+--: the counters of the stats hash that scripts increment (HINCRBY)
+local COUNTERS = {"enqueued", "filtered", "acked", "start_acked", "stale_acks", "leased", "redelivered",
+                  "orphan_ids", "reaped", "dead", "start_returned", "released", "start_taken"}
+
+local function corrupt_reply(key, what)
+  return redis.error_reply("CORRUPT crawl key " .. key .. " " .. what ..
+    ": nothing was done (repair or delete the key; see docs/faults.md)")
+end
+
+local function is_integer(value)
+  return type(value) == "string" and #value <= 18 and string.match(value, "^%-?%d+$") ~= nil
+end
+
+local function shown(value)
+  return string.format("%q", string.sub(value, 1, 40))
+end
+
+local function guard(spec)
+  for _, item in ipairs(spec) do
+    local key, kind = item[1], item[2]
+    if kind ~= "any" then
+      local want = kind
+      if kind == "int" then want = "string" elseif kind == "counters" then want = "hash" end
+      local held = redis.call("TYPE", key)["ok"]
+      if held ~= "none" and held ~= want then
+        return corrupt_reply(key, "holds a " .. held .. ", not a " .. want)
+      end
+      if held ~= "none" and kind == "int" then
+        local value = redis.call("GET", key)
+        if not is_integer(value) then return corrupt_reply(key, "holds " .. shown(value) .. ", not an integer") end
+      elseif held ~= "none" and kind == "counters" then
+        local values = redis.call("HMGET", key, unpack(COUNTERS))
+        for i, value in ipairs(values) do
+          if value and not is_integer(value) then
+            return corrupt_reply(key, "field " .. COUNTERS[i] .. " holds " .. shown(value) .. ", not an integer")
+          end
+        end
+      end
+    end
+  end
+  return nil
+end
+
+-- the dedup keys of an admission: KEYS[seen_index] and, for mode "bloom", each
+-- filter's hash of layer counts and its bit strings from KEYS[first_extra] on
+-- (the layout of admit.lua's ARGV[3]); appended to spec
+local function dedup_spec(spec, mode, seen, param, first_extra)
+  if mode == "set" then
+    spec[#spec + 1] = {seen, "set"}
+  elseif mode == "ttl" then
+    spec[#spec + 1] = {seen, "zset"}
+  elseif mode == "bf" then
+    spec[#spec + 1] = {seen, "MBbloom--"}
+  elseif mode == "bloom" then
+    spec[#spec + 1] = {seen, "hash"}
+    local key, first_line = first_extra, true
+    for line in string.gmatch(param, "[^\n]+") do
+      if first_line then
+        first_line = false
+      else
+        spec[#spec + 1] = {KEYS[key], "hash", meta = true}
+        key = key + 1
+        for _, _, _, chunks in string.gmatch(line, "(%d+),(%d+),(%d+),(%d+),(%d+)") do
+          for _ = 1, tonumber(chunks) do
+            spec[#spec + 1] = {KEYS[key], "string"}
+            key = key + 1
+          end
+        end
+      end
+    end
+  end
+  return spec
+end
+
+-- a Bloom filter's layer counts ("layers", "count:<n>") must be integers
+local function guard_bloom_meta(spec)
+  for _, item in ipairs(spec) do
+    if item.meta then
+      local layers = redis.call("HGET", item[1], "layers")
+      if layers and not is_integer(layers) then
+        return corrupt_reply(item[1], "field layers holds " .. shown(layers) .. ", not an integer")
+      end
+      if layers then
+        local count = redis.call("HGET", item[1], "count:" .. layers)
+        if count and not is_integer(count) then
+          return corrupt_reply(item[1], "field count:" .. layers .. " holds " .. shown(count) .. ", not an integer")
+        end
+      end
+    end
+  end
+  return nil
+end
+
+-- Redis < 7 refuses, when over maxmemory, a script's first write that may use
+-- memory, and lets every later write through (it cannot stop a script half-way);
+-- Redis 7 does the same for scripts without flags. A script that must go through
+-- on a full Redis (lease renewal) makes this write first: it frees memory and so
+-- is never refused. On Redis 7 those scripts also declare flags=allow-oom (lua/__init__.py).
+local function first_write_allowed_when_full(key)
+  redis.call("HDEL", key, "\0")
+end
+
+-- the next free request id: INCR seq, skipping ids still in use (seq deleted by
+-- hand, or rolled back, must not make a new request overwrite a stored one)
+local function next_id(seq, requests)
+  local id
+  repeat
+    id = string.format("%016d", redis.call("INCR", seq))
+  until redis.call("HEXISTS", requests, id) == 0
+  return id
+end
+
+-- add n to a hash field that is only a statistic (per-10 s series, per-domain
+-- counts): a value that is not a number (written by hand) starts again from 0
+-- instead of failing the script half-way
+local function add_to_field(key, field, n)
+  local value = tonumber(redis.call("HGET", key, field)) or 0
+  redis.call("HSET", key, field, value + n)
+  return value + n
+end
