@@ -33,9 +33,8 @@ from typing import Any, Callable, NoReturn, TypeVar
 import click
 import redis
 
-from . import connection, embedded, monitor, operations, siteoutcomes
+from . import __version__, connection, embedded, monitor, operations, siteoutcomes
 from .errors import CrawlplugError
-from .frontier import DeadLetter
 from .keys import CrawlKeys
 from .shards import open_domains, open_frontier
 
@@ -175,6 +174,7 @@ def _table(rows: list[tuple[str, Any]], indent: str = "  ") -> list[str]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="crawlplug", message="%(prog)s %(version)s")
 @_shared_options(envvar=True)
 @click.pass_context
 def main(ctx: click.Context, redis_url: str | None, crawl: str | None) -> None:
@@ -379,10 +379,6 @@ def dead() -> None:
     """Dead letters: requests that could not be crawled."""
 
 
-def _payload_url(letter: DeadLetter) -> str:
-    return operations.payload_url(letter.payload)
-
-
 def _when(ms: Any) -> str:
     if not isinstance(ms, (int, float)) or isinstance(ms, bool):
         return "?"
@@ -393,25 +389,24 @@ def _when(ms: Any) -> str:
 @_shared_options(envvar=False)
 @click.option("-n", "count", type=click.IntRange(min=0), default=20, show_default=True,
               help="Show the newest N dead letters (0: all).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @_friendly_errors
-def dead_list(redis_url: str | None, crawl: str | None, count: int) -> None:
+def dead_list(redis_url: str | None, crawl: str | None, count: int, as_json: bool) -> None:
     """Each dead letter's index, time, URL and reason (oldest first)."""
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
-    frontier = open_frontier(target.client, keys)
     total = operations.dead_count(target.client, keys)
     first = 0 if count == 0 else max(0, total - count)
-    letters = frontier.dead_letters(first, -1) if total else []
-    shown = f", showing the newest {len(letters)}" if len(letters) < total else ""
+    rows = operations.dead_rows(target.client, keys, first, -1) if total else []
+    if as_json:
+        click.echo(json.dumps({"crawl": keys.crawl, "total": total, "rows": rows}, indent=2))
+        return
+    shown = f", showing the newest {len(rows)}" if len(rows) < total else ""
     click.echo(f"{total} dead letters in crawl {keys.crawl!r} on {target.safe_url}{shown}")
-    for index, letter in enumerate(letters, start=first):
-        head = letter.header
-        extra = f" (deliveries {head['deliveries']})" if "deliveries" in head else ""
-        click.echo(
-            f"  [{index}] {_when(head.get('at'))}  {_payload_url(letter)}  "
-            f"{head.get('reason', '?')}{extra}"
-        )
+    for row in rows:
+        extra = f" (deliveries {row['deliveries']})" if row["deliveries"] is not None else ""
+        click.echo(f"  [{row['index']}] {_when(row['at'])}  {row['url']}  {row['reason']}{extra}")
 
 
 # -- per-domain limits (DomainQueue) -------------------------------------------------

@@ -34,7 +34,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.task import LoopingCall
 
-from . import connection, enginehooks, memory, starts
+from . import __version__, connection, enginehooks, memory, starts
 from .config import SchedulerConfig, setting
 from .dedup import Dedup
 from .dupefilters import RedisSetDupeFilter
@@ -155,13 +155,13 @@ class Scheduler(BaseScheduler):
         keys = self.frontier.keys
         if self.conn.embedded:
             logger.info(
-                "crawlplug: crawl %r on the embedded Redis %s (data in %s). To share this crawl "
+                "crawlplug %s: crawl %r on the embedded Redis %s (data in %s). To share this crawl "
                 "with other machines, run one Redis they can all reach and set "
                 "REDIS_URL='redis://<host>:6379/0' on every node.",
-                keys.crawl, self.conn.safe_url, connection.embedded_dir(self.crawler.settings),
+                __version__, keys.crawl, self.conn.safe_url, connection.embedded_dir(self.crawler.settings),
             )  # fmt: skip
         else:
-            logger.info("crawlplug: crawl %r on Redis %s", keys.crawl, self.conn.safe_url)
+            logger.info("crawlplug %s: crawl %r on Redis %s", __version__, keys.crawl, self.conn.safe_url)
         status = self.frontier.status()
         logger.info(
             "crawlplug: node %s joins crawl %r: %d queued, %d in flight, %d fingerprints, %d other nodes",
