@@ -229,7 +229,6 @@ def test_no_project_and_no_url_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_version_is_printed_and_is_the_package_version():
     """`crawlplug --version`, as a user types it (a real process): one line, the one version."""
-
     exe = str(Path(sys.executable).with_name("crawlplug"))
     for flag in ("--version", "-V"):
         proc = subprocess.run([exe, flag], capture_output=True, text=True, timeout=60, check=False)
