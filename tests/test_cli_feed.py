@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from crawlplug import starts
 from crawlplug.cli import main
+from crawlplug.errors import DecodeError
 from crawlplug.frontier import Frontier
 from crawlplug.keys import CrawlKeys
 from crawlplug.seeds import Seeds, make_seed
@@ -409,3 +410,53 @@ def test_timer_loop_keeps_firing(redis_url, r):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# -- issue 18: a misspelt key of a JSON entry is refused, not made a form field --------------------
+
+
+def test_push_refuses_a_near_miss_key_with_its_line_and_the_key_meant(redis_url, r, tmp_path):
+    """`crawlplug push -f`, as a user runs it: "callbak" would have become ?callbak=... on the
+    URL with the default callback; it is refused, naming the line and the key meant, and a
+    real form field (scrapy-redis's format) still goes in as one."""
+    entries = tmp_path / "entries.jsonl"
+    entries.write_text("\n".join([
+        '{"url": "http://shop.test/item/1/", "callbak": "parse_item"}',
+        '{"url": "http://shop.test/item/2/", "prority": 5}',
+        '{"url": "http://shop.test/search/", "q": "lamp", "page": 2}',
+        '{"url": "http://shop.test/item/3/", "dont_filtr": true}',
+    ]) + "\n")  # fmt: skip
+    res = real(redis_url, "push", "-f", str(entries))
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.splitlines() == [
+        f"crawlplug: {entries}:1: skipped: unknown key 'callbak': did you mean 'callback'? (an entry's other keys "
+        'are form fields, scrapy-redis\'s format; put a field of that name under "formdata")',
+        f"crawlplug: {entries}:2: skipped: unknown key 'prority': did you mean 'priority'? (an entry's other keys "
+        'are form fields, scrapy-redis\'s format; put a field of that name under "formdata")',
+        f"crawlplug: {entries}:4: skipped: unknown key 'dont_filtr': did you mean 'dont_filter'? (an entry's other "
+        'keys are form fields, scrapy-redis\'s format; put a field of that name under "formdata")',
+    ]  # fmt: skip
+    assert "pushed 1 start entries" in res.stdout and "skipped 3 malformed" in res.stdout
+    [stored] = start_urls(r)
+    assert json.loads(stored)["formdata"] == {"q": "lamp", "page": 2}
+
+    # --strict: every key that is not a request attribute is refused, the form field too
+    r.delete(KEYS.start_urls)
+    res = real(redis_url, "push", "--strict", '{"url": "http://shop.test/search/", "q": "lamp"}',
+               '{"url": "http://shop.test/search/", "formdata": {"q": "lamp"}}')  # fmt: skip
+    assert res.returncode == 1
+    assert "argument 1: skipped: unknown key 'q' (strict: only body, callback" in res.stderr
+    assert "argument 2" not in res.stderr
+    assert [json.loads(x)["formdata"] for x in start_urls(r)] == [{"q": "lamp"}]
+
+
+@pytest.mark.parametrize("key", ["callbak", "prority", "dont_filtr", "cb_kwarg", "header", "Callback", "errbak"])
+def test_near_misses_of_known_keys_are_refused(key):
+    with pytest.raises(DecodeError, match=f"unknown key '{key}': did you mean '"):
+        starts.parse(json.dumps({"url": "http://e.com/", key: "x"}))
+
+
+@pytest.mark.parametrize("key", ["q", "page", "query", "name", "email", "format", "filter", "user", "password",
+                                 "token", "search", "lang", "sort", "order", "limit", "offset", "id", "data"])
+def test_common_form_field_names_stay_form_fields(key):
+    assert starts.parse(json.dumps({"url": "http://e.com/", key: "x"})).formdata == {key: "x"}
