@@ -420,22 +420,20 @@ def test_push_refuses_a_near_miss_key_with_its_line_and_the_key_meant(redis_url,
     URL with the default callback; it is refused, naming the line and the key meant, and a
     real form field (scrapy-redis's format) still goes in as one."""
     entries = tmp_path / "entries.jsonl"
-    entries.write_text("\n".join([
+    lines = [
         '{"url": "http://shop.test/item/1/", "callbak": "parse_item"}',
         '{"url": "http://shop.test/item/2/", "prority": 5}',
         '{"url": "http://shop.test/search/", "q": "lamp", "page": 2}',
         '{"url": "http://shop.test/item/3/", "dont_filtr": true}',
-    ]) + "\n")  # fmt: skip
+    ]
+    entries.write_text("".join(f"{line}\n" for line in lines))
     res = real(redis_url, "push", "-f", str(entries))
     assert res.returncode == 1, res.stderr
+    why = "(an entry's other keys are form fields, scrapy-redis's format; put a field of that name under \"formdata\")"
     assert res.stderr.splitlines() == [
-        f"crawlplug: {entries}:1: skipped: unknown key 'callbak': did you mean 'callback'? (an entry's other keys "
-        'are form fields, scrapy-redis\'s format; put a field of that name under "formdata")',
-        f"crawlplug: {entries}:2: skipped: unknown key 'prority': did you mean 'priority'? (an entry's other keys "
-        'are form fields, scrapy-redis\'s format; put a field of that name under "formdata")',
-        f"crawlplug: {entries}:4: skipped: unknown key 'dont_filtr': did you mean 'dont_filter'? (an entry's other "
-        'keys are form fields, scrapy-redis\'s format; put a field of that name under "formdata")',
-    ]  # fmt: skip
+        f"crawlplug: {entries}:{n}: skipped: unknown key {key!r}: did you mean {meant!r}? {why}"
+        for n, key, meant in ((1, "callbak", "callback"), (2, "prority", "priority"), (4, "dont_filtr", "dont_filter"))
+    ]
     assert "pushed 1 start entries" in res.stdout and "skipped 3 malformed" in res.stdout
     [stored] = start_urls(r)
     assert json.loads(stored)["formdata"] == {"q": "lamp", "page": 2}
