@@ -186,34 +186,46 @@ def main(ctx: click.Context, redis_url: str | None, crawl: str | None) -> None:
 
 
 def _node_line(node: dict[str, Any]) -> str:
-    age = node["heartbeat_age"]
-    beat = f"heartbeat {age:.1f}s ago" if age is not None else "no heartbeat yet"
-    parts = [node["id"], beat]
+    """One node: its state first when it is not simply live, then its (last) numbers."""
+    numbers = []
     for name, label in (("pages_per_min", "pages/min"), ("leases", "leases"), ("acked", "acked"), ("pid", "pid")):
         if name in node:
-            parts.append(f"{label} {node[name]}")
+            numbers.append(f"{label} {node[name]}")
     if "uptime" in node:
-        parts.append(f"up {monitor.duration(node['uptime'])}")
-    if not node["alive"]:
-        parts.append("SILENT: presumed dead, its leases will be reaped")
-    return "   ".join(parts)
+        numbers.append(f"up {monitor.duration(node['uptime'])}")
+    if node["state"] == "live":
+        age = node["heartbeat_age"]
+        beat = f"heartbeat {age:.1f}s ago" if age is not None else "no heartbeat yet"
+        head = [node["id"], beat] + (["PAUSED"] if node.get("paused") else [])
+        return "   ".join(head + numbers)
+    word, _, rest = node["state_text"].partition(" ")  # "SILENT for 7 s ...", "DEAD since 12:03:04 ..."
+    return "   ".join([node["id"], f"{word.upper()} {rest}", "last: " + ", ".join(numbers)])
 
 
 def _status_report(target: _Target, keys: CrawlKeys) -> dict[str, Any]:
     snap = monitor.snapshot(target.client, keys)
-    nodes = snap["nodes"]
     return {
         "crawl": keys.crawl,
         "redis": target.safe_url,
         "embedded": target.embedded,
-        **{k: snap[k] for k in ("paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead", "domains", "shards", "redis_memory",
-                                "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds", "history")},
+        **{k: snap[k] for k in ("paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead",
+                                "domains", "shards", "redis_memory", "pages_per_min", "pages_last_min",
+                                "net_drain_per_min", "eta_seconds", "eta_text", "rate", "held", "history")},
         "stats": snap["counters"],
         "scrapy_stats": snap["scrapy_stats"],
         "sites": siteoutcomes.outcomes(snap["scrapy_stats"]),
-        "live_nodes": sum(1 for n in nodes if n["alive"]),
-        "nodes": nodes,
+        "live_nodes": snap["live_nodes"],
+        "nodes": snap["nodes"],
     }  # fmt: skip
+
+
+def _nodes_summary(report: dict[str, Any]) -> str:
+    states = [n["state"] for n in report["nodes"]]
+    out = f"nodes: {report['live_nodes']} live"
+    for state in ("silent", "dead"):
+        if state in states:
+            out += f", {states.count(state)} {state}"
+    return out
 
 
 def _status_lines(report: dict[str, Any]) -> list[str]:
@@ -225,6 +237,8 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
     if mem.get("nearly_full"):
         lines.append(f"WARNING: Redis uses {mem['ratio']:.0%} of its maxmemory ({mem['policy']}): when full it "
                      "refuses new requests and the nodes wait")
+    if report.get("held"):
+        lines.append(f"WAITING: {report['held']['text']}")
     if report.get("shards"):
         per = " ".join(f"{sh['queued']}/{sh['in_flight']}" for sh in report["shards"])
         lines.append(f"{len(report['shards'])} shards (CRAWLPLUG_SHARDS), queued/in flight per shard: {per}")
@@ -238,21 +252,19 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
         rows.append(("start entries", f"{report['start_urls']} waiting"))
     if report["domains"]:
         rows.append(("domains", f"{report['domains']} with queued requests"))
-    rows.append(("rate", f"{report['pages_per_min']:g} pages/min over 5 min, {report['pages_last_min']} last minute"))
+    rows.append(("rate", report["rate"]["text"]))
     eta = report["eta_seconds"]
-    if eta == 0:
-        rows.append(("ETA", "nothing left"))
-    elif eta is not None:
-        rows.append(("ETA", f"{monitor.duration(eta)} at the recent rate"))
-    elif report["queued"] or report["in_flight"]:
-        rows.append(("ETA", "unknown: the queue is not shrinking"))
+    if eta:
+        rows.append(("ETA", f"{monitor.duration(eta)} {report['eta_text']}"))
+    else:
+        rows.append(("ETA", report["eta_text"]))
     lines += _table(rows)
     lines.append("counters")
     lines += _table(list(report["stats"].items())) or ["  (none)"]
     if report.get("sites"):
         lines.append("sites (outcomes of site spiders, crawl-wide)")
         lines += siteoutcomes.status_lines(report["scrapy_stats"])
-    lines.append(f"nodes: {report['live_nodes']} live")
+    lines.append(_nodes_summary(report))
     lines += [f"  {_node_line(n)}" for n in report["nodes"]]
     if not any((report["queued"], report["in_flight"], report["seen"], report["dead"], report["stats"],
                 report["nodes"], report["start_urls"])):  # fmt: skip
@@ -280,8 +292,10 @@ def _status_view(report: dict[str, Any]) -> Any:
     total = report["done"] + report["queued"] + report["in_flight"] + report["start_urls"]
     eta = report["eta_seconds"]
     eta_text = "done" if eta == 0 else (monitor.duration(eta) if eta is not None else "unknown")
-    head = (f"crawl [bold]{report['crawl']}[/] on {report['redis']}   {report['pages_per_min']:g} pages/min   "
-            f"ETA {eta_text}   nodes {report['live_nodes']} live")  # fmt: skip
+    head = (f"crawl [bold]{report['crawl']}[/] on {report['redis']}   {report['rate']['text']}   "
+            f"ETA {eta_text}   {_nodes_summary(report)}")  # fmt: skip
+    if report.get("held"):
+        head += f"\n[yellow]{report['held']['text']}[/]"
     bar = Table.grid(padding=(0, 1))
     bar.add_row(ProgressBar(total=max(total, 1), completed=report["done"], width=50),
                 f"{report['done']}/{total}")  # fmt: skip
@@ -289,9 +303,9 @@ def _status_view(report: dict[str, Any]) -> Any:
     nodes = Table("node", "host", "pid", "pages/min", "leases", "heartbeat", "state", box=None)
     for n in report["nodes"]:
         age = n["heartbeat_age"]
+        state = n["state_text"] if n["state"] == "live" else f"[red]{n['state_text']}[/]"
         nodes.add_row(n["id"], n["host"], str(n.get("pid", "")), str(n.get("pages_per_min", "")),
-                      str(n.get("leases", "")), f"{age:.1f}s ago" if age is not None else "-",
-                      "live" if n["alive"] else "[red]dead[/]")  # fmt: skip
+                      str(n.get("leases", "")), f"{age:.1f}s ago" if age is not None else "-", state)  # fmt: skip
     return Group(head, bar, counts, f"pages/min, last {len(hist)} min: {_spark(hist)}", nodes)
 
 

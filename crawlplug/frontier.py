@@ -114,6 +114,7 @@ class Frontier:
         self.lease_ms = int(lease_timeout * 1000)
         # a node is considered gone after it missed several heartbeats
         self.node_ttl_ms = int(max(lease_timeout, 3 * heartbeat) * 1000)
+        self.heartbeat_ms = int(heartbeat * 1000)
         self.max_deliveries = max_deliveries
         self.scripts = scripts or Scripts(client)
         k = keys
@@ -127,7 +128,7 @@ class Frontier:
         self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk]
         self._reap_keys = [
             k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers, *dk,
-            k.start_urls, k.series,
+            k.start_urls, k.series, k.graveyard,
         ]  # fmt: skip
 
     # -- admission and leasing ---------------------------------------------
@@ -226,7 +227,9 @@ class Frontier:
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None
     ) -> tuple[str, list[str], list[Any]]:
         k = self.keys
-        pairs: list[Any] = []
+        # how often it beats and how long its leases live: the views tell a late heartbeat
+        # ("silent for 7 s") and when a silent node's leases return to the queue
+        pairs: list[Any] = ["heartbeat_ms", self.heartbeat_ms, "lease_ms", self.lease_ms]
         for name, value in (metrics or {}).items():
             pairs += [name, value]
         return (

@@ -46,6 +46,10 @@ NAMES = (
     "statnodes",  # zset: node id -> its last stats flush (ms); each node's own stats in node:<id>:stats
     "items",  # list or stream: scraped items as JSON (crawlplug.pipelines.RedisItemPipeline)
     "meta",  # hash: the crawl's fixed layout ("shards" -> N), checked by every node at start
+    # nodes found dead by reap.lua, shown as dead for an hour (crawlplug.monitor): node id ->
+    # "<declared dead ms, 0 in a shard> <last change ms> <its leases requeued> <dead-lettered>";
+    # per shard, where its leases were reaped (the counts add up across shards)
+    "graveyard",
 )
 
 #: Keys that a sharded crawl (CRAWLPLUG_SHARDS > 1) keeps once per shard, under the
@@ -53,7 +57,7 @@ NAMES = (
 #: tag keeps its own queue keys too: they hold the leases of start entries.
 SHARDED_NAMES = (
     "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "dead", "stats", "series",
-    "dq", "domains", "dstate", "dconf",
+    "dq", "domains", "dstate", "dconf", "graveyard",
 )  # fmt: skip
 
 #: The per-domain queue's keys, in the order the scripts take them.

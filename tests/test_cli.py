@@ -291,3 +291,9 @@ def test_dashboard_on_a_busy_port_says_so_and_exits(redis_url):
                 "another one with --port N, or --port 0 for any free port")  # fmt: skip
     assert lines == [expected], proc.stderr
     assert "dashboard of crawl" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+    # an address that is not this machine's (TEST-NET-1): the same, instead of claiming to serve
+    proc = subprocess.run([exe, "dashboard", "--redis-url", redis_url, "--crawl", "shop", "--host", "192.0.2.1",
+                           "--port", "0"], capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert proc.stderr.startswith("crawlplug: error: cannot serve the dashboard on 192.0.2.1:0: "), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "dashboard of crawl" not in proc.stderr
