@@ -141,10 +141,14 @@ def _connect(opts: Options) -> _Target:
         url, is_embedded = opts.redis_url, False
     else:
         directory = _embedded_dir()
+        was_running = embedded.running(directory)
         try:
             url = embedded.ensure(directory)
         except OSError as exc:
             _fail(f"could not start the embedded Redis in {directory}: {exc}")
+        if not was_running:  # not silently: it goes on running after this command
+            click.echo(f"crawlplug: started the embedded Redis of {directory}; it keeps running "
+                       "(`crawlplug embedded stop` stops it)", err=True)  # fmt: skip
         is_embedded = True
     target = connection.Connection(connection.client_from_url(url), url, is_embedded)
     connection.check(target)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."

@@ -217,6 +217,22 @@ def test_embedded_start_url_stop(project_copy, monkeypatch):
     assert "was not running" in run("embedded", "stop").output
 
 
+def test_a_command_that_starts_the_embedded_redis_says_so(project_copy, monkeypatch):
+    """`crawlplug status` with no Redis running starts the project's embedded one, which goes
+    on running after the command: said on stderr (stdout stays the status), once."""
+    monkeypatch.chdir(project_copy)
+    try:
+        first = run("status", "--crawl", "shop", "--json")
+        assert first.exit_code == 0, first.output
+        assert json.loads(first.stdout)["embedded"] is True
+        assert first.stderr == (f"crawlplug: started the embedded Redis of {project_copy / '.crawlplug'}; it keeps "
+                                "running (`crawlplug embedded stop` stops it)\n")  # fmt: skip
+        again = run("status", "--crawl", "shop", "--json")
+        assert again.exit_code == 0 and again.stderr == "", "already running: nothing to say"
+    finally:
+        assert "Stopped" in run("embedded", "stop").output
+
+
 def test_no_project_and_no_url_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = run("status", "--crawl", "shop")
