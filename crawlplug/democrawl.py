@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from . import connection, embedded
+from . import connection, embedded, monitor
 from .defaults import default
 from .demosite import DemoShop, ShopServer, serve
 from .errors import CrawlplugError
@@ -530,8 +530,6 @@ def _crawl(args: argparse.Namespace, project: Path, url: str, is_embedded: bool,
 
 def _crawl_rate(frontier: Frontier) -> str:
     """The rate `crawlplug status` and the dashboard show (crawlplug.monitor), in words."""
-    from . import monitor  # noqa: PLC0415 - the operator views, only for this line
-
     try:
         return str(monitor.snapshot(frontier.client, frontier.keys)["rate"]["text"])
     except redis.RedisError as exc:

@@ -27,7 +27,7 @@ import redis
 
 from .keys import CrawlKeys
 from .memory import memory as redis_memory
-from .nodestates import GRAVEYARD_MS, expired_leases, held, nodes
+from .nodestates import expired_leases, held, nodes
 from .shards import open_frontier, parts
 from .stats import crawl_stats
 
@@ -39,6 +39,8 @@ RATE_WINDOW_MS = 60_000
 ETA_WINDOW_MS = 30_000
 SAMPLE_MS = 5_000
 ETA_MIN_AGE_MS = 2_000
+#: How far back the series goes (reap.lua trims older buckets).
+SERIES_MS = 3_600_000
 #: admit.lua: a crawl idle this long starts a new busy span.
 SPAN_GAP_MS = 60_000
 #: Scrapy stats counted as failures (crawl-wide), when the stats collector is in Redis.
@@ -176,7 +178,7 @@ def rates(client: redis.Redis, keys: CrawlKeys, now_ms: int, *, start_ms: int | 
     start = start_ms if start_ms is not None else span_start
     last_bucket = now_ms // BUCKET_MS
     if start is None or span_end is None:  # no span recorded: the first and last busy buckets
-        buckets = list(range(last_bucket - GRAVEYARD_MS // BUCKET_MS + 1, last_bucket + 1))
+        buckets = list(range(last_bucket - SERIES_MS // BUCKET_MS + 1, last_bucket + 1))
         values = _series_values(client, keys, [f"a:{b}" for b in buckets] + [f"e:{b}" for b in buckets])
         n = len(buckets)
         busy = [i for i in range(n) if values[i] or values[n + i]]

@@ -50,7 +50,10 @@ def _views(redis_url: str, dashboard: TestClient, node_id: str) -> dict[str, Any
     text = _cli(redis_url, "status")
     api = dashboard.get("/api/status").json()
     listed = dashboard.get("/api/nodes").json()["nodes"]
-    by_id = lambda nodes: next((n for n in nodes if n["id"] == node_id), None)  # noqa: E731
+
+    def by_id(nodes: list[dict]) -> dict | None:
+        return next((n for n in nodes if n["id"] == node_id), None)
+
     line = next((x for x in text.splitlines() if node_id in x), None)
     return {"json": by_id(report["nodes"]), "report": report, "text": text, "line": line,
             "api": by_id(api["nodes"]), "api_status": api, "api_nodes": by_id(listed)}  # fmt: skip
