@@ -165,6 +165,16 @@ def _keys(opts: Options) -> CrawlKeys:
         _fail(str(exc))
 
 
+def unknown_crawl_note(target: _Target, keys: CrawlKeys) -> str | None:
+    """A warning when crawl ``keys`` has nothing on this Redis and no node: an action on it
+    (push, pause) succeeds and may do nothing if --crawl is mistyped. None when it exists."""
+    names = ("stats", "meta", "nodes", "seen", "queue", "dq", "start_urls", "seeds", "control", "dead", "leases")
+    if target.client.exists(*(keys.key(n) for n in names)):
+        return None
+    return (f"note: crawl {keys.crawl!r} has nothing else on {target.safe_url} and no node runs it: is --crawl "
+            "right? (it is the spider's name unless the project sets CRAWLPLUG_CRAWL_ID)")
+
+
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 

@@ -12,7 +12,18 @@ from typing import Any, TextIO
 import click
 
 from . import operations, starts
-from .cli import _connect, _fail, _friendly_errors, _keys, _options, _shared_options, _when, dead, main
+from .cli import (
+    _connect,
+    _fail,
+    _friendly_errors,
+    _keys,
+    _options,
+    _shared_options,
+    _when,
+    dead,
+    main,
+    unknown_crawl_note,
+)
 from .errors import ConfigError, DecodeError
 from .frontier import Frontier
 from .seeds import Seeds, make_seed
@@ -70,9 +81,12 @@ def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: 
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
+    note = unknown_crawl_note(target, keys)
     waiting = Frontier(target.client, keys).push_starts(valid) if valid else target.client.llen(keys.start_urls)
     click.echo(f"pushed {len(valid)} start entries to crawl {keys.crawl!r} ({waiting} waiting)"
                + (f"; skipped {bad} malformed" if bad else ""))  # fmt: skip
+    if note and valid:
+        click.echo(f"crawlplug: {note}; the entries wait until a node of that crawl starts", err=True)
     if bad:
         raise click.exceptions.Exit(1)
 
@@ -306,8 +320,11 @@ def pause(redis_url: str | None, crawl: str | None) -> None:
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
+    note = unknown_crawl_note(target, keys)
     changed = Frontier(target.client, keys).pause(by="crawlplug pause")
     click.echo(f"crawl {keys.crawl!r} {'paused' if changed else 'was already paused'}")
+    if note:
+        click.echo(f"crawlplug: {note}", err=True)
 
 
 @main.command()

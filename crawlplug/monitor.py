@@ -358,7 +358,7 @@ def history(client: redis.Redis, keys: CrawlKeys, minutes: int = 60) -> dict[str
         else:
             out[name] = [None if v is None else int(v) for v in chunk]
     covered = [min(BUCKET_MS, max(1, now_ms - b * BUCKET_MS)) for b in buckets]
-    out["pages_per_min"] = [round(d * 60_000 / c, 1) for d, c in zip(out["done"], covered)]
+    out["pages_per_min"] = [round(d * 60_000 / c) for d, c in zip(out["done"], covered)]
     return out
 
 

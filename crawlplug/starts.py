@@ -113,7 +113,8 @@ def _check_url(url: Any) -> str:
         host = urlsplit(safe).hostname  # checked after normalisation: what a node will crawl
     except (ValueError, UnicodeError) as exc:
         raise DecodeError(f"malformed URL {url!r:.200}: {exc}") from None
-    if not host or not host.strip("."):
+    if not host or not host.strip(".") or any(c.isspace() for c in host):
+        # "http:// #": a blank host would be stored as "http:// ", read back as "http://"
         raise DecodeError(f"URL has no host: {url!r:.200}")
     return safe
 

@@ -87,6 +87,9 @@ VALID = [
 
 def _check_file_push(client, err: str, out: str, path: Path) -> None:
     err_lines = [line for line in err.splitlines() if line.strip()]
+    # a crawl with nothing in Redis yet: the push says so, last (a mistyped --crawl?)
+    assert err_lines[-1].startswith(f"crawlplug: note: crawl {KEYS.crawl!r} has nothing else on "), err
+    err_lines = err_lines[:-1]
     assert len(err_lines) == len(BAD_LINES), err
     for (number, reason), line in zip(sorted(BAD_LINES.items()), err_lines):
         assert f"{path}:{number}: skipped:" in line, line
@@ -427,6 +430,7 @@ def test_push_refuses_a_near_miss_key_with_its_line_and_the_key_meant(redis_url,
         '{"url": "http://shop.test/item/3/", "dont_filtr": true}',
     ]
     entries.write_text("".join(f"{line}\n" for line in lines))
+    r.hset(KEYS.stats, "enqueued", 0)  # the crawl exists: no "nothing else on this Redis" note
     res = real(redis_url, "push", "-f", str(entries))
     assert res.returncode == 1, res.stderr
     why = "(an entry's other keys are form fields, scrapy-redis's format; put a field of that name under \"formdata\")"
@@ -458,3 +462,17 @@ def test_near_misses_of_known_keys_are_refused(key):
                                  "token", "search", "lang", "sort", "order", "limit", "offset", "id", "data"])
 def test_common_form_field_names_stay_form_fields(key):
     assert starts.parse(json.dumps({"url": "http://e.com/", key: "x"})).formdata == {key: "x"}
+
+
+def test_pushing_to_a_crawl_that_does_not_exist_says_so(redis_url, r):
+    """A mistyped --crawl: the push succeeds (a node of that crawl may start later) but says
+    that nothing else of that crawl is on this Redis; a known crawl gets no such note."""
+    res = real(redis_url, "push", "http://shop.test/", crawl="shpo")
+    assert res.returncode == 0 and "pushed 1 start entries to crawl 'shpo'" in res.stdout
+    assert res.stderr == (f"crawlplug: note: crawl 'shpo' has nothing else on {redis_url} and no node runs it: is "
+                          "--crawl right? (it is the spider's name unless the project sets CRAWLPLUG_CRAWL_ID); "
+                          "the entries wait until a node of that crawl starts\n")  # fmt: skip
+    again = real(redis_url, "push", "http://shop.test/2", crawl="shpo")
+    assert again.returncode == 0 and again.stderr == "", "it has its start entries now"
+    paused = real(redis_url, "pause", crawl="nosuch")
+    assert paused.returncode == 0 and "note: crawl 'nosuch' has nothing else" in paused.stderr
