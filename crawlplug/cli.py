@@ -33,9 +33,8 @@ from typing import Any, Callable, NoReturn, TypeVar
 import click
 import redis
 
-from . import connection, embedded, monitor, operations, runs, siteoutcomes
+from . import __version__, connection, embedded, monitor, operations, runs, siteoutcomes
 from .errors import CrawlplugError
-from .frontier import DeadLetter
 from .keys import CrawlKeys
 from .shards import open_domains, open_frontier
 
@@ -160,10 +159,14 @@ def _connect(opts: Options) -> _Target:
         url, is_embedded = opts.redis_url, False
     else:
         directory = _embedded_dir()
+        was_running = embedded.running(directory)
         try:
             url = embedded.ensure(directory)
         except OSError as exc:
             _fail(f"could not start the embedded Redis in {directory}: {exc}")
+        if not was_running:  # not silently: it goes on running after this command
+            click.echo(f"crawlplug: started the embedded Redis of {directory}; it keeps running "
+                       "(`crawlplug embedded stop` stops it)", err=True)  # fmt: skip
         is_embedded = True
     target = connection.Connection(connection.client_from_url(url), url, is_embedded)
     connection.check(target)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."
@@ -188,7 +191,7 @@ def _create_if_new(target: _Target, keys: CrawlKeys) -> bool:
 
 def _created_note(keys: CrawlKeys) -> str:
     return (f"crawl {keys.crawl!r} is new: created it (nodes of a spider named {keys.crawl!r}, or with "
-            f"CRAWLPLUG_CRAWL_ID={keys.crawl}, crawl it)")  # fmt: skip
+            f"CRAWLPLUG_CRAWL_ID={keys.crawl}, crawl it; is --crawl right?)")  # fmt: skip
 
 
 def _keys(opts: Options) -> CrawlKeys:
@@ -213,6 +216,7 @@ def _table(rows: list[tuple[str, Any]], indent: str = "  ") -> list[str]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="crawlplug", message="%(prog)s %(version)s")
 @_shared_options(envvar=True)
 @click.pass_context
 def main(ctx: click.Context, redis_url: str | None, crawl: str | None) -> None:
@@ -224,36 +228,48 @@ def main(ctx: click.Context, redis_url: str | None, crawl: str | None) -> None:
 
 
 def _node_line(node: dict[str, Any]) -> str:
-    age = node["heartbeat_age"]
-    beat = f"heartbeat {age:.1f}s ago" if age is not None else "no heartbeat yet"
-    parts = [node["id"], beat]
+    """One node: its state first when it is not simply live, then its (last) numbers."""
+    numbers = []
     for name, label in (("pages_per_min", "pages/min"), ("leases", "leases"), ("acked", "acked"), ("pid", "pid")):
         if name in node:
-            parts.append(f"{label} {node[name]}")
+            numbers.append(f"{label} {node[name]}")
     if "uptime" in node:
-        parts.append(f"up {monitor.duration(node['uptime'])}")
-    if not node["alive"]:
-        parts.append("SILENT: presumed dead, its leases will be reaped")
-    return "   ".join(parts)
+        numbers.append(f"up {monitor.duration(node['uptime'])}")
+    if node["state"] == "live":
+        age = node["heartbeat_age"]
+        beat = f"heartbeat {age:.1f}s ago" if age is not None else "no heartbeat yet"
+        head = [node["id"], beat] + (["PAUSED"] if node.get("paused") else [])
+        return "   ".join(head + numbers)
+    word, _, rest = node["state_text"].partition(" ")  # "SILENT for 7 s ...", "DEAD since 12:03:04 ..."
+    return "   ".join([node["id"], f"{word.upper()} {rest}", "last: " + ", ".join(numbers)])
 
 
 def _status_report(target: _Target, keys: CrawlKeys) -> dict[str, Any]:
     snap = monitor.snapshot(target.client, keys)
-    nodes = snap["nodes"]
     return {
         "crawl": keys.crawl,
         "redis": target.safe_url,
         "embedded": target.embedded,
-        **{k: snap[k] for k in ("run", "paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead", "domains", "shards", "redis_memory",
-                                "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds", "history")},
+        **{k: snap[k] for k in ("run", "paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead",
+                                "domains", "shards", "redis_memory", "pages_per_min", "pages_last_min",
+                                "net_drain_per_min", "eta_seconds", "eta_text", "rate", "held", "history")},
         "stats": snap["counters"],
         "scrapy_stats": snap["scrapy_stats"],
         "sites": siteoutcomes.outcomes(snap["scrapy_stats"]),
-        "live_nodes": sum(1 for n in nodes if n["alive"]),
-        "nodes": nodes,
+        "live_nodes": snap["live_nodes"],
+        "nodes": snap["nodes"],
         "exists": (exists := runs.exists(target.client, keys)),
         "known_crawls": None if exists else runs.known_crawls(target.client, keys.prefix),
     }  # fmt: skip
+
+
+def _nodes_summary(report: dict[str, Any]) -> str:
+    states = [n["state"] for n in report["nodes"]]
+    out = f"nodes: {report['live_nodes']} live"
+    for state in ("silent", "dead"):
+        if state in states:
+            out += f", {states.count(state)} {state}"
+    return out
 
 
 def _status_lines(report: dict[str, Any]) -> list[str]:
@@ -269,6 +285,8 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
     if mem.get("nearly_full"):
         lines.append(f"WARNING: Redis uses {mem['ratio']:.0%} of its maxmemory ({mem['policy']}): when full it "
                      "refuses new requests and the nodes wait")
+    if report.get("held"):
+        lines.append(f"WAITING: {report['held']['text']}")
     if report.get("shards"):
         per = " ".join(f"{sh['queued']}/{sh['in_flight']}" for sh in report["shards"])
         lines.append(f"{len(report['shards'])} shards (CRAWLPLUG_SHARDS), queued/in flight per shard: {per}")
@@ -282,21 +300,19 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
         rows.append(("start entries", f"{report['start_urls']} waiting"))
     if report["domains"]:
         rows.append(("domains", f"{report['domains']} with queued requests"))
-    rows.append(("rate", f"{report['pages_per_min']:g} pages/min over 5 min, {report['pages_last_min']} last minute"))
+    rows.append(("rate", report["rate"]["text"]))
     eta = report["eta_seconds"]
-    if eta == 0:
-        rows.append(("ETA", "nothing left"))
-    elif eta is not None:
-        rows.append(("ETA", f"{monitor.duration(eta)} at the recent rate"))
-    elif report["queued"] or report["in_flight"]:
-        rows.append(("ETA", "unknown: the queue is not shrinking"))
+    if eta:
+        rows.append(("ETA", f"{monitor.duration(eta)} {report['eta_text']}"))
+    else:
+        rows.append(("ETA", report["eta_text"]))
     lines += _table(rows)
     lines.append("counters")
     lines += _table(list(report["stats"].items())) or ["  (none)"]
     if report.get("sites"):
         lines.append("sites (outcomes of site spiders, crawl-wide)")
         lines += siteoutcomes.status_lines(report["scrapy_stats"])
-    lines.append(f"nodes: {report['live_nodes']} live")
+    lines.append(_nodes_summary(report))
     lines += [f"  {_node_line(n)}" for n in report["nodes"]]
     if not any((report["queued"], report["in_flight"], report["seen"], report["dead"], report["stats"],
                 report["nodes"], report["start_urls"])):  # fmt: skip
@@ -326,8 +342,10 @@ def _status_view(report: dict[str, Any]) -> Any:
     total = report["done"] + report["queued"] + report["in_flight"] + report["start_urls"]
     eta = report["eta_seconds"]
     eta_text = "done" if eta == 0 else (monitor.duration(eta) if eta is not None else "unknown")
-    head = (f"crawl [bold]{report['crawl']}[/] on {report['redis']}   {report['pages_per_min']:g} pages/min   "
-            f"ETA {eta_text}   nodes {report['live_nodes']} live")  # fmt: skip
+    head = (f"crawl [bold]{report['crawl']}[/] on {report['redis']}   {report['rate']['text']}   "
+            f"ETA {eta_text}   {_nodes_summary(report)}")  # fmt: skip
+    if report.get("held"):
+        head += f"\n[yellow]{report['held']['text']}[/]"
     bar = Table.grid(padding=(0, 1))
     bar.add_row(ProgressBar(total=max(total, 1), completed=report["done"], width=50),
                 f"{report['done']}/{total}")  # fmt: skip
@@ -335,9 +353,9 @@ def _status_view(report: dict[str, Any]) -> Any:
     nodes = Table("node", "host", "pid", "pages/min", "leases", "heartbeat", "state", box=None)
     for n in report["nodes"]:
         age = n["heartbeat_age"]
+        state = n["state_text"] if n["state"] == "live" else f"[red]{n['state_text']}[/]"
         nodes.add_row(n["id"], n["host"], str(n.get("pid", "")), str(n.get("pages_per_min", "")),
-                      str(n.get("leases", "")), f"{age:.1f}s ago" if age is not None else "-",
-                      "live" if n["alive"] else "[red]dead[/]")  # fmt: skip
+                      str(n.get("leases", "")), f"{age:.1f}s ago" if age is not None else "-", state)  # fmt: skip
     return Group(head, bar, counts, f"pages/min, last {len(hist)} min: {_spark(hist)}", nodes)
 
 
@@ -432,10 +450,6 @@ def dead() -> None:
     """Dead letters: requests that could not be crawled."""
 
 
-def _payload_url(letter: DeadLetter) -> str:
-    return operations.payload_url(letter.payload)
-
-
 def _when(ms: Any) -> str:
     if not isinstance(ms, (int, float)) or isinstance(ms, bool):
         return "?"
@@ -448,25 +462,25 @@ def _when(ms: Any) -> str:
               help="Show the newest N dead letters (0: all).")  # fmt: skip
 @click.option("--run", "run", type=click.IntRange(min=1), default=None,
               help="Those an earlier run left (kept when the next run began); default: the current run's.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @_friendly_errors
-def dead_list(redis_url: str | None, crawl: str | None, count: int, run: int | None) -> None:
+def dead_list(redis_url: str | None, crawl: str | None, count: int, run: int | None, as_json: bool) -> None:
     """Each dead letter's index, time, URL and reason (oldest first)."""
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
     total = operations.dead_count(target.client, keys, run)
     first = 0 if count == 0 else max(0, total - count)
-    letters = operations.dead_letters(target.client, keys, first, -1, run) if total else []
-    shown = f", showing the newest {len(letters)}" if len(letters) < total else ""
+    rows = operations.dead_rows(target.client, keys, first, -1, run) if total else []
+    if as_json:
+        click.echo(json.dumps({"crawl": keys.crawl, "run": run, "total": total, "rows": rows}, indent=2))
+        return
+    shown = f", showing the newest {len(rows)}" if len(rows) < total else ""
     of_run = f" left by run {run}" if run is not None else ""
     click.echo(f"{total} dead letters{of_run} in crawl {keys.crawl!r} on {target.safe_url}{shown}")
-    for index, letter in enumerate(letters, start=first):
-        head = letter.header
-        extra = f" (deliveries {head['deliveries']})" if "deliveries" in head else ""
-        click.echo(
-            f"  [{index}] {_when(head.get('at'))}  {_payload_url(letter)}  "
-            f"{head.get('reason', '?')}{extra}"
-        )
+    for row in rows:
+        extra = f" (deliveries {row['deliveries']})" if row["deliveries"] is not None else ""
+        click.echo(f"  [{row['index']}] {_when(row['at'])}  {row['url']}  {row['reason']}{extra}")
 
 
 # -- per-domain limits (DomainQueue) -------------------------------------------------

@@ -40,13 +40,18 @@ def _lines(urls: tuple[str, ...], file: TextIO | None) -> list[tuple[str, str]]:
 @click.option("--file", "-f", "file", type=click.File("r", encoding="utf-8"), default=None,
               help="Read entries from FILE, one per line ('-': standard input).")  # fmt: skip
 @click.option("--stdin", "use_stdin", is_flag=True, hidden=True)
+@click.option("--strict", is_flag=True,
+              help="Refuse every JSON key that is not a request attribute (form fields then go under "
+                   '"formdata"), instead of taking it as a form field as scrapy-redis does.')  # fmt: skip
 @_friendly_errors
 def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: TextIO | None,
-         use_stdin: bool) -> None:  # fmt: skip
+         use_stdin: bool, strict: bool) -> None:  # fmt: skip
     """Feed start URLs to a crawl: URL arguments, --file F, or '-' for standard input.
 
     An entry is a URL or a JSON line: {"url": ..., "method", "headers",
     "body", "meta", "priority", "callback", "cb_kwargs", "dont_filter"}.
+    Other keys are form fields (scrapy-redis's format), except a near miss of
+    a known key ("callbak"), which is refused; --strict refuses every other key.
     Every entry is validated first: a malformed one is reported with its line
     number and skipped, the rest go in (exit code 1 if any was skipped).
     Start entries are crawled even if their URL was seen before, unless the
@@ -60,7 +65,7 @@ def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: 
     bad = 0
     for where, text in _lines(urls, file):
         try:
-            valid.append(starts.to_line(starts.parse(text)))
+            valid.append(starts.to_line(starts.parse(text, strict=strict)))
         except DecodeError as exc:
             bad += 1
             click.echo(f"crawlplug: {where}: skipped: {exc}", err=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import socket
 
 import click
 
@@ -22,11 +24,35 @@ def is_loopback(host: str) -> bool:
         return False  # a name: it may resolve to anything
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port``, or a :class:`~crawlplug.cli.Fail` that says
+    why not (a port in use, an address not of this machine), before anything claims to serve."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        _fail(f"cannot serve the dashboard on {host}:{port}: {exc}")
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: not a port in use
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            _fail(f"port {port} on {host} is already in use (another dashboard?): give another one with "
+                  "--port N, or --port 0 for any free port")  # fmt: skip
+        _fail(f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}")
+    return sock
+
+
 @main.command()
 @_shared_options(envvar=False)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (loopback by default; 0.0.0.0 exposes it to your network).")  # fmt: skip
-@click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True,
+              help="Port to listen on (0: any free port, printed at start).")  # fmt: skip
 @_friendly_errors
 def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int) -> None:
     """Serve the live dashboard of a crawl (pages, and a JSON API under /api).
@@ -45,10 +71,13 @@ def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int) ->
     if token is not None and len(token) < 12:
         _fail(f"{TOKEN_ENVVAR} is too short: use at least 12 random characters")
     app = create_app(target.client, keys, token, target.safe_url)
+    sock = listen(host, port)
+    port = sock.getsockname()[1]
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
     mode = "actions need the token" if token else f"read-only (set {TOKEN_ENVVAR} to allow actions)"
-    click.echo(f"crawlplug dashboard of crawl {keys.crawl!r} on http://{host}:{port}/  ({mode})", err=True)
+    click.echo(f"crawlplug dashboard of crawl {keys.crawl!r} on http://{shown}:{port}/  ({mode})", err=True)
     if not is_loopback(host):
         click.echo(f"warning: {host} is not a loopback address: anyone who can reach it can read the crawl's "
                    "state" + (", and the token crosses the network in clear text (plain HTTP): put a "
                               "TLS-terminating proxy in front" if token else ""), err=True)  # fmt: skip
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -13,11 +13,14 @@ setting is unset, :func:`setting` reads scrapy-redis's name for it
 
 from __future__ import annotations
 
+import difflib
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .defaults import default
+from scrapy.settings import default_settings
+
+from .defaults import SETTINGS, default
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -137,6 +140,69 @@ def log_scrapy_redis_notes(settings: BaseSettings) -> None:
             logger.log(level, "crawlplug: %s", message)
 
 
+#: scrapy-redis settings that crawlplug does not read but that are real names (no misspelling).
+SCRAPY_REDIS_OTHER_NAMES = frozenset({
+    "DUPEFILTER_CLASS", "SCHEDULER_DUPEFILTER_CLASS", "SCHEDULER_SERIALIZER", "REDIS_CLS", "REDIS_DECODE_RESPONSES",
+    "REDIS_ITEMS_SERIALIZER", "DUPEFILTER_KEY",
+})  # fmt: skip
+#: Names that look like settings but are read elsewhere: what they are instead.
+NOT_SETTINGS = {
+    "CRAWLPLUG_DASHBOARD_TOKEN": "an environment variable of `crawlplug dashboard`, not a Scrapy setting",
+    "CRAWLPLUG_CRAWL": (
+        "an environment variable of the crawlplug command; the setting naming the crawl is CRAWLPLUG_CRAWL_ID"
+    ),
+}
+#: How close (difflib ratio) a name must be to a known one to be called its misspelling:
+#: the part after CRAWLPLUG_, and whole scrapy-redis names (high, so a project's own
+#: settings such as REDIS_PASSWORD are not taken for REDIS_PORT).
+_OURS_CUTOFF = 0.6
+_THEIRS_CUTOFF = 0.85
+_PREFIX = "CRAWLPLUG_"
+
+
+def misspelt_settings(settings: BaseSettings) -> list[tuple[str, str | None, str]]:
+    """(name set, the setting probably meant or None, message) for each setting that
+    crawlplug would silently ignore: an unknown ``CRAWLPLUG_*`` name, or a name that is a
+    near miss of a scrapy-redis setting crawlplug reads (``SCHEDULER_IDLE_BEFOR_CLOSE``).
+
+    Scrapy's own settings and names far from every crawlplug one (a project's own
+    settings) are never reported.
+    """
+    ours = [n for n in SETTINGS if n.startswith(_PREFIX)]
+    theirs = [n for n in SETTINGS if not n.startswith(_PREFIX)]
+    scrapy_names = {n for n in dir(default_settings) if n.isupper()}
+    out: list[tuple[str, str | None, str]] = []
+    for name in sorted(str(n) for n in settings):
+        if name in SETTINGS or name in scrapy_names or name in SCRAPY_REDIS_OTHER_NAMES:
+            continue
+        if name.startswith(_PREFIX):
+            if name in NOT_SETTINGS:
+                meant = "CRAWLPLUG_CRAWL_ID" if name == "CRAWLPLUG_CRAWL" else None
+                out.append((name, meant, f"{name} is ignored as a setting: it is {NOT_SETTINGS[name]}"))
+                continue
+            close = difflib.get_close_matches(name[len(_PREFIX):], [n[len(_PREFIX):] for n in ours], 1, _OURS_CUTOFF)
+            meant = _PREFIX + close[0] if close else None
+            hint = f"did you mean {meant}?" if meant else "no crawlplug setting is close to it (docs/settings.md)"
+            out.append((name, meant, f"{name} is not a crawlplug setting and is ignored: {hint}"))
+            continue
+        close = difflib.get_close_matches(name, theirs, 1, _THEIRS_CUTOFF)
+        if close:
+            message = f"{name} is not a setting crawlplug reads and is ignored: did you mean {close[0]}?"
+            out.append((name, close[0], message))
+    return out
+
+
+_warned: set[str] = set()
+
+
+def warn_misspelt_settings(settings: BaseSettings) -> None:
+    """Log each of :func:`misspelt_settings` once per process (a WARNING naming the closest real setting)."""
+    for name, _, message in misspelt_settings(settings):
+        if name not in _warned:
+            _warned.add(name)
+            logger.warning("crawlplug: %s", message)
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     crawl_id: str | None = None
@@ -174,6 +240,7 @@ class SchedulerConfig:
 
     @classmethod
     def from_settings(cls, s: BaseSettings) -> SchedulerConfig:
+        warn_misspelt_settings(s)
         log_scrapy_redis_notes(s)
         return cls(
             crawl_id=s.get("CRAWLPLUG_CRAWL_ID"),

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from . import connection, embedded
+from . import connection, embedded, monitor
 from .defaults import default
 from .demosite import DemoShop, ShopServer, serve
 from .errors import CrawlplugError
@@ -97,7 +97,8 @@ def _prune_runs(root: Path, keep: int, current: Path) -> int:
     return len(old)
 
 
-def _watch_command(project: Path, url: str, is_embedded: bool) -> str:
+def _crawlplug_command(project: Path, url: str, is_embedded: bool, args: str) -> str:
+    """How to run ``crawlplug <args>`` on this crawl from a shell here (never with a password)."""
     exe = Path(sys.executable).with_name("crawlplug")
     on_path = shutil.which("crawlplug")
     if on_path and Path(on_path).resolve() == exe.resolve():
@@ -108,25 +109,35 @@ def _watch_command(project: Path, url: str, is_embedded: bool) -> str:
         prog = f"{Path(sys.executable).name} -m crawlplug.cli"
     if is_embedded:
         here = "" if Path.cwd().resolve() == project else f"cd {project} && "
-        return f"{here}{prog} status --crawl {CRAWL}"
+        return f"{here}{prog} {args}"
     if connection.mask_url(url) != url:  # a password is never printed: the command takes it from REDIS_URL
-        return f"REDIS_URL='<the Redis URL>' {prog} status --crawl {CRAWL}"
-    return f"{prog} --redis-url '{url}' status --crawl {CRAWL}"
+        return f"REDIS_URL='<the Redis URL>' {prog} {args}"
+    return f"{prog} --redis-url '{url}' {args}"
+
+
+def _watch_command(project: Path, url: str, is_embedded: bool) -> str:
+    return _crawlplug_command(project, url, is_embedded, f"status --crawl {CRAWL}")
 
 
 # -- the Redis ------------------------------------------------------------------------
 
 
-def resolve_redis(explicit: str | None, project: Path) -> tuple[str, bool]:
-    """(URL, embedded?): --redis-url, else REDIS_URL, else the project's embedded Redis."""
+def resolve_redis(explicit: str | None, project: Path) -> tuple[str, bool, bool]:
+    """(URL, embedded?, started by this call?): --redis-url, else REDIS_URL, else the
+    project's embedded Redis, started if it does not run (the demo then stops it)."""
     url = explicit or os.environ.get("REDIS_URL")
     if url:
-        return url, False
-    directory = project / str(default("CRAWLPLUG_EMBEDDED_DIR"))
+        return url, False, False
+    directory = embedded_dir(project)
+    was_running = embedded.running(directory)
     try:
-        return embedded.ensure(directory), True
+        return embedded.ensure(directory), True, not was_running
     except OSError as exc:
         raise DemoError(f"could not start the embedded Redis in {directory}: {exc}") from None
+
+
+def embedded_dir(project: Path) -> Path:
+    return project / str(default("CRAWLPLUG_EMBEDDED_DIR"))
 
 
 def open_frontier(url: str, is_embedded: bool) -> Frontier:
@@ -401,10 +412,12 @@ def _raise_interrupted(signum: int, frame: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     url = args.redis_url or ""
+    project: Path | None = None
+    is_embedded = started = False
     try:
         project = project_dir()
         scrapy_executable()
-        url, is_embedded = resolve_redis(args.redis_url, project)
+        url, is_embedded, started = resolve_redis(args.redis_url, project)
         frontier = open_frontier(url, is_embedded)
         live = _live_nodes(frontier)
         if live:
@@ -415,14 +428,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"running, or nodes were killed less than {wait:.0f}s ago; stop it or retry later"
             )
         deleted = frontier.purge()
-    except (DemoError, CrawlplugError) as exc:
-        print(f"democrawl: error: {exc}", file=sys.stderr)
+    except (DemoError, CrawlplugError, redis.RedisError) as exc:
+        what = f"Redis error on {connection.mask_url(url)}: {exc}" if isinstance(exc, redis.RedisError) else exc
+        print(f"democrawl: error: {what}", file=sys.stderr)
+        if started and project is not None:
+            embedded.stop(embedded_dir(project))  # started for nothing
         return 1
-    except redis.RedisError as exc:
-        print(f"democrawl: error: Redis error on {connection.mask_url(url)}: {exc}", file=sys.stderr)
-        return 1
+    code = 1
+    try:
+        code = _crawl(args, project, url, is_embedded, frontier, deleted)
+    finally:
+        if is_embedded:
+            print(f"\n{_embedded_note(project, url, started)}", flush=True)
+    if code == 0:
+        print(_next_steps(project, url, is_embedded))
+    return code
 
-    runs = project / str(default("CRAWLPLUG_EMBEDDED_DIR")) / "demo-runs"
+
+def _crawl(args: argparse.Namespace, project: Path, url: str, is_embedded: bool, frontier: Frontier,
+           deleted: int) -> int:  # fmt: skip
+    """Serve the shop (and the dashboard), run the nodes, check the result: the exit status."""
+    runs = embedded_dir(project) / "demo-runs"
     out = args.out.resolve() if args.out else _new_run_dir(runs)
     out.mkdir(parents=True, exist_ok=True)
     pruned = 0 if args.keep or args.out else _prune_runs(runs, RUNS_KEPT, out)
@@ -442,7 +468,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"Watch the crawl from another terminal: {_watch_command(project, url, is_embedded)}")
         if args.dashboard_port >= 0:
             dash = DashboardThread(frontier.client, frontier.keys, url, args.dashboard_port)
-            print(f"Dashboard (live while the crawl runs): {dash.url}", flush=True)
+            after = "; after the crawl it stays up until you press Enter" if sys.stdin.isatty() else ""
+            print(f"Dashboard (while the demo runs{after}): {dash.url}", flush=True)
         print(f"Starting {args.nodes} nodes: scrapy crawl {CRAWL} (cwd {project})", flush=True)
         start = time.monotonic()
         nodes = start_nodes(args.nodes, project, out, server.url, url, is_embedded)
@@ -464,12 +491,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = time.monotonic() - start
         print(_progress(start, server, site_pages, args.items, nodes, frontier), flush=True)
         outcome = check(shop, server, nodes, seconds, url, is_embedded, out)
+        outcome.rows.insert(-2, ("rate (crawlplug status)", _crawl_rate(frontier)))
     except Interrupted as exc:
         print("\nInterrupted: stopping the nodes (SIGTERM, SIGKILL after "
               f"{STOP_GRACE:.0f}s; interrupt again to kill them now).", flush=True)  # fmt: skip
         stop_nodes(nodes)
         print(f"Stopped. Logs and items so far: {out}")
         print("The crawl's state is left in Redis; the next demo run purges it.")
+        if dash is not None:
+            dash.stop()
+            dash = None
         return 130 if exc.signum == signal.SIGINT else 128 + exc.signum
     finally:
         signal.signal(signal.SIGINT, old_int)
@@ -478,9 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if node.proc.poll() is None:
                 node.proc.kill()
                 node.proc.wait()
-        server.stop()
-        if dash is not None:
-            dash.stop()
+        server.stop()  # an unexpected error ends the process, and the dashboard's daemon thread with it
 
     if timed_out or outcome.problems:
         title = f"Demo crawl TIMED OUT after {args.timeout:.0f}s" if timed_out else "Demo crawl FAILED"
@@ -489,9 +518,62 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("\nProblems:", file=sys.stderr)
             for problem in outcome.problems:
                 print(f"  - {problem}", file=sys.stderr)
-        return 2 if timed_out else 1
-    print_summary("Demo crawl OK: every page fetched, every item exported", outcome)
-    return 0
+        code = 2 if timed_out else 1
+    else:
+        print_summary("Demo crawl OK: every page fetched, every item exported", outcome)
+        code = 0
+    if dash is not None:
+        linger(dash)
+        dash.stop()
+    return code
+
+
+def _crawl_rate(frontier: Frontier) -> str:
+    """The rate `crawlplug status` and the dashboard show (crawlplug.monitor), in words."""
+    try:
+        return str(monitor.snapshot(frontier.client, frontier.keys)["rate"]["text"])
+    except redis.RedisError as exc:
+        return f"unknown (Redis error: {exc})"
+
+
+def linger(dash: DashboardThread, stdin: Any = None) -> bool:
+    """In a terminal, keep the dashboard up while the summary is read, until Enter (or
+    Ctrl-C); elsewhere (a script, CI) stop at once. True if it waited."""
+    stdin = stdin or sys.stdin
+    if not stdin.isatty():
+        return False
+    print(f"\nThe dashboard still shows the finished crawl at {dash.url}: press Enter to stop it and exit.",
+          flush=True)  # fmt: skip
+    try:
+        stdin.readline()
+    except KeyboardInterrupt:
+        print()
+    return True
+
+
+def _embedded_note(project: Path, url: str, started: bool) -> str:
+    """What became of the embedded Redis: stopped if this demo started it, else left running (and how to stop it)."""
+    directory = embedded_dir(project)
+    if started:
+        stopped = embedded.stop(directory)
+        state = "is stopped" if stopped else "had already stopped"
+        return (f"The embedded Redis this demo started {state}; its data stays in {directory} "
+                "(`make clean` deletes it).")  # fmt: skip
+    stop = _crawlplug_command(project, url, True, "embedded stop")
+    return f"The embedded Redis at {connection.mask_url(url)} was running before and is left running: `{stop}` stops it."
+
+
+def _next_steps(project: Path, url: str, is_embedded: bool) -> str:
+    rows = [
+        (_crawlplug_command(project, url, is_embedded, f"status --crawl {CRAWL}"),
+         "the crawl as it ended: its rate, nodes and counters"),
+        (_crawlplug_command(project, url, is_embedded, f"dashboard --crawl {CRAWL}"),
+         "the same in the browser (http://127.0.0.1:8642/)"),
+        ("make crawl NODES=4 ITEMS=20000", "more nodes, a bigger shop"),
+        ("README.md, docs/operations.md", "your own spider, start URLs, kill -9 a node, pause, dead letters"),
+    ]  # fmt: skip
+    width = max(len(cmd) for cmd, _ in rows)
+    return "\nWhat to try next:\n" + "\n".join(f"  {cmd.ljust(width)}  {what}" for cmd, what in rows)
 
 
 class DashboardThread:

@@ -86,6 +86,11 @@ def _ping(sock: Path) -> bool:
         client.close()
 
 
+def running(data_dir: str | os.PathLike[str]) -> bool:
+    """Whether the embedded Redis of ``data_dir`` runs (answers on its socket)."""
+    return _ping(socket_path(Path(data_dir).resolve()))
+
+
 def ensure(data_dir: str | os.PathLike[str], server: str | None = None) -> str:
     """Start the embedded Redis of ``data_dir`` unless it runs; return its URL."""
     data_dir = Path(data_dir).resolve()

@@ -116,6 +116,7 @@ class Frontier:
         self.lease_ms = int(lease_timeout * 1000)
         # a node is considered gone after it missed several heartbeats
         self.node_ttl_ms = int(max(lease_timeout, 3 * heartbeat) * 1000)
+        self.heartbeat_ms = int(heartbeat * 1000)
         self.max_deliveries = max_deliveries
         self.scripts = scripts or Scripts(client)
         #: the epoch this frontier's calls carry (lua/epoch.lua): the run a node joined
@@ -139,7 +140,7 @@ class Frontier:
         self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk, k.epoch]
         self._reap_keys = [
             k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers, *dk,
-            k.start_urls, k.series,
+            k.start_urls, k.series, k.graveyard,
         ]  # fmt: skip
 
     # -- admission and leasing ---------------------------------------------
@@ -257,7 +258,9 @@ class Frontier:
         counts: dict[str, int] | None = None,
     ) -> tuple[str, list[str], list[Any]]:
         k = self.keys
-        pairs: list[Any] = []
+        # how often it beats and how long its leases live: the views tell a late heartbeat
+        # ("silent for 7 s") and when a silent node's leases return to the queue
+        pairs: list[Any] = ["heartbeat_ms", self.heartbeat_ms, "lease_ms", self.lease_ms]
         for name, value in (metrics or {}).items():
             pairs += [name, value]
         added: list[Any] = []

@@ -50,6 +50,10 @@ NAMES = (
     "run",  # hash: the current run: id, epoch, state, started, ended, reason, by, incremental
     "runs",  # hash: run id -> JSON summary of each ended run (started, ended, reason, pages, ...)
     "epoch",  # string: the crawl's epoch (in every part); a node's calls from another epoch are refused
+    # nodes found dead by reap.lua, shown as dead for an hour (crawlplug.monitor): node id ->
+    # "<declared dead ms, 0 in a shard> <last change ms> <its leases requeued> <dead-lettered>";
+    # per shard, where its leases were reaped (the counts add up across shards)
+    "graveyard",
 )
 
 #: Keys that a sharded crawl (CRAWLPLUG_SHARDS > 1) keeps once per shard, under the
@@ -57,7 +61,7 @@ NAMES = (
 #: tag keeps its own queue keys too: they hold the leases of start entries.
 SHARDED_NAMES = (
     "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "dead", "stats", "series",
-    "dq", "domains", "dstate", "dconf", "epoch",
+    "dq", "domains", "dstate", "dconf", "epoch", "graveyard",
 )  # fmt: skip
 
 #: The per-domain queue's keys, in the order the scripts take them.

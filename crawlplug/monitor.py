@@ -1,15 +1,26 @@
 """A read-only snapshot of a running crawl: counts, rates, ETA, nodes.
 
-Everything here is read from Redis in two round trips; nothing is written.
+Everything here is read from Redis in a few round trips; nothing is written.
 ``crawlplug status`` prints it, ``--watch`` redraws it, and the dashboard
-serves it. Rates come from the ``series`` hash (requests finished and
-admitted per 10 s, kept an hour by the nodes' scripts), node rates from what
-each node publishes with its heartbeat, failures from the crawl-wide Scrapy
-stats when the crawl uses :class:`crawlplug.stats.RedisStatsCollector`.
+serves it, so the three say the same: every rate is defined once, by
+:func:`rates`, and every sentence about a rate, an ETA or a node's state is
+made here (:func:`rate_text`, :func:`eta`) or in :mod:`crawlplug.nodestates`.
+
+* Rates come from the ``series`` hash: requests finished and admitted per
+  10 s (admit.lua), and the span the crawl has been busy, first admission to
+  last ack, so a 9-second crawl is measured over its 9 seconds, not over a
+  five-minute window it never filled.
+* The ETA comes from the work left (queued, in flight, start entries waiting)
+  as the nodes' heartbeats sample it (reap.lua): how fast it shrank lately.
+* Nodes (:mod:`crawlplug.nodestates`): live, "silent" once a heartbeat is
+  late, "dead" after it expired, with what became of its leases, for an hour.
+* Failures from the crawl-wide Scrapy stats when the crawl uses
+  :class:`crawlplug.stats.RedisStatsCollector`.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
@@ -17,10 +28,22 @@ import redis
 from .keys import CrawlKeys
 from . import runs
 from .memory import memory as redis_memory
+from .nodestates import expired_leases, held, nodes
 from .shards import open_frontier, parts
 from .stats import crawl_stats
 
 BUCKET_MS = 10_000
+#: The current rate is taken over the last minute (or since the run started, if later).
+RATE_WINDOW_MS = 60_000
+#: The ETA follows the work left over about the last half minute, as reap.lua samples
+#: it (the last sample of every 5 s slot), from a sample at least ETA_MIN_AGE_MS old.
+ETA_WINDOW_MS = 30_000
+SAMPLE_MS = 5_000
+ETA_MIN_AGE_MS = 2_000
+#: How far back the series goes (reap.lua trims older buckets).
+SERIES_MS = 3_600_000
+#: admit.lua: a crawl idle this long starts a new busy span.
+SPAN_GAP_MS = 60_000
 #: Scrapy stats counted as failures (crawl-wide), when the stats collector is in Redis.
 FAILURE_STATS = ("downloader/exception_count", "spider_exceptions/count", "item_dropped_count")
 
@@ -51,28 +74,221 @@ def _series(client: redis.Redis, keys: CrawlKeys, now_ms: int, minutes: int) -> 
     return {"acked": per_min(acked), "enqueued": per_min(enqueued)}
 
 
-def _rates(client: redis.Redis, keys: CrawlKeys, now_ms: int, minutes: int = 5) -> tuple[float, float, int]:
-    """(pages/min, net drain/min, pages in the last minute) over the last ``minutes``,
-    counted from the first busy 10 s bucket: a crawl that started 40 s ago is not
-    averaged over five minutes, and the current bucket counts for the time it covers."""
-    current = now_ms // BUCKET_MS
-    buckets = list(range(current - minutes * 6, current + 1))
+# -- rates: one definition -------------------------------------------------------------------
+
+
+@dataclass
+class Rates:
+    """The crawl's rates at ``now_ms``, as :func:`rates` defines them."""
+
+    now_ms: int
+    #: requests finished per minute over [since_ms, until_ms] (the last minute of the run)
+    pages_per_min: float
+    #: requests admitted per minute over the same window
+    admitted_per_min: float
+    since_ms: int | None
+    until_ms: int | None
+    #: pages finished in the last 60 s (whole buckets, the current one included)
+    pages_last_min: int
+    #: the busy span the rates belong to: the run's start (given, else the first admission
+    #: of the current span, else the first busy bucket of the hour) and its last activity
+    run_start_ms: int | None
+    run_end_ms: int | None
+    #: pages finished in the run (within the hour the series keeps)
+    run_pages: int
+    #: True when nothing is left to do: the window ends at the run's last activity
+    finished: bool
+
+    @property
+    def window_seconds(self) -> float:
+        if self.since_ms is None or self.until_ms is None:
+            return 0.0
+        return max(0.0, (self.until_ms - self.since_ms) / 1000)
+
+    @property
+    def run_seconds(self) -> float:
+        if self.run_start_ms is None or self.run_end_ms is None:
+            return 0.0
+        return max(0.0, (self.run_end_ms - self.run_start_ms) / 1000)
+
+    @property
+    def run_pages_per_min(self) -> float:
+        seconds = self.run_seconds
+        return self.run_pages * 60 / seconds if seconds >= 1 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("now_ms")
+        out["pages_per_min"] = round(self.pages_per_min, 1)
+        out["admitted_per_min"] = round(self.admitted_per_min, 1)
+        out["window_seconds"] = round(self.window_seconds, 1)
+        out["run_seconds"] = round(self.run_seconds, 1)
+        out["run_pages_per_min"] = round(self.run_pages_per_min, 1)
+        out["text"] = rate_text(self)
+        return out
+
+
+def _busy_span(client: redis.Redis, keys: CrawlKeys) -> tuple[int | None, int | None]:
+    """(first admission, last activity) of the crawl's current busy span, over its shards."""
+    spans = []
+    for part in parts(client, keys):
+        start, end = client.hmget(part.series, ["busy_from", "busy_to"])
+        if start is not None and end is not None:
+            spans.append((int(start), int(end)))
+    if not spans:
+        return None, None
+    end = max(e for _, e in spans)
+    # a shard idle for longer than the gap belongs to an earlier span
+    start = min(s for s, e in spans if e >= end - SPAN_GAP_MS)
+    return start, end
+
+
+def _counts(client: redis.Redis, keys: CrawlKeys, t0: int, t1: int, now_ms: int, *,
+            whole_first: bool, whole_last: bool) -> tuple[float, float]:  # fmt: skip
+    """(finished, admitted) between ``t0`` and ``t1`` (ms) from the 10 s buckets. A bucket
+    partly inside counts for the part inside (the current one for the time it covered),
+    except the first (last) one when ``t0`` (``t1``) is where activity began (ended)."""
+    if t1 <= t0:
+        return 0.0, 0.0
+    buckets = list(range(t0 // BUCKET_MS, t1 // BUCKET_MS + 1))
     values = _series_values(client, keys, [f"a:{b}" for b in buckets] + [f"e:{b}" for b in buckets])
     n = len(buckets)
-    acked = [int(v or 0) for v in values[:n]]
-    admitted = [int(v or 0) for v in values[n:]]
-    first = next((i for i in range(n) if acked[i] or admitted[i]), None)
-    if first is None:
-        return 0.0, 0.0, 0
-    elapsed = max(10.0, (now_ms - buckets[first] * BUCKET_MS) / 1000)
-    done = sum(acked[first:])
-    pages = done * 60 / elapsed
-    net = (done - sum(admitted[first:])) * 60 / elapsed
-    return pages, net, sum(acked[-7:-1]) + acked[-1]
+    done = admitted = 0.0
+    for i, b in enumerate(buckets):
+        lo, hi = b * BUCKET_MS, min((b + 1) * BUCKET_MS, max(now_ms, b * BUCKET_MS + 1))
+        inside = max(0, min(hi, t1) - max(lo, t0))
+        share = inside / (hi - lo)
+        if (i == 0 and whole_first) or (i == n - 1 and whole_last):
+            share = 1.0
+        done += (values[i] or 0) * share
+        admitted += (values[n + i] or 0) * share
+    return done, admitted
 
 
-def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15) -> dict[str, Any]:
-    """The crawl's state now: see the module docstring."""
+def rates(client: redis.Redis, keys: CrawlKeys, now_ms: int, *, start_ms: int | None = None,
+          finished: bool = False) -> Rates:  # fmt: skip
+    """The crawl's rates: the one definition the status, its JSON and the dashboard show.
+
+    ``pages_per_min`` is the requests finished per minute over the last minute of
+    the run: [max(run start, end - 60 s), end], where end is now, or the run's last
+    activity when ``finished`` (nothing left to do). The run starts at ``start_ms``
+    if given (a run's own start time), else at the first admission of the crawl's
+    current busy span (admit.lua), else at the first busy bucket of the hour.
+    """
+    span_start, span_end = _busy_span(client, keys)
+    start = start_ms if start_ms is not None else span_start
+    last_bucket = now_ms // BUCKET_MS
+    if start is None or span_end is None:  # no span recorded: the first and last busy buckets
+        buckets = list(range(last_bucket - SERIES_MS // BUCKET_MS + 1, last_bucket + 1))
+        values = _series_values(client, keys, [f"a:{b}" for b in buckets] + [f"e:{b}" for b in buckets])
+        n = len(buckets)
+        busy = [i for i in range(n) if values[i] or values[n + i]]
+        if not busy:
+            return Rates(now_ms, 0.0, 0.0, None, None, 0, start, None, 0, finished)
+        start = start if start is not None else buckets[busy[0]] * BUCKET_MS
+        span_end = min(now_ms, (buckets[busy[-1]] + 1) * BUCKET_MS)
+    end = min(now_ms, span_end) if finished else now_ms
+    end = max(end, start)
+    since = max(start, end - RATE_WINDOW_MS)
+    whole_last = finished  # the run's last activity is inside the last bucket
+    done, admitted = _counts(client, keys, since, end, now_ms, whole_first=since == start, whole_last=whole_last)
+    seconds = max(1.0, (end - since) / 1000)  # a run younger than a second: not a rate yet
+
+    def per_min(count: float) -> float:
+        return count * 60 / seconds
+
+    run_done, _ = _counts(client, keys, start, end, now_ms, whole_first=True, whole_last=whole_last)
+    minute = _series_values(client, keys, [f"a:{b}" for b in range(last_bucket - 5, last_bucket + 1)])
+    return Rates(
+        now_ms=now_ms, pages_per_min=per_min(done), admitted_per_min=per_min(admitted), since_ms=since,
+        until_ms=end, pages_last_min=sum(v or 0 for v in minute), run_start_ms=start,
+        run_end_ms=min(now_ms, span_end) if finished else end, run_pages=round(run_done), finished=finished,
+    )  # fmt: skip
+
+
+def rate_text(r: Rates) -> str:
+    """What :func:`rates` measured, in words: the number and what it is taken over."""
+    if r.since_ms is None:
+        return "no request finished yet"
+    rate = f"{r.pages_per_min:,.0f} pages/min"
+    window = duration(r.window_seconds)
+    if r.finished:
+        ago = duration(max(0.0, (r.now_ms - (r.run_end_ms or r.now_ms)) / 1000))
+        if r.window_seconds >= r.run_seconds - 0.5:
+            return f"{rate} over its {window} run ({r.run_pages:,} pages; finished {ago} ago)"
+        return (f"{rate} over the last minute of its {duration(r.run_seconds)} run "
+                f"({r.run_pages:,} pages; finished {ago} ago)")  # fmt: skip
+    if (r.since_ms or 0) > (r.run_start_ms or 0) or r.window_seconds >= RATE_WINDOW_MS / 1000 - 0.5:
+        return f"{rate} over the last minute"
+    return f"{rate} over {window}, since the crawl started"
+
+
+# -- the ETA -------------------------------------------------------------------------------------
+
+
+def _left_samples(client: redis.Redis, keys: CrawlKeys, now_ms: int, window_ms: int) -> list[tuple[int, int]]:
+    """(time ms, work left) as the heartbeats sampled it, oldest first, over ``window_ms``
+    (the last sample of each 5 s slot, summed over the shards)."""
+    last = now_ms // SAMPLE_MS
+    fields = [f"r:{b}" for b in range(last - window_ms // SAMPLE_MS - 1, last + 1)]
+    merged: dict[int, tuple[int, int]] = {}
+    for part in parts(client, keys):
+        for i, raw in enumerate(client.hmget(part.series, fields)):
+            if raw is None:
+                continue
+            at, _, left = _text(raw).partition(" ")
+            if not (at.isdigit() and left.isdigit()):
+                continue
+            t, n = merged.get(i, (0, 0))
+            merged[i] = (max(t, int(at)), n + int(left))
+    return [merged[i] for i in sorted(merged)]
+
+
+def eta(client: redis.Redis, keys: CrawlKeys, now_ms: int, left: int, *, paused: bool, live_nodes: int,
+        run_start_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """{"seconds": ETA or None, "drain_per_min": how fast the work left shrank, "text"}.
+
+    The trend is the work left now against the most of it sampled over about the last
+    half minute (at least 2 s ago; since the run started if that is later): a crawl
+    that found its pages and now drains them gets an ETA, one that still finds pages
+    faster than it crawls them says so.
+    """
+    if left == 0:
+        return {"seconds": 0, "drain_per_min": None, "text": "nothing left"}
+    if paused:
+        return {"seconds": None, "drain_per_min": None, "text": "paused (crawlplug resume to go on)"}
+    if live_nodes == 0:
+        return {"seconds": None, "drain_per_min": None, "text": "no live node is crawling"}
+    usable = [(t, n) for t, n in _left_samples(client, keys, now_ms, ETA_WINDOW_MS)
+              if now_ms - t >= ETA_MIN_AGE_MS and (run_start_ms is None or t >= run_start_ms)]  # fmt: skip
+    if not usable:
+        return {"seconds": None, "drain_per_min": None, "text": "unknown: too early to tell"}
+    # from the most work left in the window: a crawl that found its pages and now drains
+    # them is measured from its peak, not from a start when its queue was still growing
+    then, before = max(usable, key=lambda s: (s[1], -s[0]))
+    seconds = (now_ms - then) / 1000
+    drain = (before - left) * 60 / seconds
+    over = duration(seconds)
+    if drain > 0:
+        return {"seconds": max(1, round(left / drain * 60)), "drain_per_min": round(drain, 1),
+                "text": f"at the pace of the last {over} (work left {before:,} -> {left:,})"}  # fmt: skip
+    first, oldest = usable[0]
+    over = duration((now_ms - first) / 1000)
+    if oldest == left:
+        what = f"unknown: the work left has not moved in the last {over} ({left:,})"
+    else:
+        what = (f"unknown: the work left grew in the last {over} ({oldest:,} -> {left:,}): pages are found "
+                "faster than crawled")  # fmt: skip
+    return {"seconds": None, "drain_per_min": round(drain, 1), "text": what}
+
+
+# -- the snapshot ----------------------------------------------------------------------------------
+
+
+def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15,
+             start_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """The crawl's state now: see the module docstring. ``start_ms``: the run's start,
+    when the caller knows it (rates are taken since then)."""
     frontier = open_frontier(client, keys)
     st = frontier.status()
     sec, usec = client.time()
@@ -80,26 +296,27 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15)
     series = _series(client, keys, now_ms, history_minutes)
     stats = st["stats"]
     done = stats.get("acked", 0)
-    pages_per_min, net, last_min = _rates(client, keys, now_ms)
-    remaining = st["queued"] + st["in_flight"] + st.get("start_urls", 0)
-    eta = None
-    if remaining == 0:
-        eta = 0.0
-    elif net > 0:
-        eta = remaining / net * 60  # seconds, at the recent net drain rate
+    left = st["queued"] + st["in_flight"] + st.get("start_urls", 0)
+    run = runs.view(client, keys, live_nodes=sum(1 for d in st["nodes"].values() if d > now_ms), work=left)
+    if start_ms is None and run.started is not None:
+        start_ms = run.started  # rates over the time this run ran
+    r = rates(client, keys, now_ms, start_ms=start_ms, finished=left == 0)
+    node_list = nodes(client, keys, st["nodes"], now_ms)
+    live = sum(1 for n in node_list if n["state"] == "live")
+    paused = frontier.paused_info()
+    eta_info = eta(client, keys, now_ms, left, paused=paused is not None, live_nodes=live,
+                   run_start_ms=r.run_start_ms)  # fmt: skip
     scrapy_stats = crawl_stats(client, keys)
     failed = None
     if scrapy_stats:
         failed = sum(int(scrapy_stats.get(k, 0) or 0) for k in FAILURE_STATS)
         failed += sum(int(v) for k, v in scrapy_stats.items()
                       if k.startswith("downloader/response_status_count/") and k.rsplit("/", 1)[-1][:1] in "45")  # fmt: skip
-    live = sum(1 for deadline in st["nodes"].values() if deadline > now_ms)
-    run = runs.view(client, keys, live_nodes=live, work=remaining)
     return {
         "crawl": keys.crawl,
         "now_ms": now_ms,
         "run": run.as_dict(),
-        "paused": frontier.paused_info(),
+        "paused": paused,
         "queued": st["queued"],
         "start_urls": st.get("start_urls", 0),
         "in_flight": st["in_flight"],
@@ -108,23 +325,28 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15)
         "failed": failed,
         "dead": st["dead"],
         "domains": st.get("domains", 0),
-        "shards": st.get("shards"),
-        "redis_memory": redis_memory(client),  # used, max, policy, ratio, nearly_full (None: no INFO)  # a sharded crawl: queued, in flight, dead per shard
-        "pages_per_min": round(pages_per_min, 1),
-        "pages_last_min": last_min,
-        "net_drain_per_min": round(net, 1),
-        "eta_seconds": None if eta is None else round(eta),
+        "shards": st.get("shards"),  # a sharded crawl: queued, in flight, dead per shard
+        "redis_memory": redis_memory(client),  # used, max, policy, ratio, nearly_full (None: no INFO)
+        "pages_per_min": round(r.pages_per_min, 1),
+        "pages_last_min": r.pages_last_min,
+        "net_drain_per_min": eta_info["drain_per_min"],
+        "eta_seconds": eta_info["seconds"],
+        "eta_text": eta_info["text"],
+        "rate": r.as_dict(),
+        "held": held(node_list, expired_leases(client, keys, now_ms), live),
         "history": {"minutes": history_minutes, **series},
         "counters": dict(sorted(stats.items())),
         "scrapy_stats": scrapy_stats,
-        "nodes": nodes(client, keys, st["nodes"], now_ms),
+        "live_nodes": live,
+        "nodes": node_list,
     }
 
 
 def history(client: redis.Redis, keys: CrawlKeys, minutes: int = 60) -> dict[str, Any]:
     """Per-10 s points of the last ``minutes``: finished and admitted requests (counts per
-    bucket), queued, in flight and dead letters (sampled by the nodes' heartbeats; None
-    where no node was running)."""
+    bucket, and ``pages_per_min``: finished per minute over the time each bucket covered,
+    the current one so far), queued, in flight and dead letters (sampled by the nodes'
+    heartbeats; None where no node was running)."""
     sec, usec = client.time()
     now_ms = sec * 1000 + usec // 1000
     last = now_ms // BUCKET_MS
@@ -140,33 +362,8 @@ def history(client: redis.Redis, keys: CrawlKeys, minutes: int = 60) -> dict[str
             out[name] = [int(v or 0) for v in chunk]
         else:
             out[name] = [None if v is None else int(v) for v in chunk]
-    return out
-
-
-def nodes(client: redis.Redis, keys: CrawlKeys, deadlines: dict[str, int], now_ms: int) -> list[dict[str, Any]]:
-    """Registered nodes, their published metrics and heartbeat age (Redis clock), live ones first."""
-    pipe = client.pipeline(transaction=False)
-    for node_id in deadlines:
-        pipe.hgetall(keys.node(node_id))
-    out = []
-    for (node_id, deadline), raw in zip(deadlines.items(), pipe.execute()):
-        metrics = {_text(k): _text(v) for k, v in raw.items()}
-        last_seen = metrics.pop("last_seen", None)
-        age = (now_ms - int(last_seen)) / 1000 if last_seen and last_seen.isdigit() else None
-        host, _, rest = node_id.partition(":")
-        info: dict[str, Any] = {
-            "id": node_id,
-            "host": host,
-            "alive": deadline > now_ms,
-            "heartbeat_age": age,
-            "expires_in": (deadline - now_ms) / 1000,
-        }
-        for name, value in metrics.items():
-            info[name] = int(value) if value.lstrip("-").isdigit() else value
-        if "started" in info and isinstance(info["started"], int):
-            info["uptime"] = max(0.0, (now_ms - info["started"]) / 1000)
-        out.append(info)
-    out.sort(key=lambda n: (not n["alive"], n["id"]))
+    covered = [min(BUCKET_MS, max(1, now_ms - b * BUCKET_MS)) for b in buckets]
+    out["pages_per_min"] = [round(d * 60_000 / c) for d, c in zip(out["done"], covered)]
     return out
 
 
@@ -174,7 +371,7 @@ def duration(seconds: float | None) -> str:
     """1h02m, 3m05s, 42s; "-" when unknown."""
     if seconds is None:
         return "-"
-    seconds = int(seconds)
+    seconds = round(max(0.0, seconds))
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     if seconds >= 60:

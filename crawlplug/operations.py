@@ -72,13 +72,6 @@ def dead_count(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -> 
     return sum(int(client.llen(_dead_key(part, run))) for part in parts(client, keys))
 
 
-def dead_letters(client: redis.Redis, keys: CrawlKeys, start: int = 0, stop: int = -1,
-                 run: int | None = None) -> list[DeadLetter]:  # fmt: skip
-    """The dead letters from ``start`` to ``stop`` (inclusive, -1: the last), in `dead list` order."""
-    letters = [DeadLetter.parse(raw) for _, _, raw in _dead(client, keys, run)]
-    return letters[start:None if stop == -1 else stop + 1]
-
-
 def requeue_dead(
     client: redis.Redis, keys: CrawlKeys, indexes: Sequence[int] = (), all_: bool = False
 ) -> tuple[int, list[tuple[int, str]]]:
@@ -123,9 +116,11 @@ def requeue_dead(
     return len(items), kept
 
 
-def dead_rows(client: redis.Redis, keys: CrawlKeys, start: int = 0, stop: int = -1) -> list[dict[str, Any]]:
-    """Dead letters as plain dicts: index, url, reason, at (ms), deliveries, node."""
-    letters = [DeadLetter.parse(raw) for _, _, raw in _dead(client, keys)]
+def dead_rows(client: redis.Redis, keys: CrawlKeys, start: int = 0, stop: int = -1,
+              run: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Dead letters as plain dicts: index, url, reason, at (ms), deliveries, node
+    (``run``: those an earlier run left)."""
+    letters = [DeadLetter.parse(raw) for _, _, raw in _dead(client, keys, run)]
     total = len(letters)
     if start < 0:
         start = max(0, total + start)

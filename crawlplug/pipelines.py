@@ -51,7 +51,7 @@ import redis
 from itemadapter import ItemAdapter
 
 from . import connection
-from .config import setting
+from .config import setting, warn_misspelt_settings
 from .errors import ConfigError, CrawlplugError, ItemError
 from .keys import CrawlKeys, crawl_keys
 
@@ -191,6 +191,7 @@ class RedisItemPipeline:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisItemPipeline:
         s = crawler.settings
+        warn_misspelt_settings(s)  # also without crawlplug's scheduler
         return cls(
             crawler,
             key=s.get("CRAWLPLUG_ITEMS_KEY") or s.get("REDIS_ITEMS_KEY") or None,

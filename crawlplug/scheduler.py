@@ -34,7 +34,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.task import LoopingCall
 
-from . import connection, enginehooks, memory, runs, starts
+from . import __version__, connection, enginehooks, memory, runs, starts
 from .config import SchedulerConfig, setting
 from .dedup import BloomDedup, Dedup
 from .dupefilters import RedisSetDupeFilter
@@ -174,13 +174,13 @@ class Scheduler(BaseScheduler):
         keys = self.frontier.keys
         if self.conn.embedded:
             logger.info(
-                "crawlplug: crawl %r on the embedded Redis %s (data in %s). To share this crawl "
+                "crawlplug %s: crawl %r on the embedded Redis %s (data in %s). To share this crawl "
                 "with other machines, run one Redis they can all reach and set "
                 "REDIS_URL='redis://<host>:6379/0' on every node.",
-                keys.crawl, self.conn.safe_url, connection.embedded_dir(self.crawler.settings),
+                __version__, keys.crawl, self.conn.safe_url, connection.embedded_dir(self.crawler.settings),
             )  # fmt: skip
         else:
-            logger.info("crawlplug: crawl %r on Redis %s", keys.crawl, self.conn.safe_url)
+            logger.info("crawlplug %s: crawl %r on Redis %s", __version__, keys.crawl, self.conn.safe_url)
         try:
             status = self.frontier.status()
         except REDIS_ERRORS as exc:  # the heartbeat below says what is wrong, once

@@ -11,6 +11,10 @@ HEADER = """# Settings reference
 Generated from `crawlplug/defaults.py` by `make docs`; a test checks that the
 two agree. Set them like any Scrapy setting (`settings.py`, `custom_settings`,
 or `-s NAME=value`). The add-on never overrides a value your project sets.
+A node warns once at start about a `CRAWLPLUG_*` setting it does not know, or a
+near miss of a scrapy-redis setting it reads, naming the closest real one
+(`CRAWLPLUG_LEASE_TIMOUT is not a crawlplug setting and is ignored: did you mean
+CRAWLPLUG_LEASE_TIMEOUT?`).
 
 | setting | default | meaning |
 |---|---|---|

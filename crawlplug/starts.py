@@ -10,7 +10,11 @@ An entry is one line of text, either a plain URL or a JSON object::
 
 scrapy-redis's JSON format is accepted as well: keys other than the ones
 above are form fields (``FormRequest(formdata=...)``), as scrapy-redis does;
-but not ``_class``, a queue payload's key: an entry names no request class.
+but not ``_class``, a queue payload's key: an entry names no request class,
+and not a near miss of a known key (``callbak``, ``prority``, ``dont_filtr``):
+that one is refused with the key meant, since as a form field it would only
+add ``?callbak=parse_item`` to the URL while the default callback runs.
+``strict=True`` (``crawlplug push --strict``) refuses every unknown key.
 A start entry is crawled even if its URL was seen before (``dont_filter``
 defaults to true, as for Scrapy's own start URLs), unless it says otherwise.
 
@@ -23,6 +27,7 @@ looked up on the running spider.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from dataclasses import dataclass, field
@@ -42,6 +47,36 @@ KNOWN_KEYS = frozenset({
     "url", "method", "headers", "body", "meta", "priority", "callback", "errback", "cb_kwargs",
     "dont_filter", "formdata", "encoding",
 })  # fmt: skip
+
+#: How close (difflib ratio, lower-cased) an unknown key must be to a known one to be
+#: refused as its misspelling: "callbak", "prority", "dont_filtr", "cb_kwarg", "header"
+#: are; real form fields such as "q", "page", "query", "name", "email", "format" are not.
+NEAR_MISS_CUTOFF = 0.88
+
+
+def near_miss(key: str) -> str | None:
+    """The known key that ``key`` probably misspells (None: it is not close to any)."""
+    if key in KNOWN_KEYS:
+        return None
+    close = difflib.get_close_matches(key.lower().replace("-", "_"), sorted(KNOWN_KEYS), 1, NEAR_MISS_CUTOFF)
+    return close[0] if close else None
+
+
+def _check_keys(obj: dict[str, Any], strict: bool) -> None:
+    for key in obj:
+        if key in KNOWN_KEYS:
+            continue
+        meant = near_miss(key)
+        if meant is not None:
+            raise DecodeError(
+                f"unknown key {key!r:.60}: did you mean {meant!r}? (an entry's other keys are form fields, "
+                "scrapy-redis's format; put a field of that name under \"formdata\")"
+            )
+        if strict:
+            raise DecodeError(
+                f"unknown key {key!r:.60} (strict: only {', '.join(sorted(KNOWN_KEYS))}; form fields go "
+                "under \"formdata\")"
+            )
 
 
 @dataclass
@@ -78,7 +113,8 @@ def _check_url(url: Any) -> str:
         host = urlsplit(safe).hostname  # checked after normalisation: what a node will crawl
     except (ValueError, UnicodeError) as exc:
         raise DecodeError(f"malformed URL {url!r:.200}: {exc}") from None
-    if not host or not host.strip("."):
+    if not host or not host.strip(".") or any(c.isspace() for c in host):
+        # "http:// #": a blank host would be stored as "http:// ", read back as "http://"
         raise DecodeError(f"URL has no host: {url!r:.200}")
     return safe
 
@@ -110,8 +146,12 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def parse(data: bytes | str) -> StartEntry:
-    """Validate one entry (plain URL or JSON object); :class:`DecodeError` says what is wrong."""
+def parse(data: bytes | str, *, strict: bool = False) -> StartEntry:
+    """Validate one entry (plain URL or JSON object); :class:`DecodeError` says what is wrong.
+
+    ``strict``: refuse every key that is not one of :data:`KNOWN_KEYS` (else, as
+    scrapy-redis, they are form fields, unless they are a near miss of a known key).
+    """
     if isinstance(data, bytes):
         if len(data) > MAX_ENTRY_BYTES:
             raise DecodeError(f"entry of {len(data)} bytes is larger than {MAX_ENTRY_BYTES}")
@@ -147,6 +187,7 @@ def parse(data: bytes | str) -> StartEntry:
             f"request class {obj['_class']!r:.100} is not in the allow-list of start entries: they make "
             "a Request, or a FormRequest from form fields, and name no class"
         )
+    _check_keys(obj, strict)
     try:
         json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except (UnicodeEncodeError, RecursionError, ValueError):

@@ -44,8 +44,8 @@ What becomes of what:
   are not written out), with their expiry time.
 
 Not exported: live nodes, their metrics and Scrapy stats (``nodes``,
-``producers``, ``node:*``, ``statnodes``), the seed timer's lock, the rate
-series (``series``) and scraped items (``items``: ``crawlplug items export``).
+``producers``, ``node:*``, ``statnodes``, the nodes found dead in the last hour:
+``graveyard``), the seed timer's lock, the rate series (``series``) and scraped items (``items``: ``crawlplug items export``).
 :func:`export_crawl` lists which of these the crawl has in ``counts["not_exported"]``.
 
 An export reads with SCAN-family commands, a batch at a time: memory stays
@@ -75,7 +75,7 @@ from . import runs
 from .errors import CrawlplugError
 from .frontier import Domains
 from .keys import CrawlKeys
-from .shards import claim_shards, open_frontier, parts
+from .shards import claim_shards, parts
 
 FORMAT = "crawlplug-export"
 VERSION = 1
@@ -87,7 +87,7 @@ STRING_CHUNK = 1 << 20
 RANK_OFFSET = 2**50
 
 #: Keys of a crawl that are not exported, on purpose (see the module docstring).
-_NOT_EXPORTED = ("nodes", "producers", "seedlock", "series", "items", "statnodes")
+_NOT_EXPORTED = ("nodes", "producers", "seedlock", "series", "items", "statnodes", "graveyard")
 #: Every key name export_crawl reads (the rest of the crawl's keys are reported as not exported).
 _EXPORTED = (
     "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "seen_ttl", "dead", "stats",

@@ -161,3 +161,22 @@ def test_an_invalid_crawl_id_is_a_config_error(redis_url):
     assert proc.returncode != 0
     assert "invalid crawl name 'my crawl*'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_node_dead_letters_a_start_entry_with_a_misspelt_key(crawl, shop, redis_url, r):
+    """Entries can be pushed by anything (RPUSH here): a node refuses the near miss
+    "callbak" (a dead letter naming the key meant) instead of crawling
+    ?callbak=parse_item with the default callback, and still takes a real form field."""
+    keys = CrawlKeys("shop")
+    r.rpush(keys.start_urls,
+            json.dumps({"url": f"{shop.url}/item/7/", "callbak": "parse_item"}),
+            json.dumps({"url": f"{shop.url}/search/", "q": "lamp"}))  # fmt: skip
+    node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST})
+    assert node.wait(120) == 0, node.text()[-3000:]
+    assert not [t for t in shop.hits if "callbak" in t], "the misspelt key never reaches the site"
+    assert shop.hits["/search/?q=lamp"] == 1, "a genuine extra key is a form field, as in scrapy-redis"
+    [letter] = Frontier(r, keys).dead_letters()
+    assert letter.header["reason"].startswith(
+        "invalid start entry: unknown key 'callbak': did you mean 'callback'?"), letter.header  # fmt: skip
+    assert json.loads(letter.payload)["callbak"] == "parse_item", "the entry is kept as it was pushed"
+    assert "'crawlplug/start_entries_invalid': 1" in node.text()

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 import redis
 import scrapy
 from click.testing import CliRunner
 
+import crawlplug
 from crawlplug import runs
 from crawlplug.cli import main
-from crawlplug.frontier import Frontier
+from crawlplug.frontier import Domains, Frontier
 from crawlplug.keys import CrawlKeys
 from crawlplug.serializers import JsonSerializer
 
-from .conftest import RedisServer, free_port
+from .conftest import ROOT, RedisServer, free_port
 
 KEYS = CrawlKeys("clitest")
 
@@ -213,8 +219,99 @@ def test_embedded_start_url_stop(project_copy, monkeypatch):
     assert "was not running" in run("embedded", "stop").output
 
 
+def test_a_command_that_starts_the_embedded_redis_says_so(project_copy, monkeypatch):
+    """`crawlplug status` with no Redis running starts the project's embedded one, which goes
+    on running after the command: said on stderr (stdout stays the status), once."""
+    monkeypatch.chdir(project_copy)
+    try:
+        first = run("status", "--crawl", "shop", "--json")
+        assert first.exit_code == 0, first.output
+        assert json.loads(first.stdout)["embedded"] is True
+        assert first.stderr == (f"crawlplug: started the embedded Redis of {project_copy / '.crawlplug'}; it keeps "
+                                "running (`crawlplug embedded stop` stops it)\n")  # fmt: skip
+        again = run("status", "--crawl", "shop", "--json")
+        assert again.exit_code == 0 and again.stderr == "", "already running: nothing to say"
+    finally:
+        assert "Stopped" in run("embedded", "stop").output
+
+
 def test_no_project_and_no_url_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = run("status", "--crawl", "shop")
     assert res.exit_code == 1
     assert "scrapy.cfg" in res.output and "--redis-url" in res.output
+
+
+# -- issue 18: --version, --json on every listing, a busy dashboard port ------------------------
+
+
+def test_version_is_printed_and_is_the_package_version():
+    """`crawlplug --version`, as a user types it (a real process): one line, the one version."""
+    exe = str(Path(sys.executable).with_name("crawlplug"))
+    for flag in ("--version", "-V"):
+        proc = subprocess.run([exe, flag], capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == f"crawlplug {crawlplug.__version__}\n"
+    # setup.cfg reads the version from crawlplug.__version__: the installed metadata agrees
+    assert version("crawlplug") == crawlplug.__version__
+
+
+def test_every_listing_command_prints_json(redis_url, r):
+    """dead list, domains list, sites list and seeds list all take --json and print one JSON
+    document with what the text shows."""
+
+    frontier = _admit(r, ["http://example.com/dead-one", "http://example.com/ok"])
+    [leased, _] = frontier.pop(2)
+    assert frontier.dead_letter(leased.id, "unknown callback 'parse_x'")
+    Domains(r, KEYS).configure({"o:example.com": "2000 1"})
+    assert run("seeds", "add", "--redis-url", redis_url, "--crawl", KEYS.crawl, "--every", "1h",
+               "http://example.com/seed").exit_code == 0  # fmt: skip
+    put = run("sites", "put", "--redis-url", redis_url, str(ROOT / "spiders" / "sites" / "cars.yaml"))
+    assert put.exit_code == 0, put.output
+    common = ["--redis-url", redis_url, "--crawl", KEYS.crawl]
+
+    res = run("dead", "list", *common, "--json")
+    assert res.exit_code == 0, res.output
+    dead = json.loads(res.output)
+    assert dead["crawl"] == KEYS.crawl and dead["total"] == 1
+    [row] = dead["rows"]
+    assert (row["index"], row["url"], row["reason"]) == (0, "http://example.com/dead-one", "unknown callback 'parse_x'")
+    assert row["node"] == frontier.node_id and isinstance(row["at"], int)
+    text = run("dead", "list", *common)
+    assert "[0]" in text.output and "http://example.com/dead-one  unknown callback 'parse_x'" in text.output
+
+    res = run("domains", "list", *common, "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["limits"] == {"o:example.com": "2000 1"}
+
+    res = run("seeds", "list", *common, "--json")
+    assert res.exit_code == 0, res.output
+    assert [s["url"] for s in json.loads(res.output)] == ["http://example.com/seed"]
+
+    res = run("sites", "list", "--redis-url", redis_url, "--json")
+    assert res.exit_code == 0, res.output
+    assert [s["name"] for s in json.loads(res.output)["sites"]] == ["cars"]
+
+
+def test_dashboard_on_a_busy_port_says_so_and_exits(redis_url):
+    """The real `crawlplug dashboard` on a port something listens on: one line naming the
+    port, exit status 1, and no line claiming to serve."""
+    exe = str(Path(sys.executable).with_name("crawlplug"))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        proc = subprocess.run([exe, "dashboard", "--redis-url", redis_url, "--crawl", "shop", "--port", str(port)],
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    expected = (f"crawlplug: error: port {port} on 127.0.0.1 is already in use (another dashboard?): give "
+                "another one with --port N, or --port 0 for any free port")  # fmt: skip
+    assert lines == [expected], proc.stderr
+    assert "dashboard of crawl" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+    # an address that is not this machine's (TEST-NET-1): the same, instead of claiming to serve
+    proc = subprocess.run([exe, "dashboard", "--redis-url", redis_url, "--crawl", "shop", "--host", "192.0.2.1",
+                           "--port", "0"], capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert proc.stderr.startswith("crawlplug: error: cannot serve the dashboard on 192.0.2.1:0: "), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "dashboard of crawl" not in proc.stderr

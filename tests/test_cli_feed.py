@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from crawlplug import runs, starts
 from crawlplug.cli import main
+from crawlplug.errors import DecodeError
 from crawlplug.frontier import Frontier
 from crawlplug.keys import CrawlKeys
 from crawlplug.seeds import Seeds, make_seed
@@ -86,6 +87,8 @@ VALID = [
 
 def _check_file_push(client, err: str, out: str, path: Path) -> None:
     err_lines = [line for line in err.splitlines() if line.strip()]
+    # a crawl with nothing in Redis yet: the push creates it and says so (a mistyped --crawl?)
+    assert f"crawl {KEYS.crawl!r} is new: created it" in out and "is --crawl right?" in out, out
     assert len(err_lines) == len(BAD_LINES), err
     for (number, reason), line in zip(sorted(BAD_LINES.items()), err_lines):
         assert f"{path}:{number}: skipped:" in line, line
@@ -432,3 +435,65 @@ def test_timer_loop_keeps_firing(redis_url, r):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# -- issue 18: a misspelt key of a JSON entry is refused, not made a form field --------------------
+
+
+def test_push_refuses_a_near_miss_key_with_its_line_and_the_key_meant(redis_url, r, tmp_path):
+    """`crawlplug push -f`, as a user runs it: "callbak" would have become ?callbak=... on the
+    URL with the default callback; it is refused, naming the line and the key meant, and a
+    real form field (scrapy-redis's format) still goes in as one."""
+    entries = tmp_path / "entries.jsonl"
+    lines = [
+        '{"url": "http://shop.test/item/1/", "callbak": "parse_item"}',
+        '{"url": "http://shop.test/item/2/", "prority": 5}',
+        '{"url": "http://shop.test/search/", "q": "lamp", "page": 2}',
+        '{"url": "http://shop.test/item/3/", "dont_filtr": true}',
+    ]
+    entries.write_text("".join(f"{line}\n" for line in lines))
+    r.hset(KEYS.stats, "enqueued", 0)  # the crawl exists: no "nothing else on this Redis" note
+    res = real(redis_url, "push", "-f", str(entries))
+    assert res.returncode == 1, res.stderr
+    why = "(an entry's other keys are form fields, scrapy-redis's format; put a field of that name under \"formdata\")"
+    assert res.stderr.splitlines() == [
+        f"crawlplug: {entries}:{n}: skipped: unknown key {key!r}: did you mean {meant!r}? {why}"
+        for n, key, meant in ((1, "callbak", "callback"), (2, "prority", "priority"), (4, "dont_filtr", "dont_filter"))
+    ]
+    assert "pushed 1 start entries" in res.stdout and "skipped 3 malformed" in res.stdout
+    [stored] = start_urls(r)
+    assert json.loads(stored)["formdata"] == {"q": "lamp", "page": 2}
+
+    # --strict: every key that is not a request attribute is refused, the form field too
+    r.delete(KEYS.start_urls)
+    res = real(redis_url, "push", "--strict", '{"url": "http://shop.test/search/", "q": "lamp"}',
+               '{"url": "http://shop.test/search/", "formdata": {"q": "lamp"}}')  # fmt: skip
+    assert res.returncode == 1
+    assert "argument 1: skipped: unknown key 'q' (strict: only body, callback" in res.stderr
+    assert "argument 2" not in res.stderr
+    assert [json.loads(x)["formdata"] for x in start_urls(r)] == [{"q": "lamp"}]
+
+
+@pytest.mark.parametrize("key", ["callbak", "prority", "dont_filtr", "cb_kwarg", "header", "Callback", "errbak"])
+def test_near_misses_of_known_keys_are_refused(key):
+    with pytest.raises(DecodeError, match=f"unknown key '{key}': did you mean '"):
+        starts.parse(json.dumps({"url": "http://e.com/", key: "x"}))
+
+
+@pytest.mark.parametrize("key", ["q", "page", "query", "name", "email", "format", "filter", "user", "password",
+                                 "token", "search", "lang", "sort", "order", "limit", "offset", "id", "data"])
+def test_common_form_field_names_stay_form_fields(key):
+    assert starts.parse(json.dumps({"url": "http://e.com/", key: "x"})).formdata == {key: "x"}
+
+
+def test_pushing_to_a_crawl_that_does_not_exist_says_so(redis_url, r):
+    """A mistyped --crawl: the push succeeds (a node of that crawl may start later) but says
+    that nothing else of that crawl is on this Redis; a known crawl gets no such note."""
+    res = real(redis_url, "push", "http://shop.test/", crawl="shpo")
+    assert res.returncode == 0 and "pushed 1 start entries to crawl 'shpo'" in res.stdout
+    assert ("crawl 'shpo' is new: created it (nodes of a spider named 'shpo', or with CRAWLPLUG_CRAWL_ID=shpo, "
+            "crawl it; is --crawl right?)") in res.stdout, res.stdout  # fmt: skip
+    again = real(redis_url, "push", "http://shop.test/2", crawl="shpo")
+    assert again.returncode == 0 and "is new" not in again.stdout, "it exists now"
+    paused = real(redis_url, "pause", crawl="nosuch")
+    assert paused.returncode == 1 and "no crawl 'nosuch' on this Redis; known crawls: 'shpo'" in paused.stderr

@@ -338,12 +338,12 @@ def _cli_outputs(url: str, tmp_path, tag: str) -> dict[str, Any]:
     assert res.exit_code == 0, res.output
     status = json.loads(res.output)
     for volatile in ("redis", "history", "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds",
-                     "redis_memory"):
+                     "eta_text", "rate", "redis_memory"):
         status.pop(volatile)
     for node in status["nodes"]:
-        node.pop("heartbeat_age")
-        node.pop("uptime", None)
-        node.pop("expires_in")
+        for moment in ("heartbeat_age", "uptime", "expires_in", "last_seen_ms", "silent_for", "leases_back_in",
+                       "state_text"):
+            node.pop(moment, None)
     out["status --json"] = status
     res = run("status", "--redis-url", url, "--crawl", CLI.crawl)
     assert res.exit_code == 0, res.output

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import itertools
 import os
+import socket
 import time
 
 import httpx
@@ -20,6 +21,7 @@ import uvicorn
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
+from crawlplug import cli_web
 from crawlplug.cli import main as cli_main
 from crawlplug.cli_web import is_loopback
 from crawlplug.connection import client_from_url
@@ -474,7 +476,15 @@ def test_a_dashboard_open_to_the_network_is_warned_about(redis_url, monkeypatch,
     not started here: the real one is started by the tests above.)"""
     assert is_loopback(host) is loopback
     served: list[tuple[str, int]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: served.append((host, port)))
+
+    def listen(host: str, port: int) -> socket.socket:  # the address may not be this machine's
+        served.append((host, port))
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        return sock
+
+    monkeypatch.setattr(cli_web, "listen", listen)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: sockets[0].close())
     res = CliRunner().invoke(cli_main, ["--redis-url", redis_url, "--crawl", "shop", "dashboard", "--host", host,
                                         "--port", "0"], env={"CRAWLPLUG_DASHBOARD_TOKEN": TOKEN})  # fmt: skip
     assert res.exit_code == 0, res.output

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
+import select
 import subprocess
 import sys
+import time
+
+import httpx
+import pytest
+
+from crawlplug import democrawl, embedded
 
 from .conftest import ROOT
 
@@ -46,3 +54,80 @@ def test_unreachable_redis_fails_cleanly():
     assert proc.returncode == 1
     assert "cannot reach Redis at redis://:***@127.0.0.1:1/0" in proc.stderr
     assert "s3cret" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+
+
+# -- issue 18: no dead dashboard link, no embedded Redis left running unsaid, what to try next ------
+
+
+def _read_until(fd: int, marker: str, timeout: float) -> str:
+    """Read a pseudo-terminal until ``marker`` shows (or the process closed it)."""
+    out = b""
+    deadline = time.monotonic() + timeout
+    while marker.encode() not in out:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no {marker!r} within {timeout}s in:\n{out.decode(errors='replace')}")
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: the other side closed
+                break
+            if not chunk:
+                break
+            out += chunk
+    return out.decode(errors="replace")
+
+
+def test_in_a_terminal_the_dashboard_stays_up_until_enter(redis_url, tmp_path):
+    """`make crawl` in a terminal: the dashboard link printed at the start still answers
+    while the summary is read, and goes when the user presses Enter."""
+    master, slave = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crawlplug.democrawl", "--nodes", "1", "--items", "60", "--redis-url", redis_url,
+         "--out", str(tmp_path / "run"), "--dashboard-port", "0"],
+        cwd=ROOT, stdin=slave, stdout=slave, stderr=slave,
+    )  # fmt: skip
+    os.close(slave)
+    try:
+        shown = _read_until(master, "press Enter to stop it and exit", 180)
+        assert "Demo crawl OK" in shown, shown
+        assert "after the crawl it stays up until you press Enter" in shown
+        url = re.search(r"The dashboard still shows the finished crawl at (http://127\.0\.0\.1:\d+/)", shown).group(1)
+        status = httpx.get(url + "api/status", timeout=10).json()  # the link works after the crawl
+        assert status["done"] == status["rate"]["run_pages"] > 0 and status["eta_seconds"] == 0
+        os.write(master, b"\n")
+        rest = _read_until(master, "What to try next:", 30)
+        assert proc.wait(30) == 0, rest
+        with pytest.raises(httpx.TransportError):
+            httpx.get(url + "api", timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_the_demo_says_what_became_of_the_embedded_redis(tmp_path):
+    """With no Redis given the demo uses the project's embedded one: if it started it, it
+    stops it and says so; if it was running, it leaves it running and says how to stop it.
+    Then it ends with what to try next."""
+    directory = democrawl.embedded_dir(ROOT)
+    was_running = embedded.running(directory)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "crawlplug.democrawl", "--nodes", "1", "--items", "40", "--out", str(tmp_path / "run"),
+         "--dashboard-port", "-1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    report = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 0, report
+    if was_running:
+        assert "was running before and is left running: `" in proc.stdout and "embedded stop` stops it" in proc.stdout
+        assert embedded.running(directory), "a Redis it did not start is left alone"
+    else:
+        assert f"The embedded Redis this demo started is stopped; its data stays in {directory}" in proc.stdout
+        assert not embedded.running(directory)
+    tail = proc.stdout.split("What to try next:\n", 1)[1].splitlines()
+    assert 3 <= len(tail) <= 6 and any("status --crawl shop" in line for line in tail), report
+    assert " pages/min over its " in _row(proc.stdout, "rate (crawlplug status)"), report

@@ -15,7 +15,8 @@
 -- KEYS[8] stats       hash  crawl-wide counters
 -- KEYS[9..12]         the per-domain queue: dq, domains, dstate, dconf
 --                     (see domains.lua)
--- KEYS[13] series     hash  "a:<bucket>" acked, "e:<bucket>" enqueued, per 10 s
+-- KEYS[13] series     hash  "a:<bucket>" acked, "e:<bucket>" enqueued, per 10 s;
+--                     "busy_from", "busy_to": the span (ms) the crawl has been busy
 -- KEYS[14..]          mode "bloom" only, per filter (newest generation first):
 --                     its hash of layer counts, then the bit strings of every
 --                     layer the caller knows (plus one spare layer for the
@@ -318,6 +319,11 @@ if acked > 0 or admitted > 0 then
   local bucket = math.floor(dq_now / 10000)
   if acked > 0 then add_to_field(KEYS[13], "a:" .. bucket, acked) end
   if admitted > 0 then add_to_field(KEYS[13], "e:" .. bucket, admitted) end
+  -- the span the crawl has been busy, first admission to last ack, so rates are taken
+  -- over the time it actually ran (crawlplug.monitor.rates); an idle minute starts a new one
+  local busy_to = tonumber(redis.call("HGET", KEYS[13], "busy_to") or "")
+  if not busy_to or dq_now - busy_to > 60000 then redis.call("HSET", KEYS[13], "busy_from", dq_now) end
+  redis.call("HSET", KEYS[13], "busy_to", dq_now)
 end
 local state = ""
 if mode == "bloom" then state = bloom_counts() end

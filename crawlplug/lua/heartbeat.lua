@@ -4,7 +4,7 @@
 -- KEYS[1] nodes       zset  node id -> heartbeat deadline (ms)
 -- KEYS[2] leases      zset  request id -> lease deadline (ms)
 -- KEYS[3] leased      hash  request id -> "node|score|deliveries"
--- KEYS[4] node        hash  this node's metrics
+-- KEYS[4] node        hash  this node's metrics (kept an hour after its last heartbeat)
 -- KEYS[5] producers   zset  node id -> deadline, nodes still reading start requests
 -- KEYS[6] control     hash  crawl-wide switches set by operators ("paused"), and
 --                           "lost": a node found Redis had lost the crawl's data
@@ -67,7 +67,9 @@ redis.call("HSET", nodekey, "last_seen", now)
 for j = 6, 5 + 2 * m, 2 do
   redis.call("HSET", nodekey, ARGV[j], ARGV[j + 1])
 end
-redis.call("PEXPIRE", nodekey, ttl_ms * 10)
+-- kept an hour past its last heartbeat: a node that dies is shown with its last numbers
+-- for the hour reap.lua keeps it in the graveyard
+redis.call("PEXPIRE", nodekey, math.max(ttl_ms * 10, ttl_ms + 3600000))
 for j = 7 + 2 * m, 6 + 2 * m + 2 * c, 2 do
   if ARGV[j + 1] ~= "0" then redis.call("HINCRBY", KEYS[7], ARGV[j], ARGV[j + 1]) end
 end

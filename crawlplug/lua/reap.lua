@@ -15,8 +15,14 @@
 -- KEYS[14] start_urls list  a start entry's lease (score "start") returns here
 -- KEYS[15] series     hash  per-10 s counters (admit.lua) and gauges sampled
 --                           here: "q:<bucket>" queued, "f:<bucket>" in flight,
---                           "x:<bucket>" dead letters; buckets older than an
---                           hour are deleted here
+--                           "x:<bucket>" dead letters, and per 5 s "r:<slot>"
+--                           "<ms> <work left>" (queued + in flight + start
+--                           entries, and when: the ETA's trend); buckets older
+--                           than an hour are deleted here
+-- KEYS[16] graveyard  hash  node id -> "<declared dead ms, 0: not here> <last change ms>
+--                           <leases requeued> <dead-lettered>": the nodes whose heartbeat
+--                           expired and what became of their leases; an entry unchanged
+--                           for an hour is deleted here
 -- ARGV[1] max deliveries
 -- ARGV[2] most leases to reap in this call
 -- Returns {requeued, dead}.
@@ -35,7 +41,7 @@ do
   local refused = guard({{leases, "zset"}, {leased, "hash"}, {queue, "zset"}, {deliveries, "hash"},
                          {requests, "hash"}, {dead, "list"}, {stats, "counters"}, {nodes, "zset"},
                          {producers, "zset"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"},
-                         {D.conf, "hash"}, {KEYS[15], "hash"}})
+                         {D.conf, "hash"}, {KEYS[15], "hash"}, {KEYS[16], "hash"}})
   if refused then return refused end
 end
 -- ---- end of the checks ----
@@ -44,6 +50,7 @@ pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+local died = redis.call("ZRANGEBYSCORE", nodes, "-inf", now) -- for the graveyard, below
 redis.call("ZREMRANGEBYSCORE", nodes, "-inf", now)
 redis.call("ZREMRANGEBYSCORE", producers, "-inf", now)
 
@@ -51,6 +58,12 @@ local expired = redis.call("ZRANGEBYSCORE", leases, "-inf", now, "LIMIT", 0, lim
 local starts = KEYS[14]
 local requeued, killed, restarted = 0, 0, 0
 local returned = {}
+local fates = {} -- holder node id -> {requeued, dead-lettered}, for the graveyard
+local function fate(holder, i)
+  if not holder or holder == "" then return end
+  fates[holder] = fates[holder] or {0, 0}
+  fates[holder][i] = fates[holder][i] + 1
+end
 for _, id in ipairs(expired) do
   local holder, score, d, domain, freed = lease_info(redis.call("HGET", leased, id))
   if score ~= "start" or starts_ok then
@@ -63,6 +76,7 @@ for _, id in ipairs(expired) do
       redis.call("HDEL", requests, id)
       redis.call("HDEL", deliveries, id)
       restarted = restarted + 1
+      fate(holder, 1)
     elseif payload then
       d = tonumber(d) or 1
       if d >= max_deliveries then
@@ -72,10 +86,12 @@ for _, id in ipairs(expired) do
         redis.call("HDEL", requests, id)
         redis.call("HDEL", deliveries, id)
         killed = killed + 1
+        fate(holder, 2)
       else
         requeue(queue, id, score, domain, now)
         redis.call("HSET", deliveries, id, d)
         requeued = requeued + 1
+        fate(holder, 1)
       end
     end
     if domain ~= "" then dq_end(domain, id, freed, now) end
@@ -89,18 +105,47 @@ if restarted > 0 then redis.call("HINCRBY", stats, "start_returned", restarted) 
 -- forget series buckets older than an hour (360 buckets of 10 s), a few per call
 local series = KEYS[15]
 local bucket = math.floor(now / 10000)
+local waiting, inflight = redis.call("ZCARD", queue) + redis.call("ZCARD", D.dq), redis.call("ZCARD", leases)
 redis.call("HSET", series,
-  "q:" .. bucket, redis.call("ZCARD", queue) + redis.call("ZCARD", D.dq),
-  "f:" .. bucket, redis.call("ZCARD", leases),
-  "x:" .. bucket, redis.call("LLEN", dead))
+  "q:" .. bucket, waiting,
+  "f:" .. bucket, inflight,
+  "x:" .. bucket, redis.call("LLEN", dead),
+  "r:" .. math.floor(now / 5000), now .. " " .. (waiting + inflight + redis.call("LLEN", starts)))
 local oldest = bucket - 360
 local trimmed = tonumber(redis.call("HGET", series, "trimmed") or "") or oldest
 local upto = math.min(oldest, trimmed + 50)
 for b = trimmed + 1, upto do
-  redis.call("HDEL", series, "a:" .. b, "e:" .. b, "q:" .. b, "f:" .. b, "x:" .. b)
+  redis.call("HDEL", series, "a:" .. b, "e:" .. b, "q:" .. b, "f:" .. b, "x:" .. b, "r:" .. 2 * b, "r:" .. 2 * b + 1)
 end
 if upto > trimmed or redis.call("HEXISTS", series, "trimmed") == 0 then
   redis.call("HSET", series, "trimmed", math.max(upto, trimmed))
 end
+
+-- the graveyard: nodes found dead (their heartbeat expired) and what became of their
+-- leases, so `crawlplug status` and the dashboard show them as dead for an hour
+-- instead of dropping them; only written when a node died or a lease of one expired
+local graveyard = KEYS[16]
+if #died > 0 or next(fates) then
+  local function grave(id, since)
+    local old = redis.call("HGET", graveyard, id) or ""
+    local was, _, r, x = string.match(old, "^(%d+) (%d+) (%d+) (%d+)$")
+    local f = fates[id] or {0, 0}
+    fates[id] = nil
+    redis.call("HSET", graveyard, id, table.concat({since or tonumber(was) or 0, now,
+      (tonumber(r) or 0) + f[1], (tonumber(x) or 0) + f[2]}, " "))
+  end
+  for _, id in ipairs(died) do grave(id, now) end
+  local rest = {}
+  for id in pairs(fates) do rest[#rest + 1] = id end
+  table.sort(rest) -- the same writes on a replica, whatever the table's order
+  for _, id in ipairs(rest) do grave(id, nil) end
+  local all = redis.call("HGETALL", graveyard)
+  for j = 1, #all, 2 do
+    local changed = tonumber(string.match(all[j + 1], "^%d+ (%d+) ") or "")
+    if not changed or changed < now - 3600000 then redis.call("HDEL", graveyard, all[j]) end
+  end
+  redis.call("PEXPIRE", graveyard, 3600000)
+end
+
 requeued = requeued + restarted
 return {requeued, killed}

@@ -37,9 +37,11 @@ STATIC = files(__package__).joinpath("static")
 
 #: The API, as served at GET /api (and documented in docs/dashboard.md).
 API = {
-    "GET /api/status": "counts, rates, ETA, paused state, crawl-wide counters and nodes (the crawl now)",
-    "GET /api/history?minutes=60": "per-10 s points: done, admitted, queued, in_flight, dead",
-    "GET /api/nodes": "every registered node: host, pid, uptime, heartbeat age, leases, pages/min, alive",
+    "GET /api/status": "counts, rates (and what they are taken over), ETA (and why none), work held by silent "
+                       "nodes, paused state, crawl-wide counters and nodes (the crawl now)",
+    "GET /api/history?minutes=60": "per-10 s points: done, pages_per_min, admitted, queued, in_flight, dead",
+    "GET /api/nodes": "every registered node and every node found dead in the last hour: state (live, silent, "
+                      "dead) and what became of its leases, host, pid, uptime, heartbeat age, leases, pages/min",
     "GET /api/errors": "errors by kind (http/<status>, download/<Exception>, spider/<Exception>) with sample URLs",
     "GET /api/domains?n=50": "per-domain queue: queued, in flight, requests leased so far (its rate), delay and "
                              "concurrency in force, next start",

@@ -105,9 +105,9 @@ async function drawCharts() {
   // zoom to the part of the hour the crawl has run (at least 5 minutes)
   const busy = h.t.findIndex((_, i) => h.done[i] || h.admitted[i] || h.queued[i] !== null);
   const from = busy < 0 ? h.t.length - 30 : Math.min(busy, h.t.length - 30);
-  for (const k of ["t", "done", "admitted", "queued", "in_flight", "dead"]) h[k] = h[k].slice(Math.max(0, from));
-  const perMin = h.done.map(v => v * 6);  // per 10 s bucket -> per minute
-  chart($("#chart-done"), h.t, [{ name: "pages/min", values: perMin, color: "#1565c0" }]);
+  for (const k of ["t", "done", "pages_per_min", "admitted", "queued", "in_flight", "dead"]) h[k] = h[k].slice(Math.max(0, from));
+  // the server's per-point rate (crawlplug.monitor.history): the current bucket over the time it covered
+  chart($("#chart-done"), h.t, [{ name: "pages/min", values: h.pages_per_min, color: "#1565c0" }]);
   chart($("#chart-queue"), h.t, [
     { name: "queued", values: h.queued, color: "#6a1b9a" },
     { name: "in flight", values: h.in_flight, color: "#2e7d32" },
@@ -118,9 +118,14 @@ async function drawCharts() {
 // -- pages -------------------------------------------------------------------------------
 async function overview(st) {
   for (const k of ["queued", "in_flight", "done", "failed", "dead"]) $(`#n-${k}`).textContent = fmt(st[k]);
-  $("#n-rate").textContent = fmt(st.pages_per_min);
+  // every rate and sentence comes from the server (crawlplug.monitor): the CLI says the same
+  $("#n-rate").textContent = fmt(Math.round(st.pages_per_min));
+  $("#n-rate-text").textContent = st.rate.text;
   $("#n-eta").textContent = st.eta_seconds === 0 ? "done" : dur(st.eta_seconds);
-  $("#n-nodes").textContent = fmt(st.nodes.filter(n => n.alive).length);
+  $("#n-eta-text").textContent = st.eta_seconds === 0 ? "" : st.eta_text;
+  $("#n-nodes").textContent = fmt(st.live_nodes);
+  $("#held").hidden = !st.held;
+  $("#held").textContent = st.held ? st.held.text : "";
   const total = st.done + st.queued + st.in_flight + st.start_urls;
   $("#progress-bar").style.width = (total ? 100 * st.done / total : 0).toFixed(1) + "%";
   rows("node-rates", st.nodes.filter(n => n.alive).map(n =>
@@ -132,11 +137,12 @@ async function overview(st) {
 }
 
 function nodes(st) {
-  rows("nodes-table", st.nodes.map(n => `<tr class="${n.alive ? "" : "dead-node"}">
+  // a silent or dead node keeps its last numbers; its state says what became of its leases
+  rows("nodes-table", st.nodes.map(n => `<tr class="${n.state === "live" ? "" : n.state + "-node"}" data-state="${esc(n.state)}">
     <td>${esc(n.id)}</td><td>${esc(n.host)}</td><td class="num">${esc(n.pid ?? "")}</td><td>${dur(n.uptime)}</td>
     <td>${n.heartbeat_age === null ? "-" : n.heartbeat_age.toFixed(1) + "s ago"}</td>
     <td class="num">${fmt(n.leases)}</td><td class="num">${fmt(n.pages_per_min)}</td><td class="num">${fmt(n.acked)}</td>
-    <td>${n.alive ? (n.paused ? "paused" : "live") : "dead"}</td></tr>`));
+    <td class="state">${esc(n.state_text)}</td></tr>`));
 }
 
 async function errors() {
@@ -193,8 +199,8 @@ async function refresh() {
   actions = st.actions;
   $("#crawl").textContent = st.crawl;
   $("#redis").textContent = st.redis;
-  $("#state").textContent = st.paused ? "paused" : (st.nodes.some(n => n.alive) ? "running" : "no live node");
-  $("#state").className = "badge" + (st.paused ? " paused" : (st.nodes.some(n => n.alive) ? "" : " idle"));
+  $("#state").textContent = st.paused ? "paused" : (st.live_nodes ? "running" : "no live node");
+  $("#state").className = "badge" + (st.paused ? " paused" : (st.live_nodes ? "" : " idle"));
   document.querySelectorAll("button.action").forEach(b => { b.disabled = !actions; b.title = actions ? "" : "read-only: no token configured"; });
   const page = (location.hash || "#overview").slice(1);
   try {
