@@ -36,7 +36,7 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 venv: $(BIN)/.installed
 
 crawl: venv
-	$(BIN)/python -m crawlplug.democrawl --nodes $(NODES) --items $(ITEMS)
+	$(BIN)/python -m crawlplug.demo.crawl --nodes $(NODES) --items $(ITEMS)
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

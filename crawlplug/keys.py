@@ -50,7 +50,7 @@ NAMES = (
     "run",  # hash: the current run: id, epoch, state, started, ended, reason, by, incremental
     "runs",  # hash: run id -> JSON summary of each ended run (started, ended, reason, pages, ...)
     "epoch",  # string: the crawl's epoch (in every part); a node's calls from another epoch are refused
-    # nodes found dead by reap.lua, shown as dead for an hour (crawlplug.monitor): node id ->
+    # nodes found dead by reap.lua, shown as dead for an hour (crawlplug.ops.status): node id ->
     # "<declared dead ms, 0 in a shard> <last change ms> <its leases requeued> <dead-lettered>";
     # per shard, where its leases were reaped (the counts add up across shards)
     "graveyard",

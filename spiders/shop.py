@@ -1,8 +1,8 @@
-"""Spider for the crawlplug demo shop (:mod:`crawlplug.demosite`).
+"""Spider for the crawlplug demo shop (:mod:`crawlplug.demo.shop`).
 
 Run it against a local demo shop::
 
-    python -m crawlplug.demosite --port 8000 &
+    python -m crawlplug.demo.shop --port 8000 &
     scrapy crawl shop -a base_url=http://127.0.0.1:8000 -O items.jsonl
 
 Home and list pages are requested with priority 10 and item pages with

@@ -1,7 +1,7 @@
 """Item pipeline steps that site definitions name (``pipelines:`` in spiders/sites/*.yaml).
 
 A step is an ordinary Scrapy item pipeline class; the site spider's
-:class:`crawlplug.sitespider.SitePipeline` runs the steps a definition lists,
+:class:`crawlplug.sites.spider.SitePipeline` runs the steps a definition lists,
 in order, on that site's items only.
 """
 

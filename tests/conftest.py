@@ -21,7 +21,7 @@ from typing import Iterator
 import pytest
 import redis
 
-from crawlplug.demosite import DemoShop, ShopServer, serve
+from crawlplug.demo.shop import DemoShop, ShopServer, serve
 from crawlplug.embedded import find_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -33,8 +33,6 @@ import scrapy
 from click.testing import CliRunner
 from redis.crc import key_slot
 
-import crawlplug.cli_items
-import crawlplug.cli_transfer  # noqa: F401 - registers `crawlplug export` / `import`
 from crawlplug.bloom import BloomSpec
 from crawlplug.cli import main
 from crawlplug.connection import client_from_url

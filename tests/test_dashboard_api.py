@@ -21,11 +21,11 @@ import uvicorn
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from crawlplug import cli_web
+from crawlplug.cli import web as cli_web
 from crawlplug.cli import main as cli_main
-from crawlplug.cli_web import is_loopback
+from crawlplug.cli.web import is_loopback
 from crawlplug.connection import client_from_url
-from crawlplug.democrawl import DashboardThread
+from crawlplug.demo.crawl import DashboardThread
 from crawlplug.frontier import Frontier
 from crawlplug.keys import CrawlKeys
 from crawlplug.serializers import JsonSerializer

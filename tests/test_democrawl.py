@@ -1,4 +1,4 @@
-"""`python -m crawlplug.democrawl`: the newcomer's demo runs a real two-node crawl."""
+"""`python -m crawlplug.demo.crawl`: the newcomer's demo runs a real two-node crawl."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import time
 import httpx
 import pytest
 
-from crawlplug import democrawl, embedded
+from crawlplug import embedded
+from crawlplug.demo import crawl as democrawl
 
 from .conftest import ROOT
 
@@ -26,7 +27,7 @@ def _row(summary: str, label: str) -> str:
 def test_two_node_demo_crawl(redis_url, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "crawlplug.democrawl", "--nodes", "2", "--items", "300",
+        [sys.executable, "-m", "crawlplug.demo.crawl", "--nodes", "2", "--items", "300",
          "--redis-url", redis_url, "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
@@ -48,7 +49,7 @@ def test_two_node_demo_crawl(redis_url, tmp_path):
 
 def test_unreachable_redis_fails_cleanly():
     proc = subprocess.run(
-        [sys.executable, "-m", "crawlplug.democrawl", "--redis-url", "redis://:s3cret@127.0.0.1:1/0"],
+        [sys.executable, "-m", "crawlplug.demo.crawl", "--redis-url", "redis://:s3cret@127.0.0.1:1/0"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 1
@@ -84,7 +85,7 @@ def test_in_a_terminal_the_dashboard_stays_up_until_enter(redis_url, tmp_path):
     while the summary is read, and goes when the user presses Enter."""
     master, slave = os.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crawlplug.democrawl", "--nodes", "1", "--items", "60", "--redis-url", redis_url,
+        [sys.executable, "-m", "crawlplug.demo.crawl", "--nodes", "1", "--items", "60", "--redis-url", redis_url,
          "--out", str(tmp_path / "run"), "--dashboard-port", "0"],
         cwd=ROOT, stdin=slave, stdout=slave, stderr=slave,
     )  # fmt: skip
@@ -116,7 +117,7 @@ def test_the_demo_says_what_became_of_the_embedded_redis(tmp_path):
     was_running = embedded.running(directory)
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     proc = subprocess.run(
-        [sys.executable, "-m", "crawlplug.democrawl", "--nodes", "1", "--items", "40", "--out", str(tmp_path / "run"),
+        [sys.executable, "-m", "crawlplug.demo.crawl", "--nodes", "1", "--items", "40", "--out", str(tmp_path / "run"),
          "--dashboard-port", "-1"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip

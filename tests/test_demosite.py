@@ -1,4 +1,4 @@
-"""Tests of the demo shop (crawlplug.demosite): shape, content, server, CLI."""
+"""Tests of the demo shop (crawlplug.demo.shop): shape, content, server, CLI."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the project is not installed into the venv
     sys.path.insert(0, str(ROOT))
 
-from crawlplug.demosite import DemoShop, ShopServer, serve  # noqa: E402
+from crawlplug.demo.shop import DemoShop, ShopServer, serve  # noqa: E402
 
 SMALL = {"items": 50, "per_page": 4, "categories": 3, "related": 3, "seed": 7}
 
@@ -223,7 +223,7 @@ def test_deterministic_bytes() -> None:
 def test_cli_port_file(tmp_path: Path) -> None:
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crawlplug.demosite", "--port", "0", "--items", "20",
+        [sys.executable, "-m", "crawlplug.demo.shop", "--port", "0", "--items", "20",
          "--port-file", str(port_file)],
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -26,16 +26,16 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import FifoQueue as SrFifo
 from scrapy_redis.queue import PriorityQueue as SrPriority
 
-from crawlplug import legacy
+from crawlplug.compat import legacy
 from crawlplug.cli import main
 from crawlplug.frontier import Frontier
 from crawlplug.keys import CrawlKeys
-from crawlplug.legacy import (
+from crawlplug.compat.legacy import (
     ScrapyRedisDupeFilter,
     scrapy_redis_fingerprint,
     scrapy_request_fingerprint,
 )
-from crawlplug.migrate import MigrationError
+from crawlplug.compat.migrate import MigrationError
 from crawlplug.queues import PriorityQueue
 from crawlplug.safepickle import RefusedGlobal, restricted_loads
 from crawlplug.serializers import JsonSerializer
@@ -375,7 +375,7 @@ def test_scrapy_redis_dupefilter_without_migrated_fingerprints_is_the_set_dupefi
 
 
 def test_migration_into_the_per_domain_queue(r):
-    from crawlplug.migrate import ScrapyRedisMigration, SourceKeys
+    from crawlplug.compat.migrate import ScrapyRedisMigration, SourceKeys
     from crawlplug.queues import DomainQueue
 
     other = scrapy.Request("http://other.test/page/", callback=SHOP.parse_list, priority=3)

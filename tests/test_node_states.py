@@ -22,9 +22,9 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from crawlplug.cli import main
-from crawlplug.demosite import DemoShop, serve
+from crawlplug.demo.shop import DemoShop, serve
 from crawlplug.keys import CrawlKeys
-from crawlplug.monitor import rates, snapshot
+from crawlplug.ops.status import rates, snapshot
 from crawlplug.shards import parts
 from crawlplug.web import create_app
 

@@ -22,7 +22,6 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from scrapy.utils.test import get_crawler
 
-import crawlplug.cli_items  # noqa: F401 - registers `crawlplug items` on the main group
 from crawlplug.cli import main
 from crawlplug.errors import ConfigError, ItemError
 from crawlplug.keys import CrawlKeys

@@ -25,7 +25,8 @@ import scrapy
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from crawlplug import democrawl, embedded
+from crawlplug import embedded
+from crawlplug.demo import crawl as democrawl
 from crawlplug.cli import main as cli
 from crawlplug.connection import Connection, check, client_from_url, from_settings, mask_url
 from crawlplug.errors import RedisUnavailable
@@ -319,7 +320,7 @@ def test_redis_url_from_the_environment(acl_redis, monkeypatch):
 
 
 def test_democrawl_passes_the_url_in_the_environment(acl_redis, tmp_path):
-    """`python -m crawlplug.democrawl --redis-url URL-with-password`: the nodes get the URL in
+    """`python -m crawlplug.demo.crawl --redis-url URL-with-password`: the nodes get the URL in
     their environment, not on their command lines (readable by any local user); the run
     completes and prints the URL masked only."""
     url = acl_redis.url(CRAWLER, CRAWLER_PASSWORD)
@@ -330,7 +331,7 @@ def test_democrawl_passes_the_url_in_the_environment(acl_redis, tmp_path):
 
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "crawlplug.democrawl", "--nodes", "1", "--items", "40", "--redis-url", url,
+        [sys.executable, "-m", "crawlplug.demo.crawl", "--nodes", "1", "--items", "40", "--redis-url", url,
          "--out", str(out), "--dashboard-port", "-1"],
         cwd=ROOT, check=False, capture_output=True, text=True, timeout=120, env={**os.environ, "REDIS_URL": ""},
     )  # fmt: skip

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from redis.crc import key_slot
 
 from crawlplug.cli import main
-from crawlplug.demosite import DemoShop, serve
+from crawlplug.demo.shop import DemoShop, serve
 from crawlplug.dedup import BloomDedup
 from crawlplug.bloom import BloomSpec
 from crawlplug.errors import AdmissionIncomplete, ConfigError, CorruptKey
@@ -483,7 +483,7 @@ def test_a_sharded_crawl_stopped_on_one_redis_finishes_on_another(crawl, redis_u
 def test_a_sharded_export_keeps_leases_starts_and_dead_letters_in_their_parts(r, fresh_redis):
     import io
 
-    from crawlplug.transfer import TransferError, export_crawl, import_crawl
+    from crawlplug.ops.transfer import TransferError, export_crawl, import_crawl
 
     a = sharded(r)
     hosts = hosts_per_shard()

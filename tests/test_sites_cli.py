@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 
 from crawlplug.cli import main
 from crawlplug.keys import CrawlKeys
-from crawlplug.sitestore import SiteStore
+from crawlplug.sites.store import SiteStore
 from crawlplug.stats import RedisStatsCollector
 from crawlplug.web import create_app
 

@@ -16,10 +16,10 @@ from typing import Any
 import yaml
 
 from crawlplug import errorsamples
-from crawlplug.democars import DemoCars
-from crawlplug.democars import serve as serve_cars
+from crawlplug.demo.cars import DemoCars
+from crawlplug.demo.cars import serve as serve_cars
 from crawlplug.keys import CrawlKeys
-from crawlplug.sitestore import SiteStore
+from crawlplug.sites.store import SiteStore
 from crawlplug.stats import crawl_stats, node_stats
 
 from .conftest import ROOT

@@ -14,20 +14,20 @@ from scrapy.exceptions import DropItem
 from scrapy.http import HtmlResponse, TextResponse
 from scrapy.utils.test import get_crawler
 
-from crawlplug import siteoutcomes
-from crawlplug.democars import DemoCars
-from crawlplug.demosite import DemoShop
+from crawlplug.sites import outcomes as siteoutcomes
+from crawlplug.demo.cars import DemoCars
+from crawlplug.demo.shop import DemoShop
 from crawlplug.errors import ConfigError
-from crawlplug.sitedef import (
+from crawlplug.sites.definition import (
     expand_start_urls,
     load_file,
     parse_text,
     validate,
     version_of,
 )
-from crawlplug.siteextract import CompiledSite
-from crawlplug.sitespider import SiteItem, SitePipeline, SiteSpider
-from crawlplug.sitestore import SiteStore
+from crawlplug.sites.extract import CompiledSite
+from crawlplug.sites.spider import SiteItem, SitePipeline, SiteSpider
+from crawlplug.sites.store import SiteStore
 
 from .conftest import ROOT
 

@@ -22,7 +22,7 @@ from scrapy.http import HtmlResponse, Response  # noqa: E402
 from scrapy.utils.request import request_from_dict  # noqa: E402
 from scrapy.utils.test import get_crawler  # noqa: E402
 
-from crawlplug.demosite import DemoShop  # noqa: E402
+from crawlplug.demo.shop import DemoShop  # noqa: E402
 from spiders.samesite import SameSiteSpider  # noqa: E402
 from spiders.shop import ShopSpider  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""`crawlplug export` / `crawlplug import` (crawlplug.transfer): a crawl moved between two real Redis servers.
+"""`crawlplug export` / `crawlplug import` (crawlplug.ops.transfer): a crawl moved between two real Redis servers.
 
 Server A is the suite's Redis, server B a private one (``fresh_redis``). Each
 crawl state is built with the real components (Frontier admission, pops,
@@ -27,7 +27,6 @@ from click.testing import CliRunner
 from scrapy.utils.request import fingerprint
 from scrapy.utils.test import get_crawler
 
-import crawlplug.cli_transfer  # noqa: F401 - registers export/import on the group
 from crawlplug.cli import main
 from crawlplug.dupefilters import ExpiringDupeFilter, RedisBloomDupeFilter
 from crawlplug.frontier import Domains, Frontier
@@ -35,7 +34,7 @@ from crawlplug.keys import CrawlKeys
 from crawlplug.queues import DomainQueue
 from crawlplug.seeds import Seeds, make_seed
 from crawlplug.serializers import JsonSerializer
-from crawlplug.transfer import TransferError, export_crawl, import_crawl, rank_of
+from crawlplug.ops.transfer import TransferError, export_crawl, import_crawl, rank_of
 
 from .conftest import RedisServer, free_port, redisbloom_module
 

@@ -26,7 +26,9 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import errorsamples, monitor, operations, siteoutcomes
+from .. import errorsamples
+from ..ops import dead, status
+from ..sites import outcomes as site_fields
 from ..errors import CrawlplugError
 from ..keys import CrawlKeys
 from ..shards import open_domains, open_frontier
@@ -92,7 +94,7 @@ class Dashboard:
         return JSONResponse({"crawl": self.keys.crawl, "endpoints": API})
 
     def status(self, request: Request) -> JSONResponse:
-        snap = monitor.snapshot(self.client, self.keys)
+        snap = status.snapshot(self.client, self.keys)
         snap.pop("history", None)
         snap["redis"] = self.redis_label
         snap["actions"] = self.token is not None
@@ -100,12 +102,12 @@ class Dashboard:
 
     def history(self, request: Request) -> JSONResponse:
         minutes = self._int(request, "minutes", 60, 1, 60)
-        return JSONResponse(monitor.history(self.client, self.keys, minutes))
+        return JSONResponse(status.history(self.client, self.keys, minutes))
 
     def nodes(self, request: Request) -> JSONResponse:
         st = open_frontier(self.client, self.keys).status()
         sec, usec = self.client.time()
-        return JSONResponse({"nodes": monitor.nodes(self.client, self.keys, st["nodes"], sec * 1000 + usec // 1000)})
+        return JSONResponse({"nodes": status.nodes(self.client, self.keys, st["nodes"], sec * 1000 + usec // 1000)})
 
     def errors(self, request: Request) -> JSONResponse:
         return JSONResponse({"errors": errorsamples.read(self.client, self.keys)})
@@ -120,15 +122,15 @@ class Dashboard:
         })  # fmt: skip
 
     def fields(self, request: Request) -> JSONResponse:
-        sites = site_outcomes(monitor.crawl_stats(self.client, self.keys))
-        rows = [{"site": site, "outcome": what, "label": siteoutcomes.describe(what), "value": value}
-                for site, outcomes in sites.items() for what, value in outcomes.items()]  # fmt: skip
+        sites = site_outcomes(status.crawl_stats(self.client, self.keys))
+        rows = [{"site": site, "outcome": what, "label": site_fields.describe(what), "value": value}
+                for site, found in sites.items() for what, value in found.items()]  # fmt: skip
         return JSONResponse({"sites": sites, "rows": rows})
 
     def dead(self, request: Request) -> JSONResponse:
         n = self._int(request, "n", 50, 1, 1000)
-        total = operations.dead_count(self.client, self.keys)
-        return JSONResponse({"total": total, "rows": operations.dead_rows(self.client, self.keys, -n, -1)})
+        total = dead.dead_count(self.client, self.keys)
+        return JSONResponse({"total": total, "rows": dead.dead_rows(self.client, self.keys, -n, -1)})
 
     # -- actions ----------------------------------------------------------------------
     def pause(self, request: Request) -> JSONResponse:
@@ -179,7 +181,7 @@ class Dashboard:
         try:
             body = await request.json()
             indexes = [int(i) for i in body.get("indexes", [])]
-            requeued, kept = operations.requeue_dead(self.client, self.keys, indexes, bool(body.get("all")))
+            requeued, kept = dead.requeue_dead(self.client, self.keys, indexes, bool(body.get("all")))
         except (ValueError, TypeError, AttributeError, OverflowError, CrawlplugError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return JSONResponse({"requeued": requeued, "kept": [{"index": i, "why": why} for i, why in kept]})
@@ -218,8 +220,8 @@ def _limit(value: Any, name: str) -> float | None:
 def site_outcomes(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Scrapy stats named ``site/<site>/<what...>`` grouped per site: the convention
     site spiders use to report pages per step, items ok, missing fields, exceptions
-    (:mod:`crawlplug.siteoutcomes`)."""
-    return siteoutcomes.outcomes(stats)
+    (:mod:`crawlplug.sites.outcomes`)."""
+    return site_fields.outcomes(stats)
 
 
 def create_app(client: redis.Redis, keys: CrawlKeys, token: str | None = None, redis_label: str = "") -> Starlette:

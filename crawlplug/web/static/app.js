@@ -106,7 +106,7 @@ async function drawCharts() {
   const busy = h.t.findIndex((_, i) => h.done[i] || h.admitted[i] || h.queued[i] !== null);
   const from = busy < 0 ? h.t.length - 30 : Math.min(busy, h.t.length - 30);
   for (const k of ["t", "done", "pages_per_min", "admitted", "queued", "in_flight", "dead"]) h[k] = h[k].slice(Math.max(0, from));
-  // the server's per-point rate (crawlplug.monitor.history): the current bucket over the time it covered
+  // the server's per-point rate (crawlplug.ops.status.history): the current bucket over the time it covered
   chart($("#chart-done"), h.t, [{ name: "pages/min", values: h.pages_per_min, color: "#1565c0" }]);
   chart($("#chart-queue"), h.t, [
     { name: "queued", values: h.queued, color: "#6a1b9a" },
@@ -118,7 +118,7 @@ async function drawCharts() {
 // -- pages -------------------------------------------------------------------------------
 async function overview(st) {
   for (const k of ["queued", "in_flight", "done", "failed", "dead"]) $(`#n-${k}`).textContent = fmt(st[k]);
-  // every rate and sentence comes from the server (crawlplug.monitor): the CLI says the same
+  // every rate and sentence comes from the server (crawlplug.ops.status): the CLI says the same
   $("#n-rate").textContent = fmt(Math.round(st.pages_per_min));
   $("#n-rate-text").textContent = st.rate.text;
   $("#n-eta").textContent = st.eta_seconds === 0 ? "done" : dur(st.eta_seconds);

@@ -22,7 +22,7 @@
    serializer and admitted with :meth:`Frontier.admit <crawlplug.frontier.Frontier.admit>`,
    in the order scrapy-redis would have popped them.
 3. **Fingerprints**: scrapy-redis's set (``<spider>:dupefilter``) is copied,
-   packed, into ``crawlplug:{<crawl>}:seen:scrapy_redis`` (:mod:`crawlplug.legacy`),
+   packed, into ``crawlplug:{<crawl>}:seen:scrapy_redis`` (:mod:`crawlplug.compat.legacy`),
    merged with what an earlier migration copied; which of scrapy-redis's two
    fingerprint functions made them is found from the queued requests, whose
    fingerprints are in the set.
@@ -51,11 +51,11 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from . import legacy
-from .errors import ConfigError, CrawlplugError, DecodeError, SerializationError
-from .frontier import Frontier
-from .queues import BaseQueue
-from .safepickle import RefusedGlobal, restricted_loads
-from .serializers import JsonSerializer, _spider_method
+from ..errors import ConfigError, CrawlplugError, DecodeError, SerializationError
+from ..frontier import Frontier
+from ..queues import BaseQueue
+from ..safepickle import RefusedGlobal, restricted_loads
+from ..serializers import JsonSerializer, _spider_method
 
 __all__ = ["MigrationError", "Report", "ScrapyRedisMigration", "SourceKeys"]
 

@@ -11,14 +11,23 @@ from typing import Any, TextIO
 
 import click
 
-from . import operations, starts
-from .cli import (
-    _connect, _create_if_new, _created_note, _fail, _friendly_errors, _keys, _options, _shared_options, _when, dead, main,
+from .. import starts
+from ..errors import ConfigError, DecodeError
+from ..frontier import Frontier
+from ..seeds import Seeds, make_seed
+from ..shards import parts
+from .common import (
+    connect,
+    crawl_keys,
+    create_if_new,
+    created_note,
+    fail,
+    friendly_errors,
+    main,
+    options,
+    shared_options,
+    when,
 )  # fmt: skip
-from .errors import ConfigError, DecodeError
-from .frontier import Frontier
-from .seeds import Seeds, make_seed
-from .shards import parts
 
 # -- push -------------------------------------------------------------------------
 
@@ -35,7 +44,7 @@ def _lines(urls: tuple[str, ...], file: TextIO | None) -> list[tuple[str, str]]:
 
 
 @main.command()
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.argument("urls", nargs=-1)
 @click.option("--file", "-f", "file", type=click.File("r", encoding="utf-8"), default=None,
               help="Read entries from FILE, one per line ('-': standard input).")  # fmt: skip
@@ -43,7 +52,7 @@ def _lines(urls: tuple[str, ...], file: TextIO | None) -> list[tuple[str, str]]:
 @click.option("--strict", is_flag=True,
               help="Refuse every JSON key that is not a request attribute (form fields then go under "
                    '"formdata"), instead of taking it as a form field as scrapy-redis does.')  # fmt: skip
-@_friendly_errors
+@friendly_errors
 def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: TextIO | None,
          use_stdin: bool, strict: bool) -> None:  # fmt: skip
     """Feed start URLs to a crawl: URL arguments, --file F, or '-' for standard input.
@@ -60,7 +69,7 @@ def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: 
     if urls == ("-",):
         urls, file = (), sys.stdin
     if not urls and file is None:
-        _fail("nothing to push: give URLs, --file FILE, or - for standard input")
+        fail("nothing to push: give URLs, --file FILE, or - for standard input")
     valid: list[str] = []
     bad = 0
     for where, text in _lines(urls, file):
@@ -69,15 +78,15 @@ def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: 
         except DecodeError as exc:
             bad += 1
             click.echo(f"crawlplug: {where}: skipped: {exc}", err=True)
-    opts = _options(redis_url, crawl)
-    keys = _keys(opts)
-    target = _connect(opts)
-    created = bool(valid) and _create_if_new(target, keys)
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    created = bool(valid) and create_if_new(target, keys)
     waiting = Frontier(target.client, keys).push_starts(valid) if valid else target.client.llen(keys.start_urls)
     click.echo(f"pushed {len(valid)} start entries to crawl {keys.crawl!r} ({waiting} waiting)"
                + (f"; skipped {bad} malformed" if bad else ""))  # fmt: skip
     if created:
-        click.echo(_created_note(keys))
+        click.echo(created_note(keys))
     if bad:
         raise click.exceptions.Exit(1)
 
@@ -96,16 +105,16 @@ def _describe(payload: bytes) -> dict[str, Any]:
 
 
 @main.command()
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.option("-n", "count", type=click.IntRange(min=1), default=10, show_default=True,
               help="How many of the next requests to show.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of text.")
-@_friendly_errors
+@friendly_errors
 def peek(redis_url: str | None, crawl: str | None, count: int, as_json: bool) -> None:
     """The next requests in the queue (read-only), and the start entries waiting."""
-    opts = _options(redis_url, crawl)
-    keys = _keys(opts)
-    target = _connect(opts)
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
     client = target.client
     rows: list[dict[str, Any]] = []
     queued = 0
@@ -141,43 +150,8 @@ def peek(redis_url: str | None, crawl: str | None, count: int, as_json: bool) ->
 
 # -- dead letters: requeue / drop ------------------------------------------------------
 
-@dead.command("requeue")
-@_shared_options(envvar=False)
-@click.argument("indexes", nargs=-1, type=int)
-@click.option("--all", "all_", is_flag=True, help="Every dead letter.")
-@_friendly_errors
-def dead_requeue(redis_url: str | None, crawl: str | None, indexes: tuple[int, ...], all_: bool) -> None:
-    """Put dead letters back in the queue (delivery count reset, dedup bypassed).
-
-    Only entries that are valid crawlplug requests go back; invalid start
-    entries and undecodable payloads stay dead and are listed.
-    """
-    opts = _options(redis_url, crawl)
-    keys = _keys(opts)
-    target = _connect(opts)
-    requeued, kept = operations.requeue_dead(target.client, keys, indexes, all_)
-    click.echo(f"requeued {requeued} dead letters of crawl {keys.crawl!r}")
-    for i, why in kept:
-        click.echo(f"  [{i}] kept: {why}", err=True)
 
 
-@dead.command("drop")
-@_shared_options(envvar=False)
-@click.argument("indexes", nargs=-1, type=int)
-@click.option("--all", "all_", is_flag=True, help="Every dead letter.")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@_friendly_errors
-def dead_drop(redis_url: str | None, crawl: str | None, indexes: tuple[int, ...], all_: bool, yes: bool) -> None:
-    """Delete dead letters for good (asks first unless --yes)."""
-    opts = _options(redis_url, crawl)
-    keys = _keys(opts)
-    target = _connect(opts)
-    picked = operations.pick_dead(target.client, keys, indexes, all_)
-    if not yes and not click.confirm(f"Delete {len(picked)} dead letters of crawl {keys.crawl!r}?", default=False):
-        click.echo("Nothing deleted.", err=True)
-        raise click.exceptions.Exit(1)
-    removed = operations.remove_dead(target.client, keys, [i for i, _ in picked])
-    click.echo(f"dropped {removed} dead letters of crawl {keys.crawl!r}")
 
 
 # -- recurring seeds and their timer ----------------------------------------------------
@@ -195,14 +169,14 @@ def _utc(ms: int | None) -> str:
 
 
 @seeds.command("add")
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.argument("urls", nargs=-1, required=True)
 @click.option("--every", default=None, metavar="INTERVAL", help="Run every INTERVAL: 90s, 15m, 6h, 1d, 1h30m.")
 @click.option("--cron", default=None, metavar="EXPR", help='A cron schedule, e.g. "10 1 * * *" (01:10 daily).')
 @click.option("--tz", default="UTC", show_default=True, help="Time zone of a --cron schedule.")
 @click.option("--now/--later", "run_now", default=True, show_default=True,
               help="First run now, or at the first scheduled time.")  # fmt: skip
-@_friendly_errors
+@friendly_errors
 def seeds_add(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], every: str | None,
               cron: str | None, tz: str, run_now: bool) -> None:  # fmt: skip
     """Add recurring seeds (URLs or JSON entries); adding one again replaces its schedule.
@@ -211,16 +185,16 @@ def seeds_add(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], e
     lock) or as `crawlplug timer`. Missed runs are caught up once.
     """
     if (every is None) == (cron is None):
-        _fail("give exactly one of --every INTERVAL or --cron EXPR")
+        fail("give exactly one of --every INTERVAL or --cron EXPR")
     try:
         made = [make_seed(u, every=every, cron=cron, tz=tz) for u in urls]
     except ConfigError as exc:
-        _fail(str(exc))
-    opts = _options(redis_url, crawl)
-    keys = _keys(opts)
-    target = _connect(opts)
-    if _create_if_new(target, keys):
-        click.echo(_created_note(keys))
+        fail(str(exc))
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    if create_if_new(target, keys):
+        click.echo(created_note(keys))
     book = Seeds(target.client, keys)
     for seed in made:
         first = None
@@ -233,20 +207,20 @@ def seeds_add(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], e
 
 
 def starts_url(entry: str) -> str:
-    from .seeds import _url  # noqa: PLC0415
+    from ..seeds import _url  # noqa: PLC0415
 
     return _url(entry)
 
 
 @seeds.command("list")
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of text.")
-@_friendly_errors
+@friendly_errors
 def seeds_list(redis_url: str | None, crawl: str | None, as_json: bool) -> None:
     """Every seed, its schedule, last and next run (UTC)."""
-    opts = _options(redis_url, crawl)
-    keys = _keys(opts)
-    target = _connect(opts)
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
     book = Seeds(target.client, keys)
     all_, due = book.all(), book.due_times()
     rows = [{"id": sid, "entry": s.entry, "url": starts_url(s.entry), "schedule": s.schedule(), "every": s.every,
@@ -262,40 +236,40 @@ def seeds_list(redis_url: str | None, crawl: str | None, as_json: bool) -> None:
 
 
 @seeds.command("remove")
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.argument("idents", nargs=-1, required=True)
-@_friendly_errors
+@friendly_errors
 def seeds_remove(redis_url: str | None, crawl: str | None, idents: tuple[str, ...]) -> None:
     """Remove seeds by id or URL."""
-    opts = _options(redis_url, crawl)
-    keys = _keys(opts)
-    target = _connect(opts)
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
     book = Seeds(target.client, keys)
     missing = [i for i in idents if not book.remove(i)]
     click.echo(f"removed {len(idents) - len(missing)} seeds from crawl {keys.crawl!r}")
     if missing:
-        _fail(f"no seed {', '.join(missing)}")
+        fail(f"no seed {', '.join(missing)}")
 
 
 @main.command()
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.option("--once", is_flag=True, help="Fire what is due now and exit.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="Seconds between checks.")  # fmt: skip
-@_friendly_errors
+@friendly_errors
 def timer(redis_url: str | None, crawl: str | None, once: bool, interval: float) -> None:
     """Run the seed timer for a crawl with no node running (nodes run it themselves).
 
     Safe beside running nodes: whoever holds the timer's Redis lock fires.
     """
-    opts = _options(redis_url, crawl)
-    keys = _keys(opts)
-    target = _connect(opts)
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
     book = Seeds(target.client, keys)
     while True:
         fired = book.fire_due(owner="crawlplug-timer")
         if fired:
-            click.echo(f"{_when(int(time.time() * 1000))}  fired {fired} seeds of crawl {keys.crawl!r}")
+            click.echo(f"{when(int(time.time() * 1000))}  fired {fired} seeds of crawl {keys.crawl!r}")
         if once:
             return
         time.sleep(interval)
@@ -305,27 +279,27 @@ def timer(redis_url: str | None, crawl: str | None, once: bool, interval: float)
 
 
 @main.command()
-@_shared_options(envvar=False)
-@_friendly_errors
+@shared_options(envvar=False)
+@friendly_errors
 def pause(redis_url: str | None, crawl: str | None) -> None:
     """Pause the crawl: every node stops taking requests within a heartbeat and
     finishes what it is downloading; prefetched requests go back to the queue."""
-    opts = _options(redis_url, crawl)
-    keys = _keys(opts)
-    target = _connect(opts)
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
     changed = Frontier(target.client, keys).pause(by="crawlplug pause")
     click.echo(f"crawl {keys.crawl!r} {'paused' if changed else 'was already paused'}")
 
 
 @main.command()
-@_shared_options(envvar=False)
-@_friendly_errors
+@shared_options(envvar=False)
+@friendly_errors
 def resume(redis_url: str | None, crawl: str | None) -> None:
     """Resume a paused crawl, or one whose nodes found its data lost by Redis (it
     may then finish again: what was lost is not crawled unless pushed again)."""
-    opts = _options(redis_url, crawl)
-    keys = _keys(opts)
-    target = _connect(opts)
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
     frontier = Frontier(target.client, keys)
     lost = target.client.hexists(keys.control, "lost")
     paused = frontier.paused_info() is not None

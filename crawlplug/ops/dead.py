@@ -10,11 +10,11 @@ import redis
 from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 
-from .errors import CrawlplugError
-from .frontier import DeadLetter
-from .keys import CrawlKeys
-from .queues import DomainQueue, PriorityQueue
-from .shards import open_frontier, parts
+from ..errors import CrawlplugError
+from ..frontier import DeadLetter
+from ..keys import CrawlKeys
+from ..queues import DomainQueue, PriorityQueue
+from ..shards import open_frontier, parts
 
 _TOMBSTONE = "__crawlplug_removed__"
 

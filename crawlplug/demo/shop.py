@@ -15,7 +15,7 @@ Site layout::
 List pages carry a nav bar (home + every category) and item pages carry
 ``related`` links to other items, so a crawler meets many duplicate links.
 
-Run it stand-alone with ``python -m crawlplug.demosite --port 8000``.
+Run it stand-alone with ``python -m crawlplug.demo.shop --port 8000``.
 """
 
 from __future__ import annotations
@@ -515,7 +515,7 @@ def _write_port_file(path: str, port: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point: serve until SIGTERM or SIGINT."""
     parser = argparse.ArgumentParser(
-        prog="python -m crawlplug.demosite",
+        prog="python -m crawlplug.demo.shop",
         description="Serve the deterministic crawlplug demo shop.",
     )
     parser.add_argument("--host", default="127.0.0.1")

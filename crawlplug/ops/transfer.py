@@ -71,11 +71,11 @@ from typing import IO, Any, TextIO
 
 import redis
 
-from . import runs
-from .errors import CrawlplugError
-from .frontier import Domains
-from .keys import CrawlKeys
-from .shards import claim_shards, parts
+from .. import runs
+from ..errors import CrawlplugError
+from ..frontier import Domains
+from ..keys import CrawlKeys
+from ..shards import claim_shards, parts
 
 FORMAT = "crawlplug-export"
 VERSION = 1
@@ -660,7 +660,7 @@ def _refuse_non_empty(client: redis.Redis, keys: CrawlKeys) -> None:
 
 
 def _has_native_bloom(client: redis.Redis) -> bool:
-    from .dupefilters import _has_native_bloom as has  # scrapy import, only when needed
+    from ..dupefilters import _has_native_bloom as has  # scrapy import, only when needed
 
     return bool(has(client))
 

@@ -19,7 +19,7 @@ the same Redis unless ``--source-url`` names another.
 Unpickling happens only here, only after a warning and a confirmation
 (``--yes`` when not run in a terminal), through
 :func:`crawlplug.safepickle.restricted_loads`. The work is
-:class:`crawlplug.migrate.ScrapyRedisMigration`'s; importing this module adds
+:class:`crawlplug.compat.migrate.ScrapyRedisMigration`'s; importing this module adds
 the command to ``crawlplug.cli.main``.
 """
 
@@ -36,18 +36,18 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import Settings
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from . import connection
-from .cli import _META_URL, _fail, _friendly_errors, _options, _shared_options, main
-from .config import SCRAPY_REDIS_KEYS, setting
-from .dedup import Dedup, SetDedup
-from .dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
-from .frontier import Frontier
-from .keys import CrawlKeys
-from .legacy import FINGERPRINT_FUNCTIONS, ScrapyRedisSeen
-from .migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
-from .queues import load_queue_class
-from .serializers import serializer_from_settings
-from .shards import ShardedFrontier, claim_shards, stored_shards
+from .. import connection
+from ..compat.legacy import FINGERPRINT_FUNCTIONS, ScrapyRedisSeen
+from ..compat.migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
+from ..config import SCRAPY_REDIS_KEYS, setting
+from ..dedup import Dedup, SetDedup
+from ..dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
+from ..frontier import Frontier
+from ..keys import CrawlKeys
+from ..queues import load_queue_class
+from ..serializers import serializer_from_settings
+from ..shards import ShardedFrontier, claim_shards, stored_shards
+from .common import META_URL, fail, friendly_errors, main, options, shared_options
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def _project(spider: str) -> _Project:
         try:
             settings = get_project_settings()
         except Exception as exc:  # noqa: BLE001 - the project's own settings module failed
-            _fail(f"cannot read the Scrapy project's settings ({closest_scrapy_cfg()}): {exc}")
+            fail(f"cannot read the Scrapy project's settings ({closest_scrapy_cfg()}): {exc}")
         try:
             from scrapy.spiderloader import get_spider_loader  # noqa: PLC0415
 
@@ -155,7 +155,7 @@ def migrate_group() -> None:
 
 
 @migrate_group.command("from-scrapy-redis")
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.argument("spider")
 @click.option("--source-url", metavar="URL", default=None,
               help="Redis of the scrapy-redis crawl, when it is not the crawl's own Redis (--redis-url).")
@@ -174,7 +174,7 @@ def migrate_group() -> None:
                    "auto: found from the queued requests.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before unpickling (needed when not run in a terminal).")
 @click.option("--dry-run", is_flag=True, help="Read, unpickle and check everything; write nothing.")
-@_friendly_errors
+@friendly_errors
 def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, source_url: str | None,
                       queue_key: str | None, dupefilter_key: str | None, start_urls_key: str | None,
                       function: str, yes: bool, dry_run: bool) -> None:  # fmt: skip
@@ -186,7 +186,7 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
     The scrapy-redis queue and start URL keys are renamed to <key>:migrated,
     a backup no scrapy-redis node reads. Asks before it unpickles anything.
     """
-    opts = _options(redis_url, crawl)
+    opts = options(redis_url, crawl)
     project = _project(spider)
     s = project.settings
     templates = [
@@ -198,7 +198,7 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
     target = _client(opts.redis_url) if opts.redis_url else connection.from_settings(s)
     if not opts.redis_url:
         connection.check(target)
-    click.get_current_context().meta[_META_URL] = target.safe_url
+    click.get_current_context().meta[META_URL] = target.safe_url
     source = _client(source_url) if source_url else target
     keys = CrawlKeys(opts.crawl or s.get("CRAWLPLUG_CRAWL_ID") or spider, setting(s, "CRAWLPLUG_KEY_PREFIX"))
     shards = _shards(target, keys, s)
@@ -219,12 +219,12 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
     for note in project.notes:
         click.echo(f"note: {note}")
     if not (inventory.queued or inventory.fingerprints or inventory.start_entries):
-        _fail(f"nothing to migrate: no scrapy-redis queue, fingerprints or start URLs for spider {spider!r} "
+        fail(f"nothing to migrate: no scrapy-redis queue, fingerprints or start URLs for spider {spider!r} "
               f"on {source.safe_url} (another spider name, Redis, or key template?)")  # fmt: skip
     click.echo(WARNING, err=True)
     if not yes:
         if not sys.stdin.isatty():
-            _fail("not run in a terminal: nothing is unpickled without a confirmation; pass --yes to confirm")
+            fail("not run in a terminal: nothing is unpickled without a confirmation; pass --yes to confirm")
         verb = "Check (dry run)" if dry_run else "Migrate"
         if not click.confirm(f"{verb}: unpickle {inventory.queued} requests from {source_keys.queue}?",
                              default=False):  # fmt: skip

@@ -13,18 +13,18 @@ from typing import Any
 
 import click
 
-from . import runs
-from .cli import (
-    _connect,
-    _fail,
-    _friendly_errors,
-    _options,
-    _shared_options,
-    _when,
+from .. import runs
+from ..errors import ConfigError
+from ..keys import CrawlKeys
+from .common import (
+    connect,
+    fail,
+    friendly_errors,
     main,
+    options,
+    shared_options,
+    when,
 )
-from .errors import ConfigError
-from .keys import CrawlKeys
 
 
 def _ago(ms: int | None, now_ms: int) -> str:
@@ -41,10 +41,10 @@ def _ago(ms: int | None, now_ms: int) -> str:
 
 
 @main.group(invoke_without_command=True)
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.pass_context
-@_friendly_errors
+@friendly_errors
 def crawls(ctx: click.Context, redis_url: str | None, crawl: str | None, as_json: bool) -> None:
     """Every crawl on this Redis: its current run and state, queued, done, live nodes, last activity.
 
@@ -56,8 +56,8 @@ def crawls(ctx: click.Context, redis_url: str | None, crawl: str | None, as_json
     """
     if ctx.invoked_subcommand is not None:
         return
-    opts = _options(redis_url, None)
-    target = _connect(opts)
+    opts = options(redis_url, None)
+    target = connect(opts)
     rows = runs.crawl_rows(target.client)
     if as_json:
         click.echo(json.dumps({"redis": target.safe_url, "crawls": rows}, indent=2))
@@ -82,8 +82,8 @@ def _show_row(run: dict[str, Any]) -> str:
     parts = [f"run {run.get('id')}", str(run.get("state", "?"))]
     if run.get("reason") and run.get("reason") != run.get("state"):
         parts.append(f"({run['reason']})")
-    parts.append(f"started {_when(run.get('started'))}")
-    parts.append(f"ended {_when(run.get('ended'))}" if run.get("ended") else "not ended")
+    parts.append(f"started {when(run.get('started'))}")
+    parts.append(f"ended {when(run.get('ended'))}" if run.get("ended") else "not ended")
     for name in ("pages", "items", "errors", "dead"):
         if name in run:
             parts.append(f"{name} {run[name]}")
@@ -91,20 +91,20 @@ def _show_row(run: dict[str, Any]) -> str:
 
 
 @crawls.command("show")
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.argument("name", metavar="CRAWL", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@_friendly_errors
+@friendly_errors
 def crawls_show(redis_url: str | None, crawl: str | None, name: str | None, as_json: bool) -> None:
     """The runs of CRAWL, oldest first: state, reason, started, ended, pages, items, errors."""
-    opts = _options(redis_url, name or crawl)
+    opts = options(redis_url, name or crawl)
     if not opts.crawl:
-        _fail("which crawl? `crawlplug crawls show CRAWL` (`crawlplug crawls` lists them)")
+        fail("which crawl? `crawlplug crawls show CRAWL` (`crawlplug crawls` lists them)")
     try:
         keys = CrawlKeys(opts.crawl)
     except ConfigError as exc:
-        _fail(str(exc))
-    target = _connect(opts)
+        fail(str(exc))
+    target = connect(opts)
     history = runs.history(target.client, keys)
     current = runs.view(target.client, keys)
     if as_json:

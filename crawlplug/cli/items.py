@@ -7,7 +7,7 @@
 Thin commands over :func:`crawlplug.pipelines.count_items` and
 :func:`~crawlplug.pipelines.iter_items`; ``--redis-url`` and ``--crawl`` as
 for every ``crawlplug`` command. Importing this module adds the group to
-``crawlplug.cli.main`` (cli.py imports it at its end: ``from . import cli_items``).
+``crawlplug.cli.main`` (crawlplug.cli imports it).
 """
 
 from __future__ import annotations
@@ -16,25 +16,25 @@ from typing import BinaryIO
 
 import click
 
-from .cli import (
-    _connect,
-    _fail,
-    _friendly_errors,
-    _keys,
-    _options,
-    _shared_options,
-    _Target,
+from ..pipelines import count_items, iter_items
+from .common import (
+    Target,
+    connect,
+    crawl_keys,
+    fail,
+    friendly_errors,
     main,
+    options,
+    shared_options,
 )
-from .pipelines import count_items, iter_items
 
 _KEY_HELP = "Read this Redis key instead of the crawl's items key (when CRAWLPLUG_ITEMS_KEY is set)."
 
 
-def _items_key(redis_url: str | None, crawl: str | None, key: str | None) -> tuple[str, _Target]:
-    opts = _options(redis_url, crawl)
-    name = key or _keys(opts).items  # --key needs no --crawl
-    return name, _connect(opts)
+def _items_key(redis_url: str | None, crawl: str | None, key: str | None) -> tuple[str, Target]:
+    opts = options(redis_url, crawl)
+    name = key or crawl_keys(opts).items  # --key needs no --crawl
+    return name, connect(opts)
 
 
 @click.group("items")
@@ -43,9 +43,9 @@ def items() -> None:
 
 
 @items.command("count")
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.option("--key", default=None, metavar="KEY", help=_KEY_HELP)
-@_friendly_errors
+@friendly_errors
 def items_count(redis_url: str | None, crawl: str | None, key: str | None) -> None:
     """Print how many items are stored (0 when there is no items key yet)."""
     name, target = _items_key(redis_url, crawl, key)
@@ -54,7 +54,7 @@ def items_count(redis_url: str | None, crawl: str | None, key: str | None) -> No
 
 
 @items.command("export")
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.option("--key", default=None, metavar="KEY", help=_KEY_HELP)
 @click.option("--output", "-o", default="-", metavar="FILE", show_default=True,
               help="Write the JSON lines to FILE ('-': standard output).")  # fmt: skip
@@ -62,7 +62,7 @@ def items_count(redis_url: str | None, crawl: str | None, key: str | None) -> No
               help="Export the first (oldest) N items only; 0: all.")  # fmt: skip
 @click.option("--chunk", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Items read per round trip (LRANGE / XRANGE).")  # fmt: skip
-@_friendly_errors
+@friendly_errors
 def items_export(redis_url: str | None, crawl: str | None, key: str | None, output: str,
                  limit: int, chunk: int) -> None:  # fmt: skip
     """Write the items as JSON lines, one item per line, oldest first.
@@ -75,7 +75,7 @@ def items_export(redis_url: str | None, crawl: str | None, key: str | None, outp
     try:
         out: BinaryIO = click.open_file(output, "wb")  # "-": standard output, left open
     except OSError as exc:
-        _fail(f"cannot write {output}: {exc}")
+        fail(f"cannot write {output}: {exc}")
     written = 0
     with out:
         for raw in iter_items(target.client, name, limit=limit, chunk=chunk):

@@ -4,7 +4,7 @@
 regexes, type adapters) and then applied to every page. Nothing here raises
 for a page: a selector that matches nothing, a value that does not convert, an
 exception while selecting, all come back as data in an :class:`Extraction`
-for the spider to count (see :mod:`crawlplug.siteoutcomes`).
+for the spider to count (see :mod:`crawlplug.sites.outcomes`).
 
 How a field's value is made from a page, in order:
 
@@ -33,7 +33,7 @@ from pydantic import TypeAdapter, ValidationError
 from scrapy.http import Response
 from scrapy.linkextractors import LinkExtractor
 
-from .sitedef import FieldSpec, SiteDefinition, expand_start_urls
+from .definition import FieldSpec, SiteDefinition, expand_start_urls
 
 __all__ = ["CompiledSite", "Extraction", "FollowLink"]
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
 if TYPE_CHECKING:
-    from .sitedef import SiteDefinition
+    from .definition import SiteDefinition
 
 __all__ = ["MAX_START_URLS", "expand_start_urls", "var_values"]
 

@@ -6,12 +6,12 @@
     crawlplug sites show cars [--json]
     crawlplug sites delete cars
 
-Definitions live in one hash shared by every crawl (:mod:`crawlplug.sitestore`),
+Definitions live in one hash shared by every crawl (:mod:`crawlplug.sites.store`),
 so these commands need no ``--crawl``. A definition is validated before it is
 stored, pipeline class paths included (imported with the Scrapy project of the
 current directory on the path): an invalid one is refused with the path of
 every bad key and stored nothing. Importing this module adds the group to
-``crawlplug.cli.main`` (cli.py imports it at its end).
+``crawlplug.cli.main`` (crawlplug.cli imports it).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any
 import click
 import yaml
 
-from .cli import _connect, _fail, _friendly_errors, _options, _project_root, main
-from .errors import ConfigError
-from .sitedef import expand_start_urls, load_file
-from .sitestore import SiteStore
+from ..errors import ConfigError
+from ..sites.definition import expand_start_urls, load_file
+from ..sites.store import SiteStore
+from .common import connect, fail, friendly_errors, main, options, project_root
 
 _REDIS_HELP = "Redis holding the definitions (default: REDIS_URL, else the project's embedded Redis)."
 
@@ -39,13 +39,13 @@ def _redis_option(func: Any) -> Any:
 
 def _project_on_path() -> None:
     """Pipeline steps are class paths of the project (spiders.sitesteps.X): import them as Scrapy would."""
-    root = _project_root()
+    root = project_root()
     if root is not None and str(root) not in sys.path:
         sys.path.insert(0, str(root))
 
 
 def _store(redis_url: str | None) -> tuple[SiteStore, str]:
-    target = _connect(_options(redis_url, None))
+    target = connect(options(redis_url, None))
     return SiteStore(target.client), target.safe_url
 
 
@@ -78,13 +78,13 @@ def sites_check(files: tuple[str, ...]) -> None:
             continue
         click.echo(f"{path}: site {site.name!r} is valid: {_summary(site)}")
     if bad:
-        _fail(f"{bad} of {len(files)} definitions are invalid")
+        fail(f"{bad} of {len(files)} definitions are invalid")
 
 
 @sites.command("put")
 @_redis_option
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@_friendly_errors
+@friendly_errors
 def sites_put(redis_url: str | None, files: tuple[str, ...]) -> None:
     """Validate definition FILES and store them in Redis (all valid, or none stored).
 
@@ -101,7 +101,7 @@ def sites_put(redis_url: str | None, files: tuple[str, ...]) -> None:
             errors.append(str(exc))
     if errors:
         click.echo("\n".join(errors), err=True)
-        _fail(f"{len(errors)} of {len(files)} definitions are invalid; nothing was stored")
+        fail(f"{len(errors)} of {len(files)} definitions are invalid; nothing was stored")
     store, where = _store(redis_url)
     for path, site, doc in loaded:
         before = store.version(site.name)
@@ -118,7 +118,7 @@ def sites_put(redis_url: str | None, files: tuple[str, ...]) -> None:
 @sites.command("list")
 @_redis_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@_friendly_errors
+@friendly_errors
 def sites_list(redis_url: str | None, as_json: bool) -> None:
     """The definitions stored in Redis: name, version, when, from which file."""
     store, where = _store(redis_url)
@@ -145,14 +145,14 @@ def sites_list(redis_url: str | None, as_json: bool) -> None:
 @_redis_option
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the definition as JSON instead of YAML.")
-@_friendly_errors
+@friendly_errors
 def sites_show(redis_url: str | None, name: str, as_json: bool) -> None:
     """Print the stored definition of site NAME (as it was written)."""
     store, where = _store(redis_url)
     stored = store.get(name)
     if stored is None:
         known = ", ".join(store.names()) or "none"
-        _fail(f"no site {name!r} stored on {where} (stored: {known})")
+        fail(f"no site {name!r} stored on {where} (stored: {known})")
     if as_json:
         click.echo(json.dumps({"name": stored.name, "version": stored.version, "source": stored.source,
                                "stored_at": stored.stored_at, "definition": stored.doc}, indent=2))  # fmt: skip
@@ -166,12 +166,12 @@ def sites_show(redis_url: str | None, name: str, as_json: bool) -> None:
 @sites.command("delete")
 @_redis_option
 @click.argument("name")
-@_friendly_errors
+@friendly_errors
 def sites_delete(redis_url: str | None, name: str) -> None:
     """Delete the stored definition of site NAME (nodes then keep the one they have)."""
     store, where = _store(redis_url)
     if not store.delete(name):
-        _fail(f"no site {name!r} stored on {where}")
+        fail(f"no site {name!r} stored on {where}")
     click.echo(f"deleted site {name!r} from {where}")
 
 

@@ -2,11 +2,11 @@
 
 Run it from the repository root::
 
-    python -m crawlplug.democrawl                  # 2 nodes, 2000 items, embedded Redis
-    python -m crawlplug.democrawl --nodes 4 --items 5000 --delay 0.01
-    python -m crawlplug.democrawl --redis-url redis://127.0.0.1:6379/0
+    python -m crawlplug.demo.crawl                  # 2 nodes, 2000 items, embedded Redis
+    python -m crawlplug.demo.crawl --nodes 4 --items 5000 --delay 0.01
+    python -m crawlplug.demo.crawl --redis-url redis://127.0.0.1:6379/0
 
-It serves the demo shop (:mod:`crawlplug.demosite`) on a free loopback port,
+It serves the demo shop (:mod:`crawlplug.demo.shop`) on a free loopback port,
 clears the ``shop`` crawl in Redis, starts ``--nodes`` real ``scrapy crawl shop``
 processes of this project at once, shows their progress every second and checks
 the result against the site: every page fetched, (almost) none twice, every
@@ -35,12 +35,13 @@ from urllib.parse import urlsplit
 
 import redis
 
-from . import connection, embedded, monitor
-from .defaults import default
-from .demosite import DemoShop, ShopServer, serve
-from .errors import CrawlplugError
-from .frontier import Frontier
-from .keys import CrawlKeys
+from .. import connection, embedded
+from ..ops import status
+from ..defaults import default
+from .shop import DemoShop, ShopServer, serve
+from ..errors import CrawlplugError
+from ..frontier import Frontier
+from ..keys import CrawlKeys
 
 CRAWL = "shop"  # the spider's name, hence the crawl's name
 RUNS_KEPT = 10
@@ -375,7 +376,7 @@ def print_summary(title: str, outcome: Outcome) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m crawlplug.democrawl",
+        prog="python -m crawlplug.demo.crawl",
         description="Crawl the demo shop with several real Scrapy processes sharing one Redis frontier.",
     )
     parser.add_argument("--nodes", type=int, default=2, help="scrapy processes to start (default 2)")
@@ -529,9 +530,9 @@ def _crawl(args: argparse.Namespace, project: Path, url: str, is_embedded: bool,
 
 
 def _crawl_rate(frontier: Frontier) -> str:
-    """The rate `crawlplug status` and the dashboard show (crawlplug.monitor), in words."""
+    """The rate `crawlplug status` and the dashboard show (crawlplug.ops.status), in words."""
     try:
-        return str(monitor.snapshot(frontier.client, frontier.keys)["rate"]["text"])
+        return str(status.snapshot(frontier.client, frontier.keys)["rate"]["text"])
     except redis.RedisError as exc:
         return f"unknown (Redis error: {exc})"
 
@@ -585,7 +586,7 @@ class DashboardThread:
 
         import uvicorn  # noqa: PLC0415
 
-        from .web import create_app  # noqa: PLC0415
+        from ..web import create_app  # noqa: PLC0415
 
         sock = socket.socket()
         try:

@@ -1,6 +1,6 @@
 """The outcomes of site spiders, as Scrapy stats, and how operators read them.
 
-A site spider (:mod:`crawlplug.sitespider`) counts what happens on each page
+A site spider (:mod:`crawlplug.sites.spider`) counts what happens on each page
 under stat names that start with ``site/<site>/``:
 
 =========================================  ================================================

@@ -9,7 +9,15 @@ import socket
 
 import click
 
-from .cli import _connect, _fail, _friendly_errors, _keys, _options, _shared_options, main
+from .common import (
+    connect,
+    crawl_keys,
+    fail,
+    friendly_errors,
+    main,
+    options,
+    shared_options,
+)
 
 TOKEN_ENVVAR = "CRAWLPLUG_DASHBOARD_TOKEN"
 
@@ -25,7 +33,7 @@ def is_loopback(host: str) -> bool:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A socket listening on ``host``:``port``, or a :class:`~crawlplug.cli.Fail` that says
+    """A socket listening on ``host``:``port``, or a :class:`~crawlplug.cli.common.Fail` that says
     why not (a port in use, an address not of this machine), before anything claims to serve."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
@@ -33,7 +41,7 @@ def listen(host: str, port: int) -> socket.socket:
         )[0]
         sock = socket.socket(family, kind, proto)
     except OSError as exc:
-        _fail(f"cannot serve the dashboard on {host}:{port}: {exc}")
+        fail(f"cannot serve the dashboard on {host}:{port}: {exc}")
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: not a port in use
         sock.bind(address)
@@ -41,19 +49,19 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            _fail(f"port {port} on {host} is already in use (another dashboard?): give another one with "
+            fail(f"port {port} on {host} is already in use (another dashboard?): give another one with "
                   "--port N, or --port 0 for any free port")  # fmt: skip
-        _fail(f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}")
+        fail(f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}")
     return sock
 
 
 @main.command()
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (loopback by default; 0.0.0.0 exposes it to your network).")  # fmt: skip
 @click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True,
               help="Port to listen on (0: any free port, printed at start).")  # fmt: skip
-@_friendly_errors
+@friendly_errors
 def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int) -> None:
     """Serve the live dashboard of a crawl (pages, and a JSON API under /api).
 
@@ -62,14 +70,14 @@ def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int) ->
     """
     import uvicorn  # noqa: PLC0415 - only for this command
 
-    from .web import create_app  # noqa: PLC0415
+    from ..web import create_app  # noqa: PLC0415
 
-    opts = _options(redis_url, crawl)
-    keys = _keys(opts)
-    target = _connect(opts)
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
     token = os.environ.get(TOKEN_ENVVAR) or None
     if token is not None and len(token) < 12:
-        _fail(f"{TOKEN_ENVVAR} is too short: use at least 12 random characters")
+        fail(f"{TOKEN_ENVVAR} is too short: use at least 12 random characters")
     app = create_app(target.client, keys, token, target.safe_url)
     sock = listen(host, port)
     port = sock.getsockname()[1]

@@ -4,8 +4,8 @@
     crawlplug --redis-url redis://new:6379/0 import shop.jsonl      # the crawl named in the file
     crawlplug import shop.jsonl --crawl shop2 --replace --yes       # another name, over an old one
 
-Thin commands over :func:`crawlplug.transfer.export_crawl` and
-:func:`~crawlplug.transfer.import_crawl` (the format is described there).
+Thin commands over :func:`crawlplug.ops.transfer.export_crawl` and
+:func:`~crawlplug.ops.transfer.import_crawl` (the format is described there).
 Importing this module adds the commands to ``crawlplug.cli.main``.
 """
 
@@ -19,17 +19,17 @@ from typing import Any, TextIO
 
 import click
 
-from .cli import _connect, _fail, _friendly_errors, _options, _shared_options, main
-from .errors import ConfigError
-from .keys import CrawlKeys
-from .transfer import export_crawl, import_crawl, read_header
+from ..errors import ConfigError
+from ..keys import CrawlKeys
+from ..ops.transfer import export_crawl, import_crawl, read_header
+from .common import connect, fail, friendly_errors, main, options, shared_options
 
 
 def _crawl_keys(name: str) -> CrawlKeys:
     try:
         return CrawlKeys(name)
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _summary(counts: dict[str, Any]) -> str:
@@ -45,10 +45,10 @@ def _summary(counts: dict[str, Any]) -> str:
 
 
 @main.command("export")
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.option("--output", "-o", metavar="FILE", default="-", show_default=True,
               help="Write to FILE ('-': standard output). Written whole or not at all.")  # fmt: skip
-@_friendly_errors
+@friendly_errors
 def export_command(redis_url: str | None, crawl: str | None, output: str) -> None:
     """Write the crawl's queue, leases, dedup state, start entries, seeds, dead
     letters, per-domain limits and counters as JSON lines (a summary goes to stderr).
@@ -57,11 +57,11 @@ def export_command(redis_url: str | None, crawl: str | None, output: str) -> Non
     on import. Stop the crawl's nodes first for a consistent snapshot (a
     graceful stop hands their leases back); live nodes are warned about.
     """
-    opts = _options(redis_url, crawl)
+    opts = options(redis_url, crawl)
     if not opts.crawl:
-        _fail("which crawl? give --crawl NAME (or set CRAWLPLUG_CRAWL); it is the spider's name by default")
+        fail("which crawl? give --crawl NAME (or set CRAWLPLUG_CRAWL); it is the spider's name by default")
     keys = _crawl_keys(opts.crawl)
-    target = _connect(opts)
+    target = connect(opts)
     path = Path(output)
     if output == "-":
         counts = export_crawl(target.client, keys, sys.stdout)
@@ -71,7 +71,7 @@ def export_command(redis_url: str | None, crawl: str | None, output: str) -> Non
             with path.open("w", encoding="utf-8") as out:
                 counts = export_crawl(target.client, keys, out)
         except OSError as exc:
-            _fail(f"cannot write {output}: {exc}")
+            fail(f"cannot write {output}: {exc}")
         where = output
     else:  # a regular file: written beside it, then renamed, so it is whole or absent
         path = path.resolve()  # through a symlink: replace its target, not the link
@@ -84,7 +84,7 @@ def export_command(redis_url: str | None, crawl: str | None, output: str) -> Non
             os.replace(part, path)
         except OSError as exc:
             part.unlink(missing_ok=True)
-            _fail(f"cannot write {output}: {exc}")
+            fail(f"cannot write {output}: {exc}")
         except BaseException:
             part.unlink(missing_ok=True)
             raise
@@ -101,11 +101,11 @@ def export_command(redis_url: str | None, crawl: str | None, output: str) -> Non
 
 
 @main.command("import")
-@_shared_options(envvar=False)
+@shared_options(envvar=False)
 @click.argument("file", type=click.File("r", encoding="utf-8"))
 @click.option("--replace", is_flag=True, help="Delete the target crawl's keys first (else it must be empty).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before --replace deletes.")
-@_friendly_errors
+@friendly_errors
 def import_command(redis_url: str | None, crawl: str | None, file: TextIO, replace: bool, yes: bool) -> None:
     """Load an export (FILE, or '-' for standard input) into an empty crawl.
 
@@ -117,7 +117,7 @@ def import_command(redis_url: str | None, crawl: str | None, file: TextIO, repla
     try:
         _import(redis_url, crawl, file, replace, yes)
     except UnicodeDecodeError as exc:
-        _fail(f"{getattr(file, 'name', 'the input')} is not UTF-8 text ({exc}): not a crawlplug export")
+        fail(f"{getattr(file, 'name', 'the input')} is not UTF-8 text ({exc}): not a crawlplug export")
 
 
 def _import(redis_url: str | None, crawl: str | None, file: TextIO, replace: bool, yes: bool) -> None:
@@ -127,15 +127,15 @@ def _import(redis_url: str | None, crawl: str | None, file: TextIO, replace: boo
         if line.strip():
             break
     header = read_header(head[-1] if head else "")
-    opts = _options(redis_url, crawl)
+    opts = options(redis_url, crawl)
     keys = _crawl_keys(opts.crawl or header["crawl"])
-    target = _connect(opts)
+    target = connect(opts)
     stdin = file is sys.stdin or getattr(file, "name", "") == "<stdin>"
     if replace and not yes:
         existing = sum(1 for _ in target.client.scan_iter(match=keys.pattern(), count=1000))
         if existing:
             if stdin:
-                _fail("--replace with standard input needs --yes (the confirmation would read the input)")
+                fail("--replace with standard input needs --yes (the confirmation would read the input)")
             question = (f"Delete crawl {keys.crawl!r} on {target.safe_url} ({existing} keys) and replace it "
                         f"with {file.name}?")  # fmt: skip
             if not click.confirm(question, default=False):

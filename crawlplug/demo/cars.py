@@ -1,7 +1,7 @@
 """A second deterministic demo site, shaped unlike the shop: car brands, series, models.
 
 Site spiders (``docs/sites.md``) are shown on two sites of different shapes:
-the demo shop (:mod:`crawlplug.demosite`: list pages, then item pages) and this
+the demo shop (:mod:`crawlplug.demo.shop`: list pages, then item pages) and this
 one, three steps deep, with tables, labelled values and links a spider must
 *not* follow::
 
@@ -16,10 +16,10 @@ one, three steps deep, with tables, labelled values and links a spider must
 
 Everything is a pure function of the :class:`DemoCars` parameters, so a crawl
 is checked exactly against :meth:`DemoCars.truth` and :meth:`DemoCars.crawl_paths`.
-It is served by :class:`crawlplug.demosite.ShopServer` (which serves any object
+It is served by :class:`crawlplug.demo.shop.ShopServer` (which serves any object
 with ``render(path)`` and ``delay``)::
 
-    python -m crawlplug.democars --port 8001
+    python -m crawlplug.demo.cars --port 8001
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from .demosite import ShopServer
+from .shop import ShopServer
 
 __all__ = ["DemoCars", "main", "serve"]
 
@@ -254,7 +254,7 @@ def serve(cars: DemoCars, host: str = "127.0.0.1", port: int = 0) -> ShopServer:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve the car catalogue until SIGTERM or SIGINT."""
-    parser = argparse.ArgumentParser(prog="python -m crawlplug.democars", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m crawlplug.demo.cars", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001, help="0 picks a free port")
     parser.add_argument("--brands", type=int, default=DemoCars.brands)

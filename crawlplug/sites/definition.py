@@ -6,7 +6,7 @@ take links from, which links, into which step, at which priority), the step
 whose pages are detail pages, the fields to extract there, and optional item
 pipeline steps. ``docs/sites.md`` describes the format with two worked
 examples (``spiders/sites/shop.yaml``, ``spiders/sites/cars.yaml``); start URL
-ranges and templates are expanded by :mod:`crawlplug.sitestarts`.
+ranges and templates are expanded by :mod:`crawlplug.sites.starts`.
 
 :func:`validate` checks a parsed document against the schema (pydantic) and
 then what a schema cannot see (a link into an unknown step, a CSS selector
@@ -37,8 +37,8 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ConfigError
-from .sitestarts import expand_start_urls, var_values
+from ..errors import ConfigError
+from .starts import expand_start_urls, var_values
 
 __all__ = [
     "NAME_RE",

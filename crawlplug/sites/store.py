@@ -26,8 +26,8 @@ from typing import Any
 
 import redis
 
-from .errors import ConfigError
-from .sitedef import NAME_RE, SiteDefinition, load_file, validate, version_of
+from ..errors import ConfigError
+from .definition import NAME_RE, SiteDefinition, load_file, validate, version_of
 
 __all__ = ["SiteStore", "StoredSite", "find_file", "sites_dir", "sites_key"]
 

@@ -2,7 +2,7 @@
 
 ``scrapy crawl site -a site=NAME`` (``spiders/site.py`` subclasses
 :class:`SiteSpider`) crawls the site a definition describes (see
-:mod:`crawlplug.sitedef` and ``docs/sites.md``):
+:mod:`crawlplug.sites.definition` and ``docs/sites.md``):
 
 * the definition comes from Redis (``crawlplug sites put FILE``), else from
   ``CRAWLPLUG_SITES_DIR/NAME.yaml`` (``.yml``, ``.json``); ``-a base_url=URL``
@@ -15,7 +15,7 @@
   one at once, so a definition changed while the crawl runs takes effect on
   all nodes without a restart;
 * outcomes are counted as Scrapy stats named ``site/<site>/...``
-  (:mod:`crawlplug.siteoutcomes`), crawl-wide through
+  (:mod:`crawlplug.sites.outcomes`), crawl-wide through
   :class:`crawlplug.stats.RedisStatsCollector`, which this spider turns on
   unless the project chose another STATS_CLASS.
 
@@ -42,13 +42,13 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
 from twisted.python.failure import Failure
 
-from . import connection, enginehooks
-from . import siteoutcomes as out
-from .config import setting
-from .errors import REDIS_ERRORS, ConfigError, CrawlplugError
-from .sitedef import NAME_RE, version_of
-from .siteextract import CompiledSite
-from .sitestore import SiteStore, load_named_file, sites_dir
+from .. import connection, enginehooks
+from . import outcomes as out
+from ..config import setting
+from ..errors import REDIS_ERRORS, ConfigError, CrawlplugError
+from .definition import NAME_RE, version_of
+from .extract import CompiledSite
+from .store import SiteStore, load_named_file, sites_dir
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -57,7 +57,7 @@ __all__ = ["SiteItem", "SitePipeline", "SiteSpider"]
 
 logger = logging.getLogger(__name__)
 
-PIPELINE = "crawlplug.sitespider.SitePipeline"
+PIPELINE = "crawlplug.sites.spider.SitePipeline"
 PIPELINE_ORDER = 100
 STATS_CLASS = "crawlplug.stats.RedisStatsCollector"
 
@@ -350,7 +350,7 @@ class SiteSpider(scrapy.Spider):
 
 def _error_sampler(crawler: Crawler) -> Any:
     """The crawl's ErrorSamplesMiddleware (the add-on enables it), or None."""
-    from .errorsamples import ErrorSamplesMiddleware
+    from ..errorsamples import ErrorSamplesMiddleware
 
     try:
         engine = crawler.engine

@@ -4,7 +4,7 @@ Everything here is read from Redis in a few round trips; nothing is written.
 ``crawlplug status`` prints it, ``--watch`` redraws it, and the dashboard
 serves it, so the three say the same: every rate is defined once, by
 :func:`rates`, and every sentence about a rate, an ETA or a node's state is
-made here (:func:`rate_text`, :func:`eta`) or in :mod:`crawlplug.nodestates`.
+made here (:func:`rate_text`, :func:`eta`) or in :mod:`crawlplug.ops.nodes`.
 
 * Rates come from the ``series`` hash: requests finished and admitted per
   10 s (admit.lua), and the span the crawl has been busy, first admission to
@@ -12,7 +12,7 @@ made here (:func:`rate_text`, :func:`eta`) or in :mod:`crawlplug.nodestates`.
   five-minute window it never filled.
 * The ETA comes from the work left (queued, in flight, start entries waiting)
   as the nodes' heartbeats sample it (reap.lua): how fast it shrank lately.
-* Nodes (:mod:`crawlplug.nodestates`): live, "silent" once a heartbeat is
+* Nodes (:mod:`crawlplug.ops.nodes`): live, "silent" once a heartbeat is
   late, "dead" after it expired, with what became of its leases, for an hour.
 * Failures from the crawl-wide Scrapy stats when the crawl uses
   :class:`crawlplug.stats.RedisStatsCollector`.
@@ -25,12 +25,12 @@ from typing import Any
 
 import redis
 
-from .keys import CrawlKeys
-from . import runs
-from .memory import memory as redis_memory
-from .nodestates import expired_leases, held, nodes
-from .shards import open_frontier, parts
-from .stats import crawl_stats
+from ..keys import CrawlKeys
+from .. import runs
+from ..memory import memory as redis_memory
+from .nodes import expired_leases, held, nodes
+from ..shards import open_frontier, parts
+from ..stats import crawl_stats
 
 BUCKET_MS = 10_000
 #: The current rate is taken over the last minute (or since the run started, if later).

@@ -1,0 +1,44 @@
+"""The ``crawlplug`` operator command (rq's style: one click group, a module per group
+of commands, each command a thin wrapper over library functions).
+
+    crawlplug crawls [show NAME]             # every crawl on the Redis, and the runs of one
+    crawlplug status --crawl shop [--watch] [--json]
+    crawlplug push --crawl shop URL... | --file F | -
+    crawlplug purge --crawl shop [--yes]
+    crawlplug dead list|requeue|drop --crawl shop
+    crawlplug domains list|set|reset        # DomainQueue: per-domain limits at runtime
+    crawlplug seeds add|list|remove, timer, pause, resume
+    crawlplug export / import, migrate from-scrapy-redis, items, sites, dashboard
+    crawlplug embedded start|stop|url
+
+``--redis-url`` (or ``REDIS_URL``) picks the Redis; without it a command uses the
+embedded Redis of the Scrapy project it is run in (the directory holding
+``scrapy.cfg``, here or above), starting it if needed. ``--crawl`` (or
+``CRAWLPLUG_CRAWL``) names the crawl: the spider name unless the project sets
+``CRAWLPLUG_CRAWL_ID``. Both options may be given before or after the command name.
+Passwords in URLs are always shown masked.
+
+:mod:`.common` holds the group and what the commands share; importing this package
+registers every command module on it.
+"""
+
+from __future__ import annotations
+
+from . import (
+    crawls,
+    dead,
+    domains,
+    embedded,
+    feed,
+    items,
+    migrate,
+    sites,
+    status,
+    transfer,
+    web,
+)
+from .common import main
+
+__all__ = ["main"]
+# the command modules register themselves on `main` when imported
+_COMMANDS = (crawls, dead, domains, embedded, feed, items, migrate, sites, status, transfer, web)

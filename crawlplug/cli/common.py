@@ -1,0 +1,211 @@
+"""What every ``crawlplug`` command shares: the click group, the ``--redis-url`` and
+``--crawl`` options, reaching the Redis (or the project's embedded one), naming the
+crawl, one-line errors. Command modules import from here and register on :data:`main`;
+nothing here imports a command module (crawlplug.cli does, to register them all)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, NoReturn, TypeVar
+
+import click
+import redis
+
+from .. import __version__, connection, embedded, runs
+from ..errors import CrawlplugError
+from ..keys import CrawlKeys
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+_REDIS_HELP = (
+    "Redis of the crawl: redis://, rediss://, unix://, redis+cluster://h:p[,h:p] or "
+    "redis+sentinel://h:p[,h:p]/service. "
+    "Default: the embedded Redis of the Scrapy project in this directory (started if needed)."
+)
+
+
+META_URL = "crawlplug.safe_url"
+
+
+#: Environment variable naming the crawl (not a Scrapy setting).
+CRAWL_ENVVAR = "CRAWLPLUG_CRAWL"
+
+
+_CRAWL_HELP = "Name of the crawl (the spider's name unless CRAWLPLUG_CRAWL_ID is set)."
+
+
+@dataclass
+class Options:
+    redis_url: str | None = None
+    crawl: str | None = None
+
+
+class Fail(click.ClickException):
+    """One line on stderr, exit code 1, no traceback."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"crawlplug: error: {self.format_message()}", err=True)
+
+
+def fail(message: str) -> NoReturn:
+    raise Fail(message)
+
+
+def shared_options(*, envvar: bool) -> Callable[[F], F]:
+    """``--redis-url`` and ``--crawl``; on the group they read the environment,
+    on a command they override the group's values."""
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "--crawl", "crawl", metavar="NAME", default=None,
+            envvar=CRAWL_ENVVAR if envvar else None, show_envvar=envvar, help=_CRAWL_HELP,
+        )(func)  # fmt: skip
+        func = click.option(
+            "--redis-url", metavar="URL", default=None,
+            envvar="REDIS_URL" if envvar else None, show_envvar=envvar, help=_REDIS_HELP,
+        )(func)  # fmt: skip
+        return func
+
+    return decorate
+
+
+def options(redis_url: str | None, crawl: str | None) -> Options:
+    parent = click.get_current_context().find_object(Options) or Options()
+    return Options(redis_url or parent.redis_url, crawl or parent.crawl)
+
+
+def friendly_errors(func: F) -> F:
+    """Turn Redis and configuration errors met while a command runs into one line."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (Fail, click.exceptions.Exit, click.Abort):
+            raise
+        except CrawlplugError as exc:
+            fail(str(exc))
+        except redis.RedisError as exc:
+            url = click.get_current_context().meta.get(META_URL, "Redis")
+            fail(f"Redis error on {url}: {exc}")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def project_root() -> Path | None:
+    from scrapy.utils.conf import closest_scrapy_cfg  # noqa: PLC0415 - keep --help fast
+
+    cfg = closest_scrapy_cfg()
+    return Path(cfg).parent if cfg else None
+
+
+def embedded_dir() -> Path:
+    if project_root() is None:
+        fail(
+            "no --redis-url given (nor REDIS_URL) and no Scrapy project here "
+            "(no scrapy.cfg in this directory or above) whose embedded Redis could be used"
+        )
+    from scrapy.utils.project import get_project_settings  # noqa: PLC0415
+
+    # the project's own CRAWLPLUG_EMBEDDED_DIR, if it sets one
+    return connection.embedded_dir(get_project_settings())
+
+
+#: What a command talks to: a client that answered PING, its URL, whether it is embedded.
+Target = connection.Connection
+
+
+#: Commands that may name a crawl with no state on this Redis: those that write into it
+#: create it and say so; the items commands read keys a pipeline may use without a crawl.
+CRAWL_MAY_BE_NEW = frozenset({
+    "push", "seeds add", "domains set", "import", "migrate from-scrapy-redis", "dashboard", "crawls",
+    "crawls show", "embedded start", "embedded stop", "embedded url", "items count", "items export",
+    # says so in its report (and lists the known crawls), exit code 0: a status probe of a crawl
+    # about to start is not an error
+    "status",
+})  # fmt: skip
+
+
+def _command_name() -> str:
+    """The running command's path without the program name ("seeds add")."""
+    path = click.get_current_context().command_path.split()
+    return " ".join(path[1:])
+
+
+def connect(opts: Options) -> Target:
+    """A client that answered PING, or a :class:`Fail`; one naming a crawl that does not
+    exist on it, unless the command may (CRAWL_MAY_BE_NEW)."""
+    if opts.redis_url:
+        url, is_embedded = opts.redis_url, False
+    else:
+        directory = embedded_dir()
+        was_running = embedded.running(directory)
+        try:
+            url = embedded.ensure(directory)
+        except OSError as exc:
+            fail(f"could not start the embedded Redis in {directory}: {exc}")
+        if not was_running:  # not silently: it goes on running after this command
+            click.echo(f"crawlplug: started the embedded Redis of {directory}; it keeps running "
+                       "(`crawlplug embedded stop` stops it)", err=True)  # fmt: skip
+        is_embedded = True
+    target = connection.Connection(connection.client_from_url(url), url, is_embedded)
+    connection.check(target)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."
+    click.get_current_context().meta[META_URL] = target.safe_url  # for friendly_errors
+    if opts.crawl and _command_name() not in CRAWL_MAY_BE_NEW:
+        try:
+            keys = CrawlKeys(opts.crawl)
+        except ValueError as exc:
+            fail(str(exc))
+        if not runs.exists(target.client, keys):
+            fail(runs.unknown_crawl_message(target.client, keys))
+    return target
+
+
+def create_if_new(target: Target, keys: CrawlKeys) -> bool:
+    """A command that writes into a crawl that does not exist creates it (True), and says so."""
+    if runs.exists(target.client, keys):
+        return False
+    runs.register(target.client, keys)
+    return True
+
+
+def created_note(keys: CrawlKeys) -> str:
+    return (f"crawl {keys.crawl!r} is new: created it (nodes of a spider named {keys.crawl!r}, or with "
+            f"CRAWLPLUG_CRAWL_ID={keys.crawl}, crawl it; is --crawl right?)")  # fmt: skip
+
+
+def crawl_keys(opts: Options) -> CrawlKeys:
+    if not opts.crawl:
+        fail("which crawl? give --crawl NAME (or set CRAWLPLUG_CRAWL); it is the spider's name by default")
+    try:
+        return CrawlKeys(opts.crawl)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def table(rows: list[tuple[str, Any]], indent: str = "  ") -> list[str]:
+    width = max((len(label) for label, _ in rows), default=0)
+    return [f"{indent}{label.ljust(width)}  {value}" for label, value in rows]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="crawlplug", message="%(prog)s %(version)s")
+@shared_options(envvar=True)
+@click.pass_context
+def main(ctx: click.Context, redis_url: str | None, crawl: str | None) -> None:
+    """Operate crawlplug crawls: status, purge, dead letters, the embedded Redis."""
+    ctx.obj = Options(redis_url, crawl)
+
+
+def when(ms: Any) -> str:
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool):
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))

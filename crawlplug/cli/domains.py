@@ -1,0 +1,114 @@
+"""``crawlplug domains list|set|reset``: the per-domain queue (DomainQueue) and its limits at runtime."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..shards import open_domains
+from .common import (
+    connect,
+    crawl_keys,
+    create_if_new,
+    created_note,
+    fail,
+    friendly_errors,
+    main,
+    options,
+    shared_options,
+)  # fmt: skip
+
+
+@main.group()
+def domains() -> None:
+    """The per-domain queue (DomainQueue): queue sizes, delays, concurrency, at runtime."""
+
+
+@domains.command("list")
+@shared_options(envvar=False)
+@click.option("-n", "count", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Show the N domains due soonest.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@friendly_errors
+def domains_list(redis_url: str | None, crawl: str | None, count: int, as_json: bool) -> None:
+    """Domains with queued requests, soonest due first, and the limits in force.
+
+    Limits come, strongest first, from `crawlplug domains set`, then the nodes'
+    settings (CRAWLPLUG_DOMAINS, CRAWLPLUG_DOMAIN_DELAY, ..._CONCURRENCY), then
+    robots.txt Crawl-delay (which may only lengthen the default delay).
+    """
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    view = open_domains(target.client, keys)
+    total = view.scheduled_count()
+    rows = view.table(count)
+    if as_json:
+        click.echo(json.dumps({"crawl": keys.crawl, "domains": total, "limits": view.limits(), "rows": rows},
+                              indent=2))  # fmt: skip
+        return
+    shown = f", showing {len(rows)}" if len(rows) < total else ""
+    click.echo(f"{total} domains with queued requests in crawl {keys.crawl!r} on {target.safe_url}{shown}")
+    if rows:
+        width = max(len(r["domain"]) for r in rows)
+        click.echo(f"  {'domain'.ljust(width)}  {'queued':>8}  {'in flight':>9}  {'delay s':>7}  "
+                   f"{'concurrency':>11}  next")  # fmt: skip
+    for r in rows:
+        nxt = "at concurrency limit" if r["at_concurrency"] else f"in {r['ready_in']:.1f}s"
+        conc = r["concurrency"] or "no limit"
+        click.echo(f"  {r['domain'].ljust(width)}  {r['queued']:>8}  {r['in_flight']:>9}  {r['delay']:>7.2f}  "
+                   f"{conc!s:>11}  {nxt}")  # fmt: skip
+
+
+def _limit_text(value: float | None, scale: int = 1) -> str:
+    return "-" if value is None else str(round(value * scale))
+
+
+@domains.command("set")
+@shared_options(envvar=False)
+@click.argument("domain")
+@click.option("--delay", type=click.FloatRange(min=0), default=None,
+              help="Seconds between two request starts of DOMAIN, crawl-wide.")  # fmt: skip
+@click.option("--concurrency", type=click.IntRange(min=0), default=None,
+              help="Most requests of DOMAIN in flight, crawl-wide (0: no limit).")  # fmt: skip
+@friendly_errors
+def domains_set(redis_url: str | None, crawl: str | None, domain: str, delay: float | None,
+                concurrency: int | None) -> None:  # fmt: skip
+    """Override DOMAIN's limits while the crawl runs ("*" = every domain's default).
+
+    Takes effect at once on every node and outlives node restarts; a limit
+    not given keeps coming from the settings. Undo with `domains reset`.
+    """
+    if delay is None and concurrency is None:
+        fail("give --delay and/or --concurrency")
+    if not domain or any(c in domain for c in "\t|"):
+        fail(f"invalid domain {domain!r}")
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    if create_if_new(target, keys):
+        click.echo(created_note(keys))
+    value = f"{_limit_text(delay, 1000)} {_limit_text(concurrency)}"
+    open_domains(target.client, keys).configure({f"o:{domain}": value})
+    said = []
+    if delay is not None:
+        said.append(f"delay {delay:g}s")
+    if concurrency is not None:
+        said.append(f"concurrency {concurrency or 'unlimited'}")
+    click.echo(f"{domain}: {', '.join(said)} in crawl {keys.crawl!r}")
+
+
+@domains.command("reset")
+@shared_options(envvar=False)
+@click.argument("domain")
+@friendly_errors
+def domains_reset(redis_url: str | None, crawl: str | None, domain: str) -> None:
+    """Drop the runtime override of DOMAIN ("*": of the default): settings rule again."""
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    view = open_domains(target.client, keys)
+    existed = target.client.hexists(view.parts[0].dconf, f"o:{domain}")
+    view.configure({f"o:{domain}": ""})
+    click.echo(f"{domain}: {'override removed' if existed else 'had no override'} in crawl {keys.crawl!r}")

@@ -1,0 +1,238 @@
+"""``crawlplug status`` (counts, rates, ETA, nodes; --watch, --json) and ``crawlplug purge``."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from .. import runs
+from ..keys import CrawlKeys
+from ..ops import status as crawl_status
+from ..shards import open_frontier
+from ..sites import outcomes
+from .common import (
+    Target,
+    connect,
+    crawl_keys,
+    friendly_errors,
+    main,
+    options,
+    shared_options,
+    table,
+    when,
+)  # fmt: skip
+
+
+def _node_line(node: dict[str, Any]) -> str:
+    """One node: its state first when it is not simply live, then its (last) numbers."""
+    numbers = []
+    for name, label in (("pages_per_min", "pages/min"), ("leases", "leases"), ("acked", "acked"), ("pid", "pid")):
+        if name in node:
+            numbers.append(f"{label} {node[name]}")
+    if "uptime" in node:
+        numbers.append(f"up {crawl_status.duration(node['uptime'])}")
+    if node["state"] == "live":
+        age = node["heartbeat_age"]
+        beat = f"heartbeat {age:.1f}s ago" if age is not None else "no heartbeat yet"
+        head = [node["id"], beat] + (["PAUSED"] if node.get("paused") else [])
+        return "   ".join(head + numbers)
+    word, _, rest = node["state_text"].partition(" ")  # "SILENT for 7 s ...", "DEAD since 12:03:04 ..."
+    return "   ".join([node["id"], f"{word.upper()} {rest}", "last: " + ", ".join(numbers)])
+
+
+def _status_report(target: Target, keys: CrawlKeys) -> dict[str, Any]:
+    snap = crawl_status.snapshot(target.client, keys)
+    return {
+        "crawl": keys.crawl,
+        "redis": target.safe_url,
+        "embedded": target.embedded,
+        **{k: snap[k] for k in ("run", "paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead",
+                                "domains", "shards", "redis_memory", "pages_per_min", "pages_last_min",
+                                "net_drain_per_min", "eta_seconds", "eta_text", "rate", "held", "history")},
+        "stats": snap["counters"],
+        "scrapy_stats": snap["scrapy_stats"],
+        "sites": outcomes.outcomes(snap["scrapy_stats"]),
+        "live_nodes": snap["live_nodes"],
+        "nodes": snap["nodes"],
+        "exists": (exists := runs.exists(target.client, keys)),
+        "known_crawls": None if exists else runs.known_crawls(target.client, keys.prefix),
+    }  # fmt: skip
+
+
+def _nodes_summary(report: dict[str, Any]) -> str:
+    states = [n["state"] for n in report["nodes"]]
+    out = f"nodes: {report['live_nodes']} live"
+    for state in ("silent", "dead"):
+        if state in states:
+            out += f", {states.count(state)} {state}"
+    return out
+
+
+def _status_lines(report: dict[str, Any]) -> list[str]:
+    where = f"{report['redis']}{' (embedded)' if report['embedded'] else ''}"
+    lines = [f"crawl {report['crawl']!r} on {where}"]
+    run = report.get("run") or {}
+    if run.get("id") is not None:
+        ended = f", ended {when(run['ended'])} ({run.get('reason')})" if run.get("ended") else ""
+        lines.append(f"run {run['id']}: {run['state']}, started {when(run.get('started'))}{ended}")
+    if report.get("paused"):
+        lines.append(f"PAUSED by {report['paused'].get('by', '?')} (crawlplug resume to go on)")
+    mem = report.get("redis_memory") or {}
+    if mem.get("nearly_full"):
+        lines.append(f"WARNING: Redis uses {mem['ratio']:.0%} of its maxmemory ({mem['policy']}): when full it "
+                     "refuses new requests and the nodes wait")
+    if report.get("held"):
+        lines.append(f"WAITING: {report['held']['text']}")
+    if report.get("shards"):
+        per = " ".join(f"{sh['queued']}/{sh['in_flight']}" for sh in report["shards"])
+        lines.append(f"{len(report['shards'])} shards (CRAWLPLUG_SHARDS), queued/in flight per shard: {per}")
+    rows: list[tuple[str, Any]] = [
+        ("queued", report["queued"]), ("in flight", report["in_flight"]), ("done", report["done"]),
+        ("seen", report["seen"]), ("dead", report["dead"]),
+    ]  # fmt: skip
+    if report["failed"] is not None:
+        rows.append(("failed", report["failed"]))
+    if report["start_urls"]:
+        rows.append(("start entries", f"{report['start_urls']} waiting"))
+    if report["domains"]:
+        rows.append(("domains", f"{report['domains']} with queued requests"))
+    rows.append(("rate", report["rate"]["text"]))
+    eta = report["eta_seconds"]
+    if eta:
+        rows.append(("ETA", f"{crawl_status.duration(eta)} {report['eta_text']}"))
+    else:
+        rows.append(("ETA", report["eta_text"]))
+    lines += table(rows)
+    lines.append("counters")
+    lines += table(list(report["stats"].items())) or ["  (none)"]
+    if report.get("sites"):
+        lines.append("sites (outcomes of site spiders, crawl-wide)")
+        lines += outcomes.status_lines(report["scrapy_stats"])
+    lines.append(_nodes_summary(report))
+    lines += [f"  {_node_line(n)}" for n in report["nodes"]]
+    if not any((report["queued"], report["in_flight"], report["seen"], report["dead"], report["stats"],
+                report["nodes"], report["start_urls"])):  # fmt: skip
+        known = ", ".join(repr(c) for c in report.get("known_crawls") or []) or "none"
+        lines.append(f"(nothing is stored for crawl {report['crawl']!r} on this Redis: is --crawl right? "
+                     f"Known crawls: {known})")
+    return lines
+
+
+def _spark(values: list[int]) -> str:
+    bars = " ▁▂▃▄▅▆▇█"
+    top = max(values, default=0)
+    return "".join(bars[min(8, round(v * 8 / top))] if top else bars[0] for v in values)
+
+
+def _status_view(report: dict[str, Any]) -> Any:
+    """A rich renderable of the status: counts, progress, rate history, nodes."""
+    from rich.console import Group  # noqa: PLC0415 - only for --watch
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    counts = Table.grid(padding=(0, 2))
+    for label, key in (("queued", "queued"), ("in flight", "in_flight"), ("done", "done"), ("seen", "seen"),
+                       ("dead", "dead"), ("failed", "failed"), ("start entries", "start_urls")):  # fmt: skip
+        if report.get(key) is not None:
+            counts.add_row(label, str(report[key]))
+    total = report["done"] + report["queued"] + report["in_flight"] + report["start_urls"]
+    eta = report["eta_seconds"]
+    eta_text = "done" if eta == 0 else (crawl_status.duration(eta) if eta is not None else "unknown")
+    head = (f"crawl [bold]{report['crawl']}[/] on {report['redis']}   {report['rate']['text']}   "
+            f"ETA {eta_text}   {_nodes_summary(report)}")  # fmt: skip
+    if report.get("held"):
+        head += f"\n[yellow]{report['held']['text']}[/]"
+    bar = Table.grid(padding=(0, 1))
+    bar.add_row(ProgressBar(total=max(total, 1), completed=report["done"], width=50),
+                f"{report['done']}/{total}")  # fmt: skip
+    hist = report["history"]["acked"]
+    nodes = Table("node", "host", "pid", "pages/min", "leases", "heartbeat", "state", box=None)
+    for n in report["nodes"]:
+        age = n["heartbeat_age"]
+        state = n["state_text"] if n["state"] == "live" else f"[red]{n['state_text']}[/]"
+        nodes.add_row(n["id"], n["host"], str(n.get("pid", "")), str(n.get("pages_per_min", "")),
+                      str(n.get("leases", "")), f"{age:.1f}s ago" if age is not None else "-", state)  # fmt: skip
+    return Group(head, bar, counts, f"pages/min, last {len(hist)} min: {_spark(hist)}", nodes)
+
+
+@main.command()
+@shared_options(envvar=False)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--watch", "-w", is_flag=True, help="Redraw live, with progress bars, until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              help="Seconds between redraws with --watch.")  # fmt: skip
+@click.option("--count", type=click.IntRange(min=1), default=None, help="With --watch: stop after N redraws.")
+@friendly_errors
+def status(redis_url: str | None, crawl: str | None, as_json: bool, watch: bool, interval: float,
+           count: int | None) -> None:  # fmt: skip
+    """Counts, rate, ETA, counters and nodes of the crawl.
+
+    Queued and in-flight requests, pages done, fingerprints seen, dead
+    letters, failures (when the crawl keeps its Scrapy stats in Redis),
+    pages/min over the last minutes and the ETA at that rate, the counters of
+    the crawl, and each node with its rate, leases and heartbeat age (Redis
+    clock). --watch redraws it live; --json prints it for scripts.
+    """
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    if not watch:
+        report = _status_report(target, keys)
+        click.echo(json.dumps(report, indent=2, default=str) if as_json else "\n".join(_status_lines(report)))
+        return
+    from rich.live import Live  # noqa: PLC0415
+
+    frames = 0
+    try:
+        with Live(_status_view(_status_report(target, keys)), refresh_per_second=4, transient=False) as live:
+            while count is None or frames < count - 1:
+                time.sleep(interval)
+                live.update(_status_view(_status_report(target, keys)))
+                frames += 1
+    except KeyboardInterrupt:
+        pass
+
+
+@main.command()
+@shared_options(envvar=False)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@friendly_errors
+def purge(redis_url: str | None, crawl: str | None, yes: bool) -> None:
+    """Delete every key of the crawl (asks first unless --yes).
+
+    Queue, leases, fingerprints, counters, dead letters, node records and
+    the history of runs: the crawl starts from nothing next time. Live nodes
+    learn it at their next call to Redis: they drop what they hold of the old
+    state and join the crawl afresh (`crawlplug crawls` no longer lists it
+    until then).
+    """
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    st = open_frontier(target.client, keys).status()
+    live = len(_alive(target, st["nodes"]))
+    what = (f"crawl {keys.crawl!r} on {target.safe_url} ({st['queued']} queued, {st['in_flight']} in flight, "
+            f"{st['seen']} seen, {st['dead']} dead, and the history of its runs)")  # fmt: skip
+    if live:
+        nodes = (f"{live} node{'s are' if live != 1 else ' is'} live: each drops what it holds of this crawl "
+                 "(in-flight pages and their links, its fingerprint cache) at its next call to Redis, and "
+                 "stays, joining the crawl afresh (a worker waits for new start entries; others finish "
+                 "once nothing is pushed)")  # fmt: skip
+    else:
+        nodes = "no node is live"
+    if yes:
+        click.echo(f"Deleting {what}; {nodes}.")
+    elif not click.confirm(f"Delete {what}? {nodes[0].upper()}{nodes[1:]}.", default=False):
+        click.echo("Nothing deleted.", err=True)
+        raise click.exceptions.Exit(1)
+    deleted = runs.purge(target.client, keys)
+    click.echo(f"Deleted {deleted} keys of crawl {keys.crawl!r} on {target.safe_url}.")
+
+
+def _alive(target: Target, deadlines: dict[str, int]) -> list[str]:
+    secs, micros = target.client.time()
+    now_ms = secs * 1000 + micros // 1000
+    return [n for n, deadline in deadlines.items() if deadline > now_ms]
