@@ -17,6 +17,7 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
+from .compat.names import SCRAPY_REDIS_QUEUES
 from .config import setting
 from .errors import ConfigError
 
@@ -163,21 +164,10 @@ def _limit_value(delay: Any, concurrency: Any, what: str) -> str:
     return " ".join(parts)
 
 
-#: scrapy-redis queue classes and the crawlplug queue with the same order.
-SCRAPY_REDIS_ALIASES = {
-    "scrapy_redis.queue.PriorityQueue": PriorityQueue,
-    "scrapy_redis.queue.FifoQueue": FifoQueue,
-    "scrapy_redis.queue.LifoQueue": LifoQueue,
-    "scrapy_redis.queue.SpiderPriorityQueue": PriorityQueue,
-    "scrapy_redis.queue.SpiderQueue": FifoQueue,
-    "scrapy_redis.queue.SpiderStack": LifoQueue,
-}
-
-
 def load_queue_class(path: str | type) -> type[BaseQueue]:
     """The queue class named by CRAWLPLUG_QUEUE_CLASS (a scrapy-redis path maps to ours)."""
-    if isinstance(path, str) and path in SCRAPY_REDIS_ALIASES:
-        return SCRAPY_REDIS_ALIASES[path]
+    if isinstance(path, str):
+        path = SCRAPY_REDIS_QUEUES.get(path, path)
     try:
         cls = load_object(path) if isinstance(path, str) else path
     except (ImportError, NameError, AttributeError, ValueError) as exc:

@@ -11,7 +11,7 @@ from scrapy import Spider
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-from crawlplug import config
+from crawlplug.compat import names
 from crawlplug.config import SchedulerConfig, setting
 from crawlplug.connection import check, from_settings, server_settings
 from crawlplug.errors import ConfigError
@@ -75,10 +75,10 @@ def test_crawlplug_queue_class_wins_and_a_foreign_queue_is_refused():
 
 
 def test_deliberate_differences_are_logged_once(caplog):
-    config._noted.clear()
+    names._noted.clear()
     s = Settings({"SCHEDULER_PERSIST": False, "SCHEDULER_QUEUE_KEY": "proj:%(spider)s:requests",
                   "SCHEDULER_SERIALIZER": "scrapy_redis.picklecompat"})  # fmt: skip
-    with caplog.at_level(logging.INFO, logger="crawlplug.config"):
+    with caplog.at_level(logging.INFO, logger="crawlplug"):
         SchedulerConfig.from_settings(s)
         SchedulerConfig.from_settings(s)
     messages = [r.getMessage() for r in caplog.records]
@@ -87,9 +87,9 @@ def test_deliberate_differences_are_logged_once(caplog):
     assert any("SCHEDULER_SERIALIZER" in m for m in messages)
     # nothing to say for scrapy-redis's defaults, for SCHEDULER_PERSIST=True, or with a crawl id
     quiet = Settings({"SCHEDULER_PERSIST": True, "SCHEDULER_QUEUE_KEY": "%(spider)s:requests"})
-    assert config.scrapy_redis_notes(quiet) == []
+    assert names.scrapy_redis_notes(quiet) == []
     named = Settings({"SCHEDULER_QUEUE_KEY": "proj:%(spider)s:requests", "CRAWLPLUG_CRAWL_ID": "proj-shop"})
-    assert config.scrapy_redis_notes(named) == []
+    assert names.scrapy_redis_notes(named) == []
 
 
 # -- the connection ----------------------------------------------------------------------------

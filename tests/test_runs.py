@@ -64,7 +64,7 @@ def _run_line(node) -> str:
 
 DEDUPS = {
     "set": {},
-    "bloom": {"DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter", "CRAWLPLUG_BLOOM_CAPACITY": 50},
+    "bloom": {"DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter", "CRAWLPLUG_BLOOM_CAPACITY": 100_000},
     "sharded": {"CRAWLPLUG_SHARDS": 3},
     "domainqueue": {"CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue"},
 }

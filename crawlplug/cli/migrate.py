@@ -39,7 +39,8 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from .. import connection
 from ..compat.legacy import FINGERPRINT_FUNCTIONS, ScrapyRedisSeen
 from ..compat.migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
-from ..config import SCRAPY_REDIS_KEYS, setting
+from ..compat.names import SCRAPY_REDIS_KEYS
+from ..config import setting
 from ..dedup import Dedup, SetDedup
 from ..dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
 from ..frontier import Frontier
