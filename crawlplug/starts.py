@@ -75,11 +75,14 @@ def _check_url(url: Any) -> str:
         raise DecodeError(f"URL has no host: {url!r:.200}")
     try:
         safe = safe_url_string(url)
-        host = urlsplit(safe).hostname  # checked after normalisation: what a node will crawl
+        parts = urlsplit(safe)  # checked after normalisation: what a node will crawl
+        host = parts.hostname
     except (ValueError, UnicodeError) as exc:
         raise DecodeError(f"malformed URL {url!r:.200}: {exc}") from None
     if not host or not host.strip("."):
         raise DecodeError(f"URL has no host: {url!r:.200}")
+    if any(c.isspace() for c in parts.netloc):  # U+00A0 becomes a space; the stored line would lose it
+        raise DecodeError(f"URL host holds whitespace: {url!r:.200}")
     return safe
 
 
