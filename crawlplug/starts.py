@@ -32,8 +32,9 @@ from urllib.parse import urlsplit
 from scrapy import FormRequest, Request, Spider
 from w3lib.url import safe_url_string
 
+from . import callbacks
 from .errors import DecodeError
-from .serializers import URL_SCHEME, URL_SCHEMES, _spider_method
+from .serializers import URL_SCHEME, URL_SCHEMES
 
 #: Longest entry accepted (a URL, or a JSON request with a small body).
 MAX_ENTRY_BYTES = 1 << 20
@@ -212,7 +213,7 @@ def build(entry: StartEntry, spider: Spider | None) -> Request:
     for key in ("callback", "errback"):
         name = getattr(entry, key)
         if name is not None:
-            kwargs[key] = _spider_method(spider, name, key)
+            kwargs[key] = callbacks.resolve(spider, name, key)
     try:
         if entry.formdata is not None:
             if entry.body is not None:
