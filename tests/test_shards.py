@@ -416,7 +416,7 @@ def test_cli_and_dashboard_add_the_shards_up(request, where):
     assert res.exit_code == 0, res.output
     assert a.status()["queued"] == 19 and a.status()["dead"] == 1
 
-    web = TestClient(create_app(client, K))
+    web = TestClient(create_app(client, K), base_url="http://127.0.0.1")
     status = web.get("/api/status").json()
     assert (status["queued"], status["dead"]) == (19, 1)
     assert web.get("/api/domains").json()["domains"] == 4
