@@ -108,9 +108,10 @@ def test_every_key_shares_the_crawl_hash_tag(r, frontier):
     assert other.reap() == (0, 1)
     frontier.idle_state()
     seen_keys()
-    # every key the scripts wrote is a documented name (or a node's hash), and the
+    # every key the scripts wrote is a documented name (or a node's hash or last reply), and the
     # frontier's own keys were all exercised
-    assert keys <= {K.key(name) for name in NAMES} | {K.node("node-a"), K.node("node-b")}
+    assert keys <= {K.key(name) for name in NAMES} | {K.node(n) for n in ("node-a", "node-b")} | {
+        K.reply(n) for n in ("node-a", "node-b")}
     core = ("queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "dead", "stats", "nodes",
             "producers", "series")  # fmt: skip
     assert {K.key(name) for name in core} <= keys
@@ -429,13 +430,13 @@ def test_crawl_names_with_glob_characters_are_refused(name):
 
 
 def test_all_names_are_known_to_purge(r):
-    """Every key name a script writes is in keys.NAMES (what purge deletes)."""
+    """Every key name a script writes is in keys.NAMES (what purge deletes), or a node's own."""
     f = Frontier(r, K, node_id="a", lease_timeout=0.05, max_deliveries=1)
     _populate(f)
     time.sleep(0.1)
     f.reap()
     names = {k.decode().split("}:", 1)[1] for k in r.scan_iter(match=K.pattern())}
-    assert names - {"node:a"} <= set(NAMES)
+    assert names - {"node:a", "reply:a"} <= set(NAMES)
 
 
 # -- concurrency -----------------------------------------------------------------------

@@ -16,7 +16,8 @@
 -- KEYS[9..12]         the per-domain queue: dq, domains, dstate, dconf
 --                     (see domains.lua)
 -- KEYS[13] series     hash  "a:<bucket>" acked, "e:<bucket>" enqueued, per 10 s
--- KEYS[14..]          mode "bloom" only, per filter (newest generation first):
+-- KEYS[14] reply      str   "<call id>\n<reply>": the caller node's last reply (see ARGV[4])
+-- KEYS[15..]          mode "bloom" only, per filter (newest generation first):
 --                     its hash of layer counts, then the bit strings of every
 --                     layer the caller knows (plus one spare layer for the
 --                     current filter), chunk by chunk
@@ -26,7 +27,12 @@
 --         rate> <capacity>"; "bloom": lines, first "<generation window ms,
 --         0 = none> <generation expected> <key expiry ms, 0 = none>", then per
 --         filter "<m>,<k>,<capacity>,<chunks>,<chunk bits>;..." for its layers
--- ARGV[4] A = number of lease ids to acknowledge, then ARGV[5 .. 4+A] the ids
+-- ARGV[4] call id ("" = none): names this exact call, so that a call sent again
+--         after its reply was lost (the connection reset after the script ran)
+--         answers the reply it had, doing nothing twice: a call with the id of
+--         the reply in KEYS[14] returns that reply. The caller sends an id once,
+--         and again only with the same keys and arguments.
+-- ARGV[5] A = number of lease ids to acknowledge, then ARGV[6 .. 5+A] the ids
 -- then E = number of lease events, then E pairs (lease id, kind): what the
 -- node saw happen to its requests of the per-domain queue, "s" sent, "r"
 -- download ended (see dq_event in domains.lua); repeating one is harmless
@@ -47,16 +53,45 @@
 
 local seen, queue, requests, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases, leased, deliveries, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local mode, node, param = ARGV[1], ARGV[2], ARGV[3]
-local nacks = tonumber(ARGV[4])
+local mode, node, param, call = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local acks_at = 5 -- ARGV[acks_at]: the number of acks (A)
+local nacks = tonumber(ARGV[acks_at])
 dq_keys(9)
+
+-- A replay of the caller's last call: answer what it answered, change nothing.
+local reply_key = KEYS[14]
+if call ~= "" then
+  local last = redis.pcall("GET", reply_key) -- a key of another type is no reply (SET replaces it)
+  if type(last) == "string" and string.sub(last, 1, #call + 1) == call .. "\n" then
+    local parts = {}
+    for part in string.gmatch(string.sub(last, #call + 2) .. "\n", "([^\n]*)\n") do parts[#parts + 1] = part end
+    if parts[1] == "P" then return {"PARTIAL", parts[2], parts[3]} end
+    return {parts[2], tonumber(parts[3]), tonumber(parts[4]), parts[5]}
+  end
+end
+-- Replies are kept for a retry after an outage (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT, 300 s by
+-- default); a call sent again later than this is run again (its new requests then count
+-- as duplicates: nothing is lost).
+local REPLY_MS = 900000
+local function answer(reply)
+  if call ~= "" then
+    local text
+    if reply[1] == "PARTIAL" then
+      text = "P\n" .. reply[2] .. "\n" .. reply[3]
+    else
+      text = "R\n" .. reply[1] .. "\n" .. reply[2] .. "\n" .. reply[3] .. "\n" .. reply[4]
+    end
+    redis.call("SET", reply_key, call .. "\n" .. text, "PX", REPLY_MS)
+  end
+  return reply
+end
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
 -- A script is not rolled back when a command in it fails: a crawl key of the wrong
 -- type (written by hand) would fail the store of a request after its fingerprint
 -- was recorded, and the request would be lost. Refuse the whole call first.
-if #ARGV > 5 + nacks + 2 * tonumber(ARGV[5 + nacks]) then
+if #ARGV > acks_at + 1 + nacks + 2 * tonumber(ARGV[acks_at + 1 + nacks]) then
   local expected = {{queue, "zset"}, {requests, "hash"}, {seq, "string"}, {D.dq, "zset"}}
   if mode == "set" then expected[#expected + 1] = {seen, "set"} end
   if mode == "ttl" then expected[#expected + 1] = {seen, "zset"} end
@@ -92,7 +127,7 @@ local function bloom_setup()
     local current = math.floor(now_ms / window)
     if current ~= tonumber(gen) then return {"STALE_GEN", current} end
   end
-  local key = 14
+  local key = 15
   local stale = false
   for f = 2, #lines do
     local filter = {meta = KEYS[key], layers = {}}
@@ -225,8 +260,8 @@ end
 
 local flags = {}
 local admitted, filtered = 0, 0
-local nevents = tonumber(ARGV[5 + nacks])
-local i = 6 + nacks + 2 * nevents
+local nevents = tonumber(ARGV[acks_at + 1 + nacks])
+local i = acks_at + 2 + nacks + 2 * nevents
 local partial = false
 local dq_now
 while i + 3 <= #ARGV do
@@ -269,7 +304,7 @@ end
 
 local acked, stale, starts_acked = 0, 0, 0
 local owner_prefix = node .. "|"
-for e = 6 + nacks, 5 + nacks + 2 * nevents, 2 do
+for e = acks_at + 2 + nacks, acks_at + 1 + nacks + 2 * nevents, 2 do
   local id = ARGV[e]
   local info = redis.call("HGET", leased, id)
   if info and string.sub(info, 1, #owner_prefix) == owner_prefix then
@@ -278,7 +313,7 @@ for e = 6 + nacks, 5 + nacks + 2 * nevents, 2 do
   end
 end
 if partial then nacks = 0 end -- parents are acked only once all their children are stored
-for a = 5, 4 + nacks do
+for a = acks_at + 1, acks_at + nacks do
   local id = ARGV[a]
   local info = redis.call("HGET", leased, id)
   if info and string.sub(info, 1, #owner_prefix) == owner_prefix then
@@ -325,6 +360,6 @@ end
 local state = ""
 if mode == "bloom" then state = bloom_counts() end
 if partial then
-  return {"PARTIAL", table.concat(flags), state}
+  return answer({"PARTIAL", table.concat(flags), state})
 end
-return {table.concat(flags), acked, stale, state}
+return answer({table.concat(flags), acked, stale, state})
