@@ -539,7 +539,8 @@ class Scheduler(BaseScheduler):
             return
         try:
             lease_ids = list(self.book.active) + [x.id for x in self._prefetched] + list(self._start_leases)
-            lost = self.frontier.heartbeat(
+            # the reap rides with the heartbeat (one round trip: each one blocks the reactor)
+            lost, (requeued, dead) = self.frontier.heartbeat_and_reap(
                 lease_ids,
                 producing=self._still_producing(),
                 metrics={
@@ -569,7 +570,6 @@ class Scheduler(BaseScheduler):
                 )  # fmt: skip
             self._drain_starts()
             self._fire_seeds()
-            requeued, dead = self.frontier.reap()
             if requeued:
                 self._inc("crawlplug/reaped", requeued)
                 logger.info("crawlplug: put %d leases of stopped nodes back (requests in the queue, "

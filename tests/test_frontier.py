@@ -271,6 +271,22 @@ def test_heartbeat_renews_and_reports_lost_leases(r):
     assert r.pttl(K.node("node-a")) > 0
 
 
+def test_heartbeat_and_reap_in_one_round_trip(r):
+    """The scheduler's heartbeat: renew this node's leases, then reap expired ones (another
+    node's, never these), in one pipeline."""
+    a = Frontier(r, K, node_id="node-a", lease_timeout=0.2, heartbeat=0.1)
+    b = Frontier(r, K, node_id="node-b", lease_timeout=0.2, heartbeat=0.1)
+    a.admit([(fp(i), 0, b"p") for i in range(4)])
+    mine, theirs = a.pop(2), b.pop(2)
+    time.sleep(0.3)  # every lease expired
+    lost, reaped = a.heartbeat_and_reap([p.id for p in mine], metrics={"rps": 1})
+    assert lost == [] and reaped == (2, 0), "its own leases renewed before the reap"
+    assert r.zcard(K.queue) == 2 and {p.id for p in theirs} == set(x.decode() for x in r.zrange(K.queue, 0, -1))
+    assert r.hget(K.node("node-a"), "rps") == b"1"
+    a.pause()
+    assert b.heartbeat_and_reap([p.id for p in theirs])[0] == [p.id for p in theirs] and b.paused
+
+
 def test_heartbeat_producing_flag(r, frontier):
     frontier.heartbeat([], producing=True)
     assert r.zscore(K.producers, "node-a") is not None
