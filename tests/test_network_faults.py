@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -111,6 +112,11 @@ def node_stats(node) -> dict[str, int]:
     return out
 
 
+def outages(nodes: list) -> list[float]:
+    """How long each outage the nodes logged lasted ("Redis is back after N s")."""
+    return [float(m) for node in nodes for m in re.findall(r"Redis is back after ([0-9.]+)s", node.text())]
+
+
 def start_nodes(crawl, shop, proxies: list[FaultProxy]) -> list:
     return [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **SETTINGS}) for p in proxies]
 
@@ -124,6 +130,8 @@ def finish(nodes: list, timeout: float = 240) -> None:
 def assert_complete(shop, nodes: list, in_flight: int, name: str, **extra: object) -> Outcome:
     """Every page fetched and every item scraped; pages fetched twice bounded by ``in_flight``."""
     seen = outcome(shop)
+    down = outages(nodes)
+    extra = {**extra, "outages": len(down), "longest_outage_s": f"{max(down, default=0):.1f}"}
     details = " ".join(f"{k}={v}" for k, v in extra.items())
     print(f"\n[network faults] {name}: {seen.line()}; in flight at the fault: {in_flight}; {details}")
     assert seen.never == 0, f"pages never fetched: {sorted(shop.shop.paths() - set(shop.hits))[:20]}"
@@ -266,7 +274,8 @@ def test_two_hundred_ms_of_latency(crawl, make_shop, r, proxies):
     nodes = start_nodes(crawl, shop, proxies)
     finish(nodes)
     seen = assert_complete(shop, nodes, 0, "200 ms added to every reply, both nodes",
-                           crawl_s=f"{time.monotonic() - started:.1f}")  # fmt: skip
+                           crawl_s=f"{time.monotonic() - started:.1f}",
+                           round_trips=sum(p.sent for p in proxies))  # fmt: skip
     assert seen.twice == 0
     assert not any("Redis error" in node.text() for node in nodes), "latency is no outage"
 
