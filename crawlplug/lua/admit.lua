@@ -81,7 +81,10 @@ local function answer(reply)
     else
       text = "R\n" .. reply[1] .. "\n" .. reply[2] .. "\n" .. reply[3] .. "\n" .. reply[4]
     end
-    redis.call("SET", reply_key, call .. "\n" .. text, "PX", REPLY_MS)
+    -- the last write: a full Redis refuses it only as a call's first write, when the
+    -- call changed nothing else (and sent again, changes nothing either); the reply is
+    -- then not kept, and the call answers all the same
+    redis.pcall("SET", reply_key, call .. "\n" .. text, "PX", REPLY_MS)
   end
   return reply
 end
