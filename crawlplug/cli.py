@@ -33,7 +33,7 @@ from typing import Any, Callable, NoReturn, TypeVar
 import click
 import redis
 
-from . import connection, embedded, monitor, operations, siteoutcomes
+from . import connection, embedded, monitor, operations, runs, siteoutcomes
 from .errors import CrawlplugError
 from .frontier import DeadLetter
 from .keys import CrawlKeys
@@ -136,8 +136,26 @@ def _embedded_dir() -> Path:
 _Target = connection.Connection
 
 
+#: Commands that may name a crawl with no state on this Redis: those that write into it
+#: create it and say so; the items commands read keys a pipeline may use without a crawl.
+CRAWL_MAY_BE_NEW = frozenset({
+    "push", "seeds add", "domains set", "import", "migrate from-scrapy-redis", "dashboard", "crawls",
+    "crawls show", "embedded start", "embedded stop", "embedded url", "items count", "items export",
+    # says so in its report (and lists the known crawls), exit code 0: a status probe of a crawl
+    # about to start is not an error
+    "status",
+})  # fmt: skip
+
+
+def _command_name() -> str:
+    """The running command's path without the program name ("seeds add")."""
+    path = click.get_current_context().command_path.split()
+    return " ".join(path[1:])
+
+
 def _connect(opts: Options) -> _Target:
-    """A client that answered PING, or a :class:`Fail`."""
+    """A client that answered PING, or a :class:`Fail`; one naming a crawl that does not
+    exist on it, unless the command may (CRAWL_MAY_BE_NEW)."""
     if opts.redis_url:
         url, is_embedded = opts.redis_url, False
     else:
@@ -150,7 +168,27 @@ def _connect(opts: Options) -> _Target:
     target = connection.Connection(connection.client_from_url(url), url, is_embedded)
     connection.check(target)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."
     click.get_current_context().meta[_META_URL] = target.safe_url  # for _friendly_errors
+    if opts.crawl and _command_name() not in CRAWL_MAY_BE_NEW:
+        try:
+            keys = CrawlKeys(opts.crawl)
+        except ValueError as exc:
+            _fail(str(exc))
+        if not runs.exists(target.client, keys):
+            _fail(runs.unknown_crawl_message(target.client, keys))
     return target
+
+
+def _create_if_new(target: _Target, keys: CrawlKeys) -> bool:
+    """A command that writes into a crawl that does not exist creates it (True), and says so."""
+    if runs.exists(target.client, keys):
+        return False
+    runs.register(target.client, keys)
+    return True
+
+
+def _created_note(keys: CrawlKeys) -> str:
+    return (f"crawl {keys.crawl!r} is new: created it (nodes of a spider named {keys.crawl!r}, or with "
+            f"CRAWLPLUG_CRAWL_ID={keys.crawl}, crawl it)")  # fmt: skip
 
 
 def _keys(opts: Options) -> CrawlKeys:
@@ -206,19 +244,25 @@ def _status_report(target: _Target, keys: CrawlKeys) -> dict[str, Any]:
         "crawl": keys.crawl,
         "redis": target.safe_url,
         "embedded": target.embedded,
-        **{k: snap[k] for k in ("paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead", "domains", "shards", "redis_memory",
+        **{k: snap[k] for k in ("run", "paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead", "domains", "shards", "redis_memory",
                                 "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds", "history")},
         "stats": snap["counters"],
         "scrapy_stats": snap["scrapy_stats"],
         "sites": siteoutcomes.outcomes(snap["scrapy_stats"]),
         "live_nodes": sum(1 for n in nodes if n["alive"]),
         "nodes": nodes,
+        "exists": (exists := runs.exists(target.client, keys)),
+        "known_crawls": None if exists else runs.known_crawls(target.client, keys.prefix),
     }  # fmt: skip
 
 
 def _status_lines(report: dict[str, Any]) -> list[str]:
     where = f"{report['redis']}{' (embedded)' if report['embedded'] else ''}"
     lines = [f"crawl {report['crawl']!r} on {where}"]
+    run = report.get("run") or {}
+    if run.get("id") is not None:
+        when = f", ended {_when(run['ended'])} ({run.get('reason')})" if run.get("ended") else ""
+        lines.append(f"run {run['id']}: {run['state']}, started {_when(run.get('started'))}{when}")
     if report.get("paused"):
         lines.append(f"PAUSED by {report['paused'].get('by', '?')} (crawlplug resume to go on)")
     mem = report.get("redis_memory") or {}
@@ -256,7 +300,9 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
     lines += [f"  {_node_line(n)}" for n in report["nodes"]]
     if not any((report["queued"], report["in_flight"], report["seen"], report["dead"], report["stats"],
                 report["nodes"], report["start_urls"])):  # fmt: skip
-        lines.append(f"(nothing is stored for crawl {report['crawl']!r} on this Redis: is --crawl right?)")
+        known = ", ".join(repr(c) for c in report.get("known_crawls") or []) or "none"
+        lines.append(f"(nothing is stored for crawl {report['crawl']!r} on this Redis: is --crawl right? "
+                     f"Known crawls: {known})")
     return lines
 
 
@@ -343,25 +389,32 @@ def status(redis_url: str | None, crawl: str | None, as_json: bool, watch: bool,
 def purge(redis_url: str | None, crawl: str | None, yes: bool) -> None:
     """Delete every key of the crawl (asks first unless --yes).
 
-    Queue, leases, fingerprints, counters, dead letters, node records: the
-    crawl starts from nothing next time.
+    Queue, leases, fingerprints, counters, dead letters, node records and
+    the history of runs: the crawl starts from nothing next time. Live nodes
+    learn it at their next call to Redis: they drop what they hold of the old
+    state and join the crawl afresh (`crawlplug crawls` no longer lists it
+    until then).
     """
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
-    frontier = open_frontier(target.client, keys)
-    if not yes:
-        st = frontier.status()
-        live = len(_alive(target, st["nodes"]))
-        warning = f" WARNING: {live} node(s) are live and will lose their crawl." if live else ""
-        question = (
-            f"Delete crawl {keys.crawl!r} on {target.safe_url} ({st['queued']} queued, "
-            f"{st['in_flight']} in flight, {st['seen']} seen, {st['dead']} dead)?{warning}"
-        )
-        if not click.confirm(question, default=False):
-            click.echo("Nothing deleted.", err=True)
-            raise click.exceptions.Exit(1)
-    deleted = frontier.purge()
+    st = open_frontier(target.client, keys).status()
+    live = len(_alive(target, st["nodes"]))
+    what = (f"crawl {keys.crawl!r} on {target.safe_url} ({st['queued']} queued, {st['in_flight']} in flight, "
+            f"{st['seen']} seen, {st['dead']} dead, and the history of its runs)")  # fmt: skip
+    if live:
+        nodes = (f"{live} node{'s are' if live != 1 else ' is'} live: each drops what it holds of this crawl "
+                 "(in-flight pages and their links, its fingerprint cache) at its next call to Redis, and "
+                 "stays, joining the crawl afresh (a worker waits for new start entries; others finish "
+                 "once nothing is pushed)")  # fmt: skip
+    else:
+        nodes = "no node is live"
+    if yes:
+        click.echo(f"Deleting {what}; {nodes}.")
+    elif not click.confirm(f"Delete {what}? {nodes[0].upper()}{nodes[1:]}.", default=False):
+        click.echo("Nothing deleted.", err=True)
+        raise click.exceptions.Exit(1)
+    deleted = runs.purge(target.client, keys)
     click.echo(f"Deleted {deleted} keys of crawl {keys.crawl!r} on {target.safe_url}.")
 
 
@@ -393,18 +446,20 @@ def _when(ms: Any) -> str:
 @_shared_options(envvar=False)
 @click.option("-n", "count", type=click.IntRange(min=0), default=20, show_default=True,
               help="Show the newest N dead letters (0: all).")  # fmt: skip
+@click.option("--run", "run", type=click.IntRange(min=1), default=None,
+              help="Those an earlier run left (kept when the next run began); default: the current run's.")
 @_friendly_errors
-def dead_list(redis_url: str | None, crawl: str | None, count: int) -> None:
+def dead_list(redis_url: str | None, crawl: str | None, count: int, run: int | None) -> None:
     """Each dead letter's index, time, URL and reason (oldest first)."""
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
-    frontier = open_frontier(target.client, keys)
-    total = operations.dead_count(target.client, keys)
+    total = operations.dead_count(target.client, keys, run)
     first = 0 if count == 0 else max(0, total - count)
-    letters = frontier.dead_letters(first, -1) if total else []
+    letters = operations.dead_letters(target.client, keys, first, -1, run) if total else []
     shown = f", showing the newest {len(letters)}" if len(letters) < total else ""
-    click.echo(f"{total} dead letters in crawl {keys.crawl!r} on {target.safe_url}{shown}")
+    of_run = f" left by run {run}" if run is not None else ""
+    click.echo(f"{total} dead letters{of_run} in crawl {keys.crawl!r} on {target.safe_url}{shown}")
     for index, letter in enumerate(letters, start=first):
         head = letter.header
         extra = f" (deliveries {head['deliveries']})" if "deliveries" in head else ""
@@ -484,6 +539,8 @@ def domains_set(redis_url: str | None, crawl: str | None, domain: str, delay: fl
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
+    if _create_if_new(target, keys):
+        click.echo(_created_note(keys))
     value = f"{_limit_text(delay, 1000)} {_limit_text(concurrency)}"
     open_domains(target.client, keys).configure({f"o:{domain}": value})
     said = []
@@ -563,7 +620,7 @@ def embedded_url() -> None:
 
 
 # commands defined in their own modules register themselves on `main`
-from . import cli_feed, cli_items, cli_migrate, cli_sites, cli_transfer, cli_web  # noqa: E402, F401
+from . import cli_feed, cli_items, cli_migrate, cli_runs, cli_sites, cli_transfer, cli_web  # noqa: E402, F401
 
 if __name__ == "__main__":  # pragma: no cover
     # run as `python -m crawlplug.cli`: the commands registered themselves on the

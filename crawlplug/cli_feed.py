@@ -12,7 +12,9 @@ from typing import Any, TextIO
 import click
 
 from . import operations, starts
-from .cli import _connect, _fail, _friendly_errors, _keys, _options, _shared_options, _when, dead, main
+from .cli import (
+    _connect, _create_if_new, _created_note, _fail, _friendly_errors, _keys, _options, _shared_options, _when, dead, main,
+)  # fmt: skip
 from .errors import ConfigError, DecodeError
 from .frontier import Frontier
 from .seeds import Seeds, make_seed
@@ -65,9 +67,12 @@ def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: 
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
+    created = bool(valid) and _create_if_new(target, keys)
     waiting = Frontier(target.client, keys).push_starts(valid) if valid else target.client.llen(keys.start_urls)
     click.echo(f"pushed {len(valid)} start entries to crawl {keys.crawl!r} ({waiting} waiting)"
                + (f"; skipped {bad} malformed" if bad else ""))  # fmt: skip
+    if created:
+        click.echo(_created_note(keys))
     if bad:
         raise click.exceptions.Exit(1)
 
@@ -209,6 +214,8 @@ def seeds_add(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], e
     opts = _options(redis_url, crawl)
     keys = _keys(opts)
     target = _connect(opts)
+    if _create_if_new(target, keys):
+        click.echo(_created_note(keys))
     book = Seeds(target.client, keys)
     for seed in made:
         first = None

@@ -30,6 +30,7 @@ SCRAPY_REDIS_NAMES = {
     "CRAWLPLUG_FLUSH_ON_START": "SCHEDULER_FLUSH_ON_START",
     "CRAWLPLUG_IDLE_CLOSE": "SCHEDULER_IDLE_BEFORE_CLOSE",
     "CRAWLPLUG_QUEUE_CLASS": "SCHEDULER_QUEUE_CLASS",
+    "CRAWLPLUG_INCREMENTAL": "SCHEDULER_PERSIST",
 }
 
 #: scrapy-redis's default key templates (scrapy_redis.defaults).
@@ -56,14 +57,17 @@ def scrapy_redis_value(settings: BaseSettings, name: str) -> Any:
       0, "close as soon as the queue looks empty", is not crawlplug's 0, "never close":
       it leaves crawlplug's default grace);
     * SCHEDULER_QUEUE_CLASS -> CRAWLPLUG_QUEUE_CLASS, scrapy-redis's queue paths mapped
-      to crawlplug's queues of the same order.
+      to crawlplug's queues of the same order;
+    * SCHEDULER_PERSIST -> CRAWLPLUG_INCREMENTAL when true: a scrapy-redis crawl that kept
+      its fingerprints between runs keeps them in crawlplug too (False: the default).
     """
     old = SCRAPY_REDIS_NAMES.get(name)
     raw = None if old is None else settings.get(old)
     if raw is None:
         return None
-    if name == "CRAWLPLUG_FLUSH_ON_START":
-        return settings.getbool(old) if hasattr(settings, "getbool") else bool(raw)
+    if name in ("CRAWLPLUG_FLUSH_ON_START", "CRAWLPLUG_INCREMENTAL"):
+        value = settings.getbool(old) if hasattr(settings, "getbool") else bool(raw)
+        return value if name == "CRAWLPLUG_FLUSH_ON_START" or value else None
     if name == "CRAWLPLUG_IDLE_CLOSE":
         seconds = _seconds(raw, old)
         return seconds if seconds > 0 else None
@@ -100,9 +104,9 @@ def scrapy_redis_notes(settings: BaseSettings) -> list[tuple[int, str]]:
     persist = settings.get("SCHEDULER_PERSIST")
     if persist is not None and not settings.getbool("SCHEDULER_PERSIST"):
         notes.append((logging.INFO, (
-            "SCHEDULER_PERSIST=False (scrapy-redis) is not followed: crawlplug never deletes a crawl's "
-            "queue or fingerprints when a node closes (other nodes, and the next run, still need them); "
-            "to start afresh set CRAWLPLUG_FLUSH_ON_START=True on one node, or run `crawlplug purge`"
+            "SCHEDULER_PERSIST=False (scrapy-redis) is followed as crawlplug's runs do it: a new run, "
+            "started after a finished one, starts without the old fingerprints; but a closing node never "
+            "deletes the queue or fingerprints that other nodes, and an interrupted run, still need"
         )))  # fmt: skip
     if settings.get("CRAWLPLUG_CRAWL_ID") is None:
         for name in ("SCHEDULER_QUEUE_KEY", "SCHEDULER_DUPEFILTER_KEY"):
@@ -149,6 +153,7 @@ class SchedulerConfig:
     fp_cache: int = default("CRAWLPLUG_FP_CACHE")
     start_batch: int = default("CRAWLPLUG_START_BATCH")
     seeds: bool = default("CRAWLPLUG_SEEDS")
+    incremental: bool | None = default("CRAWLPLUG_INCREMENTAL")
 
     def __post_init__(self) -> None:
         if self.heartbeat <= 0:
@@ -185,4 +190,6 @@ class SchedulerConfig:
             fp_cache=setting(s, "CRAWLPLUG_FP_CACHE", "getint"),
             start_batch=setting(s, "CRAWLPLUG_START_BATCH", "getint"),
             seeds=setting(s, "CRAWLPLUG_SEEDS", "getbool"),
+            incremental=None if setting(s, "CRAWLPLUG_INCREMENTAL") is None
+            else setting(s, "CRAWLPLUG_INCREMENTAL", "getbool"),
         )

@@ -98,7 +98,14 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     ),
     "CRAWLPLUG_FLUSH_ON_START": (
         False,
-        "Delete the crawl's queue, leases and fingerprints when a node opens (set it on one node only).",
+        "Begin a new run when a node opens, whatever the state: the current run's queue, leases, "
+        "fingerprints and counters are dropped, live nodes of it join the new run (set it on one node only).",
+    ),
+    "CRAWLPLUG_INCREMENTAL": (
+        None,
+        "Keep fingerprints across runs: a new run (after a finished one) crawls only URLs no earlier "
+        "run admitted. False: each run starts with no fingerprints, as a fresh Scrapy crawl does. "
+        "Unset: True for dedup that forgets by itself (ExpiringDupeFilter, Bloom generations), else False.",
     ),
     "CRAWLPLUG_SERIALIZER": (
         "json",
@@ -120,8 +127,8 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     # -- scrapy-redis's scheduler settings (docs/migrating.md) ------------------
     "SCHEDULER_PERSIST": (
         None,
-        "scrapy-redis's; False is not followed: closing a node never deletes a crawl's shared state "
-        "(CRAWLPLUG_FLUSH_ON_START or `crawlplug purge` start afresh).",
+        "scrapy-redis's: True is CRAWLPLUG_INCREMENTAL=True when that is unset (fingerprints kept across "
+        "runs); False is crawlplug's default, except that closing a node never deletes shared state.",
     ),
     "SCHEDULER_FLUSH_ON_START": (
         None,

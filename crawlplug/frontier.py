@@ -21,6 +21,7 @@ from typing import Any
 import redis
 
 from .dedup import Dedup, SetDedup
+from .errors import StaleEpoch
 from .keys import NAMES, CrawlKeys
 from .lua import Scripts
 from .queues import BaseQueue, PriorityQueue
@@ -106,6 +107,7 @@ class Frontier:
         heartbeat: float = 2.0,
         max_deliveries: int = 5,
         scripts: Scripts | None = None,
+        epoch: int | str = "",
     ) -> None:
         self.client = client
         self.keys = keys
@@ -123,6 +125,9 @@ class Frontier:
         #: the admission whose reply was lost or refused (sent again, first, with its id: see
         #: _settle), as (call id, keys, args, number of items, of acks, of events)
         self._uncertain: tuple[str, list[str], list[Any], int, int, int] | None = None
+        #: the epoch this frontier's calls carry (lua/epoch.lua): the run a node joined
+        #: (crawlplug.runs); "" checks nothing (operator tools, tests)
+        self.epoch = str(epoch)
         k = keys
         #: ms until the next domain is ready, from the last pop (DomainQueue; -1: unknown)
         self.next_ready_ms = -1
@@ -130,8 +135,10 @@ class Frontier:
         self.start_entries = 0
         #: whether an operator paused the crawl, at the last heartbeat
         self.paused = False
+        #: the run's state at the last heartbeat (crawlplug.runs; "" before one)
+        self.run_state = ""
         dk = k.domain_keys()
-        self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk]
+        self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk, k.epoch]
         self._reap_keys = [
             k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers, *dk,
             k.start_urls, k.series,
@@ -142,7 +149,7 @@ class Frontier:
         k = self.keys
         return [
             self.dedup.seen_key(k), k.queue, k.requests, k.seq, k.leases, k.leased, k.deliveries, k.stats,
-            *k.domain_keys(), k.series, k.reply(self.node_id), *self.dedup.extra_keys(k),
+            *k.domain_keys(), k.series, k.reply(self.node_id), *self.dedup.extra_keys(k), k.epoch,
         ]  # fmt: skip
 
     def _admit_args(
@@ -154,6 +161,7 @@ class Frontier:
             args += [lease_id, kind]
         for item in items:
             args += [item[0], item[1], item[2], item[3] if len(item) > 3 else ""]
+        args.append(self.epoch)
         return args
 
     def _result(self, raw: Sequence[Any]) -> AdmitResult | str | None:
@@ -205,7 +213,7 @@ class Frontier:
         return self._leased(self.scripts.pop(keys=self._pop_keys, args=self._pop_args(n)))
 
     def _pop_args(self, n: int) -> list[Any]:
-        return [self.node_id, n, self.lease_ms, self.queue.order]
+        return [self.node_id, n, self.lease_ms, self.queue.order, self.epoch]
 
     # -- the calls, for a sharded crawl to pipeline over its shards (crawlplug.shards) --
     def admit_call(
@@ -228,6 +236,8 @@ class Frontier:
         _, keys, args = call
         try:
             raw = run(keys=keys, args=args)
+        except StaleEpoch:
+            raise  # refused before any write: nothing to send again
         except redis.RedisError:
             self._uncertain = (args[3], keys, args, n_items, n_acks, n_events)
             raise
@@ -267,7 +277,8 @@ class Frontier:
         return ("pop", self._pop_keys, self._pop_args(n))
 
     def renew_call(self, lease_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
-        return ("renew", [self.keys.leases, self.keys.leased], [self.node_id, self.lease_ms, *lease_ids])
+        k = self.keys
+        return ("renew", [k.leases, k.leased, k.epoch], [self.node_id, self.lease_ms, *lease_ids, self.epoch])
 
     def reap_call(self, limit: int = 1000) -> tuple[str, list[str], list[Any]]:
         return ("reap", self._reap_keys, [self.max_deliveries, limit])
@@ -280,22 +291,27 @@ class Frontier:
         k = self.keys
         return (
             "release",
-            [k.leases, k.leased, k.queue, k.deliveries, k.stats, *k.domain_keys(), k.requests, k.start_urls],
-            [self.node_id, "1" if unstarted else "0", *ids],
+            [k.leases, k.leased, k.queue, k.deliveries, k.stats, *k.domain_keys(), k.requests, k.start_urls,
+             k.epoch],
+            [self.node_id, "1" if unstarted else "0", *ids, self.epoch],
         )
 
     def heartbeat_call(
-        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None
+        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
+        counts: dict[str, int] | None = None,
     ) -> tuple[str, list[str], list[Any]]:
         k = self.keys
         pairs: list[Any] = []
         for name, value in (metrics or {}).items():
             pairs += [name, value]
+        added: list[Any] = []
+        for name, value in (counts or {}).items():
+            added += [name, int(value)]
         return (
             "heartbeat",
-            [k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers, k.control],
+            [k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers, k.control, k.stats, k.run, k.epoch],
             [self.node_id, self.lease_ms, self.node_ttl_ms, "1" if producing else "0", len(pairs) // 2, *pairs,
-             *lease_ids],
+             len(added) // 2, *added, *lease_ids, self.epoch],
         )  # fmt: skip
 
     def renew(self, lease_ids: Sequence[str]) -> list[str]:
@@ -337,8 +353,8 @@ class Frontier:
         ``legacy_key`` is scrapy-redis's ``<spider>:start_urls``, read after ours."""
         k = self.keys
         raw = self.scripts.starts(
-            keys=[k.start_urls, legacy_key or k.start_urls, k.requests, k.seq, k.leases, k.leased, k.stats],
-            args=[self.node_id, n, self.lease_ms],
+            keys=[k.start_urls, legacy_key or k.start_urls, k.requests, k.seq, k.leases, k.leased, k.stats, k.epoch],
+            args=[self.node_id, n, self.lease_ms, self.epoch],
         )
         return [(_text(raw[i]), raw[i + 1]) for i in range(0, len(raw), 2)]
 
@@ -353,13 +369,16 @@ class Frontier:
 
     # -- leases -------------------------------------------------------------
     def heartbeat(
-        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None
+        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
+        counts: dict[str, int] | None = None,
     ) -> list[str]:
-        """Mark this node alive, renew its leases; return the ids it lost."""
-        _, keys, args = self.heartbeat_call(lease_ids, producing=producing, metrics=metrics)
+        """Mark this node alive, renew its leases, add ``counts`` to the run's counters;
+        return the ids it lost. :attr:`paused` and :attr:`run_state` follow the reply."""
+        _, keys, args = self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, counts=counts)
         out = self.scripts.heartbeat(keys=keys, args=args)
         self.paused = bool(int(out[1]))
-        return [_text(x) for x in out[2:]]
+        self.run_state = _text(out[2])
+        return [_text(x) for x in out[3:]]
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Requeue expired leases (dead-lettering over-delivered ones): (requeued, dead)."""
@@ -369,14 +388,16 @@ class Frontier:
 
     def heartbeat_and_reap(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
-        limit: int = 1000,
+        counts: dict[str, int] | None = None, limit: int = 1000,
     ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
         """:meth:`heartbeat` then :meth:`reap`, in one round trip: (ids lost, (requeued, dead))."""
         out, reaped = self.scripts.pipelined([
-            self.heartbeat_call(lease_ids, producing=producing, metrics=metrics), self.reap_call(limit),
+            self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, counts=counts),
+            self.reap_call(limit),
         ])  # fmt: skip
         self.paused = bool(int(out[1]))
-        return [_text(x) for x in out[2:]], (int(reaped[0]), int(reaped[1]))
+        self.run_state = _text(out[2])
+        return [_text(x) for x in out[3:]], (int(reaped[0]), int(reaped[1]))
 
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         """Give leases back to the queue now (closing node)."""
@@ -429,8 +450,8 @@ class Frontier:
         header = {"id": lease_id, "reason": reason, "node": self.node_id, "at": self.redis_ms()}
         header.update(extra)
         moved = self.scripts.dead(
-            keys=[k.leases, k.leased, k.requests, k.deliveries, k.dead, k.stats, *k.domain_keys()],
-            args=[self.node_id, lease_id, json.dumps(header, separators=(",", ":"))],
+            keys=[k.leases, k.leased, k.requests, k.deliveries, k.dead, k.stats, *k.domain_keys(), k.epoch],
+            args=[self.node_id, lease_id, json.dumps(header, separators=(",", ":")), self.epoch],
         )
         return bool(moved)
 

@@ -46,6 +46,10 @@ NAMES = (
     "statnodes",  # zset: node id -> its last stats flush (ms); each node's own stats in node:<id>:stats
     "items",  # list or stream: scraped items as JSON (crawlplug.pipelines.RedisItemPipeline)
     "meta",  # hash: the crawl's fixed layout ("shards" -> N), checked by every node at start
+    # crawl runs (crawlplug.runs; lua/join.lua, runstart.lua, finish.lua, epoch.lua)
+    "run",  # hash: the current run: id, epoch, state, started, ended, reason, by, incremental
+    "runs",  # hash: run id -> JSON summary of each ended run (started, ended, reason, pages, ...)
+    "epoch",  # string: the crawl's epoch (in every part); a node's calls from another epoch are refused
 )
 
 #: Keys that a sharded crawl (CRAWLPLUG_SHARDS > 1) keeps once per shard, under the
@@ -53,7 +57,7 @@ NAMES = (
 #: tag keeps its own queue keys too: they hold the leases of start entries.
 SHARDED_NAMES = (
     "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "dead", "stats", "series",
-    "dq", "domains", "dstate", "dconf",
+    "dq", "domains", "dstate", "dconf", "epoch",
 )  # fmt: skip
 
 #: The per-domain queue's keys, in the order the scripts take them.

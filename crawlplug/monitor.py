@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from .keys import CrawlKeys
+from . import runs
 from .memory import memory as redis_memory
 from .shards import open_frontier, parts
 from .stats import crawl_stats
@@ -92,9 +93,12 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15)
         failed = sum(int(scrapy_stats.get(k, 0) or 0) for k in FAILURE_STATS)
         failed += sum(int(v) for k, v in scrapy_stats.items()
                       if k.startswith("downloader/response_status_count/") and k.rsplit("/", 1)[-1][:1] in "45")  # fmt: skip
+    live = sum(1 for deadline in st["nodes"].values() if deadline > now_ms)
+    run = runs.view(client, keys, live_nodes=live, work=remaining)
     return {
         "crawl": keys.crawl,
         "now_ms": now_ms,
+        "run": run.as_dict(),
         "paused": frontier.paused_info(),
         "queued": st["queued"],
         "start_urls": st.get("start_urls", 0),

@@ -52,17 +52,31 @@ def remove_dead(client: redis.Redis, keys: CrawlKeys, indexes: Sequence[int]) ->
     return removed
 
 
-def _dead(client: redis.Redis, keys: CrawlKeys) -> list[tuple[str, int, bytes]]:
+def _dead_key(part: CrawlKeys, run: int | None) -> str:
+    """The dead letters of the current run, or those an earlier run left (``dead:<run>``)."""
+    return part.dead if run is None else part.key(f"dead:{run}")
+
+
+def _dead(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -> list[tuple[str, int, bytes]]:
     """Every dead letter of the crawl as (its list, its index there, the letter): the
-    crawl's own list, then each shard's; `crawlplug dead list` numbers them in this order."""
+    crawl's own list, then each shard's; `crawlplug dead list` numbers them in this order.
+    ``run``: those of an earlier run (crawlplug.runs keeps them under ``dead:<run>``)."""
     out = []
     for part in parts(client, keys):
-        out += [(part.dead, i, raw) for i, raw in enumerate(client.lrange(part.dead, 0, -1))]
+        key = _dead_key(part, run)
+        out += [(key, i, raw) for i, raw in enumerate(client.lrange(key, 0, -1))]
     return out
 
 
-def dead_count(client: redis.Redis, keys: CrawlKeys) -> int:
-    return sum(int(client.llen(part.dead)) for part in parts(client, keys))
+def dead_count(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -> int:
+    return sum(int(client.llen(_dead_key(part, run))) for part in parts(client, keys))
+
+
+def dead_letters(client: redis.Redis, keys: CrawlKeys, start: int = 0, stop: int = -1,
+                 run: int | None = None) -> list[DeadLetter]:  # fmt: skip
+    """The dead letters from ``start`` to ``stop`` (inclusive, -1: the last), in `dead list` order."""
+    letters = [DeadLetter.parse(raw) for _, _, raw in _dead(client, keys, run)]
+    return letters[start:None if stop == -1 else stop + 1]
 
 
 def requeue_dead(

@@ -34,11 +34,11 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.task import LoopingCall
 
-from . import connection, enginehooks, memory, starts
+from . import connection, enginehooks, memory, runs, starts
 from .config import SchedulerConfig, setting
-from .dedup import Dedup
+from .dedup import BloomDedup, Dedup
 from .dupefilters import RedisSetDupeFilter
-from .errors import REDIS_ERRORS, ConfigError, DecodeError, RedisUnavailable, SerializationError
+from .errors import REDIS_ERRORS, ConfigError, DecodeError, RedisUnavailable, RunEnded, SerializationError, StaleEpoch
 from .frontier import Admission, Domains, Frontier, Leased, process_node_id
 from .keys import CrawlKeys
 from .leases import LEASE_META, LeaseBook, Termination
@@ -113,6 +113,10 @@ class Scheduler(BaseScheduler):
         self.seeds: Any = None
         self._paused = False  # an operator paused the crawl (crawlplug pause, the dashboard)
         self.domains: Domains | None = None
+        self.joined: runs.Joined | None = None  # the run this node is in (crawlplug.runs)
+        self._stale_leases: set[str] = set()  # leases of a crawl state reset under this node
+        self._counted: dict[str, int] = {}  # Scrapy stats last added to the run's counters
+        self._run_ended = False  # the run's end is recorded (finished): the node may close
 
     # -- construction ---------------------------------------------------------
     @classmethod
@@ -143,6 +147,11 @@ class Scheduler(BaseScheduler):
         self.spider = spider
         try:
             self._connect(spider)
+        except RunEnded as exc:
+            logger.error("crawlplug: %s: this node exits", exc)
+            self.frontier = None
+            enginehooks.fail_at_start(self.crawler, exc.state)
+            return
         except (RedisUnavailable, ConfigError, *REDIS_ERRORS) as exc:
             # One clear line and a clean close (CloseSpider is Scrapy's way for a
             # component that cannot start), instead of a traceback per component.
@@ -162,12 +171,7 @@ class Scheduler(BaseScheduler):
             )  # fmt: skip
         else:
             logger.info("crawlplug: crawl %r on Redis %s", keys.crawl, self.conn.safe_url)
-        status = self.frontier.status()
-        logger.info(
-            "crawlplug: node %s joins crawl %r: %d queued, %d in flight, %d fingerprints, %d other nodes",
-            self.frontier.node_id, keys.crawl, status["queued"], status["in_flight"],
-            status["seen"], len(status["nodes"]),
-        )  # fmt: skip
+        self._log_join(self.frontier.status())
         enginehooks.on_request_done(self.crawler, self._finished)
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         self._heartbeat()
@@ -200,10 +204,9 @@ class Scheduler(BaseScheduler):
             "max_deliveries": self.config.max_deliveries,
             "node_id": process_node_id(),
         }
-        if self.config.flush_on_start:
-            deleted = open_frontier(self.conn.client, keys).purge()
-            logger.info("crawlplug: CRAWLPLUG_FLUSH_ON_START: deleted %d keys of crawl %r", deleted, keys.crawl)
         claim_shards(self.conn.client, keys, shards)
+        self.joined = self._join(keys, "new" if self.config.flush_on_start else "auto")
+        common["epoch"] = self.joined.epoch
         if shards > 1:
             self.frontier = ShardedFrontier(
                 self.conn.client, keys, shards=shards, **common,
@@ -227,6 +230,56 @@ class Scheduler(BaseScheduler):
             self.crawler.signals.connect(self._on_downloaded, signal=signals.request_left_downloader)
             if self.crawler.settings.getbool("ROBOTSTXT_OBEY") and hasattr(signals, "robots_parsed"):
                 self.crawler.signals.connect(self._on_robots, signal=signals.robots_parsed)
+
+    def _join(self, keys: CrawlKeys, want: str) -> runs.Joined:
+        """Join the crawl's run, resume it or begin the next one (crawlplug.runs)."""
+        assert self.conn is not None
+        return runs.join(
+            self.conn.client, keys, node_id=process_node_id(),
+            ttl_ms=int(max(self.config.lease_timeout, 3 * self.config.heartbeat) * 1000), want=want,
+            incremental=self._incremental(), worker=self.termination.worker_mode,
+        )  # fmt: skip
+
+    def _incremental(self) -> bool:
+        """CRAWLPLUG_INCREMENTAL; unset, True for dedup that forgets by itself (it decides re-crawls)."""
+        if self.config.incremental is not None:
+            return bool(self.config.incremental)
+        strategy = getattr(self.df, "strategy", None)
+        return getattr(strategy, "mode", "") == "ttl" or bool(getattr(strategy, "generations", 0))
+
+    def _log_join(self, status: dict[str, Any]) -> None:
+        """The node's first words on the run: which one, and whether it joined, resumed or began it."""
+        assert self.frontier is not None and self.joined is not None
+        j, crawl, node = self.joined, self.frontier.keys.crawl, self.frontier.node_id
+        counts = f"{status['queued']} queued, {status['in_flight']} in flight"
+        if j.action == "join":
+            others = f"{j.live_nodes} other node{'s' if j.live_nodes != 1 else ''}" if j.live_nodes else "no other node"
+            logger.info("crawlplug: node %s joining run %d of crawl %r (%s, %s)", node, j.run, crawl, counts, others)
+        elif j.action == "resume":
+            logger.info("crawlplug: node %s resuming interrupted run %d of crawl %r (%s; no node was running)",
+                        node, j.run, crawl, counts)  # fmt: skip
+        else:
+            prev = j.previous
+            if prev is None:
+                before = "its first run"
+            elif prev.get("state") == "reset":
+                before = f"run {prev.get('id')} reset by CRAWLPLUG_FLUSH_ON_START"
+            elif prev.get("id"):
+                when = prev.get("ended")
+                at = f" at {time.strftime('%H:%M', time.localtime(when / 1000))}" if isinstance(when, int) else ""
+                before = f"run {prev.get('id')} {prev.get('state', 'finished')}{at}"
+            else:
+                before = "the crawl finished before runs were recorded"
+            if prev is None:
+                kept = ""
+            elif j.cleared:
+                kept = ", fingerprints cleared"
+            else:
+                why = "CRAWLPLUG_INCREMENTAL" if self.config.incremental else "its dedup forgets them by itself"
+                kept = f", fingerprints kept ({why})"
+            logger.info("crawlplug: node %s starting run %d of crawl %r (%s%s)", node, j.run, crawl, before, kept)
+        if j.waited > 1:
+            logger.info("crawlplug: waited %.1fs for another node to begin the run", j.waited)
 
     def _check_queue_kind(self) -> None:
         """Refuse to run one crawl with the per-domain queue and a plain one at once:
@@ -289,7 +342,12 @@ class Scheduler(BaseScheduler):
             if released:
                 self._inc("crawlplug/released", released)
                 logger.info("crawlplug: gave %d unfinished requests back to the queue", released)
+            self._record_end_on_close(reason)
             self.frontier.leave()
+        except StaleEpoch:
+            logger.info("crawlplug: the crawl was reset while this node closed: it had nothing to give back")
+            with contextlib.suppress(*REDIS_ERRORS):
+                self.frontier.leave()
         except REDIS_ERRORS as exc:
             logger.error(
                 "crawlplug: could not hand back this node's leases (%s); they return to the queue "
@@ -300,6 +358,22 @@ class Scheduler(BaseScheduler):
             self.df.close(reason)
             if self.conn is not None:
                 self.conn.client.close()
+
+    def _record_end_on_close(self, reason: str) -> None:
+        """Stopped (Ctrl-C, SIGTERM) while waiting out the idle grace with the whole crawl done:
+        the run is finished, or the next node would resume a run with nothing left in it."""
+        if (self._run_ended or self.termination.worker_mode or self.termination.empty_since is None
+                or self.joined is None or reason == "finished"):  # fmt: skip
+            return
+        assert self.frontier is not None and self.conn is not None
+        queued, leased, producers = self.frontier.idle_state()
+        if queued or leased or producers or self.has_pending_requests():
+            return
+        state, _ = runs.finish(self.conn.client, self.frontier.keys, node_id=self.frontier.node_id,
+                               run_id=self.joined.run, epoch=self.frontier.epoch)  # fmt: skip
+        if state == "finished":
+            logger.info("crawlplug: run %d of crawl %r is finished (this node stopped while the whole crawl "
+                        "was done, waiting out its idle grace)", self.joined.run, self.frontier.keys.crawl)  # fmt: skip
 
     # -- Scheduler interface ------------------------------------------------------
     def has_pending_requests(self) -> bool:
@@ -539,6 +613,7 @@ class Scheduler(BaseScheduler):
             return
         try:
             lease_ids = list(self.book.active) + [x.id for x in self._prefetched] + list(self._start_leases)
+            counts = self._counts()
             # the reap rides with the heartbeat (one round trip: each one blocks the reactor)
             lost, (requeued, dead) = self.frontier.heartbeat_and_reap(
                 lease_ids,
@@ -551,8 +626,13 @@ class Scheduler(BaseScheduler):
                     "pages_per_min": self._pages_per_min(),
                     "paused": int(self._paused),
                 },
+                counts={name: value - self._counted.get(name, 0) for name, value in counts.items()},
             )
+            self._counted = counts
             self._follow_pause(self.frontier.paused)
+            if self.frontier.run_state == "finished" and not self._run_ended:
+                self._run_ended = True  # another node recorded the end: close with it
+                enginehooks.wake(self.crawler)
             if lost:
                 lost_set = set(lost)
                 self._prefetched = deque(x for x in self._prefetched if x.id not in lost_set)
@@ -583,6 +663,82 @@ class Scheduler(BaseScheduler):
             self._redis_error(exc)
         except Exception:  # a failing heartbeat must never stop the loop silently
             logger.exception("crawlplug: heartbeat failed")
+
+    #: Scrapy stats added to the run's counters with each heartbeat (crawlplug.runs summaries)
+    RUN_COUNTS = {"items": ("item_scraped_count",),
+                  "errors": ("spider_exceptions/count", "downloader/exception_count")}  # fmt: skip
+
+    def _counts(self) -> dict[str, int]:
+        """This node's Scrapy counts the run sums up: items scraped, errors."""
+        get = self.stats.get_value if self.stats is not None else (lambda *_: 0)
+        out = {}
+        for name, stats in self.RUN_COUNTS.items():
+            total = 0
+            for stat in stats:
+                value = get(stat, 0)
+                total += int(value) if isinstance(value, (int, float)) else 0
+            out[name] = total
+        return out
+
+    def _rejoin(self, exc: StaleEpoch) -> None:
+        """The crawl was reset (purge, CRAWLPLUG_FLUSH_ON_START elsewhere, import) or began a
+        new run while this node ran: drop what belongs to the old state and join again."""
+        assert self.frontier is not None
+        in_flight, waiting = len(self.book.active), len(self._buffer) + len(self._prefetched) + len(self._acks)
+        self._stale_leases |= set(self.book.active)
+        self.book.active.clear()
+        self._prefetched.clear()
+        self._buffer, self._acks, self._events = [], [], []
+        self._start_leases.clear()
+        self._start_pending.clear()
+        self._reports.clear()
+        self._recent.clear()
+        self.termination.empty_since = None
+        self._run_ended = False
+        self._counted = self._counts()  # what this node did before belongs to the old state
+        _forget_bloom_layers(self.frontier)
+        try:
+            self.joined = self._join(self.frontier.keys, "auto")
+        except RunEnded as rexc:
+            logger.error("crawlplug: %s: this node closes", rexc)
+            enginehooks.close(self.crawler, rexc.state)
+            return
+        self.frontier.epoch = self.joined.epoch
+        self._inc("crawlplug/epoch_changes")
+        self._inc("crawlplug/stale_dropped", in_flight + waiting)
+        logger.warning(
+            "crawlplug: crawl %r was reset or began a new run while this node ran (epoch %s; `crawlplug purge`, "
+            "CRAWLPLUG_FLUSH_ON_START or `crawlplug import`): dropped %d requests in flight (their links too) "
+            "and %d waiting, and its fingerprint cache; now in run %d",
+            self.frontier.keys.crawl, exc.stored, in_flight, waiting, self.joined.run,
+        )  # fmt: skip
+        self._nothing_until = 0.0
+        enginehooks.wake(self.crawler)
+
+    def is_stale(self, request: Request) -> bool:
+        """Whether ``request`` (a response's request) was leased in a crawl state since reset:
+        the links of its page are dropped (crawlplug.staleoutput)."""
+        return bool(self._stale_leases) and request.meta.get(LEASE_META) in self._stale_leases
+
+    def _crawl_done(self) -> bool:
+        """The termination rule held for the grace period, or another node recorded the end:
+        record the run's end (lua/finish.lua) and let this node close with it."""
+        if self._run_ended:
+            return True
+        if not self.termination.finished() or self.frontier is None or self.joined is None:
+            return False
+        assert self.conn is not None
+        state, _ = runs.finish(self.conn.client, self.frontier.keys, node_id=self.frontier.node_id,
+                               run_id=self.joined.run, epoch=self.frontier.epoch)  # fmt: skip
+        if state == "finished":
+            self._run_ended = True
+            return True
+        if state in ("limit", "stopped"):
+            enginehooks.close(self.crawler, state)
+        elif state == "gone":  # the run was replaced: join the current one
+            self._rejoin(StaleEpoch("STALE_EPOCH ? run replaced"))
+        self.termination.empty_since = None  # "busy": work or a producer appeared
+        return False
 
     def _follow_pause(self, paused: bool) -> None:
         """Start or end a pause an operator asked for (seen at each heartbeat)."""
@@ -722,7 +878,33 @@ class Scheduler(BaseScheduler):
             return False
         local = self.has_pending_requests() or bool(self.book.active) or bool(self._start_leases)
         self.termination.observe(queued, leased, producers, local_pending=local)
-        return self.termination.finished()
+        if self.termination.finished() and not self._run_ended and self._nothing_pushed():
+            return False
+        try:
+            return self._crawl_done()
+        except REDIS_ERRORS as exc:
+            self._redis_error(exc)
+            return False
+
+    def _nothing_pushed(self) -> bool:
+        """A crawl fed by start entries that never got one: not finished, said so once, closed."""
+        assert self.frontier is not None
+        keys = self.frontier.keys
+        try:
+            taken = int(self.frontier.client.hget(keys.stats, "start_taken") or 0)
+        except REDIS_ERRORS:
+            return False
+        if taken or self._acked_total or runs.totals(self.frontier.client, self._parts())["enqueued"]:
+            return False
+        logger.warning(
+            "crawlplug: nothing was pushed to crawl %r for %ss, so there is nothing to crawl: push start URLs "
+            "with `crawlplug push --crawl %s URL...` (or RPUSH %s, or scrapy-redis's key); closing this node "
+            "(finish_reason 'nothing_pushed'; the run is not finished)",
+            keys.crawl, self.termination.grace, keys.crawl, keys.start_urls,
+        )  # fmt: skip
+        enginehooks.close(self.crawler, "nothing_pushed")
+        self._run_ended = True  # no finish recorded, but nothing more to do here
+        return True
 
     def _drain_starts(self) -> None:
         """Spiders that do not read start entries themselves get them from the scheduler."""
@@ -753,7 +935,7 @@ class Scheduler(BaseScheduler):
                 if queued:
                     self._nothing_until = 0.0
                     enginehooks.wake(self.crawler)
-                elif self.termination.finished():
+                elif self.termination.finished() or self._run_ended:
                     enginehooks.wake(self.crawler)  # the engine's idle check will now let the spider close
         except REDIS_ERRORS as exc:
             self._redis_error(exc)
@@ -776,14 +958,25 @@ class Scheduler(BaseScheduler):
         self.termination.observe(queued, leased, producers, local_pending=self.has_pending_requests())
         if queued:
             self._nothing_until = 0.0
-        if not self.termination.finished():
+        already = self._run_ended
+        try:
+            done = self._crawl_done()
+        except REDIS_ERRORS as exc:
+            self._redis_error(exc)
+            raise DontCloseSpider from None
+        if not done:
             raise DontCloseSpider
+        assert self.joined is not None
         logger.info(
-            "crawlplug: crawl %r is finished (nothing queued or leased on any node for %ss)",
-            self.frontier.keys.crawl, self.termination.grace,
+            "crawlplug: run %d of crawl %r is finished (nothing queued or leased on any node for %ss)%s",
+            self.joined.run, self.frontier.keys.crawl, self.termination.grace,
+            "; another node recorded it" if already else "",
         )  # fmt: skip
 
     def _redis_error(self, exc: Exception) -> None:
+        if isinstance(exc, StaleEpoch):
+            self._rejoin(exc)
+            return
         self._inc("crawlplug/redis_errors")
         if isinstance(exc, redis.exceptions.NoPermissionError) and not self._closing:
             # waiting would not help: the Redis user lacks a grant (an ACL), e.g. on a key
@@ -854,3 +1047,11 @@ class Scheduler(BaseScheduler):
         if self.stats is not None:
             self.stats.inc_value(key, count)
 
+
+
+def _forget_bloom_layers(frontier: Any) -> None:
+    """After a reset, a Bloom strategy's knowledge of the filter's layers is wrong (it only grows)."""
+    for part in getattr(frontier, "shards", None) or [frontier]:
+        dedup = getattr(part, "dedup", None)
+        if isinstance(dedup, BloomDedup):
+            dedup.known = {}

@@ -123,6 +123,7 @@ class ShardedFrontier:
         dedup: Any = "set",
         dedup_factory: Any = None,
         node_id: str | None = None,
+        epoch: int | str = "",
         **kwargs: Any,
     ) -> None:
         if shards < 2:
@@ -132,12 +133,13 @@ class ShardedFrontier:
         self.n = shards
         self.scripts = Scripts(client)
         # the crawl's own keys: nodes, control, start entries and their leases
-        self.base = Frontier(client, keys, dedup="none", node_id=node_id, scripts=self.scripts, **kwargs)
+        self.base = Frontier(client, keys, dedup="none", node_id=node_id, scripts=self.scripts, epoch=epoch,
+                             **kwargs)
         self.node_id = self.base.node_id
         self.shards = [
             Frontier(
                 client, keys.shard_keys(i, shards), node_id=self.node_id, scripts=self.scripts,
-                dedup=dedup_factory() if dedup_factory else dedup, **kwargs,
+                dedup=dedup_factory() if dedup_factory else dedup, epoch=epoch, **kwargs,
             )
             for i in range(shards)
         ]  # fmt: skip
@@ -147,6 +149,7 @@ class ShardedFrontier:
         self.next_ready_ms = -1
         self.start_entries = 0
         self.paused = False
+        self.run_state = ""
         self._rr = 0
         self._dry_until = [0.0] * shards
         self._shares_last: dict[int, int] = {}
@@ -155,6 +158,15 @@ class ShardedFrontier:
     @property
     def dedup(self) -> Any:
         return self.shards[0].dedup
+
+    @property
+    def epoch(self) -> str:
+        return self.base.epoch
+
+    @epoch.setter
+    def epoch(self, value: int | str) -> None:
+        for part in (self.base, *self.shards):
+            part.epoch = str(value)
 
     def part(self, index: int) -> Frontier:
         return self.base if index == BASE else self.shards[index]
@@ -337,10 +349,12 @@ class ShardedFrontier:
 
     # -- leases ------------------------------------------------------------------
     def heartbeat(
-        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None
+        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
+        counts: dict[str, int] | None = None,
     ) -> list[str]:
         groups = self._group_ids(lease_ids)
-        calls = [self.base.heartbeat_call(groups.get(BASE, ()), producing=producing, metrics=metrics)]
+        calls = [self.base.heartbeat_call(groups.get(BASE, ()), producing=producing, metrics=metrics,
+                                          counts=counts)]  # fmt: skip
         shards = [p for p in groups if p != BASE]
         calls += [self.shards[p].renew_call(groups[p]) for p in shards]
         results = self.scripts.run_many(calls)
@@ -349,7 +363,8 @@ class ShardedFrontier:
                 raise raw
         out = results[0]
         self.paused = self.base.paused = bool(int(out[1]))
-        lost = [_text(x) for x in out[2:]]
+        self.run_state = self.base.run_state = _text(out[2])
+        lost = [_text(x) for x in out[3:]]
         for p, raw in zip(shards, results[1:]):
             lost += [f"{p}.{_text(x)}" for x in raw]
         return lost
@@ -365,12 +380,13 @@ class ShardedFrontier:
 
     def heartbeat_and_reap(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
-        limit: int = 1000,
+        counts: dict[str, int] | None = None, limit: int = 1000,
     ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
         """:meth:`heartbeat` then :meth:`reap`, the calls of every shard sent together
         (a shard's renewal before its reap: same keys, same node, in call order)."""
         groups = self._group_ids(lease_ids)
-        calls = [self.base.heartbeat_call(groups.get(BASE, ()), producing=producing, metrics=metrics)]
+        calls = [self.base.heartbeat_call(groups.get(BASE, ()), producing=producing, metrics=metrics,
+                                          counts=counts)]  # fmt: skip
         shards = [p for p in groups if p != BASE]
         calls += [self.shards[p].renew_call(groups[p]) for p in shards]
         calls += [f.reap_call(limit) for f in (self.base, *self.shards)]
@@ -380,7 +396,8 @@ class ShardedFrontier:
                 raise raw
         out = results[0]
         self.paused = self.base.paused = bool(int(out[1]))
-        lost = [_text(x) for x in out[2:]]
+        self.run_state = self.base.run_state = _text(out[2])
+        lost = [_text(x) for x in out[3:]]
         for p, raw in zip(shards, results[1:1 + len(shards)]):
             lost += [f"{p}.{_text(x)}" for x in raw]
         reaped = results[1 + len(shards):]

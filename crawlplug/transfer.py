@@ -17,7 +17,7 @@ without it: a truncated file is never taken for a whole one)::
     {"type": "start", "entry": "https://example.com/"}          start_urls, in list order
     {"type": "dead", "letter": "<JSON header>\\n<payload>"}
     {"type": "seed", "id": "...", "spec": "{...}", "due": 1748779200000 | null}
-    {"type": "dconf" | "dstate" | "stats" | "crawlstats", "fields": [[field, value], ...]}
+    {"type": "dconf" | "dstate" | "stats" | "crawlstats" | "run" | "runs", "fields": [[field, value], ...]}
     {"type": "domain", "domain": "example.com", "next": <ms> | null}   the per-domain schedule
     {"type": "seen", "hex": ["<40 hex digits>", ...]}             set dedup, up to 1000 per line
     {"type": "seen_ttl", "entries": [["<hex>", <expiry ms>], ...]}  expiring dedup
@@ -72,6 +72,7 @@ from typing import IO, Any, TextIO
 
 import redis
 
+from . import runs
 from .errors import CrawlplugError
 from .frontier import Domains
 from .keys import CrawlKeys
@@ -91,8 +92,10 @@ _NOT_EXPORTED = ("nodes", "producers", "seedlock", "series", "items", "statnodes
 #: Every key name export_crawl reads (the rest of the crawl's keys are reported as not exported).
 _EXPORTED = (
     "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "seen_ttl", "dead", "stats",
-    "start_urls", "seeds", "seeds_due", "dq", "domains", "dstate", "dconf", "crawlstats", "bf",
+    "start_urls", "seeds", "seeds_due", "dq", "domains", "dstate", "dconf", "crawlstats", "bf", "run", "runs",
 )  # fmt: skip
+#: Keys that only mean something on the Redis they are on: the epoch (an import begins a new one).
+_LOCAL = ("epoch",)
 
 
 class TransferError(CrawlplugError):
@@ -182,7 +185,7 @@ def _crawl_key_names(client: redis.Redis, keys: CrawlKeys) -> list[str]:
 def _not_exported(names: list[str]) -> list[str]:
     out = set()
     for name in names:
-        if name in _EXPORTED or name == "bloom" or name.startswith("bloom:"):
+        if name in _EXPORTED or name in _LOCAL or name == "bloom" or name.startswith("bloom:"):
             continue
         out.add(f"{name.split(':', 1)[0]}:*" if name.startswith(("node:", "reply:")) else name)
     return sorted(out)
@@ -352,6 +355,9 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
             counts["domains"] += 1
     counts["stats"] += fields("stats", keys.stats)
     fields("crawlstats", keys.crawlstats)
+    if keys.shard is None:  # the crawl's runs (crawlplug.runs): the current one and the history
+        fields("run", keys.run, lambda f: f != b"epoch")
+        fields("runs", keys.runs)
 
     # dedup state
     for batch in _batches(client.sscan_iter(keys.seen, count=BATCH)):
@@ -511,7 +517,7 @@ def _check(record: Any, plan: _Plan) -> None:
         _dec(record.get("id"), "seed id")
         _dec(record.get("spec"), "seed spec")
         _number(record.get("due"), "due", finite=True, nullable=True)
-    elif kind in ("dconf", "stats", "crawlstats"):
+    elif kind in ("dconf", "stats", "crawlstats", "run", "runs"):
         _pairs(record, kind)
     elif kind == "dstate":
         for f, _ in _pairs(record, kind):
@@ -642,12 +648,7 @@ def _existing(client: redis.Redis, keys: CrawlKeys) -> str | None:
 
 
 def _purge(client: redis.Redis, keys: CrawlKeys) -> int:
-    deleted = open_frontier(client, keys).purge()
-    rest = [k for pattern in (keys.pattern(), keys.shards_pattern())  # what purge does not know of (bf)
-            for k in client.scan_iter(match=pattern, count=BATCH)]  # fmt: skip
-    for batch in _batches(rest):
-        deleted += int(client.delete(*batch))
-    return deleted
+    return runs.purge(client, keys)
 
 
 def _refuse_non_empty(client: redis.Redis, keys: CrawlKeys) -> None:
@@ -760,7 +761,7 @@ def _write(client: redis.Redis, keys: CrawlKeys, plan: _Plan, spool: IO[str]) ->
             if record.get("due") is not None:
                 pipe.zadd(cur.seeds_due, {sid: int(record["due"])})
             counts["seeds"] += 1
-        elif kind in ("dconf", "dstate", "stats", "crawlstats"):
+        elif kind in ("dconf", "dstate", "stats", "crawlstats", "run", "runs"):
             pairs = _pairs(record, kind)
             if pairs:
                 pipe.hset(cur.key(kind), mapping=dict(pairs))
@@ -801,6 +802,8 @@ def _write(client: redis.Redis, keys: CrawlKeys, plan: _Plan, spool: IO[str]) ->
     counts["bloom_keys"] = len(bloom_keys)
     for part, domains in plan.dq_domains.items():
         counts["domains"] += _schedule(client, part_keys(part), domains, schedule.get(part, {}))
+    # No new epoch is needed: the crawl was empty (no epoch, so no node on it), or --replace
+    # purged it (its epoch deleted: a node of the old state is refused at its next call)
     return counts
 
 

@@ -142,7 +142,10 @@ def test_sys_executable_has_scrapy():
 
 def test_a_node_with_another_bloom_sizing_refuses_to_join(shop, redis_url):
     bloom = ["-s", "DUPEFILTER_CLASS=crawlplug.dupefilters.RedisBloomDupeFilter", "-s", f"REDIS_URL={redis_url}",
-             "-a", f"base_url={shop.url}", "-s", "CRAWLPLUG_IDLE_CLOSE=0.5"]  # fmt: skip
+             "-a", f"base_url={shop.url}", "-s", "CRAWLPLUG_IDLE_CLOSE=0.5",
+             # the next run keeps the filter (a new run of a crawl that is not incremental starts
+             # with none, and may size it afresh)
+             "-s", "CRAWLPLUG_INCREMENTAL=True"]  # fmt: skip
     first = _run(["crawl", "shop", *bloom, "-s", "CRAWLPLUG_BLOOM_CAPACITY=1000"])
     assert first.returncode == 0, first.stderr[-2000:]
     second = _run(["crawl", "shop", *bloom, "-s", "CRAWLPLUG_BLOOM_CAPACITY=2000"])

@@ -10,6 +10,7 @@ import redis
 import scrapy
 from click.testing import CliRunner
 
+from crawlplug import runs
 from crawlplug.cli import main
 from crawlplug.frontier import Frontier
 from crawlplug.keys import CrawlKeys
@@ -179,6 +180,7 @@ def test_password_is_masked_in_status(tmp_path):
     try:
         redis.Redis(port=server.port).config_set("requirepass", "hunter2secret")
         url = f"redis://:hunter2secret@127.0.0.1:{server.port}/0"
+        runs.register(redis.Redis(port=server.port, password="hunter2secret"), CrawlKeys("x"))
         for args in (["status"], ["status", "--json"], ["dead", "list"], ["purge", "--yes"]):
             res = run(*args, "--redis-url", url, "--crawl", "x")
             assert res.exit_code == 0, res.output

@@ -19,7 +19,7 @@ import redis
 import scrapy
 from click.testing import CliRunner
 
-from crawlplug import starts
+from crawlplug import runs, starts
 from crawlplug.cli import main
 from crawlplug.frontier import Frontier
 from crawlplug.keys import CrawlKeys
@@ -203,10 +203,33 @@ def test_peek_shows_queued_requests_and_start_entries(redis_url, r):
     assert frontier.status()["queued"] == 3 and len(start_urls(r)) == 2
 
 
-def test_peek_empty_crawl(redis_url):
+def test_peek_empty_crawl(redis_url, r):
+    runs.register(r, KEYS)  # a crawl that exists (a node or `push` started it) with nothing queued
     res = cli(redis_url, "peek")
     assert res.exit_code == 0
     assert res.stdout.strip() == "crawl 'feedtest': 0 queued, 0 start entries waiting"
+
+
+def test_a_command_naming_an_unknown_crawl_says_so_and_lists_the_known_ones(redis_url, r):
+    runs.register(r, CrawlKeys("shop"))
+    Frontier(r, CrawlKeys("books")).push_starts(["http://example.com/"])  # from before the registry
+    res = cli(redis_url, "peek")
+    assert res.exit_code == 1
+    assert "no crawl 'feedtest' on this Redis; known crawls: 'books', 'shop'" in res.output
+    for args in (["dead", "list"], ["pause"], ["purge", "--yes"], ["dead", "requeue", "--all"]):
+        res = cli(redis_url, *args)
+        assert res.exit_code == 1 and "no crawl 'feedtest'" in res.output, (args, res.output)
+    assert r.llen(KEYS.start_urls) == 0 and not r.exists(KEYS.control), "nothing was written"
+    # status says so too, but a status probe is no error
+    res = cli(redis_url, "status")
+    assert res.exit_code == 0 and "Known crawls: 'books', 'shop'" in res.output, res.output
+    # a command that writes into a crawl that does not exist creates it, and says so
+    res = cli(redis_url, "push", "http://example.com/x")
+    assert res.exit_code == 0, res.output
+    assert "crawl 'feedtest' is new: created it" in res.stdout
+    assert "feedtest" in runs.known_crawls(r)
+    res = cli(redis_url, "push", "http://example.com/y")
+    assert "is new" not in res.stdout, "said once"
 
 
 # -- dead letters ------------------------------------------------------------------------

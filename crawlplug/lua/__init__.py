@@ -13,20 +13,30 @@ from typing import Any
 
 import redis
 
-NAMES = ("admit", "pop", "heartbeat", "renew", "reap", "release", "dead", "idle", "domainconf", "starts")
+from ..errors import StaleEpoch
+
+NAMES = (
+    "admit", "pop", "heartbeat", "renew", "reap", "release", "dead", "idle", "domainconf", "starts",
+    "join", "runstart", "finish",
+)  # fmt: skip
 
 #: Scripts that move requests in or out of the queue get the per-domain queue's
 #: functions (domains.lua) in front of their own text.
 WITH_DOMAINS = frozenset({"admit", "pop", "reap", "release", "dead", "domainconf"})
+
+#: Scripts a node sends on its own behalf start with the epoch guard (epoch.lua):
+#: their last key is the part's epoch key, their last argument the node's epoch.
+WITH_EPOCH = frozenset({"admit", "pop", "heartbeat", "renew", "release", "dead", "starts", "finish"})
 
 
 @cache
 def source(name: str) -> str:
     """The text of ``<name>.lua`` as sent to Redis."""
     text = files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    if name in WITH_DOMAINS:
-        prelude = files(__package__).joinpath("domains.lua").read_text(encoding="utf-8")
-        text = f"{prelude}\n-- ---- {name}.lua ----\n{text}"
+    for prelude, users in (("domains", WITH_DOMAINS), ("epoch", WITH_EPOCH)):
+        if name in users:
+            piece = files(__package__).joinpath(f"{prelude}.lua").read_text(encoding="utf-8")
+            text = f"{piece}\n-- ---- {name}.lua ----\n{text}"
     return text
 
 
@@ -60,6 +70,8 @@ class Scripts:
                     raise
                 for script in self._scripts.values():
                     script.sha = client.script_load(script.script)
+            except redis.exceptions.ResponseError as exc:
+                raise StaleEpoch.check(exc) from None
         raise AssertionError("unreachable")
 
     def run_many(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
@@ -102,7 +114,7 @@ class Scripts:
                 except (redis.exceptions.RedisError, *_cluster_errors()) as exc:
                     out = [exc] * len(todo)
                 for i, value in zip(todo, out):
-                    results[i] = value
+                    results[i] = StaleEpoch.check(value) if isinstance(value, Exception) else value
                 missing = [i for i, v in zip(todo, out) if isinstance(v, redis.exceptions.NoScriptError)]
                 if not missing or attempt == 2:
                     break
@@ -138,7 +150,7 @@ class Scripts:
                     try:
                         results[i] = conn.read_response()
                     except redis.exceptions.ResponseError as exc:  # this call failed; the next replies follow
-                        results[i] = exc
+                        results[i] = StaleEpoch.check(exc)
                     except redis.exceptions.RedisError as exc:  # the connection broke: no more replies
                         conn.disconnect()
                         for j in indexes[n:]:
@@ -151,9 +163,17 @@ class Scripts:
 
     def __getattr__(self, name: str) -> Any:
         try:
-            return self._scripts[name]
+            script = self._scripts[name]
         except KeyError:
             raise AttributeError(name) from None
+
+        def call(keys: list[Any], args: list[Any]) -> Any:
+            try:
+                return script(keys=keys, args=args)
+            except redis.exceptions.ResponseError as exc:
+                raise StaleEpoch.check(exc) from None
+
+        return call
 
 
 def _cluster_errors() -> tuple[type[Exception], ...]:

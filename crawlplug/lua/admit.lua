@@ -21,6 +21,7 @@
 --                     its hash of layer counts, then the bit strings of every
 --                     layer the caller knows (plus one spare layer for the
 --                     current filter), chunk by chunk
+-- KEYS[last] epoch     str   the part's epoch (epoch.lua)
 -- ARGV[1] dedup mode: "set", "ttl", "bloom", "bf" or "none" (every request admitted)
 -- ARGV[2] node id of the caller
 -- ARGV[3] mode parameter: "ttl": default time-to-live (ms); "bf": "<error
@@ -40,6 +41,7 @@
 -- payload (an empty payload only records the fingerprint: a dupefilter used
 -- on its own), domain ("" = the plain queue, else the per-domain queue). The dedup key is the raw fingerprint ("set"), "<ttl ms>:<raw
 -- fingerprint>" ("ttl", ttl "" = default) or "<h1>,<h2>,<h3>" ("bloom").
+-- ARGV[last] the caller's epoch (epoch.lua)
 -- Returns {flags, acked, stale, state} (acked: requests, start entries not counted): flags has one char per request, "1"
 -- admitted, "0" filtered as a duplicate; stale counts acks of leases this
 -- node no longer held; state is, for mode "bloom", the layer count of each
@@ -58,6 +60,7 @@ local acks_at = 5 -- ARGV[acks_at]: the number of acks (A)
 local nacks = tonumber(ARGV[acks_at])
 dq_keys(9)
 
+do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 -- A replay of the caller's last call: answer what it answered, change nothing.
 local reply_key = KEYS[14]
 if call ~= "" then
@@ -94,7 +97,7 @@ pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before
 -- A script is not rolled back when a command in it fails: a crawl key of the wrong
 -- type (written by hand) would fail the store of a request after its fingerprint
 -- was recorded, and the request would be lost. Refuse the whole call first.
-if #ARGV > acks_at + 1 + nacks + 2 * tonumber(ARGV[acks_at + 1 + nacks]) then
+if NARGV > acks_at + 1 + nacks + 2 * tonumber(ARGV[acks_at + 1 + nacks]) then
   local expected = {{queue, "zset"}, {requests, "hash"}, {seq, "string"}, {D.dq, "zset"}}
   if mode == "set" then expected[#expected + 1] = {seen, "set"} end
   if mode == "ttl" then expected[#expected + 1] = {seen, "zset"} end
@@ -267,7 +270,7 @@ local nevents = tonumber(ARGV[acks_at + 1 + nacks])
 local i = acks_at + 2 + nacks + 2 * nevents
 local partial = false
 local dq_now
-while i + 3 <= #ARGV do
+while i + 3 <= NARGV do
   local dkey, score, payload, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local new = 1
   if dkey ~= "" then

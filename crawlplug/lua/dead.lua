@@ -8,15 +8,18 @@
 -- KEYS[5] dead        list  dead letters: JSON header, "\n", payload
 -- KEYS[6] stats       hash  crawl-wide counters
 -- KEYS[7..10]         the per-domain queue: dq, domains, dstate, dconf
+-- KEYS[11] epoch      str   the part's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] request id
 -- ARGV[3] JSON header (id, reason, node, ...), one line
+-- ARGV[4] the caller's epoch (epoch.lua)
 -- Returns 1 if the request was moved, 0 if this node no longer held it.
 
 local leases, leased, requests, deliveries, dead, stats =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local node, id, header = ARGV[1], ARGV[2], ARGV[3]
 dq_keys(7)
+do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local info = redis.call("HGET", leased, id)
 if not info or string.sub(info, 1, #node + 1) ~= node .. "|" then

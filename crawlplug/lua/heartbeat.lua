@@ -1,4 +1,5 @@
--- heartbeat.lua: mark a node alive, publish its metrics, renew its leases.
+-- heartbeat.lua: mark a node alive, publish its metrics, add its counts to
+-- the run's counters, renew its leases, and tell it the state of the run.
 --
 -- KEYS[1] nodes       zset  node id -> heartbeat deadline (ms)
 -- KEYS[2] leases      zset  request id -> lease deadline (ms)
@@ -6,20 +7,34 @@
 -- KEYS[4] node        hash  this node's metrics
 -- KEYS[5] producers   zset  node id -> deadline, nodes still reading start requests
 -- KEYS[6] control     hash  crawl-wide switches set by operators ("paused")
+-- KEYS[7] stats       hash  the run's counters
+-- KEYS[8] run         hash  the current run (join.lua)
+-- KEYS[9] epoch       str   the crawl's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] lease duration (ms)
 -- ARGV[3] node time-to-live (ms) without a heartbeat
 -- ARGV[4] "1" if this node is still producing start requests, else "0"
 -- ARGV[5] M = number of metric field/value pairs, then 2*M arguments
+-- then C = number of counters, then C pairs (counter, integer to add to the
+-- run's counter: the node's items and errors since its last heartbeat)
 -- then the ids of the leases this node believes it holds
--- Returns {now_ms, paused, lost ids...}: paused is 1 while an operator has
--- paused the crawl; the ids are those this node no longer holds (reaped
--- after it stalled past the lease timeout); it must not ack or release them.
+-- and last the node's epoch (epoch.lua)
+-- Returns {now_ms, paused, run state, lost ids...}: paused is 1 while an
+-- operator has paused the crawl; the run state is join.lua's ("" without a
+-- run); the ids are those this node no longer holds (reaped after it stalled
+-- past the lease timeout); it must not ack or release them.
 
 local nodes, leases, leased, nodekey, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local node, lease_ms, ttl_ms, producing = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local m = tonumber(ARGV[5])
+local c = tonumber(ARGV[6 + 2 * m])
 
+do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
+for j = 7 + 2 * m, 6 + 2 * m + 2 * c, 2 do
+  if not string.match(ARGV[j + 1], "^-?%d+$") then
+    return redis.error_reply("heartbeat.lua: counter " .. ARGV[j] .. " needs an integer, got " .. ARGV[j + 1])
+  end
+end
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -35,10 +50,13 @@ for j = 6, 5 + 2 * m, 2 do
   redis.call("HSET", nodekey, ARGV[j], ARGV[j + 1])
 end
 redis.call("PEXPIRE", nodekey, ttl_ms * 10)
+for j = 7 + 2 * m, 6 + 2 * m + 2 * c, 2 do
+  if ARGV[j + 1] ~= "0" then redis.call("HINCRBY", KEYS[7], ARGV[j], ARGV[j + 1]) end
+end
 
-local out = {now, redis.call("HEXISTS", KEYS[6], "paused")}
+local out = {now, redis.call("HEXISTS", KEYS[6], "paused"), redis.call("HGET", KEYS[8], "state") or ""}
 local prefix = node .. "|"
-for j = 6 + 2 * m, #ARGV do
+for j = 7 + 2 * m + 2 * c, NARGV do
   local id = ARGV[j]
   local info = redis.call("HGET", leased, id)
   if info and string.sub(info, 1, #prefix) == prefix then

@@ -8,11 +8,13 @@
 -- KEYS[6] stats       hash  crawl-wide counters
 -- KEYS[7..10]         the per-domain queue: dq, domains, dstate, dconf
 --                     (see domains.lua)
+-- KEYS[11] epoch      str   the part's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] N, most requests to lease
 -- ARGV[3] lease duration (ms)
 -- ARGV[4] "min" (lowest score first), "max" (highest score first) or
 --         "domain" (the per-domain queue: ready domains, earliest first)
+-- ARGV[5] the caller's epoch (epoch.lua)
 -- Returns a flat list {id, payload, deliveries, id, payload, deliveries, ...};
 -- order "domain" returns four elements per request, the fourth saying what
 -- the node must report on it (admit.lua events): "s" when sent (its domain
@@ -27,6 +29,7 @@ local queue, requests, leases, leased, deliveries, stats =
 local node, n, lease_ms, order = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 dq_keys(7)
 
+do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local now = redis_now_ms()
 local deadline = now + lease_ms

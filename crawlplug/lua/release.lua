@@ -11,20 +11,22 @@
 -- KEYS[6..9]          the per-domain queue: dq, domains, dstate, dconf
 -- KEYS[10] requests   hash  request id -> payload
 -- KEYS[11] start_urls list  a start entry's lease (score "start") returns here
+-- KEYS[12] epoch      str   the part's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] "1" if the requests were never started (undo the delivery count)
--- ARGV[3..] lease ids
+-- ARGV[3..] lease ids, and last the caller's epoch (epoch.lua)
 -- Returns the number of requests put back.
 
 local leases, leased, queue, deliveries, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local node, unstarted = ARGV[1], ARGV[2] == "1"
 local prefix = node .. "|"
 dq_keys(6)
+do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local now = redis_now_ms()
 local released = 0
 local returned = {}
-for j = 3, #ARGV do
+for j = 3, NARGV do
   local id = ARGV[j]
   local info = redis.call("HGET", leased, id)
   if info and string.sub(info, 1, #prefix) == prefix then

@@ -3,21 +3,24 @@
 --
 -- KEYS[1] leases  zset  request id -> lease deadline (ms)
 -- KEYS[2] leased  hash  request id -> "node|score|deliveries[|domain]"
+-- KEYS[3] epoch   str   the part's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] lease duration (ms)
--- then the ids of the leases this node believes it holds in this shard
+-- then the ids of the leases this node believes it holds in this shard,
+-- and last the caller's epoch (epoch.lua)
 -- Returns the ids it no longer holds (reaped after it stalled).
 
 local leases, leased = KEYS[1], KEYS[2]
 local node, lease_ms = ARGV[1], tonumber(ARGV[2])
 
+do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local lost = {}
 local prefix = node .. "|"
-for j = 3, #ARGV do
+for j = 3, NARGV do
   local id = ARGV[j]
   local info = redis.call("HGET", leased, id)
   if info and string.sub(info, 1, #prefix) == prefix then

@@ -12,15 +12,18 @@
 -- KEYS[5] leases      zset  request id -> lease deadline (ms)
 -- KEYS[6] leased      hash  request id -> "node|start|deliveries"
 -- KEYS[7] stats       hash  crawl-wide counters
+-- KEYS[8] epoch       str   the crawl's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] N, most entries to take
 -- ARGV[3] lease duration (ms)
+-- ARGV[4] the caller's epoch (epoch.lua)
 -- Returns {id, entry, id, entry, ...}.
 
 local starts, legacy, requests, seq, leases, leased, stats =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local node, n, lease_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
+do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (SPOP, TIME before writes)
 local entries = redis.call("LRANGE", starts, 0, n - 1)
 if #entries > 0 then redis.call("LTRIM", starts, #entries, -1) end

@@ -1,0 +1,116 @@
+"""``crawlplug crawls``: every crawl on a Redis, and the runs of one.
+
+    crawlplug crawls [--json]              # name, run and state, queued, done, nodes, last activity
+    crawlplug crawls show CRAWL [--json]   # its runs: started, ended, reason, pages, items, errors
+
+Thin commands over :mod:`crawlplug.runs`; registered on ``crawlplug.cli.main``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from . import runs
+from .cli import (
+    _connect,
+    _fail,
+    _friendly_errors,
+    _options,
+    _shared_options,
+    _when,
+    main,
+)
+from .errors import ConfigError
+from .keys import CrawlKeys
+
+
+def _ago(ms: int | None, now_ms: int) -> str:
+    if ms is None:
+        return "-"
+    seconds = max(0, (now_ms - ms) // 1000)
+    if seconds < 120:
+        return f"{seconds}s ago"
+    if seconds < 7200:
+        return f"{seconds // 60}m ago"
+    if seconds < 172800:
+        return f"{seconds // 3600}h ago"
+    return f"{seconds // 86400}d ago"
+
+
+@main.group(invoke_without_command=True)
+@_shared_options(envvar=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.pass_context
+@_friendly_errors
+def crawls(ctx: click.Context, redis_url: str | None, crawl: str | None, as_json: bool) -> None:
+    """Every crawl on this Redis: its current run and state, queued, done, live nodes, last activity.
+
+    A crawl is listed once a node or `crawlplug push` started it (the crawl
+    registry), and so are crawls made before the registry existed (found by a
+    scan, on every primary of a cluster). `crawlplug crawls show CRAWL` lists
+    the runs of one. States: running, interrupted (work left, no live node),
+    finished, limit, stopped, starting.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    opts = _options(redis_url, None)
+    target = _connect(opts)
+    rows = runs.crawl_rows(target.client)
+    if as_json:
+        click.echo(json.dumps({"redis": target.safe_url, "crawls": rows}, indent=2))
+        return
+    click.echo(f"{len(rows)} crawl{'s' if len(rows) != 1 else ''} on {target.safe_url}")
+    if not rows:
+        click.echo("  (none yet: a node of a spider, or `crawlplug push --crawl NAME URL`, starts one)")
+        return
+    sec, usec = target.client.time()
+    now = sec * 1000 + usec // 1000
+    width = max(len(r["crawl"]) for r in rows)
+    click.echo(f"  {'crawl'.ljust(width)}  {'run':>4}  {'state':<11}  {'queued':>8}  {'in flight':>9}  "
+               f"{'done':>8}  {'nodes':>5}  last activity")  # fmt: skip
+    for r in rows:
+        queued = r["queued"] + r["start_entries"]
+        click.echo(f"  {r['crawl'].ljust(width)}  {r['run'] if r['run'] is not None else '-':>4}  "
+                   f"{r['state']:<11}  {queued:>8}  {r['in_flight']:>9}  {r['done']:>8}  {r['live_nodes']:>5}  "
+                   f"{_ago(r['last_activity'], now)}")  # fmt: skip
+
+
+def _show_row(run: dict[str, Any]) -> str:
+    parts = [f"run {run.get('id')}", str(run.get("state", "?"))]
+    if run.get("reason") and run.get("reason") != run.get("state"):
+        parts.append(f"({run['reason']})")
+    parts.append(f"started {_when(run.get('started'))}")
+    parts.append(f"ended {_when(run.get('ended'))}" if run.get("ended") else "not ended")
+    for name in ("pages", "items", "errors", "dead"):
+        if name in run:
+            parts.append(f"{name} {run[name]}")
+    return "  ".join(parts)
+
+
+@crawls.command("show")
+@_shared_options(envvar=False)
+@click.argument("name", metavar="CRAWL", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@_friendly_errors
+def crawls_show(redis_url: str | None, crawl: str | None, name: str | None, as_json: bool) -> None:
+    """The runs of CRAWL, oldest first: state, reason, started, ended, pages, items, errors."""
+    opts = _options(redis_url, name or crawl)
+    if not opts.crawl:
+        _fail("which crawl? `crawlplug crawls show CRAWL` (`crawlplug crawls` lists them)")
+    try:
+        keys = CrawlKeys(opts.crawl)
+    except ConfigError as exc:
+        _fail(str(exc))
+    target = _connect(opts)
+    history = runs.history(target.client, keys)
+    current = runs.view(target.client, keys)
+    if as_json:
+        click.echo(json.dumps({"crawl": keys.crawl, "current": current.as_dict(), "runs": history}, indent=2))
+        return
+    click.echo(f"crawl {keys.crawl!r} on {target.safe_url}: "
+               + (f"run {current.id} {current.state}" if current.id is not None else "no run recorded"))
+    for run in history:
+        click.echo(f"  {_show_row(run)}")

@@ -1,0 +1,57 @@
+-- finish.lua: record the end of a run at the moment a node finds the whole
+-- crawl done: the same step that lets every node close with "finished". A
+-- node that started meanwhile is a producer (join.lua registers it so,
+-- atomically), so the run does not end under it: it goes on in that run.
+--
+-- KEYS[1] run         hash  the current run (see join.lua)
+-- KEYS[2] runs        hash  run id -> JSON summary of each ended run
+-- KEYS[3] producers   zset  node id -> deadline, nodes still reading start requests
+-- KEYS[4] queue       zset  } the crawl's own queue, per-domain queue, leases
+-- KEYS[5] dq          zset  } and start entries (a sharded crawl's shards are
+-- KEYS[6] leases      zset  } checked by the caller just before: new work in
+-- KEYS[7] start_urls  list  } a shard needs a producer or a lease)
+-- KEYS[8] epoch       str   the crawl's epoch
+-- ARGV[1] node id
+-- ARGV[2] run id the node is in
+-- ARGV[3] reason recorded ("finished")
+-- ARGV[4] the run's totals as JSON (pages, enqueued, filtered, dead, ...: the
+--         node reads them over every part; nothing moves when the crawl is done)
+-- ARGV[5] the node's epoch (epoch.lua)
+-- Returns {"finished", ended ms} when recorded (by this call or an earlier
+-- one), {"busy"} when work or a producer appeared, or {state} when the run
+-- ended otherwise (a limit, an operator) or is no longer the current one ({"gone"}).
+
+local run_key, runs_key, producers = KEYS[1], KEYS[2], KEYS[3]
+local node, id, reason, totals = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+do local stale = epoch_guard() if stale then return stale end end
+pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
+local ok, summary = pcall(cjson.decode, totals)
+if not ok or type(summary) ~= "table" then
+  return redis.error_reply("finish.lua: the totals are not a JSON object")
+end
+local run = redis.call("HMGET", run_key, "id", "state", "ended", "started", "incremental", "epoch")
+if run[1] ~= id then return {"gone"} end
+if run[2] == "finished" then return {"finished", tonumber(run[3])} end
+if run[2] ~= "running" then return {run[2] or "gone"} end
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local work = redis.call("ZCARD", KEYS[4]) + redis.call("ZCARD", KEYS[5]) + redis.call("ZCARD", KEYS[6])
+  + redis.call("LLEN", KEYS[7])
+local others = redis.call("ZCOUNT", producers, "(" .. now, "+inf")
+local mine = redis.call("ZSCORE", producers, node)
+if mine and tonumber(mine) > now then others = others - 1 end -- the caller is done producing
+if work > 0 or others > 0 then return {"busy"} end
+
+redis.call("ZREM", producers, node)
+redis.call("HSET", run_key, "state", "finished", "ended", now, "reason", reason, "by", node)
+summary.id = tonumber(id)
+summary.state = "finished"
+summary.reason = reason
+summary.started = tonumber(run[4])
+summary.ended = now
+summary.by = node
+summary.epoch = tonumber(run[6])
+summary.incremental = run[5] == "1"
+redis.call("HSET", runs_key, id, cjson.encode(summary))
+return {"finished", now}

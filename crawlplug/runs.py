@@ -1,0 +1,523 @@
+"""Crawl runs: a crawl is crawled in runs, and every node knows which one it is in.
+
+A crawl (named after the spider unless ``CRAWLPLUG_CRAWL_ID`` says otherwise)
+has one current run, kept in its ``run`` hash, and the history of the runs
+before it in ``runs``. A run is
+
+* ``running``: nodes crawl it; shown as **interrupted** when no node is live
+  while work is queued or leased (a crash, or every node stopped);
+* ``finished``: recorded by ``lua/finish.lua`` at the moment a node finds the
+  whole crawl done, the same step that lets every node close with
+  ``finished`` (never inferred later from an empty queue);
+* ``limit`` / ``stopped``: ended by a crawl-wide limit or by an operator; such
+  a run stays ended until an operator continues it or starts a new one.
+
+A node that starts (:func:`join`, ``lua/join.lua``, atomic) joins the running
+run, resumes an interrupted one, or begins the next run after a finished one:
+the next run starts without the last one's fingerprints (unless the crawl is
+incremental, ``CRAWLPLUG_INCREMENTAL``), counters, Scrapy stats and queue
+state; its dead letters are kept under the old run (``dead:<run>``). Items
+already exported, domain limits, seeds, site definitions, the per-10 s series
+and the history of runs stay.
+
+Every part of a crawl (its own keys, and each shard's) holds an ``epoch``, a
+random token: a new one is drawn when a run begins and when the crawl is reset
+(``crawlplug purge``, ``CRAWLPLUG_FLUSH_ON_START``, ``crawlplug import``).
+Every script a node sends carries the epoch it joined, and a script of another
+epoch refuses the call whole (``lua/epoch.lua``): a live node of the old state
+learns so at its next call, drops its caches and in-flight work, and joins
+again (the Scheduler's ``_rejoin``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from .errors import ConfigError, RunEnded
+from .keys import CrawlKeys
+from .lua import Scripts
+
+logger = logging.getLogger(__name__)
+
+#: How long a node beginning a run may take to clear the last one before another takes over (ms).
+BEGIN_GRACE_MS = 30_000
+
+#: Key names (after a part's ``<tag>:``) a new run starts without: the queue state, the
+#: run's counters and stats, error samples, node records. Everything not named here
+#: or in DEDUP_NAMES is kept: seq, meta, dconf, seeds, control, series, items, run,
+#: runs, epoch, dead letters of earlier runs, start entries waiting.
+RUN_STATE_NAMES = frozenset({
+    "queue", "requests", "leases", "leased", "deliveries", "dq", "domains", "dstate",
+    "stats", "errors", "crawlstats", "statnodes", "producers", "graveyard",
+})  # fmt: skip
+#: Dedup state, kept across runs only by an incremental crawl.
+DEDUP_NAMES = frozenset({"seen", "seen_ttl", "bf", "bloom"})
+#: Name prefixes of dedup state (Bloom layers and generations, scrapy-redis's fingerprint copy).
+DEDUP_PREFIXES = ("bloom:", "seen:")
+#: Name prefixes of per-node records (live metrics, Scrapy stats), of the run that ends.
+NODE_PREFIX = "node:"
+
+
+def registry_key(prefix: str = "crawlplug") -> str:
+    """The hash naming every crawl started on this Redis: crawl -> JSON {created (ms)}."""
+    return f"{prefix}:crawls"
+
+
+@dataclass
+class Joined:
+    """What :func:`join` did."""
+
+    action: str  #: "join", "resume" (an interrupted run) or "new" (this node began the run)
+    run: int
+    epoch: str
+    live_nodes: int = 0  #: other live nodes when it joined
+    previous: dict[str, Any] | None = None  #: the run the new one follows (action "new")
+    cleared: bool = False  #: fingerprints cleared when the run began (not incremental)
+    incremental: bool = False
+    waited: float = 0.0  #: seconds spent waiting for another node to begin the run
+
+
+@dataclass
+class RunView:
+    """A crawl's current run as operators see it."""
+
+    id: int | None
+    state: str  #: running, interrupted, finished, limit, stopped, starting, or "none"
+    started: int | None = None
+    ended: int | None = None
+    reason: str | None = None
+    by: str | None = None
+    epoch: str = ""
+    incremental: bool = False
+    raw: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "state": self.state, "started": self.started, "ended": self.ended,
+                "reason": self.reason, "by": self.by, "epoch": self.epoch, "incremental": self.incremental}  # fmt: skip
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _now_ms(client: redis.Redis) -> int:
+    sec, usec = client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def part_keys(client: redis.Redis, keys: CrawlKeys) -> list[CrawlKeys]:
+    """The crawl's own keys, then each shard's (crawlplug.shards)."""
+    from .shards import parts
+
+    return parts(client, keys)
+
+
+# -- joining ------------------------------------------------------------------
+
+
+def _shard_work(client: redis.Redis, parts: Sequence[CrawlKeys]) -> int:
+    """Requests queued or leased in the shards (parts after the first)."""
+    if len(parts) < 2:
+        return 0
+    pipe = client.pipeline(transaction=False)
+    for k in parts[1:]:
+        pipe.zcard(k.queue)
+        pipe.zcard(k.dq)
+        pipe.zcard(k.leases)
+    return sum(int(x) for x in pipe.execute())
+
+
+def _holds_state(client: redis.Redis, parts: Sequence[CrawlKeys]) -> bool:
+    """Whether any part holds fingerprints or counters (a crawl that ran before runs were recorded)."""
+    pipe = client.pipeline(transaction=False)
+    for k in parts:
+        for name in ("seen", "seen_ttl", "bloom", "bf", "stats"):
+            pipe.exists(k.key(name))
+    return any(pipe.execute())
+
+
+def join(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    *,
+    node_id: str,
+    ttl_ms: int,
+    want: str = "auto",
+    incremental: bool = False,
+    worker: bool = False,
+    timeout: float = 120.0,
+    scripts: Scripts | None = None,
+) -> Joined:
+    """Join the crawl's run as node ``node_id``, resume it, or begin the next one.
+
+    ``want="new"`` begins a new run whatever the state (CRAWLPLUG_FLUSH_ON_START:
+    the queue goes too). Raises :class:`~crawlplug.errors.RunEnded` when the run
+    ended by a limit or an operator. Registers the crawl in the Redis's crawl
+    registry. Waits (up to ``timeout`` s) while another node begins a run.
+    """
+    scripts = scripts or Scripts(client)
+    k = keys
+    started = time.monotonic()
+    begin_as = want
+    while True:
+        parts = part_keys(client, keys)
+        raw = scripts.join(
+            keys=[k.run, k.runs, k.epoch, k.nodes, k.producers, k.queue, k.dq, k.leases, k.start_urls],
+            args=[node_id, ttl_ms, begin_as, "1" if incremental else "0", BEGIN_GRACE_MS, "1" if worker else "0",
+                  _shard_work(client, parts), "1" if _holds_state(client, parts) else "0", new_token()],
+        )  # fmt: skip
+        action, run_id, epoch, detail = _text(raw[0]), int(raw[1]), _text(raw[2]), raw[4]
+        if action in ("join", "resume"):
+            _adopt_epoch(client, parts, epoch)
+            register(client, keys)
+            return Joined(action, run_id, epoch, live_nodes=int(detail), incremental=incremental,
+                          waited=time.monotonic() - started)  # fmt: skip
+        if action == "ended":
+            raise RunEnded(ended_message(keys, run_id, _text(raw[3]), _summary(detail)), _text(raw[3]))
+        if action == "wait":
+            if time.monotonic() - started > timeout:
+                raise ConfigError(
+                    f"crawl {keys.crawl!r}: node {_text(detail)} has been beginning run {run_id} for "
+                    f"{timeout:.0f}s; try again, or reset the crawl (`crawlplug purge`)"
+                )
+            time.sleep(0.2)
+            continue
+        # "begin": this node clears what the last run left behind, then the run runs
+        previous = _summary(detail)
+        cleared = begin(client, keys, parts, epoch=epoch, previous=previous, incremental=incremental,
+                        flush=begin_as == "new")  # fmt: skip
+        started_raw = scripts.runstart(keys=[k.run, k.nodes, k.producers], args=[node_id, epoch, ttl_ms])
+        if _text(started_raw[0]) != "running":
+            begin_as = "auto"  # another node took the beginning over, or the crawl was reset: again
+            continue
+        register(client, keys)
+        return Joined("new", run_id, epoch, previous=previous, cleared=cleared, incremental=incremental,
+                      waited=time.monotonic() - started)  # fmt: skip
+
+
+def new_token() -> str:
+    """A new epoch: random, so that no reset can bring back one a live node still holds."""
+    return secrets.token_hex(8)
+
+
+def _adopt_epoch(client: redis.Redis, parts: Sequence[CrawlKeys], epoch: str) -> None:
+    """Shards of a run that began without runs (adopted, migrated, imported) get its epoch;
+    never over another one (a run begun meanwhile set its own)."""
+    if len(parts) < 2:
+        return
+    pipe = client.pipeline(transaction=False)
+    for part in parts[1:]:
+        pipe.set(part.epoch, epoch, nx=True)
+    pipe.execute()
+
+
+def _summary(detail: Any) -> dict[str, Any] | None:
+    text = _text(detail) if detail is not None else ""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"raw": text}
+    return value if isinstance(value, dict) else None
+
+
+def begin(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    parts: Sequence[CrawlKeys],
+    *,
+    epoch: str,
+    previous: dict[str, Any] | None,
+    incremental: bool,
+    flush: bool = False,
+) -> bool:
+    """Clear what the last run leaves behind, in every part; idempotent (a node that
+    takes a stalled beginning over does it again). Returns whether fingerprints were
+    cleared. The shards get the new epoch first, so a node of the old state can write
+    nothing there any more; the crawl's own epoch was set by join.lua."""
+    pipe = client.pipeline(transaction=False)
+    for part in parts[1:]:
+        pipe.set(part.epoch, epoch)
+    if parts[1:]:
+        pipe.execute()
+    if previous is not None and flush and "pages" not in previous:
+        # a run cut short by CRAWLPLUG_FLUSH_ON_START: record what it had done
+        previous.update(totals(client, parts))
+        client.hset(keys.runs, str(previous.get("id")), json.dumps(previous, separators=(",", ":")))
+    prev_id = previous.get("id") if previous else None
+    clear_dedup = not incremental
+    for part in parts:
+        doomed: list[str] = []
+        dead_to: str | None = None
+        for raw in client.scan_iter(match=part.pattern(), count=1000):
+            key = _text(raw)
+            name = key[len(part.tag) + 1:]
+            run_state = name in RUN_STATE_NAMES or name.startswith(NODE_PREFIX)
+            dedup = name in DEDUP_NAMES or name.startswith(DEDUP_PREFIXES)
+            if run_state or (clear_dedup and dedup):
+                doomed.append(key)
+            elif name == "dead" and isinstance(prev_id, int) and prev_id > 0:
+                dead_to = part.key(f"dead:{prev_id}")
+        if dead_to is not None:
+            _keep_dead(client, part.dead, dead_to)
+        for i in range(0, len(doomed), 500):
+            client.unlink(*doomed[i:i + 500])
+    return clear_dedup
+
+
+def _keep_dead(client: redis.Redis, source: str, target: str) -> None:
+    """The run's dead letters under ``dead:<run>`` (appended if a retried beginning moved some)."""
+    if client.renamenx(source, target):
+        return
+    letters = client.lrange(source, 0, -1)
+    pipe = client.pipeline(transaction=True)
+    if letters:
+        pipe.rpush(target, *letters)
+    pipe.delete(source)
+    pipe.execute()
+
+
+def totals(client: redis.Redis, parts: Sequence[CrawlKeys]) -> dict[str, int]:
+    """The run's counters summed over every part: pages (acknowledged), enqueued,
+    filtered, redelivered, dead, items and errors (reported by the nodes)."""
+    pipe = client.pipeline(transaction=False)
+    for k in parts:
+        pipe.hgetall(k.stats)
+        pipe.llen(k.dead)
+    raw = pipe.execute()
+    out = {"pages": 0, "enqueued": 0, "filtered": 0, "redelivered": 0, "dead": 0, "items": 0, "errors": 0}
+    for i in range(0, len(raw), 2):
+        stats = {_text(a): int(b) for a, b in raw[i].items() if _text(b).lstrip("-").isdigit()}
+        out["pages"] += stats.get("acked", 0)
+        for name in ("enqueued", "filtered", "redelivered", "items", "errors"):
+            out[name] += stats.get(name, 0)
+        out["dead"] += int(raw[i + 1])
+    return out
+
+
+# -- finishing ------------------------------------------------------------------
+
+
+def finish(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    *,
+    node_id: str,
+    run_id: int,
+    epoch: int | str,
+    reason: str = "finished",
+    scripts: Scripts | None = None,
+) -> tuple[str, int | None]:
+    """Record the run as finished if the crawl is done: ("finished", ended ms), ("busy", None)
+    when work or a producer appeared, or (state, None) when it ended otherwise."""
+    scripts = scripts or Scripts(client)
+    k = keys
+    summary = totals(client, part_keys(client, keys))
+    raw = scripts.finish(
+        keys=[k.run, k.runs, k.producers, k.queue, k.dq, k.leases, k.start_urls, k.epoch],
+        args=[node_id, run_id, reason, json.dumps(summary, separators=(",", ":")), str(epoch)],
+    )
+    state = _text(raw[0])
+    return state, (int(raw[1]) if len(raw) > 1 else None)
+
+
+# -- reading --------------------------------------------------------------------
+
+
+def record(client: redis.Redis, keys: CrawlKeys) -> dict[str, str]:
+    return {_text(a): _text(b) for a, b in client.hgetall(keys.run).items()}
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def view(client: redis.Redis, keys: CrawlKeys, *, live_nodes: int | None = None, work: int | None = None) -> RunView:
+    """The current run, with ``interrupted`` derived: running, no live node, work left."""
+    raw = record(client, keys)
+    if not raw:
+        return RunView(None, "none", raw=raw)
+    state = raw.get("state", "?")
+    if state == "running":
+        if live_nodes is None:
+            live_nodes = int(client.zcount(keys.nodes, f"({_now_ms(client)}", "+inf"))
+        if work is None:
+            work = _work(client, part_keys(client, keys))
+        if live_nodes == 0 and work > 0:
+            state = "interrupted"
+    return RunView(
+        _int(raw.get("id")), state, _int(raw.get("started")), _int(raw.get("ended")), raw.get("reason"),
+        raw.get("by"), raw.get("epoch", ""), raw.get("incremental") == "1", raw,
+    )  # fmt: skip
+
+
+def _work(client: redis.Redis, parts: Sequence[CrawlKeys]) -> int:
+    pipe = client.pipeline(transaction=False)
+    for k in parts:
+        pipe.zcard(k.queue)
+        pipe.zcard(k.dq)
+        pipe.zcard(k.leases)
+    pipe.llen(parts[0].start_urls)
+    return sum(int(x) for x in pipe.execute())
+
+
+def history(client: redis.Redis, keys: CrawlKeys) -> list[dict[str, Any]]:
+    """Every run, oldest first: the ended ones from ``runs``, then the current one if it
+    has not ended (with its totals so far)."""
+    out: list[dict[str, Any]] = []
+    for raw_id, raw in client.hgetall(keys.runs).items():
+        summary = _summary(raw) or {}
+        summary.setdefault("id", _int(_text(raw_id)))
+        out.append(summary)
+    out.sort(key=lambda s: s.get("id") or 0)
+    current = view(client, keys)
+    if current.id is not None and not any(s.get("id") == current.id for s in out):
+        row = current.as_dict()
+        row.update(totals(client, part_keys(client, keys)))
+        out.append(row)
+    return out
+
+
+def ended_message(keys: CrawlKeys, run_id: int, state: str, summary: dict[str, Any] | None) -> str:
+    by = (summary or {}).get("by")
+    when = (summary or {}).get("ended")
+    said = {"limit": "ended by a limit", "stopped": "stopped by an operator"}.get(state, state)
+    extra = f" ({summary.get('reason')})" if summary and summary.get("reason") else ""
+    who = f" by {by}" if by else ""
+    at = f" at {format_ms(when)}" if isinstance(when, int) else ""
+    return (f"run {run_id} of crawl {keys.crawl!r} was {said}{extra}{who}{at}; it stays so until an "
+            "operator continues it or starts a new run")  # fmt: skip
+
+
+def format_ms(ms: int | None) -> str:
+    if ms is None:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+# -- resets ------------------------------------------------------------------------
+
+
+def purge(client: redis.Redis, keys: CrawlKeys) -> int:
+    """Delete every key of the crawl: every part, its runs and their history, its epoch.
+    A live node of it holds an epoch no script finds any more: it is refused at its next
+    call and joins the crawl afresh. Returns how many keys were deleted."""
+    # the epochs first: from this moment no node of the old state writes anything
+    deleted = int(client.unlink(*[k.epoch for k in part_keys(client, keys)]))
+    names = [
+        _text(x) for pattern in (keys.pattern(), keys.shards_pattern())
+        for x in client.scan_iter(match=pattern, count=1000)
+    ]  # fmt: skip
+    for i in range(0, len(names), 500):
+        deleted += int(client.unlink(*names[i:i + 500]))
+    client.hdel(registry_key(keys.prefix), keys.crawl)
+    return deleted
+
+
+def new_epoch(client: redis.Redis, keys: CrawlKeys) -> str:
+    """A new epoch in every part (after ``crawlplug import`` wrote a new state): live
+    nodes of the old one are refused at their next call. Returns it."""
+    epoch = new_token()
+    pipe = client.pipeline(transaction=False)
+    pipe.set(keys.epoch, epoch)
+    for part in part_keys(client, keys)[1:]:
+        pipe.set(part.epoch, epoch)
+    if client.exists(keys.run):
+        pipe.hset(keys.run, "epoch", epoch)
+    pipe.execute()
+    return epoch
+
+
+# -- the registry of crawls --------------------------------------------------------
+
+
+def register(client: redis.Redis, keys: CrawlKeys) -> bool:
+    """Record the crawl in the Redis's registry (True if it was not there)."""
+    entry = json.dumps({"created": _now_ms(client)}, separators=(",", ":"))
+    return bool(client.hsetnx(registry_key(keys.prefix), keys.crawl, entry))
+
+
+def _scan_crawls(client: redis.Redis, prefix: str) -> set[str]:
+    """Crawl names found in key names (``<prefix>:{<crawl>}:...``, shards' tags mapped to their crawl)."""
+    found: set[str] = set()
+    head = f"{prefix}:{{"
+    for raw in client.scan_iter(match=f"{prefix}:{{*}}:*", count=1000):
+        key = _text(raw)
+        if not key.startswith(head):
+            continue
+        crawl = key[len(head):].split("}", 1)[0].split("#", 1)[0]
+        if crawl:
+            found.add(crawl)
+    return found
+
+
+def known_crawls(client: redis.Redis, prefix: str = "crawlplug") -> list[str]:
+    """Every crawl on this Redis: the registry, plus a scan for crawls made before it existed."""
+    names = {_text(n) for n in client.hkeys(registry_key(prefix))}
+    names |= _scan_crawls(client, prefix)
+    return sorted(names)
+
+
+def exists(client: redis.Redis, keys: CrawlKeys) -> bool:
+    """Whether the crawl is registered or has any key on this Redis."""
+    if client.hexists(registry_key(keys.prefix), keys.crawl):
+        return True
+    for pattern in (keys.pattern(), keys.shards_pattern()):
+        for _ in client.scan_iter(match=pattern, count=1000):
+            return True
+    return False
+
+
+def crawl_rows(client: redis.Redis, prefix: str = "crawlplug", names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """One row per crawl: name, current run and its state, queued, in flight, done,
+    live nodes, last activity (ms, Redis clock)."""
+    now = _now_ms(client)
+    rows = []
+    for crawl in (known_crawls(client, prefix) if names is None else names):
+        keys = CrawlKeys(crawl, prefix)
+        parts = part_keys(client, keys)
+        pipe = client.pipeline(transaction=False)
+        for k in parts:
+            pipe.zcard(k.queue)
+            pipe.zcard(k.dq)
+            pipe.zcard(k.leases)
+            pipe.hget(k.stats, "acked")
+        pipe.llen(keys.start_urls)
+        pipe.zcount(keys.nodes, f"({now}", "+inf")
+        pipe.zrange(keys.nodes, -1, -1, withscores=True)
+        raw = pipe.execute()
+        queued = in_flight = done = 0
+        for i in range(len(parts)):
+            q, dq, leased, acked = raw[4 * i:4 * i + 4]
+            queued += int(q) + int(dq)
+            in_flight += int(leased)
+            done += int(acked or 0)
+        starts, live, last_node = raw[-3:]
+        run = view(client, keys, live_nodes=int(live), work=queued + in_flight + int(starts))
+        activity = [v for v in (run.started, run.ended) if v]
+        if last_node:
+            activity.append(int(last_node[0][1]))
+        rows.append({
+            "crawl": crawl, "run": run.id, "state": run.state, "queued": queued, "start_entries": int(starts),
+            "in_flight": in_flight, "done": done, "live_nodes": int(live),
+            "last_activity": max(activity) if activity else None,
+        })  # fmt: skip
+    return rows
+
+
+def unknown_crawl_message(client: redis.Redis, keys: CrawlKeys) -> str:
+    known = known_crawls(client, keys.prefix)
+    listed = ", ".join(repr(c) for c in known) if known else "none"
+    return f"no crawl {keys.crawl!r} on this Redis; known crawls: {listed} (`crawlplug crawls`)"

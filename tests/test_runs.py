@@ -1,0 +1,392 @@
+"""Crawl runs (crawlplug.runs): a finished crawl started again is crawled again, a
+reset reaches every live node, and every crawl in a Redis can be listed.
+
+Real `scrapy crawl` nodes of the demo project against the demo shop on loopback;
+what is asserted is what a user sees: the nodes' log lines, the pages each run
+fetched, the CLI's output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from crawlplug import runs
+from crawlplug.cli import main
+from crawlplug.errors import StaleEpoch
+from crawlplug.frontier import Frontier
+from crawlplug.keys import CrawlKeys
+
+from .conftest import SCRAPY
+
+FAST = {"CRAWLPLUG_IDLE_CLOSE": 1.5, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4}
+SHOP = CrawlKeys("shop")
+
+
+def cli(redis_url: str, *args: str, input: str | None = None):
+    return CliRunner().invoke(main, ["--redis-url", redis_url, *args], input=input,
+                              env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None})  # fmt: skip
+
+
+def _wait_ok(*nodes, timeout: float = 180) -> None:
+    for node in nodes:
+        assert node.wait(timeout) == 0, node.text()[-4000:]
+
+
+def _fetched_since(shop, before: Counter) -> Counter:
+    return Counter({p: n for p, n in (shop.hits - before).items() if n})
+
+
+def _wait_for(predicate, what: str, timeout: float = 60.0, nodes=()) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        for node in nodes:
+            assert node.proc.poll() is None, f"a node exited while waiting for {what}:\n{node.text()[-3000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _run_line(node) -> str:
+    lines = [line for line in node.text().splitlines() if re.search(r"(joining|resuming interrupted|starting) run", line)]
+    assert len(lines) == 1, node.text()[-3000:]
+    return lines[0]
+
+
+# -- a finished crawl started again is crawled again ----------------------------------------
+
+DEDUPS = {
+    "set": {},
+    "bloom": {"DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter", "CRAWLPLUG_BLOOM_CAPACITY": 50},
+    "sharded": {"CRAWLPLUG_SHARDS": 3},
+    "domainqueue": {"CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue"},
+}
+
+
+@pytest.mark.parametrize("variant", list(DEDUPS))
+def test_a_finished_crawl_started_again_is_crawled_again(crawl, make_shop, redis_url, variant):
+    shop = make_shop(items=60)
+    pages = shop.shop.paths()
+    settings = {"REDIS_URL": redis_url, **FAST, **DEDUPS[variant]}
+    first = crawl(args={"base_url": shop.url}, settings=settings)
+    _wait_ok(first)
+    assert set(shop.hits) == pages and max(shop.hits.values()) == 1
+    assert "starting run 1 of crawl 'shop' (its first run)" in _run_line(first)
+    assert "run 1 of crawl 'shop' is finished" in first.text()
+    before = Counter(shop.hits)
+    second = crawl(args={"base_url": shop.url}, settings=settings)
+    _wait_ok(second)
+    line = _run_line(second)
+    assert re.search(r"starting run 2 of crawl 'shop' \(run 1 finished at \d\d:\d\d, fingerprints cleared\)", line), line
+    again = _fetched_since(shop, before)
+    assert set(again) == pages and max(again.values()) == 1, "the second run fetched every page, once"
+    assert "'finish_reason': 'finished'" in second.text()
+    # the runs, as an operator lists them
+    res = cli(redis_url, "crawls", "show", "shop", "--json")
+    assert res.exit_code == 0, res.output
+    shown = json.loads(res.output)
+    assert [(r["id"], r["state"], r["pages"]) for r in shown["runs"]] == [(1, "finished", len(pages)),
+                                                                          (2, "finished", len(pages))]
+    assert all(r["items"] == len(shop.shop.item_paths()) for r in shown["runs"]), shown["runs"]
+    assert shown["runs"][0]["ended"] <= shown["runs"][1]["started"]
+    text = cli(redis_url, "crawls", "show", "shop").output
+    assert re.search(rf"run 1  finished  started .*  ended .*  pages {len(pages)}  items 60", text), text
+
+
+@pytest.mark.parametrize("how", ["CRAWLPLUG_INCREMENTAL", "SCHEDULER_PERSIST"])
+def test_an_incremental_crawl_keeps_its_fingerprints_across_runs(crawl, make_shop, redis_url, how):
+    shop = make_shop(items=40)
+    settings = {"REDIS_URL": redis_url, **FAST, how: True}
+    _wait_ok(crawl(args={"base_url": shop.url}, settings=settings))
+    before = Counter(shop.hits)
+    second = crawl(args={"base_url": shop.url}, settings=settings)
+    _wait_ok(second)
+    assert "starting run 2 of crawl 'shop' (run 1 finished at" in _run_line(second)
+    assert "fingerprints kept" in _run_line(second)
+    again = _fetched_since(shop, before)
+    # the shop spider's start request may be filtered like any other (no dont_filter): nothing is new
+    assert not again, f"a page of run 1 fetched again: {dict(again)}"
+    assert "'finish_reason': 'finished'" in second.text()
+
+
+def test_a_node_started_during_the_idle_grace_joins_that_run_and_finishes_with_it(crawl, make_shop, redis_url):
+    shop = make_shop(items=40)
+    settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 6}
+    first = crawl(args={"base_url": shop.url}, settings=settings)
+    _wait_for(lambda: set(shop.hits) == shop.shop.paths(), "the first node to fetch every page", nodes=[first])
+    _wait_for(lambda: runs.totals(redis.Redis.from_url(redis_url), [SHOP])["pages"] == len(shop.shop.paths()),
+              "every page acknowledged", nodes=[first])  # fmt: skip
+    time.sleep(1)  # well into the 6 s idle grace
+    late = crawl(args={"base_url": shop.url}, settings=settings)
+    _wait_ok(first, late)
+    assert "joining run 1 of crawl 'shop'" in _run_line(late)
+    assert "starting run" not in late.text()
+    for node in (first, late):
+        assert "'finish_reason': 'finished'" in node.text()
+    history = runs.history(redis.Redis.from_url(redis_url), SHOP)
+    assert [(r["id"], r["state"]) for r in history] == [(1, "finished")], history
+    assert max(shop.hits.values()) == 1, "the late node fetched nothing: every URL was already seen in this run"
+
+
+def test_nodes_started_at_once_agree_on_one_run(crawl, make_shop, redis_url):
+    shop = make_shop(items=60)
+    settings = {"REDIS_URL": redis_url, **FAST}
+    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(3)]
+    _wait_ok(*nodes)
+    lines = [_run_line(n) for n in nodes]
+    assert all(" run 1 of crawl 'shop'" in line for line in lines), lines
+    assert sum("starting run 1" in line for line in lines) == 1, lines
+    assert max(shop.hits.values()) == 1 and set(shop.hits) == shop.shop.paths()
+    # and again: the three of them, at once, begin run 2 together
+    before = Counter(shop.hits)
+    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(3)]
+    _wait_ok(*nodes)
+    lines = [_run_line(n) for n in nodes]
+    assert all(" run 2 of crawl 'shop'" in line for line in lines), lines
+    assert sum("starting run 2" in line for line in lines) == 1, lines
+    again = _fetched_since(shop, before)
+    assert set(again) == shop.shop.paths() and max(again.values()) <= 3, dict(again)  # start page: once per node
+    assert sum(again.values()) <= len(shop.shop.paths()) + 2
+
+
+def test_a_killed_crawl_is_interrupted_and_resumed(crawl, make_shop, redis_url):
+    shop = make_shop(items=300, delay=0.01)
+    settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 4}
+    node = crawl(args={"base_url": shop.url}, settings=settings)
+    _wait_for(lambda: sum(shop.hits.values()) > 60, "some pages", nodes=[node])
+    node.kill()
+    client = redis.Redis.from_url(redis_url)
+    _wait_for(lambda: runs.view(client, SHOP).state == "interrupted", "the run to read as interrupted", timeout=15)
+    res = cli(redis_url, "crawls")
+    assert re.search(r"shop\s+1\s+interrupted\s+\d+", res.output), res.output
+    again = crawl(args={"base_url": shop.url}, settings=settings)
+    _wait_ok(again)
+    assert re.search(r"resuming interrupted run 1 of crawl 'shop' \(\d+ queued, \d+ in flight; no node was running\)",
+                     _run_line(again)), _run_line(again)  # fmt: skip
+    assert set(shop.hits) == shop.shop.paths(), "nothing lost"
+    assert runs.view(client, SHOP).state == "finished"
+
+
+def test_a_node_stopped_during_the_idle_grace_records_the_end(crawl, make_shop, redis_url):
+    shop = make_shop(items=30)
+    settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 30}
+    node = crawl(args={"base_url": shop.url}, settings=settings)
+    client = redis.Redis.from_url(redis_url)
+    _wait_for(lambda: runs.totals(client, [SHOP])["pages"] == len(shop.shop.paths()), "every page", nodes=[node])
+    time.sleep(1.5)
+    node.signal(signal.SIGTERM)
+    assert node.wait(30) == 0
+    assert "run 1 of crawl 'shop' is finished (this node stopped while the whole crawl was done" in node.text()
+    again = crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_IDLE_CLOSE": 1.5})
+    _wait_ok(again)
+    assert "starting run 2" in _run_line(again), "not a resumed run that ends after one page"
+
+
+# -- worker mode, start entries --------------------------------------------------------------
+
+
+def test_a_redisspider_crawl_that_got_no_start_entry_is_not_finished(crawl, redis_url):
+    node = crawl("redisshop", settings={"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 1})
+    assert node.wait(60) == 0, node.text()[-3000:]
+    text = node.text()
+    assert "'finish_reason': 'nothing_pushed'" in text
+    assert "nothing was pushed to crawl 'redisshop'" in text and "crawlplug push --crawl redisshop URL" in text
+    view = runs.view(redis.Redis.from_url(redis_url), CrawlKeys("redisshop"))
+    assert view.state == "running" and view.ended is None, "the run is not recorded as finished"
+
+
+def test_a_purge_under_live_workers_reaches_every_node(crawl, make_shop, redis_url):
+    shop = make_shop(items=80)
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("redisshop")
+    settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 0}  # workers: never finish
+    nodes = [crawl("redisshop", settings=settings) for _ in range(2)]
+    _wait_for(lambda: client.zcard(keys.nodes) == 2, "two live workers", nodes=nodes)
+    assert cli(redis_url, "push", "--crawl", "redisshop", shop.url + "/").exit_code == 0
+    _wait_for(lambda: set(shop.hits) == shop.shop.paths(), "the first crawl", nodes=nodes)
+    _wait_for(lambda: runs.totals(client, [keys])["pages"] == len(shop.shop.paths()), "every page acked", nodes=nodes)
+    assert runs.view(client, keys).state == "running", "a worker crawl does not finish by itself"
+    res = cli(redis_url, "purge", "--crawl", "redisshop", "--yes")
+    assert res.exit_code == 0, res.output
+    assert "2 nodes are live: each drops what it holds of this crawl" in res.output, res.output
+    assert "Deleted" in res.output
+    before = Counter(shop.hits)
+    assert cli(redis_url, "push", "--crawl", "redisshop", shop.url + "/").exit_code == 0
+    _wait_for(lambda: set(_fetched_since(shop, before)) == shop.shop.paths(), "the crawl after the purge",
+              nodes=nodes, timeout=90)  # fmt: skip
+    for node in nodes:
+        node.signal(signal.SIGTERM)
+    _wait_ok(*nodes, timeout=60)
+    for node in nodes:
+        assert "was reset or began a new run while this node ran" in node.text(), node.text()[-3000:]
+    again = _fetched_since(shop, before)
+    assert max(again.values()) == 1, f"every page once after the purge: {dict(again)}"
+
+
+def test_flush_on_start_under_a_live_node(crawl, make_shop, redis_url):
+    shop = make_shop(items=300, delay=0.02)
+    client = redis.Redis.from_url(redis_url)
+    settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 2}
+    first = crawl(args={"base_url": shop.url}, settings=settings)
+    _wait_for(lambda: sum(shop.hits.values()) > 40, "the first node under way", nodes=[first])
+    flusher = crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_FLUSH_ON_START": True})
+    _wait_ok(first, flusher, timeout=240)
+    assert "starting run 2 of crawl 'shop' (run 1 reset by CRAWLPLUG_FLUSH_ON_START, fingerprints cleared)" \
+        in _run_line(flusher)  # fmt: skip
+    assert "was reset or began a new run while this node ran" in first.text()
+    assert "now in run 2" in first.text()
+    history = runs.history(client, SHOP)
+    assert [(r["id"], r["state"]) for r in history] == [(1, "reset"), (2, "finished")], history
+    assert history[1]["pages"] == len(shop.shop.paths()), "run 2 crawled the whole shop, each page once"
+
+
+# -- resets are refused inside the scripts ---------------------------------------------------
+
+
+def test_calls_of_an_old_epoch_are_refused_whole(r):
+    from crawlplug.queues import PriorityQueue
+
+    keys = CrawlKeys("epochs")
+    r.set(keys.epoch, "aaaa")
+    node = Frontier(r, keys, queue=PriorityQueue, epoch="aaaa")
+    node.admit([(b"f" * 20, 0.0, b'{"url": "http://e.com/1"}'), (b"g" * 20, 0.0, b'{"url": "http://e.com/2"}')])
+    leased = node.pop(1)
+    assert len(leased) == 1
+    r.set(keys.epoch, "bbbb")  # the crawl was reset (a purge, another node's flush)
+    snapshot = {k: r.dump(k) for k in r.scan_iter(match=keys.pattern())}
+    calls = {
+        "admit (with an ack)": lambda: node.admit([(b"h" * 20, 0.0, b"{}")], acks=[leased[0].id]),
+        "pop": lambda: node.pop(5),
+        "heartbeat": lambda: node.heartbeat([leased[0].id]),
+        "renew": lambda: node.renew([leased[0].id]),
+        "release": lambda: node.release([leased[0].id], unstarted=True),
+        "dead letter": lambda: node.dead_letter(leased[0].id, "why"),
+        "start entries": lambda: node.take_starts(5),
+    }
+    for what, call in calls.items():
+        with pytest.raises(StaleEpoch) as err:
+            call()
+        assert err.value.stored == "bbbb", what
+        assert {k: r.dump(k) for k in r.scan_iter(match=keys.pattern())} == snapshot, f"{what} wrote something"
+    # an operator's tool (no epoch) is not refused
+    assert Frontier(r, keys, queue=PriorityQueue).pop(5)
+
+
+# -- every crawl in a Redis ------------------------------------------------------------------
+
+
+def test_crawls_lists_every_crawl_and_show_its_runs(crawl, make_shop, redis_url):
+    shop = make_shop(items=20)
+    client = redis.Redis.from_url(redis_url)
+    _wait_ok(crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST}))
+    # a crawl made before the registry existed: keys, no registry entry, no run record
+    Frontier(client, CrawlKeys("legacy")).push_starts(["http://example.com/"])
+    res = cli(redis_url, "crawls")
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0].startswith("2 crawls on redis://")
+    assert re.search(r"shop\s+1\s+finished\s+0\s+0\s+" + str(len(shop.shop.paths())) + r"\s+0\s+\d+s ago",
+                     res.output), res.output  # fmt: skip
+    assert re.search(r"legacy\s+-\s+none\s+1\s+0\s+0\s+0", res.output), res.output
+    rows = json.loads(cli(redis_url, "crawls", "--json").output)["crawls"]
+    assert {r["crawl"]: r["state"] for r in rows} == {"legacy": "none", "shop": "finished"}
+    res = cli(redis_url, "crawls", "show", "nosuch")
+    assert res.exit_code == 0 and "no run recorded" in res.output
+    res = cli(redis_url, "status", "--crawl", "shop")
+    assert re.search(r"run 1: finished, started .*, ended .* \(finished\)", res.output), res.output
+
+
+def test_dead_letters_of_an_earlier_run_are_kept_under_it(crawl, make_shop, redis_url):
+    shop = make_shop(items=20)
+    client = redis.Redis.from_url(redis_url)
+    settings = {"REDIS_URL": redis_url, **FAST}
+    Frontier(client, SHOP).push_starts(["ftp://not-crawlable.example/"])  # dead-lettered by the node
+    runs.register(client, SHOP)
+    _wait_ok(crawl(args={"base_url": shop.url}, settings=settings))
+    assert cli(redis_url, "dead", "list", "--crawl", "shop").output.startswith("1 dead letters in crawl 'shop'")
+    _wait_ok(crawl(args={"base_url": shop.url}, settings=settings))
+    res = cli(redis_url, "dead", "list", "--crawl", "shop")
+    assert res.output.startswith("0 dead letters in crawl 'shop'"), res.output
+    res = cli(redis_url, "dead", "list", "--crawl", "shop", "--run", "1")
+    assert res.output.startswith("1 dead letters left by run 1 in crawl 'shop'"), res.output
+    assert "ftp://not-crawlable.example/" in res.output
+
+
+def test_a_crawl_from_before_runs_existed(crawl, make_shop, redis_url):
+    """A crawl stored by an older crawlplug: finished (fingerprints, no work) begins a new run;
+    with work left it is resumed as it is."""
+    shop = make_shop(items=20)
+    client = redis.Redis.from_url(redis_url)
+    settings = {"REDIS_URL": redis_url, **FAST}
+    _wait_ok(crawl(args={"base_url": shop.url}, settings=settings))
+    client.delete(SHOP.run, SHOP.runs, SHOP.epoch, runs.registry_key())  # as an older version left it
+    before = Counter(shop.hits)
+    node = crawl(args={"base_url": shop.url}, settings=settings)
+    _wait_ok(node)
+    assert "(the crawl finished before runs were recorded, fingerprints cleared)" in _run_line(node)
+    assert set(_fetched_since(shop, before)) == shop.shop.paths()
+
+
+@pytest.mark.parametrize("cmd", ["purge"])
+def test_purge_prompt_says_what_happens_to_live_nodes(redis_url, r, cmd):
+    keys = CrawlKeys("prompted")
+    runs.register(r, keys)
+    r.zadd(keys.nodes, {"host:1:abc": 10**15})  # a live node (deadline far ahead)
+    res = cli(redis_url, cmd, "--crawl", "prompted", input="n\n")
+    assert res.exit_code == 1 and "Nothing deleted" in res.output
+    assert "1 node is live: each drops what it holds of this crawl" in res.output
+    assert runs.exists(r, keys)
+
+
+def test_the_crawl_cli_says_nothing_false_when_redis_lacks_the_crawl(redis_url):
+    res = cli(redis_url, "crawls")
+    assert res.exit_code == 0 and "0 crawls on" in res.output and "(none yet" in res.output
+
+
+def test_scrapy_crawl_twice_with_the_embedded_default(project_copy, make_shop):
+    """The reported case, as a new user runs it: the same command twice, no REDIS_URL."""
+    shop = make_shop(items=20)
+    cmd = [SCRAPY, "crawl", "shop", "-a", f"base_url={shop.url}", "-s", "LOG_LEVEL=INFO"]
+    for name, value in FAST.items():
+        cmd += ["-s", f"{name}={value}"]
+    try:
+        outputs = []
+        for _ in range(2):
+            before = Counter(shop.hits)
+            proc = subprocess.run(cmd, cwd=project_copy, capture_output=True, text=True, timeout=180, check=False)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            assert set(_fetched_since(shop, before)) == shop.shop.paths(), proc.stderr[-3000:]
+            outputs.append(proc.stderr)
+        assert "starting run 1 of crawl 'shop' (its first run)" in outputs[0]
+        assert "starting run 2 of crawl 'shop' (run 1 finished at" in outputs[1]
+    finally:
+        from crawlplug import embedded
+
+        embedded.stop(project_copy / ".crawlplug")
+
+
+def test_runs_on_a_redis_cluster(crawl, make_shop, cluster_url, cluster_client):
+    """Two runs of a crawl sharded over the cluster's primaries, and `crawlplug crawls` over
+    every primary (the scan for crawls from before the registry included)."""
+    shop = make_shop(items=30)
+    settings = {"REDIS_URL": cluster_url, **FAST, "CRAWLPLUG_SHARDS": 3}
+    _wait_ok(crawl(args={"base_url": shop.url}, settings=settings))
+    before = Counter(shop.hits)
+    second = crawl(args={"base_url": shop.url}, settings=settings)
+    _wait_ok(second)
+    assert "starting run 2 of crawl 'shop' (run 1 finished at" in _run_line(second)
+    assert set(_fetched_since(shop, before)) == shop.shop.paths()
+    for name in ("legacy-a", "legacy-b", "legacy-c"):  # their keys land on different primaries
+        Frontier(cluster_client, CrawlKeys(name)).push_starts(["http://example.com/"])
+    res = cli(cluster_url, "crawls", "--json")
+    assert res.exit_code == 0, res.output
+    rows = {r["crawl"]: r for r in json.loads(res.output)["crawls"]}
+    assert set(rows) == {"shop", "legacy-a", "legacy-b", "legacy-c"}, rows
+    assert rows["shop"]["run"] == 2 and rows["shop"]["state"] == "finished"
+    assert rows["shop"]["done"] == len(shop.shop.paths()), "counted over every shard"
