@@ -41,14 +41,17 @@ logger = logging.getLogger(__name__)
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
 
 _CLIENT_DEFAULTS: dict[str, Any] = {
-    "socket_timeout": 30,
+    "socket_timeout": 30,  # a node's: CRAWLPLUG_REDIS_TIMEOUT (from_settings)
     "socket_connect_timeout": 2,
     "health_check_interval": 30,
     # redis-py's default retries a failed command 10 times with backoff: about 4 s
     # with Redis down, and the Twisted reactor (every download) waits meanwhile.
     # One quick retry rides over a dropped connection; the scheduler waits out
     # longer outages itself, asking again every few seconds (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT).
-    "retry": Retry(ExponentialBackoff(cap=0.2, base=0.05), retries=1),
+    # Not after a timeout: a server that stopped answering (a network that drops
+    # packets without closing anything) would make the caller wait the timeout again,
+    # and the command may be running there still.
+    "retry": Retry(ExponentialBackoff(cap=0.2, base=0.05), retries=1, supported_errors=(redis.ConnectionError,)),
 }
 
 
@@ -217,6 +220,12 @@ def from_settings(settings: Any) -> Connection:
     from ``open()``, never from a ``from_crawler`` factory.
     """
     url, params = server_settings(settings)
+    # a node's reactor waits for every reply: a connection that stopped answering
+    # must be given up on in seconds, not the 30 s a command-line tool may wait
+    timeout = settings.get("CRAWLPLUG_REDIS_TIMEOUT")
+    if timeout is None:
+        timeout = default("CRAWLPLUG_REDIS_TIMEOUT")
+    params.setdefault("socket_timeout", _seconds(timeout, "CRAWLPLUG_REDIS_TIMEOUT"))
     url = url or os.environ.get("REDIS_URL") or None
     if url:
         cluster = bool(settings.getbool("CRAWLPLUG_REDIS_CLUSTER")) if hasattr(settings, "getbool") else False
@@ -224,6 +233,16 @@ def from_settings(settings: Any) -> Connection:
     directory = embedded_dir(settings)
     url = embedded.ensure(directory, settings.get("CRAWLPLUG_REDIS_SERVER"))
     return Connection(client_from_url(url, params), url, embedded=True, node=True)
+
+
+def _seconds(value: Any, name: str) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
+    if not seconds > 0:  # NaN too
+        raise ConfigError(f"{name} must be more than 0 seconds, got {value!r}")
+    return seconds
 
 
 #: REDIS_PARAMS keys of scrapy-redis that name the server, not a client option.

@@ -41,6 +41,12 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Read a redis:// REDIS_URL as the address of a Redis Cluster node (same as "
         "redis+cluster://).",
     ),
+    "CRAWLPLUG_REDIS_TIMEOUT": (
+        5.0,
+        "Seconds a node waits for a reply from Redis before it takes the connection for dead (the "
+        "outage handling then takes over); the node's reactor waits meanwhile. REDIS_PARAMS' "
+        "socket_timeout wins.",
+    ),
     "CRAWLPLUG_EMBEDDED_DIR": (
         ".crawlplug",
         "Directory of the embedded Redis (data, socket, log), relative to the project directory.",

@@ -8,6 +8,7 @@ operator command use it directly.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ from typing import Any
 import redis
 
 from .dedup import Dedup, SetDedup
-from .errors import AdmissionIncomplete
+from .errors import AdmissionIncomplete, StaleEpoch
 from .keys import NAMES, CrawlKeys
 from .lua import Scripts
 from .queues import BaseQueue, PriorityQueue
@@ -119,6 +120,12 @@ class Frontier:
         self.heartbeat_ms = int(heartbeat * 1000)
         self.max_deliveries = max_deliveries
         self.scripts = scripts or Scripts(client)
+        # admission call ids: unique to this object, so no other caller's reply is ever taken for ours
+        self._call_prefix = uuid.uuid4().hex[:8]
+        self._calls = itertools.count(1)
+        #: the admission whose reply was lost or refused (sent again, first, with its id: see
+        #: _settle), as (call id, keys, args, number of items, of acks, of events)
+        self._uncertain: tuple[str, list[str], list[Any], int, int, int] | None = None
         #: the epoch this frontier's calls carry (lua/epoch.lua): the run a node joined
         #: (crawlplug.runs); "" checks nothing (operator tools, tests)
         self.epoch = str(epoch)
@@ -148,13 +155,14 @@ class Frontier:
         k = self.keys
         return [
             self.dedup.seen_key(k), k.queue, k.requests, k.seq, k.leases, k.leased, k.deliveries, k.stats,
-            *k.domain_keys(), k.series, *self.dedup.extra_keys(k), k.epoch,
+            *k.domain_keys(), k.series, k.reply(self.node_id), *self.dedup.extra_keys(k), k.epoch,
         ]  # fmt: skip
 
     def _admit_args(
-        self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = ()
-    ) -> list[Any]:
-        args: list[Any] = [self.dedup.mode, self.node_id, self.dedup.param(), len(acks), *acks, len(events)]
+        self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = (),
+        call: str = "",
+    ) -> list[Any]:  # fmt: skip
+        args: list[Any] = [self.dedup.mode, self.node_id, self.dedup.param(), call, len(acks), *acks, len(events)]
         for lease_id, kind in events:
             args += [lease_id, kind]
         for item in items:
@@ -186,20 +194,25 @@ class Frontier:
         from the strategy (``dedup.argument(fingerprint)``), b"" never filters.
         The acks happen in the call that stores the last item of the batch.
         """
+        before, items, acks, events = self._settle(items, acks, events)
+        if before is not None and not items and not acks and not events:
+            return before
         done = ""
         stale_rounds = 0
         while True:
             rest = items[len(done):]
             try:
-                raw = self.scripts.admit(keys=self._admit_keys(), args=self._admit_args(rest, acks, events))
+                raw = self._guarded(self.admit_call(rest, acks, events), len(rest), len(acks), len(events),
+                                    self.scripts.admit)  # fmt: skip
             except redis.RedisError as exc:
-                if done:  # a Bloom filter that grew stored the first part of the batch
-                    raise AdmissionIncomplete(done + "-" * len(rest), exc) from exc
+                stored = (before.flags if before is not None else "") + done
+                if stored:  # an earlier call (sent again, or before a Bloom layer) stored its part
+                    raise AdmissionIncomplete(stored + "-" * len(rest), exc) from exc
                 raise
             result = self._result(raw)
             if isinstance(result, AdmitResult):
                 result.flags = done + result.flags
-                return result
+                return _joined(before, result)
             if result is None:
                 stale_rounds += 1
                 if stale_rounds > 10:
@@ -226,7 +239,59 @@ class Frontier:
     def admit_call(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = ()
     ) -> tuple[str, list[str], list[Any]]:
-        return ("admit", self._admit_keys(), self._admit_args(items, acks, events))
+        return ("admit", self._admit_keys(), self._admit_args(items, acks, events, self._call_id()))
+
+    # -- admissions whose reply was lost ------------------------------------------
+    # admit.lua answers a call sent again with its id (the connection reset after the
+    # script ran, and redis-py retried) with the reply it had, doing nothing twice.
+    # When the retry failed too, the caller (the scheduler) sends the same batch again
+    # later, with more appended: that call first sends the lost one again, exactly,
+    # then the rest.
+    def _call_id(self) -> str:
+        return f"{self._call_prefix}:{next(self._calls)}"
+
+    def _guarded(self, call: tuple[str, list[str], list[Any]], n_items: int, n_acks: int, n_events: int,
+                 run: Any) -> Any:  # fmt: skip
+        """``run(keys=, args=)`` for an admission call; a Redis error leaves it uncertain."""
+        _, keys, args = call
+        try:
+            raw = run(keys=keys, args=args)
+        except StaleEpoch:
+            raise  # refused before any write: nothing to send again
+        except redis.RedisError:
+            self._uncertain = (args[3], keys, args, n_items, n_acks, n_events)
+            raise
+        self._uncertain = None
+        return raw
+
+    def _settle(
+        self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]
+    ) -> tuple[AdmitResult | None, Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]]:
+        """Before an admission: send the uncertain one again first if this one repeats it.
+
+        Returns the result of the one sent again (None if none was) and what is left
+        of this admission to send. An admission that does not begin with the uncertain
+        one drops it: if that one ran, the requests it stored count as duplicates when
+        sent again under a new id (counted wrong, nothing lost).
+        """
+        uncertain, self._uncertain = self._uncertain, None
+        if uncertain is None:
+            return None, items, acks, events
+        call, keys, args, n_items, n_acks, n_events = uncertain
+        repeated = (
+            len(items) >= n_items and len(acks) >= n_acks and len(events) >= n_events
+            and self._admit_args(items[:n_items], acks[:n_acks], events[:n_events], call) == args
+        )  # fmt: skip
+        if not repeated:
+            return None, items, acks, events
+        raw = self._guarded(("admit", keys, args), n_items, n_acks, n_events, self.scripts.admit)
+        result = self._result(raw)
+        if isinstance(result, AdmitResult):
+            return result, items[n_items:], acks[n_acks:], events[n_events:]
+        if result is None:  # a Bloom filter grew elsewhere: that call changed nothing
+            return None, items, acks, events
+        # PARTIAL: the requests its flags cover are stored, none of its acks made
+        return AdmitResult(result, 0, 0), items[len(result):], acks, events
 
     def pop_call(self, n: int, *, after_admit: bool = False) -> tuple[str, list[str], list[Any]]:
         if after_admit:
@@ -291,16 +356,28 @@ class Frontier:
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
     ) -> tuple[AdmitResult | None, list[Leased]]:
         """:meth:`admit` then :meth:`pop`, in one round trip."""
+        before, items, acks, events = self._settle(items, acks, events)
         if not items and not acks and not events:
-            return None, self.pop(n)
-        admitted, raw = self.scripts.pipelined([self.admit_call(items, acks, events), self.pop_call(n, after_admit=True)])
-        if isinstance(admitted, Exception):
-            # the admission failed (a full Redis refuses its first write while the pop's
-            # are let through): the leases the pop took go back at once, unstarted, or
-            # they would be held from every node until they expire, each counted as a delivery
-            if not isinstance(raw, Exception):
-                self._give_back(self._leased(raw))
-            raise admitted
+            return before, self.pop(n)
+
+        def run(keys: list[str], args: list[Any]) -> tuple[Any, Any]:
+            admitted, raw = self.scripts.pipelined([("admit", keys, args), self.pop_call(n, after_admit=True)])
+            if isinstance(admitted, Exception):
+                # the admission failed (a full Redis refuses its first write while the pop's
+                # are let through): the leases the pop took go back at once, unstarted, or
+                # they would be held from every node until they expire, each counted as a delivery
+                if not isinstance(raw, Exception):
+                    self._give_back(self._leased(raw))
+                raise admitted
+            return admitted, raw
+
+        try:
+            admitted, raw = self._guarded(self.admit_call(items, acks, events), len(items), len(acks), len(events),
+                                          run)  # fmt: skip
+        except redis.RedisError as exc:
+            if before is not None and before.flags:
+                raise AdmissionIncomplete(before.flags + "-" * len(items), exc) from exc
+            raise
         if isinstance(raw, Exception):
             logger.debug("crawlplug: the pop after an admission failed (%s); the admission stands", raw)
             raw = [-1] if getattr(self.queue, "order", None) == "domain" else []
@@ -309,7 +386,7 @@ class Frontier:
             done = result or ""
             result = self.admit(items[len(done):], acks, events)
             result.flags = done + result.flags
-        return result, self._leased(raw)
+        return _joined(before, result), self._leased(raw)
 
     def _give_back(self, leased: list[Leased]) -> None:
         """Return leases taken in a call whose admission failed (they expire anyway if this fails too)."""
@@ -360,6 +437,23 @@ class Frontier:
         _, keys, args = self.reap_call(limit)
         requeued, dead = self.scripts.reap(keys=keys, args=args)
         return int(requeued), int(dead)
+
+    def heartbeat_and_reap(
+        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
+        counts: dict[str, int] | None = None, limit: int = 1000,
+    ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
+        """:meth:`heartbeat` then :meth:`reap`, in one round trip: (ids lost, (requeued, dead))."""
+        out, reaped = self.scripts.pipelined([
+            self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, counts=counts),
+            self.reap_call(limit),
+        ])  # fmt: skip
+        for raw in (out, reaped):
+            if isinstance(raw, Exception):
+                raise raw
+        self.paused = bool(int(out[1]))
+        self.run_state = _text(out[2])
+        self.data_lost = bool(int(out[3]))
+        return [_text(x) for x in out[4:]], (int(reaped[0]), int(reaped[1]))
 
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         """Give leases back to the queue now (closing node)."""
@@ -474,7 +568,7 @@ class Frontier:
     def purge(self) -> int:
         """Delete every key of this crawl; returns how many were deleted."""
         names = [self.keys.key(n) for n in NAMES] + self.dedup.state_keys(self.keys)
-        for pattern in ("node:*", "bloom*", "seen*"):
+        for pattern in ("node:*", "reply:*", "bloom*", "seen*"):
             names += [_text(x) for x in self.client.scan_iter(match=f"{self.keys.tag}:{pattern}", count=1000)]
         names = list(dict.fromkeys(names))
         return int(self.client.delete(*names)) if names else 0
@@ -594,6 +688,13 @@ def _int(value: Any) -> int:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _joined(first: AdmitResult | None, then: AdmitResult) -> AdmitResult:
+    """One result for an admission sent in two calls (:meth:`Frontier._settle`)."""
+    if first is None:
+        return then
+    return AdmitResult(first.flags + then.flags, first.acked + then.acked, first.stale + then.stale)
 
 
 def _leased(raw: Sequence[Any]) -> list[Leased]:

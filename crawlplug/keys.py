@@ -108,6 +108,10 @@ class CrawlKeys:
         """The hash holding one node's live metrics."""
         return f"{self.tag}:node:{node_id}"
 
+    def reply(self, node_id: str) -> str:
+        """The string holding one node's last admission reply (admit.lua's replay guard)."""
+        return f"{self.tag}:reply:{node_id}"
+
     def node_stats(self, node_id: str) -> str:
         """The hash holding one node's Scrapy stats (under ``node:`` so purge deletes it)."""
         return f"{self.tag}:node:{node_id}:stats"

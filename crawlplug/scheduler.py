@@ -655,7 +655,8 @@ class Scheduler(BaseScheduler):
                 *self.book.active, *(x.id for x in self._prefetched), *self._start_leases, *self._acks,
             ]))  # fmt: skip
             counts = self._counts()
-            lost = self.frontier.heartbeat(
+            # the reap rides with the heartbeat (one round trip: each one blocks the reactor)
+            lost, (requeued, dead) = self.frontier.heartbeat_and_reap(
                 lease_ids,
                 producing=self._still_producing(),
                 metrics={
@@ -691,7 +692,6 @@ class Scheduler(BaseScheduler):
                 )  # fmt: skip
             self._drain_starts()
             self._fire_seeds()
-            requeued, dead = self.frontier.reap()
             if requeued:
                 self._inc("crawlplug/reaped", requeued)
                 logger.info("crawlplug: put %d leases of stopped nodes back (requests in the queue, "

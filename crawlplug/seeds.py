@@ -189,8 +189,15 @@ class Seeds:
 
         ``now_ms`` defaults to Redis's clock (tests pass a fake one).
         """
-        now = now_ms if now_ms is not None else _now_ms(self.client)
-        first = self.next_due()
+        if now_ms is None:
+            # one round trip: every node asks on every heartbeat, each one blocking its reactor
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            pipe.zrange(self.keys.seeds_due, 0, 0, withscores=True)
+            (sec, usec), head = pipe.execute()
+            now, first = sec * 1000 + usec // 1000, int(head[0][1]) if head else None
+        else:
+            now, first = now_ms, self.next_due()
         if first is None or first > now:
             return 0  # the common case: one read, no lock
         lock = self.client.lock(self.keys.seedlock, timeout=LOCK_TIMEOUT, blocking=False)

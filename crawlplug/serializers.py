@@ -2,7 +2,8 @@
 
 The default format is JSON built on ``Request.to_dict``: body and header
 bytes base64-encoded, callbacks stored by name and resolved against the
-spider when decoding, the request class checked against an allow-list.
+spider when decoding (only names :mod:`crawlplug.callbacks` accepts as
+callbacks), the request class checked against an allow-list.
 Nothing read from Redis is ever imported or executed beyond looking up a
 method *name* on the running spider.
 
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request, Spider
 from scrapy.utils.misc import load_object
 
+from . import callbacks
 from .config import setting
 from .defaults import default
 from .errors import ConfigError, DecodeError, SerializationError
@@ -208,15 +210,22 @@ class JsonSerializer:
         if func is None:
             return None
         inner = getattr(func, "__func__", None)
+        name = None
         if inner is not None and spider is not None and getattr(func, "__self__", None) is spider:
             name = inner.__name__
-            if getattr(getattr(spider, name, None), "__func__", None) is inner:
-                return name
-        # renamed or aliased methods, partials, plain functions: Scrapy's full lookup
-        try:
-            return request.to_dict(spider=spider)[key]
-        except ValueError as exc:
-            raise SerializationError(f"callback/errback must be a spider method ({key}): {exc}") from None
+            if getattr(getattr(spider, name, None), "__func__", None) is not inner:
+                name = None
+        if name is None:
+            # renamed or aliased methods, partials, plain functions: Scrapy's full lookup
+            try:
+                name = request.to_dict(spider=spider)[key]
+            except ValueError as exc:
+                raise SerializationError(f"callback/errback must be a spider method ({key}): {exc}") from None
+        # what no node would accept back is never stored
+        reason = callbacks.refusal(spider, name, key)
+        if reason is not None:
+            raise SerializationError(f"{reason} (a node reading it back would refuse it)")
+        return name
 
     def loads(self, data: bytes, spider: Spider | None) -> Request:
         """Decode a payload; anything wrong raises :class:`DecodeError`, nothing else."""
@@ -279,27 +288,12 @@ class JsonSerializer:
             name = d.get(key)
             if name is None:
                 continue
-            kwargs[key] = _spider_method(spider, name, key)
+            kwargs[key] = callbacks.resolve(spider, name, key)
         try:
             return request_cls(**kwargs)
         except (TypeError, ValueError, AttributeError, LookupError) as exc:
             # LookupError: an encoding name Python does not know
             raise DecodeError(f"payload does not make a valid request: {exc}") from None
-
-
-def _spider_method(spider: Spider | None, name: Any, what: str) -> Any:
-    if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
-        raise DecodeError(f"{what} {name!r} is not a method name")
-    if spider is None:
-        raise DecodeError(f"{what} {name!r} needs a spider to resolve")
-    if name != "parse" and hasattr(Spider, name):
-        # Scrapy's own Spider machinery (start, start_requests, closed, log, ...),
-        # even where the spider overrides it, is not a callback
-        raise DecodeError(f"{what} {name!r} is a method of scrapy.Spider itself, not a callback")
-    method = getattr(spider, name, None)
-    if method is None or not callable(method) or getattr(method, "__self__", None) is not spider:
-        raise DecodeError(f"spider {spider.name!r} has no method {name!r} ({what})")
-    return method
 
 
 # -- pickle, opt-in and signed ---------------------------------------------------------------

@@ -404,6 +404,32 @@ class ShardedFrontier:
             dead += int(raw[1])
         return requeued, dead
 
+    def heartbeat_and_reap(
+        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
+        counts: dict[str, int] | None = None, limit: int = 1000,
+    ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
+        """:meth:`heartbeat` then :meth:`reap`, the calls of every shard sent together
+        (a shard's renewal before its reap: same keys, same node, in call order)."""
+        groups = self._group_ids(lease_ids)
+        calls = [self.base.heartbeat_call(groups.get(BASE, ()), producing=producing, metrics=metrics,
+                                          counts=counts)]  # fmt: skip
+        shards = [p for p in groups if p != BASE]
+        calls += [self.shards[p].renew_call(groups[p]) for p in shards]
+        calls += [f.reap_call(limit) for f in (self.base, *self.shards)]
+        results = self.scripts.run_many(calls)
+        for raw in results:
+            if isinstance(raw, Exception):
+                raise raw
+        out = results[0]
+        self.paused = self.base.paused = bool(int(out[1]))
+        self.run_state = self.base.run_state = _text(out[2])
+        self.base.data_lost = bool(int(out[3]))
+        lost = [_text(x) for x in out[4:]]
+        for p, raw in zip(shards, results[1:1 + len(shards)]):
+            lost += [f"{p}.{_text(x)}" for x in raw]
+        reaped = results[1 + len(shards):]
+        return lost, (sum(int(raw[0]) for raw in reaped), sum(int(raw[1]) for raw in reaped))
+
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         groups = self._group_ids(ids)
         if not groups:

@@ -37,8 +37,9 @@ from urllib.parse import urlsplit
 from scrapy import FormRequest, Request, Spider
 from w3lib.url import safe_url_string
 
+from . import callbacks
 from .errors import DecodeError
-from .serializers import URL_SCHEME, URL_SCHEMES, _spider_method
+from .serializers import URL_SCHEME, URL_SCHEMES
 
 #: Longest entry accepted (a URL, or a JSON request with a small body).
 MAX_ENTRY_BYTES = 1 << 20
@@ -110,12 +111,15 @@ def _check_url(url: Any) -> str:
         raise DecodeError(f"URL has no host: {url!r:.200}")
     try:
         safe = safe_url_string(url)
-        host = urlsplit(safe).hostname  # checked after normalisation: what a node will crawl
+        parts = urlsplit(safe)  # checked after normalisation: what a node will crawl
+        host = parts.hostname
     except (ValueError, UnicodeError) as exc:
         raise DecodeError(f"malformed URL {url!r:.200}: {exc}") from None
     if not host or not host.strip(".") or any(c.isspace() for c in host):
         # "http:// #": a blank host would be stored as "http:// ", read back as "http://"
         raise DecodeError(f"URL has no host: {url!r:.200}")
+    if any(c.isspace() for c in parts.netloc):  # U+00A0 becomes a space; the stored line would lose it
+        raise DecodeError(f"URL host holds whitespace: {url!r:.200}")
     return safe
 
 
@@ -250,7 +254,7 @@ def build(entry: StartEntry, spider: Spider | None) -> Request:
     for key in ("callback", "errback"):
         name = getattr(entry, key)
         if name is not None:
-            kwargs[key] = _spider_method(spider, name, key)
+            kwargs[key] = callbacks.resolve(spider, name, key)
     try:
         if entry.formdata is not None:
             if entry.body is not None:

@@ -66,16 +66,20 @@ class ShopSpider(scrapy.Spider):
         Nav bar and pager links are followed too; the duplicates they create
         are left to the dupefilter.
         """
+        for url in self._own_links(response):
+            if urlsplit(url).path.startswith("/item/"):
+                yield response.follow(url, callback=self.parse_item, priority=ITEM_PRIORITY)
+            else:
+                yield response.follow(url, callback=self.parse_list, priority=LIST_PRIORITY)
+
+    def _own_links(self, response: Response) -> Iterator[str]:
+        """Absolute http(s) URLs of the page's links to its own host (a helper, not a callback)."""
         own_host = urlsplit(response.url).netloc
         for href in response.css("a::attr(href)").getall():
             url = response.urljoin(href)
             parts = urlsplit(url)
-            if parts.netloc != own_host or parts.scheme not in ("http", "https"):
-                continue
-            if parts.path.startswith("/item/"):
-                yield response.follow(url, callback=self.parse_item, priority=ITEM_PRIORITY)
-            else:
-                yield response.follow(url, callback=self.parse_list, priority=LIST_PRIORITY)
+            if parts.netloc == own_host and parts.scheme in ("http", "https"):
+                yield url
 
     def parse_item(self, response: Response) -> Iterator[dict[str, Any] | scrapy.Request]:
         """Item page: yield its fields, then follow its ``related`` links at priority 0."""
@@ -93,6 +97,11 @@ class ShopSpider(scrapy.Spider):
         }
         for href in response.css("a.related::attr(href)").getall():
             yield response.follow(href, callback=self.parse_item, priority=ITEM_PRIORITY)
+
+
+    def closed(self, reason: str) -> None:
+        """Scrapy's close hook (not a callback): says why the crawl ended."""
+        logger.info("shop spider closed: %s", reason)
 
 
 def _text(response: Response, query: str) -> str:

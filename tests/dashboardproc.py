@@ -18,6 +18,7 @@ from .conftest import ROOT, free_port
 
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
 TOKEN_ENVVAR = "CRAWLPLUG_DASHBOARD_TOKEN"
+HOSTS_ENVVAR = "CRAWLPLUG_DASHBOARD_HOSTS"
 
 #: A crawl of the demo shop that takes a while (two nodes x 4 at 50 ms a page: ~10 s for
 #: 1500 items), with crawl-wide Scrapy stats and a heartbeat every second.
@@ -73,12 +74,15 @@ class DashboardProcess:
 
 
 def start_dashboard(redis_url: str, crawl: str, directory: Path, token: str | None = None,
-                    extra_args: tuple[str, ...] = ()) -> DashboardProcess:  # fmt: skip
-    """`crawlplug dashboard --redis-url URL --crawl NAME --port P`, ready to answer."""
+                    extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> DashboardProcess:  # fmt: skip
+    """`crawlplug dashboard --redis-url URL --crawl NAME --port P`, ready to answer
+    (``env``: more environment variables for it)."""
     port = free_port()
+    extra_env = env or {}
     env = dict(os.environ)
-    for name in ("REDIS_URL", "CRAWLPLUG_CRAWL", TOKEN_ENVVAR):
+    for name in ("REDIS_URL", "CRAWLPLUG_CRAWL", TOKEN_ENVVAR, HOSTS_ENVVAR):
         env.pop(name, None)
+    env.update(extra_env)
     if token is not None:
         env[TOKEN_ENVVAR] = token
     err = directory / f"dashboard-{port}.err"

@@ -145,6 +145,27 @@ def test_from_settings_uses_redis_url(redis_url, monkeypatch):
         conn.client.close()
 
 
+def test_a_node_gives_up_on_a_silent_connection_in_seconds(redis_url, monkeypatch):
+    """CRAWLPLUG_REDIS_TIMEOUT (5 s) is a node's socket timeout, REDIS_PARAMS' own wins; a
+    command-line client keeps 30 s. A timeout is not retried (a silent server would make
+    the node wait twice); a dropped connection is, once. The blackhole of
+    tests/test_network_faults.py shows it on a real node."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    for settings, timeout in (({}, 5.0), ({"CRAWLPLUG_REDIS_TIMEOUT": "1.5"}, 1.5),
+                              ({"CRAWLPLUG_REDIS_TIMEOUT": 1, "REDIS_PARAMS": {"socket_timeout": 9}}, 9)):  # fmt: skip
+        conn = from_settings({"REDIS_URL": redis_url, **settings})
+        kwargs = conn.client.connection_pool.connection_kwargs
+        assert kwargs["socket_timeout"] == timeout, settings
+        retry = kwargs["retry"]
+        assert retry.get_retries() == 1
+        assert redis.ConnectionError in retry._supported_errors and redis.TimeoutError not in retry._supported_errors
+        conn.client.close()
+    assert client_from_url(redis_url).connection_pool.connection_kwargs["socket_timeout"] == 30
+    for bad in ("0", "-1", "soon", "nan"):
+        with pytest.raises(ConfigError, match="CRAWLPLUG_REDIS_TIMEOUT"):
+            from_settings({"REDIS_URL": redis_url, "CRAWLPLUG_REDIS_TIMEOUT": bad})
+
+
 def test_from_settings_rejects_bad_url(monkeypatch):
     monkeypatch.delenv("REDIS_URL", raising=False)
     with pytest.raises(ConfigError):

@@ -102,7 +102,7 @@ def test_reads_follow_a_two_node_crawl(crawl, make_shop, redis_url, r):
     """/api, /api/status, /api/history, /api/nodes and /api/errors during a real crawl of two
     nodes, and /api/status equal to Frontier.status() once it is over."""
     shop = make_shop(items=SHOP_ITEMS, delay=SHOP_DELAY)
-    client = TestClient(create_app(r, KEYS, None, "redis://test-label"))
+    client = TestClient(create_app(r, KEYS, None, "redis://test-label"), base_url="http://127.0.0.1")
     index = get(client, "/api")
     assert index["crawl"] == "shop"
     assert index["endpoints"] == API
@@ -202,8 +202,8 @@ ACTIONS = [
 
 def test_actions_need_a_configured_token(r):
     """Read-only without a token (403); with one, no or a wrong Authorization is 401."""
-    read_only = TestClient(create_app(r, KEYS))
-    guarded = TestClient(create_app(r, KEYS, TOKEN))
+    read_only = TestClient(create_app(r, KEYS), base_url="http://127.0.0.1")
+    guarded = TestClient(create_app(r, KEYS, TOKEN), base_url="http://127.0.0.1")
     for method, path, body in ACTIONS:
         res = read_only.request(method, path, json=body, headers=AUTH)
         assert res.status_code == 403, (method, path, res.text)
@@ -249,7 +249,7 @@ def test_actions_need_a_configured_token(r):
 def test_bad_action_bodies_are_400(r, path, body):
     """Malformed, non-finite or out-of-range input is a 400 with a JSON error, never a 500,
     and changes nothing."""
-    client = TestClient(create_app(r, KEYS, TOKEN))
+    client = TestClient(create_app(r, KEYS, TOKEN), base_url="http://127.0.0.1")
     res = client.post(path, content=body, headers={**AUTH, "Content-Type": "application/json"})
     assert res.status_code == 400, res.text
     assert res.json()["error"]
@@ -313,7 +313,7 @@ def test_domains_view_and_delay_change(crawl, make_shop, redis_url, r):
     """A DomainQueue crawl: /api/domains shows the host and its limits; POST changes the delay
     (in Redis dconf, in force at once), DELETE gives the settings back."""
     shop = make_shop(items=SHOP_ITEMS, delay=SHOP_DELAY)
-    client = TestClient(create_app(r, KEYS, TOKEN))
+    client = TestClient(create_app(r, KEYS, TOKEN), base_url="http://127.0.0.1")
     nodes = start_nodes(crawl, shop, redis_url, CRAWLPLUG_QUEUE_CLASS="crawlplug.queues.DomainQueue",
                         CRAWLPLUG_DOMAIN_DELAY=0.005, CRAWLPLUG_DOMAIN_CONCURRENCY=6)  # fmt: skip
     wait_running(client, nodes, done=100)
@@ -368,7 +368,7 @@ def test_dead_letters_listed_and_requeued(crawl, make_shop, redis_url, r):
     assert operator.push([(os.urandom(20), 0.0, payload)]).admitted == 1
     [leased] = operator.pop(1)
     assert operator.dead_letter(leased.id, "gave up: test", deliveries=5)
-    client = TestClient(create_app(r, KEYS, TOKEN))
+    client = TestClient(create_app(r, KEYS, TOKEN), base_url="http://127.0.0.1")
 
     nodes = start_nodes(crawl, shop, redis_url)
     st = wait_running(client, nodes, done=50)
@@ -401,7 +401,7 @@ def test_redis_down_is_a_503_with_a_json_error(fresh_redis, tmp_path):
     """Both the app and the real command (which binds loopback by default): a Redis that
     stops answering gives 503 and a JSON error, the page still loads, the server lives on."""
     client = client_from_url(fresh_redis.url)  # the client `crawlplug dashboard` makes
-    app = TestClient(create_app(client, KEYS))
+    app = TestClient(create_app(client, KEYS), base_url="http://127.0.0.1")
     dash = start_dashboard(fresh_redis.url, KEYS.crawl, tmp_path)
     try:
         assert "read-only" in dash.text() and f"http://127.0.0.1:{dash.port}/" in dash.text()
@@ -438,7 +438,7 @@ def test_token_is_compared_in_constant_time(r, monkeypatch):
         return real(a, b)
 
     monkeypatch.setattr(hmac, "compare_digest", spy)
-    client = TestClient(create_app(r, KEYS, TOKEN))
+    client = TestClient(create_app(r, KEYS, TOKEN), base_url="http://127.0.0.1")
     for given, status in ((TOKEN[:-1] + "X", 401), (TOKEN[:5], 401), ("", 401), (TOKEN + "x", 401), (TOKEN, 200)):
         for method, path, body in ACTIONS:
             calls.clear()

@@ -108,9 +108,10 @@ def test_every_key_shares_the_crawl_hash_tag(r, frontier):
     assert other.reap() == (0, 1)
     frontier.idle_state()
     seen_keys()
-    # every key the scripts wrote is a documented name (or a node's hash), and the
+    # every key the scripts wrote is a documented name (or a node's hash or last reply), and the
     # frontier's own keys were all exercised
-    assert keys <= {K.key(name) for name in NAMES} | {K.node("node-a"), K.node("node-b")}
+    assert keys <= {K.key(name) for name in NAMES} | {K.node(n) for n in ("node-a", "node-b")} | {
+        K.reply(n) for n in ("node-a", "node-b")}
     core = ("queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "dead", "stats", "nodes",
             "producers", "series")  # fmt: skip
     assert {K.key(name) for name in core} <= keys
@@ -268,6 +269,22 @@ def test_heartbeat_renews_and_reports_lost_leases(r):
     assert r.zscore(K.nodes, "node-a") >= before + 10_000
     assert r.hget(K.node("node-a"), "rps") == b"4.5"
     assert r.pttl(K.node("node-a")) > 0
+
+
+def test_heartbeat_and_reap_in_one_round_trip(r):
+    """The scheduler's heartbeat: renew this node's leases, then reap expired ones (another
+    node's, never these), in one pipeline."""
+    a = Frontier(r, K, node_id="node-a", lease_timeout=0.2, heartbeat=0.1)
+    b = Frontier(r, K, node_id="node-b", lease_timeout=0.2, heartbeat=0.1)
+    a.admit([(fp(i), 0, b"p") for i in range(4)])
+    mine, theirs = a.pop(2), b.pop(2)
+    time.sleep(0.3)  # every lease expired
+    lost, reaped = a.heartbeat_and_reap([p.id for p in mine], metrics={"rps": 1})
+    assert lost == [] and reaped == (2, 0), "its own leases renewed before the reap"
+    assert r.zcard(K.queue) == 2 and {p.id for p in theirs} == set(x.decode() for x in r.zrange(K.queue, 0, -1))
+    assert r.hget(K.node("node-a"), "rps") == b"1"
+    a.pause()
+    assert b.heartbeat_and_reap([p.id for p in theirs])[0] == [p.id for p in theirs] and b.paused
 
 
 def test_heartbeat_producing_flag(r, frontier):
@@ -429,13 +446,13 @@ def test_crawl_names_with_glob_characters_are_refused(name):
 
 
 def test_all_names_are_known_to_purge(r):
-    """Every key name a script writes is in keys.NAMES (what purge deletes)."""
+    """Every key name a script writes is in keys.NAMES (what purge deletes), or a node's own."""
     f = Frontier(r, K, node_id="a", lease_timeout=0.05, max_deliveries=1)
     _populate(f)
     time.sleep(0.1)
     f.reap()
     names = {k.decode().split("}:", 1)[1] for k in r.scan_iter(match=K.pattern())}
-    assert names - {"node:a"} <= set(NAMES)
+    assert names - {"node:a", "reply:a"} <= set(NAMES)
 
 
 # -- concurrency -----------------------------------------------------------------------

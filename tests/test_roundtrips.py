@@ -15,6 +15,7 @@ SCRIPT_ONLY = {"sadd", "incr", "hset", "hget", "hdel", "zadd", "zrem", "zrange",
                "pexpire", "getbit", "setbit", "setrange", "zscore", "exists",
                "type",  # guard.lua checks the kind of every key a script touches before its first write
                "get",  # guard.lua's integer checks, and the epoch guard of every node script (lua/epoch.lua)
+               "set",  # admit.lua keeps the node's last reply (its replay guard)
                "hmget", "hexists",  # guard.lua's counter checks, heartbeat.lua's switches
                "hgetall", "zcard", "llen", "hkeys"}  # fmt: skip  (join.lua, finish.lua, idle.lua)
 

@@ -147,7 +147,7 @@ def test_two_nodes_crawl_over_tls_as_a_restricted_user(crawl, shop, tls_redis, t
 
     conn = Connection(client_from_url(url), url, embedded=False)
     try:
-        dash = TestClient(create_app(conn.client, KEYS, "a-dashboard-token-0123", conn.safe_url))
+        dash = TestClient(create_app(conn.client, KEYS, "a-dashboard-token-0123", conn.safe_url), base_url="http://127.0.0.1")
         for path in ("/api", "/api/status", "/api/history", "/api/nodes", "/api/errors", "/api/domains",
                      "/api/fields", "/api/dead"):  # fmt: skip
             res = dash.get(path)
@@ -287,7 +287,7 @@ def test_a_read_only_user_can_watch_a_crawl(acl_redis):
     assert "no permissions" in res.output
     client = client_from_url(url)
     try:
-        dash = TestClient(create_app(client, KEYS, "a-dashboard-token-0123", mask_url(url)))
+        dash = TestClient(create_app(client, KEYS, "a-dashboard-token-0123", mask_url(url)), base_url="http://127.0.0.1")
         for path in ("/api/status", "/api/history", "/api/nodes", "/api/errors", "/api/domains", "/api/dead"):
             assert dash.get(path).status_code == 200, path
         res = dash.post("/api/pause", headers={"Authorization": "Bearer a-dashboard-token-0123"})

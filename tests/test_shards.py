@@ -157,6 +157,23 @@ def test_leases_lost_by_a_stalled_node_are_reaped_in_every_shard(client):
     assert b.idle_state() == (0, 0, 0)
 
 
+def test_the_heartbeat_and_the_reap_go_together_in_every_shard(client):
+    """What the scheduler sends each heartbeat (one round trip, not two): the node's own
+    leases renewed first, in every shard, so its reap never takes them; another node's
+    expired ones reaped in every shard."""
+    a = sharded(client, "a", lease_timeout=0.3, heartbeat=0.1)
+    b = sharded(client, "b", lease_timeout=0.3, heartbeat=0.1)
+    hosts = hosts_per_shard()
+    a.admit([item(hosts[s], j) for s in range(N) for j in range(4)])
+    held_a, held_b = a.pop(8), b.pop(8)
+    assert {x.id.split(".")[0] for x in held_a + held_b} == {"0", "1", "2", "3"}
+    time.sleep(0.5)  # both expired; a's renewal comes before its reap
+    lost, reaped = a.heartbeat_and_reap([x.id for x in held_a])
+    assert lost == [] and reaped == (8, 0), "b's 8 leases reaped, none of a's"
+    assert sorted(b.heartbeat_and_reap([x.id for x in held_b])[0]) == sorted(x.id for x in held_b)
+    assert sorted(x.id for x in b.pop(8)) == sorted(x.id for x in held_b)
+
+
 def test_start_entries_and_their_acks_cross_shards(client):
     a = sharded(client)
     hosts = hosts_per_shard()
@@ -419,7 +436,7 @@ def test_cli_and_dashboard_add_the_shards_up(request, where):
     assert res.exit_code == 0, res.output
     assert a.status()["queued"] == 19 and a.status()["dead"] == 1
 
-    web = TestClient(create_app(client, K))
+    web = TestClient(create_app(client, K), base_url="http://127.0.0.1")
     status = web.get("/api/status").json()
     assert (status["queued"], status["dead"]) == (19, 1)
     assert web.get("/api/domains").json()["domains"] == 4

@@ -124,7 +124,7 @@ def test_status_shows_the_outcomes_per_site(redis_url, r):
     assert report["sites"]["cars"]["field/year/missing"] == 7
 
     # the dashboard's Fields page reads the same, with labels
-    fields = TestClient(create_app(r, keys)).get("/api/fields").json()
+    fields = TestClient(create_app(r, keys), base_url="http://127.0.0.1").get("/api/fields").json()
     assert fields["sites"]["cars"]["items/ok"] == 90
     rows = {row["outcome"]: row for row in fields["rows"]}
     assert rows["field/year/missing"] == {"site": "cars", "outcome": "field/year/missing", "label": "year is null",

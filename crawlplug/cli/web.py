@@ -20,6 +20,8 @@ from .common import (
 )
 
 TOKEN_ENVVAR = "CRAWLPLUG_DASHBOARD_TOKEN"
+#: Environment variable: more hosts the dashboard answers (comma- or space-separated), as --allow-host.
+HOSTS_ENVVAR = "CRAWLPLUG_DASHBOARD_HOSTS"
 
 
 def is_loopback(host: str) -> bool:
@@ -61,29 +63,40 @@ def listen(host: str, port: int) -> socket.socket:
               help="Address to listen on (loopback by default; 0.0.0.0 exposes it to your network).")  # fmt: skip
 @click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True,
               help="Port to listen on (0: any free port, printed at start).")  # fmt: skip
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Answer requests for this host name too (repeatable; *.example.com allowed; also "
+                   f"{HOSTS_ENVVAR}). By default only 127.0.0.1, localhost, [::1] and the --host address.")  # fmt: skip
 @friendly_errors
-def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int) -> None:
+def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
     """Serve the live dashboard of a crawl (pages, and a JSON API under /api).
 
     Read-only unless CRAWLPLUG_DASHBOARD_TOKEN is set: then pausing, resuming,
     changing a domain's limits and requeueing dead letters need that token.
+    Requests whose Host header names another host get 400 (DNS rebinding):
+    --allow-host adds the name you reach it by.
     """
     import uvicorn  # noqa: PLC0415 - only for this command
 
-    from ..web import create_app  # noqa: PLC0415
+    from ..web import allowed_hosts, create_app  # noqa: PLC0415
 
+    extra = [*os.environ.get(HOSTS_ENVVAR, "").replace(",", " ").split(), *allow_hosts]
+    hosts = allowed_hosts(host, extra)  # before connecting: a bad name fails fast
     opts = options(redis_url, crawl)
     keys = crawl_keys(opts)
     target = connect(opts)
     token = os.environ.get(TOKEN_ENVVAR) or None
     if token is not None and len(token) < 12:
         fail(f"{TOKEN_ENVVAR} is too short: use at least 12 random characters")
-    app = create_app(target.client, keys, token, target.safe_url)
+    app = create_app(target.client, keys, token, target.safe_url, hosts=hosts)
     sock = listen(host, port)
     port = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     mode = "actions need the token" if token else f"read-only (set {TOKEN_ENVVAR} to allow actions)"
     click.echo(f"crawlplug dashboard of crawl {keys.crawl!r} on http://{shown}:{port}/  ({mode})", err=True)
+    if "*" in hosts:
+        click.echo("warning: --allow-host '*': any Host header is answered (no DNS-rebinding protection)", err=True)
+    else:
+        click.echo(f"answering Host: {', '.join(hosts)} (others get 400; --allow-host adds one)", err=True)
     if not is_loopback(host):
         click.echo(f"warning: {host} is not a loopback address: anyone who can reach it can read the crawl's "
                    "state" + (", and the token crosses the network in clear text (plain HTTP): put a "

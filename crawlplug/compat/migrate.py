@@ -51,11 +51,12 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from . import legacy
+from .. import callbacks
 from ..errors import ConfigError, CrawlplugError, DecodeError, SerializationError
 from ..frontier import Frontier
 from ..queues import BaseQueue
 from ..safepickle import RefusedGlobal, restricted_loads
-from ..serializers import JsonSerializer, _spider_method
+from ..serializers import JsonSerializer
 
 __all__ = ["MigrationError", "Report", "ScrapyRedisMigration", "SourceKeys"]
 
@@ -317,14 +318,19 @@ class ScrapyRedisMigration:
             raise DecodeError(f"entry does not make a valid request: {exc}") from None
 
     def _method(self, name: Any, what: str) -> Any:
-        if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
-            raise DecodeError(f"{what} {name!r} is not a method name")
-        if self.spidercls is not None and not callable(getattr(self.spidercls, name, None)):
-            raise DecodeError(f"spider {self.spider_name!r} has no method {name!r} ({what})")
-        if name not in self._defined and (name == "parse" or not hasattr(self._stub_cls, name)):
+        """A method of the stub named ``name``, if the crawl's nodes may accept it as a callback:
+        judged on the spider class when it is known, else on what no spider accepts."""
+        if self.spidercls is not None:
+            reason = callbacks.refusal(self.spidercls, name, what)
+        else:
+            reason = callbacks.refusal_for_any_spider(name, what)
+        if reason is not None:
+            raise DecodeError(reason)
+        if name not in self._defined:
             setattr(self._stub_cls, name, _named_noop(name))
             self._defined.add(name)
-        return _spider_method(self._stub, name, what)  # refuses scrapy.Spider's own methods
+            self._stub_cls.crawlplug_callbacks = frozenset(self._defined)  # judged above
+        return callbacks.resolve(self._stub, name, what)
 
     def _move_requests(self, key: str, report: Report, dry_run: bool) -> None:
         batch: list[tuple[Any, ...]] = []

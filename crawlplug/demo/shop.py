@@ -11,6 +11,8 @@ Site layout::
     /category/<c>/                 list page 1 of category c
     /category/<c>/page/<n>/        list page n >= 2 of category c
     /item/<id>/                    item page (name, price, SKU, stock, ...)
+    /sitemap.xml                   sitemap index: one sitemap per category
+    /sitemap/<c>.xml               sitemap of category c's item pages
 
 List pages carry a nav bar (home + every category) and item pages carry
 ``related`` links to other items, so a crawler meets many duplicate links.
@@ -76,6 +78,10 @@ _BLURBS = (
 
 _LIST_RE = re.compile(r"^/category/([1-9][0-9]*)/(?:page/([1-9][0-9]*)/)?$")
 _ITEM_RE = re.compile(r"^/item/([1-9][0-9]*)/$")
+_SITEMAP_RE = re.compile(r"^/sitemap/([1-9][0-9]*)\.xml$")
+SITEMAP_PATH = "/sitemap.xml"
+"""The sitemap index (not linked from any page: only sitemap spiders ask for it)."""
+_SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 
 _NOT_FOUND = (
     b"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -164,6 +170,32 @@ class DemoShop:
     def paths(self) -> set[str]:
         """Paths of every page reachable from ``/`` (home, list and item pages)."""
         return {"/"} | self.list_paths() | self.item_paths()
+
+    def sitemap_paths(self) -> set[str]:
+        """Paths of the sitemap index and of every category's sitemap."""
+        return {SITEMAP_PATH} | {f"/sitemap/{c}.xml" for c in range(1, self.categories + 1)}
+
+    def render_sitemap(self, path: str, base_url: str) -> tuple[int, bytes] | None:
+        """Status and XML body of sitemap ``path`` with absolute URLs under ``base_url``
+        (sitemaps hold absolute URLs, so they depend on the address asked); None: not a sitemap."""
+        base = base_url.rstrip("/")
+        if path == SITEMAP_PATH:
+            entries = [f"<sitemap><loc>{html.escape(base)}/sitemap/{c}.xml</loc></sitemap>"
+                       for c in range(1, self.categories + 1)]  # fmt: skip
+            tag = "sitemapindex"
+        else:
+            match = _SITEMAP_RE.match(path)
+            if match is None:
+                return None
+            category = int(match.group(1))
+            if category > self.categories:
+                return 404, _NOT_FOUND
+            entries = [f"<url><loc>{html.escape(base + self.item_path(i))}</loc></url>"
+                       for i in self.category_items(category)]  # fmt: skip
+            tag = "urlset"
+        body = f'<?xml version="1.0" encoding="UTF-8"?>\n<{tag} xmlns="{_SITEMAP_NS}">\n'
+        body += "\n".join(entries) + f"\n</{tag}>\n"
+        return 200, body.encode("utf-8")
 
     # ------------------------------------------------------------- item data
 
@@ -360,11 +392,20 @@ class _Handler(BaseHTTPRequestHandler):
         shop = owner.shop
         if shop.delay:
             time.sleep(shop.delay)
-        status, body = shop.render(path)
+        content_type = "text/html; charset=utf-8"
+        render_sitemap = getattr(shop, "render_sitemap", None)  # other sites served here have none
+        sitemap = None
+        if render_sitemap is not None:
+            sitemap = render_sitemap(path, f"http://{self.headers.get('Host') or owner.url.split('://', 1)[1]}")
+        if sitemap is not None:
+            status, body = sitemap
+            content_type = "application/xml" if status == 200 else content_type
+        else:
+            status, body = shop.render(path)
         # Count before answering, so a client that has its response also sees
         # the hit counted.
         owner._record(self.path)
-        self._send(status, body, "text/html; charset=utf-8")
+        self._send(status, body, content_type)
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)

@@ -17,7 +17,8 @@
 --                     (see domains.lua)
 -- KEYS[13] series     hash  "a:<bucket>" acked, "e:<bucket>" enqueued, per 10 s;
 --                     "busy_from", "busy_to": the span (ms) the crawl has been busy
--- KEYS[14..]          mode "bloom" only, per filter (newest generation first):
+-- KEYS[14] reply      str   "<call id>\n<reply>": the caller node's last reply (see ARGV[4])
+-- KEYS[15..]          mode "bloom" only, per filter (newest generation first):
 --                     its hash of layer counts, then the bit strings of every
 --                     layer the caller knows (plus one spare layer for the
 --                     current filter), chunk by chunk
@@ -28,7 +29,12 @@
 --         rate> <capacity>"; "bloom": lines, first "<generation window ms,
 --         0 = none> <generation expected> <key expiry ms, 0 = none>", then per
 --         filter "<m>,<k>,<capacity>,<chunks>,<chunk bits>;..." for its layers
--- ARGV[4] A = number of lease ids to acknowledge, then ARGV[5 .. 4+A] the ids
+-- ARGV[4] call id ("" = none): names this exact call, so that a call sent again
+--         after its reply was lost (the connection reset after the script ran)
+--         answers the reply it had, doing nothing twice: a call with the id of
+--         the reply in KEYS[14] returns that reply. The caller sends an id once,
+--         and again only with the same keys and arguments.
+-- ARGV[5] A = number of lease ids to acknowledge, then ARGV[6 .. 5+A] the ids
 -- then E = number of lease events, then E pairs (lease id, kind): what the
 -- node saw happen to its requests of the per-domain queue, "s" sent, "r"
 -- download ended (see dq_event in domains.lua); repeating one is harmless
@@ -50,18 +56,49 @@
 
 local seen, queue, requests, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases, leased, deliveries, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local mode, node, param = ARGV[1], ARGV[2], ARGV[3]
-local nacks = tonumber(ARGV[4])
+local mode, node, param, call = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local acks_at = 5 -- ARGV[acks_at]: the number of acks (A)
+local nacks = tonumber(ARGV[acks_at])
 dq_keys(9)
 
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
+-- A replay of the caller's last call: answer what it answered, change nothing.
+local reply_key = KEYS[14]
+if call ~= "" then
+  local last = redis.pcall("GET", reply_key) -- a key of another type is no reply (SET replaces it)
+  if type(last) == "string" and string.sub(last, 1, #call + 1) == call .. "\n" then
+    local parts = {}
+    for part in string.gmatch(string.sub(last, #call + 2) .. "\n", "([^\n]*)\n") do parts[#parts + 1] = part end
+    if parts[1] == "P" then return {"PARTIAL", parts[2], parts[3]} end
+    return {parts[2], tonumber(parts[3]), tonumber(parts[4]), parts[5]}
+  end
+end
+-- Replies are kept for a retry after an outage (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT, 300 s by
+-- default); a call sent again later than this is run again (its new requests then count
+-- as duplicates: nothing is lost).
+local REPLY_MS = 900000
+local function answer(reply)
+  if call ~= "" then
+    local text
+    if reply[1] == "PARTIAL" then
+      text = "P\n" .. reply[2] .. "\n" .. reply[3]
+    else
+      text = "R\n" .. reply[1] .. "\n" .. reply[2] .. "\n" .. reply[3] .. "\n" .. reply[4]
+    end
+    -- the last write: a full Redis refuses it only as a call's first write, when the
+    -- call changed nothing else (and sent again, changes nothing either); the reply is
+    -- then not kept, and the call answers all the same
+    redis.pcall("SET", reply_key, call .. "\n" .. text, "PX", REPLY_MS)
+  end
+  return reply
+end
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
 -- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
 do
   local spec = dedup_spec({{queue, "zset"}, {requests, "hash"}, {seq, "int"}, {leases, "zset"}, {leased, "hash"},
                            {deliveries, "hash"}, {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"},
-                           {D.state, "hash"}, {D.conf, "hash"}, {KEYS[13], "hash"}}, mode, seen, param, 14)
+                           {D.state, "hash"}, {D.conf, "hash"}, {KEYS[13], "hash"}}, mode, seen, param, 15)
   local refused = guard(spec) or guard_bloom_meta(spec)
   if refused then return refused end
 end
@@ -90,7 +127,7 @@ local function bloom_setup()
     local current = math.floor(now_ms / window)
     if current ~= tonumber(gen) then return {"STALE_GEN", current} end
   end
-  local key = 14
+  local key = 15
   local stale = false
   for f = 2, #lines do
     local filter = {meta = KEYS[key], layers = {}}
@@ -223,8 +260,8 @@ end
 
 local flags = {}
 local admitted, filtered = 0, 0
-local nevents = tonumber(ARGV[5 + nacks])
-local i = 6 + nacks + 2 * nevents
+local nevents = tonumber(ARGV[acks_at + 1 + nacks])
+local i = acks_at + 2 + nacks + 2 * nevents
 local partial = false
 local dq_now
 while i + 3 <= NARGV do
@@ -267,7 +304,7 @@ end
 
 local acked, stale, starts_acked = 0, 0, 0
 local owner_prefix = node .. "|"
-for e = 6 + nacks, 5 + nacks + 2 * nevents, 2 do
+for e = acks_at + 2 + nacks, acks_at + 1 + nacks + 2 * nevents, 2 do
   local id = ARGV[e]
   local info = redis.call("HGET", leased, id)
   if info and string.sub(info, 1, #owner_prefix) == owner_prefix then
@@ -276,7 +313,7 @@ for e = 6 + nacks, 5 + nacks + 2 * nevents, 2 do
   end
 end
 if partial then nacks = 0 end -- parents are acked only once all their children are stored
-for a = 5, 4 + nacks do
+for a = acks_at + 1, acks_at + nacks do
   local id = ARGV[a]
   local info = redis.call("HGET", leased, id)
   if info and string.sub(info, 1, #owner_prefix) == owner_prefix then
@@ -320,7 +357,7 @@ if acked > 0 or admitted > 0 then
   if acked > 0 then add_to_field(KEYS[13], "a:" .. bucket, acked) end
   if admitted > 0 then add_to_field(KEYS[13], "e:" .. bucket, admitted) end
   -- the span the crawl has been busy, first admission to last ack, so rates are taken
-  -- over the time it actually ran (crawlplug.monitor.rates); an idle minute starts a new one
+  -- over the time it actually ran (crawlplug.ops.status.rates); an idle minute starts a new one
   local busy_to = tonumber(redis.call("HGET", KEYS[13], "busy_to") or "")
   if not busy_to or dq_now - busy_to > 60000 then redis.call("HSET", KEYS[13], "busy_from", dq_now) end
   redis.call("HSET", KEYS[13], "busy_to", dq_now)
@@ -328,6 +365,6 @@ end
 local state = ""
 if mode == "bloom" then state = bloom_counts() end
 if partial then
-  return {"PARTIAL", table.concat(flags), state}
+  return answer({"PARTIAL", table.concat(flags), state})
 end
-return {table.concat(flags), acked, stale, state}
+return answer({table.concat(flags), acked, stale, state})

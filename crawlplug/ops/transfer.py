@@ -43,9 +43,10 @@ What becomes of what:
 * Bloom filter keys are copied byte for byte (all-zero stretches of a layer
   are not written out), with their expiry time.
 
-Not exported: live nodes, their metrics and Scrapy stats (``nodes``,
-``producers``, ``node:*``, ``statnodes``, the nodes found dead in the last hour:
-``graveyard``), the seed timer's lock, the rate series (``series``) and scraped items (``items``: ``crawlplug items export``).
+Not exported: live nodes, their metrics, Scrapy stats and last admission
+replies (``nodes``, ``producers``, ``node:*``, ``statnodes``, ``reply:*``), the nodes
+found dead in the last hour (``graveyard``), the seed timer's lock, the rate series
+(``series``) and scraped items (``items``: ``crawlplug items export``).
 :func:`export_crawl` lists which of these the crawl has in ``counts["not_exported"]``.
 
 An export reads with SCAN-family commands, a batch at a time: memory stays
@@ -186,7 +187,7 @@ def _not_exported(names: list[str]) -> list[str]:
     for name in names:
         if name in _EXPORTED or name in _LOCAL or name == "bloom" or name.startswith("bloom:"):
             continue
-        out.add("node:*" if name.startswith("node:") else name)
+        out.add(f"{name.split(':', 1)[0]}:*" if name.startswith(("node:", "reply:")) else name)
     return sorted(out)
 
 

@@ -8,28 +8,36 @@ the ``series`` hash, so a dashboard opened late still shows the last hour.
 
 Read-only unless a token is configured (``CRAWLPLUG_DASHBOARD_TOKEN``):
 actions (pause, resume, a domain's limits, requeueing dead letters) then need
-``Authorization: Bearer <token>``. It binds to loopback unless told otherwise.
+``Authorization: Bearer <token>``. It binds to loopback unless told otherwise,
+and answers only requests whose ``Host`` header names an allowed host
+(Starlette's TrustedHostMiddleware; loopback names by default, see
+:func:`allowed_hosts`): a web page the browser loaded from elsewhere that
+points its own name at 127.0.0.1 (DNS rebinding) gets 400, not the crawl's state.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import math
+from collections.abc import Iterable
 from importlib.resources import files
 from typing import Any
 
 import redis
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import errorsamples
+from ..errors import ConfigError, CrawlplugError
 from ..ops import dead, status
 from ..sites import outcomes as site_fields
-from ..errors import CrawlplugError
 from ..keys import CrawlKeys
 from ..shards import open_domains, open_frontier
 
@@ -224,11 +232,66 @@ def site_outcomes(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return site_fields.outcomes(stats)
 
 
-def create_app(client: redis.Redis, keys: CrawlKeys, token: str | None = None, redis_label: str = "") -> Starlette:
-    """The dashboard of crawl ``keys`` on ``client``."""
+#: Host header values a dashboard answers by default: this machine's loopback names.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+#: Addresses that bind every interface: they name no host a browser would send.
+_WILDCARDS = ("0.0.0.0", "::", "[::]", "")
+
+
+def host_pattern(host: str) -> str:
+    """``host`` as TrustedHostMiddleware matches it: lower case, an IPv6 address in brackets.
+
+    Accepts a name, an address, ``*.example.com`` or ``*`` (any host: the check off);
+    :class:`ConfigError` for what a Host header cannot hold (a port, a path, spaces).
+    """
+    text = host.strip().lower()
+    bare = text.strip("[]")
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        address = None
+    if address is not None:
+        return f"[{address}]" if address.version == 6 else str(address)
+    if text == "*":
+        return text
+    name = text.removeprefix("*.")
+    if not name or any(c in name for c in ":/[]@ *\t") or name.startswith(".") or name.endswith(".."):
+        raise ConfigError(
+            f"{host!r} is not a host name for the dashboard's allowed hosts (a name, an address, "
+            "*.example.com or *; no port, no scheme)"
+        )
+    return text
+
+
+def allowed_hosts(bind: str | None = None, extra: Iterable[str] = ()) -> list[str]:
+    """The Host header values a dashboard bound to ``bind`` answers: the loopback names, the
+    bound address unless it binds every interface (0.0.0.0), and ``extra`` (real hostnames)."""
+    hosts = list(LOOPBACK_HOSTS)
+    if bind is not None and bind.strip() not in _WILDCARDS:
+        hosts.append(host_pattern(bind))
+    hosts += [host_pattern(h) for h in extra]
+    return list(dict.fromkeys(hosts))
+
+
+def create_app(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    token: str | None = None,
+    redis_label: str = "",
+    *,
+    hosts: Iterable[str] | None = None,
+) -> Starlette:
+    """The dashboard of crawl ``keys`` on ``client``; it answers requests whose Host header
+    is one of ``hosts`` (patterns as :func:`allowed_hosts` gives them; default: loopback
+    names only), others get 400."""
     dash = Dashboard(client, keys, token, redis_label)
 
     async def redis_down(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": f"Redis error: {exc}"}, status_code=503)
 
-    return Starlette(routes=dash.routes(), exception_handlers={redis.RedisError: redis_down})
+    trusted = list(hosts) if hosts is not None else list(LOOPBACK_HOSTS)
+    return Starlette(
+        routes=dash.routes(),
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=trusted, www_redirect=False)],
+        exception_handlers={redis.RedisError: redis_down},
+    )
