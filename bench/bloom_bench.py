@@ -14,7 +14,7 @@ throughput rows are measured afterwards, alone on the machine.
 For every N in ``--sizes``, N random 20-byte fingerprints (what Scrapy's
 fingerprinter returns) are stored by:
 
-* **Bloom, capacity N**: ``crawlplug.dedup.BloomDedup(BloomSpec(N, 0.001))``
+* **Bloom, capacity N**: ``crawlplug.frontier.dedup.BloomDedup(BloomSpec(N, 0.001))``
   (the strategy behind ``RedisBloomDupeFilter``), admitted through
   ``crawlplug.frontier.Frontier.admit`` with an empty payload (dedup only: the
   structure alone is measured), in batches of ``--batch``;
@@ -76,11 +76,11 @@ from scrapy import Request  # noqa: E402
 from scrapy.utils.request import RequestFingerprinter  # noqa: E402
 from scrapy_redis.dupefilter import RFPDupeFilter  # noqa: E402
 
-from crawlplug.bloom import BloomSpec  # noqa: E402
-from crawlplug.dedup import BloomDedup, Dedup, SetDedup  # noqa: E402
+from crawlplug.frontier.bloom import BloomSpec  # noqa: E402
+from crawlplug.frontier.dedup import BloomDedup, Dedup, SetDedup  # noqa: E402
 from crawlplug.dupefilters import bloom_info  # noqa: E402
-from crawlplug.frontier import Frontier  # noqa: E402
-from crawlplug.keys import CrawlKeys  # noqa: E402
+from crawlplug.frontier.single import Frontier  # noqa: E402
+from crawlplug.frontier.keys import CrawlKeys  # noqa: E402
 from tests.conftest import RedisServer, free_port  # noqa: E402
 
 P = 0.001

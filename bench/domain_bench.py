@@ -32,8 +32,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RedisProc  # noqa: E402
 
-from crawlplug.frontier import Domains, Frontier  # noqa: E402
-from crawlplug.keys import CrawlKeys  # noqa: E402
+from crawlplug.frontier.single import Domains, Frontier  # noqa: E402
+from crawlplug.frontier.keys import CrawlKeys  # noqa: E402
 from crawlplug.queues import DomainQueue, PriorityQueue  # noqa: E402
 
 PAYLOAD = b'{"v":1,"url":"https://%s/page/%d","callback":"parse_item"}'

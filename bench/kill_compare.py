@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:
 import redis  # noqa: E402
 
 from crawlplug.demo.shop import DemoShop, ShopServer, serve  # noqa: E402
-from crawlplug.keys import CrawlKeys  # noqa: E402
+from crawlplug.frontier.keys import CrawlKeys  # noqa: E402
 from tests.conftest import SCRAPY, RedisServer, free_port  # noqa: E402
 
 NODES = 3

@@ -39,9 +39,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from crawlplug.connection import client_from_url  # noqa: E402
-from crawlplug.frontier import Frontier  # noqa: E402
-from crawlplug.keys import CrawlKeys  # noqa: E402
-from crawlplug.shards import ShardedFrontier, claim_shards  # noqa: E402
+from crawlplug.frontier.single import Frontier  # noqa: E402
+from crawlplug.frontier.keys import CrawlKeys  # noqa: E402
+from crawlplug.frontier.sharded import ShardedFrontier, claim_shards  # noqa: E402
 from tests.clusters import RedisCluster3  # noqa: E402
 
 PAYLOAD = b'{"v":1,"url":"https://%s/page/%d","callback":"parse_item"}'

@@ -18,8 +18,8 @@ ADDON_SETTINGS = {
 ADDON_COMPONENTS = {
     # crawl-wide error counts with sample URLs (crawlplug status, the dashboard)
     "DOWNLOADER_MIDDLEWARES": ("crawlplug.errorsamples.ErrorSamplesMiddleware", 960),
-    # drops the links of pages leased before the crawl was reset under a live node (crawlplug.runs)
-    "SPIDER_MIDDLEWARES": ("crawlplug.staleoutput.StaleOutputMiddleware", 10),
+    # drops the links of pages leased before the crawl was reset under a live node (crawlplug.frontier.runs)
+    "SPIDER_MIDDLEWARES": ("crawlplug.scheduler.staleoutput.StaleOutputMiddleware", 10),
 }
 
 

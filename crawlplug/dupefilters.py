@@ -4,7 +4,7 @@ The check itself runs inside the admission script (``lua/admit.lua``): the
 fingerprint is recorded in the same atomic step that stores the request, so
 there is never a fingerprint whose request is nowhere. A dupefilter here
 supplies the fingerprint, chooses the dedup strategy the script applies
-(:mod:`crawlplug.dedup`), and logs and counts what was filtered. Used on its
+(:mod:`crawlplug.frontier.dedup`), and logs and counts what was filtered. Used on its
 own (``request_seen``) it records fingerprints with the same script.
 
 * :class:`RedisSetDupeFilter`: exact, a set of raw 20-byte fingerprints
@@ -26,16 +26,16 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
 
-from .bloom import BloomSpec
+from .frontier.bloom import BloomSpec
 from .config import setting
-from .dedup import BloomDedup, Dedup, NativeBloomDedup, SetDedup, TtlDedup
+from .frontier.dedup import BloomDedup, Dedup, NativeBloomDedup, SetDedup, TtlDedup
 from .errors import ConfigError
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.utils.request import RequestFingerprinterProtocol
 
-    from .frontier import Frontier
+    from .frontier.single import Frontier
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
         if shards is None:
             self.strategy = frontier.dedup = self._bind_part(frontier, self.strategy)
             return
-        # a sharded crawl (crawlplug.shards): one filter per shard, each its own strategy
+        # a sharded crawl (crawlplug.frontier.sharded): one filter per shard, each its own strategy
         for part in shards:
             part.dedup = self._bind_part(part, part.dedup)
         self.strategy = shards[0].dedup

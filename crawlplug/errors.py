@@ -51,7 +51,7 @@ class StaleEpoch(CrawlplugError, redis.exceptions.ResponseError):
 
 
 class RunEnded(CrawlplugError):
-    """The crawl's run ended by a limit or an operator and stays so (crawlplug.runs);
+    """The crawl's run ended by a limit or an operator and stays so (crawlplug.frontier.runs);
     ``state`` is how it ended ("limit", "stopped"), a node's close reason."""
 
     def __init__(self, message: str, state: str = "stopped") -> None:
@@ -86,7 +86,7 @@ def corrupt_key(exc: Exception) -> Exception:
 def script_error(exc: BaseException) -> BaseException:
     """A script's error reply as crawlplug's error for it (:class:`StaleEpoch`,
     :class:`CorruptKey`), else ``exc`` itself: converted once, where replies come in
-    (crawlplug.lua.Scripts)."""
+    (crawlplug.frontier.scripts.Scripts)."""
     if not isinstance(exc, redis.exceptions.ResponseError):
         return exc
     converted = StaleEpoch.check(exc)

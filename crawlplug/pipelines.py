@@ -53,7 +53,7 @@ from itemadapter import ItemAdapter
 from . import connection
 from .config import setting, warn_misspelt_settings
 from .errors import ConfigError, CrawlplugError, ItemError
-from .keys import CrawlKeys, crawl_keys
+from .frontier.keys import CrawlKeys, crawl_keys
 
 if TYPE_CHECKING:
     from scrapy import Spider

@@ -33,7 +33,7 @@ import redis
 
 from . import starts
 from .errors import ConfigError
-from .keys import CrawlKeys
+from .frontier.keys import CrawlKeys
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,8 @@ from scrapy.spiders import CrawlSpider
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.task import deferLater
 
-from . import enginehooks, starts
+from .scheduler import enginehooks
+from . import starts
 from .config import setting
 from .errors import ConfigError, DecodeError
 

@@ -52,9 +52,9 @@ from twisted.internet.task import LoopingCall
 from . import connection
 from .config import setting
 from .errors import REDIS_ERRORS
-from .frontier import process_node_id
-from .keys import CrawlKeys, crawl_keys
-from .lua import source
+from .frontier.single import process_node_id
+from .frontier.keys import CrawlKeys, crawl_keys
+from .frontier.scripts import source
 
 if TYPE_CHECKING:
     from scrapy import Spider

@@ -1,7 +1,7 @@
 """RedisBloomDupeFilter and ExpiringDupeFilter on a real Redis.
 
 Bloom: sizing against pybloom-live, the Lua bit positions against
-crawlplug.bloom.positions, exact chunk allocation, no false negatives
+crawlplug.frontier.bloom.positions, exact chunk allocation, no false negatives
 (hypothesis), scaling (layer counts never above capacity), a node that does
 not know the grown layers (STALE), concurrent admission from several
 processes, bad configuration, introspection, and a real two-node crawl.
@@ -9,7 +9,7 @@ Expiring: forgetting after the TTL, per-request TTL, cleanup by the admission
 script, bad configuration, and a real re-crawl.
 
 False-positive rates are measured on a snapshot of the filter's bits (one GET
-per chunk) with ``crawlplug.bloom.positions``, which
+per chunk) with ``crawlplug.frontier.bloom.positions``, which
 ``test_lua_bit_positions_equal_python_positions_and_chunks_are_exact`` proves
 identical to what the script does. Querying through the admission script
 instead would *add* every fresh fingerprint, so the filter measured would keep
@@ -34,12 +34,12 @@ from hypothesis import strategies as st
 from scrapy import Request
 from scrapy.utils.test import get_crawler
 
-from crawlplug.bloom import CHUNK_BITS, RATIO, SCALE, BloomSpec, Layer, positions, slices_and_bits
-from crawlplug.dedup import BloomDedup, TtlDedup
+from crawlplug.frontier.bloom import CHUNK_BITS, RATIO, SCALE, BloomSpec, Layer, positions, slices_and_bits
+from crawlplug.frontier.dedup import BloomDedup, TtlDedup
 from crawlplug.dupefilters import TTL_META, ExpiringDupeFilter, RedisBloomDupeFilter, bloom_info
 from crawlplug.errors import ConfigError
-from crawlplug.frontier import Frontier
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.keys import CrawlKeys
 
 K = CrawlKeys("bloomy")
 BLOOM = "crawlplug.dupefilters.RedisBloomDupeFilter"

@@ -8,12 +8,12 @@ import time
 import pytest
 from scrapy.utils.test import get_crawler
 
-from crawlplug.bloom import BloomSpec
-from crawlplug.dedup import BloomDedup
+from crawlplug.frontier.bloom import BloomSpec
+from crawlplug.frontier.dedup import BloomDedup
 from crawlplug.dupefilters import RedisBloomDupeFilter
 from crawlplug.errors import ConfigError
-from crawlplug.frontier import Frontier
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.keys import CrawlKeys
 
 
 def _admit(frontier: Frontier, fps: list[bytes]) -> str:

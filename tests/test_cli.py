@@ -18,8 +18,8 @@ from click.testing import CliRunner
 import crawlplug
 from crawlplug import runs
 from crawlplug.cli import main
-from crawlplug.frontier import Domains, Frontier
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.single import Domains, Frontier
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.serializers import JsonSerializer
 
 from .conftest import ROOT, RedisServer, free_port

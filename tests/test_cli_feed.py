@@ -22,8 +22,8 @@ from click.testing import CliRunner
 from crawlplug import runs, starts
 from crawlplug.cli import main
 from crawlplug.errors import DecodeError
-from crawlplug.frontier import Frontier
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.seeds import Seeds, make_seed
 from crawlplug.serializers import JsonSerializer
 

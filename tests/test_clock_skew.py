@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import redis
 
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.keys import CrawlKeys
 from tests.politesite import HostSite, PoliteSite, loopback_hosts, min_start_gap
 from tests.test_polite import DOMAIN_QUEUE, TOLERANCE, assert_each_page_once, per_node
 

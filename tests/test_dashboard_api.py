@@ -26,8 +26,8 @@ from crawlplug.cli import main as cli_main
 from crawlplug.cli.web import is_loopback
 from crawlplug.connection import client_from_url
 from crawlplug.demo.crawl import DashboardThread
-from crawlplug.frontier import Frontier
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.serializers import JsonSerializer
 from crawlplug.web import API, create_app
 

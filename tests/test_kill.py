@@ -37,7 +37,7 @@ import pytest
 import redis
 from scrapy.extensions.feedexport import FileFeedStorage
 
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.keys import CrawlKeys
 
 SETTINGS: dict[str, object] = {
     "CRAWLPLUG_HEARTBEAT": 0.5,

@@ -28,8 +28,8 @@ from scrapy_redis.queue import PriorityQueue as SrPriority
 
 from crawlplug.compat import legacy
 from crawlplug.cli import main
-from crawlplug.frontier import Frontier
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.compat.legacy import (
     ScrapyRedisDupeFilter,
     scrapy_redis_fingerprint,

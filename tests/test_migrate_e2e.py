@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from crawlplug.keys import CrawlKeys
-from crawlplug.shards import ShardedFrontier, claim_shards, open_frontier
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.sharded import ShardedFrontier, claim_shards, open_frontier
 
 from .conftest import ROOT
 

@@ -15,10 +15,10 @@ from crawlplug.compat import names
 from crawlplug.config import SchedulerConfig, setting
 from crawlplug.connection import check, from_settings, server_settings
 from crawlplug.errors import ConfigError
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.pipelines import RedisItemPipeline
 from crawlplug.queues import FifoQueue, LifoQueue, PriorityQueue, load_queue_class
-from crawlplug.scheduler import Scheduler
+from crawlplug.scheduler.core import Scheduler
 from crawlplug.spiders import RedisSpider
 from crawlplug.stats import RedisStatsCollector
 

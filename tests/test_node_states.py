@@ -23,9 +23,9 @@ from starlette.testclient import TestClient
 
 from crawlplug.cli import main
 from crawlplug.demo.shop import DemoShop, serve
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.ops.status import rates, snapshot
-from crawlplug.shards import parts
+from crawlplug.frontier.sharded import parts
 from crawlplug.web import create_app
 
 from .dashboardproc import wait_for

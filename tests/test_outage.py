@@ -25,7 +25,7 @@ import redis
 from click.testing import CliRunner
 
 from crawlplug.cli import main
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.keys import CrawlKeys
 
 from .conftest import RedisServer, free_port
 

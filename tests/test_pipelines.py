@@ -24,7 +24,7 @@ from scrapy.utils.test import get_crawler
 
 from crawlplug.cli import main
 from crawlplug.errors import ConfigError, ItemError
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.pipelines import RedisItemPipeline, count_items, item_json, iter_items
 
 from .conftest import RedisServer

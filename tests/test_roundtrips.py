@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 
-from crawlplug.frontier import Frontier
-from crawlplug.keys import CrawlKeys
-from crawlplug.lua import Scripts
+from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.scripts import Scripts
 from crawlplug.serializers import JsonSerializer
 from scrapy import Request
 

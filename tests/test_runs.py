@@ -1,4 +1,4 @@
-"""Crawl runs (crawlplug.runs): a finished crawl started again is crawled again, a
+"""Crawl runs (crawlplug.frontier.runs): a finished crawl started again is crawled again, a
 reset reaches every live node, and every crawl in a Redis can be listed.
 
 Real `scrapy crawl` nodes of the demo project against the demo shop on loopback;
@@ -22,8 +22,8 @@ from click.testing import CliRunner
 from crawlplug import runs
 from crawlplug.cli import main
 from crawlplug.errors import StaleEpoch
-from crawlplug.frontier import Frontier
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.keys import CrawlKeys
 
 from .conftest import SCRAPY
 

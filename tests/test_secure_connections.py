@@ -30,8 +30,8 @@ from crawlplug.demo import crawl as democrawl
 from crawlplug.cli import main as cli
 from crawlplug.connection import Connection, check, client_from_url, from_settings, mask_url
 from crawlplug.errors import RedisUnavailable
-from crawlplug.frontier import Frontier
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.serializers import JsonSerializer
 from crawlplug.web import create_app
 

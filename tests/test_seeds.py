@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from crawlplug.errors import ConfigError
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.seeds import Seed, Seeds, make_seed, parse_every
 
 KEYS = CrawlKeys("seedtest")

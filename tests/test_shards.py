@@ -1,4 +1,4 @@
-"""A crawl split into shards (CRAWLPLUG_SHARDS): crawlplug.shards on real Redis servers.
+"""A crawl split into shards (CRAWLPLUG_SHARDS): crawlplug.frontier.sharded on real Redis servers.
 
 * The sharded frontier on the suite's Redis and on a real three-primary Redis
   Cluster: routing by domain, dedup across nodes, acks that wait for children
@@ -26,13 +26,13 @@ from redis.crc import key_slot
 
 from crawlplug.cli import main
 from crawlplug.demo.shop import DemoShop, serve
-from crawlplug.dedup import BloomDedup
-from crawlplug.bloom import BloomSpec
+from crawlplug.frontier.dedup import BloomDedup
+from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.errors import AdmissionIncomplete, ConfigError, CorruptKey
-from crawlplug.frontier import Frontier
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.queues import DomainQueue
-from crawlplug.shards import ShardedFrontier, claim_shards, open_frontier, parts, shard_of
+from crawlplug.frontier.sharded import ShardedFrontier, claim_shards, open_frontier, parts, shard_of
 
 K = CrawlKeys("sharded")
 N = 4

@@ -11,7 +11,7 @@ from scrapy.utils.test import get_crawler
 from starlette.testclient import TestClient
 
 from crawlplug.cli import main
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.sites.store import SiteStore
 from crawlplug.stats import RedisStatsCollector
 from crawlplug.web import create_app

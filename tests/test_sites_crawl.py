@@ -18,7 +18,7 @@ import yaml
 from crawlplug import errorsamples
 from crawlplug.demo.cars import DemoCars
 from crawlplug.demo.cars import serve as serve_cars
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.sites.store import SiteStore
 from crawlplug.stats import crawl_stats, node_stats
 

@@ -29,8 +29,8 @@ from scrapy.utils.test import get_crawler
 
 from crawlplug.cli import main
 from crawlplug.dupefilters import ExpiringDupeFilter, RedisBloomDupeFilter
-from crawlplug.frontier import Domains, Frontier
-from crawlplug.keys import CrawlKeys
+from crawlplug.frontier.single import Domains, Frontier
+from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.queues import DomainQueue
 from crawlplug.seeds import Seeds, make_seed
 from crawlplug.serializers import JsonSerializer

@@ -14,9 +14,10 @@ from typing import Any, Callable, NoReturn, TypeVar
 import click
 import redis
 
-from .. import __version__, connection, embedded, runs
+from .. import __version__, connection, embedded
+from ..frontier import runs
 from ..errors import CrawlplugError
-from ..keys import CrawlKeys
+from ..frontier.keys import CrawlKeys
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ..shards import open_domains
+from ..frontier.sharded import open_domains
 from .common import (
     connect,
     crawl_keys,

@@ -13,9 +13,9 @@ import click
 
 from .. import starts
 from ..errors import ConfigError, DecodeError
-from ..frontier import Frontier
+from ..frontier.single import Frontier
 from ..seeds import Seeds, make_seed
-from ..shards import parts
+from ..frontier.sharded import parts
 from .common import (
     connect,
     crawl_keys,

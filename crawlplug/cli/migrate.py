@@ -41,13 +41,13 @@ from ..compat.legacy import FINGERPRINT_FUNCTIONS, ScrapyRedisSeen
 from ..compat.migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
 from ..compat.names import SCRAPY_REDIS_KEYS
 from ..config import setting
-from ..dedup import Dedup, SetDedup
+from ..frontier.dedup import Dedup, SetDedup
 from ..dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
-from ..frontier import Frontier
-from ..keys import CrawlKeys
+from ..frontier.single import Frontier
+from ..frontier.keys import CrawlKeys
 from ..queues import load_queue_class
 from ..serializers import serializer_from_settings
-from ..shards import ShardedFrontier, claim_shards, stored_shards
+from ..frontier.sharded import ShardedFrontier, claim_shards, stored_shards
 from .common import META_URL, fail, friendly_errors, main, options, shared_options
 
 logger = logging.getLogger(__name__)

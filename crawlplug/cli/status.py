@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from .. import runs
-from ..keys import CrawlKeys
+from ..frontier import runs
+from ..frontier.keys import CrawlKeys
 from ..ops import status as crawl_status
-from ..shards import open_frontier
+from ..frontier.sharded import open_frontier
 from ..sites import outcomes
 from .common import (
     Target,

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import click
 
 from ..errors import ConfigError
-from ..keys import CrawlKeys
+from ..frontier.keys import CrawlKeys
 from ..ops.transfer import export_crawl, import_crawl, read_header
 from .common import connect, fail, friendly_errors, main, options, shared_options
 

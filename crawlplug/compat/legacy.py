@@ -52,8 +52,8 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     import redis
 
-    from ..frontier import Frontier
-    from ..keys import CrawlKeys
+    from ..frontier.single import Frontier
+    from ..frontier.keys import CrawlKeys
 
 __all__ = [
     "FINGERPRINT_FUNCTIONS",
@@ -289,7 +289,7 @@ class ScrapyRedisSeen:
             return
         self._sentinel_arg = self.strategy.argument(SENTINEL)  # type: ignore[attr-defined]
         # the marker must be in the dedup state before any request maps to it: in
-        # every shard's, for a sharded crawl (crawlplug.shards), as any shard may get it
+        # every shard's, for a sharded crawl (crawlplug.frontier.sharded), as any shard may get it
         for part in getattr(frontier, "shards", None) or [frontier]:
             part.admit([(part.dedup.argument(SENTINEL), 0.0, b"")])
         logger.info(

@@ -53,7 +53,7 @@ from scrapy.utils.misc import load_object
 from . import legacy
 from .. import callbacks
 from ..errors import ConfigError, CrawlplugError, DecodeError, SerializationError
-from ..frontier import Frontier
+from ..frontier.single import Frontier
 from ..queues import BaseQueue
 from ..safepickle import RefusedGlobal, restricted_loads
 from ..serializers import JsonSerializer
@@ -348,7 +348,7 @@ class ScrapyRedisMigration:
             if not request.dont_filter and self.frontier.dedup.mode != "none":
                 arg = self.frontier.dedup.argument(self.fingerprinter.fingerprint(request))
             domain = self.queue.domain(request)
-            # the 5th field routes it to its shard in a sharded crawl (crawlplug.shards), as the scheduler does
+            # the 5th field routes it to its shard in a sharded crawl (crawlplug.frontier.sharded), as the scheduler does
             route = domain or urlparse_cached(request).hostname or request.url
             batch.append((arg, self.queue.score(request), payload, domain, route))
             if len(batch) >= BATCH:

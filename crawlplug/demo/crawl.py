@@ -40,8 +40,8 @@ from ..ops import status
 from ..defaults import default
 from .shop import DemoShop, ShopServer, serve
 from ..errors import CrawlplugError
-from ..frontier import Frontier
-from ..keys import CrawlKeys
+from ..frontier.single import Frontier
+from ..frontier.keys import CrawlKeys
 
 CRAWL = "shop"  # the spider's name, hence the crawl's name
 RUNS_KEPT = 10

@@ -11,10 +11,10 @@ from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 
 from ..errors import CrawlplugError
-from ..frontier import DeadLetter
-from ..keys import CrawlKeys
+from ..frontier.single import DeadLetter
+from ..frontier.keys import CrawlKeys
 from ..queues import DomainQueue, PriorityQueue
-from ..shards import open_frontier, parts
+from ..frontier.sharded import open_frontier, parts
 
 _TOMBSTONE = "__crawlplug_removed__"
 
@@ -60,7 +60,7 @@ def _dead_key(part: CrawlKeys, run: int | None) -> str:
 def _dead(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -> list[tuple[str, int, bytes]]:
     """Every dead letter of the crawl as (its list, its index there, the letter): the
     crawl's own list, then each shard's; `crawlplug dead list` numbers them in this order.
-    ``run``: those of an earlier run (crawlplug.runs keeps them under ``dead:<run>``)."""
+    ``run``: those of an earlier run (crawlplug.frontier.runs keeps them under ``dead:<run>``)."""
     out = []
     for part in parts(client, keys):
         key = _dead_key(part, run)

@@ -20,8 +20,8 @@ from typing import Any
 
 import redis
 
-from ..keys import CrawlKeys
-from ..shards import parts
+from ..frontier.keys import CrawlKeys
+from ..frontier.sharded import parts
 
 #: How long reap.lua keeps a dead node in the graveyard (and the views show it).
 GRAVEYARD_MS = 3_600_000

@@ -25,11 +25,11 @@ from typing import Any
 
 import redis
 
-from ..keys import CrawlKeys
-from .. import runs
+from ..frontier.keys import CrawlKeys
+from ..frontier import runs
 from ..memory import memory as redis_memory
 from .nodes import expired_leases, held, nodes
-from ..shards import open_frontier, parts
+from ..frontier.sharded import open_frontier, parts
 from ..stats import crawl_stats
 
 BUCKET_MS = 10_000

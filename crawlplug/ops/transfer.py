@@ -72,11 +72,11 @@ from typing import IO, Any, TextIO
 
 import redis
 
-from .. import runs
+from ..frontier import runs
 from ..errors import CrawlplugError
-from ..frontier import Domains
-from ..keys import CrawlKeys
-from ..shards import claim_shards, parts
+from ..frontier.single import Domains
+from ..frontier.keys import CrawlKeys
+from ..frontier.sharded import claim_shards, parts
 
 FORMAT = "crawlplug-export"
 VERSION = 1
@@ -355,7 +355,7 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
             counts["domains"] += 1
     counts["stats"] += fields("stats", keys.stats)
     fields("crawlstats", keys.crawlstats)
-    if keys.shard is None:  # the crawl's runs (crawlplug.runs): the current one and the history
+    if keys.shard is None:  # the crawl's runs (crawlplug.frontier.runs): the current one and the history
         fields("run", keys.run, lambda f: f != b"epoch")
         fields("runs", keys.runs)
 

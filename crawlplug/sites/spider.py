@@ -42,7 +42,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
 from twisted.python.failure import Failure
 
-from .. import connection, enginehooks
+from .. import connection
+from ..scheduler import enginehooks
 from . import outcomes as out
 from ..config import setting
 from ..errors import REDIS_ERRORS, ConfigError, CrawlplugError

@@ -38,8 +38,8 @@ from .. import errorsamples
 from ..errors import ConfigError, CrawlplugError
 from ..ops import dead, status
 from ..sites import outcomes as site_fields
-from ..keys import CrawlKeys
-from ..shards import open_domains, open_frontier
+from ..frontier.keys import CrawlKeys
+from ..frontier.sharded import open_domains, open_frontier
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Any
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
 from redis.crc import key_slot
 
-from .config import setting
-from .errors import ConfigError
+from ..config import setting
+from ..errors import ConfigError
 
 #: The names of a crawl's keys, in one place (see DESIGN.md, section 2).
 NAMES = (
@@ -46,7 +46,7 @@ NAMES = (
     "statnodes",  # zset: node id -> its last stats flush (ms); each node's own stats in node:<id>:stats
     "items",  # list or stream: scraped items as JSON (crawlplug.pipelines.RedisItemPipeline)
     "meta",  # hash: the crawl's fixed layout ("shards" -> N), checked by every node at start
-    # crawl runs (crawlplug.runs; lua/join.lua, runstart.lua, finish.lua, epoch.lua)
+    # crawl runs (crawlplug.frontier.runs; lua/join.lua, runstart.lua, finish.lua, epoch.lua)
     "run",  # hash: the current run: id, epoch, state, started, ended, reason, by, incremental
     "runs",  # hash: run id -> JSON summary of each ended run (started, ended, reason, pages, ...)
     "epoch",  # string: the crawl's epoch (in every part); a node's calls from another epoch are refused

@@ -75,7 +75,7 @@ class TtlDedup(Dedup):
 
 
 class BloomDedup(Dedup):
-    """A scalable Bloom filter in Redis strings (see :mod:`crawlplug.bloom`).
+    """A scalable Bloom filter in Redis strings (see :mod:`crawlplug.frontier.bloom`).
 
     ``seen_key`` (``bloom``) is a hash holding the filter's sizing (``spec``),
     so that nodes configured differently refuse to share it. Each filter has

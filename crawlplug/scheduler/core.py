@@ -34,11 +34,13 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet.task import LoopingCall
 
-from . import __version__, connection, enginehooks, memory, runs, starts
-from .config import SchedulerConfig, setting
-from .dedup import BloomDedup, Dedup
-from .dupefilters import RedisSetDupeFilter
-from .errors import (
+from .. import __version__, connection, memory, starts
+from . import enginehooks
+from ..frontier import runs
+from ..config import SchedulerConfig, setting
+from ..frontier.dedup import BloomDedup, Dedup
+from ..dupefilters import RedisSetDupeFilter
+from ..errors import (
     REDIS_ERRORS,
     AdmissionIncomplete,
     ConfigError,
@@ -49,13 +51,13 @@ from .errors import (
     SerializationError,
     StaleEpoch,
 )
-from .frontier import Admission, AdmitResult, Domains, Frontier, Leased, process_node_id
-from .keys import CrawlKeys
+from ..frontier.single import Admission, AdmitResult, Domains, Frontier, Leased, process_node_id
+from ..frontier.keys import CrawlKeys
 from .leases import LEASE_META, LeaseBook, Termination
-from .queues import BaseQueue, domain_limits, load_queue_class
-from .seeds import Seeds
-from .serializers import serializer_from_settings
-from .shards import ShardedFrontier, claim_shards
+from ..queues import BaseQueue, domain_limits, load_queue_class
+from ..seeds import Seeds
+from ..serializers import serializer_from_settings
+from ..frontier.sharded import ShardedFrontier, claim_shards
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -123,7 +125,7 @@ class Scheduler(BaseScheduler):
         self.seeds: Any = None
         self._paused = False  # an operator paused the crawl (crawlplug pause, the dashboard)
         self.domains: Domains | None = None
-        self.joined: runs.Joined | None = None  # the run this node is in (crawlplug.runs)
+        self.joined: runs.Joined | None = None  # the run this node is in (crawlplug.frontier.runs)
         self._stale_leases: set[str] = set()  # leases of a crawl state reset under this node
         self._counted: dict[str, int] = {}  # Scrapy stats last added to the run's counters
         self._run_ended = False  # the run's end is recorded (finished): the node may close
@@ -254,7 +256,7 @@ class Scheduler(BaseScheduler):
                 self.crawler.signals.connect(self._on_robots, signal=signals.robots_parsed)
 
     def _join(self, keys: CrawlKeys, want: str) -> runs.Joined:
-        """Join the crawl's run, resume it or begin the next one (crawlplug.runs)."""
+        """Join the crawl's run, resume it or begin the next one (crawlplug.frontier.runs)."""
         assert self.conn is not None
         return runs.join(self.conn.client, keys, want=want, **self._join_args())
 
@@ -706,7 +708,7 @@ class Scheduler(BaseScheduler):
         except Exception:  # a failing heartbeat must never stop the loop silently
             logger.exception("crawlplug: heartbeat failed")
 
-    #: Scrapy stats added to the run's counters with each heartbeat (crawlplug.runs summaries)
+    #: Scrapy stats added to the run's counters with each heartbeat (crawlplug.frontier.runs summaries)
     RUN_COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {"items": ("item_scraped_count",),
                   "errors": ("spider_exceptions/count", "downloader/exception_count")}  # fmt: skip
 
@@ -765,7 +767,7 @@ class Scheduler(BaseScheduler):
 
     def is_stale(self, request: Request) -> bool:
         """Whether ``request`` (a response's request) was leased in a crawl state since reset:
-        the links of its page are dropped (crawlplug.staleoutput)."""
+        the links of its page are dropped (crawlplug.scheduler.staleoutput)."""
         return bool(self._stale_leases) and request.meta.get(LEASE_META) in self._stale_leases
 
     def _crawl_done(self) -> bool:

@@ -41,9 +41,9 @@ from typing import Any
 
 import redis
 
-from .errors import ConfigError, RunEnded, StaleEpoch
+from ..errors import ConfigError, RunEnded, StaleEpoch
 from .keys import CrawlKeys
-from .lua import Scripts
+from .scripts import Scripts
 
 logger = logging.getLogger(__name__)
 
@@ -115,8 +115,8 @@ def _now_ms(client: redis.Redis) -> int:
 
 
 def part_keys(client: redis.Redis, keys: CrawlKeys) -> list[CrawlKeys]:
-    """The crawl's own keys, then each shard's (crawlplug.shards)."""
-    from .shards import parts
+    """The crawl's own keys, then each shard's (crawlplug.frontier.sharded)."""
+    from .sharded import parts
 
     return parts(client, keys)
 

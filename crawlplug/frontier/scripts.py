@@ -43,7 +43,7 @@ ALLOW_OOM = frozenset({"heartbeat", "renew"})
 def source(name: str, flags: bool = False) -> str:
     """The text of ``<name>.lua`` as sent to Redis (``flags``: with the shebang line
     of Redis 7's script flags, for the scripts in :data:`ALLOW_OOM`)."""
-    package = files(__package__)
+    package = files(__package__).joinpath("lua")
     text = package.joinpath(f"{name}.lua").read_text(encoding="utf-8")
     for prelude, users in (("domains", WITH_DOMAINS), ("epoch", WITH_EPOCH)):
         if name in users:

@@ -16,7 +16,7 @@ from scrapy import Request, Spider, signals
 from scrapy.exceptions import CloseSpider
 from scrapy.extensions.feedexport import FeedExporter
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -2,7 +2,7 @@
 
 A :class:`Frontier` knows nothing of Scrapy's engine: it moves opaque
 payloads between the queue, the leases and the dead letters through the Lua
-scripts of :mod:`crawlplug.lua`. The Scheduler drives it; tests and the
+scripts of :mod:`crawlplug.frontier.scripts`. The Scheduler drives it; tests and the
 operator command use it directly.
 """
 
@@ -21,16 +21,16 @@ from typing import Any
 import redis
 
 from .dedup import Dedup, SetDedup
-from .errors import AdmissionIncomplete, StaleEpoch
+from ..errors import AdmissionIncomplete, StaleEpoch
 from .keys import NAMES, CrawlKeys
-from .lua import Scripts
-from .queues import BaseQueue, PriorityQueue
+from .scripts import Scripts
+from ..queues import BaseQueue, PriorityQueue
 
 logger = logging.getLogger(__name__)
 
 #: One request to admit: fingerprint (b"" = never deduplicated), score, payload,
 #: optionally its domain ("" or absent = the plain queue; DomainQueue sets it), and for a
-#: sharded crawl the domain or host that routes it to a shard (crawlplug.shards).
+#: sharded crawl the domain or host that routes it to a shard (crawlplug.frontier.sharded).
 Admission = tuple[bytes, float, bytes] | tuple[bytes, float, bytes, str] | tuple[bytes, float, bytes, str, str]
 
 
@@ -127,7 +127,7 @@ class Frontier:
         #: _settle), as (call id, keys, args, number of items, of acks, of events)
         self._uncertain: tuple[str, list[str], list[Any], int, int, int] | None = None
         #: the epoch this frontier's calls carry (lua/epoch.lua): the run a node joined
-        #: (crawlplug.runs); "" checks nothing (operator tools, tests)
+        #: (crawlplug.frontier.runs); "" checks nothing (operator tools, tests)
         self.epoch = str(epoch)
         k = keys
         #: ms until the next domain is ready, from the last pop (DomainQueue; -1: unknown)
@@ -136,7 +136,7 @@ class Frontier:
         self.start_entries = 0
         #: whether an operator paused the crawl, at the last heartbeat
         self.paused = False
-        #: the run's state at the last heartbeat (crawlplug.runs; "" before one)
+        #: the run's state at the last heartbeat (crawlplug.frontier.runs; "" before one)
         self.run_state = ""
         #: whether a node found the crawl's data lost (control "lost"), at the last
         #: heartbeat or idle_state(): the crawl must then not read as finished
@@ -235,7 +235,7 @@ class Frontier:
         args = [*self._pop_args(n)[:-1], self.dedup.mode, self.dedup.param(), self.epoch]
         return ("pop", keys, args)
 
-    # -- the calls, for a sharded crawl to pipeline over its shards (crawlplug.shards) --
+    # -- the calls, for a sharded crawl to pipeline over its shards (crawlplug.frontier.sharded) --
     def admit_call(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = ()
     ) -> tuple[str, list[str], list[Any]]:
@@ -578,7 +578,7 @@ class Domains:
     """The per-domain queue's schedule and limits of one crawl (read and steer).
 
     ``parts``: the key sets holding the schedule, the shards' for a sharded crawl
-    (crawlplug.shards.open_domains); each shard keeps its own copy of the limits.
+    (crawlplug.frontier.sharded.open_domains); each shard keeps its own copy of the limits.
     """
 
     def __init__(self, client: redis.Redis, keys: CrawlKeys, parts: Sequence[CrawlKeys] | None = None) -> None:
@@ -676,7 +676,7 @@ def _dedup(dedup: str | Dedup) -> Dedup:
         return SetDedup()
     if dedup == "none":
         return Dedup()
-    raise ValueError(f"unknown dedup mode {dedup!r}; pass a crawlplug.dedup strategy")
+    raise ValueError(f"unknown dedup mode {dedup!r}; pass a crawlplug.frontier.dedup strategy")
 
 
 def _int(value: Any) -> int:

@@ -4,7 +4,7 @@ A crawl's keys share one hash tag so that each Lua script runs on one slot:
 that makes the whole crawl one slot of one primary. ``CRAWLPLUG_SHARDS = N``
 splits the frontier (queue, payloads, leases, dedup, per-domain schedule,
 dead letters, counters) into N parts, each under its own hash tag
-(:meth:`crawlplug.keys.CrawlKeys.shard_keys`), and routes every request by a
+(:meth:`crawlplug.frontier.keys.CrawlKeys.shard_keys`), and routes every request by a
 hash of its domain. The same URL always lands in the same shard, so
 "deduplicate and store" stays one atomic script inside that shard.
 
@@ -30,8 +30,8 @@ from typing import Any
 
 import redis
 
-from .errors import AdmissionIncomplete, ConfigError
-from .frontier import (
+from ..errors import AdmissionIncomplete, ConfigError
+from .single import (
     Admission,
     AdmitResult,
     DeadLetter,
@@ -41,7 +41,7 @@ from .frontier import (
     _text,
 )
 from .keys import CrawlKeys
-from .lua import Scripts
+from .scripts import Scripts
 
 logger = logging.getLogger(__name__)
 

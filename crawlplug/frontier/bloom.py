@@ -44,7 +44,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: Capacity growth from one layer to the next (pybloom-live's SMALL_SET_GROWTH).
 SCALE = 2
