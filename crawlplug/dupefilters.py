@@ -28,7 +28,7 @@ from scrapy.dupefilters import BaseDupeFilter
 
 from .frontier.bloom import BloomSpec
 from .config import setting
-from .frontier.dedup import BloomDedup, Dedup, NativeBloomDedup, SetDedup, TtlDedup
+from .frontier.dedup import BloomDedup, Dedup, SetDedup, TtlDedup, bloom_info, prepare_bloom
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -82,8 +82,10 @@ class RedisSetDupeFilter(BaseDupeFilter):
         return self.strategy.mode
 
     def bind(self, frontier: Frontier) -> None:
-        """Attach to the crawl's frontier (done by the Scheduler in ``open``)."""
+        """Attach to the crawl's frontier (done by the Scheduler in ``open``): its dedup
+        strategy is the one this dupefilter's arguments are made for."""
         self.frontier = frontier
+        self.strategy = frontier.dedup
 
     def fingerprint(self, request: Request) -> bytes:
         return self.fingerprinter.fingerprint(request)
@@ -172,71 +174,18 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
             return BloomDedup(self.spec, ttl=self.ttl, generations=self.generations)
         return BloomDedup(self.spec)
 
-    def _choose_format(self, frontier: Frontier) -> str:
-        """"lua" or "native": what the crawl already uses, else what is asked and possible."""
-        client, key = frontier.client, BloomDedup(self.spec).seen_key(frontier.keys)
-        stored = client.hget(key, "format")
-        available = _has_native_bloom(client)
-        if stored is not None:
-            fmt = stored.decode()
-            if fmt == "native" and not available:
-                raise ConfigError(
-                    f"crawl {frontier.keys.crawl!r} uses the server's native Bloom filter (BF.*), "
-                    "which this Redis does not have"
-                )
-            if fmt == "lua" and self.native is True:
-                logger.warning("crawlplug: crawl %r already uses the Lua Bloom filter; keeping it", frontier.keys.crawl)
-            return fmt
-        if self.native is True and not available:
-            raise ConfigError("CRAWLPLUG_BLOOM_NATIVE=True but this Redis has no BF.* commands (RedisBloom / Redis 8)")
-        fmt = "native" if self.native and available and not self.generations else "lua"
-        client.hsetnx(key, "format", fmt)
-        return (client.hget(key, "format") or fmt.encode()).decode()
-
     def bind(self, frontier: Frontier) -> None:
-        super().bind(frontier)
-        shards = getattr(frontier, "shards", None)
-        if shards is None:
-            self.strategy = frontier.dedup = self._bind_part(frontier, self.strategy)
-            return
-        # a sharded crawl (crawlplug.frontier.sharded): one filter per shard, each its own strategy
-        for part in shards:
-            part.dedup = self._bind_part(part, part.dedup)
-        self.strategy = shards[0].dedup
-
-    def _bind_part(self, frontier: Frontier, strategy: Dedup) -> Dedup:
-        """Check (and record) the filter's format and size in one key set; the strategy to use."""
-        if self._choose_format(frontier) == "native":
-            strategy = NativeBloomDedup(self.spec)
-        client, key = frontier.client, BloomDedup(self.spec).seen_key(frontier.keys)
-        client.hsetnx(key, "spec", self.spec.identity())
-        stored = client.hget(key, "spec")
-        if stored is not None and stored.decode() != self.spec.identity():
-            raise ConfigError(
-                f"crawl {frontier.keys.crawl!r} already has a Bloom filter sized {stored.decode()} "
-                f"(capacity:error_rate:...); this node is configured {self.spec.identity()}. "
-                "Use the same CRAWLPLUG_BLOOM_* settings on every node, or a new CRAWLPLUG_CRAWL_ID."
-            )
-        if isinstance(strategy, BloomDedup) and not strategy.generations:
-            strategy.observe(str(int(client.hget(strategy.meta_key(frontier.keys), "layers") or 0)))
-        return strategy
+        """Attach to the crawl's frontier: the frontier checks (and records) the filter's
+        format and size in every part, and picks the strategy each part uses."""
+        self.frontier = frontier
+        prepare_bloom(frontier, self.spec, native=self.native, generations=self.generations)
+        self.strategy = frontier.dedup
 
     def info(self) -> dict[str, Any]:
         """Fill ratio, estimated count, estimated false-positive rate and memory of the filter."""
         if self.frontier is None:
             raise RuntimeError("not bound to a crawl")
-        if isinstance(self.strategy, NativeBloomDedup):
-            raw = self.frontier.client.execute_command("BF.INFO", self.strategy.seen_key(self.frontier.keys))
-            if isinstance(raw, dict):  # redis-py parses it into a dict where it knows the module
-                info = {_text(k): v for k, v in raw.items()}
-            else:
-                info = {_text(raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
-            return {"native": True, "capacity": info.get("Capacity"), "memory_bytes": info.get("Size"),
-                    "filters": info.get("Number of filters"), "added": info.get("Number of items inserted"),
-                    "error_rate": self.spec.error_rate}  # fmt: skip
-        if self.generations:
-            return {"generations": self.generations, "ttl": self.ttl, "window_ms": self.strategy.window_ms}
-        return bloom_info(self.frontier, self.spec)
+        return bloom_info(self.frontier, self.spec, self.strategy)
 
 
 def _ttl_setting(s: Any) -> float:
@@ -248,58 +197,6 @@ def _ttl_setting(s: Any) -> float:
     if not 0 < ttl < math.inf:
         raise ConfigError(f"CRAWLPLUG_DEDUP_TTL must be a positive number of seconds, got {raw!r}")
     return ttl
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _has_native_bloom(client: Any) -> bool:
-    try:
-        info = client.execute_command("COMMAND", "INFO", "BF.ADD")
-    except Exception:  # noqa: BLE001 - an old server without COMMAND INFO: no native Bloom
-        return False
-    if isinstance(info, dict):  # redis-py parses the reply into {name: details}
-        return bool(info)
-    return bool(info and info[0])
-
-
-def bloom_info(frontier: Frontier, spec: BloomSpec) -> dict[str, Any]:
-    """Introspect the Bloom filter of ``frontier``'s crawl (BITCOUNT: O(size), not for the hot path)."""
-    strategy = BloomDedup(spec)
-    client, keys = frontier.client, frontier.keys
-    meta = {k.decode(): v.decode() for k, v in client.hgetall(strategy.meta_key(keys)).items()}
-    count = int(meta.get("layers", 0))
-    layers = []
-    miss_all = 1.0
-    memory = 0
-    for layer in spec.layers(count):
-        set_bits = 0
-        for chunk in range(layer.chunks):
-            key = f"{keys.key('bloom')}:{layer.index + 1}:{chunk}"
-            set_bits += int(client.bitcount(key))
-            memory += int(client.memory_usage(key) or 0)
-        fill = set_bits / layer.bits
-        fp_rate = layer.fill_to_fp(fill)
-        miss_all *= 1 - fp_rate
-        per_slice = fill  # bits are spread evenly over the slices
-        estimate = (
-            -layer.bits_per_slice * math.log(1 - per_slice) if per_slice < 1 else float("inf")
-        )
-        layers.append({
-            "layer": layer.index + 1, "capacity": layer.capacity, "error_rate": layer.error_rate,
-            "added": int(meta.get(f"count:{layer.index + 1}", 0)), "estimated_count": round(estimate),
-            "fill_ratio": fill, "false_positive_rate": fp_rate, "bits": layer.bits,
-        })  # fmt: skip
-    return {
-        "capacity": spec.capacity,
-        "error_rate": spec.error_rate,
-        "layers": layers,
-        "added": sum(x["added"] for x in layers),
-        "estimated_count": sum(x["estimated_count"] for x in layers),
-        "false_positive_rate": 1 - miss_all,
-        "memory_bytes": memory,
-    }
 
 
 class ExpiringDupeFilter(RedisSetDupeFilter):

@@ -16,7 +16,7 @@ import scrapy
 from click.testing import CliRunner
 
 import crawlplug
-from crawlplug import runs
+from crawlplug.frontier import runs
 from crawlplug.cli import main
 from crawlplug.frontier.single import Domains, Frontier
 from crawlplug.frontier.keys import CrawlKeys

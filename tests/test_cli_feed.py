@@ -19,7 +19,8 @@ import redis
 import scrapy
 from click.testing import CliRunner
 
-from crawlplug import runs, starts
+from crawlplug import starts
+from crawlplug.frontier import runs
 from crawlplug.cli import main
 from crawlplug.errors import DecodeError
 from crawlplug.frontier.single import Frontier

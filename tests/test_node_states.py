@@ -81,7 +81,7 @@ def test_a_killed_node_is_shown_silent_then_dead_with_its_leases(crawl, redis_ur
         settings = {"REDIS_URL": redis_url, **NODE, "CRAWLPLUG_SHARDS": shards}
         victim = crawl("multisite", args={"start_urls": start_urls}, settings=settings)
         survivor = crawl("multisite", args={"start_urls": start_urls}, settings=settings)
-        dashboard = TestClient(create_app(r, KEYS))
+        dashboard = TestClient(create_app(r, KEYS), base_url="http://127.0.0.1")
         victim_id = wait_for(lambda: _node_id(r, victim.proc.pid), 60, "the victim to register")
 
         def busy() -> bool:  # the victim holds leases and has published them
@@ -155,7 +155,7 @@ def test_rates_of_a_short_crawl_are_over_the_time_it_ran(crawl, shop, redis_url,
     """A crawl of a few seconds: its rate is taken over those seconds (not "over 5 min"),
     the CLI, its JSON and the dashboard give the same numbers, and no age is negative."""
     node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **NODE})
-    dashboard = TestClient(create_app(r, CrawlKeys("shop")))
+    dashboard = TestClient(create_app(r, CrawlKeys("shop")), base_url="http://127.0.0.1")
     ages = []
     while node.proc.poll() is None:
         snap = snapshot(r, CrawlKeys("shop"))

@@ -19,7 +19,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from crawlplug import runs
+from crawlplug.frontier import runs
 from crawlplug.cli import main
 from crawlplug.errors import StaleEpoch
 from crawlplug.frontier.single import Frontier

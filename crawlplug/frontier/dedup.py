@@ -9,12 +9,18 @@ passes it to every admission call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+import math
+from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
 from .bloom import BloomSpec, hash_args
+from .store import text
 
 if TYPE_CHECKING:
     from .keys import CrawlKeys
+
+logger = logging.getLogger(__name__)
 
 
 class Dedup:
@@ -155,6 +161,10 @@ class BloomDedup(Dedup):
         for generation, count in zip(self._filters(), str(state).split(",")):
             self.known[generation] = max(self.known.get(generation, 0), int(count))
 
+    def forget(self) -> None:
+        """Forget the layers seen (the crawl was reset: the filter is new)."""
+        self.known = {}
+
     def observe_generation(self, generation: int) -> None:
         self.generation = generation
         # forget generations that can no longer be passed
@@ -186,3 +196,109 @@ class NativeBloomDedup(Dedup):
 
     def param(self) -> str:
         return f"{self.spec.error_rate / 2!r} {self.spec.capacity}"
+
+
+# -- the Bloom filter's place in Redis: its format, its size, what it holds ------------------
+
+
+def has_native_bloom(client: Any) -> bool:
+    """Whether the server has RedisBloom's BF.* commands (Redis 8, or the module)."""
+    try:
+        info = client.execute_command("COMMAND", "INFO", "BF.ADD")
+    except Exception:  # noqa: BLE001 - an old server without COMMAND INFO: no native Bloom
+        return False
+    if isinstance(info, dict):  # redis-py parses the reply into {name: details}
+        return bool(info)
+    return bool(info and info[0])
+
+
+def _choose_format(client: Any, keys: CrawlKeys, spec: BloomSpec, native: bool | str, generations: int) -> str:
+    """"lua" or "native": what the crawl already uses, else what is asked and possible."""
+    key = BloomDedup(spec).seen_key(keys)
+    stored = client.hget(key, "format")
+    available = has_native_bloom(client)
+    if stored is not None:
+        fmt = stored.decode()
+        if fmt == "native" and not available:
+            raise ConfigError(
+                f"crawl {keys.crawl!r} uses the server's native Bloom filter (BF.*), which this Redis does not have"
+            )
+        if fmt == "lua" and native is True:
+            logger.warning("crawlplug: crawl %r already uses the Lua Bloom filter; keeping it", keys.crawl)
+        return fmt
+    if native is True and not available:
+        raise ConfigError("CRAWLPLUG_BLOOM_NATIVE=True but this Redis has no BF.* commands (RedisBloom / Redis 8)")
+    fmt = "native" if native and available and not generations else "lua"
+    client.hsetnx(key, "format", fmt)
+    return (client.hget(key, "format") or fmt.encode()).decode()
+
+
+def prepare_bloom(frontier: Any, spec: BloomSpec, *, native: bool | str, generations: int) -> None:
+    """Check (and record) a Bloom filter's format and size in every part of ``frontier``'s
+    crawl, and give each part the strategy it must use (the native one where the crawl
+    uses the server's filter). Nodes sized differently are refused: they would not agree."""
+    for part in frontier.dedup_parts():
+        client, keys = part.client, part.keys
+        strategy = part.dedup
+        if _choose_format(client, keys, spec, native, generations) == "native":
+            strategy = NativeBloomDedup(spec)
+        key = BloomDedup(spec).seen_key(keys)
+        client.hsetnx(key, "spec", spec.identity())
+        stored = client.hget(key, "spec")
+        if stored is not None and stored.decode() != spec.identity():
+            raise ConfigError(
+                f"crawl {keys.crawl!r} already has a Bloom filter sized {stored.decode()} "
+                f"(capacity:error_rate:...); this node is configured {spec.identity()}. "
+                "Use the same CRAWLPLUG_BLOOM_* settings on every node, or a new CRAWLPLUG_CRAWL_ID."
+            )
+        if isinstance(strategy, BloomDedup) and not strategy.generations:
+            strategy.observe(str(int(client.hget(strategy.meta_key(keys), "layers") or 0)))
+        part.dedup = strategy
+
+
+def bloom_info(frontier: Any, spec: BloomSpec, strategy: Dedup | None = None) -> dict[str, Any]:
+    """What a crawl's Bloom filter holds: fill ratio, estimated count, estimated false-positive
+    rate and memory (BITCOUNT: O(size), not for the hot path). ``strategy``: the one the
+    crawl uses (native filters answer BF.INFO; a filter by generations its windows)."""
+    client, keys = frontier.client, frontier.keys
+    if isinstance(strategy, NativeBloomDedup):
+        raw = client.execute_command("BF.INFO", strategy.seen_key(keys))
+        if isinstance(raw, dict):  # redis-py parses it into a dict where it knows the module
+            info = {text(k): v for k, v in raw.items()}
+        else:
+            info = {text(raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
+        return {"native": True, "capacity": info.get("Capacity"), "memory_bytes": info.get("Size"),
+                "filters": info.get("Number of filters"), "added": info.get("Number of items inserted"),
+                "error_rate": spec.error_rate}  # fmt: skip
+    if isinstance(strategy, BloomDedup) and strategy.generations:
+        return {"generations": strategy.generations, "window_ms": strategy.window_ms}
+    plain = BloomDedup(spec)
+    meta = {k.decode(): v.decode() for k, v in client.hgetall(plain.meta_key(keys)).items()}
+    count = int(meta.get("layers", 0))
+    layers = []
+    miss_all = 1.0
+    memory = 0
+    for layer in spec.layers(count):
+        set_bits = 0
+        for chunk in range(layer.chunks):
+            key = f"{keys.key('bloom')}:{layer.index + 1}:{chunk}"
+            set_bits += int(client.bitcount(key))
+            memory += int(client.memory_usage(key) or 0)
+        fill = set_bits / layer.bits
+        fp_rate = layer.fill_to_fp(fill)
+        miss_all *= 1 - fp_rate
+        estimate = -layer.bits_per_slice * math.log(1 - fill) if fill < 1 else float("inf")
+        layers.append({
+            "layer": layer.index + 1, "capacity": layer.capacity, "error_rate": layer.error_rate,
+            "added": int(meta.get(f"count:{layer.index + 1}", 0)), "estimated_count": round(estimate),
+            "fill_ratio": fill, "false_positive_rate": fp_rate, "bits": layer.bits,
+        })  # fmt: skip
+    return {
+        "capacity": spec.capacity,
+        "error_rate": spec.error_rate,
+        "layers": layers,
+        "added": sum(x["added"] for x in layers),
+        "estimated_count": sum(x["estimated_count"] for x in layers),
+        "false_positive_rate": 1 - miss_all,
+        "memory_bytes": memory,
+    }

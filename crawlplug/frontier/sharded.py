@@ -104,18 +104,22 @@ def parts(client: redis.Redis, keys: CrawlKeys) -> list[CrawlKeys]:
     return [keys] + ([keys.shard_keys(i, n) for i in range(n)] if n > 1 else [])
 
 
-def open_frontier(client: redis.Redis, keys: CrawlKeys, **kwargs: Any) -> Frontier | ShardedFrontier:
-    """The frontier of an existing crawl as its nodes see it (tools, dashboard):
-    sharded if the crawl was started sharded."""
-    n = stored_shards(client, keys) or 1
+def open_frontier(client: redis.Redis, keys: CrawlKeys, *, shards: int | None = None, dedup_factory: Any = None,
+                  **kwargs: Any) -> Frontier | ShardedFrontier:  # fmt: skip
+    """The one place a frontier is built: sharded if the crawl is (``shards``, else the count
+    the crawl recorded), each part's dedup strategy from ``dedup_factory`` (default: the
+    exact set). The Scheduler, the tools and the dashboard all build theirs here."""
+    n = shards or stored_shards(client, keys) or 1
     if n > 1:
-        return ShardedFrontier(client, keys, shards=n, **kwargs)
-    return Frontier(client, keys, **kwargs)
+        return ShardedFrontier(client, keys, shards=n, dedup_factory=dedup_factory, **kwargs)
+    return Frontier(client, keys, dedup=dedup_factory() if dedup_factory else kwargs.pop("dedup", "set"), **kwargs)
 
 
 class ShardedFrontier:
     """:class:`~crawlplug.frontier.Frontier`'s interface over a crawl split into ``shards``."""
 
+    #: whether the crawl is split into shards: yes
+    sharded = True
     #: how long a shard that ran dry is left out of pops (this node's own admissions
     #: to it bring it back at once; other nodes' within this time)
     SKIP_EMPTY = 0.5
@@ -180,6 +184,45 @@ class ShardedFrontier:
     @property
     def data_lost(self) -> bool:
         return self.base.data_lost
+
+    @data_lost.setter
+    def data_lost(self, value: bool) -> None:
+        self.base.data_lost = value
+
+    @property
+    def start_urls_kind(self) -> str:
+        return self.base.start_urls_kind
+
+    @start_urls_kind.setter
+    def start_urls_kind(self, value: str) -> None:
+        self.base.start_urls_kind = value
+
+    def parts(self) -> list[CrawlKeys]:
+        return [self.keys, *(f.keys for f in self.shards)]
+
+    def publish(self, **metrics: Any) -> None:
+        self.base.publish(**metrics)
+
+    def queued_elsewhere(self, domains: bool) -> int:
+        return self.base.queued_elsewhere(domains) + sum(f.queued_elsewhere(domains) for f in self.shards)
+
+    def counter(self, name: str) -> int:
+        return self.base.counter(name)
+
+    def totals(self) -> dict[str, int]:
+        from . import runs  # noqa: PLC0415 - runs imports this module
+
+        return runs.totals(self.client, self.parts())
+
+    def finish_run(self, run_id: int, reason: str = "finished") -> tuple[str, int | None]:
+        return self.base.finish_run(run_id, reason)
+
+    def dedup_parts(self) -> list[Frontier]:
+        return list(self.shards)
+
+    def forget_dedup_layers(self) -> None:
+        for f in self.shards:
+            f.forget_dedup_layers()
 
     def part(self, index: int) -> Frontier:
         return self.base if index == BASE else self.shards[index]

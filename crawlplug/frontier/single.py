@@ -95,6 +95,9 @@ class DeadLetter:
 class Frontier:
     """Queue, leases and dedup of crawl ``keys`` on ``client``."""
 
+    #: whether the crawl is split into shards (crawlplug.frontier.sharded): no, one key set
+    sharded = False
+
     def __init__(
         self,
         client: redis.Redis,
@@ -486,6 +489,58 @@ class Frontier:
             return info if isinstance(info, dict) else {"by": "?"}
         except ValueError:
             return {"by": "?"}
+
+    # -- the node's records, runs --------------------------------------------------
+    def parts(self) -> list[CrawlKeys]:
+        """The key sets holding this crawl's frontier: its own (a sharded crawl: then each shard's)."""
+        return [self.keys]
+
+    def queued_elsewhere(self, domains: bool) -> int:
+        """Requests waiting in the other kind of queue than this node's (``domains``: it uses
+        the per-domain queue), over every part; a key of the wrong type counts none."""
+        total = 0
+        for k in self.parts():
+            try:
+                total += int(self.client.zcard(k.queue if domains else k.dq))
+            except redis.ResponseError:  # a key of the wrong type: the scripts name it
+                pass
+        return total
+
+    def publish(self, **metrics: Any) -> None:
+        """Set fields of this node's record at once (not waiting for the next heartbeat)."""
+        self.client.hset(self.keys.node(self.node_id), mapping=metrics)
+
+    def counter(self, name: str) -> int:
+        """One of the run's counters in the crawl's own stats (start_taken, items, ...)."""
+        value = self.client.hget(self.keys.stats, name)
+        try:
+            return int(value or 0)
+        except ValueError:
+            return 0
+
+    def totals(self) -> dict[str, int]:
+        """The run's counters summed over every part (crawlplug.frontier.runs.totals)."""
+        from . import runs  # noqa: PLC0415 - runs builds frontiers' key sets, and imports this module
+
+        return runs.totals(self.client, self.parts())
+
+    def finish_run(self, run_id: int, reason: str = "finished") -> tuple[str, int | None]:
+        """Record run ``run_id`` as ended if the crawl is done (lua/finish.lua): ("finished",
+        ended ms), ("busy", None) when work or a producer appeared, or (state, None)."""
+        from . import runs  # noqa: PLC0415
+
+        return runs.finish(self.client, self.keys, node_id=self.node_id, run_id=run_id, epoch=self.epoch,
+                           reason=reason, scripts=self.scripts)  # fmt: skip
+
+    def dedup_parts(self) -> list[Frontier]:
+        """The frontiers holding this crawl's dedup state, each with its strategy: itself."""
+        return [self]
+
+    def forget_dedup_layers(self) -> None:
+        """The crawl was reset: what the dedup strategy knew of a Bloom filter's layers is wrong."""
+        forget = getattr(self.dedup, "forget", None)
+        if forget is not None:
+            forget()
 
     def leave(self) -> None:
         """Unregister this node (graceful close)."""

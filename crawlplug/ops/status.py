@@ -298,8 +298,6 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15,
     done = stats.get("acked", 0)
     left = st["queued"] + st["in_flight"] + st.get("start_urls", 0)
     run = runs.view(client, keys, live_nodes=sum(1 for d in st["nodes"].values() if d > now_ms), work=left)
-    if start_ms is None and run.started is not None:
-        start_ms = run.started  # rates over the time this run ran
     r = rates(client, keys, now_ms, start_ms=start_ms, finished=left == 0)
     node_list = nodes(client, keys, st["nodes"], now_ms)
     live = sum(1 for n in node_list if n["state"] == "live")

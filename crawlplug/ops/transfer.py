@@ -75,7 +75,9 @@ import redis
 from ..frontier import runs
 from ..errors import CrawlplugError
 from ..frontier.single import Domains
+from ..frontier.dedup import has_native_bloom
 from ..frontier.keys import CrawlKeys
+from ..frontier.store import rank_of
 from ..frontier.sharded import claim_shards, parts
 
 FORMAT = "crawlplug-export"
@@ -84,8 +86,6 @@ VERSION = 1
 BATCH = 1000
 #: Bytes of a Bloom string per line (before base64).
 STRING_CHUNK = 1 << 20
-#: lua/domains.lua's RANK_OFFSET: a queue score s is ranked as s + 2^50, 16 digits.
-RANK_OFFSET = 2**50
 
 #: Keys of a crawl that are not exported, on purpose (see the module docstring).
 _NOT_EXPORTED = ("nodes", "producers", "seedlock", "series", "items", "statnodes", "graveyard")
@@ -142,13 +142,6 @@ def _text(value: Any) -> str:
 def _now_ms(client: redis.Redis) -> int:
     sec, usec = client.time()
     return int(sec) * 1000 + int(usec) // 1000
-
-
-def rank_of(score: float) -> str:
-    """A queue score as lua/domains.lua ranks it in the per-domain queue (16 digits)."""
-    s = math.floor(score) if math.isfinite(score) else (RANK_OFFSET if score > 0 else -RANK_OFFSET)
-    s = min(max(s, -RANK_OFFSET), RANK_OFFSET - 1)
-    return f"{s + RANK_OFFSET:016d}"
 
 
 def _batches(iterable: Iterable[Any], size: int = BATCH) -> Iterator[list[Any]]:
@@ -660,12 +653,6 @@ def _refuse_non_empty(client: redis.Redis, keys: CrawlKeys) -> None:
         )
 
 
-def _has_native_bloom(client: redis.Redis) -> bool:
-    from ..dupefilters import _has_native_bloom as has  # scrapy import, only when needed
-
-    return bool(has(client))
-
-
 def import_crawl(
     client: redis.Redis, keys: CrawlKeys, lines: Iterable[str], *, replace: bool = False
 ) -> dict[str, Any]:
@@ -698,7 +685,7 @@ def import_crawl(
             raise TransferError(f"line {max(number, 1)}: empty input: not a crawlplug export")
         if not plan.ended:
             raise TransferError(f"line {number}: the file ends without its end record: truncated?")
-        if plan.has_bf and not _has_native_bloom(client):
+        if plan.has_bf and not has_native_bloom(client):
             raise TransferError("the export holds a native Bloom filter (BF.*), which this Redis does not have")
         if replace:
             _purge(client, keys)

@@ -1,0 +1,71 @@
+"""How the frontier's records are written in Redis, for the Python side: the one place
+that knows their formats besides the scripts (crawlplug/frontier/lua/).
+
+* text: Redis replies as text;
+* Redis-clock time: every time a crawl shows or compares comes from Redis's TIME;
+* ranks and members of the per-domain queue (``<domain>\\t<rank><id>``, lua/domains.lua);
+* lease records (``node|score|deliveries[|domain][|f]``, lua/leases.lua).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+#: lua/domains.lua's RANK_OFFSET: a queue score s is ranked as s + 2^50, 16 digits.
+RANK_OFFSET = 2**50
+
+
+def text(value: Any) -> str:
+    """A reply as text (bytes decoded, undecodable bytes replaced)."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def redis_ms(client: Any) -> int:
+    """Redis's clock in ms: what every time a crawl shows or compares is measured by."""
+    sec, usec = client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def rank_of(score: float) -> str:
+    """A queue score as lua/domains.lua ranks it in the per-domain queue (16 digits)."""
+    s = math.floor(score) if math.isfinite(score) else (RANK_OFFSET if score > 0 else -RANK_OFFSET)
+    s = min(max(s, -RANK_OFFSET), RANK_OFFSET - 1)
+    return f"{s + RANK_OFFSET:016d}"
+
+
+def dq_member(domain: str, score: float, request_id: str) -> str:
+    """A per-domain queue member: ``<domain>\\t<rank><id>``."""
+    return f"{domain}\t{rank_of(score)}{request_id}"
+
+
+@dataclass(frozen=True)
+class DqMember:
+    domain: str
+    score: float
+    id: str
+
+
+def parse_dq_member(member: bytes | str) -> DqMember:
+    """``<domain>\\t<rank><id>`` read back."""
+    domain, _, rest = text(member).partition("\t")
+    return DqMember(domain, float(int(rest[:16]) - RANK_OFFSET), rest[16:])
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    node: str
+    score: str  # the queue score, or "start" for a start entry's lease
+    deliveries: int
+    domain: str = ""
+    freed: bool = False  # its download ended (it no longer counts as in flight)
+
+
+def parse_lease(record: bytes | str) -> LeaseRecord:
+    """``node|score|deliveries[|domain][|f]`` (the ``leased`` hash) read back."""
+    parts = text(record).split("|")
+    node, score, deliveries = (parts + ["", "", "0"])[:3]
+    domain = parts[3] if len(parts) > 3 else ""
+    freed = len(parts) > 4 and parts[4] == "f"
+    return LeaseRecord(node, score, int(deliveries) if deliveries.isdigit() else 0, domain, freed)

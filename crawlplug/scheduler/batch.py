@@ -1,0 +1,327 @@
+"""A node's traffic with the frontier: requests in, leases out, acks back.
+
+:class:`Batch` owns the node's admission buffer (requests the spider produced,
+not yet stored), its local fingerprint cache, the acks of requests the engine
+finished, the per-domain queue's reports, the prefetched leases and the book of
+requests handed to the engine. One frontier call (``admit_and_pop``) stores the
+buffer, acks the finished parents and leases the next requests, so a parent is
+acknowledged only in the step that stores what its callback produced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, Spider
+from scrapy.utils.httpobj import urlparse_cached
+
+from ..errors import REDIS_ERRORS, AdmissionIncomplete, ConfigError, DecodeError, SerializationError
+from ..frontier import Admission, AdmitResult, Leased
+from . import enginehooks
+from .leases import LEASE_META, LeaseBook
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from ..config import SchedulerConfig
+    from ..queues import BaseQueue
+    from .outage import Outage, Reporter
+
+#: Meta flag of requests made from start entries: admitted even if seen, fingerprint recorded.
+RECORD_FP_META = "_crawlplug_record_fp"
+
+#: (request, dedup argument, score, payload, domain): one request waiting to be admitted
+Buffered = tuple[Request, bytes, float, bytes, str]
+
+
+class Batch:
+    """Admission buffer, acks, reports and prefetched leases of one node (module docstring)."""
+
+    def __init__(self, crawler: Crawler, frontier: Any, *, dupefilter: Any, serializer: Any, queue: BaseQueue,
+                 config: SchedulerConfig, outage: Outage, reporter: Reporter) -> None:  # fmt: skip
+        self.crawler = crawler
+        self.frontier = frontier
+        self.df = dupefilter
+        self.serializer = serializer
+        self.queue = queue
+        self.domain_queue = queue.order == "domain"
+        self.config = config
+        self.outage = outage
+        self.report = reporter
+        self.spider: Spider | None = None
+        self.book = LeaseBook()
+        self.buffer: list[Buffered] = []
+        self.acks: list[str] = []
+        self.events: list[tuple[str, str]] = []  # (lease id, "s"/"r") for the per-domain queue
+        self.reports: dict[str, tuple[Request, str]] = {}  # lease id -> (request, reports still due)
+        self.prefetched: deque[Leased] = deque()
+        self.recent: OrderedDict[bytes, None] = OrderedDict()  # fingerprints seen admitted or known
+        self.since = 0.0  # when the oldest thing waiting in buffer/acks/events came
+        self.acked_total = 0
+        self.idle = False  # the last next_request found nothing
+        self.paused = False  # an operator paused the crawl: no new leases
+        self.nothing_until = 0.0  # after an empty pop: when to ask Redis again
+        self._wake_call: Any = None
+
+    # -- what the node holds ---------------------------------------------------
+    def pending(self) -> bool:
+        """Anything not yet sent to Redis, or leased and not yet handed to the engine."""
+        return bool(self.prefetched or self.buffer or self.acks or self.events)
+
+    def held(self) -> list[str]:
+        """Every lease this node holds, acks not yet sent included (the heartbeat renews them:
+        while admissions fail and heartbeats go through, finished pages must not expire)."""
+        return list(dict.fromkeys([*self.book.active, *(x.id for x in self.prefetched), *self.acks]))
+
+    def __len__(self) -> int:
+        return len(self.prefetched) + len(self.buffer)
+
+    def _touch(self) -> None:
+        if not (self.buffer or self.acks or self.events):
+            self.since = time.monotonic()
+
+    # -- requests in -------------------------------------------------------------
+    def enqueue(self, request: Request) -> bool:
+        """Buffer ``request`` (False: a duplicate known locally, or a request that cannot be stored)."""
+        arg = b""
+        if not request.dont_filter and self.frontier.dedup.mode != "none":
+            try:
+                arg = self.df.argument(request)
+            except (ConfigError, ValueError) as exc:
+                self.report.once(f"dedup:{exc}", logging.ERROR, "crawlplug: request %s refused: %s", request, exc)
+                self.report.count("crawlplug/unserializable")
+                return False
+            if arg in self.recent:
+                self.recent.move_to_end(arg)
+                self.df.log(request, self.spider)
+                self.report.count("crawlplug/filtered_locally")
+                return False
+        # serialized after the local duplicate check: most links of a page are known ones
+        try:
+            payload = self.serializer.dumps(request, self.spider)
+        except SerializationError as exc:
+            self.report.once(f"unserializable:{exc}", logging.ERROR,
+                             "crawlplug: request %s refused: %s", request, exc)  # fmt: skip
+            self.report.count("crawlplug/unserializable")
+            return False
+        if not self.buffer and not self.acks:
+            self.since = time.monotonic()
+        if request.dont_filter and request.meta.get(RECORD_FP_META):
+            # a start entry is crawled even if seen before, and recorded, so the
+            # links that lead back to it later are duplicates (same admission call)
+            with contextlib.suppress(ConfigError, ValueError):
+                if self.frontier.dedup.mode != "none":
+                    self.buffer.append((request, self.df.argument(request), 0.0, b"", ""))
+        self.buffer.append((request, arg, self.queue.score(request), payload, self.queue.domain(request)))
+        self.report.count("scheduler/enqueued/redis")
+        self.report.count("scheduler/enqueued")
+        self.nothing_until = 0.0
+        if len(self.buffer) >= self.config.batch_size:
+            self.flush()
+        return True
+
+    def ack(self, lease_id: str) -> None:
+        """Acknowledge ``lease_id`` with the next admission (a start entry whose requests are buffered)."""
+        self._touch()
+        self.acks.append(lease_id)
+
+    def flush(self, pop: int = 0) -> None:
+        """Admit the buffer, ack finished leases and (if ``pop``) lease more: one round trip."""
+        if not (self.buffer or self.acks or self.events or pop) or self.outage.waiting():
+            return
+        batch, acks, events = self.buffer, self.acks, self.events
+        if acks:
+            for error in enginehooks.flush_feeds(self.crawler):
+                self.report.once(f"feedflush:{error}", logging.WARNING,
+                                 "crawlplug: could not flush a feed file: %s", error)  # fmt: skip
+        if self.frontier.sharded:
+            # routed by domain (DomainQueue's key), else by host: one site, one shard
+            items: list[Admission] = [
+                (fp, score, payload, domain, domain or urlparse_cached(request).hostname or request.url)
+                for request, fp, score, payload, domain in batch
+            ]  # type: ignore[misc]
+        else:
+            items = [(fp, score, payload, domain) for _, fp, score, payload, domain in batch]
+        try:
+            if pop:
+                result, leased = self.frontier.admit_and_pop(items, acks, pop, events)
+            else:
+                result, leased = self.frontier.admit(items, acks, events), []
+        except AdmissionIncomplete as exc:
+            # part of the batch is stored (other shards): account for it and keep only
+            # the rest, so a retry counts none of it as a duplicate; the acks wait
+            done = [(entry, flag) for entry, flag in zip(batch, exc.flags) if flag != "-"]
+            self.buffer = [entry for entry, flag in zip(batch, exc.flags) if flag == "-"]
+            self._account([entry for entry, _ in done], AdmitResult("".join(f for _, f in done), 0, 0))
+            self.outage.error(exc.cause)
+            return
+        except REDIS_ERRORS as exc:
+            self.outage.error(exc)
+            return
+        if batch or acks or events or leased:
+            # a write went through (a pop that found nothing wrote nothing: a full
+            # Redis still answers those, and is not back yet)
+            self.outage.ok()
+        self.buffer, self.acks, self.events = [], [], []
+        if result is not None:
+            self._account(batch, result)
+        if leased:
+            self.prefetched.extend(leased)
+            self.report.count("crawlplug/leased", len(leased))
+
+    def _account(self, batch: list[Buffered], result: AdmitResult) -> None:
+        admitted = filtered = 0
+        for (request, fp, _, payload, _), flag in zip(batch, result.flags):
+            if fp:
+                self._remember(fp)
+            if not payload:
+                continue  # only recorded a start entry's fingerprint
+            if flag == "0":
+                filtered += 1
+                self.df.log(request, self.spider)
+            else:
+                admitted += 1
+        if admitted:
+            self.report.count("crawlplug/admitted", admitted)
+        if filtered:
+            self.report.count("crawlplug/filtered", filtered)
+        if result.acked:
+            self.acked_total += result.acked
+            self.report.count("crawlplug/acked", result.acked)
+        if result.stale:
+            self.report.count("crawlplug/stale_acks", result.stale)
+
+    def _remember(self, fp: bytes) -> None:
+        # an expiring fingerprint may become new again: never cache those
+        if self.config.fp_cache <= 0 or self.frontier.dedup.mode == "ttl":
+            return
+        self.recent[fp] = None
+        if len(self.recent) > self.config.fp_cache:
+            self.recent.popitem(last=False)
+
+    # -- leases out ------------------------------------------------------------------
+    def next_request(self) -> Request | None:
+        if self.paused:
+            self.idle = True
+            return None
+        if not self.prefetched and time.monotonic() >= self.nothing_until:
+            self.flush(pop=enginehooks.free_download_slots(self.crawler, self.config.prefetch))
+            if not self.prefetched:
+                # nothing ready: let the idle poll find new work instead of
+                # asking Redis on every engine tick; the per-domain queue says
+                # when its next domain may start, and is asked again just then
+                self.nothing_until = time.monotonic() + self._pause()
+        while self.prefetched:
+            leased = self.prefetched.popleft()
+            try:
+                request = self.serializer.loads(leased.payload, self.spider)
+            except DecodeError as exc:
+                self._dead_letter(leased, str(exc))
+                continue
+            self.book.take(leased.id, request)
+            if leased.report:
+                self.reports[leased.id] = (request, leased.report)
+            self.idle = False
+            self.report.count("scheduler/dequeued/redis")
+            self.report.count("scheduler/dequeued")
+            if leased.deliveries > 1:
+                self.report.count("crawlplug/redelivered")
+            return request
+        self.idle = True
+        return None
+
+    def _pause(self) -> float:
+        """Seconds before asking Redis for work again after an empty pop."""
+        poll = self.config.poll_interval
+        wait = self.frontier.next_ready_ms / 1000 if self.domain_queue else -1.0
+        if wait < 0 or wait >= poll:
+            return poll
+        if self._wake_call is None or not self._wake_call.active():
+            from twisted.internet import reactor  # noqa: PLC0415 - the installed one
+
+            self._wake_call = reactor.callLater(wait, enginehooks.wake, self.crawler)
+        return wait
+
+    def _dead_letter(self, leased: Leased, reason: str) -> None:
+        self.report.once(f"undecodable:{reason}", logging.ERROR,
+                         "crawlplug: queue entry %s cannot be crawled (%s); moved to the dead letters",
+                         leased.id, reason)  # fmt: skip
+        self.report.count("crawlplug/undecodable")
+        try:
+            self.frontier.dead_letter(leased.id, reason, deliveries=leased.deliveries)
+            self.report.count("crawlplug/dead")
+        except REDIS_ERRORS as exc:
+            self.outage.error(exc)  # the lease expires and the entry comes back later
+
+    # -- the engine's news ----------------------------------------------------------------
+    def finished(self, request: Request) -> None:
+        """The engine is done with ``request``: its ack joins the next admission."""
+        lease_id = self.book.finish(request)
+        if lease_id is None:
+            return
+        # No round trip of its own: the engine asks for the next request right
+        # after this (a free download slot), and that call admits the children,
+        # acks this request and leases the next one in one round trip. The tick
+        # flushes what waits longer than CRAWLPLUG_FLUSH_INTERVAL.
+        self.ack(lease_id)
+        self.reports.pop(lease_id, None)
+        if self.domain_queue:
+            # its domain may have room again: ask Redis at the next engine call
+            self.nothing_until = 0.0
+            enginehooks.wake(self.crawler)
+
+    def _report(self, request: Request, kind: str) -> bool:
+        """Queue a report on a per-domain-queue request this node leased; False if none was due."""
+        lease_id = request.meta.get(LEASE_META)
+        entry = self.reports.get(lease_id) if lease_id is not None else None
+        if entry is None or entry[0] is not request or kind not in entry[1]:
+            return False  # not ours, a copy (redirect, retry), or already reported
+        left = entry[1].replace(kind, "")
+        if left:
+            self.reports[lease_id] = (request, left)
+        else:
+            del self.reports[lease_id]
+        self._touch()
+        self.events.append((lease_id, kind))
+        return True
+
+    def sent(self, request: Request) -> None:
+        """A request of a domain with a delay goes out: its domain's delay starts now, crawl-wide."""
+        if self._report(request, "s"):
+            self.flush()  # the other nodes wait for this
+
+    def downloaded(self, request: Request) -> None:
+        """A download ended: the domain's concurrency slot is free (sent with the next call)."""
+        if self._report(request, "r"):
+            self.nothing_until = 0.0
+            enginehooks.wake(self.crawler)
+
+    # -- losing and giving back ----------------------------------------------------------
+    def forget(self, lost: set[str]) -> None:
+        """Leases Redis says this node lost (reaped while it stalled): never ack or release them."""
+        self.prefetched = deque(x for x in self.prefetched if x.id not in lost)
+        for lease_id in lost:
+            self.reports.pop(lease_id, None)
+        self.book.forget(list(lost))
+
+    def give_back_prefetched(self) -> int:
+        """Prefetched leases back to the queue (a pause, a close); returns how many."""
+        unstarted = [x.id for x in self.prefetched]
+        self.prefetched.clear()
+        return self.frontier.release(unstarted, unstarted=True) if unstarted else 0
+
+    def drop(self) -> tuple[set[str], int]:
+        """Forget everything of a crawl state that is gone: (leases in flight, things waiting)."""
+        in_flight = set(self.book.active)
+        waiting = len(self.buffer) + len(self.prefetched) + len(self.acks)
+        self.book.active.clear()
+        self.prefetched.clear()
+        self.buffer, self.acks, self.events = [], [], []
+        self.reports.clear()
+        self.recent.clear()
+        self.nothing_until = 0.0
+        return in_flight, waiting

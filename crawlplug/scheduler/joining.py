@@ -1,0 +1,162 @@
+"""A node joining its crawl: reaching Redis, joining the run, building the frontier.
+
+:func:`join_crawl` does what a node does before it takes a request: it checks the
+Redis (reachable, the grants crawlplug needs, an eviction policy that may delete
+crawl keys, its memory), joins the crawl's run (crawlplug.frontier.runs: join,
+resume, or begin the next one), builds the frontier through the one factory
+(:func:`crawlplug.frontier.open_frontier`) with the run's epoch, and refuses a
+queue class that does not match the crawl's. :func:`log_join` says which run the
+node is in, and how it got there, in its first log lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__, connection, memory
+from ..config import setting
+from ..errors import ConfigError
+from ..frontier import open_frontier, runs
+from ..frontier.dedup import Dedup
+from ..frontier.keys import CrawlKeys
+from ..frontier.sharded import claim_shards
+from ..frontier.single import process_node_id
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from ..config import SchedulerConfig
+    from ..queues import BaseQueue
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Joined:
+    """What a node has once it joined its crawl."""
+
+    conn: connection.Connection
+    frontier: Any
+    joined: runs.Joined
+    join_args: dict[str, Any]
+    started: float  #: when the node joined (Redis clock, seconds)
+
+
+def join_args(config: SchedulerConfig, dupefilter: Any) -> dict[str, Any]:
+    """The arguments of crawlplug.frontier.runs.join for this node (also when it joins again)."""
+    return {
+        "node_id": process_node_id(),
+        "ttl_ms": int(max(config.lease_timeout, 3 * config.heartbeat) * 1000),
+        "incremental": incremental(config, dupefilter),
+        "worker": config.idle_close <= 0,
+    }
+
+
+def incremental(config: SchedulerConfig, dupefilter: Any) -> bool:
+    """CRAWLPLUG_INCREMENTAL; unset, True for dedup that forgets by itself (it decides re-crawls)."""
+    if config.incremental is not None:
+        return bool(config.incremental)
+    strategy = getattr(dupefilter, "strategy", None)
+    return getattr(strategy, "mode", "") == "ttl" or bool(getattr(strategy, "generations", 0))
+
+
+def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, queue: BaseQueue,
+               dupefilter: Any) -> Joined:  # fmt: skip
+    """Reach Redis, join the crawl's run, build the frontier (module docstring). Raises
+    RedisUnavailable, ConfigError, RunEnded or a Redis error, with the reason."""
+    conn = connection.from_settings(crawler.settings)
+    connection.check(conn)
+    sec, usec = conn.client.time()
+    started = int(sec) + int(usec) / 1e6
+    _warn_about_memory(conn.client)
+    keys = CrawlKeys(config.crawl_id or spider_name, config.key_prefix)
+    shards = setting(crawler.settings, "CRAWLPLUG_SHARDS", "getint")
+    claim_shards(conn.client, keys, shards)
+    args = join_args(config, dupefilter)
+    joined = runs.join(conn.client, keys, want="new" if config.flush_on_start else "auto", **args)
+    frontier = open_frontier(
+        conn.client, keys, shards=shards, queue=queue, lease_timeout=config.lease_timeout,
+        heartbeat=config.heartbeat, max_deliveries=config.max_deliveries, node_id=args["node_id"],
+        epoch=joined.epoch, dedup_factory=getattr(dupefilter, "make_strategy", None) or Dedup,
+    )  # fmt: skip
+    bind = getattr(dupefilter, "bind", None)
+    if bind is not None:
+        bind(frontier)
+    _check_queue_kind(frontier, queue)
+    return Joined(conn, frontier, joined, args, started)
+
+
+def _warn_about_memory(client: Any) -> None:
+    mem = memory.memory(client)
+    if mem is None:
+        return
+    risk = memory.eviction_risk(mem["policy"])
+    if risk:
+        logger.warning("crawlplug: %s", risk)
+    if mem["nearly_full"]:
+        logger.warning("crawlplug: Redis uses %.0f%% of its maxmemory (%d bytes); when it is full it "
+                       "refuses new requests and this node waits", mem["ratio"] * 100, mem["max"])  # fmt: skip
+
+
+def _check_queue_kind(frontier: Any, queue: BaseQueue) -> None:
+    """Refuse to run one crawl with the per-domain queue and a plain one at once:
+    requests waiting in the other kind would never be crawled."""
+    domains = queue.order == "domain"
+    waiting = frontier.queued_elsewhere(domains)
+    if waiting:
+        used, ours = ("a plain queue", "DomainQueue") if domains else ("DomainQueue", "a plain queue")
+        raise ConfigError(
+            f"crawl {frontier.keys.crawl!r} has {waiting} requests queued by {used}, and this node uses "
+            f"{ours} (CRAWLPLUG_QUEUE_CLASS): finish the crawl with the queue class it was "
+            f"started with, or start afresh (CRAWLPLUG_FLUSH_ON_START=True, or `crawlplug purge`)"
+        )
+
+
+def log_where(conn: connection.Connection, keys: CrawlKeys, settings: Any) -> None:
+    """The node's first line: crawlplug's version, the crawl, the Redis."""
+    if conn.embedded:
+        logger.info(
+            "crawlplug %s: crawl %r on the embedded Redis %s (data in %s). To share this crawl "
+            "with other machines, run one Redis they can all reach and set "
+            "REDIS_URL='redis://<host>:6379/0' on every node.",
+            __version__, keys.crawl, conn.safe_url, connection.embedded_dir(settings),
+        )  # fmt: skip
+    else:
+        logger.info("crawlplug %s: crawl %r on Redis %s", __version__, keys.crawl, conn.safe_url)
+
+
+def log_join(frontier: Any, j: runs.Joined, status: dict[str, Any], config: SchedulerConfig) -> None:
+    """The node's first words on the run: which one, and whether it joined, resumed or began it."""
+    crawl, node = frontier.keys.crawl, frontier.node_id
+    counts = f"{status['queued']} queued, {status['in_flight']} in flight"
+    if j.action == "join":
+        others = f"{j.live_nodes} other node{'s' if j.live_nodes != 1 else ''}" if j.live_nodes else "no other node"
+        logger.info("crawlplug: node %s joining run %d of crawl %r (%s, %s)", node, j.run, crawl, counts, others)
+    elif j.action == "resume":
+        logger.info("crawlplug: node %s resuming interrupted run %d of crawl %r (%s; no node was running)",
+                    node, j.run, crawl, counts)  # fmt: skip
+    else:
+        prev = j.previous
+        if prev is None:
+            before = "its first run"
+        elif prev.get("state") == "reset":
+            before = f"run {prev.get('id')} reset by CRAWLPLUG_FLUSH_ON_START"
+        elif prev.get("id"):
+            when = prev.get("ended")
+            at = f" at {time.strftime('%H:%M', time.localtime(when / 1000))}" if isinstance(when, int) else ""
+            before = f"run {prev.get('id')} {prev.get('state', 'finished')}{at}"
+        else:
+            before = "the crawl finished before runs were recorded"
+        if prev is None:
+            kept = ""
+        elif j.cleared:
+            kept = ", fingerprints cleared"
+        else:
+            why = "CRAWLPLUG_INCREMENTAL" if config.incremental else "its dedup forgets them by itself"
+            kept = f", fingerprints kept ({why})"
+        logger.info("crawlplug: node %s starting run %d of crawl %r (%s%s)", node, j.run, crawl, before, kept)
+    if j.waited > 1:
+        logger.info("crawlplug: waited %.1fs for another node to begin the run", j.waited)

@@ -1,0 +1,344 @@
+"""A node alive in a crawl's run: heartbeat, reaping, pause, the end of the run.
+
+:class:`Liveness` owns what decides whether a node goes on: the run it joined
+(crawlplug.frontier.runs), the termination rule (the whole crawl empty for the
+grace period, then the end recorded in Redis in the step that lets every node
+close), an operator's pause, the counts the run sums up, and what the node does
+when the crawl was reset under it (join again, dropping the old state's work).
+The heartbeat renews every lease the node holds, publishes its metrics, and
+reaps the expired leases of nodes that died, in one round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from scrapy import Request
+
+from ..errors import REDIS_ERRORS, RunEnded, StaleEpoch
+from ..frontier import runs
+from . import enginehooks
+from .leases import LEASE_META, Termination
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from ..config import SchedulerConfig
+    from .batch import Batch
+    from .entries import StartEntries
+    from .outage import Outage, Reporter
+
+logger = logging.getLogger(__name__)
+
+
+class Liveness:
+    """Heartbeat, run, termination and pause of one node (module docstring)."""
+
+    #: Scrapy stats added to the run's counters with each heartbeat (crawlplug.frontier.runs summaries)
+    RUN_COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "items": ("item_scraped_count",),
+        "errors": ("spider_exceptions/count", "downloader/exception_count"),
+    }
+
+    def __init__(self, crawler: Crawler, frontier: Any, batch: Batch, entries: StartEntries, *,
+                 config: SchedulerConfig, outage: Outage, reporter: Reporter, joined: runs.Joined,
+                 join_args: dict[str, Any], started: float, enqueue: Callable[[Request], bool]) -> None:  # fmt: skip
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.frontier = frontier
+        self.batch = batch
+        self.entries = entries
+        self.config = config
+        self.outage = outage
+        self.report = reporter
+        self.joined = joined
+        self.join_args = join_args
+        self.started = started  # Redis's clock: uptimes compare across nodes
+        self.enqueue = enqueue
+        self.termination = Termination(config.idle_close)
+        self.producing = True  # the spider's start() may still yield requests
+        self.stale_leases: set[str] = set()  # leases of a crawl state reset under this node
+        self.counted: dict[str, int] = {}  # Scrapy stats last added to the run's counters
+        self.run_ended = False  # the run's end is recorded (finished): the node may close
+        self._pages: deque[tuple[float, int]] = deque()  # (time, acked total), for pages/min
+        self._last_poll = 0.0
+
+    # -- the heartbeat --------------------------------------------------------------
+    def heartbeat(self) -> None:
+        if self.outage.waiting():
+            return
+        try:
+            lease_ids = list(dict.fromkeys([*self.batch.held(), *self.entries.leases]))
+            counts = self.counts()
+            # the reap rides with the heartbeat (one round trip: each one blocks the reactor)
+            lost, (requeued, dead) = self.frontier.heartbeat_and_reap(
+                lease_ids,
+                producing=self.still_producing(),
+                metrics={
+                    "pid": os.getpid(),
+                    "started": int(self.started * 1000),
+                    "leases": len(lease_ids),
+                    "acked": self.batch.acked_total,
+                    "pages_per_min": self._pages_per_min(),
+                    "paused": int(self.batch.paused),
+                },
+                counts={name: value - self.counted.get(name, 0) for name, value in counts.items()},
+            )
+            self.counted = counts
+            self._follow_pause(self.frontier.paused)
+            if self.frontier.run_state == "finished" and not self.run_ended:
+                self.run_ended = True  # another node recorded the end: close with it
+                enginehooks.wake(self.crawler)
+            self.check_lost()
+            if lost:
+                lost_set = set(lost)
+                self.batch.forget(lost_set)
+                self.entries.forget(lost_set)
+                self.report.count("crawlplug/lost_leases", len(lost))
+                logger.warning(
+                    "crawlplug: %d leases of this node expired (stalled longer than "
+                    "CRAWLPLUG_LEASE_TIMEOUT=%ss) and were given to other nodes",
+                    len(lost), self.config.lease_timeout,
+                )  # fmt: skip
+            self.entries.drain(self.enqueue)
+            self.entries.fire_seeds(self.enqueue)
+            if requeued:
+                self.report.count("crawlplug/reaped", requeued)
+                logger.info("crawlplug: put %d leases of stopped nodes back (requests in the queue, "
+                            "start entries at the head of start_urls)", requeued)  # fmt: skip
+                enginehooks.wake(self.crawler)
+            if dead:
+                self.report.count("crawlplug/dead", dead)
+                logger.warning("crawlplug: %d requests exceeded CRAWLPLUG_MAX_DELIVERIES; see the dead letters", dead)
+            self.outage.ok(confirmed=True)
+        except REDIS_ERRORS as exc:
+            self.outage.error(exc)
+        except Exception:  # a failing heartbeat must never stop the loop silently
+            logger.exception("crawlplug: heartbeat failed")
+
+    def counts(self) -> dict[str, int]:
+        """This node's Scrapy counts the run sums up: items scraped, errors."""
+        get = self.stats.get_value if self.stats is not None else (lambda *_: 0)
+        out = {}
+        for name, stats in self.RUN_COUNTS.items():
+            total = 0
+            for stat in stats:
+                value = get(stat, 0)
+                total += int(value) if isinstance(value, (int, float)) else 0
+            out[name] = total
+        return out
+
+    def _pages_per_min(self) -> int:
+        """Requests this node finished per minute, over the last minute."""
+        now = time.monotonic()
+        self._pages.append((now, self.batch.acked_total))
+        while len(self._pages) > 1 and now - self._pages[0][0] > 60:
+            self._pages.popleft()
+        t0, a0 = self._pages[0]
+        return round((self.batch.acked_total - a0) * 60 / (now - t0)) if now - t0 >= 1 else 0
+
+    def still_producing(self) -> bool:
+        """Whether this node may still add work the other nodes cannot see yet."""
+        if self.batch.buffer:
+            return True  # not yet admitted
+        if self.entries.waiting:
+            return False  # RedisSpider.start() waits for entries: it adds nothing meanwhile
+        return self.producing and enginehooks.start_running(self.crawler)
+
+    def _follow_pause(self, paused: bool) -> None:
+        """Start or end a pause an operator asked for (seen at each heartbeat)."""
+        if paused == self.batch.paused:
+            return
+        self.batch.paused = paused
+        with contextlib.suppress(*REDIS_ERRORS):  # shown at once, not at the next heartbeat
+            self.frontier.publish(paused=int(paused))
+        if paused:
+            given = self.batch.give_back_prefetched()
+            logger.warning(
+                "crawlplug: crawl %r paused by an operator: this node takes no new requests and "
+                "finishes the %d it is downloading (%d prefetched given back)",
+                self.frontier.keys.crawl, len(self.batch.book), given,
+            )  # fmt: skip
+            self.report.count("crawlplug/paused")
+        else:
+            logger.warning("crawlplug: crawl %r resumed", self.frontier.keys.crawl)
+            self.batch.nothing_until = 0.0
+            enginehooks.wake(self.crawler)
+
+    # -- the end of the run -----------------------------------------------------------
+    def _observe(self, queued: int, leased: int, producers: int, local: bool) -> None:
+        """Feed the termination rule; a crawl whose data Redis lost never reads as finished."""
+        self.check_lost()
+        self.termination.observe(queued, leased, producers, local_pending=local or self.frontier.data_lost)
+
+    def check_lost(self) -> None:
+        """Redis lost the crawl's data, or start_urls is of the wrong type: say so once."""
+        if self.frontier.data_lost:
+            self.report.once("data-lost", logging.ERROR,
+                             "crawlplug: Redis lost crawl %r's data (its keys vanished: a restart without "
+                             "persistence, a flush, a failover to an empty replica). What was queued or in "
+                             "flight then is gone; the crawl will not end as 'finished' while this stands. Push "
+                             "its start URLs again, then `crawlplug resume --crawl %s` to accept the loss",
+                             self.frontier.keys.crawl, self.frontier.keys.crawl)  # fmt: skip
+        kind = self.frontier.start_urls_kind
+        if kind:
+            self.report.once(f"corrupt:{self.frontier.keys.start_urls}", logging.ERROR,
+                             "crawlplug: crawl key %s holds a %s, not a list: its entries are not read. Push "
+                             "start URLs with `crawlplug push` (a list), or move them there and delete the key "
+                             "(docs/faults.md); the rest of the crawl goes on",
+                             self.frontier.keys.start_urls, kind)  # fmt: skip
+
+    def crawl_done(self) -> bool:
+        """The termination rule held for the grace period, or another node recorded the end:
+        record the run's end (lua/finish.lua) and let this node close with it."""
+        if self.run_ended:
+            return True
+        if not self.termination.finished():
+            return False
+        state, _ = self.frontier.finish_run(self.joined.run)
+        if state == "finished":
+            self.run_ended = True
+            return True
+        if state in ("limit", "stopped"):
+            enginehooks.close(self.crawler, state)
+        elif state == "gone":  # the run was replaced: join the current one
+            self.rejoin(StaleEpoch(f"STALE_EPOCH {self.frontier.epoch} {self.frontier.epoch} run replaced"))
+        self.termination.empty_since = None  # "busy": work or a producer appeared
+        return False
+
+    def tick(self) -> None:
+        """Flush old buffers, and while idle look for new work and for the end of the crawl."""
+        if self.outage.waiting():
+            return
+        batch = self.batch
+        try:
+            now = time.monotonic()
+            if (batch.buffer or batch.acks or batch.events) and now - batch.since >= self.config.flush_interval:
+                batch.flush()
+            if (batch.idle and not batch.paused and not batch.pending()
+                    and now - self._last_poll >= self.config.poll_interval):  # fmt: skip
+                self._last_poll = now
+                queued, leased, producers = self.frontier.idle_state()
+                if self.frontier.start_entries:
+                    self.entries.drain(self.enqueue)
+                self._observe(queued, leased, producers, bool(batch.book) or bool(self.entries.leases))
+                if queued:
+                    batch.nothing_until = 0.0
+                    enginehooks.wake(self.crawler)
+                elif self.termination.finished() or self.run_ended:
+                    enginehooks.wake(self.crawler)  # the engine's idle check will now let the spider close
+        except REDIS_ERRORS as exc:
+            self.outage.error(exc)
+        except Exception:
+            logger.exception("crawlplug: scheduler tick failed")
+
+    def may_close(self) -> bool:
+        """spider_idle: whether the whole crawl is done (never on local idleness alone)."""
+        self.producing = False
+        if self.termination.worker_mode or self.outage.waiting():
+            return False
+        try:
+            self.batch.flush()
+            queued, leased, producers = self.frontier.idle_state()
+        except REDIS_ERRORS as exc:
+            self.outage.error(exc)
+            return False
+        self._observe(queued, leased, producers, self.batch.pending())
+        if queued:
+            self.batch.nothing_until = 0.0
+        already = self.run_ended
+        try:
+            done = self.crawl_done()
+        except REDIS_ERRORS as exc:
+            self.outage.error(exc)
+            return False
+        if done:
+            logger.info(
+                "crawlplug: run %d of crawl %r is finished (nothing queued or leased on any node for %ss)%s",
+                self.joined.run, self.frontier.keys.crawl, self.termination.grace,
+                "; another node recorded it" if already else "",
+            )  # fmt: skip
+        return done
+
+    def start_idle(self) -> bool:
+        """RedisSpider.start() found no entry. True once the whole crawl is finished
+        (never in worker mode): then start() may end and the node close."""
+        self.entries.waiting = True
+        if self.termination.worker_mode:
+            return False
+        try:
+            self.batch.flush()
+            queued, leased, producers = self.frontier.idle_state()
+        except REDIS_ERRORS as exc:
+            self.outage.error(exc)
+            return False
+        local = self.batch.pending() or bool(self.batch.book) or bool(self.entries.leases)
+        self._observe(queued, leased, producers, local)
+        try:
+            if self.termination.finished() and not self.run_ended:
+                enqueued = self.batch.acked_total or self.frontier.totals()["enqueued"]
+                if self.entries.nothing_pushed(self.termination.grace, enqueued):
+                    self.run_ended = True  # no end recorded, but nothing more to do here
+                    return False
+            return self.crawl_done()
+        except REDIS_ERRORS as exc:
+            self.outage.error(exc)
+            return False
+
+    def record_end_on_close(self, reason: str) -> None:
+        """Stopped (Ctrl-C, SIGTERM) while waiting out the idle grace with the whole crawl done:
+        the run is finished, or the next node would resume a run with nothing left in it."""
+        if (self.run_ended or self.termination.worker_mode or self.termination.empty_since is None
+                or reason == "finished"):  # fmt: skip
+            return
+        queued, leased, producers = self.frontier.idle_state()
+        if queued or leased or producers or self.batch.pending():
+            return
+        state, _ = self.frontier.finish_run(self.joined.run)
+        if state == "finished":
+            logger.info("crawlplug: run %d of crawl %r is finished (this node stopped while the whole crawl "
+                        "was done, waiting out its idle grace)", self.joined.run, self.frontier.keys.crawl)  # fmt: skip
+
+    # -- a crawl reset under the node --------------------------------------------------
+    def rejoin(self, exc: StaleEpoch) -> None:
+        """The crawl was reset (purge, CRAWLPLUG_FLUSH_ON_START elsewhere, import), began a
+        new run, or Redis lost its data while this node ran: drop what belongs to the old
+        state and join again."""
+        stale, waiting = self.batch.drop()
+        self.stale_leases |= stale
+        self.entries.drop()
+        self.termination.empty_since = None
+        self.run_ended = False
+        self.counted = self.counts()  # what this node did before belongs to the old state
+        self.frontier.forget_dedup_layers()  # what it knew of a Bloom filter's layers only grows: wrong now
+        try:
+            self.joined, lost = runs.rejoin(self.frontier.client, self.frontier.keys, exc, self.joined,
+                                            **self.join_args)  # fmt: skip
+        except RunEnded as rexc:
+            logger.error("crawlplug: %s: this node closes", rexc)
+            enginehooks.close(self.crawler, rexc.state)
+            return
+        self.frontier.epoch = self.joined.epoch
+        self.frontier.data_lost = self.frontier.data_lost or lost
+        self.report.count("crawlplug/epoch_changes")
+        self.report.count("crawlplug/stale_dropped", len(stale) + waiting)
+        what = ("Redis lost the crawl's data (a restart without persistence, a flush, a failover to an empty "
+                "replica)" if lost else "the crawl was reset or began a new run (`crawlplug purge`, "
+                "CRAWLPLUG_FLUSH_ON_START or `crawlplug import`)")  # fmt: skip
+        logger.warning(
+            "crawlplug: crawl %r: %s while this node ran: dropped %d requests in flight (their links too) "
+            "and %d waiting, and its fingerprint cache; now in run %d",
+            self.frontier.keys.crawl, what, len(stale), waiting, self.joined.run,
+        )  # fmt: skip
+        self.check_lost()
+        enginehooks.wake(self.crawler)
+
+    def is_stale(self, request: Request) -> bool:
+        """Whether ``request`` (a response's request) was leased in a crawl state since reset."""
+        return bool(self.stale_leases) and request.meta.get(LEASE_META) in self.stale_leases

@@ -1,0 +1,141 @@
+"""What a node does when Redis does not answer as it should.
+
+Every part of the Scheduler hands the Redis errors it meets to :class:`Outage`,
+which tells them apart:
+
+* the crawl was reset or began a new run (:class:`~crawlplug.errors.StaleEpoch`):
+  the liveness part joins again (``on_stale``);
+* a corrupt crawl key (:class:`~crawlplug.errors.CorruptKey`): said once per key,
+  not an outage (waiting would not repair it);
+* a refused grant (NOPERM): the node closes at once with ``config_error``;
+* anything else is an outage: logged once, Redis is left alone between attempts
+  (0.5 s up to 5 s, since each attempt blocks the reactor for as long as the client
+  takes to fail), and after ``CRAWLPLUG_REDIS_OUTAGE_TIMEOUT`` the node closes with
+  ``redis_unavailable``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from .. import connection
+from ..errors import CorruptKey, StaleEpoch
+from . import enginehooks
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+
+class Reporter:
+    """A node's log lines said once, and its counters in Scrapy's stats."""
+
+    def __init__(self, stats: Any) -> None:
+        self.stats = stats
+        self._said: set[str] = set()
+
+    def once(self, key: str, level: int, msg: str, *args: Any) -> None:
+        if key in self._said or len(self._said) > 1000:
+            return
+        self._said.add(key)
+        logger.log(level, msg, *args)
+
+    def count(self, key: str, n: int = 1) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(key, n)
+
+
+class Outage:
+    """The node's view of Redis's health, and its reaction to each error."""
+
+    def __init__(self, crawler: Crawler, reporter: Reporter, *, timeout: float, safe_url: str,
+                 on_stale: Callable[[StaleEpoch], None], on_back: Callable[[], None]) -> None:  # fmt: skip
+        self.crawler = crawler
+        self.report = reporter
+        self.timeout = timeout
+        self.safe_url = safe_url
+        self.on_stale = on_stale  # the crawl's state changed: join again
+        self.on_back = on_back  # Redis answers again after an outage: drop what it may have lost
+        self.down_since: float | None = None
+        self.next_probe = 0.0  # during an outage: when to ask Redis again
+        self.backoff = 0.0
+        self.closing = False
+        self._back_done = True
+
+    def waiting(self) -> bool:
+        """During an outage, between two attempts: leave Redis alone (and the reactor free)."""
+        return self.down_since is not None and time.monotonic() < self.next_probe
+
+    def last_attempt(self) -> None:
+        """A closing node tries once more, whatever the backoff says."""
+        self.next_probe = 0.0
+
+    def ok(self, confirmed: bool = False) -> None:
+        """A call went through. ``confirmed`` (the heartbeat, which always writes): the
+        outage is over. Else calls resume at once, but a Redis that still refuses some
+        writes (a full one takes deletions, not new requests) is not reported back."""
+        if self.down_since is None:
+            return
+        self.backoff = 0.0
+        self.next_probe = 0.0
+        if not self._back_done:
+            # A Redis that comes back may have lost its last writes (a failover to a
+            # replica that lagged, an AOF everysec crash): what the node cached of them
+            # (fingerprints it saw admitted) may be gone
+            self.on_back()
+            self._back_done = True
+        if confirmed:
+            logger.info("crawlplug: Redis is back after %.1fs", time.monotonic() - self.down_since)
+            self.down_since = None
+
+    def error(self, exc: BaseException) -> None:
+        """React to an error a Redis call raised (see the module docstring)."""
+        if isinstance(exc, StaleEpoch):
+            self.on_stale(exc)
+            return
+        if isinstance(exc, CorruptKey):
+            self.report.count("crawlplug/corrupt_key_refusals")
+            self.report.once(f"corrupt:{exc.key}", logging.ERROR,
+                             "crawlplug: %s. This is not an outage: this node keeps what it could not store, "
+                             "goes on with what does not need that key, and tries again", exc)  # fmt: skip
+            return
+        self.report.count("crawlplug/redis_errors")
+        if isinstance(exc, redis.exceptions.NoPermissionError) and not self.closing:
+            # waiting would not help: the Redis user lacks a grant (an ACL), e.g. on a key
+            # outside the crawl's prefix such as scrapy-redis's <spider>:start_urls
+            self.closing = True
+            logger.error("crawlplug: Redis at %s refused a command to this node's user: %s. Grant it (the "
+                         "ACL crawlplug needs: %s); closing this node (finish_reason 'config_error')",
+                         self.safe_url, exc, connection.ACL_DOC)  # fmt: skip
+            enginehooks.close(self.crawler, "config_error", failed=True)
+            return
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = now
+            self._back_done = False
+            wait = f"up to {self.timeout:g}s" if self.timeout > 0 else "as long as it takes"
+            if isinstance(exc, redis.exceptions.OutOfMemoryError) or "maxmemory" in str(exc):
+                logger.error("crawlplug: Redis is out of memory (%s): it refuses to store new requests. This "
+                             "node keeps them, and does not acknowledge the pages they came from, and asks "
+                             "again every few seconds, %s: free memory or raise maxmemory", exc, wait)  # fmt: skip
+            else:
+                logger.error("crawlplug: Redis error (%s); keeping this node's requests and acks and "
+                             "asking again every few seconds, %s", exc, wait)  # fmt: skip
+        self.backoff = min(5.0, max(0.5, self.backoff * 2))
+        self.next_probe = now + self.backoff
+        down = now - self.down_since
+        if 0 < self.timeout < down and not self.closing:
+            self.closing = True
+            logger.error(
+                "crawlplug: Redis unreachable for %.0fs (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT=%gs): closing this node "
+                "(finish_reason 'redis_unavailable'). Its unacknowledged requests return to the queue when "
+                "their leases expire; start it again once Redis is back.",
+                down, self.timeout,
+            )  # fmt: skip
+            enginehooks.close(self.crawler, "redis_unavailable", failed=True)
