@@ -8,7 +8,13 @@ Turn it on in a Scrapy (>= 2.13) project with::
 from __future__ import annotations
 
 from .addon import Addon
-from .errors import ConfigError, CrawlplugError, DecodeError, RedisUnavailable, SerializationError
+from .errors import (
+    ConfigError,
+    CrawlplugError,
+    DecodeError,
+    RedisUnavailable,
+    SerializationError,
+)
 
 __all__ = [
     "Addon",

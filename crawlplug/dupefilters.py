@@ -26,10 +26,17 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
 
-from .frontier.bloom import BloomSpec
 from .config import setting
-from .frontier.dedup import BloomDedup, Dedup, SetDedup, TtlDedup, bloom_info, prepare_bloom
 from .errors import ConfigError
+from .frontier.bloom import BloomSpec
+from .frontier.dedup import (
+    BloomDedup,
+    Dedup,
+    SetDedup,
+    TtlDedup,
+    bloom_info,
+    prepare_bloom,
+)
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

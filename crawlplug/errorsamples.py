@@ -25,9 +25,9 @@ from scrapy import Request, Spider, signals
 from scrapy.http import Response
 from twisted.internet.task import LoopingCall
 
-from .scheduler import enginehooks
 from .errors import REDIS_ERRORS
 from .frontier.keys import CrawlKeys
+from .scheduler import enginehooks
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -32,10 +32,10 @@ from scrapy.spiders import CrawlSpider
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.task import deferLater
 
-from .scheduler import enginehooks
 from . import starts
 from .config import setting
 from .errors import ConfigError, DecodeError
+from .scheduler import enginehooks
 
 
 class RedisMixin:

@@ -52,9 +52,9 @@ from twisted.internet.task import LoopingCall
 from . import connection
 from .config import setting
 from .errors import REDIS_ERRORS
-from .frontier.single import process_node_id
 from .frontier.keys import CrawlKeys, crawl_keys
 from .frontier.scripts import source
+from .frontier.single import process_node_id
 
 if TYPE_CHECKING:
     from scrapy import Spider

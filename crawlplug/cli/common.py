@@ -15,8 +15,8 @@ import click
 import redis
 
 from .. import __version__, connection, embedded
-from ..frontier import runs
 from ..errors import CrawlplugError
+from ..frontier import runs
 from ..frontier.keys import CrawlKeys
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from ..frontier import runs
 from ..errors import ConfigError
+from ..frontier import runs
 from ..frontier.keys import CrawlKeys
 from .common import (
     connect,

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from ..frontier import views
 from ..frontier.sharded import open_domains
 from .common import (
     connect,
@@ -109,6 +110,6 @@ def domains_reset(redis_url: str | None, crawl: str | None, domain: str) -> None
     keys = crawl_keys(opts)
     target = connect(opts)
     view = open_domains(target.client, keys)
-    existed = target.client.hexists(view.parts[0].dconf, f"o:{domain}")
+    existed = views.has_override(target.client, keys, domain)
     view.configure({f"o:{domain}": ""})
     click.echo(f"{domain}: {'override removed' if existed else 'had no override'} in crawl {keys.crawl!r}")

@@ -13,9 +13,8 @@ import click
 
 from .. import starts
 from ..errors import ConfigError, DecodeError
-from ..frontier.single import Frontier
+from ..frontier import open_frontier, views
 from ..seeds import Seeds, make_seed
-from ..frontier.sharded import parts
 from .common import (
     connect,
     crawl_keys,
@@ -82,7 +81,8 @@ def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: 
     keys = crawl_keys(opts)
     target = connect(opts)
     created = bool(valid) and create_if_new(target, keys)
-    waiting = Frontier(target.client, keys).push_starts(valid) if valid else target.client.llen(keys.start_urls)
+    waiting = open_frontier(target.client, keys).push_starts(valid) if valid else views.start_entries_waiting(
+        target.client, keys)
     click.echo(f"pushed {len(valid)} start entries to crawl {keys.crawl!r} ({waiting} waiting)"
                + (f"; skipped {bad} malformed" if bad else ""))  # fmt: skip
     if created:
@@ -115,23 +115,10 @@ def peek(redis_url: str | None, crawl: str | None, count: int, as_json: bool) ->
     opts = options(redis_url, crawl)
     keys = crawl_keys(opts)
     target = connect(opts)
-    client = target.client
-    rows: list[dict[str, Any]] = []
-    queued = 0
-    for part in parts(client, keys):  # a sharded crawl: each shard's head, shard by shard
-        ids = [(x.decode(), score) for x, score in client.zrange(part.queue, 0, count - 1, withscores=True)]
-        for member in client.zrange(part.dq, 0, count - 1):  # per-domain queue: "<domain>\t<rank><id>"
-            _, _, rest = member.decode().partition("\t")
-            ids.append((rest[16:], None))
-        payloads = client.hmget(part.requests, [i for i, _ in ids]) if ids else []
-        for (rid, score), payload in zip(ids, payloads):
-            rid = rid if part.shard is None else f"{part.shard}.{rid}"
-            row = {"id": rid, **(_describe(payload) if payload is not None else {"url": "<payload missing>"})}
-            rows.append(row)
-        queued += client.zcard(part.queue) + client.zcard(part.dq)
-    rows = rows[:count]
-    entries = [x.decode(errors="replace") for x in client.lrange(keys.start_urls, 0, count - 1)]
-    waiting = client.llen(keys.start_urls)
+    head = views.head(target.client, keys, count)  # a sharded crawl: each shard's head, shard by shard
+    rows = [{"id": rid, **(_describe(payload) if payload is not None else {"url": "<payload missing>"})}
+            for rid, payload in head.requests]  # fmt: skip
+    queued, entries, waiting = head.queued, head.entries, head.entries_waiting
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
@@ -287,7 +274,7 @@ def pause(redis_url: str | None, crawl: str | None) -> None:
     opts = options(redis_url, crawl)
     keys = crawl_keys(opts)
     target = connect(opts)
-    changed = Frontier(target.client, keys).pause(by="crawlplug pause")
+    changed = open_frontier(target.client, keys).pause(by="crawlplug pause")
     click.echo(f"crawl {keys.crawl!r} {'paused' if changed else 'was already paused'}")
 
 
@@ -300,8 +287,8 @@ def resume(redis_url: str | None, crawl: str | None) -> None:
     opts = options(redis_url, crawl)
     keys = crawl_keys(opts)
     target = connect(opts)
-    frontier = Frontier(target.client, keys)
-    lost = target.client.hexists(keys.control, "lost")
+    frontier = open_frontier(target.client, keys)
+    lost = views.lost(target.client, keys)
     paused = frontier.paused_info() is not None
     frontier.resume()
     if lost:

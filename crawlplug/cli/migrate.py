@@ -41,13 +41,18 @@ from ..compat.legacy import FINGERPRINT_FUNCTIONS, ScrapyRedisSeen
 from ..compat.migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
 from ..compat.names import SCRAPY_REDIS_KEYS
 from ..config import setting
-from ..frontier.dedup import Dedup, SetDedup
 from ..dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
-from ..frontier.single import Frontier
+from ..frontier.dedup import Dedup, SetDedup
 from ..frontier.keys import CrawlKeys
+from ..frontier.sharded import (
+    ShardedFrontier,
+    claim_shards,
+    open_frontier,
+    stored_shards,
+)
+from ..frontier.single import Frontier
 from ..queues import load_queue_class
 from ..serializers import serializer_from_settings
-from ..frontier.sharded import ShardedFrontier, claim_shards, stored_shards
 from .common import META_URL, fail, friendly_errors, main, options, shared_options
 
 logger = logging.getLogger(__name__)
@@ -126,11 +131,7 @@ def _frontier(crawler: Any, client: Any, keys: CrawlKeys, queue: Any, shards: in
                          f"(use {LEGACY_DUPEFILTER} until it ends)")  # fmt: skip
         df = build_from_crawler(cls, crawler)
         factory = df.make_strategy
-    if shards > 1:
-        frontier: Frontier | ShardedFrontier = ShardedFrontier(client, keys, shards=shards, queue=queue,
-                                                               dedup_factory=factory)  # fmt: skip
-    else:
-        frontier = Frontier(client, keys, queue=queue, dedup=df.strategy if df is not None else factory())
+    frontier = open_frontier(client, keys, shards=shards, queue=queue, dedup_factory=factory)
     if isinstance(df, ScrapyRedisSeen):
         df.bind_plain(frontier)
     elif df is not None:

@@ -10,8 +10,8 @@ import click
 
 from ..frontier import runs
 from ..frontier.keys import CrawlKeys
-from ..ops import status as crawl_status
 from ..frontier.sharded import open_frontier
+from ..ops import status as crawl_status
 from ..sites import outcomes
 from .common import (
     Target,

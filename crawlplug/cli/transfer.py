@@ -20,6 +20,7 @@ from typing import Any, TextIO
 import click
 
 from ..errors import ConfigError
+from ..frontier import views
 from ..frontier.keys import CrawlKeys
 from ..ops.transfer import export_crawl, import_crawl, read_header
 from .common import connect, fail, friendly_errors, main, options, shared_options
@@ -132,7 +133,7 @@ def _import(redis_url: str | None, crawl: str | None, file: TextIO, replace: boo
     target = connect(opts)
     stdin = file is sys.stdin or getattr(file, "name", "") == "<stdin>"
     if replace and not yes:
-        existing = sum(1 for _ in target.client.scan_iter(match=keys.pattern(), count=1000))
+        existing = views.key_count(target.client, keys)
         if existing:
             if stdin:
                 fail("--replace with standard input needs --yes (the confirmation would read the input)")

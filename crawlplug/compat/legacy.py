@@ -52,8 +52,8 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     import redis
 
-    from ..frontier.single import Frontier
     from ..frontier.keys import CrawlKeys
+    from ..frontier.single import Frontier
 
 __all__ = [
     "FINGERPRINT_FUNCTIONS",

@@ -50,13 +50,13 @@ from scrapy import Request, Spider
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
-from . import legacy
 from .. import callbacks
 from ..errors import ConfigError, CrawlplugError, DecodeError, SerializationError
 from ..frontier.single import Frontier
 from ..queues import BaseQueue
 from ..safepickle import RefusedGlobal, restricted_loads
 from ..serializers import JsonSerializer
+from . import legacy
 
 __all__ = ["MigrationError", "Report", "ScrapyRedisMigration", "SourceKeys"]
 

@@ -36,12 +36,12 @@ from urllib.parse import urlsplit
 import redis
 
 from .. import connection, embedded
-from ..ops import status
 from ..defaults import default
-from .shop import DemoShop, ShopServer, serve
 from ..errors import CrawlplugError
-from ..frontier.single import Frontier
+from ..frontier import Frontier, ShardedFrontier, open_frontier
 from ..frontier.keys import CrawlKeys
+from ..ops import status
+from .shop import DemoShop, ShopServer, serve
 
 CRAWL = "shop"  # the spider's name, hence the crawl's name
 RUNS_KEPT = 10
@@ -141,10 +141,10 @@ def embedded_dir(project: Path) -> Path:
     return project / str(default("CRAWLPLUG_EMBEDDED_DIR"))
 
 
-def open_frontier(url: str, is_embedded: bool) -> Frontier:
+def connect_frontier(url: str, is_embedded: bool) -> Frontier | ShardedFrontier:
     conn = connection.Connection(connection.client_from_url(url), url, is_embedded)
     connection.check(conn)
-    return Frontier(conn.client, CrawlKeys(CRAWL))
+    return open_frontier(conn.client, CrawlKeys(CRAWL))
 
 
 def _live_nodes(frontier: Frontier) -> list[tuple[str, float]]:
@@ -419,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         project = project_dir()
         scrapy_executable()
         url, is_embedded, started = resolve_redis(args.redis_url, project)
-        frontier = open_frontier(url, is_embedded)
+        frontier = connect_frontier(url, is_embedded)
         live = _live_nodes(frontier)
         if live:
             wait = max(s for _, s in live)

@@ -31,6 +31,8 @@ from typing import Any
 import redis
 
 from ..errors import AdmissionIncomplete, ConfigError
+from .keys import CrawlKeys
+from .scripts import Scripts
 from .single import (
     Admission,
     AdmitResult,
@@ -40,8 +42,6 @@ from .single import (
     Leased,
     _text,
 )
-from .keys import CrawlKeys
-from .scripts import Scripts
 
 logger = logging.getLogger(__name__)
 

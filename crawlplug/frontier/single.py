@@ -20,11 +20,11 @@ from typing import Any
 
 import redis
 
-from .dedup import Dedup, SetDedup
 from ..errors import AdmissionIncomplete, StaleEpoch
+from ..queues import BaseQueue, PriorityQueue
+from .dedup import Dedup, SetDedup
 from .keys import NAMES, CrawlKeys
 from .scripts import Scripts
-from ..queues import BaseQueue, PriorityQueue
 
 logger = logging.getLogger(__name__)
 

@@ -11,19 +11,18 @@ from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 
 from ..errors import CrawlplugError
-from ..frontier.single import DeadLetter
+from ..frontier import views
 from ..frontier.keys import CrawlKeys
+from ..frontier.sharded import open_frontier
+from ..frontier.single import DeadLetter
 from ..queues import DomainQueue, PriorityQueue
-from ..frontier.sharded import open_frontier, parts
-
-_TOMBSTONE = "__crawlplug_removed__"
 
 
 def pick_dead(client: redis.Redis, keys: CrawlKeys, indexes: Sequence[int], all_: bool) -> list[tuple[int, bytes]]:
     """The dead letters at ``indexes`` (as `crawlplug dead list` numbers them), or all."""
     if all_ == bool(indexes):
         raise CrawlplugError("give dead-letter indexes (as `crawlplug dead list` shows them) or all")
-    raw = [letter for _, _, letter in _dead(client, keys)]
+    raw = [letter for _, _, letter in views.dead_entries(client, keys)]
     wanted = range(len(raw)) if all_ else indexes
     out = []
     for i in wanted:
@@ -34,42 +33,16 @@ def pick_dead(client: redis.Redis, keys: CrawlKeys, indexes: Sequence[int], all_
 
 
 def remove_dead(client: redis.Redis, keys: CrawlKeys, indexes: Sequence[int]) -> int:
-    """Remove exactly these entries, safe against concurrent appends (tombstone, then LREM)."""
+    """Remove exactly these entries (as `crawlplug dead list` numbers them), safe against
+    concurrent appends."""
     if not indexes:
         return 0
-    where = {i: (key, local) for i, (key, local, _) in enumerate(_dead(client, keys))}
-    by_key: dict[str, list[int]] = {}
-    for i in indexes:
-        key, local = where[i]
-        by_key.setdefault(key, []).append(local)
-    removed = 0
-    for key, locals_ in by_key.items():  # one list per shard: one slot per transaction
-        pipe = client.pipeline(transaction=True)
-        for i in locals_:
-            pipe.lset(key, i, _TOMBSTONE)
-        pipe.lrem(key, 0, _TOMBSTONE)
-        removed += int(pipe.execute()[-1])
-    return removed
-
-
-def _dead_key(part: CrawlKeys, run: int | None) -> str:
-    """The dead letters of the current run, or those an earlier run left (``dead:<run>``)."""
-    return part.dead if run is None else part.key(f"dead:{run}")
-
-
-def _dead(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -> list[tuple[str, int, bytes]]:
-    """Every dead letter of the crawl as (its list, its index there, the letter): the
-    crawl's own list, then each shard's; `crawlplug dead list` numbers them in this order.
-    ``run``: those of an earlier run (crawlplug.frontier.runs keeps them under ``dead:<run>``)."""
-    out = []
-    for part in parts(client, keys):
-        key = _dead_key(part, run)
-        out += [(key, i, raw) for i, raw in enumerate(client.lrange(key, 0, -1))]
-    return out
+    where = {i: (key, local) for i, (key, local, _) in enumerate(views.dead_entries(client, keys))}
+    return views.remove_dead_at(client, [where[i] for i in indexes])
 
 
 def dead_count(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -> int:
-    return sum(int(client.llen(_dead_key(part, run))) for part in parts(client, keys))
+    return views.dead_count(client, keys, run)
 
 
 def requeue_dead(
@@ -82,9 +55,8 @@ def requeue_dead(
     payloads stay dead.
     """
     picked = pick_dead(client, keys, indexes, all_)
-    conf = parts(client, keys)[-1]  # a sharded crawl's limits live in its shards
-    domain_mode = bool(client.exists(conf.dconf))
-    queue = DomainQueue(_domain_key(client, conf)) if domain_mode else None
+    domain_key = views.domain_queue_key(client, keys)
+    queue = DomainQueue(domain_key) if domain_key is not None else None
     frontier = open_frontier(client, keys, queue=queue or PriorityQueue)
     items: list[tuple[int, tuple[bytes, float, bytes, str, str]]] = []
     kept: list[tuple[int, str]] = []
@@ -120,7 +92,7 @@ def dead_rows(client: redis.Redis, keys: CrawlKeys, start: int = 0, stop: int = 
               run: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Dead letters as plain dicts: index, url, reason, at (ms), deliveries, node
     (``run``: those an earlier run left)."""
-    letters = [DeadLetter.parse(raw) for _, _, raw in _dead(client, keys, run)]
+    letters = [DeadLetter.parse(raw) for _, _, raw in views.dead_entries(client, keys, run)]
     total = len(letters)
     if start < 0:
         start = max(0, total + start)
@@ -149,8 +121,3 @@ def payload_url(payload: bytes) -> str:
     if text.startswith(("http://", "https://")) and "\n" not in text:
         return text  # a plain start entry
     return f"<payload of {len(payload)} bytes, not a crawlplug JSON request>"
-
-
-def _domain_key(client: redis.Redis, keys: CrawlKeys) -> str:
-    key = client.hget(keys.dconf, "key")
-    return key.decode() if key else "host"

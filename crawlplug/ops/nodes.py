@@ -20,8 +20,8 @@ from typing import Any
 
 import redis
 
+from ..frontier import views
 from ..frontier.keys import CrawlKeys
-from ..frontier.sharded import parts
 
 #: How long reap.lua keeps a dead node in the graveyard (and the views show it).
 GRAVEYARD_MS = 3_600_000
@@ -36,22 +36,6 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _graveyard(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, int]]:
-    """node id -> {"since": declared dead (ms, 0 if not), "requeued", "dead_lettered"}, over the shards."""
-    out: dict[str, dict[str, int]] = {}
-    for part in parts(client, keys):
-        for raw_id, raw in client.hgetall(part.graveyard).items():
-            fields = _text(raw).split()
-            if len(fields) != 4 or not all(f.isdigit() for f in fields):
-                continue
-            since, _, requeued, lettered = (int(f) for f in fields)
-            entry = out.setdefault(_text(raw_id), {"since": 0, "requeued": 0, "dead_lettered": 0})
-            entry["since"] = max(entry["since"], since)
-            entry["requeued"] += requeued
-            entry["dead_lettered"] += lettered
-    return out
-
-
 def nodes(client: redis.Redis, keys: CrawlKeys, deadlines: dict[str, int], now_ms: int) -> list[dict[str, Any]]:
     """Every node registered, and every node found dead in the last hour: its published
     metrics, heartbeat age (Redis clock) and state, live ones first.
@@ -61,14 +45,10 @@ def nodes(client: redis.Redis, keys: CrawlKeys, deadlines: dict[str, int], now_m
     heartbeat expired (``dead_since_ms``, ``requeued`` of its leases went back to the
     queue, ``dead_lettered`` to the dead letters), with its last numbers.
     """
-    graves = _graveyard(client, keys)
+    graves = views.graveyard(client, keys)
     ids = list(deadlines) + [n for n, g in graves.items() if n not in deadlines and g["since"]]
-    pipe = client.pipeline(transaction=False)
-    for node_id in ids:
-        pipe.hgetall(keys.node(node_id))
     out = []
-    for node_id, raw in zip(ids, pipe.execute()):
-        metrics = {_text(k): _text(v) for k, v in raw.items()}
+    for node_id, metrics in zip(ids, views.node_records(client, keys, ids)):
         info = _node(node_id, metrics, deadlines.get(node_id), graves.get(node_id), now_ms)
         if info is not None:
             out.append(info)
@@ -153,4 +133,4 @@ def held(node_list: list[dict[str, Any]], expired: int, live: int) -> dict[str, 
 
 
 def expired_leases(client: redis.Redis, keys: CrawlKeys, now_ms: int) -> int:
-    return sum(int(client.zcount(part.leases, "-inf", now_ms)) for part in parts(client, keys))
+    return views.expired_leases(client, keys, now_ms)

@@ -25,12 +25,12 @@ from typing import Any
 
 import redis
 
+from ..frontier import runs, views
 from ..frontier.keys import CrawlKeys
-from ..frontier import runs
+from ..frontier.sharded import open_frontier
 from ..memory import memory as redis_memory
-from .nodes import expired_leases, held, nodes
-from ..frontier.sharded import open_frontier, parts
 from ..stats import crawl_stats
+from .nodes import expired_leases, held, nodes
 
 BUCKET_MS = 10_000
 #: The current rate is taken over the last minute (or since the run started, if later).
@@ -55,8 +55,8 @@ def _text(value: Any) -> str:
 def _series_values(client: redis.Redis, keys: CrawlKeys, fields: list[str]) -> list[int | None]:
     """``fields`` of the crawl's series hash, summed over its shards (None: in none of them)."""
     out: list[int | None] = [None] * len(fields)
-    for part in parts(client, keys):
-        for i, value in enumerate(client.hmget(part.series, fields)):
+    for values in views.series_per_part(client, keys, fields):
+        for i, value in enumerate(values):
             if value is not None:
                 out[i] = (out[i] or 0) + int(value)
     return out
@@ -131,8 +131,7 @@ class Rates:
 def _busy_span(client: redis.Redis, keys: CrawlKeys) -> tuple[int | None, int | None]:
     """(first admission, last activity) of the crawl's current busy span, over its shards."""
     spans = []
-    for part in parts(client, keys):
-        start, end = client.hmget(part.series, ["busy_from", "busy_to"])
+    for start, end in views.series_per_part(client, keys, ["busy_from", "busy_to"]):
         if start is not None and end is not None:
             spans.append((int(start), int(end)))
     if not spans:
@@ -232,8 +231,8 @@ def _left_samples(client: redis.Redis, keys: CrawlKeys, now_ms: int, window_ms: 
     last = now_ms // SAMPLE_MS
     fields = [f"r:{b}" for b in range(last - window_ms // SAMPLE_MS - 1, last + 1)]
     merged: dict[int, tuple[int, int]] = {}
-    for part in parts(client, keys):
-        for i, raw in enumerate(client.hmget(part.series, fields)):
+    for values in views.series_per_part(client, keys, fields):
+        for i, raw in enumerate(values):
             if raw is None:
                 continue
             at, _, left = _text(raw).partition(" ")

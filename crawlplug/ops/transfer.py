@@ -72,13 +72,13 @@ from typing import IO, Any, TextIO
 
 import redis
 
-from ..frontier import runs
 from ..errors import CrawlplugError
-from ..frontier.single import Domains
+from ..frontier import runs
 from ..frontier.dedup import has_native_bloom
 from ..frontier.keys import CrawlKeys
-from ..frontier.store import rank_of
 from ..frontier.sharded import claim_shards, parts
+from ..frontier.single import Domains
+from ..frontier.store import rank_of
 
 FORMAT = "crawlplug-export"
 VERSION = 1

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request, Spider
 from scrapy.utils.httpobj import urlparse_cached
 
-from ..errors import REDIS_ERRORS, AdmissionIncomplete, ConfigError, DecodeError, SerializationError
+from ..errors import (
+    REDIS_ERRORS,
+    AdmissionIncomplete,
+    ConfigError,
+    DecodeError,
+    SerializationError,
+)
 from ..frontier import Admission, AdmitResult, Leased
 from . import enginehooks
 from .leases import LEASE_META, LeaseBook

@@ -43,10 +43,10 @@ from twisted.internet.task import LoopingCall
 from twisted.python.failure import Failure
 
 from .. import connection
-from ..scheduler import enginehooks
-from . import outcomes as out
 from ..config import setting
 from ..errors import REDIS_ERRORS, ConfigError, CrawlplugError
+from ..scheduler import enginehooks
+from . import outcomes as out
 from .definition import NAME_RE, version_of
 from .extract import CompiledSite
 from .store import SiteStore, load_named_file, sites_dir

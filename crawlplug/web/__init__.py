@@ -36,10 +36,10 @@ from starlette.staticfiles import StaticFiles
 
 from .. import errorsamples
 from ..errors import ConfigError, CrawlplugError
-from ..ops import dead, status
-from ..sites import outcomes as site_fields
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_domains, open_frontier
+from ..ops import dead, status
+from ..sites import outcomes as site_fields
 
 logger = logging.getLogger(__name__)
 
