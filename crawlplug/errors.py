@@ -106,6 +106,14 @@ class AdmissionIncomplete(CrawlplugError):
         self.cause = cause
 
 
+class TransferError(CrawlplugError):
+    """An export file that cannot be imported, or a target that must not be written."""
+
+
+class MigrationError(CrawlplugError):
+    """The scrapy-redis crawl cannot be carried over as asked."""
+
+
 def _redis_errors() -> tuple[type[BaseException], ...]:
     import redis  # noqa: PLC0415
 

@@ -22,8 +22,8 @@ from typing import Iterator
 import pytest
 import redis
 
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 
 from .conftest import SCRAPY
 

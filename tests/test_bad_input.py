@@ -11,8 +11,8 @@ from pathlib import Path
 import redis
 from scrapy import Request
 
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 
 from .conftest import ROOT, SCRAPY

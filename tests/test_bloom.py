@@ -34,12 +34,25 @@ from hypothesis import strategies as st
 from scrapy import Request
 from scrapy.utils.test import get_crawler
 
-from crawlplug.frontier.bloom import CHUNK_BITS, RATIO, SCALE, BloomSpec, Layer, positions, slices_and_bits
-from crawlplug.frontier.dedup import BloomDedup, TtlDedup
-from crawlplug.dupefilters import TTL_META, ExpiringDupeFilter, RedisBloomDupeFilter, bloom_info
+from crawlplug.dupefilters import (
+    TTL_META,
+    ExpiringDupeFilter,
+    RedisBloomDupeFilter,
+    bloom_info,
+)
 from crawlplug.errors import ConfigError
-from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.bloom import (
+    CHUNK_BITS,
+    RATIO,
+    SCALE,
+    BloomSpec,
+    Layer,
+    positions,
+    slices_and_bits,
+)
+from crawlplug.frontier.dedup import BloomDedup, TtlDedup
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 
 K = CrawlKeys("bloomy")
 BLOOM = "crawlplug.dupefilters.RedisBloomDupeFilter"

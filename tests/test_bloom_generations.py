@@ -8,12 +8,12 @@ import time
 import pytest
 from scrapy.utils.test import get_crawler
 
-from crawlplug.frontier.bloom import BloomSpec
-from crawlplug.frontier.dedup import BloomDedup
 from crawlplug.dupefilters import RedisBloomDupeFilter
 from crawlplug.errors import ConfigError
-from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.bloom import BloomSpec
+from crawlplug.frontier.dedup import BloomDedup
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 
 
 def _admit(frontier: Frontier, fps: list[bytes]) -> str:

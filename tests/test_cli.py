@@ -16,10 +16,10 @@ import scrapy
 from click.testing import CliRunner
 
 import crawlplug
-from crawlplug.frontier import runs
 from crawlplug.cli import main
-from crawlplug.frontier.single import Domains, Frontier
+from crawlplug.frontier import runs
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Domains, Frontier
 from crawlplug.serializers import JsonSerializer
 
 from .conftest import ROOT, RedisServer, free_port

@@ -20,11 +20,11 @@ import scrapy
 from click.testing import CliRunner
 
 from crawlplug import starts
-from crawlplug.frontier import runs
 from crawlplug.cli import main
 from crawlplug.errors import DecodeError
-from crawlplug.frontier.single import Frontier
+from crawlplug.frontier import runs
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 from crawlplug.seeds import Seeds, make_seed
 from crawlplug.serializers import JsonSerializer
 

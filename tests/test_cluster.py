@@ -33,13 +33,13 @@ import scrapy
 from click.testing import CliRunner
 from redis.crc import key_slot
 
-from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.cli import main
 from crawlplug.connection import client_from_url
-from crawlplug.frontier.dedup import BloomDedup
 from crawlplug.dupefilters import bloom_info
-from crawlplug.frontier.single import Domains, Frontier
+from crawlplug.frontier.bloom import BloomSpec
+from crawlplug.frontier.dedup import BloomDedup
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Domains, Frontier
 from crawlplug.pipelines import count_items
 from crawlplug.queues import DomainQueue, PriorityQueue
 from crawlplug.serializers import JsonSerializer

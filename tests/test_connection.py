@@ -14,9 +14,15 @@ import pytest
 import redis
 
 from crawlplug import embedded
-from crawlplug.connection import Connection, check, client_from_url, from_settings, mask_url, validate_url
+from crawlplug.connection import (
+    Connection,
+    check,
+    client_from_url,
+    from_settings,
+    mask_url,
+    validate_url,
+)
 from crawlplug.errors import ConfigError, RedisUnavailable
-
 
 
 def free_port() -> int:

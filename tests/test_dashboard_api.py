@@ -21,13 +21,13 @@ import uvicorn
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from crawlplug.cli import web as cli_web
 from crawlplug.cli import main as cli_main
+from crawlplug.cli import web as cli_web
 from crawlplug.cli.web import is_loopback
 from crawlplug.connection import client_from_url
 from crawlplug.demo.crawl import DashboardThread
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 from crawlplug.web import API, create_app
 

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from crawlplug.cli import main as cli_main
 from crawlplug.cli import web as cli_web
 from crawlplug.errors import ConfigError
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 from crawlplug.web import allowed_hosts, host_pattern
 
 from .dashboardproc import HOSTS_ENVVAR, start_dashboard

@@ -12,8 +12,8 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from crawlplug.errors import ConfigError
-from crawlplug.frontier.single import Domains, Frontier, effective_limits
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Domains, Frontier, effective_limits
 from crawlplug.queues import DomainQueue, domain_limits, registered_domain
 
 K = CrawlKeys("dq")

@@ -11,8 +11,8 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import NAMES, CrawlKeys
+from crawlplug.frontier.single import Frontier
 from crawlplug.queues import FifoQueue
 
 K = CrawlKeys("crawl")

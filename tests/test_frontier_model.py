@@ -61,13 +61,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from crawlplug.errors import AdmissionIncomplete
 from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.frontier.dedup import BloomDedup, Dedup, SetDedup, TtlDedup
-from crawlplug.errors import AdmissionIncomplete
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.queues import DomainQueue, PriorityQueue
 from crawlplug.frontier.sharded import ShardedFrontier, claim_shards, shard_of
+from crawlplug.frontier.single import Frontier
+from crawlplug.queues import DomainQueue, PriorityQueue
 
 from .conftest import RedisServer, free_port
 

@@ -21,8 +21,8 @@ import pytest
 import redis
 from scrapy import Request
 
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import PICKLE_MAGIC, JsonSerializer
 
 from .conftest import ROOT, SCRAPY

@@ -8,8 +8,8 @@ import time
 
 import redis
 
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 1, "CRAWLPLUG_LEASE_TIMEOUT": 10}
 

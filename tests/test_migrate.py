@@ -26,16 +26,16 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import FifoQueue as SrFifo
 from scrapy_redis.queue import PriorityQueue as SrPriority
 
-from crawlplug.compat import legacy
 from crawlplug.cli import main
-from crawlplug.frontier.single import Frontier
-from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.compat import legacy
 from crawlplug.compat.legacy import (
     ScrapyRedisDupeFilter,
     scrapy_redis_fingerprint,
     scrapy_request_fingerprint,
 )
 from crawlplug.compat.migrate import MigrationError
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 from crawlplug.queues import PriorityQueue
 from crawlplug.safepickle import RefusedGlobal, restricted_loads
 from crawlplug.serializers import JsonSerializer

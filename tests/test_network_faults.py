@@ -30,9 +30,9 @@ import redis
 from scrapy import Request
 
 from crawlplug.connection import client_from_url
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.scripts import source
+from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 
 from .faultproxy import FaultProxy

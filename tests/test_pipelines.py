@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time as clock
 import dataclasses
 import enum
 import json
 import re
+import time as clock
 import uuid
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal

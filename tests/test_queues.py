@@ -7,9 +7,15 @@ import redis
 from scrapy import Request
 
 from crawlplug.errors import ConfigError
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.queues import BaseQueue, FifoQueue, LifoQueue, PriorityQueue, load_queue_class
+from crawlplug.frontier.single import Frontier
+from crawlplug.queues import (
+    BaseQueue,
+    FifoQueue,
+    LifoQueue,
+    PriorityQueue,
+    load_queue_class,
+)
 
 KEYS = CrawlKeys("queues")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import redis
 
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
 

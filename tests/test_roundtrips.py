@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from scrapy import Request
 
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.scripts import Scripts
+from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
-from scrapy import Request
 
 # commands the scripts run inside Redis (counted by commandstats too, but no round trip)
 SCRIPT_ONLY = {"sadd", "incr", "hset", "hget", "hdel", "zadd", "zrem", "zrange", "zrevrange",

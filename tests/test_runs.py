@@ -19,11 +19,11 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from crawlplug.frontier import runs
 from crawlplug.cli import main
 from crawlplug.errors import StaleEpoch
-from crawlplug.frontier.single import Frontier
+from crawlplug.frontier import runs
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 
 from .conftest import SCRAPY
 

@@ -26,12 +26,18 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from crawlplug import embedded
-from crawlplug.demo import crawl as democrawl
 from crawlplug.cli import main as cli
-from crawlplug.connection import Connection, check, client_from_url, from_settings, mask_url
+from crawlplug.connection import (
+    Connection,
+    check,
+    client_from_url,
+    from_settings,
+    mask_url,
+)
+from crawlplug.demo import crawl as democrawl
 from crawlplug.errors import RedisUnavailable
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 from crawlplug.web import create_app
 

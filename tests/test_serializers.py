@@ -15,8 +15,8 @@ import tempfile
 import pytest
 import scrapy
 from hypothesis import HealthCheck, given, settings
-from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
 from scrapy import FormRequest, Request
 from scrapy.http import JsonRequest
 

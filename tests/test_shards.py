@@ -26,13 +26,19 @@ from redis.crc import key_slot
 
 from crawlplug.cli import main
 from crawlplug.demo.shop import DemoShop, serve
-from crawlplug.frontier.dedup import BloomDedup
-from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.errors import AdmissionIncomplete, ConfigError, CorruptKey
-from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.bloom import BloomSpec
+from crawlplug.frontier.dedup import BloomDedup
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.sharded import (
+    ShardedFrontier,
+    claim_shards,
+    open_frontier,
+    parts,
+    shard_of,
+)
+from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue
-from crawlplug.frontier.sharded import ShardedFrontier, claim_shards, open_frontier, parts, shard_of
 
 K = CrawlKeys("sharded")
 N = 4
@@ -500,7 +506,7 @@ def test_a_sharded_crawl_stopped_on_one_redis_finishes_on_another(crawl, redis_u
 def test_a_sharded_export_keeps_leases_starts_and_dead_letters_in_their_parts(r, fresh_redis):
     import io
 
-    from crawlplug.ops.transfer import TransferError, export_crawl, import_crawl
+    from crawlplug.frontier.transfer import TransferError, export_crawl, import_crawl
 
     a = sharded(r)
     hosts = hosts_per_shard()

@@ -14,10 +14,10 @@ from scrapy.exceptions import DropItem
 from scrapy.http import HtmlResponse, TextResponse
 from scrapy.utils.test import get_crawler
 
-from crawlplug.sites import outcomes as siteoutcomes
 from crawlplug.demo.cars import DemoCars
 from crawlplug.demo.shop import DemoShop
 from crawlplug.errors import ConfigError
+from crawlplug.sites import outcomes as siteoutcomes
 from crawlplug.sites.definition import (
     expand_start_urls,
     load_file,

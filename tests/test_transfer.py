@@ -1,4 +1,4 @@
-"""`crawlplug export` / `crawlplug import` (crawlplug.ops.transfer): a crawl moved between two real Redis servers.
+"""`crawlplug export` / `crawlplug import` (crawlplug.frontier.transfer): a crawl moved between two real Redis servers.
 
 Server A is the suite's Redis, server B a private one (``fresh_redis``). Each
 crawl state is built with the real components (Frontier admission, pops,
@@ -29,12 +29,13 @@ from scrapy.utils.test import get_crawler
 
 from crawlplug.cli import main
 from crawlplug.dupefilters import ExpiringDupeFilter, RedisBloomDupeFilter
-from crawlplug.frontier.single import Domains, Frontier
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Domains, Frontier
+from crawlplug.frontier.store import rank_of
+from crawlplug.frontier.transfer import TransferError, export_crawl, import_crawl
 from crawlplug.queues import DomainQueue
 from crawlplug.seeds import Seeds, make_seed
 from crawlplug.serializers import JsonSerializer
-from crawlplug.ops.transfer import TransferError, export_crawl, import_crawl, rank_of
 
 from .conftest import RedisServer, free_port, redisbloom_module
 

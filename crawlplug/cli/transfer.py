@@ -4,8 +4,8 @@
     crawlplug --redis-url redis://new:6379/0 import shop.jsonl      # the crawl named in the file
     crawlplug import shop.jsonl --crawl shop2 --replace --yes       # another name, over an old one
 
-Thin commands over :func:`crawlplug.ops.transfer.export_crawl` and
-:func:`~crawlplug.ops.transfer.import_crawl` (the format is described there).
+Thin commands over :func:`crawlplug.frontier.transfer.export_crawl` and
+:func:`~crawlplug.frontier.transfer.import_crawl` (the format is described there).
 Importing this module adds the commands to ``crawlplug.cli.main``.
 """
 
@@ -22,7 +22,7 @@ import click
 from ..errors import ConfigError
 from ..frontier import views
 from ..frontier.keys import CrawlKeys
-from ..ops.transfer import export_crawl, import_crawl, read_header
+from ..frontier.transfer import export_crawl, import_crawl, read_header
 from .common import connect, fail, friendly_errors, main, options, shared_options
 
 

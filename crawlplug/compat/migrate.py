@@ -51,7 +51,12 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from .. import callbacks
-from ..errors import ConfigError, CrawlplugError, DecodeError, SerializationError
+from ..errors import (
+    ConfigError,
+    DecodeError,
+    MigrationError,
+    SerializationError,
+)
 from ..frontier.single import Frontier
 from ..queues import BaseQueue
 from ..safepickle import RefusedGlobal, restricted_loads
@@ -69,8 +74,6 @@ READ_BATCH = 1000
 #: Queued requests checked against the old fingerprint set to tell its function.
 DETECT_SAMPLE = 200
 
-class MigrationError(CrawlplugError):
-    """The scrapy-redis crawl cannot be carried over as asked."""
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,9 @@ do, as functions over a Redis client and a crawl's keys.
 
 * :mod:`.status` a read-only snapshot of a crawl (counts, rates, ETA, nodes);
 * :mod:`.nodes` each node's state: live, silent, dead;
-* :mod:`.dead` dead letters: list, requeue, drop;
-* :mod:`.transfer` a crawl's state exported as JSON lines, and imported.
+* :mod:`.dead` dead letters: list, requeue, drop.
+
+Export and import write every storage format of the frontier: they live with it
+(crawlplug.frontier.transfer). Reads of the frontier's keys go through
+crawlplug.frontier.views.
 """
