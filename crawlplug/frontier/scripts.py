@@ -24,14 +24,10 @@ NAMES = (
     "join", "runstart", "finish",
 )  # fmt: skip
 
-#: Scripts that move requests in or out of the queue get the per-domain queue's
-#: functions (domains.lua) in front of their own text; every script gets the
-#: all-or-nothing checks (guard.lua) in front of that.
-WITH_DOMAINS = frozenset({"admit", "pop", "reap", "release", "dead", "domainconf"})
-
-#: Scripts a node sends on its own behalf start with the epoch guard (epoch.lua):
-#: their last key is the part's epoch key, their last argument the node's epoch.
-WITH_EPOCH = frozenset({"admit", "pop", "heartbeat", "renew", "release", "dead", "starts", "finish"})
+#: The shared pieces a script may name in its ``-- uses:`` header line, in the order they
+#: are put in front of it (a piece may use those before it): the all-or-nothing checks,
+#: the epoch guard, lease records and Redis time, the per-domain queue, the Bloom filter.
+PIECES = ("guard", "epoch", "leases", "domains", "bloom")
 
 #: Scripts whose writes must go through on a full Redis (lease renewal): on Redis 7
 #: and later they declare ``flags=allow-oom``; older servers know no flags, and let
@@ -39,17 +35,27 @@ WITH_EPOCH = frozenset({"admit", "pop", "heartbeat", "renew", "release", "dead",
 ALLOW_OOM = frozenset({"heartbeat", "renew"})
 
 
+def _uses(name: str, text: str) -> list[str]:
+    """The pieces ``<name>.lua`` names on its ``-- uses:`` line, checked."""
+    for line in text.splitlines():
+        if line.startswith("-- uses:"):
+            used = line[len("-- uses:"):].split("(", 1)[0].split()
+            unknown = [u for u in used if u not in PIECES]
+            if unknown:
+                raise ValueError(f"{name}.lua uses unknown pieces {unknown} (known: {PIECES})")
+            return [p for p in PIECES if p in used]
+    raise ValueError(f"{name}.lua has no '-- uses:' line")
+
+
 @cache
 def source(name: str, flags: bool = False) -> str:
-    """The text of ``<name>.lua`` as sent to Redis (``flags``: with the shebang line
-    of Redis 7's script flags, for the scripts in :data:`ALLOW_OOM`)."""
+    """The text of ``<name>.lua`` as sent to Redis: the pieces its ``-- uses:`` line names,
+    then its own text (``flags``: with the shebang line of Redis 7's script flags, for the
+    scripts in :data:`ALLOW_OOM`)."""
     package = files(__package__).joinpath("lua")
     text = package.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    for prelude, users in (("domains", WITH_DOMAINS), ("epoch", WITH_EPOCH)):
-        if name in users:
-            piece = package.joinpath(f"{prelude}.lua").read_text(encoding="utf-8")
-            text = f"{piece}\n-- ---- {name}.lua ----\n{text}"
-    text = f"{package.joinpath('guard.lua').read_text(encoding='utf-8')}\n{text}"
+    pieces = [package.joinpath(f"{piece}.lua").read_text(encoding="utf-8") for piece in _uses(name, text)]
+    text = "\n".join([*pieces, f"-- ---- {name}.lua ----", text])
     if flags and name in ALLOW_OOM:
         text = f"#!lua flags=allow-oom\n{text}"
     return text

@@ -53,6 +53,8 @@
 -- flags, state} when the filter needed a second new layer within this batch:
 -- the requests flags covers are done, no ack was made; call again with the
 -- rest of the batch (and the acks) and the new layer's keys.
+--
+-- uses: guard epoch leases domains bloom   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local seen, queue, requests, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases, leased, deliveries, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -104,128 +106,6 @@ do
 end
 -- ---- end of the checks ----
 
--- -- Bloom filter -------------------------------------------------------------
--- The Bloom state is a list of filters, newest first: one filter, or one per
--- generation (time window) when the filter forgets. Each filter is a chain of
--- layers. Only the current (first) filter is written to and may grow.
-local window, expire_ms, filters = 0, 0, {}
-local now_ms = 0
-
-local function time_ms()
-  local t = redis.call("TIME")
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- returns nil when ready, or the reply telling the caller to call again
-local function bloom_setup()
-  local lines = {}
-  for line in string.gmatch(param, "[^\n]+") do lines[#lines + 1] = line end
-  local win, gen, exp = string.match(lines[1], "^(%d+) (%-?%d+) (%d+)$")
-  window, expire_ms = tonumber(win), tonumber(exp)
-  if window > 0 then
-    now_ms = time_ms()
-    local current = math.floor(now_ms / window)
-    if current ~= tonumber(gen) then return {"STALE_GEN", current} end
-  end
-  local key = 15
-  local stale = false
-  for f = 2, #lines do
-    local filter = {meta = KEYS[key], layers = {}}
-    key = key + 1
-    for m, k, cap, chunks, cb in string.gmatch(lines[f], "(%d+),(%d+),(%d+),(%d+),(%d+)") do
-      local layer = {m = tonumber(m), k = tonumber(k), cap = tonumber(cap), cb = tonumber(cb), keys = {}}
-      for c = 1, tonumber(chunks) do
-        layer.keys[c] = KEYS[key]
-        key = key + 1
-      end
-      filter.layers[#filter.layers + 1] = layer
-    end
-    filter.n = tonumber(redis.call("HGET", filter.meta, "layers") or "0")
-    -- the current filter needs one spare layer beyond those that exist
-    local usable = #filter.layers - (f == 2 and 1 or 0)
-    if filter.n > usable then stale = true end
-    filters[#filters + 1] = filter
-  end
-  if stale then
-    local counts = {}
-    for f, filter in ipairs(filters) do counts[f] = filter.n end
-    return {"STALE", table.concat(counts, ",")}
-  end
-  return nil
-end
-
-local function bloom_counts()
-  local counts = {}
-  for f, filter in ipairs(filters) do counts[f] = filter.n end
-  return table.concat(counts, ",")
-end
-
-local function bloom_create(filter, index)
-  local layer = filter.layers[index]
-  local bits = layer.m * layer.k
-  for c, key in ipairs(layer.keys) do
-    local n = math.min(layer.cb, bits - (c - 1) * layer.cb)
-    -- one exact allocation now, instead of strings growing (and over-allocating) bit by bit
-    redis.call("SETRANGE", key, math.ceil(n / 8) - 1, "\0")
-    if expire_ms > 0 then redis.call("PEXPIRE", key, expire_ms) end
-  end
-  filter.n = index
-  redis.call("HSET", filter.meta, "layers", index)
-  if expire_ms > 0 then redis.call("PEXPIRE", filter.meta, expire_ms) end
-end
-
--- triple hashing: x_0 = h1, x_{j+1} = x_j + s_j, s_{j+1} = s_j + h3 (mod m);
--- every value stays below 2^49, so double arithmetic is exact
-local function bloom_bits(layer, h1, h2, h3, fn)
-  local m = layer.m
-  local x, step, bump = h1 % m, h2 % m, h3 % m
-  for j = 0, layer.k - 1 do
-    local pos = j * m + x
-    local chunk = math.floor(pos / layer.cb)
-    if not fn(layer.keys[chunk + 1], pos - chunk * layer.cb) then return false end
-    x = (x + step) % m
-    step = (step + bump) % m
-  end
-  return true
-end
-
-local function getbit(key, offset) return redis.call("GETBIT", key, offset) == 1 end
-local function setbit(key, offset) redis.call("SETBIT", key, offset, 1) return true end
-
-local current_count = 0
--- Make sure the current layer has room; false if it is full and the caller
--- passed no spare layer to chain (the batch is then cut here: see PARTIAL).
-local function bloom_room()
-  local filter = filters[1]
-  if filter.n == 0 then
-    bloom_create(filter, 1)
-    current_count = 0
-  end
-  if current_count >= filter.layers[filter.n].cap then
-    if filter.n >= #filter.layers then return false end
-    bloom_create(filter, filter.n + 1)
-    current_count = 0
-  end
-  return true
-end
-
--- 1 if new (and recorded), 0 if seen, nil if new but the filter needs a layer
--- whose keys the caller did not pass (nothing recorded then)
-local function bloom_add(dkey)
-  local a, b, c = string.match(dkey, "^(%d+),(%d+),(%d+)$")
-  local h1, h2, h3 = tonumber(a), tonumber(b), tonumber(c)
-  for _, filter in ipairs(filters) do
-    for i = filter.n, 1, -1 do -- newest first: recent URLs are the likely duplicates
-      if bloom_bits(filter.layers[i], h1, h2, h3, getbit) then return 0 end
-    end
-  end
-  if not bloom_room() then return nil end
-  local current = filters[1]
-  bloom_bits(current.layers[current.n], h1, h2, h3, setbit)
-  current_count = add_to_field(current.meta, "count:" .. current.n, 1)
-  return 1
-end
-
 -- -- time-limited dedup --------------------------------------------------------
 local now = 0
 local default_ttl = 0
@@ -240,10 +120,9 @@ local function ttl_add(dkey)
 end
 
 if mode == "bloom" then
-  local again = bloom_setup()
+  local again = bloom_setup(param, 15)
   if again then return again end
-  local current = filters[1]
-  current_count = tonumber(redis.call("HGET", current.meta, "count:" .. current.n) or "0")
+  bloom_start()
 elseif mode == "bf" then
   -- native Bloom filter (RedisBloom / Redis 8): reserved on first use
   if redis.call("EXISTS", seen) == 0 then

@@ -14,6 +14,8 @@
 -- ARGV[3] JSON header (id, reason, node, ...), one line
 -- ARGV[4] the caller's epoch (epoch.lua)
 -- Returns 1 if the request was moved, 0 if this node no longer held it.
+--
+-- uses: guard epoch leases domains   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local leases, leased, requests, deliveries, dead, stats =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]

@@ -7,6 +7,8 @@
 --       ("o:example.com", "s:*", "r:example.com"); value "<delay ms>
 --       <concurrency>" ("-" for unset) or "" to delete the field.
 -- Returns the number of domains rescheduled.
+--
+-- uses: guard leases domains   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 dq_keys(1)
 do

@@ -110,13 +110,6 @@ local function dq_done(domain, now)
   dq_wake(domain, now)
 end
 
--- "node|score|deliveries" (plain queues) or "node|score|deliveries|domain",
--- plus "|f" once its download ended (it no longer counts as in flight)
-local function lease_info(info)
-  local node, score, d, domain, freed = string.match(info or "", "^([^|]*)|([^|]*)|(%d+)|?([^|]*)|?(f?)$")
-  return node, score, d, domain or "", freed or ""
-end
-
 -- a lease of domain ended (acked, released, reaped or dead-lettered)
 local function dq_end(domain, id, freed, now)
   if redis.call("HGET", D.state, "p:" .. domain) == id then
@@ -155,15 +148,3 @@ local function requeue(queue, id, score, domain, now)
   end
 end
 
--- start entries back at the head of start_urls, keeping their order
-local function push_back_starts(starts, entries)
-  if #entries == 0 then return end
-  local reversed = {}
-  for j = #entries, 1, -1 do reversed[#reversed + 1] = entries[j] end
-  redis.call("LPUSH", starts, unpack(reversed))
-end
-
-local function redis_now_ms()
-  local t = redis.call("TIME")
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end

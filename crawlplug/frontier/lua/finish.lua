@@ -20,6 +20,8 @@
 -- Returns {"finished", ended ms} when recorded (by this call or an earlier
 -- one), {"busy"} when work or a producer appeared, or {state} when the run
 -- ended otherwise (a limit, an operator) or is no longer the current one ({"gone"}).
+--
+-- uses: guard epoch   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local run_key, runs_key, producers = KEYS[1], KEYS[2], KEYS[3]
 local node, id, reason, totals = ARGV[1], ARGV[2], ARGV[3], ARGV[4]

@@ -32,6 +32,8 @@
 -- fetched again. Redis 7 runs it with flags=allow-oom (lua/__init__.py);
 -- older servers let it through because its first write frees memory
 -- (first_write_allowed_when_full, guard.lua).
+--
+-- uses: guard epoch   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local nodes, leases, leased, nodekey, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local node, lease_ms, ttl_ms, producing = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]

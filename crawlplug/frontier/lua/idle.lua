@@ -11,6 +11,8 @@
 -- gone (heartbeat.lua); start_urls type is "" for a list (or no key), else the
 -- type it holds: its entries are then not counted (starts.lua refuses to read
 -- them), so a corrupt start_urls never keeps the crawl from finishing.
+--
+-- uses: guard   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 do
   local refused = guard({{KEYS[1], "zset"}, {KEYS[2], "zset"}, {KEYS[3], "zset"}, {KEYS[4], "zset"},

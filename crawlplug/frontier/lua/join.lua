@@ -34,6 +34,8 @@
 --             runstart.lua; detail: JSON of the run it follows ("" if none)
 --   "wait"    another node is beginning run id; detail: that node; call again shortly
 --   "ended"   the run ended by a limit or an operator and stays so; detail: its JSON
+--
+-- uses: guard   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local run_key, runs_key, epoch_key, nodes, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local node, ttl, want, incremental = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]

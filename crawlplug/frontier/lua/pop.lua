@@ -29,6 +29,8 @@
 -- limit), e.g. "sr", or "" for nothing; and then one more
 -- element: milliseconds until the next domain is ready (-1: none waits on
 -- its delay).
+--
+-- uses: guard epoch leases domains   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local queue, requests, leases, leased, deliveries, stats =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]

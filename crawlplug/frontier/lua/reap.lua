@@ -28,6 +28,8 @@
 -- Returns {requeued, dead}.
 -- A start_urls key of the wrong type (see starts.lua) leaves expired start-entry
 -- leases where they are (they cannot go back); every other lease is reaped.
+--
+-- uses: guard leases domains   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local leases, leased, queue, deliveries, requests, dead, stats, nodes, producers =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]

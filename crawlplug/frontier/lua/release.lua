@@ -16,6 +16,8 @@
 -- ARGV[2] "1" if the requests were never started (undo the delivery count)
 -- ARGV[3..] lease ids, and last the caller's epoch (epoch.lua)
 -- Returns the number of requests put back.
+--
+-- uses: guard epoch leases domains   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 -- A start_urls key of the wrong type (see starts.lua) leaves start-entry leases
 -- where they are (they expire, and return once the key is repaired).

@@ -10,6 +10,8 @@
 -- and last the caller's epoch (epoch.lua)
 -- Returns the ids it no longer holds (reaped after it stalled).
 -- Goes through on a full Redis, as heartbeat.lua does (see there).
+--
+-- uses: guard epoch   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local leases, leased = KEYS[1], KEYS[2]
 local node, lease_ms = ARGV[1], tonumber(ARGV[2])

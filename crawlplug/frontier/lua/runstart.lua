@@ -11,6 +11,8 @@
 -- Returns {"running", run id} or, when another node took the beginning over
 -- (this one stalled past its deadline) or the crawl was reset meanwhile,
 -- {"lost", state}: join again.
+--
+-- uses: guard   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local run_key, nodes, producers = KEYS[1], KEYS[2], KEYS[3]
 local node, epoch, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])

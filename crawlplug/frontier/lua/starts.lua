@@ -18,6 +18,8 @@
 -- ARGV[3] lease duration (ms)
 -- ARGV[4] the caller's epoch (epoch.lua)
 -- Returns {id, entry, id, entry, ...}.
+--
+-- uses: guard epoch   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local starts, legacy, requests, seq, leases, leased, stats =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]

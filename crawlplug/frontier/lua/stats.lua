@@ -21,6 +21,8 @@
 -- The node's hash holds absolute values and the crawl-wide sum moves by the
 -- difference from them, so running the same call twice (a reply lost to a
 -- network error, then a retry) counts nothing twice.
+--
+-- uses: guard   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local crawl, node, registry = KEYS[1], KEYS[2], KEYS[3]
 local node_id, flushed_before = ARGV[1], ARGV[2]

@@ -1,0 +1,27 @@
+-- leases.lua: what a lease record says, and time by Redis's clock; not a script of
+-- its own: the loader puts it in front of the scripts whose header uses it.
+--
+-- A lease record (the `leased` hash) is "node|score|deliveries" for the plain
+-- queues, "node|score|deliveries|domain" for the per-domain queue, plus "|f" once
+-- its download ended (it no longer counts as in flight); score "start" marks a
+-- start entry's lease. crawlplug/frontier/store.py reads the same format.
+
+-- "node|score|deliveries" (plain queues) or "node|score|deliveries|domain",
+-- plus "|f" once its download ended (it no longer counts as in flight)
+local function lease_info(info)
+  local node, score, d, domain, freed = string.match(info or "", "^([^|]*)|([^|]*)|(%d+)|?([^|]*)|?(f?)$")
+  return node, score, d, domain or "", freed or ""
+end
+
+-- start entries back at the head of start_urls, keeping their order
+local function push_back_starts(starts, entries)
+  if #entries == 0 then return end
+  local reversed = {}
+  for j = #entries, 1, -1 do reversed[#reversed + 1] = entries[j] end
+  redis.call("LPUSH", starts, unpack(reversed))
+end
+
+local function redis_now_ms()
+  local t = redis.call("TIME")
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
