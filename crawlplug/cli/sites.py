@@ -23,12 +23,24 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from ..errors import ConfigError
-from ..sites.definition import expand_start_urls, load_file
-from ..sites.store import SiteStore
 from .common import connect, fail, friendly_errors, main, options, project_root
+
+try:  # the [sites] extra: pydantic (the schema) and PyYAML (the files)
+    import yaml
+
+    from ..sites.definition import expand_start_urls, load_file
+    from ..sites.store import SiteStore
+except ImportError as missing:  # pragma: no cover - without the extra
+    _MISSING: ImportError | None = missing
+else:
+    _MISSING = None
+
+
+def _need_sites() -> None:
+    if _MISSING is not None:
+        fail(f"site definitions need crawlplug's [sites] extra ({_MISSING}): pip install 'crawlplug[sites]'")
 
 _REDIS_HELP = "Redis holding the definitions (default: REDIS_URL, else the project's embedded Redis)."
 
@@ -58,6 +70,7 @@ def _summary(site: Any) -> str:
 @click.group("sites")
 def sites() -> None:
     """Site definitions for `scrapy crawl site -a site=NAME` (see docs/sites.md)."""
+    _need_sites()
 
 
 @sites.command("check")

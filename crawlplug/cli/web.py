@@ -75,9 +75,12 @@ def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int, al
     Requests whose Host header names another host get 400 (DNS rebinding):
     --allow-host adds the name you reach it by.
     """
-    import uvicorn  # noqa: PLC0415 - only for this command
+    try:  # the [web] extra: Starlette and uvicorn, only for this command
+        import uvicorn  # noqa: PLC0415
 
-    from ..web import allowed_hosts, create_app  # noqa: PLC0415
+        from ..web import allowed_hosts, create_app  # noqa: PLC0415
+    except ImportError as exc:
+        fail(f"the dashboard needs crawlplug's [web] extra ({exc}): pip install 'crawlplug[web]'")
 
     extra = [*os.environ.get(HOSTS_ENVVAR, "").replace(",", " ").split(), *allow_hosts]
     hosts = allowed_hosts(host, extra)  # before connecting: a bad name fails fast
