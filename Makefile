@@ -17,7 +17,7 @@ help:
 	@echo "             false positives / kill -9 side by side / DomainQueue pops with 10,000 domains /"
 	@echo "             one crawl on a 3-primary Redis Cluster, 1 vs 3 vs 6 shards / everything"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
-	@echo "make lint    ruff"
+	@echo "make lint    ruff, and the import contracts between the package's rooms (lint-imports)"
 	@echo "make clean   stop the embedded Redis, remove .crawlplug/ and the venv"
 
 # pip's own output goes to $(VENV)/install.log (shown if the install fails): the terminal
@@ -62,8 +62,9 @@ bench-shards: venv
 bench-all: bench bench-bloom bench-kill bench-domains bench-shards
 
 lint: venv
-	$(BIN)/python -m pip install --quiet ruff
+	@$(BIN)/python -m pip install --quiet -e '.[lint]' >> $(VENV)/install.log 2>&1 || { echo "make: could not install the lint tools (see $(VENV)/install.log)"; exit 1; }
 	$(BIN)/ruff check crawlplug spiders settings tests bench
+	$(BIN)/lint-imports
 
 docs: venv
 	$(BIN)/python -m crawlplug.settingsdoc > docs/settings.md

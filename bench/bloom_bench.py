@@ -71,17 +71,17 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import redis  # noqa: E402
-from scrapy import Request  # noqa: E402
-from scrapy.utils.request import RequestFingerprinter  # noqa: E402
-from scrapy_redis.dupefilter import RFPDupeFilter  # noqa: E402
+import redis
+from scrapy import Request
+from scrapy.utils.request import RequestFingerprinter
+from scrapy_redis.dupefilter import RFPDupeFilter
 
-from crawlplug.frontier.bloom import BloomSpec  # noqa: E402
-from crawlplug.frontier.dedup import BloomDedup, Dedup, SetDedup  # noqa: E402
-from crawlplug.dupefilters import bloom_info  # noqa: E402
-from crawlplug.frontier.single import Frontier  # noqa: E402
-from crawlplug.frontier.keys import CrawlKeys  # noqa: E402
-from tests.conftest import RedisServer, free_port  # noqa: E402
+from crawlplug.dupefilters import bloom_info
+from crawlplug.frontier.bloom import BloomSpec
+from crawlplug.frontier.dedup import BloomDedup, Dedup, SetDedup
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+from tests.conftest import RedisServer, free_port
 
 P = 0.001
 KEYS = CrawlKeys("bench")
@@ -275,7 +275,7 @@ def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
         seen = sum(df.request_seen(q) for q in requests)
         return len(requests) - seen, time.perf_counter() - t0
 
-    bloom = lambda: BloomDedup(BloomSpec(1_000_000, P))  # noqa: E731
+    bloom = lambda: BloomDedup(BloomSpec(1_000_000, P))
     measure(f"crawlplug Bloom, dedup only (batches of {batch})", crawlplug(bloom, b""), "fingerprints/s", n)
     measure(f"crawlplug set, dedup only (batches of {batch})", crawlplug(SetDedup, b""), "fingerprints/s", n)
     measure(f"crawlplug Bloom, dedup+store+enqueue (batches of {batch})", crawlplug(bloom, payload), "requests/s", n)

@@ -30,11 +30,11 @@ from typing import Any
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RedisProc  # noqa: E402
+from common import RedisProc
 
-from crawlplug.frontier.single import Domains, Frontier  # noqa: E402
-from crawlplug.frontier.keys import CrawlKeys  # noqa: E402
-from crawlplug.queues import DomainQueue, PriorityQueue  # noqa: E402
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Domains, Frontier
+from crawlplug.queues import DomainQueue, PriorityQueue
 
 PAYLOAD = b'{"v":1,"url":"https://%s/page/%d","callback":"parse_item"}'
 

@@ -37,19 +37,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import redis  # noqa: E402
+import redis
 
-from crawlplug.demo.shop import DemoShop, ShopServer, serve  # noqa: E402
-from crawlplug.frontier.keys import CrawlKeys  # noqa: E402
-from tests.conftest import SCRAPY, RedisServer, free_port  # noqa: E402
+from crawlplug.demo.shop import DemoShop, ShopServer, serve
+from crawlplug.frontier.keys import CrawlKeys
+from tests.conftest import SCRAPY, RedisServer, free_port
 
 NODES = 3
 COMMON = {"CONCURRENT_REQUESTS": 8, "TELNETCONSOLE_ENABLED": False}
@@ -305,7 +306,7 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
     ]
     rows = [[str(name) for name, _ in cols]] + [[str(f(r)) for _, f in cols] for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
-    line = lambda row: "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |"  # noqa: E731
+    line = lambda row: "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |"
     print()
     print(f"kill -9 and restart, {NODES} nodes, {args.kills} kills, seed {args.seed}, "
           f"DemoShop(items={args.items}, delay={args.delay}), feed={args.feed}")  # fmt: skip

@@ -38,11 +38,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from crawlplug.connection import client_from_url  # noqa: E402
-from crawlplug.frontier.single import Frontier  # noqa: E402
-from crawlplug.frontier.keys import CrawlKeys  # noqa: E402
-from crawlplug.frontier.sharded import ShardedFrontier, claim_shards  # noqa: E402
-from tests.clusters import RedisCluster3  # noqa: E402
+from crawlplug.connection import client_from_url
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.sharded import ShardedFrontier, claim_shards
+from crawlplug.frontier.single import Frontier
+from tests.clusters import RedisCluster3
 
 PAYLOAD = b'{"v":1,"url":"https://%s/page/%d","callback":"parse_item"}'
 

@@ -171,8 +171,8 @@ def _seed_request(url: str, callback: str, **kwargs: Any) -> tuple[Any, Any]:
 
 
 def _frontier(client: Any) -> Any:
-    from crawlplug.frontier.single import Frontier
     from crawlplug.frontier.keys import CrawlKeys
+    from crawlplug.frontier.single import Frontier
 
     return Frontier(client, CrawlKeys(CRAWL))
 
@@ -679,8 +679,8 @@ def scenario_micro(args: argparse.Namespace, workdir: Path, log: Callable[[str],
     from scrapy import Request
     from scrapy.utils.request import RequestFingerprinter
 
-    from crawlplug.frontier.single import Frontier
     from crawlplug.frontier.keys import CrawlKeys
+    from crawlplug.frontier.single import Frontier
     from crawlplug.queues import PriorityQueue as CpPriority
     from crawlplug.serializers import JsonSerializer
     from spiders.shop import ShopSpider

@@ -23,9 +23,10 @@ from __future__ import annotations
 import codecs
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
@@ -201,7 +202,7 @@ def _project_dir() -> Path:
         from scrapy.utils.conf import closest_scrapy_cfg  # noqa: PLC0415
 
         cfg = closest_scrapy_cfg()
-    except Exception:  # pragma: no cover - defensive
+    except Exception:  # noqa: BLE001 - a project whose scrapy.cfg cannot be read: the working directory
         cfg = ""
     return Path(cfg).parent if cfg else Path.cwd()
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.utils.request import RequestFingerprinterProtocol
 
-    from .frontier.single import Frontier
+    from .frontier.interface import CrawlFrontier
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class RedisSetDupeFilter(BaseDupeFilter):
         self.fingerprinter = fingerprinter
         self.debug = debug
         self.crawler = crawler
-        self.frontier: Frontier | None = None
+        self.frontier: CrawlFrontier | None = None
         self.strategy: Dedup = self.make_strategy()
         self._logged_once = False
 
@@ -88,7 +88,7 @@ class RedisSetDupeFilter(BaseDupeFilter):
     def mode(self) -> str:
         return self.strategy.mode
 
-    def bind(self, frontier: Frontier) -> None:
+    def bind(self, frontier: CrawlFrontier) -> None:
         """Attach to the crawl's frontier (done by the Scheduler in ``open``): its dedup
         strategy is the one this dupefilter's arguments are made for."""
         self.frontier = frontier
@@ -181,7 +181,7 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
             return BloomDedup(self.spec, ttl=self.ttl, generations=self.generations)
         return BloomDedup(self.spec)
 
-    def bind(self, frontier: Frontier) -> None:
+    def bind(self, frontier: CrawlFrontier) -> None:
         """Attach to the crawl's frontier: the frontier checks (and records) the filter's
         format and size in every part, and picks the strategy each part uses."""
         self.frontier = frontier

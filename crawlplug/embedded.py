@@ -18,9 +18,9 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import redis
 from redis.backoff import NoBackoff
@@ -114,7 +114,7 @@ def ensure(data_dir: str | os.PathLike[str], server: str | None = None) -> str:
             "--logfile", str(data_dir / "redis.log"),
             "--maxmemory-policy", "noeviction",
         ]  # fmt: skip
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
         if proc.returncode != 0:
             raise RedisUnavailable(
                 f"could not start the embedded Redis ({binary}): {proc.stderr.strip() or proc.stdout.strip()}"

@@ -152,9 +152,10 @@ def _describe(item: Any) -> str:
 
 
 async def _reactor_sleep(seconds: float) -> None:
-    from scrapy.utils.defer import maybe_deferred_to_future
-    from twisted.internet import reactor
-    from twisted.internet.task import deferLater
+    # the reactor is imported only once Scrapy has installed the one it is configured for
+    from scrapy.utils.defer import maybe_deferred_to_future  # noqa: PLC0415
+    from twisted.internet import reactor  # noqa: PLC0415
+    from twisted.internet.task import deferLater  # noqa: PLC0415
 
     await maybe_deferred_to_future(deferLater(reactor, seconds, lambda: None))
 

@@ -122,7 +122,7 @@ def registered_domain(host: str) -> str:
 
 @lru_cache(maxsize=1)
 def _extractor() -> Any:
-    import tldextract
+    import tldextract  # noqa: PLC0415 - its public-suffix list, only for DomainQueue by registered domain
 
     return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 

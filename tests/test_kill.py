@@ -30,8 +30,9 @@ import re
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import redis
@@ -57,7 +58,7 @@ class LineFlushedFileFeedStorage(FileFeedStorage):
     crawlplug flushed it before acknowledging their requests (it does).
     """
 
-    def open(self, spider):  # noqa: ANN001, ANN201
+    def open(self, spider):
         path = Path(self.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path.open(self.write_mode, buffering=0)

@@ -37,8 +37,8 @@ from crawlplug.compat.migrate import MigrationError
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.queues import PriorityQueue
-from crawlplug.safepickle import RefusedGlobal, restricted_loads
 from crawlplug.serializers import JsonSerializer
+from crawlplug.serializers.safepickle import RefusedGlobal, restricted_loads
 from spiders.shop import ShopSpider
 
 from .conftest import ROOT

@@ -16,15 +16,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the project is not installed into the venv
     sys.path.insert(0, str(ROOT))
 
-import scrapy  # noqa: E402
-from scrapy.exceptions import CloseSpider  # noqa: E402
-from scrapy.http import HtmlResponse, Response  # noqa: E402
-from scrapy.utils.request import request_from_dict  # noqa: E402
-from scrapy.utils.test import get_crawler  # noqa: E402
+import scrapy
+from scrapy.exceptions import CloseSpider
+from scrapy.http import HtmlResponse, Response
+from scrapy.utils.request import request_from_dict
+from scrapy.utils.test import get_crawler
 
-from crawlplug.demo.shop import DemoShop  # noqa: E402
-from spiders.samesite import SameSiteSpider  # noqa: E402
-from spiders.shop import ShopSpider  # noqa: E402
+from crawlplug.demo.shop import DemoShop
+from spiders.samesite import SameSiteSpider
+from spiders.shop import ShopSpider
 
 BASE = "http://shop.test:8000"
 SMALL = {"items": 50, "per_page": 4, "categories": 3, "related": 3, "seed": 3}

@@ -18,7 +18,7 @@ the same Redis unless ``--source-url`` names another.
 
 Unpickling happens only here, only after a warning and a confirmation
 (``--yes`` when not run in a terminal), through
-:func:`crawlplug.safepickle.restricted_loads`. The work is
+:func:`crawlplug.serializers.safepickle.restricted_loads`. The work is
 :class:`crawlplug.compat.migrate.ScrapyRedisMigration`'s; importing this module adds
 the command to ``crawlplug.cli.main``.
 """
@@ -43,14 +43,10 @@ from ..compat.names import SCRAPY_REDIS_KEYS
 from ..config import setting
 from ..dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
 from ..frontier.dedup import Dedup, SetDedup
+from ..frontier.interface import CrawlFrontier
 from ..frontier.keys import CrawlKeys
-from ..frontier.sharded import (
-    ShardedFrontier,
-    claim_shards,
-    open_frontier,
-    stored_shards,
-)
-from ..frontier.single import Frontier
+from ..frontier.layout import claim_shards, stored_shards
+from ..frontier.sharded import open_frontier
 from ..queues import load_queue_class
 from ..serializers import serializer_from_settings
 from .common import META_URL, fail, friendly_errors, main, options, shared_options
@@ -82,9 +78,10 @@ class _Project:
 def _project(spider: str) -> _Project:
     """The Scrapy project's settings (with the spider's own and the add-ons' applied),
     its request fingerprinter, and the spider class when the project has it."""
-    from scrapy.crawler import Crawler  # noqa: PLC0415 - keep --help fast
-    from scrapy.utils.conf import closest_scrapy_cfg
-    from scrapy.utils.project import get_project_settings
+    # Scrapy's crawler machinery, for this command only (every crawlplug command would pay its import)
+    from scrapy.crawler import Crawler  # noqa: PLC0415
+    from scrapy.utils.conf import closest_scrapy_cfg  # noqa: PLC0415
+    from scrapy.utils.project import get_project_settings  # noqa: PLC0415
 
     notes = []
     spidercls: type[Spider] | None = None
@@ -94,7 +91,7 @@ def _project(spider: str) -> _Project:
         except Exception as exc:  # noqa: BLE001 - the project's own settings module failed
             fail(f"cannot read the Scrapy project's settings ({closest_scrapy_cfg()}): {exc}")
         try:
-            from scrapy.spiderloader import get_spider_loader  # noqa: PLC0415
+            from scrapy.spiderloader import get_spider_loader  # noqa: PLC0415 - likewise
 
             spidercls = get_spider_loader(settings).load(spider)
         except Exception as exc:  # noqa: BLE001 - KeyError, or an import error of the project
@@ -113,7 +110,7 @@ def _project(spider: str) -> _Project:
 
 
 def _frontier(crawler: Any, client: Any, keys: CrawlKeys, queue: Any, shards: int,
-              notes: list[str]) -> Frontier | ShardedFrontier:  # fmt: skip
+              notes: list[str]) -> CrawlFrontier:  # fmt: skip
     """The crawl's frontier (sharded as the crawl is), with the dedup strategy of the
     project's DUPEFILTER_CLASS bound to it, as a node of the crawl would have it."""
     path = crawler.settings["DUPEFILTER_CLASS"]
@@ -239,7 +236,7 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
 
 
 def _show_plan(spider: str, source: connection.Connection, sk: SourceKeys, inv: Inventory,
-               target: connection.Connection, frontier: Frontier) -> None:  # fmt: skip
+               target: connection.Connection, frontier: CrawlFrontier) -> None:  # fmt: skip
     names = {"zset": "sorted set", "list": "list", "set": "set", "none": "absent"}
     width = max(len(sk.queue), len(sk.dupefilter), len(sk.start_urls))
     click.echo(f"scrapy-redis crawl of spider {spider!r} on {source.safe_url}:")

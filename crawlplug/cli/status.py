@@ -130,8 +130,8 @@ def _spark(values: list[int]) -> str:
 def _status_view(report: dict[str, Any]) -> Any:
     """A rich renderable of the status: counts, progress, rate history, nodes."""
     from rich.console import Group  # noqa: PLC0415 - only for --watch
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
+    from rich.progress_bar import ProgressBar  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
 
     counts = Table.grid(padding=(0, 2))
     for label, key in (("queued", "queued"), ("in flight", "in_flight"), ("done", "done"), ("seen", "seen"),

@@ -52,8 +52,8 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     import redis
 
+    from ..frontier.interface import CrawlFrontier
     from ..frontier.keys import CrawlKeys
-    from ..frontier.single import Frontier
 
 __all__ = [
     "FINGERPRINT_FUNCTIONS",
@@ -277,7 +277,7 @@ class ScrapyRedisSeen:
     legacy: ScrapyRedisFingerprints | None = None
     _sentinel_arg: bytes = b""
 
-    def bind(self, frontier: Frontier) -> None:
+    def bind(self, frontier: CrawlFrontier) -> None:
         super().bind(frontier)  # type: ignore[misc]
         self.legacy = load(frontier.client, frontier.keys)
         if self.legacy is None:
@@ -290,7 +290,7 @@ class ScrapyRedisSeen:
         self._sentinel_arg = self.strategy.argument(SENTINEL)  # type: ignore[attr-defined]
         # the marker must be in the dedup state before any request maps to it: in
         # every shard's, for a sharded crawl (crawlplug.frontier.sharded), as any shard may get it
-        for part in getattr(frontier, "shards", None) or [frontier]:
+        for part in frontier.dedup_parts():
             part.admit([(part.dedup.argument(SENTINEL), 0.0, b"")])
         logger.info(
             "crawlplug: %d fingerprints of scrapy-redis (%s function) are consulted before "
@@ -298,7 +298,7 @@ class ScrapyRedisSeen:
             len(self.legacy), self.legacy.function, len(self.legacy) * PREFIX_BYTES / 1e6,
         )  # fmt: skip
 
-    def bind_plain(self, frontier: Frontier) -> None:
+    def bind_plain(self, frontier: CrawlFrontier) -> None:
         """Bind as the plain crawlplug dupefilter, without the migrated fingerprints
         (what the migration itself admits with)."""
         super().bind(frontier)  # type: ignore[misc]

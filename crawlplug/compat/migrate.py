@@ -59,8 +59,8 @@ from ..errors import (
 )
 from ..frontier.single import Frontier
 from ..queues import BaseQueue
-from ..safepickle import RefusedGlobal, restricted_loads
 from ..serializers import JsonSerializer
+from ..serializers.safepickle import RefusedGlobal, restricted_loads
 from . import legacy
 
 __all__ = ["MigrationError", "Report", "ScrapyRedisMigration", "SourceKeys"]

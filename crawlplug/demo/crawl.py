@@ -25,12 +25,15 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
@@ -38,7 +41,7 @@ import redis
 from .. import connection, embedded
 from ..defaults import default
 from ..errors import CrawlplugError
-from ..frontier import Frontier, ShardedFrontier, open_frontier
+from ..frontier import CrawlFrontier, open_frontier
 from ..frontier.keys import CrawlKeys
 from ..ops import status
 from .shop import DemoShop, ShopServer, serve
@@ -141,13 +144,13 @@ def embedded_dir(project: Path) -> Path:
     return project / str(default("CRAWLPLUG_EMBEDDED_DIR"))
 
 
-def connect_frontier(url: str, is_embedded: bool) -> Frontier | ShardedFrontier:
+def connect_frontier(url: str, is_embedded: bool) -> CrawlFrontier:
     conn = connection.Connection(connection.client_from_url(url), url, is_embedded)
     connection.check(conn)
     return open_frontier(conn.client, CrawlKeys(CRAWL))
 
 
-def _live_nodes(frontier: Frontier) -> list[tuple[str, float]]:
+def _live_nodes(frontier: CrawlFrontier) -> list[tuple[str, float]]:
     """(node id, seconds until its heartbeat expires) of nodes registered as live."""
     secs, micros = frontier.client.time()
     now_ms = secs * 1000 + micros // 1000
@@ -261,7 +264,7 @@ def stop_nodes(nodes: Sequence[Node], grace: float = STOP_GRACE) -> None:
 
 
 def _progress(start: float, server: ShopServer, site_pages: int, items: int,
-              nodes: Sequence[Node], frontier: Frontier) -> str:  # fmt: skip
+              nodes: Sequence[Node], frontier: CrawlFrontier) -> str:  # fmt: skip
     fetched = sum(server.hits.values())
     got = sum(n.item_count() for n in nodes)
     running = sum(1 for n in nodes if n.proc.poll() is None)
@@ -446,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _crawl(args: argparse.Namespace, project: Path, url: str, is_embedded: bool, frontier: Frontier,
+def _crawl(args: argparse.Namespace, project: Path, url: str, is_embedded: bool, frontier: CrawlFrontier,
            deleted: int) -> int:  # fmt: skip
     """Serve the shop (and the dashboard), run the nodes, check the result: the exit status."""
     runs = embedded_dir(project) / "demo-runs"
@@ -529,7 +532,7 @@ def _crawl(args: argparse.Namespace, project: Path, url: str, is_embedded: bool,
     return code
 
 
-def _crawl_rate(frontier: Frontier) -> str:
+def _crawl_rate(frontier: CrawlFrontier) -> str:
     """The rate `crawlplug status` and the dashboard show (crawlplug.ops.status), in words."""
     try:
         return str(status.snapshot(frontier.client, frontier.keys)["rate"]["text"])
@@ -581,12 +584,9 @@ class DashboardThread:
     """crawlplug's dashboard served from a thread of this process (read-only)."""
 
     def __init__(self, client: redis.Redis, keys: CrawlKeys, url: str, port: int) -> None:
-        import socket  # noqa: PLC0415
-        import threading  # noqa: PLC0415
+        import uvicorn  # noqa: PLC0415 - the web extra, only when the demo serves the dashboard
 
-        import uvicorn  # noqa: PLC0415
-
-        from ..web import create_app  # noqa: PLC0415
+        from ..web import create_app  # noqa: PLC0415 - likewise
 
         sock = socket.socket()
         try:

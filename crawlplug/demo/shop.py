@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DemoShop", "ShopServer", "serve", "main"]
+__all__ = ["DemoShop", "ShopServer", "main", "serve"]
 
 HITS_PATH = "/__hits"
 """Control endpoint answering the hit counts as JSON; it is not counted itself."""
@@ -382,7 +382,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     server_version = "crawlplug-demoshop/1.0"
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+    def do_GET(self) -> None:
         owner = self.server.shop_server
         path = urlsplit(self.path).path
         if path == HITS_PATH:
@@ -414,7 +414,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         """Drop http.server's per-request stderr line."""
 
 
@@ -485,7 +485,7 @@ class ShopServer:
             self._thread = None
         logger.debug("demo shop at %s:%s stopped", self.host, httpd.server_address[1])
 
-    def __enter__(self) -> ShopServer:
+    def __enter__(self) -> ShopServer:  # noqa: PYI034 - start() returns the server
         return self.start()
 
     def __exit__(

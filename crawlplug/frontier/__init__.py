@@ -3,7 +3,8 @@ schedule, runs), knowing nothing of Scrapy's engine."""
 
 from __future__ import annotations
 
+from .interface import CrawlFrontier
 from .sharded import ShardedFrontier, open_frontier
 from .single import Admission, AdmitResult, DeadLetter, Domains, Frontier, Leased
 
-__all__ = ["Admission", "AdmitResult", "DeadLetter", "Domains", "Frontier", "Leased", "ShardedFrontier", "open_frontier"]
+__all__ = ["Admission", "AdmitResult", "CrawlFrontier", "DeadLetter", "Domains", "Frontier", "Leased", "ShardedFrontier", "open_frontier"]

@@ -90,8 +90,8 @@ def next_prime(n: int) -> int:
 
 def slices_and_bits(capacity: int, error_rate: float) -> tuple[int, int]:
     """pybloom-live's sizing: (number of slices k, bits per slice m)."""
-    k = int(math.ceil(math.log(1.0 / error_rate, 2)))
-    m = int(math.ceil((capacity * abs(math.log(error_rate))) / (k * (math.log(2) ** 2))))
+    k = math.ceil(math.log2(1.0 / error_rate))
+    m = math.ceil((capacity * abs(math.log(error_rate))) / (k * (math.log(2) ** 2)))
     return k, m
 
 

@@ -43,6 +43,7 @@ import redis
 
 from ..errors import ConfigError, RunEnded, StaleEpoch
 from .keys import CrawlKeys
+from .layout import parts
 from .scripts import Scripts
 
 logger = logging.getLogger(__name__)
@@ -115,9 +116,7 @@ def _now_ms(client: redis.Redis) -> int:
 
 
 def part_keys(client: redis.Redis, keys: CrawlKeys) -> list[CrawlKeys]:
-    """The crawl's own keys, then each shard's (crawlplug.frontier.sharded)."""
-    from .sharded import parts
-
+    """The crawl's own keys, then each shard's (crawlplug.frontier.layout)."""
     return parts(client, keys)
 
 

@@ -14,6 +14,8 @@ from importlib.resources import files
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from ..errors import script_error
 
@@ -235,12 +237,8 @@ class Scripts:
 
 
 def _cluster_errors() -> tuple[type[Exception], ...]:
-    from redis.exceptions import RedisClusterException
-
     return (RedisClusterException,)
 
 
 def _is_cluster(client: Any) -> bool:
-    from redis.cluster import RedisCluster  # noqa: PLC0415
-
     return isinstance(client, RedisCluster)

@@ -22,7 +22,6 @@ only after every shard stored its part of the batch.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -31,7 +30,10 @@ from typing import Any
 import redis
 
 from ..errors import AdmissionIncomplete, ConfigError
+from . import runs
+from .interface import CrawlFrontier
 from .keys import CrawlKeys
+from .layout import claim_shards, parts, shard_of, stored_shards
 from .scripts import Scripts
 from .single import (
     Admission,
@@ -45,67 +47,16 @@ from .single import (
 
 logger = logging.getLogger(__name__)
 
+# the crawl's shard layout is crawlplug.frontier.layout's; its names stay importable from here
+__all__ = ["BASE", "ShardedFrontier", "claim_shards", "open_domains", "open_frontier", "parts", "shard_of",
+           "stored_shards"]  # fmt: skip
+
 #: a part index for the crawl's own keys (start entries); shards are 0..N-1
 BASE = -1
 
 
-def shard_of(route: str, shards: int) -> int:
-    """The shard of a request whose domain (or host) is ``route``: stable across
-    processes and machines (BLAKE2b, not Python's salted ``hash``; CRC32 is linear
-    and sends names that differ in one character to the same few shards)."""
-    if shards <= 1:
-        return 0
-    return int.from_bytes(hashlib.blake2b(route.encode(), digest_size=8).digest(), "big") % shards
-
-
-def stored_shards(client: redis.Redis, keys: CrawlKeys) -> int | None:
-    """The shard count recorded for the crawl, or None if no node recorded one yet."""
-    raw = client.hget(keys.meta, "shards")
-    return None if raw is None else int(raw)
-
-
-def claim_shards(client: redis.Redis, keys: CrawlKeys, shards: int) -> None:
-    """Record the crawl's shard count, or refuse a node configured with another one.
-
-    Changing N would move most domains to another shard, where their fingerprints
-    and queued requests are not: duplicates and a split queue. It is refused.
-    """
-    if shards < 1:
-        raise ConfigError(f"CRAWLPLUG_SHARDS must be 1 or more, got {shards}")
-    stored = stored_shards(client, keys)
-    if stored is None:
-        if shards > 1 and _has_unsharded_state(client, keys):
-            raise ConfigError(
-                f"crawl {keys.crawl!r} already has requests or fingerprints in one shard; this node "
-                f"is configured CRAWLPLUG_SHARDS={shards}. Finish it unsharded, or export it "
-                "(`crawlplug export`), purge it and start it afresh sharded."
-            )
-        client.hsetnx(keys.meta, "shards", shards)
-        stored = stored_shards(client, keys)
-    if stored != shards:
-        raise ConfigError(
-            f"crawl {keys.crawl!r} is split into {stored} shards (CRAWLPLUG_SHARDS={stored}); this node "
-            f"is configured CRAWLPLUG_SHARDS={shards}. A crawl keeps its shard count for its whole life: "
-            f"use CRAWLPLUG_SHARDS={stored} on every node, or a new CRAWLPLUG_CRAWL_ID."
-        )
-
-
-def _has_unsharded_state(client: redis.Redis, keys: CrawlKeys) -> bool:
-    pipe = client.pipeline(transaction=False)
-    for name in ("queue", "dq", "leases", "seen"):
-        pipe.exists(keys.key(name))
-    pipe.exists(f"{keys.tag}:bloom")
-    return any(pipe.execute())
-
-
-def parts(client: redis.Redis, keys: CrawlKeys) -> list[CrawlKeys]:
-    """Every key set holding part of the crawl's frontier: the crawl's own, then each shard's."""
-    n = stored_shards(client, keys) or 1
-    return [keys] + ([keys.shard_keys(i, n) for i in range(n)] if n > 1 else [])
-
-
 def open_frontier(client: redis.Redis, keys: CrawlKeys, *, shards: int | None = None, dedup_factory: Any = None,
-                  **kwargs: Any) -> Frontier | ShardedFrontier:  # fmt: skip
+                  **kwargs: Any) -> CrawlFrontier:  # fmt: skip
     """The one place a frontier is built: sharded if the crawl is (``shards``, else the count
     the crawl recorded), each part's dedup strategy from ``dedup_factory`` (default: the
     exact set). The Scheduler, the tools and the dashboard all build theirs here."""
@@ -210,8 +161,6 @@ class ShardedFrontier:
         return self.base.counter(name)
 
     def totals(self) -> dict[str, int]:
-        from . import runs  # noqa: PLC0415 - runs imports this module
-
         return runs.totals(self.client, self.parts())
 
     def finish_run(self, run_id: int, reason: str = "finished") -> tuple[str, int | None]:

@@ -22,6 +22,7 @@ import redis
 
 from ..errors import AdmissionIncomplete, StaleEpoch
 from ..queues import BaseQueue, PriorityQueue
+from . import runs
 from .dedup import Dedup, SetDedup
 from .keys import NAMES, CrawlKeys
 from .scripts import Scripts
@@ -85,7 +86,7 @@ class DeadLetter:
         try:
             header = json.loads(head)
             if not isinstance(header, dict):
-                raise ValueError
+                raise ValueError  # noqa: TRY004 - handled below as every unparseable header
         except ValueError:
             header = {"reason": "unparseable dead letter"}
             payload = raw
@@ -520,15 +521,11 @@ class Frontier:
 
     def totals(self) -> dict[str, int]:
         """The run's counters summed over every part (crawlplug.frontier.runs.totals)."""
-        from . import runs  # noqa: PLC0415 - runs builds frontiers' key sets, and imports this module
-
         return runs.totals(self.client, self.parts())
 
     def finish_run(self, run_id: int, reason: str = "finished") -> tuple[str, int | None]:
         """Record run ``run_id`` as ended if the crawl is done (lua/finish.lua): ("finished",
         ended ms), ("busy", None) when work or a producer appeared, or (state, None)."""
-        from . import runs  # noqa: PLC0415
-
         return runs.finish(self.client, self.keys, node_id=self.node_id, run_id=run_id, epoch=self.epoch,
                            reason=reason, scripts=self.scripts)  # fmt: skip
 

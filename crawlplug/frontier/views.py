@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import redis
 
 from .keys import CrawlKeys
-from .sharded import parts
+from .layout import parts
 from .store import parse_dq_member, text
 
 _TOMBSTONE = "__crawlplug_removed__"

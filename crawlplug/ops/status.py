@@ -70,7 +70,7 @@ def _series(client: redis.Redis, keys: CrawlKeys, now_ms: int, minutes: int) -> 
     values = [v or 0 for v in _series_values(client, keys, fields)]
     n = len(buckets)
     acked, enqueued = values[:n], values[n:]
-    per_min = lambda xs: [sum(xs[i:i + 6]) for i in range(0, n, 6)]  # noqa: E731
+    per_min = lambda xs: [sum(xs[i:i + 6]) for i in range(0, n, 6)]
     return {"acked": per_min(acked), "enqueued": per_min(enqueued)}
 
 

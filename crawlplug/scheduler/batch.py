@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from ..config import SchedulerConfig
+    from ..frontier.interface import CrawlFrontier
     from ..queues import BaseQueue
     from .outage import Outage, Reporter
 
@@ -47,7 +48,7 @@ Buffered = tuple[Request, bytes, float, bytes, str]
 class Batch:
     """Admission buffer, acks, reports and prefetched leases of one node (module docstring)."""
 
-    def __init__(self, crawler: Crawler, frontier: Any, *, dupefilter: Any, serializer: Any, queue: BaseQueue,
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, *, dupefilter: Any, serializer: Any, queue: BaseQueue,
                  config: SchedulerConfig, outage: Outage, reporter: Reporter) -> None:  # fmt: skip
         self.crawler = crawler
         self.frontier = frontier
@@ -247,7 +248,7 @@ class Batch:
         if wait < 0 or wait >= poll:
             return poll
         if self._wake_call is None or not self._wake_call.active():
-            from twisted.internet import reactor  # noqa: PLC0415 - the installed one
+            from twisted.internet import reactor  # noqa: PLC0415 - the one Scrapy installed, imported after it did
 
             self._wake_call = reactor.callLater(wait, enginehooks.wake, self.crawler)
         return wait

@@ -51,6 +51,8 @@ from .politeness import Politeness
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from ..frontier.interface import CrawlFrontier
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["START_META", "Scheduler"]
@@ -67,7 +69,7 @@ class Scheduler(BaseScheduler):
         self.serializer = serializer
         self.config = config or SchedulerConfig()
         self.report = Reporter(crawler.stats)
-        self.frontier: Any = None
+        self.frontier: CrawlFrontier = None
         self.conn: Any = None
         self.batch: Batch | None = None
         self.entries: StartEntries | None = None

@@ -10,11 +10,13 @@ breaks in one place (and the test suite says so).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import CloseSpider
 from scrapy.extensions.feedexport import FeedExporter
+from scrapy.utils.defer import deferred_from_coro
 
 from ..errors import ConfigError
 
@@ -123,8 +125,6 @@ def close(crawler: Crawler, reason: str, *, failed: bool = False) -> None:
 
         crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
     if hasattr(engine, "close_spider_async"):  # Scrapy >= 2.14
-        from scrapy.utils.defer import deferred_from_coro  # noqa: PLC0415
-
         deferred_from_coro(engine.close_spider_async(reason=reason))
     else:  # pragma: no cover - Scrapy 2.13
         engine.close_spider(engine.spider, reason)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from ..config import SchedulerConfig
+    from ..frontier.interface import CrawlFrontier
     from .batch import Batch
     from .outage import Outage, Reporter
 
@@ -36,7 +37,7 @@ START_META = "_crawlplug_start"
 class StartEntries:
     """The start entries this node holds, and the seed timer it runs."""
 
-    def __init__(self, crawler: Crawler, frontier: Any, batch: Batch, *, serializer: Any, config: SchedulerConfig,
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, serializer: Any, config: SchedulerConfig,
                  outage: Outage, reporter: Reporter, seeds: Any = None) -> None:  # fmt: skip
         self.crawler = crawler
         self.frontier = frontier
@@ -102,7 +103,7 @@ class StartEntries:
             result = maker(raw)
         except DecodeError:
             raise
-        except Exception as exc:  # the spider's own parser: its error becomes the reason
+        except Exception as exc:  # noqa: BLE001 - the spider's own parser: its error becomes the reason
             raise DecodeError(f"make_request_from_data failed: {type(exc).__name__}: {exc}") from None
         if result is None:
             return []

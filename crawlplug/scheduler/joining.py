@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from ..config import SchedulerConfig
+    from ..frontier.interface import CrawlFrontier
     from ..queues import BaseQueue
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class Joined:
     """What a node has once it joined its crawl."""
 
     conn: connection.Connection
-    frontier: Any
+    frontier: CrawlFrontier
     joined: runs.Joined
     join_args: dict[str, Any]
     started: float  #: when the node joined (Redis clock, seconds)
@@ -101,7 +102,7 @@ def _warn_about_memory(client: Any) -> None:
                        "refuses new requests and this node waits", mem["ratio"] * 100, mem["max"])  # fmt: skip
 
 
-def _check_queue_kind(frontier: Any, queue: BaseQueue) -> None:
+def _check_queue_kind(frontier: CrawlFrontier, queue: BaseQueue) -> None:
     """Refuse to run one crawl with the per-domain queue and a plain one at once:
     requests waiting in the other kind would never be crawled."""
     domains = queue.order == "domain"
@@ -128,7 +129,7 @@ def log_where(conn: connection.Connection, keys: CrawlKeys, settings: Any) -> No
         logger.info("crawlplug %s: crawl %r on Redis %s", __version__, keys.crawl, conn.safe_url)
 
 
-def log_join(frontier: Any, j: runs.Joined, status: dict[str, Any], config: SchedulerConfig) -> None:
+def log_join(frontier: CrawlFrontier, j: runs.Joined, status: dict[str, Any], config: SchedulerConfig) -> None:
     """The node's first words on the run: which one, and whether it joined, resumed or began it."""
     crawl, node = frontier.keys.crawl, frontier.node_id
     counts = f"{status['queued']} queued, {status['in_flight']} in flight"

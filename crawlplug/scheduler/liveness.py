@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from ..config import SchedulerConfig
+    from ..frontier.interface import CrawlFrontier
     from .batch import Batch
     from .entries import StartEntries
     from .outage import Outage, Reporter
@@ -46,7 +47,7 @@ class Liveness:
         "errors": ("spider_exceptions/count", "downloader/exception_count"),
     }
 
-    def __init__(self, crawler: Crawler, frontier: Any, batch: Batch, entries: StartEntries, *,
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, entries: StartEntries, *,
                  config: SchedulerConfig, outage: Outage, reporter: Reporter, joined: runs.Joined,
                  join_args: dict[str, Any], started: float, enqueue: Callable[[Request], bool]) -> None:  # fmt: skip
         self.crawler = crawler

@@ -20,6 +20,7 @@ from ..queues import domain_limits
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from ..frontier.interface import CrawlFrontier
     from ..queues import BaseQueue
     from .outage import Outage, Reporter
 
@@ -29,7 +30,7 @@ logger = logging.getLogger(__name__)
 class Politeness:
     """A node's writes to the crawl-wide per-domain limits."""
 
-    def __init__(self, crawler: Crawler, frontier: Any, queue: BaseQueue, *, outage: Outage,
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, queue: BaseQueue, *, outage: Outage,
                  reporter: Reporter) -> None:  # fmt: skip
         self.crawler = crawler
         self.queue = queue
@@ -51,7 +52,7 @@ class Politeness:
         agent = s.get("ROBOTSTXT_USER_AGENT") or request.headers.get(b"User-Agent") or s.get("USER_AGENT")
         try:
             delay = robotparser.crawl_delay(agent)
-        except Exception:  # a parser without Crawl-delay support, or a broken robots.txt
+        except Exception:  # noqa: BLE001 - a parser without Crawl-delay support, or a broken robots.txt
             return
         if not delay or delay <= 0:
             return

@@ -28,6 +28,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
+from lxml import etree
+from parsel.csstranslator import HTMLTranslator
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -36,9 +38,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from scrapy.utils.misc import load_object
 
 from ..errors import ConfigError
-from .starts import expand_start_urls, var_values
+from .starts import expand, var_values
 
 __all__ = [
     "NAME_RE",
@@ -65,8 +68,6 @@ class _Model(BaseModel):
 
 
 def _check_css(value: str) -> str:
-    from parsel.csstranslator import HTMLTranslator
-
     try:
         HTMLTranslator().css_to_xpath(value)
     except Exception as exc:  # noqa: BLE001 - cssselect's SelectorError is a SyntaxError or a RuntimeError
@@ -75,8 +76,6 @@ def _check_css(value: str) -> str:
 
 
 def _check_xpath(value: str) -> str:
-    from lxml import etree
-
     try:
         etree.XPath(value)
     except etree.XPathSyntaxError as exc:
@@ -292,6 +291,12 @@ class SiteDefinition(_Model):
 # -- checks the schema cannot express --------------------------------------------------
 
 
+def expand_start_urls(site: SiteDefinition) -> list[tuple[str, str]]:
+    """Every start URL of ``site`` with its step: ``[(absolute url, step name), ...]``, in
+    order, no duplicates (crawlplug.sites.starts)."""
+    return expand(site.start_urls, site.base_url, site.steps[0].name)
+
+
 def _cross_errors(site: SiteDefinition, check_imports: bool) -> list[tuple[str, str]]:
     errors: list[tuple[str, str]] = []
     names = [s.name for s in site.steps]
@@ -339,8 +344,6 @@ def _cross_errors(site: SiteDefinition, check_imports: bool) -> list[tuple[str, 
 
 
 def _pipeline_problem(path: str) -> str | None:
-    from scrapy.utils.misc import load_object
-
     try:
         obj = load_object(path)
     except (ImportError, NameError, ValueError, AttributeError) as exc:

@@ -45,6 +45,7 @@ from twisted.python.failure import Failure
 from .. import connection
 from ..config import setting
 from ..errors import REDIS_ERRORS, ConfigError, CrawlplugError
+from ..errorsamples import ErrorSamplesMiddleware
 from ..scheduler import enginehooks
 from . import outcomes as out
 from .definition import NAME_RE, version_of
@@ -351,8 +352,6 @@ class SiteSpider(scrapy.Spider):
 
 def _error_sampler(crawler: Crawler) -> Any:
     """The crawl's ErrorSamplesMiddleware (the add-on enables it), or None."""
-    from ..errorsamples import ErrorSamplesMiddleware
-
     try:
         engine = crawler.engine
     except RuntimeError:  # no engine yet (a spider driven by hand)

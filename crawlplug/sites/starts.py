@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urljoin
 
-if TYPE_CHECKING:
-    from .definition import SiteDefinition
-
-__all__ = ["MAX_START_URLS", "expand_start_urls", "var_values"]
+__all__ = ["MAX_START_URLS", "expand", "var_values"]
 
 #: Most start URLs one definition may expand to.
 MAX_START_URLS = 100_000
@@ -72,15 +70,16 @@ def _expand_one(template: str, values: dict[str, list[str]]) -> list[str]:
     return out
 
 
-def expand_start_urls(site: SiteDefinition) -> list[tuple[str, str]]:
-    """Every start URL with its step: ``[(absolute url, step name), ...]``, in order, no duplicates."""
-    first = site.steps[0].name
+def expand(start_urls: Iterable[Any], base_url: str | None, first: str) -> list[tuple[str, str]]:
+    """Every start URL of a definition's ``start_urls`` (each a template, or an entry with
+    ``url``, ``vars`` and ``step``) with its step, ``first`` when the entry names none:
+    ``[(absolute url, step name), ...]``, in order, no duplicates."""
     seen: dict[str, str] = {}
-    for entry in site.start_urls:
+    for entry in start_urls:
         template, variables, step = (entry, {}, None) if isinstance(entry, str) else (entry.url, entry.vars, entry.step)
         values = {k: var_values(v) for k, v in variables.items()}
         for url in _expand_one(template, values):
-            absolute = urljoin(site.base_url, url) if site.base_url else url
+            absolute = urljoin(base_url, url) if base_url else url
             seen.setdefault(absolute, step or first)
             if len(seen) > MAX_START_URLS:
                 raise ValueError(f"more than {MAX_START_URLS} start URLs")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from scrapy.utils.conf import closest_scrapy_cfg
 
 from ..errors import ConfigError
 from .definition import NAME_RE, SiteDefinition, load_file, validate, version_of
@@ -114,8 +115,6 @@ def sites_dir(raw: str | Path) -> Path:
     path = Path(raw).expanduser()
     if path.is_absolute():
         return path
-    from scrapy.utils.conf import closest_scrapy_cfg
-
     cfg = closest_scrapy_cfg()
     return (Path(cfg).parent if cfg else Path.cwd()) / path
 

@@ -10,7 +10,6 @@ class _NoExtras:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
             raise ImportError(f"No module named {name!r} (blocked: the extras are not installed)")
-        return None
 
 
 sys.meta_path.insert(0, _NoExtras())

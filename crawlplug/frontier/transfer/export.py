@@ -5,13 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import redis
 
 from ..keys import CrawlKeys
-from ..sharded import parts
+from ..layout import parts
 from ..store import rank_of
 from .common import (
     _EXPORTED,
@@ -90,7 +90,7 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
     domain_mode = any(n in part_names for part_names in names.values() for n in ("dq", "domains", "dconf"))
     header = {
         "type": FORMAT, "version": VERSION, "crawl": keys.crawl,
-        "exported_at": datetime.fromtimestamp(now / 1000, timezone.utc).isoformat(timespec="milliseconds"),
+        "exported_at": datetime.fromtimestamp(now / 1000, UTC).isoformat(timespec="milliseconds"),
         "exported_at_ms": now, "queue": "domain" if domain_mode else "plain",
         "dedup": _dedup_mode(client, all_parts[-1]), "seq": int(client.get(keys.seq) or 0),
     }  # fmt: skip

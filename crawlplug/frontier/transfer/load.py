@@ -17,7 +17,7 @@ from ...errors import TransferError
 from .. import runs
 from ..dedup import has_native_bloom
 from ..keys import CrawlKeys
-from ..sharded import claim_shards
+from ..layout import claim_shards
 from ..single import Domains
 from .common import BATCH, FORMAT, VERSION, _b64, _batches, _dec, _short, _text
 

@@ -22,7 +22,7 @@ import io
 import pickle
 from typing import Any
 
-from .serializers import DEFAULT_REQUEST_CLASSES
+from .jsoncodec import DEFAULT_REQUEST_CLASSES
 
 __all__ = ["ALLOWED_GLOBALS", "RefusedGlobal", "restricted_loads"]
 
