@@ -29,6 +29,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from . import __version__
 from .defaults import default
 from .errors import ConfigError, RedisUnavailable
 
@@ -151,7 +152,8 @@ def ensure(data_dir: str | os.PathLike[str], server: str | None = None) -> str:
                     f"the embedded Redis did not answer on {sock}; see {data_dir / 'redis.log'}"
                 )
             time.sleep(0.05)
-        logger.info("Started the embedded Redis (%s), data in %s", binary, data_dir)
+        # a node's first line from crawlplug says which crawlplug it is, even when it is this one
+        logger.info("crawlplug %s: started the embedded Redis (%s), data in %s", __version__, binary, data_dir)
         return f"unix://{sock}"
 
 
