@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,27 +37,25 @@ ADDON_LINE = 'ADDONS = {"crawlplug.Addon": 0}'
 FAST = {"DOWNLOAD_DELAY": "0", "CONCURRENT_REQUESTS_PER_DOMAIN": "16", "CRAWLPLUG_IDLE_CLOSE": "2",
         "CRAWLPLUG_HEARTBEAT": "1"}  # fmt: skip
 
-SPIDER = '''\
-import crawlplug  # only to log where it is imported from: the test wants the wheel's copy
-import scrapy
+#: The spider of docs/getting-started.md (and of the tutorial), as a reader copies it.
+GUIDE = ROOT / "docs" / "getting-started.md"
+#: Added to it: where crawlplug was imported from, logged when the spider closes (the log is
+#: set up by then), for the test to check it is the wheel's copy.
+SPIDER_TAIL = """
+    def closed(self, reason):
+        import crawlplug
 
-
-class ShopSpider(scrapy.Spider):
-    name = "shop"
-
-    async def start(self):
         self.logger.info("crawlplug imported from %s", crawlplug.__file__)
-        yield scrapy.Request(self.base_url + "/", callback=self.parse)
+"""
 
-    def parse(self, response):
-        for url in response.css("a::attr(href)").getall():
-            callback = self.parse_item if "/item/" in url else self.parse
-            yield response.follow(url, callback=callback)
 
-    def parse_item(self, response):
-        yield {"url": response.url, "name": response.css("h1.name::text").get()}
-        yield from response.follow_all(css="a.related", callback=self.parse_item)
-'''
+def guide_spider(base_url: str) -> str:
+    """The guide's spider, crawling ``base_url`` instead of the port the guide serves the shop on."""
+    match = re.search(r"```python\n(import scrapy\n.*?)```", GUIDE.read_text(), re.DOTALL)
+    assert match, f"no spider (a python block starting with 'import scrapy') in {GUIDE}"
+    code = match.group(1)
+    assert code.count('"http://127.0.0.1:8000/"') == 1, "the guide's spider no longer starts at the demo shop"
+    return code.replace('"http://127.0.0.1:8000/"', f'"{base_url}/"') + SPIDER_TAIL
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -180,17 +179,17 @@ def test_wheel_in_a_fresh_venv_runs_a_two_node_crawl_of_a_startproject_project(v
     text = settings.read_text()
     assert "\nADDONS = {}\n" in text, "Scrapy's project template changed: it has no `ADDONS = {}` line"
     settings.write_text(text.replace("\nADDONS = {}\n", f"\n{ADDON_LINE}\n"))
-    (project / "shopcrawl" / "spiders" / "shop.py").write_text(SPIDER)
     if shutil.which("git"):
         _run(["git", "init", "-q", "."], cwd=project)
 
     shop = DemoShop(items=300)
     nodes: list[tuple[subprocess.Popen[bytes], object]] = []
     with serve(shop) as server:
+        (project / "shopcrawl" / "spiders" / "shop.py").write_text(guide_spider(server.url))
         try:
             for n in (1, 2):  # started together: one of them starts the embedded Redis, under its lock
-                cmd = [str(bin_ / "scrapy"), "crawl", "shop", "-a", f"base_url={server.url}",
-                       "-o", f"items{n}.jsonl", "-s", f"LOG_FILE=node{n}.log", "-s", "LOG_LEVEL=INFO"]  # fmt: skip
+                cmd = [str(bin_ / "scrapy"), "crawl", "shop", "-O", f"items{n}.jsonl", "-s", f"LOG_FILE=node{n}.log",
+                       "-s", "LOG_LEVEL=INFO"]  # fmt: skip
                 for key, value in FAST.items():
                     cmd += ["-s", f"{key}={value}"]
                 err = open(project / f"node{n}.err", "wb")  # noqa: SIM115 - closed below
@@ -231,6 +230,7 @@ def test_wheel_in_a_fresh_venv_runs_a_two_node_crawl_of_a_startproject_project(v
     assert sorted(i["url"].removeprefix(base) for i in items) == sorted(shop.item_paths())
     truth = shop.truth()
     assert all(i["name"] == truth[i["url"].removeprefix(base)]["name"] for i in items)
+    assert all(i["price"] == f"Price: {truth[i['url'].removeprefix(base)]['price']:.2f} USD" for i in items)
     # both nodes did real work: one crawl shared by two processes
     assert all((project / f"items{n}.jsonl").read_text().strip() for n in (1, 2))
 
