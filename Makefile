@@ -7,7 +7,7 @@ ITEMS  ?= 2000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help venv crawl test bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-all lint docs clean
+.PHONY: help venv crawl test bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-all lint docs docs-site clean
 
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
@@ -17,6 +17,7 @@ help:
 	@echo "             false positives / kill -9 side by side / DomainQueue pops with 10,000 domains /"
 	@echo "             one crawl on a 3-primary Redis Cluster, 1 vs 3 vs 6 shards / everything"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
+	@echo "make docs-site   build the documentation site from docs/ into site/ (mkdocs build --strict)"
 	@echo "make lint    ruff, and the import contracts between the package's rooms (lint-imports)"
 	@echo "make clean   stop the embedded Redis, remove .crawlplug/ and the venv"
 
@@ -69,6 +70,19 @@ lint: venv
 docs: venv
 	$(BIN)/python -m crawlplug.settingsdoc > docs/settings.md
 
+# The docs extra (MkDocs, Material theme) on top of the venv; its log joins install.log.
+$(BIN)/.installed-docs: $(BIN)/.installed
+	@echo "Installing the docs tools (MkDocs with the Material theme) into $(VENV)/"
+	@$(BIN)/python -m pip install -e '.[test,docs]' >> $(VENV)/install.log 2>&1 \
+	  || { tail -n 25 $(VENV)/install.log; echo "make: the install failed; the whole log is $(VENV)/install.log"; exit 1; }
+	@touch $@
+
+# --strict: a broken link or anchor, or a page left out of mkdocs.yml's nav, fails the build.
+# NO_MKDOCS_2_WARNING: Material prints a notice of its end of life (May 2027) on every build.
+docs-site: $(BIN)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	@echo "The documentation site is in site/: open site/index.html"
+
 clean:
 	-test -x $(BIN)/python && $(BIN)/python -c "import crawlplug.embedded as e; e.stop('.crawlplug')"
-	rm -rf .crawlplug $(VENV) *.egg-info
+	rm -rf .crawlplug $(VENV) *.egg-info site

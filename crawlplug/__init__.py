@@ -7,6 +7,11 @@ Turn it on in a Scrapy (>= 2.13) project with::
 
 from __future__ import annotations
 
+# The one place the version is written: setup.cfg reads it (attr:), `crawlplug --version`
+# prints it, a node's first log line names it. Set before the imports below, so that any
+# module they load can import it.
+__version__ = "0.1.0"
+
 from .addon import Addon
 from .errors import (
     ConfigError,
@@ -24,4 +29,3 @@ __all__ = [
     "RedisUnavailable",
     "SerializationError",
 ]
-__version__ = "0.1.0"

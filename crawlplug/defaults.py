@@ -49,7 +49,8 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     ),
     "CRAWLPLUG_EMBEDDED_DIR": (
         ".crawlplug",
-        "Directory of the embedded Redis (data, socket, log), relative to the project directory.",
+        "Directory of the embedded Redis (data, socket, log), relative to the project directory. "
+        "The directory crawlplug creates holds a .gitignore of '*', so git never lists it.",
     ),
     "CRAWLPLUG_REDIS_SERVER": (
         None,

@@ -6,6 +6,9 @@ so a restart loses at most a second of writes). The first process to need it
 starts it, under a file lock so that nodes started together start it once;
 the server is daemonized and outlives the process that started it, so any
 node may die without taking the crawl down. ``stop()`` shuts it down.
+
+The directory holds a ``.gitignore`` of ``*`` (as virtualenv tools write in a
+venv), so a project kept in git never shows ``.crawlplug/`` as untracked.
 """
 
 from __future__ import annotations
@@ -26,11 +29,15 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from . import __version__
+from .defaults import default
 from .errors import ConfigError, RedisUnavailable
 
 logger = logging.getLogger(__name__)
 
 _SOCKET_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
+_DEFAULT_DIR_NAME = Path(default("CRAWLPLUG_EMBEDDED_DIR")).name
+GITIGNORE = "# created by crawlplug: the embedded Redis's data, never committed\n*\n"
 
 
 def find_redis_server(explicit: str | None = None) -> str:
@@ -60,9 +67,28 @@ def socket_path(data_dir: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"crawlplug-{digest}.sock"
 
 
+def _make_dir(data_dir: Path) -> None:
+    """Create ``data_dir`` if needed, with a ``.gitignore`` that keeps all of it out of git.
+
+    The ``.gitignore`` is written into a directory crawlplug creates, or one named
+    ``.crawlplug`` (the default, so a project made before this release gets one too);
+    never into a directory of the user's own that ``CRAWLPLUG_EMBEDDED_DIR`` names,
+    where ``*`` would hide their files. One the user wrote is never replaced.
+    """
+    created = not data_dir.is_dir()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if not (created or data_dir.name == _DEFAULT_DIR_NAME):
+        return
+    try:
+        with open(data_dir / ".gitignore", "x", encoding="utf-8") as fh:
+            fh.write(GITIGNORE)
+    except FileExistsError:
+        pass
+
+
 @contextmanager
 def _locked(data_dir: Path) -> Iterator[None]:
-    data_dir.mkdir(parents=True, exist_ok=True)
+    _make_dir(data_dir)
     with open(data_dir / "lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -126,7 +152,8 @@ def ensure(data_dir: str | os.PathLike[str], server: str | None = None) -> str:
                     f"the embedded Redis did not answer on {sock}; see {data_dir / 'redis.log'}"
                 )
             time.sleep(0.05)
-        logger.info("Started the embedded Redis (%s), data in %s", binary, data_dir)
+        # a node's first line from crawlplug says which crawlplug it is, even when it is this one
+        logger.info("crawlplug %s: started the embedded Redis (%s), data in %s", __version__, binary, data_dir)
         return f"unix://{sock}"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 from pathlib import Path
@@ -328,6 +329,71 @@ def test_long_data_dir_puts_the_socket_in_tmp(data_dir):
         for proc in servers_in(deep):
             proc.kill()
     assert servers_in(deep) == []
+
+
+def git_untracked(repo: Path) -> list[str]:
+    """What `git status` lists as untracked in ``repo``, every file named (not folded into dirs)."""
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return sorted(line[3:] for line in out.splitlines() if line.startswith("?? "))
+
+
+@pytest.fixture
+def git_project(data_dir):
+    """A `git init` project (short path, under the data_dir fixture's cleanup) with one file of its own."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    subprocess.run(["git", "init", "-q", str(data_dir)], check=True)
+    (data_dir / "settings.py").write_text('ADDONS = {"crawlplug.Addon": 0}\n')
+    return data_dir
+
+
+def test_embedded_dir_never_shows_up_untracked_in_git(git_project):
+    data = git_project / ".crawlplug"
+    try:
+        url = embedded.ensure(data)
+        assert ping(url)
+        # the server wrote its files (pid, log, append-only file) next to the socket and lock
+        assert {"lock", "redis.pid", "redis.log"} <= {p.name for p in data.iterdir()}
+        assert (data / ".gitignore").read_text() == embedded.GITIGNORE
+    finally:
+        embedded.stop(data)
+    assert (data / "redis.log").exists(), "stop keeps the data"
+    # git sees the project's own file, and nothing of .crawlplug/ (not even the .gitignore)
+    assert git_untracked(git_project) == ["settings.py"]
+
+
+def test_gitignore_added_to_an_existing_crawlplug_dir_and_a_users_own_kept(git_project):
+    old = git_project / ".crawlplug"  # made by a crawlplug release that wrote no .gitignore
+    old.mkdir()
+    (old / "redis.log").write_text("old log\n")
+    assert git_untracked(git_project) == [".crawlplug/redis.log", "settings.py"]
+    try:
+        embedded.ensure(old)
+    finally:
+        embedded.stop(old)
+    assert git_untracked(git_project) == ["settings.py"]
+
+    mine = git_project / ".crawlplug" / ".gitignore"
+    mine.write_text("redis.log\n")  # the user's own rule is never replaced
+    try:
+        embedded.ensure(old)
+    finally:
+        embedded.stop(old)
+    assert mine.read_text() == "redis.log\n"
+
+
+def test_no_gitignore_in_a_users_own_existing_dir(git_project):
+    """CRAWLPLUG_EMBEDDED_DIR naming a directory of the user's: '*' there would hide their files."""
+    own = git_project / "state"
+    own.mkdir()
+    (own / "notes.txt").write_text("mine\n")
+    try:
+        embedded.ensure(own)
+    finally:
+        embedded.stop(own)
+    assert not (own / ".gitignore").exists()
+    assert "state/notes.txt" in git_untracked(git_project)
 
 
 def test_socket_paths_of_different_long_dirs_differ(tmp_path):

@@ -4,7 +4,7 @@ Needs Debian's chromium and chromium-driver (``apt-get install chromium
 chromium-driver``; .ci/run installs them) and selenium (test extra). Selenium
 is given the driver's path, so it never tries to download one. The screenshot
 is kept as tests/artifacts/dashboard.png; with CRAWLPLUG_UPDATE_SCREENSHOT=1 it
-also replaces docs/dashboard.png, the README's picture (a test run never
+also replaces docs/dashboard.png, the docs' picture (a test run never
 changes the repository otherwise).
 """
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import yaml
+
 from crawlplug.defaults import SETTINGS
 from crawlplug.settingsdoc import render
 
@@ -27,3 +29,32 @@ def test_every_setting_the_code_reads_is_documented():
 def test_readme_starts_with_the_two_commands():
     head = "\n".join((ROOT / "README.md").read_text().splitlines()[:15])
     assert "make crawl" in head and "make test" in head
+
+
+def _nav_pages(entries: list) -> list[str]:
+    pages = []
+    for entry in entries:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        pages.extend(_nav_pages(value) if isinstance(value, list) else [value])
+    return pages
+
+
+def test_every_docs_page_is_in_the_site_nav_and_every_nav_page_exists():
+    """What `mkdocs build --strict` checks in CI (make docs-site), checked here without MkDocs."""
+    # (a `!!python/name:` tag, as Material's emoji options use, is read as a plain string)
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text().replace("!!python/name:", ""))
+    nav = _nav_pages(config["nav"])
+    assert len(nav) == len(set(nav)), "a page is twice in the nav"
+    on_disk = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert set(nav) == on_disk, f"not in the nav: {sorted(on_disk - set(nav))}; missing: {sorted(set(nav) - on_disk)}"
+    assert {"getting-started.md", "tutorial.md", "settings.md", "architecture.md"} <= set(nav)
+
+
+def test_readme_links_lead_to_files():
+    """The README is read on GitHub and PyPI, outside the docs site that mkdocs checks."""
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if "://" not in t]
+    assert len(local) >= 15, local
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, missing
