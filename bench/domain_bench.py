@@ -32,8 +32,9 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RedisProc
 
+from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Domains, Frontier
+from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue, PriorityQueue
 
 PAYLOAD = b'{"v":1,"url":"https://%s/page/%d","callback":"parse_item"}'

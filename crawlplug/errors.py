@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import redis
 
@@ -69,6 +71,19 @@ class CorruptKey(CrawlplugError, redis.ResponseError):
 
 
 _CORRUPT = re.compile(r"CORRUPT crawl key (\S+) ")
+
+
+def checked_number(value: Any, what: str, conv: Callable[[Any], Any] = float, *, kind: str = "a number",
+                   negative: str = "must not be negative") -> Any:  # fmt: skip
+    """``value`` as a number (``conv``: float, int) of 0 or more, or a :class:`ConfigError` that
+    names ``what`` ("... must be <kind>, got ..." / "... <negative>, got ...")."""
+    try:
+        number = conv(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be {kind}, got {value!r}") from None
+    if number < 0:
+        raise ConfigError(f"{what} {negative}, got {value!r}")
+    return number
 
 
 def corrupt_key(exc: Exception) -> Exception:

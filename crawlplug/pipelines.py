@@ -54,6 +54,7 @@ from . import connection
 from .config import setting, warn_misspelt_settings
 from .errors import ConfigError, CrawlplugError, ItemError
 from .frontier.keys import CrawlKeys, crawl_keys
+from .frontier.store import text
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -351,16 +352,14 @@ def iter_items(client: redis.Redis, key: str, *, limit: int = 0, chunk: int = 10
             rows = client.xrange(key, start, "+", count=n)
             for _, fields in rows:
                 yield fields[field] if field in fields else json.dumps(
-                    {_text(k): _text(v) for k, v in fields.items()}, ensure_ascii=False
+                    {text(k): text(v) for k, v in fields.items()}, ensure_ascii=False
                 ).encode()
             if left is not None:
                 left -= len(rows)
             if len(rows) < n:
                 return
-            last = _text(rows[-1][0])
+            last = text(rows[-1][0])
             ms, _, seq = last.partition("-")
             start = f"{ms}-{int(seq) + 1}"
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value

@@ -19,7 +19,7 @@ from scrapy.utils.misc import load_object
 
 from .compat.names import SCRAPY_REDIS_QUEUES
 from .config import setting
-from .errors import ConfigError
+from .errors import ConfigError, checked_number
 
 
 class BaseQueue:
@@ -154,12 +154,7 @@ def _limit_value(delay: Any, concurrency: Any, what: str) -> str:
         if value is None:
             parts.append("-")
             continue
-        try:
-            number = conv(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name} for {what} must be a number, got {value!r}") from None
-        if number < 0:
-            raise ConfigError(f"{name} for {what} must not be negative, got {value!r}")
+        number = checked_number(value, f"{name} for {what}", conv)
         parts.append(str(round(number * 1000)) if name == "delay" else str(number))
     return " ".join(parts)
 

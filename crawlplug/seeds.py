@@ -34,6 +34,7 @@ import redis
 from . import starts
 from .errors import ConfigError
 from .frontier.keys import CrawlKeys
+from .frontier.store import redis_ms
 
 logger = logging.getLogger(__name__)
 
@@ -132,9 +133,6 @@ def make_seed(line: str, *, every: str | None = None, cron: str | None = None, t
     return Seed(entry=starts.to_line(entry), every=parse_every(every) if every else None, cron=cron, tz=tz)
 
 
-def _now_ms(client: redis.Redis) -> int:
-    sec, usec = client.time()
-    return sec * 1000 + usec // 1000
 
 
 class Seeds:
@@ -146,7 +144,7 @@ class Seeds:
 
     def add(self, seed: Seed, *, first_run_ms: int | None = None) -> Seed:
         """Store (or replace) a seed; its first run is now unless ``first_run_ms`` says otherwise."""
-        now = _now_ms(self.client)
+        now = redis_ms(self.client)
         seed.added = now
         first = first_run_ms if first_run_ms is not None else now
         pipe = self.client.pipeline(transaction=True)

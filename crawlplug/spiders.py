@@ -34,7 +34,7 @@ from twisted.internet.task import deferLater
 
 from . import starts
 from .config import setting
-from .errors import ConfigError, DecodeError
+from .errors import ConfigError, DecodeError, checked_number
 from .scheduler import enginehooks
 
 
@@ -127,13 +127,7 @@ def _idle_seconds(value: Any) -> float:
     """max_idle_time / MAX_IDLE_TIME_BEFORE_CLOSE as seconds (None: 0, a worker)."""
     if value is None:
         return 0
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"MAX_IDLE_TIME_BEFORE_CLOSE / max_idle_time must be seconds, got {value!r}") from None
-    if seconds < 0:
-        raise ConfigError(f"MAX_IDLE_TIME_BEFORE_CLOSE / max_idle_time must not be negative, got {value!r}")
-    return seconds
+    return checked_number(value, "MAX_IDLE_TIME_BEFORE_CLOSE / max_idle_time", kind="seconds")
 
 
 class RedisSpider(RedisMixin, Spider):

@@ -53,8 +53,9 @@ from . import connection
 from .config import setting
 from .errors import REDIS_ERRORS
 from .frontier.keys import CrawlKeys, crawl_keys
+from .frontier.results import process_node_id
 from .frontier.scripts import source
-from .frontier.single import process_node_id
+from .frontier.store import text
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -304,19 +305,17 @@ def _scrapy_redis_value(value: Any) -> str | int | float:
 _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)?")
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
 
 
 def crawl_stats(client: redis.Redis, keys: CrawlKeys) -> dict[str, Any]:
     """The crawl-wide stats, by name."""
     raw = client.hgetall(keys.crawlstats)
-    return {_text(k): decode(v) for k, v in sorted(raw.items())}
+    return {text(k): decode(v) for k, v in sorted(raw.items())}
 
 
 def stats_nodes(client: redis.Redis, keys: CrawlKeys) -> dict[str, int]:
     """Every node that wrote stats to the crawl -> its last flush (ms, Redis clock), oldest first."""
-    return {_text(n): int(s) for n, s in client.zrange(keys.statnodes, 0, -1, withscores=True)}
+    return {text(n): int(s) for n, s in client.zrange(keys.statnodes, 0, -1, withscores=True)}
 
 
 def node_stats(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, Any]]:
@@ -326,6 +325,6 @@ def node_stats(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, Any]
     for node in nodes:
         pipe.hgetall(keys.node_stats(node))
     return {
-        node: {_text(k): decode(v) for k, v in sorted(raw.items())}
+        node: {text(k): decode(v) for k, v in sorted(raw.items())}
         for node, raw in zip(nodes, pipe.execute())
     }

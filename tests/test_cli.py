@@ -17,9 +17,10 @@ from click.testing import CliRunner
 
 import crawlplug
 from crawlplug.cli import main
-from crawlplug.frontier import runs
+from crawlplug.frontier import registry
+from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Domains, Frontier
+from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 
 from .conftest import ROOT, RedisServer, free_port
@@ -186,7 +187,7 @@ def test_password_is_masked_in_status(tmp_path):
     try:
         redis.Redis(port=server.port).config_set("requirepass", "hunter2secret")
         url = f"redis://:hunter2secret@127.0.0.1:{server.port}/0"
-        runs.register(redis.Redis(port=server.port, password="hunter2secret"), CrawlKeys("x"))
+        registry.register(redis.Redis(port=server.port, password="hunter2secret"), CrawlKeys("x"))
         for args in (["status"], ["status", "--json"], ["dead", "list"], ["purge", "--yes"]):
             res = run(*args, "--redis-url", url, "--crawl", "x")
             assert res.exit_code == 0, res.output

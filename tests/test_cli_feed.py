@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from crawlplug import starts
 from crawlplug.cli import main
 from crawlplug.errors import DecodeError
-from crawlplug.frontier import runs
+from crawlplug.frontier import registry
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.seeds import Seeds, make_seed
@@ -208,14 +208,14 @@ def test_peek_shows_queued_requests_and_start_entries(redis_url, r):
 
 
 def test_peek_empty_crawl(redis_url, r):
-    runs.register(r, KEYS)  # a crawl that exists (a node or `push` started it) with nothing queued
+    registry.register(r, KEYS)  # a crawl that exists (a node or `push` started it) with nothing queued
     res = cli(redis_url, "peek")
     assert res.exit_code == 0
     assert res.stdout.strip() == "crawl 'feedtest': 0 queued, 0 start entries waiting"
 
 
 def test_a_command_naming_an_unknown_crawl_says_so_and_lists_the_known_ones(redis_url, r):
-    runs.register(r, CrawlKeys("shop"))
+    registry.register(r, CrawlKeys("shop"))
     Frontier(r, CrawlKeys("books")).push_starts(["http://example.com/"])  # from before the registry
     res = cli(redis_url, "peek")
     assert res.exit_code == 1
@@ -231,7 +231,7 @@ def test_a_command_naming_an_unknown_crawl_says_so_and_lists_the_known_ones(redi
     res = cli(redis_url, "push", "http://example.com/x")
     assert res.exit_code == 0, res.output
     assert "crawl 'feedtest' is new: created it" in res.stdout
-    assert "feedtest" in runs.known_crawls(r)
+    assert "feedtest" in registry.known_crawls(r)
     res = cli(redis_url, "push", "http://example.com/y")
     assert "is new" not in res.stdout, "said once"
 

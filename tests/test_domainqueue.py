@@ -12,8 +12,9 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from crawlplug.errors import ConfigError
+from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Domains, Frontier, effective_limits
+from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue, domain_limits, registered_domain
 
 K = CrawlKeys("dq")
@@ -196,13 +197,22 @@ def test_operator_overrides_take_effect_at_once_and_win_over_settings(frontier, 
     assert frontier.pop(5) == []
 
 
-def test_limit_precedence_matches_the_python_view():
-    conf = {"s:*": "100 4", "r:a": "2000 -", "s:b": "0 -", "o:c": "- 1", "o:*": "300 -"}
-    assert effective_limits(conf, "a") == (2000, 4)  # robots lengthens the default delay
-    assert effective_limits(conf, "b") == (0, 4)  # an explicit per-domain setting wins over robots
-    assert effective_limits(conf, "c") == (300, 1)
-    assert effective_limits(conf, "z") == (300, 4)
-    assert effective_limits({}, "z") == (0, 0)
+def effective_limits(frontier: Frontier, domains: Domains, domain: str) -> tuple[float, int]:
+    """(delay ms, concurrency) in force for ``domain``, as the operators' table shows them:
+    read by lua/domaintable.lua with lua/domains.lua's own rule (no copy of it in Python)."""
+    admit(frontier, domain, [f"limits-{domain}"])
+    row = next(row for row in domains.table(100) if row["domain"] == domain)
+    return round(row["delay"] * 1000), row["concurrency"]
+
+
+def test_limit_precedence_shown_is_the_rule_the_queue_applies(r, frontier, domains):
+    domains.configure({"s:*": "100 4", "r:a": "2000 -", "s:b": "0 -", "o:c": "- 1", "o:*": "300 -"})
+    assert effective_limits(frontier, domains, "a") == (2000, 4)  # robots lengthens the default delay
+    assert effective_limits(frontier, domains, "b") == (0, 4)  # an explicit per-domain setting wins over robots
+    assert effective_limits(frontier, domains, "c") == (300, 1)
+    assert effective_limits(frontier, domains, "z") == (300, 4)
+    keys = CrawlKeys("limits-unset")
+    assert effective_limits(Frontier(r, keys, queue=DomainQueue()), Domains(r, keys), "z") == (0, 0)
 
 
 def test_robots_crawl_delay_lengthens_the_default_on_redis(frontier, domains):

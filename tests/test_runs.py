@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from crawlplug.cli import main
 from crawlplug.errors import StaleEpoch
-from crawlplug.frontier import runs
+from crawlplug.frontier import registry, runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 
@@ -307,7 +307,7 @@ def test_dead_letters_of_an_earlier_run_are_kept_under_it(crawl, make_shop, redi
     client = redis.Redis.from_url(redis_url)
     settings = {"REDIS_URL": redis_url, **FAST}
     Frontier(client, SHOP).push_starts(["ftp://not-crawlable.example/"])  # dead-lettered by the node
-    runs.register(client, SHOP)
+    registry.register(client, SHOP)
     _wait_ok(crawl(args={"base_url": shop.url}, settings=settings))
     assert cli(redis_url, "dead", "list", "--crawl", "shop").output.startswith("1 dead letters in crawl 'shop'")
     _wait_ok(crawl(args={"base_url": shop.url}, settings=settings))
@@ -325,7 +325,7 @@ def test_a_crawl_from_before_runs_existed(crawl, make_shop, redis_url):
     client = redis.Redis.from_url(redis_url)
     settings = {"REDIS_URL": redis_url, **FAST}
     _wait_ok(crawl(args={"base_url": shop.url}, settings=settings))
-    client.delete(SHOP.run, SHOP.runs, SHOP.epoch, runs.registry_key())  # as an older version left it
+    client.delete(SHOP.run, SHOP.runs, SHOP.epoch, registry.registry_key())  # as an older version left it
     before = Counter(shop.hits)
     node = crawl(args={"base_url": shop.url}, settings=settings)
     _wait_ok(node)
@@ -336,12 +336,12 @@ def test_a_crawl_from_before_runs_existed(crawl, make_shop, redis_url):
 @pytest.mark.parametrize("cmd", ["purge"])
 def test_purge_prompt_says_what_happens_to_live_nodes(redis_url, r, cmd):
     keys = CrawlKeys("prompted")
-    runs.register(r, keys)
+    registry.register(r, keys)
     r.zadd(keys.nodes, {"host:1:abc": 10**15})  # a live node (deadline far ahead)
     res = cli(redis_url, cmd, "--crawl", "prompted", input="n\n")
     assert res.exit_code == 1 and "Nothing deleted" in res.output
     assert "1 node is live: each drops what it holds of this crawl" in res.output
-    assert runs.exists(r, keys)
+    assert registry.exists(r, keys)
 
 
 def test_the_crawl_cli_says_nothing_false_when_redis_lacks_the_crawl(redis_url):

@@ -4,6 +4,7 @@ their settings."""
 
 from __future__ import annotations
 
+import ast
 import configparser
 import inspect
 import pkgutil
@@ -106,3 +107,15 @@ def test_the_interface_declares_its_attributes():
     for field in _FIELDS:
         assert field in sharded or f"self.{field} =" in inspect.getsource(ShardedFrontier.__init__), field
         assert f"self.{field} =" in source or hasattr(Frontier, field), field
+
+
+def test_a_long_module_says_why_it_is_long():
+    """A module of more than about 400 lines carries a reason ("Its size: ...") in its docstring."""
+    long = []
+    for path in sorted((ROOT / "crawlplug").rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        if source.count("\n") > 420:
+            doc = ast.get_docstring(ast.parse(source)) or ""
+            if "Its size:" not in doc:
+                long.append(f"{path.relative_to(ROOT)} ({source.count(chr(10))} lines)")
+    assert not long, f"long modules that do not say why: {long}"

@@ -29,8 +29,9 @@ from scrapy.utils.test import get_crawler
 
 from crawlplug.cli import main
 from crawlplug.dupefilters import ExpiringDupeFilter, RedisBloomDupeFilter
+from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Domains, Frontier
+from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.store import rank_of
 from crawlplug.frontier.transfer import TransferError, export_crawl, import_crawl
 from crawlplug.queues import DomainQueue

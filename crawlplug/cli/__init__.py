@@ -24,19 +24,7 @@ registers every command module on it.
 
 from __future__ import annotations
 
-from . import (
-    crawls,
-    dead,
-    domains,
-    embedded,
-    feed,
-    items,
-    migrate,
-    sites,
-    status,
-    transfer,
-    web,
-)
+from . import crawls, dead, domains, embedded, feed, items, migrate, sites, status, transfer, web
 from .common import main
 
 __all__ = ["main"]

@@ -17,7 +17,7 @@ import redis
 
 from .. import __version__, connection, embedded
 from ..errors import CrawlplugError
-from ..frontier import runs
+from ..frontier import registry
 from ..frontier.keys import CrawlKeys
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -162,16 +162,16 @@ def connect(opts: Options) -> Target:
             keys = CrawlKeys(opts.crawl)
         except ValueError as exc:
             fail(str(exc))
-        if not runs.exists(target.client, keys):
-            fail(runs.unknown_crawl_message(target.client, keys))
+        if not registry.exists(target.client, keys):
+            fail(registry.unknown_crawl_message(target.client, keys))
     return target
 
 
 def create_if_new(target: Target, keys: CrawlKeys) -> bool:
     """A command that writes into a crawl that does not exist creates it (True), and says so."""
-    if runs.exists(target.client, keys):
+    if registry.exists(target.client, keys):
         return False
-    runs.register(target.client, keys)
+    registry.register(target.client, keys)
     return True
 
 

@@ -16,15 +16,8 @@ import click
 from ..errors import ConfigError
 from ..frontier import runs
 from ..frontier.keys import CrawlKeys
-from .common import (
-    connect,
-    fail,
-    friendly_errors,
-    main,
-    options,
-    shared_options,
-    when,
-)
+from ..frontier.store import redis_ms
+from .common import connect, fail, friendly_errors, main, options, shared_options, when
 
 
 def _ago(ms: int | None, now_ms: int) -> str:
@@ -66,8 +59,7 @@ def crawls(ctx: click.Context, redis_url: str | None, crawl: str | None, as_json
     if not rows:
         click.echo("  (none yet: a node of a spider, or `crawlplug push --crawl NAME URL`, starts one)")
         return
-    sec, usec = target.client.time()
-    now = sec * 1000 + usec // 1000
+    now = redis_ms(target.client)
     width = max(len(r["crawl"]) for r in rows)
     click.echo(f"  {'crawl'.ljust(width)}  {'run':>4}  {'state':<11}  {'queued':>8}  {'in flight':>9}  "
                f"{'done':>8}  {'nodes':>5}  last activity")  # fmt: skip

@@ -7,15 +7,7 @@ import json
 import click
 
 from ..ops import dead as dead_letters
-from .common import (
-    connect,
-    crawl_keys,
-    friendly_errors,
-    main,
-    options,
-    shared_options,
-    when,
-)  # fmt: skip
+from .common import connect, crawl_keys, friendly_errors, main, options, shared_options, when
 
 
 @main.group()

@@ -8,12 +8,7 @@ import click
 import redis
 
 from .. import embedded
-from .common import (
-    embedded_dir,
-    fail,
-    friendly_errors,
-    main,
-)  # fmt: skip
+from .common import embedded_dir, fail, friendly_errors, main
 
 
 @main.group("embedded")

@@ -14,6 +14,7 @@ import click
 from .. import starts
 from ..errors import ConfigError, DecodeError
 from ..frontier import open_frontier, views
+from ..frontier.store import redis_ms
 from ..seeds import Seeds, make_seed
 from .common import (
     connect,
@@ -186,8 +187,7 @@ def seeds_add(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], e
     for seed in made:
         first = None
         if not run_now:
-            sec, usec = target.client.time()
-            first = seed.next_after(sec * 1000 + usec // 1000)
+            first = seed.next_after(redis_ms(target.client))
         book.add(seed, first_run_ms=first)
         click.echo(f"seed {seed.id}: {starts_url(seed.entry)} ({seed.schedule()}), "
                    f"first run {_utc(first) if first else 'now'}")  # fmt: skip

@@ -17,16 +17,7 @@ from typing import BinaryIO
 import click
 
 from ..pipelines import count_items, iter_items
-from .common import (
-    Target,
-    connect,
-    crawl_keys,
-    fail,
-    friendly_errors,
-    main,
-    options,
-    shared_options,
-)
+from .common import Target, connect, crawl_keys, fail, friendly_errors, main, options, shared_options
 
 _KEY_HELP = "Read this Redis key instead of the crawl's items key (when CRAWLPLUG_ITEMS_KEY is set)."
 

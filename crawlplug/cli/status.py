@@ -8,22 +8,13 @@ from typing import Any
 
 import click
 
-from ..frontier import runs
+from ..frontier import registry, runs
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_frontier
+from ..frontier.store import redis_ms
 from ..ops import status as crawl_status
 from ..sites import outcomes
-from .common import (
-    Target,
-    connect,
-    crawl_keys,
-    friendly_errors,
-    main,
-    options,
-    shared_options,
-    table,
-    when,
-)  # fmt: skip
+from .common import Target, connect, crawl_keys, friendly_errors, main, options, shared_options, table, when
 
 
 def _node_line(node: dict[str, Any]) -> str:
@@ -57,8 +48,8 @@ def _status_report(target: Target, keys: CrawlKeys) -> dict[str, Any]:
         "sites": outcomes.outcomes(snap["scrapy_stats"]),
         "live_nodes": snap["live_nodes"],
         "nodes": snap["nodes"],
-        "exists": (exists := runs.exists(target.client, keys)),
-        "known_crawls": None if exists else runs.known_crawls(target.client, keys.prefix),
+        "exists": (exists := registry.exists(target.client, keys)),
+        "known_crawls": None if exists else registry.known_crawls(target.client, keys.prefix),
     }  # fmt: skip
 
 
@@ -233,6 +224,5 @@ def purge(redis_url: str | None, crawl: str | None, yes: bool) -> None:
 
 
 def _alive(target: Target, deadlines: dict[str, int]) -> list[str]:
-    secs, micros = target.client.time()
-    now_ms = secs * 1000 + micros // 1000
+    now_ms = redis_ms(target.client)
     return [n for n, deadline in deadlines.items() if deadline > now_ms]

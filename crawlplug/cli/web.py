@@ -9,15 +9,7 @@ import socket
 
 import click
 
-from .common import (
-    connect,
-    crawl_keys,
-    fail,
-    friendly_errors,
-    main,
-    options,
-    shared_options,
-)
+from .common import connect, crawl_keys, fail, friendly_errors, main, options, shared_options
 
 TOKEN_ENVVAR = "CRAWLPLUG_DASHBOARD_TOKEN"
 #: Environment variable: more hosts the dashboard answers (comma- or space-separated), as --allow-host.

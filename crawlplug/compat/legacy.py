@@ -48,6 +48,7 @@ from w3lib.url import canonicalize_url
 
 from ..dupefilters import RedisBloomDupeFilter, RedisSetDupeFilter
 from ..errors import ConfigError
+from ..frontier.store import text
 
 if TYPE_CHECKING:
     import redis
@@ -200,7 +201,7 @@ def read_packed(client: redis.Redis, keys: CrawlKeys) -> bytes:
 
 
 def read_meta(client: redis.Redis, keys: CrawlKeys) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in client.hgetall(meta_key(keys)).items()}
+    return {text(k): text(v) for k, v in client.hgetall(meta_key(keys)).items()}
 
 
 def load(client: redis.Redis, keys: CrawlKeys) -> ScrapyRedisFingerprints | None:
@@ -264,8 +265,6 @@ def merge(client: redis.Redis, keys: CrawlKeys, values: Iterable[int], function:
     return len(packed) // PREFIX_BYTES
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 # -- the dupefilters ------------------------------------------------------------------------

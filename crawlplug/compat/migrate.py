@@ -34,6 +34,10 @@ it stays in the backup key. A dry run reads and checks everything (unpickling
 included) and writes nothing. Running the migration twice admits nothing
 twice (requests are deduplicated by their new fingerprint), except requests
 with ``dont_filter``.
+
+Its size: one migration, read from scrapy-redis's keys and written through the frontier
+in batches, with the inventory and report that say what was carried over; each piece is
+used only here.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, checked_number
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -73,13 +73,7 @@ def scrapy_redis_value(settings: BaseSettings, name: str) -> Any:
 
 
 def _seconds(raw: Any, name: str) -> float:
-    try:
-        seconds = float(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if seconds < 0:
-        raise ConfigError(f"{name} must not be negative, got {raw!r}")
-    return seconds
+    return checked_number(raw, name, kind="a number of seconds")
 
 
 def _queue_path(raw: Any) -> Any:

@@ -29,13 +29,11 @@ import html
 import logging
 import random
 import re
-import signal
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from .shop import ShopServer
+from .shop import ShopServer, serve_until_stopped
 
 __all__ = ["DemoCars", "main", "serve"]
 
@@ -267,22 +265,10 @@ def main(argv: list[str] | None = None) -> int:
         cars = DemoCars(brands=args.brands, per_page=args.per_page, seed=args.seed, delay=args.delay)
     except ValueError as exc:
         parser.error(str(exc))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    try:
-        server = serve(cars, args.host, args.port)
-    except OSError as exc:
-        print(f"demo cars: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
-    try:
-        print(f"Demo cars ({cars.models} models, {len(cars.crawl_paths())} pages to crawl) serving at {server.url}",
-              flush=True)  # fmt: skip
-        while not stop.wait(0.5):
-            pass
-    finally:
-        server.stop()
-    return 0
+    return serve_until_stopped(
+        lambda: serve(cars, args.host, args.port), "demo cars", args.host, args.port,
+        lambda server: f"Demo cars ({cars.models} models, {len(cars.crawl_paths())} pages to crawl) serving at {server.url}",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ failed), 2 the global ``--timeout`` expired, 130 interrupted by Ctrl-C.
 Logs and items of each run stay in ``.crawlplug/demo-runs/<timestamp>/``
 (``--out`` picks another directory); the 10 most recent runs are kept, older
 ones are deleted unless ``--keep`` is given.
+
+Its size: the demo's runner is one script (start Redis, the shop, the nodes, the
+dashboard; watch; report); it is out of the core path and nothing imports it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from ..defaults import default
 from ..errors import CrawlplugError
 from ..frontier import CrawlFrontier, open_frontier
 from ..frontier.keys import CrawlKeys
+from ..frontier.store import redis_ms
 from ..ops import status
 from .shop import DemoShop, ShopServer, serve
 
@@ -152,8 +156,7 @@ def connect_frontier(url: str, is_embedded: bool) -> CrawlFrontier:
 
 def _live_nodes(frontier: CrawlFrontier) -> list[tuple[str, float]]:
     """(node id, seconds until its heartbeat expires) of nodes registered as live."""
-    secs, micros = frontier.client.time()
-    now_ms = secs * 1000 + micros // 1000
+    now_ms = redis_ms(frontier.client)
     return [(n, (d - now_ms) / 1000) for n, d in frontier.status()["nodes"].items() if d > now_ms]
 
 

@@ -18,6 +18,9 @@ List pages carry a nav bar (home + every category) and item pages carry
 ``related`` links to other items, so a crawler meets many duplicate links.
 
 Run it stand-alone with ``python -m crawlplug.demo.shop --port 8000``.
+
+Its size: a whole web shop (catalogue, pages, sitemaps, robots.txt, its HTTP server)
+made to be crawled; out of the core path, nothing but the demo and the tests use it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -553,6 +557,29 @@ def _write_port_file(path: str, port: int) -> None:
     os.replace(tmp, path)
 
 
+def serve_until_stopped(start: Callable[[], ShopServer], name: str, host: str, port: int,
+                        banner: Callable[[ShopServer], str], port_file: str | None = None) -> int:  # fmt: skip
+    """Serve what ``start()`` serves (on host:port) until SIGTERM or SIGINT, for the demo
+    sites' command lines: 0, or 1 when the port cannot be had."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        server = start()
+    except OSError as exc:
+        print(f"{name}: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if port_file:
+            _write_port_file(port_file, server.port)
+        print(banner(server), flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point: serve until SIGTERM or SIGINT."""
     parser = argparse.ArgumentParser(
@@ -587,31 +614,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
 
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-
-    try:
-        server = serve(shop, args.host, args.port)
-    except OSError as exc:
-        print(f"demo shop: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
-    try:
-        if args.port_file:
-            _write_port_file(args.port_file, server.port)
-        print(
-            f"Demo shop ({shop.items} items, {len(shop.paths())} pages) serving at {server.url}",
-            flush=True,
-        )
-        while not stop.wait(0.5):
-            pass
-    finally:
-        server.stop()
-    return 0
+    return serve_until_stopped(
+        lambda: serve(shop, args.host, args.port), "demo shop", args.host, args.port,
+        lambda server: f"Demo shop ({shop.items} items, {len(shop.paths())} pages) serving at {server.url}",
+        args.port_file,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@ schedule, runs), knowing nothing of Scrapy's engine."""
 
 from __future__ import annotations
 
+from .domains import Domains
 from .interface import CrawlFrontier
+from .results import Admission, AdmitResult, DeadLetter, Leased
 from .sharded import ShardedFrontier, open_frontier
-from .single import Admission, AdmitResult, DeadLetter, Domains, Frontier, Leased
+from .single import Frontier
 
 __all__ = ["Admission", "AdmitResult", "CrawlFrontier", "DeadLetter", "Domains", "Frontier", "Leased", "ShardedFrontier", "open_frontier"]

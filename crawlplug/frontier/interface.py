@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from ..queues import BaseQueue
     from .dedup import Dedup
     from .keys import CrawlKeys
-    from .single import Admission, AdmitResult, DeadLetter, Frontier, Leased
+    from .results import Admission, AdmitResult, DeadLetter, Leased
+    from .single import Frontier
 
 
 @runtime_checkable

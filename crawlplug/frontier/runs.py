@@ -27,6 +27,10 @@ Every script a node sends carries the epoch it joined, and a script of another
 epoch refuses the call whole (``lua/epoch.lua``): a live node of the old state
 learns so at its next call, drops its caches and in-flight work, and joins
 again (the Scheduler's ``_rejoin``).
+
+Its size: a run's whole life (join, begin, finish, reset, read) around the ``run`` hash
+it shares; each step is a few lines around one script (lua/join.lua, runstart.lua,
+finish.lua), and the registry of crawls is crawlplug.frontier.registry.
 """
 
 from __future__ import annotations
@@ -42,9 +46,11 @@ from typing import Any
 import redis
 
 from ..errors import ConfigError, RunEnded, StaleEpoch
+from . import registry
 from .keys import CrawlKeys
 from .layout import parts
 from .scripts import Scripts
+from .store import json_record, redis_ms, text
 
 logger = logging.getLogger(__name__)
 
@@ -67,9 +73,6 @@ DEDUP_PREFIXES = ("bloom:", "seen:")
 NODE_PREFIX = "node:"
 
 
-def registry_key(prefix: str = "crawlplug") -> str:
-    """The hash naming every crawl started on this Redis: crawl -> JSON {created (ms)}."""
-    return f"{prefix}:crawls"
 
 
 @dataclass
@@ -104,15 +107,6 @@ class RunView:
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "state": self.state, "started": self.started, "ended": self.ended,
                 "reason": self.reason, "by": self.by, "epoch": self.epoch, "incremental": self.incremental}  # fmt: skip
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _now_ms(client: redis.Redis) -> int:
-    sec, usec = client.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 def part_keys(client: redis.Redis, keys: CrawlKeys) -> list[CrawlKeys]:
@@ -174,33 +168,33 @@ def join(
             args=[node_id, ttl_ms, begin_as, "1" if incremental else "0", BEGIN_GRACE_MS, "1" if worker else "0",
                   _shard_work(client, parts), "1" if _holds_state(client, parts) else "0", new_token()],
         )  # fmt: skip
-        action, run_id, epoch, detail = _text(raw[0]), int(raw[1]), _text(raw[2]), raw[4]
+        action, run_id, epoch, detail = text(raw[0]), int(raw[1]), text(raw[2]), raw[4]
         if action in ("join", "resume"):
             _adopt_epoch(client, parts, epoch)
-            register(client, keys)
+            registry.register(client, keys)
             return Joined(action, run_id, epoch, live_nodes=int(detail), incremental=incremental,
-                          waited=time.monotonic() - started, at_ms=_now_ms(client))  # fmt: skip
+                          waited=time.monotonic() - started, at_ms=redis_ms(client))  # fmt: skip
         if action == "ended":
-            raise RunEnded(ended_message(keys, run_id, _text(raw[3]), _summary(detail)), _text(raw[3]))
+            raise RunEnded(ended_message(keys, run_id, text(raw[3]), json_record(detail)), text(raw[3]))
         if action == "wait":
             if time.monotonic() - started > timeout:
                 raise ConfigError(
-                    f"crawl {keys.crawl!r}: node {_text(detail)} has been beginning run {run_id} for "
+                    f"crawl {keys.crawl!r}: node {text(detail)} has been beginning run {run_id} for "
                     f"{timeout:.0f}s; try again, or reset the crawl (`crawlplug purge`)"
                 )
             time.sleep(0.2)
             continue
         # "begin": this node clears what the last run left behind, then the run runs
-        previous = _summary(detail)
+        previous = json_record(detail)
         cleared = begin(client, keys, parts, epoch=epoch, previous=previous, incremental=incremental,
                         flush=begin_as == "new")  # fmt: skip
         started_raw = scripts.runstart(keys=[k.run, k.nodes, k.producers], args=[node_id, epoch, ttl_ms])
-        if _text(started_raw[0]) != "running":
+        if text(started_raw[0]) != "running":
             begin_as = "auto"  # another node took the beginning over, or the crawl was reset: again
             continue
-        register(client, keys)
+        registry.register(client, keys)
         return Joined("new", run_id, epoch, previous=previous, cleared=cleared, incremental=incremental,
-                      waited=time.monotonic() - started, at_ms=_now_ms(client))  # fmt: skip
+                      waited=time.monotonic() - started, at_ms=redis_ms(client))  # fmt: skip
 
 
 def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Joined,
@@ -220,15 +214,13 @@ def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Jo
 
 def vanished(client: redis.Redis, keys: CrawlKeys, since_ms: int) -> bool:
     """Whether the crawl's state is gone from Redis with no purge since ``since_ms``."""
-    entry = _registry_entry(client, keys)
-    purged = entry.get("purged_at") if entry else None
-    return not (isinstance(purged, int) and purged >= since_ms)
+    return not registry.purged_since(client, keys, since_ms)
 
 
 def mark_lost(client: redis.Redis, keys: CrawlKeys, node_id: str) -> None:
     """Record that Redis lost the crawl's data (seen by ``node_id``): lua/idle.lua and the
     heartbeat report it, and the crawl does not read as finished until `crawlplug resume`."""
-    entry = json.dumps({"node": node_id, "at": _now_ms(client)}, separators=(",", ":"))
+    entry = json.dumps({"node": node_id, "at": redis_ms(client)}, separators=(",", ":"))
     client.hsetnx(keys.control, "lost", entry)
 
 
@@ -246,17 +238,6 @@ def _adopt_epoch(client: redis.Redis, parts: Sequence[CrawlKeys], epoch: str) ->
     for part in parts[1:]:
         pipe.set(part.epoch, epoch, nx=True)
     pipe.execute()
-
-
-def _summary(detail: Any) -> dict[str, Any] | None:
-    text = _text(detail) if detail is not None else ""
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {"raw": text}
-    return value if isinstance(value, dict) else None
 
 
 def begin(
@@ -290,7 +271,7 @@ def begin(
         doomed: list[str] = []
         dead_to: str | None = None
         for raw in client.scan_iter(match=part.pattern(), count=1000):
-            key = _text(raw)
+            key = text(raw)
             name = key[len(part.tag) + 1:]
             run_state = name in RUN_STATE_NAMES or name.startswith(NODE_PREFIX)
             dedup = name in DEDUP_NAMES or name.startswith(DEDUP_PREFIXES)
@@ -327,7 +308,7 @@ def totals(client: redis.Redis, parts: Sequence[CrawlKeys]) -> dict[str, int]:
     raw = pipe.execute()
     out = {"pages": 0, "enqueued": 0, "filtered": 0, "redelivered": 0, "dead": 0, "items": 0, "errors": 0}
     for i in range(0, len(raw), 2):
-        stats = {_text(a): int(b) for a, b in raw[i].items() if _text(b).lstrip("-").isdigit()}
+        stats = {text(a): int(b) for a, b in raw[i].items() if text(b).lstrip("-").isdigit()}
         out["pages"] += stats.get("acked", 0)
         for name in ("enqueued", "filtered", "redelivered", "items", "errors"):
             out[name] += stats.get(name, 0)
@@ -357,7 +338,7 @@ def finish(
         keys=[k.run, k.runs, k.producers, k.queue, k.dq, k.leases, k.start_urls, k.epoch],
         args=[node_id, run_id, reason, json.dumps(summary, separators=(",", ":")), str(epoch)],
     )
-    state = _text(raw[0])
+    state = text(raw[0])
     return state, (int(raw[1]) if len(raw) > 1 else None)
 
 
@@ -365,7 +346,7 @@ def finish(
 
 
 def record(client: redis.Redis, keys: CrawlKeys) -> dict[str, str]:
-    return {_text(a): _text(b) for a, b in client.hgetall(keys.run).items()}
+    return {text(a): text(b) for a, b in client.hgetall(keys.run).items()}
 
 
 def _int(value: Any) -> int | None:
@@ -383,7 +364,7 @@ def view(client: redis.Redis, keys: CrawlKeys, *, live_nodes: int | None = None,
     state = raw.get("state", "?")
     if state == "running":
         if live_nodes is None:
-            live_nodes = int(client.zcount(keys.nodes, f"({_now_ms(client)}", "+inf"))
+            live_nodes = int(client.zcount(keys.nodes, f"({redis_ms(client)}", "+inf"))
         if work is None:
             work = _work(client, part_keys(client, keys))
         if live_nodes == 0 and work > 0:
@@ -409,8 +390,8 @@ def history(client: redis.Redis, keys: CrawlKeys) -> list[dict[str, Any]]:
     has not ended (with its totals so far)."""
     out: list[dict[str, Any]] = []
     for raw_id, raw in client.hgetall(keys.runs).items():
-        summary = _summary(raw) or {}
-        summary.setdefault("id", _int(_text(raw_id)))
+        summary = json_record(raw) or {}
+        summary.setdefault("id", _int(text(raw_id)))
         out.append(summary)
     out.sort(key=lambda s: s.get("id") or 0)
     current = view(client, keys)
@@ -447,12 +428,10 @@ def purge(client: redis.Redis, keys: CrawlKeys) -> int:
     call and joins the crawl afresh. Returns how many keys were deleted."""
     # the epochs first: from this moment no node of the old state writes anything; the
     # registry says it was a purge (a node refused by its epoch tells it from data lost)
-    entry = _registry_entry(client, keys) or {}
-    entry["purged_at"] = _now_ms(client)
-    client.hset(registry_key(keys.prefix), keys.crawl, json.dumps(entry, separators=(",", ":")))
+    registry.mark_purged(client, keys)
     deleted = int(client.unlink(*[k.epoch for k in part_keys(client, keys)]))
     names = [
-        _text(x) for pattern in (keys.pattern(), keys.shards_pattern())
+        text(x) for pattern in (keys.pattern(), keys.shards_pattern())
         for x in client.scan_iter(match=pattern, count=1000)
     ]  # fmt: skip
     for i in range(0, len(names), 500):
@@ -474,73 +453,14 @@ def new_epoch(client: redis.Redis, keys: CrawlKeys) -> str:
     return epoch
 
 
-# -- the registry of crawls --------------------------------------------------------
-
-
-def _registry_entry(client: redis.Redis, keys: CrawlKeys) -> dict[str, Any] | None:
-    raw = client.hget(registry_key(keys.prefix), keys.crawl)
-    return _summary(raw) if raw is not None else None
-
-
-def _registered(entry: dict[str, Any] | None) -> bool:
-    """A registry entry names a crawl unless it was purged since it was created."""
-    if entry is None:
-        return False
-    created, purged = entry.get("created"), entry.get("purged_at")
-    return not isinstance(purged, int) or (isinstance(created, int) and created > purged)
-
-
-def register(client: redis.Redis, keys: CrawlKeys) -> bool:
-    """Record the crawl in the Redis's registry (True if it was not there, or purged since).
-    The time of its last purge stays: a node refused by its epoch tells a purge by it."""
-    entry = _registry_entry(client, keys)
-    if _registered(entry):
-        return False
-    fresh = {"created": _now_ms(client)}
-    if entry is None:
-        return bool(client.hsetnx(registry_key(keys.prefix), keys.crawl, json.dumps(fresh)))
-    fresh["purged_at"] = entry.get("purged_at")
-    client.hset(registry_key(keys.prefix), keys.crawl, json.dumps(fresh, separators=(",", ":")))
-    return True
-
-
-def _scan_crawls(client: redis.Redis, prefix: str) -> set[str]:
-    """Crawl names found in key names (``<prefix>:{<crawl>}:...``, shards' tags mapped to their crawl)."""
-    found: set[str] = set()
-    head = f"{prefix}:{{"
-    for raw in client.scan_iter(match=f"{prefix}:{{*}}:*", count=1000):
-        key = _text(raw)
-        if not key.startswith(head):
-            continue
-        crawl = key[len(head):].split("}", 1)[0].split("#", 1)[0]
-        if crawl:
-            found.add(crawl)
-    return found
-
-
-def known_crawls(client: redis.Redis, prefix: str = "crawlplug") -> list[str]:
-    """Every crawl on this Redis: the registry, plus a scan for crawls made before it existed."""
-    names = {_text(n) for n, raw in client.hgetall(registry_key(prefix)).items() if _registered(_summary(raw))}
-    names |= _scan_crawls(client, prefix)
-    return sorted(names)
-
-
-def exists(client: redis.Redis, keys: CrawlKeys) -> bool:
-    """Whether the crawl is registered (and not purged since) or has any key on this Redis."""
-    if _registered(_registry_entry(client, keys)):
-        return True
-    for pattern in (keys.pattern(), keys.shards_pattern()):
-        for _ in client.scan_iter(match=pattern, count=1000):
-            return True
-    return False
-
+# -- the crawls on this Redis ---------------------------------------------------------
 
 def crawl_rows(client: redis.Redis, prefix: str = "crawlplug", names: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """One row per crawl: name, current run and its state, queued, in flight, done,
     live nodes, last activity (ms, Redis clock)."""
-    now = _now_ms(client)
+    now = redis_ms(client)
     rows = []
-    for crawl in (known_crawls(client, prefix) if names is None else names):
+    for crawl in (registry.known_crawls(client, prefix) if names is None else names):
         keys = CrawlKeys(crawl, prefix)
         parts = part_keys(client, keys)
         pipe = client.pipeline(transaction=False)
@@ -570,9 +490,3 @@ def crawl_rows(client: redis.Redis, prefix: str = "crawlplug", names: Iterable[s
             "last_activity": max(activity) if activity else None,
         })  # fmt: skip
     return rows
-
-
-def unknown_crawl_message(client: redis.Redis, keys: CrawlKeys) -> str:
-    known = known_crawls(client, keys.prefix)
-    listed = ", ".join(repr(c) for c in known) if known else "none"
-    return f"no crawl {keys.crawl!r} on this Redis; known crawls: {listed} (`crawlplug crawls`)"

@@ -18,6 +18,10 @@ stored holds across shards: an ack rides in the admission script of its own
 shard when every child of the batch goes to that shard (the common case:
 most links stay on their site), and otherwise waits for a second call made
 only after every shard stored its part of the batch.
+
+Its size: :class:`ShardedFrontier` implements the whole
+crawlplug.frontier.interface.CrawlFrontier over N + 1 parts; the shard layout is
+crawlplug.frontier.layout.
 """
 
 from __future__ import annotations
@@ -31,19 +35,14 @@ import redis
 
 from ..errors import AdmissionIncomplete, ConfigError
 from . import runs
+from .domains import Domains
 from .interface import CrawlFrontier
 from .keys import CrawlKeys
 from .layout import claim_shards, parts, shard_of, stored_shards
+from .results import Admission, AdmitResult, DeadLetter, Leased
 from .scripts import Scripts
-from .single import (
-    Admission,
-    AdmitResult,
-    DeadLetter,
-    Domains,
-    Frontier,
-    Leased,
-    _text,
-)
+from .single import Frontier
+from .store import text
 
 logger = logging.getLogger(__name__)
 
@@ -369,23 +368,7 @@ class ShardedFrontier:
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
         counts: dict[str, int] | None = None,
     ) -> list[str]:
-        groups = self._group_ids(lease_ids)
-        calls = [self.base.heartbeat_call(groups.get(BASE, ()), producing=producing, metrics=metrics,
-                                          counts=counts)]  # fmt: skip
-        shards = [p for p in groups if p != BASE]
-        calls += [self.shards[p].renew_call(groups[p]) for p in shards]
-        results = self.scripts.run_many(calls)
-        for raw in results:
-            if isinstance(raw, Exception):
-                raise raw
-        out = results[0]
-        self.paused = self.base.paused = bool(int(out[1]))
-        self.run_state = self.base.run_state = _text(out[2])
-        self.base.data_lost = bool(int(out[3]))
-        lost = [_text(x) for x in out[4:]]
-        for p, raw in zip(shards, results[1:]):
-            lost += [f"{p}.{_text(x)}" for x in raw]
-        return lost
+        return self._beat(lease_ids, producing, metrics, counts, reap_limit=None)[0]
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         requeued = dead = 0
@@ -402,23 +385,30 @@ class ShardedFrontier:
     ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
         """:meth:`heartbeat` then :meth:`reap`, the calls of every shard sent together
         (a shard's renewal before its reap: same keys, same node, in call order)."""
+        return self._beat(lease_ids, producing, metrics, counts, reap_limit=limit)
+
+    def _beat(self, lease_ids: Iterable[str], producing: bool, metrics: dict[str, Any] | None,
+              counts: dict[str, int] | None, reap_limit: int | None) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
+        """The heartbeat in the crawl's own keys, each shard's renewal of this node's leases
+        and, with ``reap_limit``, every part's reap: one pipeline. (lost lease ids, reaped)."""
         groups = self._group_ids(lease_ids)
         calls = [self.base.heartbeat_call(groups.get(BASE, ()), producing=producing, metrics=metrics,
                                           counts=counts)]  # fmt: skip
         shards = [p for p in groups if p != BASE]
         calls += [self.shards[p].renew_call(groups[p]) for p in shards]
-        calls += [f.reap_call(limit) for f in (self.base, *self.shards)]
+        if reap_limit is not None:
+            calls += [f.reap_call(reap_limit) for f in (self.base, *self.shards)]
         results = self.scripts.run_many(calls)
         for raw in results:
             if isinstance(raw, Exception):
                 raise raw
         out = results[0]
         self.paused = self.base.paused = bool(int(out[1]))
-        self.run_state = self.base.run_state = _text(out[2])
+        self.run_state = self.base.run_state = text(out[2])
         self.base.data_lost = bool(int(out[3]))
-        lost = [_text(x) for x in out[4:]]
+        lost = [text(x) for x in out[4:]]
         for p, raw in zip(shards, results[1:1 + len(shards)]):
-            lost += [f"{p}.{_text(x)}" for x in raw]
+            lost += [f"{p}.{text(x)}" for x in raw]
         reaped = results[1 + len(shards):]
         return lost, (sum(int(raw[0]) for raw in reaped), sum(int(raw[1]) for raw in reaped))
 
@@ -462,7 +452,7 @@ class ShardedFrontier:
             if i == 0:
                 self.start_entries = int(raw[3])
                 self.base.data_lost = bool(int(raw[4]))
-                self.start_urls_kind = self.base.start_urls_kind = _text(raw[5])
+                self.start_urls_kind = self.base.start_urls_kind = text(raw[5])
         return queued, leased, producers
 
     def __len__(self) -> int:

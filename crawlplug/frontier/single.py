@@ -4,6 +4,11 @@ A :class:`Frontier` knows nothing of Scrapy's engine: it moves opaque
 payloads between the queue, the leases and the dead letters through the Lua
 scripts of :mod:`crawlplug.frontier.scripts`. The Scheduler drives it; tests and the
 operator command use it directly.
+
+Its size: :class:`Frontier` is the whole crawlplug.frontier.interface.CrawlFrontier,
+about forty short methods that each build or read one script call; its value types are
+crawlplug.frontier.results, its formats crawlplug.frontier.store, the per-domain view
+crawlplug.frontier.domains.
 """
 
 from __future__ import annotations
@@ -11,11 +16,8 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
-import socket
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -25,73 +27,11 @@ from ..queues import BaseQueue, PriorityQueue
 from . import runs
 from .dedup import Dedup, SetDedup
 from .keys import NAMES, CrawlKeys
+from .results import Admission, AdmitResult, DeadLetter, Leased, joined, leased_from, new_node_id
 from .scripts import Scripts
+from .store import redis_ms, text
 
 logger = logging.getLogger(__name__)
-
-#: One request to admit: fingerprint (b"" = never deduplicated), score, payload,
-#: optionally its domain ("" or absent = the plain queue; DomainQueue sets it), and for a
-#: sharded crawl the domain or host that routes it to a shard (crawlplug.frontier.sharded).
-Admission = tuple[bytes, float, bytes] | tuple[bytes, float, bytes, str] | tuple[bytes, float, bytes, str, str]
-
-
-def new_node_id() -> str:
-    """host:pid:random, unique per process start."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-_process_node: tuple[int, str] | None = None
-
-
-def process_node_id() -> str:
-    """This process's node id: the same for its scheduler, stats and pipelines (new after fork)."""
-    global _process_node
-    if _process_node is None or _process_node[0] != os.getpid():
-        _process_node = (os.getpid(), new_node_id())
-    return _process_node[1]
-
-
-@dataclass
-class AdmitResult:
-    flags: str  # one char per request: "1" admitted, "0" duplicate
-    acked: int
-    stale: int
-
-    @property
-    def admitted(self) -> int:
-        return self.flags.count("1")
-
-    @property
-    def filtered(self) -> int:
-        return self.flags.count("0")
-
-
-@dataclass
-class Leased:
-    id: str
-    payload: bytes
-    deliveries: int
-    #: what to report to Redis about it (per-domain queue): "s" sent, "r" download ended
-    report: str = ""
-
-
-@dataclass
-class DeadLetter:
-    header: dict[str, Any]
-    payload: bytes = field(repr=False)
-
-    @classmethod
-    def parse(cls, raw: bytes) -> DeadLetter:
-        head, _, payload = raw.partition(b"\n")
-        try:
-            header = json.loads(head)
-            if not isinstance(header, dict):
-                raise ValueError  # noqa: TRY004 - handled below as every unparseable header
-        except ValueError:
-            header = {"reason": "unparseable dead letter"}
-            payload = raw
-        return cls(header, payload)
-
 
 class Frontier:
     """Queue, leases and dedup of crawl ``keys`` on ``client``."""
@@ -178,16 +118,16 @@ class Frontier:
         """The script's answer: a result, None to call again (Bloom filter grew
         elsewhere), or the flags of a partial batch (Bloom filter grew twice)."""
         if raw[0] == b"STALE":
-            self.dedup.observe(_text(raw[1]))
+            self.dedup.observe(text(raw[1]))
             return None
         if raw[0] == b"STALE_GEN":
             self.dedup.observe_generation(int(raw[1]))  # type: ignore[attr-defined]
             return None
         if raw[0] == b"PARTIAL":
-            self.dedup.observe(_text(raw[2]))
-            return _text(raw[1])
-        self.dedup.observe(_text(raw[3]))
-        return AdmitResult(_text(raw[0]), int(raw[1]), int(raw[2]))
+            self.dedup.observe(text(raw[2]))
+            return text(raw[1])
+        self.dedup.observe(text(raw[3]))
+        return AdmitResult(text(raw[0]), int(raw[1]), int(raw[2]))
 
     def admit(
         self, items: Sequence[Admission], acks: Sequence[str] = (), events: Sequence[tuple[str, str]] = ()
@@ -216,7 +156,7 @@ class Frontier:
             result = self._result(raw)
             if isinstance(result, AdmitResult):
                 result.flags = done + result.flags
-                return _joined(before, result)
+                return joined(before, result)
             if result is None:
                 stale_rounds += 1
                 if stale_rounds > 10:
@@ -345,15 +285,15 @@ class Frontier:
     def renew(self, lease_ids: Sequence[str]) -> list[str]:
         """Renew leases without a heartbeat (a shard's leases); return the ids lost."""
         _, keys, args = self.renew_call(lease_ids)
-        return [_text(x) for x in self.scripts.renew(keys=keys, args=args)] if lease_ids else []
+        return [text(x) for x in self.scripts.renew(keys=keys, args=args)] if lease_ids else []
 
     def _leased(self, raw: Sequence[Any]) -> list[Leased]:
         if getattr(self.queue, "order", None) != "domain":
-            return _leased(raw)
+            return leased_from(raw)
         # the per-domain queue: a report flag per request, and when its next domain is ready
         self.next_ready_ms = int(raw[-1])
         return [
-            Leased(_text(raw[i]), raw[i + 1], int(raw[i + 2]), _text(raw[i + 3])) for i in range(0, len(raw) - 1, 4)
+            Leased(text(raw[i]), raw[i + 1], int(raw[i + 2]), text(raw[i + 3])) for i in range(0, len(raw) - 1, 4)
         ]
 
     def admit_and_pop(
@@ -390,7 +330,7 @@ class Frontier:
             done = result or ""
             result = self.admit(items[len(done):], acks, events)
             result.flags = done + result.flags
-        return _joined(before, result), self._leased(raw)
+        return joined(before, result), self._leased(raw)
 
     def _give_back(self, leased: list[Leased]) -> None:
         """Return leases taken in a call whose admission failed (they expire anyway if this fails too)."""
@@ -411,7 +351,7 @@ class Frontier:
             keys=[k.start_urls, legacy_key or k.start_urls, k.requests, k.seq, k.leases, k.leased, k.stats, k.epoch],
             args=[self.node_id, n, self.lease_ms, self.epoch],
         )
-        return [(_text(raw[i]), raw[i + 1]) for i in range(0, len(raw), 2)]
+        return [(text(raw[i]), raw[i + 1]) for i in range(0, len(raw), 2)]
 
     def push_starts(self, lines: Iterable[str | bytes]) -> int:
         """Append start entries (already validated) to the crawl's start_urls; returns the new length."""
@@ -432,9 +372,9 @@ class Frontier:
         _, keys, args = self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, counts=counts)
         out = self.scripts.heartbeat(keys=keys, args=args)
         self.paused = bool(int(out[1]))
-        self.run_state = _text(out[2])
+        self.run_state = text(out[2])
         self.data_lost = bool(int(out[3]))
-        return [_text(x) for x in out[4:]]
+        return [text(x) for x in out[4:]]
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Requeue expired leases (dead-lettering over-delivered ones): (requeued, dead)."""
@@ -455,9 +395,9 @@ class Frontier:
             if isinstance(raw, Exception):
                 raise raw
         self.paused = bool(int(out[1]))
-        self.run_state = _text(out[2])
+        self.run_state = text(out[2])
         self.data_lost = bool(int(out[3]))
-        return [_text(x) for x in out[4:]], (int(reaped[0]), int(reaped[1]))
+        return [text(x) for x in out[4:]], (int(reaped[0]), int(reaped[1]))
 
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         """Give leases back to the queue now (closing node)."""
@@ -470,9 +410,8 @@ class Frontier:
         """Pause the crawl: every node stops taking requests (within a heartbeat) and
         finishes what it holds. False if it was already paused."""
         k = self.keys
-        sec, usec = self.client.time()
         pipe = self.client.pipeline(transaction=True)
-        pipe.hsetnx(k.control, "paused", json.dumps({"by": by, "at": sec * 1000 + usec // 1000}))
+        pipe.hsetnx(k.control, "paused", json.dumps({"by": by, "at": self.redis_ms()}))
         pipe.hincrby(k.stats, "pauses", 1)
         return bool(pipe.execute()[0])
 
@@ -550,8 +489,7 @@ class Frontier:
 
     def redis_ms(self) -> int:
         """Redis's clock (ms): every time a crawl shows or compares, whatever the node's clock says."""
-        sec, usec = self.client.time()
-        return int(sec) * 1000 + int(usec) // 1000
+        return redis_ms(self.client)
 
     def dead_letter(self, lease_id: str, reason: str, **extra: Any) -> bool:
         """Move a leased request to the dead letters with ``reason``."""
@@ -571,7 +509,7 @@ class Frontier:
         q, leased, producers, starts, lost, kind = self.scripts.idle(keys=keys, args=[])
         self.start_entries = int(starts)
         self.data_lost = bool(int(lost))
-        self.start_urls_kind = _text(kind)
+        self.start_urls_kind = text(kind)
         return int(q), int(leased), int(producers)
 
     def __len__(self) -> int:
@@ -610,8 +548,8 @@ class Frontier:
             "in_flight": leased,
             "seen": seen,
             "dead": dead,
-            "stats": {_text(a): _int(b) for a, b in stats.items()},
-            "nodes": {_text(n): int(s) for n, s in nodes},
+            "stats": {text(a): _int(b) for a, b in stats.items()},
+            "nodes": {text(n): int(s) for n, s in nodes},
         }
 
     def dead_letters(self, start: int = 0, stop: int = -1) -> list[DeadLetter]:
@@ -621,104 +559,9 @@ class Frontier:
         """Delete every key of this crawl; returns how many were deleted."""
         names = [self.keys.key(n) for n in NAMES] + self.dedup.state_keys(self.keys)
         for pattern in ("node:*", "reply:*", "bloom*", "seen*"):
-            names += [_text(x) for x in self.client.scan_iter(match=f"{self.keys.tag}:{pattern}", count=1000)]
+            names += [text(x) for x in self.client.scan_iter(match=f"{self.keys.tag}:{pattern}", count=1000)]
         names = list(dict.fromkeys(names))
         return int(self.client.delete(*names)) if names else 0
-
-
-class Domains:
-    """The per-domain queue's schedule and limits of one crawl (read and steer).
-
-    ``parts``: the key sets holding the schedule, the shards' for a sharded crawl
-    (crawlplug.frontier.sharded.open_domains); each shard keeps its own copy of the limits.
-    """
-
-    def __init__(self, client: redis.Redis, keys: CrawlKeys, parts: Sequence[CrawlKeys] | None = None) -> None:
-        self.client = client
-        self.keys = keys
-        self.parts = list(parts or [keys])
-        self.scripts = Scripts(client)
-
-    def configure(self, fields: dict[str, str]) -> int:
-        """Write dconf fields ({"o:example.com": "2000 1", "s:*": "- 4"}; "" deletes) and
-        reschedule the domains they touch; returns how many were rescheduled."""
-        if not fields:
-            return 0
-        args: list[str] = []
-        for field_, value in fields.items():
-            args += [field_, value]
-        total = 0
-        for raw in self.scripts.run_many([("domainconf", k.domain_keys(), args) for k in self.parts]):
-            if isinstance(raw, Exception):
-                raise raw
-            total += int(raw)
-        return total
-
-    def limits(self) -> dict[str, str]:
-        """Every dconf field: "<source>:<domain>" -> "<delay ms> <concurrency>"."""
-        return {_text(a): _text(b) for a, b in self.client.hgetall(self.parts[0].dconf).items()}
-
-    def queued_count(self) -> int:
-        return sum(int(self.client.zcard(k.dq)) for k in self.parts)
-
-    def scheduled_count(self) -> int:
-        return sum(int(self.client.zcard(k.domains)) for k in self.parts)
-
-    def table(self, limit: int = 20) -> list[dict[str, Any]]:
-        """The scheduled domains, soonest first (parked ones last), with their
-        queue size, requests in flight, limits in force and next start time."""
-        now_s, now_us = self.client.time()
-        now = now_s * 1000 + now_us // 1000
-        conf = self.limits()
-        out = []
-        for k in self.parts:
-            rows = self.client.zrange(k.domains, 0, limit - 1, withscores=True)
-            pipe = self.client.pipeline(transaction=False)
-            for domain, _ in rows:
-                d = _text(domain)
-                pipe.zlexcount(k.dq, f"[{d}\t", f"[{d}\t\xff")
-                pipe.hmget(k.dstate, f"b:{d}", f"n:{d}")
-            counts = pipe.execute() if rows else []
-            for i, (domain, score) in enumerate(rows):
-                d = _text(domain)
-                delay, conc = effective_limits(conf, d)
-                out.append({
-                    "domain": d,
-                    "queued": int(counts[2 * i]),
-                    "in_flight": int(counts[2 * i + 1][0] or 0),
-                    "leased_total": int(counts[2 * i + 1][1] or 0),
-                    "delay": delay / 1000,
-                    "concurrency": conc,
-                    "ready_in": None if score == float("inf") else max(0.0, (score - now) / 1000),
-                    "at_concurrency": score == float("inf"),
-                    "_score": score,
-                })  # fmt: skip
-        out.sort(key=lambda row: row.pop("_score"))
-        return out[:limit]
-
-
-def effective_limits(conf: dict[str, str], domain: str) -> tuple[float, int]:
-    """(delay ms, concurrency) for ``domain`` from dconf fields: the rule of lua/domains.lua."""
-
-    def parse(field_: str) -> tuple[float | None, int | None]:
-        value = conf.get(field_)
-        if not value or " " not in value:
-            return None, None
-        d, c = value.split(" ", 1)
-        return (None if d == "-" else float(d)), (None if c == "-" else int(c))
-
-    od, oc = parse(f"o:{domain}")
-    sd, sc = parse(f"s:{domain}")
-    gd, gc = parse("o:*")
-    hd, hc = parse("s:*")
-    rd, _ = parse(f"r:{domain}")
-    delay = od if od is not None else sd
-    if delay is None:
-        delay = gd if gd is not None else (hd if hd is not None else 0.0)
-        if rd is not None and rd > delay:
-            delay = rd
-    conc = next((c for c in (oc, sc, gc, hc) if c is not None), 0)
-    return delay, conc
 
 
 def _dedup(dedup: str | Dedup) -> Dedup:
@@ -736,20 +579,3 @@ def _int(value: Any) -> int:
         return int(value)
     except ValueError:
         return 0
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _joined(first: AdmitResult | None, then: AdmitResult) -> AdmitResult:
-    """One result for an admission sent in two calls (:meth:`Frontier._settle`)."""
-    if first is None:
-        return then
-    return AdmitResult(first.flags + then.flags, first.acked + then.acked, first.stale + then.stale)
-
-
-def _leased(raw: Sequence[Any]) -> list[Leased]:
-    return [
-        Leased(_text(raw[i]), raw[i + 1], int(raw[i + 2])) for i in range(0, len(raw), 3)
-    ]

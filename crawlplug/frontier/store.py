@@ -9,6 +9,7 @@ that knows their formats besides the scripts (crawlplug/frontier/lua/).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,19 @@ RANK_OFFSET = 2**50
 def text(value: Any) -> str:
     """A reply as text (bytes decoded, undecodable bytes replaced)."""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def json_record(value: Any) -> dict[str, Any] | None:
+    """A JSON object stored as a hash field (a run's summary, a registry entry): the dict,
+    ``{"raw": text}`` when it is not JSON, None when it is empty or not an object."""
+    raw = text(value) if value is not None else ""
+    if not raw:
+        return None
+    try:
+        decoded = json.loads(raw)
+    except ValueError:
+        return {"raw": raw}
+    return decoded if isinstance(decoded, dict) else None
 
 
 def redis_ms(client: Any) -> int:

@@ -13,8 +13,8 @@ from scrapy.utils.httpobj import urlparse_cached
 from ..errors import CrawlplugError
 from ..frontier import views
 from ..frontier.keys import CrawlKeys
+from ..frontier.results import DeadLetter
 from ..frontier.sharded import open_frontier
-from ..frontier.single import DeadLetter
 from ..queues import DomainQueue, PriorityQueue
 
 

@@ -32,8 +32,6 @@ DEFAULT_HEARTBEAT_MS = 2_000
 DEFAULT_LEASE_MS = 30_000
 
 
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def nodes(client: redis.Redis, keys: CrawlKeys, deadlines: dict[str, int], now_ms: int) -> list[dict[str, Any]]:

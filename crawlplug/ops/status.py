@@ -28,6 +28,7 @@ import redis
 from ..frontier import runs, views
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_frontier
+from ..frontier.store import redis_ms, text
 from ..memory import memory as redis_memory
 from ..stats import crawl_stats
 from .nodes import expired_leases, held, nodes
@@ -48,8 +49,6 @@ SPAN_GAP_MS = 60_000
 FAILURE_STATS = ("downloader/exception_count", "spider_exceptions/count", "item_dropped_count")
 
 
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _series_values(client: redis.Redis, keys: CrawlKeys, fields: list[str]) -> list[int | None]:
@@ -235,7 +234,7 @@ def _left_samples(client: redis.Redis, keys: CrawlKeys, now_ms: int, window_ms: 
         for i, raw in enumerate(values):
             if raw is None:
                 continue
-            at, _, left = _text(raw).partition(" ")
+            at, _, left = text(raw).partition(" ")
             if not (at.isdigit() and left.isdigit()):
                 continue
             t, n = merged.get(i, (0, 0))
@@ -290,8 +289,7 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15,
     when the caller knows it (rates are taken since then)."""
     frontier = open_frontier(client, keys)
     st = frontier.status()
-    sec, usec = client.time()
-    now_ms = sec * 1000 + usec // 1000
+    now_ms = redis_ms(client)
     series = _series(client, keys, now_ms, history_minutes)
     stats = st["stats"]
     done = stats.get("acked", 0)
@@ -344,8 +342,7 @@ def history(client: redis.Redis, keys: CrawlKeys, minutes: int = 60) -> dict[str
     bucket, and ``pages_per_min``: finished per minute over the time each bucket covered,
     the current one so far), queued, in flight and dead letters (sampled by the nodes'
     heartbeats; None where no node was running)."""
-    sec, usec = client.time()
-    now_ms = sec * 1000 + usec // 1000
+    now_ms = redis_ms(client)
     last = now_ms // BUCKET_MS
     buckets = list(range(last - minutes * 6 + 1, last + 1))
     names = {"a": "done", "e": "admitted", "q": "queued", "f": "in_flight", "x": "dead"}

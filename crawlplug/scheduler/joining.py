@@ -22,8 +22,9 @@ from ..errors import ConfigError
 from ..frontier import open_frontier, runs
 from ..frontier.dedup import Dedup
 from ..frontier.keys import CrawlKeys
+from ..frontier.results import process_node_id
 from ..frontier.sharded import claim_shards
-from ..frontier.single import process_node_id
+from ..frontier.store import redis_ms
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -70,8 +71,7 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
     RedisUnavailable, ConfigError, RunEnded or a Redis error, with the reason."""
     conn = connection.from_settings(crawler.settings)
     connection.check(conn)
-    sec, usec = conn.client.time()
-    started = int(sec) + int(usec) / 1e6
+    started = redis_ms(conn.client) / 1000
     _warn_about_memory(conn.client)
     keys = CrawlKeys(config.crawl_id or spider_name, config.key_prefix)
     shards = setting(crawler.settings, "CRAWLPLUG_SHARDS", "getint")

@@ -21,7 +21,7 @@ from scrapy.utils.misc import load_object
 
 from .. import callbacks
 from ..defaults import default
-from ..errors import ConfigError, DecodeError, SerializationError
+from ..errors import ConfigError, DecodeError, SerializationError, checked_number
 
 FORMAT_VERSION = 1
 
@@ -100,13 +100,10 @@ def payload_limit(value: Any) -> int:
     """CRAWLPLUG_MAX_PAYLOAD_BYTES as an int (0: no limit); :class:`ConfigError` if it is not one."""
     if value is None:
         return 0
-    try:
-        limit = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"CRAWLPLUG_MAX_PAYLOAD_BYTES must be a number of bytes, got {value!r}") from None
-    if limit < 0 or isinstance(value, bool):
+    if isinstance(value, bool):
         raise ConfigError(f"CRAWLPLUG_MAX_PAYLOAD_BYTES must be a number of bytes (0: no limit), got {value!r}")
-    return limit
+    return checked_number(value, "CRAWLPLUG_MAX_PAYLOAD_BYTES", int, kind="a number of bytes",
+                          negative="must be a number of bytes (0: no limit)")  # fmt: skip
 
 
 class JsonSerializer:

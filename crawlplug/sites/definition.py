@@ -16,6 +16,10 @@ is reported at once, each with the path of its key::
     invalid site definition cars.yaml:
       steps[1].links[0].to: no step named 'modle' (steps: brand, series, model)
       fields.price.type: Input should be 'str', 'int', 'float' or 'bool'
+
+Its size: the schema of a definition is one set of pydantic models with the checks that
+cross them (steps named by links, fields by pipelines); apart, a reader would lose what
+refers to what.
 """
 
 from __future__ import annotations

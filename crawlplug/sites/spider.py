@@ -22,6 +22,9 @@
 Requests carry their site and step in ``cb_kwargs`` (JSON, as crawlplug
 stores requests), so a node can take any request of its crawl, whichever
 site it names. The crawl is ``site-<NAME>`` unless CRAWLPLUG_CRAWL_ID is set.
+
+Its size: one spider class, the steps of a site run by Scrapy's callbacks and the per-
+field counting they share.
 """
 
 from __future__ import annotations

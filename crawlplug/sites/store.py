@@ -28,6 +28,7 @@ import redis
 from scrapy.utils.conf import closest_scrapy_cfg
 
 from ..errors import ConfigError
+from ..frontier.store import text
 from .definition import NAME_RE, SiteDefinition, load_file, validate, version_of
 
 __all__ = ["SiteStore", "StoredSite", "find_file", "sites_dir", "sites_key"]
@@ -42,8 +43,6 @@ def sites_key(prefix: str = "crawlplug") -> str:
     return f"{prefix}:sites"
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)
@@ -78,14 +77,14 @@ class SiteStore:
 
     def version(self, name: str) -> str | None:
         raw = self.client.hget(self.key, f"{name}#v")
-        return None if raw is None else _text(raw)
+        return None if raw is None else text(raw)
 
     def get(self, name: str) -> StoredSite | None:
         raw = self.client.hget(self.key, name)
         return None if raw is None else self._decode(name, raw)
 
     def names(self) -> list[str]:
-        return sorted(n for n in (_text(f) for f in self.client.hkeys(self.key)) if "#" not in n)
+        return sorted(n for n in (text(f) for f in self.client.hkeys(self.key)) if "#" not in n)
 
     def all(self) -> list[StoredSite]:
         names = self.names()

@@ -38,6 +38,7 @@ from .. import errorsamples
 from ..errors import ConfigError, CrawlplugError
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_domains, open_frontier
+from ..frontier.store import redis_ms
 from ..ops import dead, status
 from ..sites import outcomes as site_fields
 
@@ -114,8 +115,7 @@ class Dashboard:
 
     def nodes(self, request: Request) -> JSONResponse:
         st = open_frontier(self.client, self.keys).status()
-        sec, usec = self.client.time()
-        return JSONResponse({"nodes": status.nodes(self.client, self.keys, st["nodes"], sec * 1000 + usec // 1000)})
+        return JSONResponse({"nodes": status.nodes(self.client, self.keys, st["nodes"], redis_ms(self.client))})
 
     def errors(self, request: Request) -> JSONResponse:
         return JSONResponse({"errors": errorsamples.read(self.client, self.keys)})

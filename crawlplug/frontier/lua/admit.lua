@@ -130,8 +130,7 @@ elseif mode == "bf" then
     redis.call("BF.RESERVE", seen, err, cap, "EXPANSION", 2)
   end
 elseif mode == "ttl" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = redis_now_ms()
   default_ttl = tonumber(param)
   -- forget what expired; each fingerprint is removed once, so this is amortised O(log n)
   redis.call("ZREMRANGEBYSCORE", seen, "-inf", now)

@@ -21,7 +21,7 @@
 -- one), {"busy"} when work or a producer appeared, or {state} when the run
 -- ended otherwise (a limit, an operator) or is no longer the current one ({"gone"}).
 --
--- uses: guard epoch   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard epoch leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local run_key, runs_key, producers = KEYS[1], KEYS[2], KEYS[3]
 local node, id, reason, totals = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -36,8 +36,7 @@ local run = redis.call("HMGET", run_key, "id", "state", "ended", "started", "inc
 if run[1] ~= id then return {"gone"} end
 if run[2] == "finished" then return {"finished", tonumber(run[3])} end
 if run[2] ~= "running" then return {run[2] or "gone"} end
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now_ms()
 local work = redis.call("ZCARD", KEYS[4]) + redis.call("ZCARD", KEYS[5]) + redis.call("ZCARD", KEYS[6])
   + redis.call("LLEN", KEYS[7])
 local others = redis.call("ZCOUNT", producers, "(" .. now, "+inf")

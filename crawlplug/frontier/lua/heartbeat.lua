@@ -33,7 +33,7 @@
 -- older servers let it through because its first write frees memory
 -- (first_write_allowed_when_full, guard.lua).
 --
--- uses: guard epoch   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard epoch leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local nodes, leases, leased, nodekey, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local node, lease_ms, ttl_ms, producing = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -55,8 +55,7 @@ end
 -- ---- end of the checks ----
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now_ms()
 
 first_write_allowed_when_full(nodekey)
 redis.call("ZADD", nodes, now + ttl_ms, node)
@@ -78,14 +77,4 @@ end
 
 local out = {now, redis.call("HEXISTS", KEYS[6], "paused"), redis.call("HGET", KEYS[8], "state") or "",
              redis.call("HEXISTS", KEYS[6], "lost")}
-local prefix = node .. "|"
-for j = 7 + 2 * m + 2 * c, NARGV do
-  local id = ARGV[j]
-  local info = redis.call("HGET", leased, id)
-  if info and string.sub(info, 1, #prefix) == prefix then
-    redis.call("ZADD", leases, "XX", now + lease_ms, id)
-  else
-    out[#out + 1] = id
-  end
-end
-return out
+return renew_leases(leases, leased, node, now, lease_ms, 7 + 2 * m + 2 * c, NARGV, out)

@@ -12,7 +12,7 @@
 -- type it holds: its entries are then not counted (starts.lua refuses to read
 -- them), so a corrupt start_urls never keeps the crawl from finishing.
 --
--- uses: guard   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 do
   local refused = guard({{KEYS[1], "zset"}, {KEYS[2], "zset"}, {KEYS[3], "zset"}, {KEYS[4], "zset"},
@@ -20,8 +20,7 @@ do
   if refused then return refused end
 end
 
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now_ms()
 local kind = redis.call("TYPE", KEYS[5])["ok"]
 local starts = 0
 if kind == "list" then starts = redis.call("LLEN", KEYS[5]) end

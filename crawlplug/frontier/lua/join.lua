@@ -35,7 +35,7 @@
 --   "wait"    another node is beginning run id; detail: that node; call again shortly
 --   "ended"   the run ended by a limit or an operator and stays so; detail: its JSON
 --
--- uses: guard   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local run_key, runs_key, epoch_key, nodes, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local node, ttl, want, incremental = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -45,8 +45,7 @@ local new_epoch = ARGV[9]
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 -- everything that can fail is read before the first write
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now_ms()
 if redis.call("TYPE", epoch_key)["ok"] ~= "none" and redis.call("TYPE", epoch_key)["ok"] ~= "string" then
   return redis.error_reply("WRONGTYPE crawl key " .. epoch_key .. " is not a string: delete the key")
 end

@@ -25,3 +25,19 @@ local function redis_now_ms()
   local t = redis.call("TIME")
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+
+-- renew this node's leases named by ARGV[from..upto] to now + lease_ms, and append to out
+-- the ids it no longer holds (reaped after it stalled, or leased to another node since)
+local function renew_leases(leases, leased, node, now, lease_ms, from, upto, out)
+  local prefix = node .. "|"
+  for j = from, upto do
+    local id = ARGV[j]
+    local info = redis.call("HGET", leased, id)
+    if info and string.sub(info, 1, #prefix) == prefix then
+      redis.call("ZADD", leases, "XX", now + lease_ms, id)
+    else
+      out[#out + 1] = id
+    end
+  end
+  return out
+end

@@ -49,8 +49,7 @@ end
 -- ---- end of the checks ----
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now_ms()
 
 local died = redis.call("ZRANGEBYSCORE", nodes, "-inf", now) -- for the graveyard, below
 redis.call("ZREMRANGEBYSCORE", nodes, "-inf", now)

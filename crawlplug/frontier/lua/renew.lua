@@ -11,7 +11,7 @@
 -- Returns the ids it no longer holds (reaped after it stalled).
 -- Goes through on a full Redis, as heartbeat.lua does (see there).
 --
--- uses: guard epoch   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard epoch leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local leases, leased = KEYS[1], KEYS[2]
 local node, lease_ms = ARGV[1], tonumber(ARGV[2])
@@ -25,19 +25,7 @@ end
 -- ---- end of the checks ----
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now_ms()
 
 first_write_allowed_when_full(leased)
-local lost = {}
-local prefix = node .. "|"
-for j = 3, NARGV do
-  local id = ARGV[j]
-  local info = redis.call("HGET", leased, id)
-  if info and string.sub(info, 1, #prefix) == prefix then
-    redis.call("ZADD", leases, "XX", now + lease_ms, id)
-  else
-    lost[#lost + 1] = id
-  end
-end
-return lost
+return renew_leases(leases, leased, node, now, lease_ms, 3, NARGV, {})

@@ -12,7 +12,7 @@
 -- (this one stalled past its deadline) or the crawl was reset meanwhile,
 -- {"lost", state}: join again.
 --
--- uses: guard   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local run_key, nodes, producers = KEYS[1], KEYS[2], KEYS[3]
 local node, epoch, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -22,8 +22,7 @@ local state = redis.call("HMGET", run_key, "state", "epoch", "starter", "id")
 if state[1] ~= "starting" or state[2] ~= epoch or state[3] ~= node then
   return {"lost", state[1] or ""}
 end
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now_ms()
 redis.call("HSET", run_key, "state", "running", "started", now)
 redis.call("HDEL", run_key, "starter", "deadline")
 redis.call("ZADD", nodes, now + ttl, node)

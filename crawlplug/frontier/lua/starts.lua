@@ -19,7 +19,7 @@
 -- ARGV[4] the caller's epoch (epoch.lua)
 -- Returns {id, entry, id, entry, ...}.
 --
--- uses: guard epoch   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard epoch leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local starts, legacy, requests, seq, leases, leased, stats =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -55,8 +55,7 @@ if #entries < n and legacy ~= starts then
 end
 if #entries == 0 then return {} end
 
-local t = redis.call("TIME")
-local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + lease_ms
+local deadline = redis_now_ms() + lease_ms
 local out = {}
 for _, entry in ipairs(entries) do
   local id = next_id(seq, requests)

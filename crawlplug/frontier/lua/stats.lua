@@ -22,7 +22,7 @@
 -- difference from them, so running the same call twice (a reply lost to a
 -- network error, then a retry) counts nothing twice.
 --
--- uses: guard   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local crawl, node, registry = KEYS[1], KEYS[2], KEYS[3]
 local node_id, flushed_before = ARGV[1], ARGV[2]
@@ -37,8 +37,7 @@ if flushed_before == "1" and redis.call("EXISTS", node) == 0 then
 end
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = redis_now_ms()
 redis.call("ZADD", registry, now, node_id)
 
 local function is_int(s)

@@ -8,8 +8,6 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import redis
-
 FORMAT = "crawlplug-export"
 VERSION = 1
 #: Commands per pipeline, members per SCAN call, fingerprints per line.
@@ -61,14 +59,6 @@ def _short(value: Any) -> str:
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _now_ms(client: redis.Redis) -> int:
-    sec, usec = client.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 def _batches(iterable: Iterable[Any], size: int = BATCH) -> Iterator[list[Any]]:

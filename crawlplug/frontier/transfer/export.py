@@ -5,14 +5,14 @@ from __future__ import annotations
 import base64
 import json
 import math
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
 import redis
 
 from ..keys import CrawlKeys
 from ..layout import parts
-from ..store import rank_of
+from ..store import rank_of, redis_ms, text
 from .common import (
     _EXPORTED,
     _LOCAL,
@@ -22,8 +22,6 @@ from .common import (
     VERSION,
     _batches,
     _enc,
-    _now_ms,
-    _text,
 )
 
 # -- export -----------------------------------------------------------------------------
@@ -43,7 +41,7 @@ class _Out:
 def _crawl_key_names(client: redis.Redis, keys: CrawlKeys) -> list[str]:
     """The names (after ``<prefix>:{<crawl>}:``) of every key the crawl has."""
     cut = len(keys.tag) + 1
-    return sorted({_text(k)[cut:] for k in client.scan_iter(match=keys.pattern(), count=BATCH)})
+    return sorted({text(k)[cut:] for k in client.scan_iter(match=keys.pattern(), count=BATCH)})
 
 
 def _not_exported(names: list[str]) -> list[str]:
@@ -81,7 +79,7 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
         "requests": 0, "leased": 0, "start_entries": 0, "dead": 0, "seeds": 0, "dconf": 0, "domains": 0,
         "stats": 0, "fingerprints": 0, "bloom_keys": 0, "bloom_bytes": 0, "bf_chunks": 0, "orphans": 0,
     }  # fmt: skip
-    now = _now_ms(client)
+    now = redis_ms(client)
     all_parts = parts(client, keys)
     shards = len(all_parts) - 1
     names = {p.tag: _crawl_key_names(client, p) for p in all_parts}
@@ -90,7 +88,7 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
     domain_mode = any(n in part_names for part_names in names.values() for n in ("dq", "domains", "dconf"))
     header = {
         "type": FORMAT, "version": VERSION, "crawl": keys.crawl,
-        "exported_at": datetime.fromtimestamp(now / 1000, UTC).isoformat(timespec="milliseconds"),
+        "exported_at": datetime.fromtimestamp(now / 1000, timezone.utc).isoformat(timespec="milliseconds"),
         "exported_at_ms": now, "queue": "domain" if domain_mode else "plain",
         "dedup": _dedup_mode(client, all_parts[-1]), "seq": int(client.get(keys.seq) or 0),
     }  # fmt: skip
@@ -129,7 +127,7 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
 
     # the plain queue
     for batch in _batches(client.zscan_iter(keys.queue, count=BATCH)):
-        ids = [_text(m) for m, _ in batch]
+        ids = [text(m) for m, _ in batch]
         found, deliveries = payloads(ids)
         for (rid, (_, score)), payload, d in zip(zip(ids, batch), found, deliveries):
             emit({"type": "request", "id": rid, "score": score}, payload, int(d or 0))
@@ -142,7 +140,7 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
             if not tab or len(rest) <= 16 or not rest[:16].isdigit():
                 counts["orphans"] += 1
                 continue
-            parsed.append((_text(domain), rest[:16].decode(), rest[16:].decode()))
+            parsed.append((text(domain), rest[:16].decode(), rest[16:].decode()))
         found, deliveries = payloads([rid for _, _, rid in parsed]) if parsed else ([], [])
         for (domain, rank, rid), payload, d in zip(parsed, found, deliveries):
             emit({"type": "request", "id": rid, "domain": domain, "rank": rank}, payload, int(d or 0))
@@ -150,10 +148,10 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
     # leases: in-flight work goes back to the queue on import
     start_leases: list[tuple[str, bytes]] = []
     for batch in _batches(client.hscan_iter(keys.leased, count=BATCH)):
-        ids = [_text(rid) for rid, _ in batch]
+        ids = [text(rid) for rid, _ in batch]
         found = client.hmget(keys.requests, ids)
         for rid, (_, info), payload in zip(ids, batch, found):
-            parts = _text(info).split("|")
+            parts = text(info).split("|")
             if len(parts) < 3:
                 counts["orphans"] += 1
                 continue
@@ -215,7 +213,7 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
     fields("dstate", keys.dstate, lambda f: f.startswith(b"l:"))  # when each domain last sent
     for batch in _batches(client.zscan_iter(keys.domains, count=BATCH)):
         for domain, score in batch:
-            w.write({"type": "domain", "domain": _text(domain), "next": score if math.isfinite(score) else None})
+            w.write({"type": "domain", "domain": text(domain), "next": score if math.isfinite(score) else None})
             counts["domains"] += 1
     counts["stats"] += fields("stats", keys.stats)
     fields("crawlstats", keys.crawlstats)
@@ -250,7 +248,7 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
 def _export_bloom_key(client: redis.Redis, keys: CrawlKeys, name: str, now: int, w: _Out) -> int:
     """One key of the Lua Bloom filter: a hash (spec, layer counts) or a string of bits."""
     key = keys.key(name)
-    kind = _text(client.type(key))
+    kind = text(client.type(key))
     pttl = int(client.pttl(key))
     expire_at = now + pttl if pttl > 0 else None
     if kind == "hash":

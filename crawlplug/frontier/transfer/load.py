@@ -1,4 +1,8 @@
-"""Import: an export file validated whole, then written (the format is described in crawlplug.frontier.transfer)."""
+"""Import: an export file validated whole, then written (the format is described in crawlplug.frontier.transfer).
+
+Its size: one reader of one format, a check per record type and a writer per key; split,
+the checks would sit apart from the writes they guard.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +20,11 @@ import redis
 from ...errors import TransferError
 from .. import runs
 from ..dedup import has_native_bloom
+from ..domains import Domains
 from ..keys import CrawlKeys
 from ..layout import claim_shards
-from ..single import Domains
-from .common import BATCH, FORMAT, VERSION, _b64, _batches, _dec, _short, _text
+from ..store import text
+from .common import BATCH, FORMAT, VERSION, _b64, _batches, _dec, _short
 
 # -- import: validation ------------------------------------------------------------------
 
@@ -256,7 +261,7 @@ class _Pipe:
 def _existing(client: redis.Redis, keys: CrawlKeys) -> str | None:
     for pattern in (keys.pattern(), keys.shards_pattern()):
         for key in client.scan_iter(match=pattern, count=BATCH):
-            return _text(key)
+            return text(key)
     return None
 
 
@@ -427,7 +432,7 @@ def _schedule(client: redis.Redis, keys: CrawlKeys, domains: set[str], schedule:
     for batch in _batches(rest):
         current = client.hmget(keys.dconf, [f"s:{d}" for d in batch])
         # rewriting a domain's own settings field (or deleting the absent one) reschedules it
-        view.configure({f"s:{d}": _text(v) if v is not None else "" for d, v in zip(batch, current)})
+        view.configure({f"s:{d}": text(v) if v is not None else "" for d, v in zip(batch, current)})
     return len(domains)
 
 

@@ -1,0 +1,79 @@
+"""The per-domain queue's schedule and limits of one crawl, for the operators who read and
+steer it (``crawlplug domains``, the dashboard, an import). The queue itself is
+lua/domains.lua's; this module only calls scripts that read or change it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+
+from .keys import CrawlKeys
+from .scripts import Scripts
+from .store import text
+
+
+class Domains:
+    """The per-domain queue's schedule and limits of one crawl (read and steer).
+
+    ``parts``: the key sets holding the schedule, the shards' for a sharded crawl
+    (crawlplug.frontier.sharded.open_domains); each shard keeps its own copy of the limits.
+    """
+
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, parts: Sequence[CrawlKeys] | None = None) -> None:
+        self.client = client
+        self.keys = keys
+        self.parts = list(parts or [keys])
+        self.scripts = Scripts(client)
+
+    def configure(self, fields: dict[str, str]) -> int:
+        """Write dconf fields ({"o:example.com": "2000 1", "s:*": "- 4"}; "" deletes) and
+        reschedule the domains they touch; returns how many were rescheduled."""
+        if not fields:
+            return 0
+        args: list[str] = []
+        for field_, value in fields.items():
+            args += [field_, value]
+        total = 0
+        for raw in self.scripts.run_many([("domainconf", k.domain_keys(), args) for k in self.parts]):
+            if isinstance(raw, Exception):
+                raise raw
+            total += int(raw)
+        return total
+
+    def limits(self) -> dict[str, str]:
+        """Every dconf field: "<source>:<domain>" -> "<delay ms> <concurrency>"."""
+        return {text(a): text(b) for a, b in self.client.hgetall(self.parts[0].dconf).items()}
+
+    def queued_count(self) -> int:
+        return sum(int(self.client.zcard(k.dq)) for k in self.parts)
+
+    def scheduled_count(self) -> int:
+        return sum(int(self.client.zcard(k.domains)) for k in self.parts)
+
+    def table(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The scheduled domains, soonest first (parked ones last), with their queue size,
+        requests in flight, limits in force (lua/domains.lua's rule, read by
+        lua/domaintable.lua) and next start time."""
+        out = []
+        for raw in self.scripts.run_many([("domaintable", k.domain_keys(), [limit]) for k in self.parts]):
+            if isinstance(raw, Exception):
+                raise raw
+            now = int(raw[0])
+            for i in range(1, len(raw), 7):
+                score = float(raw[i + 1])
+                out.append({
+                    "domain": text(raw[i]),
+                    "queued": int(raw[i + 2]),
+                    "in_flight": int(raw[i + 3]),
+                    "leased_total": int(raw[i + 4]),
+                    "delay": float(raw[i + 5]) / 1000,
+                    "concurrency": int(raw[i + 6]),
+                    "ready_in": None if score == float("inf") else max(0.0, (score - now) / 1000),
+                    "at_concurrency": score == float("inf"),
+                    "_score": score,
+                })  # fmt: skip
+        out.sort(key=lambda row: row.pop("_score"))
+        return out[:limit]
