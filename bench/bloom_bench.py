@@ -81,7 +81,7 @@ from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.frontier.dedup import BloomDedup, Dedup, SetDedup
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
-from tests.conftest import RedisServer, free_port
+from tests.support.servers import RedisServer, free_port
 
 P = 0.001
 KEYS = CrawlKeys("bench")

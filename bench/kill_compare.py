@@ -50,7 +50,8 @@ import redis
 
 from crawlplug.demo.shop import DemoShop, ShopServer, serve
 from crawlplug.frontier.keys import CrawlKeys
-from tests.conftest import SCRAPY, RedisServer, free_port
+from tests.support.nodes import SCRAPY
+from tests.support.servers import RedisServer, free_port
 
 NODES = 3
 COMMON = {"CONCURRENT_REQUESTS": 8, "TELNETCONSOLE_ENABLED": False}

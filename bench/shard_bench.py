@@ -42,7 +42,7 @@ from crawlplug.connection import client_from_url
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.sharded import ShardedFrontier, claim_shards
 from crawlplug.frontier.single import Frontier
-from tests.clusters import RedisCluster3
+from tests.support.clusters import RedisCluster3
 
 PAYLOAD = b'{"v":1,"url":"https://%s/page/%d","callback":"parse_item"}'
 

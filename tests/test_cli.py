@@ -23,7 +23,8 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 
-from .conftest import ROOT, RedisServer, free_port
+from .support.nodes import ROOT
+from .support.servers import RedisServer, free_port
 
 KEYS = CrawlKeys("clitest")
 

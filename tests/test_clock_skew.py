@@ -4,7 +4,7 @@ follow Redis's clock (TIME inside the scripts), never a node's.
 Two real ``scrapy crawl multisite`` nodes crawl the loopback sites of
 :mod:`tests.politesite` through :class:`crawlplug.queues.DomainQueue` with a
 per-domain delay and a short lease timeout. One of them runs with its wall
-clock 45 seconds ahead or behind (``tests/clockshift/sitecustomize.py``
+clock 45 seconds ahead or behind (``tests/support/clockshift/sitecustomize.py``
 shifts ``time.time()`` and ``datetime.now()`` in that process only). If leases
 or heartbeats were stamped with a node's clock, the node that is behind would
 hand out leases already expired (the other node reaps them: pages fetched
@@ -18,8 +18,6 @@ clock), so the delay is measured where a site owner would see it.
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,10 +26,11 @@ import pytest
 import redis
 
 from crawlplug.frontier.keys import CrawlKeys
-from tests.politesite import HostSite, PoliteSite, loopback_hosts, min_start_gap
+from tests.support.nodes import run_together
+from tests.support.politesite import HostSite, PoliteSite, loopback_hosts, min_start_gap
 from tests.test_polite import DOMAIN_QUEUE, TOLERANCE, assert_each_page_once, per_node
 
-SHIFT_DIR = Path(__file__).resolve().parent / "clockshift"
+SHIFT_DIR = Path(__file__).resolve().parent / "support" / "clockshift"
 DELAY = 0.4
 SETTINGS: dict[str, object] = {
     "CRAWLPLUG_QUEUE_CLASS": DOMAIN_QUEUE,
@@ -59,22 +58,7 @@ def run_nodes(crawl: Callable[..., Any], tmp_path: Path, site: PoliteSite, redis
     args = {"start_urls": ",".join(site.start_urls), "go_file": str(go)}
     settings = {"REDIS_URL": redis_url, "CRAWLPLUG_CRAWL_ID": crawl_id, **SETTINGS}
     nodes = [crawl("multisite", args=args, settings=settings, env=env) for env in envs]
-    deadline = time.monotonic() + 30
-    for node in nodes:
-        while "multisite: waiting for" not in (node.text() if node.log.exists() else ""):
-            assert node.proc.poll() is None, f"a node exited before the start:\n{node.text()[-3000:]}"
-            assert time.monotonic() < deadline, "the nodes did not come up within 30 s"
-            time.sleep(0.05)
-    go.touch()
-    deadline = time.monotonic() + timeout
-    for node in nodes:
-        try:
-            rc = node.wait(max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"crawl {crawl_id} did not finish within {timeout} s:\n{node.text()[-3000:]}")
-        assert rc == 0, f"node exited {rc}:\n{node.text()[-3000:]}"
-        assert "'finish_reason': 'finished'" in node.text(), node.text()[-3000:]
-    return nodes
+    return run_together(nodes, go, crawl_id, timeout)
 
 
 @pytest.mark.parametrize("shift", [45.0, -45.0], ids=["ahead", "behind"])

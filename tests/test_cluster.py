@@ -1,4 +1,4 @@
-"""crawlplug on a real Redis Cluster of three primaries (tests/clusters.py).
+"""crawlplug on a real Redis Cluster of three primaries (tests/support/clusters.py).
 
 * The Redis-touching tests of test_frontier, test_domainqueue and test_bloom run
   again, unchanged, with ``r`` a redis-py RedisCluster client of the cluster and

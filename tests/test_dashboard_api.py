@@ -31,7 +31,7 @@ from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 from crawlplug.web import API, create_app
 
-from .dashboardproc import (
+from .support.dashboardproc import (
     CRAWL_SETTINGS,
     SHOP_DELAY,
     SHOP_ITEMS,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
-from .dashboardproc import CRAWL_SETTINGS, SHOP_DELAY, SHOP_ITEMS, start_dashboard
+from .support.dashboardproc import CRAWL_SETTINGS, SHOP_DELAY, SHOP_ITEMS, start_dashboard
+from .support.nodes import ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -20,7 +20,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.web import allowed_hosts, host_pattern
 
-from .dashboardproc import HOSTS_ENVVAR, start_dashboard
+from .support.dashboardproc import HOSTS_ENVVAR, start_dashboard
 
 KEYS = CrawlKeys("shop")
 TOKEN = "s3cret-dashboard-token-for-tests"

@@ -15,7 +15,7 @@ import pytest
 from crawlplug import embedded
 from crawlplug.demo import crawl as democrawl
 
-from .conftest import ROOT
+from .support.nodes import ROOT
 
 
 def _row(summary: str, label: str) -> str:

@@ -9,7 +9,7 @@ import yaml
 from crawlplug.defaults import SETTINGS
 from crawlplug.settingsdoc import render
 
-from .conftest import ROOT
+from .support.nodes import ROOT
 
 
 def test_settings_reference_is_generated_from_defaults():

@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import ROOT, SCRAPY
+from .support.nodes import ROOT, SCRAPY
 
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
-BLOCKER = Path(__file__).parent / "noextras"
+BLOCKER = Path(__file__).parent / "support" / "noextras"
 
 
 def _env(redis_url: str) -> dict[str, str]:

@@ -69,7 +69,7 @@ from crawlplug.frontier.sharded import ShardedFrontier, claim_shards, shard_of
 from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue, PriorityQueue
 
-from .conftest import RedisServer, free_port
+from .support.servers import RedisServer, free_port
 
 set_hypothesis_home_dir(os.path.join(os.environ.get("TMPDIR", "/tmp"), "crawlplug-hypothesis"))
 

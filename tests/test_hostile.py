@@ -25,7 +25,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import PICKLE_MAGIC, JsonSerializer
 
-from .conftest import ROOT, SCRAPY
+from .support.nodes import ROOT, SCRAPY
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5}
 SECRET = "s3cret-7f1c0d9e4b2a68355e0c1a2b3c4d5e6f"  # distinctive: grep-able in any log

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 import redis
 
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
+from tests.support.nodes import wait_for_fetches
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 1, "CRAWLPLUG_LEASE_TIMEOUT": 10}
 
@@ -52,11 +52,7 @@ def test_resume_after_sigterm(crawl, make_shop, redis_url):
     shop = make_shop(items=600, delay=0.02)
     settings = {"REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 4, **FAST}
     first = crawl(args={"base_url": shop.url}, settings=settings)
-    deadline = time.monotonic() + 60
-    while sum(shop.hits.values()) < 150:
-        assert first.proc.poll() is None, first.text()[-3000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for_fetches(shop, first, 150)
     first.signal(signal.SIGTERM)
     assert first.wait(60) == 0
     assert "'finish_reason': 'shutdown'" in first.text()

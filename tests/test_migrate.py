@@ -41,7 +41,7 @@ from crawlplug.serializers import JsonSerializer
 from crawlplug.serializers.safepickle import RefusedGlobal, restricted_loads
 from spiders.shop import ShopSpider
 
-from .conftest import ROOT
+from .support.nodes import ROOT
 
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
 KEYS = CrawlKeys("shop")

@@ -22,7 +22,7 @@ import pytest
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.sharded import ShardedFrontier, claim_shards, open_frontier
 
-from .conftest import ROOT
+from .support.nodes import ROOT
 
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
 SCRAPY_REDIS = {

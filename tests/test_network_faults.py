@@ -1,7 +1,7 @@
 """Network faults between a node and Redis, through a TCP proxy the test controls.
 
 Each node of a two-node crawl of the demo shop talks to Redis through its own
-:class:`~tests.faultproxy.FaultProxy`; the test breaks one node's link, or both:
+:class:`~tests.support.faultproxy.FaultProxy`; the test breaks one node's link, or both:
 
 - a blackhole: the link stops answering and closes nothing; the node notices within
   a bounded time (its socket timeout, CRAWLPLUG_REDIS_TIMEOUT), goes into its outage
@@ -35,7 +35,7 @@ from crawlplug.frontier.scripts import source
 from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 
-from .faultproxy import FaultProxy
+from .support.faultproxy import FaultProxy
 
 KEYS = CrawlKeys("shop")
 SETTINGS: dict[str, object] = {

@@ -28,7 +28,7 @@ from crawlplug.frontier.sharded import parts
 from crawlplug.ops.status import rates, snapshot
 from crawlplug.web import create_app
 
-from .dashboardproc import wait_for
+from .support.dashboardproc import wait_for
 
 HOSTS = [f"127.0.0.{i}" for i in range(21, 27)]
 KEYS = CrawlKeys("multisite")

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from crawlplug.cli import main
 from crawlplug.frontier.keys import CrawlKeys
 
-from .conftest import RedisServer, free_port
+from .support.servers import RedisServer, free_port
 
 KEYS = CrawlKeys("shop")
 SETTINGS = {

@@ -27,7 +27,7 @@ from crawlplug.errors import ConfigError, ItemError
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.pipelines import RedisItemPipeline, count_items, item_json, iter_items
 
-from .conftest import RedisServer
+from .support.servers import RedisServer
 from .test_integration import FAST
 
 KEYS = CrawlKeys("itemtest")

@@ -28,8 +28,6 @@ ratio); the measured numbers are printed (``pytest -s``).
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +38,8 @@ from scrapy.exceptions import CloseSpider
 from scrapy.http import HtmlResponse, Request
 
 from spiders.multisite import MultiSiteSpider
-from tests.politesite import (
+from tests.support.nodes import run_together
+from tests.support.politesite import (
     HostSite,
     PoliteSite,
     Visit,
@@ -75,23 +74,7 @@ def run_crawl(crawl: Callable[..., Any], tmp_path: Path, site: PoliteSite, redis
     args = {"start_urls": ",".join(site.start_urls), "go_file": str(go)}
     all_settings = {"REDIS_URL": redis_url, "CRAWLPLUG_CRAWL_ID": crawl_id, **FAST, **settings}
     started = [crawl("multisite", args=args, settings=all_settings) for _ in range(nodes)]
-    deadline = time.monotonic() + 30
-    for node in started:
-        while "multisite: waiting for" not in (node.text() if node.log.exists() else ""):
-            rc = node.proc.poll()
-            assert rc is None, f"a node exited ({rc}) before the start:\n{node.text()[-3000:]}"
-            assert time.monotonic() < deadline, "the nodes did not come up within 30 s"
-            time.sleep(0.05)
-    go.touch()
-    deadline = time.monotonic() + timeout
-    for node in started:
-        try:
-            rc = node.wait(max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"crawl {crawl_id} did not finish within {timeout} s:\n{node.text()[-3000:]}")
-        assert rc == 0, f"node exited {rc}:\n{node.text()[-3000:]}"
-        assert "'finish_reason': 'finished'" in node.text(), node.text()[-3000:]
-    return started
+    return run_together(started, go, crawl_id, timeout)
 
 
 def assert_each_page_once(site: PoliteSite, nodes: list[Any]) -> None:

@@ -25,7 +25,7 @@ from crawlplug.frontier import registry, runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 
-from .conftest import SCRAPY
+from .support.nodes import SCRAPY
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1.5, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4}
 SHOP = CrawlKeys("shop")

@@ -41,8 +41,8 @@ from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 from crawlplug.web import create_app
 
-from .conftest import ROOT
-from .secureredis import (
+from .support.nodes import ROOT
+from .support.secureredis import (
     CRAWLER,
     CRAWLER_PASSWORD,
     CRAWLER_RULES,

@@ -1,4 +1,4 @@
-"""A crawl through Sentinel survives the loss of its primary (tests/clusters.py).
+"""A crawl through Sentinel survives the loss of its primary (tests/support/clusters.py).
 
 A primary (appendonly yes, appendfsync always), one replica and three
 sentinels (quorum 2, down-after 1 s) watch service ``mymaster``. Two real

@@ -17,7 +17,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import scrapy
 from scrapy import FormRequest, Request
 from scrapy.http import JsonRequest
 from scrapy.settings import Settings
@@ -33,21 +32,11 @@ from crawlplug.serializers import (
     payload_limit,
     serializer_from_settings,
 )
+from tests.support.spiders import ShopSpider
 
 SECRET = "test-secret-0123456789abcdef"
 
 
-class ShopSpider(scrapy.Spider):
-    name = "shop"
-
-    def parse(self, response):  # pragma: no cover - never called
-        pass
-
-    def parse_item(self, response, **kwargs):  # pragma: no cover
-        pass
-
-    def on_error(self, failure):  # pragma: no cover
-        pass
 
 
 @pytest.fixture

@@ -12,39 +12,25 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import pickle
 import string
-import tempfile
 import xmlrpc.client
 
-import scrapy
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from hypothesis.configuration import set_hypothesis_home_dir
 from scrapy import FormRequest, Request
 from scrapy.http import JsonRequest, XmlRpcRequest
 
 from crawlplug.errors import DecodeError, SerializationError
 from crawlplug.serializers import PICKLE_MAGIC, JsonSerializer, PickleSerializer
+from tests.support.fuzz import mutated
+from tests.support.spiders import ShopSpider
 
-set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "crawlplug-hypothesis"))
 PROPS = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 SECRET = "property-secret-0123456789"
 
 
-class ShopSpider(scrapy.Spider):
-    name = "shop"
-
-    def parse(self, response):  # pragma: no cover - never called
-        pass
-
-    def parse_item(self, response, **kwargs):  # pragma: no cover
-        pass
-
-    def on_error(self, failure):  # pragma: no cover
-        pass
 
 
 SPIDER = ShopSpider()
@@ -229,21 +215,6 @@ _valid_pickle = pickle.dumps(
      "headers": [[b"Accept", [b"text/html"]]], "body": b"\x00body", "priority": 3},
     protocol=5,
 )  # fmt: skip
-
-
-@st.composite
-def mutated(draw, data: bytes) -> bytes:
-    out = bytearray(data)
-    for _ in range(draw(st.integers(1, 4))):
-        pos = draw(st.integers(0, len(out) - 1))
-        action = draw(st.sampled_from(["flip", "delete", "insert"]))
-        if action == "flip":
-            out[pos] = draw(st.integers(0, 255))
-        elif action == "delete":
-            del out[pos]
-        else:
-            out.insert(pos, draw(st.integers(0, 255)))
-    return bytes(out)
 
 
 @PROPS

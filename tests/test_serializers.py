@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import string
-import tempfile
 
 import pytest
 import scrapy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.configuration import set_hypothesis_home_dir
 from scrapy import FormRequest, Request
 from scrapy.http import JsonRequest
 
@@ -27,23 +24,13 @@ from crawlplug.serializers import (
     JsonSerializer,
     get_serializer,
 )
+from tests.support.fuzz import mutated
+from tests.support.spiders import ShopSpider
 
 # keep hypothesis' caches out of the work tree (there is no .gitignore entry for them)
-set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "crawlplug-hypothesis"))
 FAST = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-class ShopSpider(scrapy.Spider):
-    name = "shop"
-
-    def parse(self, response):  # pragma: no cover - never called
-        pass
-
-    def parse_item(self, response, **kwargs):  # pragma: no cover
-        pass
-
-    def on_error(self, failure):  # pragma: no cover
-        pass
 
 
 class TrackedRequest(Request):
@@ -355,23 +342,8 @@ _valid = payload(
 )
 
 
-@st.composite
-def mutated_valid_payload(draw) -> bytes:
-    data = bytearray(_valid)
-    for _ in range(draw(st.integers(1, 4))):
-        pos = draw(st.integers(0, len(data) - 1))
-        action = draw(st.sampled_from(["flip", "delete", "insert"]))
-        if action == "flip":
-            data[pos] = draw(st.integers(0, 255))
-        elif action == "delete":
-            del data[pos]
-        else:
-            data.insert(pos, draw(st.integers(0, 255)))
-    return bytes(data)
-
-
 @FAST
-@given(st.one_of(st.binary(max_size=300), mutated_valid_payload()))
+@given(st.one_of(st.binary(max_size=300), mutated(_valid)))
 def test_arbitrary_bytes_never_raise_anything_but_decode_error(data):
     ser, spider = JsonSerializer(), ShopSpider()
     try:

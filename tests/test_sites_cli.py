@@ -16,7 +16,7 @@ from crawlplug.sites.store import SiteStore
 from crawlplug.stats import RedisStatsCollector
 from crawlplug.web import create_app
 
-from .conftest import ROOT
+from .support.nodes import ROOT
 
 CARS = str(ROOT / "spiders" / "sites" / "cars.yaml")
 SHOP = str(ROOT / "spiders" / "sites" / "shop.yaml")

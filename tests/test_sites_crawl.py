@@ -22,8 +22,8 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.sites.store import SiteStore
 from crawlplug.stats import crawl_stats, node_stats
 
-from .conftest import ROOT
-from .dashboardproc import wait_for
+from .support.dashboardproc import wait_for
+from .support.nodes import ROOT
 
 SITES = ROOT / "spiders" / "sites"
 SETTINGS: dict[str, object] = {

@@ -29,7 +29,7 @@ from crawlplug.sites.extract import CompiledSite
 from crawlplug.sites.spider import SiteItem, SitePipeline, SiteSpider
 from crawlplug.sites.store import SiteStore
 
-from .conftest import ROOT
+from .support.nodes import ROOT
 
 SITES = ROOT / "spiders" / "sites"
 BASE = "http://site.test"

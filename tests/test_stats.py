@@ -27,7 +27,7 @@ from crawlplug.stats import (
     stats_nodes,
 )
 
-from .conftest import RedisServer
+from .support.servers import RedisServer
 from .test_integration import FAST
 
 KEYS = CrawlKeys("statstest")

@@ -37,8 +37,9 @@ from crawlplug.frontier.transfer import TransferError, export_crawl, import_craw
 from crawlplug.queues import DomainQueue
 from crawlplug.seeds import Seeds, make_seed
 from crawlplug.serializers import JsonSerializer
+from tests.support.nodes import wait_for_fetches
 
-from .conftest import RedisServer, free_port, redisbloom_module
+from .support.servers import RedisServer, free_port, redisbloom_module
 
 K = CrawlKeys("moving")
 
@@ -460,11 +461,7 @@ FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 1, "CRAWLPLUG_LEASE_TI
 def test_a_crawl_stopped_on_one_redis_finishes_on_another(crawl, make_shop, redis_url, fresh_redis, tmp_path):
     shop = make_shop(items=600, delay=0.02)
     first = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST})
-    deadline = time.monotonic() + 60
-    while sum(shop.hits.values()) < 150:
-        assert first.proc.poll() is None, first.text()[-3000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for_fetches(shop, first, 150)
     first.signal(signal.SIGTERM)
     assert first.wait(60) == 0, first.text()[-3000:]
     assert sum(shop.hits.values()) < len(shop.shop.paths())

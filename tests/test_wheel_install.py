@@ -27,7 +27,7 @@ import pytest
 import crawlplug
 from crawlplug.demo.shop import DemoShop, serve
 
-from .conftest import ROOT
+from .support.nodes import ROOT
 
 VERSION = crawlplug.__version__
 #: What the test adds to the generated project's settings.py: the whole of turning crawlplug on.

@@ -27,6 +27,8 @@ import redis
 
 from crawlplug.embedded import find_redis_server
 
+from .servers import stop_process
+
 
 def redis_server_binary() -> str:
     return find_redis_server(os.environ.get("CRAWLPLUG_REDIS_SERVER"))
@@ -123,12 +125,7 @@ class Proc:
 
     def stop(self) -> None:
         if self.alive:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc)
 
     def log_tail(self, lines: int = 30) -> str:
         path = self.directory / "server.log"

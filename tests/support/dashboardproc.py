@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 
-from .conftest import ROOT, free_port
+from .nodes import ROOT
+from .servers import free_port
 
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
 TOKEN_ENVVAR = "CRAWLPLUG_DASHBOARD_TOKEN"

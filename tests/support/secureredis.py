@@ -37,7 +37,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from crawlplug.embedded import find_redis_server
 
-from .conftest import free_port
+from .servers import free_port, stop_process
 
 #: The ACL rule of docs/security.md for crawlplug's nodes and commands (user name and password apart).
 CRAWLER_RULES = (
@@ -281,13 +281,7 @@ class SecureRedis:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 def acl_text(*users: str) -> str:

@@ -1,0 +1,78 @@
+"""Real ``scrapy crawl`` nodes of the demo project (scrapy.cfg, settings/, spiders/ at the
+top of the checkout), started by the ``crawl`` fixture."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: the checkout: the demo project's scrapy.cfg is here
+ROOT = Path(__file__).resolve().parent.parent.parent
+#: the venv's scrapy command (the nodes import crawlplug from the venv's editable install)
+SCRAPY = str(Path(sys.executable).with_name("scrapy"))
+
+
+@dataclass
+class Node:
+    """One real `scrapy crawl` process of the demo project."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    items: Path
+
+    def wait(self, timeout: float = 180) -> int:
+        return self.proc.wait(timeout)
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def item_lines(self) -> list[str]:
+        return self.items.read_text().splitlines() if self.items.exists() else []
+
+
+def run_together(nodes: Sequence[Node], go: Path, crawl_id: str, timeout: float) -> list[Node]:
+    """Start nodes of the multisite spider together: wait until each is up and waiting for
+    the ``go`` file, create it, and wait for every node to finish the crawl (exit 0, finish
+    reason ``finished``) within ``timeout`` seconds."""
+    deadline = time.monotonic() + 30
+    for node in nodes:
+        while "multisite: waiting for" not in (node.text() if node.log.exists() else ""):
+            rc = node.proc.poll()
+            assert rc is None, f"a node exited ({rc}) before the start:\n{node.text()[-3000:]}"
+            assert time.monotonic() < deadline, "the nodes did not come up within 30 s"
+            time.sleep(0.05)
+    go.touch()
+    deadline = time.monotonic() + timeout
+    for node in nodes:
+        try:
+            rc = node.wait(max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"crawl {crawl_id} did not finish within {timeout} s:\n{node.text()[-3000:]}")
+        assert rc == 0, f"node exited {rc}:\n{node.text()[-3000:]}"
+        assert "'finish_reason': 'finished'" in node.text(), node.text()[-3000:]
+    return list(nodes)
+
+
+def wait_for_fetches(shop: Any, node: Node, fetches: int, timeout: float = 60) -> None:
+    """Wait until the demo shop answered ``fetches`` requests, the node still running."""
+    deadline = time.monotonic() + timeout
+    while sum(shop.hits.values()) < fetches:
+        assert node.proc.poll() is None, node.text()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
