@@ -7,11 +7,12 @@ ITEMS  ?= 2000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help venv crawl test bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-all lint docs docs-site clean
+.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-all lint docs docs-site clean
 
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
 	@echo "make test    run the whole test suite (starts its own Redis servers and sites)"
+	@echo "make test-fast   only the unit tier: in-process tests against one Redis (a couple of minutes)"
 	@echo "make bench   throughput vs stock Scrapy and scrapy-redis (~10 min; bench-quick: ~3 min)"
 	@echo "make bench-bloom / bench-kill / bench-domains / bench-shards / bench-all   Bloom memory and"
 	@echo "             false positives / kill -9 side by side / DomainQueue pops with 10,000 domains /"
@@ -41,6 +42,9 @@ crawl: venv
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
 bench: venv
 	$(BIN)/python bench/throughput.py $(BENCH_ARGS)

@@ -58,6 +58,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(getattr(pytest.mark, tier))
 
 
+@pytest.fixture(autouse=True)
+def _environment_put_back() -> Iterator[None]:
+    """Each test leaves os.environ as it found it. Scrapy's get_project_settings(), called in
+    this process by the CLI's commands under CliRunner, sets SCRAPY_SETTINGS_MODULE from the
+    checkout's scrapy.cfg; left behind, it sends every later subprocess (a `scrapy
+    startproject` elsewhere) looking for this checkout's settings module."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 @pytest.fixture(scope="session")
 def redis_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of the suite's Redis server."""

@@ -207,7 +207,12 @@ def test_a_draining_queue_gets_an_eta(crawl, make_shop, redis_url, r):
         time.sleep(0.5)
     assert node.proc.returncode == 0, node.text()[-3000:]
     peak = max(range(len(seen)), key=lambda i: seen[i][0])
-    draining = [s for s in seen[peak + 8:] if s[0] < seen[peak][0]]  # 4 s past the peak and after
-    assert draining, seen
-    assert all(eta and text.startswith("at the pace of the last ") for _, eta, text in draining), draining
+    draining = [s for s in seen[peak + 1:] if s[0] < seen[peak][0]]
+    known = [i for i, (_, eta, _) in enumerate(draining) if eta]
+    assert known, f"no ETA while the work left shrank: {draining}"
+    # how soon the first one comes depends on when the heartbeats sampled (a loaded machine
+    # is late); once given, it stays a number until the end, taken at the recent pace
+    after = draining[known[0]:]
+    assert all(eta and text.startswith("at the pace of the last ") for _, eta, text in after), after
+    assert len(after) >= 5, f"an ETA only at the very end: {draining}"
     assert not [s for s in seen if "not shrinking" in s[2]]

@@ -180,7 +180,8 @@ def test_a_node_stopped_during_the_idle_grace_records_the_end(crawl, make_shop, 
     node = crawl(args={"base_url": shop.url}, settings=settings)
     client = redis.Redis.from_url(redis_url)
     _wait_for(lambda: runs.totals(client, [SHOP])["pages"] == len(shop.shop.paths()), "every page", nodes=[node])
-    time.sleep(1.5)
+    _wait_for(lambda: "nothing queued or in flight in crawl 'shop'; closing in 30 s" in node.text(),
+              "the node to wait out its idle grace", nodes=[node])  # fmt: skip
     node.signal(signal.SIGTERM)
     assert node.wait(30) == 0
     assert "run 1 of crawl 'shop' is finished (this node stopped while the whole crawl was done" in node.text()

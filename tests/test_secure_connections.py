@@ -280,12 +280,16 @@ def test_a_read_only_user_can_watch_a_crawl(acl_redis):
     try:
         payloads = [JsonSerializer().dumps(scrapy.Request(f"http://example.com/{i}"), None) for i in range(3)]
         assert Frontier(admin, KEYS).admit([(os.urandom(20), 0.0, p) for p in payloads]).admitted == 3
+        read_only_scripts = int(str(admin.info("server")["redis_version"]).split(".")[0]) >= 7
     finally:
         admin.close()
     url = acl_redis.url("watcher", CRAWLER_PASSWORD)
     runner = CliRunner()
     for args in (["status"], ["status", "--json"], ["peek"], ["dead", "list"], ["domains", "list"]):
         res = runner.invoke(cli, ["--crawl", "shop", *args], env={"REDIS_URL": url})
+        if args[0] == "domains" and not read_only_scripts:  # the table is a script; no EVALSHA_RO before 7
+            assert res.exit_code == 1 and "no permissions to run the 'evalsha' command" in res.output, res.output
+            continue
         assert res.exit_code == 0, (args, res.output)
     assert "queued" in runner.invoke(cli, ["--crawl", "shop", "status"], env={"REDIS_URL": url}).output
     res = runner.invoke(cli, ["--crawl", "shop", "pause"], env={"REDIS_URL": url})
@@ -295,7 +299,11 @@ def test_a_read_only_user_can_watch_a_crawl(acl_redis):
     try:
         dash = TestClient(create_app(client, KEYS, "a-dashboard-token-0123", mask_url(url)), base_url="http://127.0.0.1")
         for path in ("/api/status", "/api/history", "/api/nodes", "/api/errors", "/api/domains", "/api/dead"):
-            assert dash.get(path).status_code == 200, path
+            res = dash.get(path)
+            if path == "/api/domains" and not read_only_scripts:
+                assert res.status_code == 503 and "no permissions" in res.json()["error"], res.text
+                continue
+            assert res.status_code == 200, path
         res = dash.post("/api/pause", headers={"Authorization": "Bearer a-dashboard-token-0123"})
         assert res.status_code == 503 and "no permissions" in res.json()["error"]
     finally:

@@ -61,7 +61,7 @@ def guide_spider(base_url: str) -> str:
 def _clean_env(**extra: str) -> dict[str, str]:
     """The environment of a user's shell: nothing pointing at this checkout or its venv."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "REDIS_URL", "PYTHONHOME")}  # fmt: skip
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "REDIS_URL", "PYTHONHOME") and not k.startswith("SCRAPY_")}  # fmt: skip
     env.update(extra)
     return env
 

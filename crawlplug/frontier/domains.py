@@ -58,7 +58,7 @@ class Domains:
         requests in flight, limits in force (lua/domains.lua's rule, read by
         lua/domaintable.lua) and next start time."""
         out = []
-        for raw in self.scripts.run_many([("domaintable", k.domain_keys(), [limit]) for k in self.parts]):
+        for raw in self.scripts.read([("domaintable", k.domain_keys(), [limit]) for k in self.parts]):
             if isinstance(raw, Exception):
                 raise raw
             now = int(raw[0])

@@ -36,6 +36,12 @@ PIECES = ("guard", "epoch", "leases", "domains", "bloom")
 #: them through because their first write frees memory (guard.lua).
 ALLOW_OOM = frozenset({"heartbeat", "renew"})
 
+#: Scripts that only read: on Redis 7 and later they declare ``flags=no-writes`` and are
+#: run with EVALSHA_RO (:meth:`Scripts.read`), which a read-only ACL user may be given
+#: (``+evalsha_ro +eval_ro``: Redis refuses any write inside, and still checks each
+#: command against the user's rules) without the right to run the crawl's writing scripts.
+READ_ONLY = frozenset({"domaintable"})
+
 
 def _uses(name: str, text: str) -> list[str]:
     """The pieces ``<name>.lua`` names on its ``-- uses:`` line, checked."""
@@ -53,13 +59,15 @@ def _uses(name: str, text: str) -> list[str]:
 def source(name: str, flags: bool = False) -> str:
     """The text of ``<name>.lua`` as sent to Redis: the pieces its ``-- uses:`` line names,
     then its own text (``flags``: with the shebang line of Redis 7's script flags, for the
-    scripts in :data:`ALLOW_OOM`)."""
+    scripts in :data:`ALLOW_OOM` and :data:`READ_ONLY`)."""
     package = files(__package__).joinpath("lua")
     text = package.joinpath(f"{name}.lua").read_text(encoding="utf-8")
     pieces = [package.joinpath(f"{piece}.lua").read_text(encoding="utf-8") for piece in _uses(name, text)]
     text = "\n".join([*pieces, f"-- ---- {name}.lua ----", text])
     if flags and name in ALLOW_OOM:
         text = f"#!lua flags=allow-oom\n{text}"
+    elif flags and name in READ_ONLY:
+        text = f"#!lua flags=no-writes\n{text}"
     return text
 
 
@@ -141,6 +149,33 @@ class Scripts:
                 continue
             return [script_error(x) if isinstance(x, redis.ResponseError) else x for x in out]
         raise AssertionError("unreachable")
+
+    def read(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
+        """Run read-only scripts (:data:`READ_ONLY`) as :meth:`run_many` does, but with
+        EVALSHA_RO on a Redis 7 or later that is not a cluster, so a user allowed only to
+        read (docs/security.md's watcher) may run them; older servers and clusters take
+        :meth:`run_many`'s EVALSHA. Returns each call's result or the exception it met."""
+        unknown = [name for name, _, _ in calls if name not in READ_ONLY]
+        if unknown:
+            raise ValueError(f"not read-only scripts: {unknown}")
+        if _is_cluster(self.client) or server_major(self.client) < 7:
+            return self.run_many(calls)
+        results: list[Any] = []
+        for name, keys, args in calls:
+            script = self._scripts[name]
+            try:
+                try:
+                    results.append(self.client.evalsha_ro(script.sha, len(keys), *keys, *args))
+                except redis.exceptions.NoScriptError:  # not loaded yet: EVAL_RO sends the text
+                    results.append(self.client.eval_ro(script.script, len(keys), *keys, *args))
+            except redis.exceptions.NoPermissionError:
+                # a user given EVALSHA but not EVALSHA_RO (docs/security.md's crawler rule)
+                return self.run_many(calls)
+            except redis.ResponseError as exc:
+                results.append(script_error(exc))
+            except redis.RedisError as exc:
+                results.append(exc)
+        return results
 
     def run_many(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
         """Run scripts whose keys may live on different nodes (the shards of a crawl):

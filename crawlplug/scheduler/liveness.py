@@ -176,7 +176,12 @@ class Liveness:
     def _observe(self, queued: int, leased: int, producers: int, local: bool) -> None:
         """Feed the termination rule; a crawl whose data Redis lost never reads as finished."""
         self.check_lost()
+        waiting = self.termination.empty_since is not None
         self.termination.observe(queued, leased, producers, local_pending=local or self.frontier.data_lost)
+        if self.termination.empty_since is not None and not waiting and not self.termination.worker_mode:
+            logger.info("crawlplug: nothing queued or in flight in crawl %r; closing in %.4g s unless work "
+                        "comes (CRAWLPLUG_IDLE_CLOSE: time for other nodes' requests to arrive)",
+                        self.frontier.keys.crawl, self.termination.grace)  # fmt: skip
 
     def check_lost(self) -> None:
         """Redis lost the crawl's data, or start_urls is of the wrong type: say so once."""

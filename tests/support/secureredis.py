@@ -45,7 +45,7 @@ CRAWLER_RULES = (
     "+evalsha +script|load +time +ping +info"
 )
 #: The read-only rule of docs/security.md: status, peek, dead letters, the dashboard without actions.
-WATCHER_RULES = "~crawlplug:* resetchannels -@all +@read +time +ping +info"
+WATCHER_RULES = "~crawlplug:* resetchannels -@all +@read +evalsha_ro +eval_ro +time +ping +info"
 ADMIN, ADMIN_PASSWORD = "admin", "admin-pw-4d8e1c"
 CRAWLER, CRAWLER_PASSWORD = "crawler", "Cr4wl:p@ss/w0rd%secret"  # characters a URL must escape
 
@@ -248,8 +248,8 @@ class SecureRedis:
         binary = self.binary or (tls_redis_server() if self.certs else None) or find_redis_server(
             os.environ.get("CRAWLPLUG_REDIS_SERVER"))  # fmt: skip
         acl = self.acl
-        if major_version(binary) < 7:  # no FUNCTION command to deny before Redis 7
-            acl = acl.replace(" -function", "")
+        if major_version(binary) < 7:  # no FUNCTION command to deny, no read-only scripts before Redis 7
+            acl = acl.replace(" -function", "").replace(" +evalsha_ro +eval_ro", "")
         acl_file = self.directory / "users.acl"
         acl_file.write_text(acl)
         args = [binary, "--bind", "127.0.0.1", "--dir", str(self.directory), "--save", "", "--appendonly", "no",
