@@ -244,17 +244,25 @@ class Liveness:
         except Exception:
             logger.exception("crawlplug: scheduler tick failed")
 
+    def _flushed_idle_state(self) -> tuple[int, int, int] | None:
+        """Send what waits, then read the crawl-wide (queued, leased, producers); None when
+        Redis did not answer (the outage rule decides what follows)."""
+        try:
+            self.batch.flush()
+            return self.frontier.idle_state()
+        except REDIS_ERRORS as exc:
+            self.outage.error(exc)
+            return None
+
     def may_close(self) -> bool:
         """spider_idle: whether the whole crawl is done (never on local idleness alone)."""
         self.producing = False
         if self.termination.worker_mode or self.outage.waiting():
             return False
-        try:
-            self.batch.flush()
-            queued, leased, producers = self.frontier.idle_state()
-        except REDIS_ERRORS as exc:
-            self.outage.error(exc)
+        state = self._flushed_idle_state()
+        if state is None:
             return False
+        queued, leased, producers = state
         self._observe(queued, leased, producers, self.batch.pending())
         if queued:
             self.batch.nothing_until = 0.0
@@ -278,12 +286,10 @@ class Liveness:
         self.entries.waiting = True
         if self.termination.worker_mode:
             return False
-        try:
-            self.batch.flush()
-            queued, leased, producers = self.frontier.idle_state()
-        except REDIS_ERRORS as exc:
-            self.outage.error(exc)
+        state = self._flushed_idle_state()
+        if state is None:
             return False
+        queued, leased, producers = state
         local = self.batch.pending() or bool(self.batch.book) or bool(self.entries.leases)
         self._observe(queued, leased, producers, local)
         try:
