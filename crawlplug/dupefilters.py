@@ -105,7 +105,9 @@ class RedisSetDupeFilter(BaseDupeFilter):
         """Record the fingerprint; True if it was already there (one script call)."""
         if self.frontier is None:
             raise RuntimeError(f"{type(self).__name__} is not bound to a crawl; the Scheduler binds it")
-        result = self.frontier.admit([(self.argument(request), 0.0, b"")])
+        # an empty payload records the fingerprint only; routed as the scheduler routes the
+        # request, so a sharded crawl checks the shard its admission would use
+        result = self.frontier.admit([(self.argument(request), 0.0, b"", "", self.frontier.queue.route(request))])
         return result.flags == "0"
 
     def log(self, request: Request, spider: object = None) -> None:

@@ -40,6 +40,12 @@ class BaseQueue:
         """The per-domain sub-queue of ``request``; "" = the one shared queue."""
         return ""
 
+    def route(self, request: Request) -> str:
+        """What a sharded crawl routes ``request`` by (crawlplug.frontier.layout.shard_of): its
+        domain as this queue sees it, else its host, so one site stays in one shard, and a
+        fingerprint is always checked in the shard that recorded it."""
+        return self.domain(request) or urlparse_cached(request).hostname or request.url
+
 
 class PriorityQueue(BaseQueue):
     """Higher ``Request.priority`` first; first in, first out among equal priority."""

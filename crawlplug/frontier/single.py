@@ -55,7 +55,7 @@ class Frontier:
     ) -> None:
         self.client = client
         self.keys = keys
-        self.queue = queue
+        self.queue = queue() if isinstance(queue, type) else queue
         self.dedup = _dedup(dedup)
         self.node_id = node_id or new_node_id()
         self.lease_ms = int(lease_timeout * 1000)

@@ -17,7 +17,6 @@ from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider
-from scrapy.utils.httpobj import urlparse_cached
 
 from ..errors import (
     REDIS_ERRORS,
@@ -148,7 +147,7 @@ class Batch:
         if self.frontier.sharded:
             # routed by domain (DomainQueue's key), else by host: one site, one shard
             items: list[Admission] = [
-                (fp, score, payload, domain, domain or urlparse_cached(request).hostname or request.url)
+                (fp, score, payload, domain, self.queue.route(request))
                 for request, fp, score, payload, domain in batch
             ]  # type: ignore[misc]
         else:
