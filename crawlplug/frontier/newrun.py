@@ -3,9 +3,10 @@
 ``CRAWLPLUG_FLUSH_ON_START`` (crawlplug.frontier.runs.join with ``want="new"``),
 taken by the operator's tool in a node's stead, which then leaves at once.
 
-The run it replaces keeps its summary: a finished, stopped or limited run has one
-already; a run cut short while running (or interrupted) is recorded as ``reset``
-with the operator's reason and its totals. Live nodes of the old run are refused
+The run it replaces keeps its summary (written here if its end wrote none): a
+finished, stopped or limited run keeps its state and reason; a run cut short while
+running (or interrupted) is recorded as ``reset`` with the operator's reason; both
+with their totals. Live nodes of the old run are refused
 by the epoch guard at their next call and join the new run.
 """
 
@@ -31,10 +32,14 @@ def begin_new_run(client: redis.Redis, keys: CrawlKeys, *, by: str, reason: str,
     as the running run).
     """
     current = runs.view(client, keys)
-    if current.id is not None and current.state in ("running", "interrupted"):
+    if current.id is not None and current.state != "starting" and not client.hexists(keys.runs, str(current.id)):
+        # join.lua would call it "reset by CRAWLPLUG_FLUSH_ON_START": say who ended it and why
+        ended = current.state in ("finished", "limit", "stopped")
         parts = runs.part_keys(client, keys)
-        summary = {"id": current.id, "state": "reset", "reason": reason, "started": current.started,
-                   "ended": redis_ms(client), "by": by, **runs.totals(client, parts)}  # fmt: skip
+        summary = {"id": current.id, "state": current.state if ended else "reset",
+                   "reason": current.reason if ended and current.reason else reason, "started": current.started,
+                   "ended": current.ended if ended and current.ended else redis_ms(client),
+                   "by": current.by if ended and current.by else by, **runs.totals(client, parts)}  # fmt: skip
         client.hsetnx(keys.runs, str(current.id), json.dumps(summary, separators=(",", ":")))
     if incremental is None:
         incremental = current.incremental

@@ -199,8 +199,8 @@ def launch(client: redis.Redis, keys: CrawlKeys, plan: Plan, *, by: str = "start
     in ``skip``, are not started twice). Raises ConfigError or ScrapydError, having started
     nothing, when a check fails."""
     check_reach(plan.redis_url, plan.daemons, embedded=plan.embedded)
-    preflight(plan, timeout)
     action, run_id, message = run_decision(client, keys, new_run=plan.new_run)
+    preflight(plan, timeout)
     if action == "new":
         joined = begin_new_run(client, keys, by=by, reason=f"replaced by a new run ({by})")
         if joined.action == "new":
