@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner
+from starlette.testclient import TestClient
 
 from crawlplug.cli import main
 from crawlplug.errors import ConfigError
 from crawlplug.frontier import jobs, runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.ops.launch import check_reach
+from crawlplug.web import create_app
 
 from .support.scrapyd import wait_for
 
@@ -93,6 +95,12 @@ def test_cancel_removes_a_waiting_job_and_signals_a_running_one(make_scrapyd, ma
     assert res.exit_code == 0, res.output
     wait_for(lambda: any(j["state"] == "running" for j in jobs.all_jobs(r, KEYS)), 60, "the first node to open")
     assert len(daemon.jobs()["pending"]) == 1
+    # the dashboard shows the running node's job
+    (running,) = [j for j in jobs.all_jobs(r, KEYS) if j["state"] == "running"]
+    dash = TestClient(create_app(r, KEYS), base_url="http://127.0.0.1")
+    rows = wait_for(lambda: [n for n in dash.get("/api/nodes").json()["nodes"] if n["id"] == running["node"]], 10,
+                    "the node's first heartbeat")  # fmt: skip
+    assert rows[0]["job"] == {"id": running["id"], "daemon": daemon.url, "state": "running"}
 
     res = cli(redis_url, "scrapyd", "cancel", "shop", "--grace", "1")
     assert res.exit_code == 0, res.output
