@@ -65,6 +65,8 @@ class Control:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._warned: set[str] = set()
+        #: outcomes of firings this process carried out but could not record yet (a Redis error)
+        self._unrecorded: dict[tuple[str, str, int], dict[str, Any]] = {}
         #: what runs at every tick; later duties (metrics, alerts) are added here
         self.duties: list[Callable[[], None]] = [self.fire_schedules]
 
@@ -125,6 +127,12 @@ class Control:
                 continue
             last = spec.get("last") or {}
             if last.get("state") == "firing" and isinstance(last.get("due"), int):
+                late = self._unrecorded.get((keys.crawl, name, last["due"]))
+                if late is not None and int(last.get("fence") or 0) == lead.fence:
+                    # this process fired it; recording the outcome failed (a Redis error): again
+                    if lead.done(name, last["due"], late)[0] in ("done", "moved", "gone", "deposed"):
+                        self._unrecorded.pop((keys.crawl, name, last["due"]), None)
+                    continue
                 if int(last.get("fence") or 0) < lead.fence:
                     what, _ = lead.adopt(name, last["due"])
                     if what == "adopted":
@@ -154,7 +162,11 @@ class Control:
         except (CrawlplugError, *REDIS_ERRORS) as exc:
             outcome = {"state": "failed", "why": str(exc)[:500]}
         outcome["times"] = times
-        what, _ = lead.done(name, due, outcome)
+        try:
+            what, _ = lead.done(name, due, outcome)
+        except REDIS_ERRORS:
+            self._unrecorded[(keys.crawl, name, due)] = outcome  # recorded at a later tick
+            raise
         missed = f" (stands for {times} due times missed while no control process ran)" if times > 1 else ""
         said = outcome.get("message") or outcome.get("why") or ""
         nxt = f"; next {utc(next_due)}" if next_due else ""

@@ -11,8 +11,9 @@ with :func:`fire`:
   next run themselves, their settings deciding whether it keeps fingerprints;
 * the last run was stopped, ended by a limit, interrupted (work left, no node), or
   runs with no live node: a new run is begun first, then the nodes are started;
-* the run still runs with live nodes (the last firing has not finished its crawl):
-  the firing is **skipped** and says so; the run is not cut short.
+* the run still runs with live nodes (the last firing has not finished its crawl),
+  or nodes started before still wait on their daemons: the firing is **skipped**
+  and says so; the run is not cut short.
 
 Times missed while no control process ran are fired once when one runs again
 (``times`` says how many it stands for), not once each.
@@ -30,6 +31,7 @@ from ..errors import ConfigError, ScrapydError
 from ..frontier import jobs, runs, schedules
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
+from .jobs import refresh
 from .launch import Plan, launch
 
 #: A schedule's name: it names its jobs on the daemons (their log files) too.
@@ -97,6 +99,16 @@ def add(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any]) -> bool:
     return schedules.put(client, keys, spec)
 
 
+def _waiting_jobs(client: redis.Redis, keys: CrawlKeys, timeout: float) -> list[str]:
+    """Jobs of the crawl that their daemon, asked now, still has waiting or starting (a
+    firing would begin a run under them); jobs of a daemon that does not answer do not
+    hold a firing back."""
+    asked = redis_ms(client)
+    refresh(client, keys, timeout=min(timeout, 10.0))
+    return [j["id"] for j in jobs.all_jobs(client, keys)
+            if j["state"] in ("pending", "starting") and int(j.get("checked") or 0) >= asked]  # fmt: skip
+
+
 def fire(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any], due: int, *, fence: int,
          adopted: bool = False, timeout: float = 30.0) -> dict[str, Any]:  # fmt: skip
     """Carry out one firing of ``spec`` due at ``due`` (module docstring); returns its outcome
@@ -111,6 +123,12 @@ def fire(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any], due: int, *
     if not done and view.state in ("running", "starting") and live > 0:
         return {"state": "skipped", "run": view.id,
                 "why": f"run {view.id} still runs with {live} live node{'s' if live != 1 else ''}"}  # fmt: skip
+    if not done:
+        waiting = _waiting_jobs(client, keys, timeout)
+        if waiting:
+            return {"state": "skipped", "run": view.id,
+                    "why": f"{len(waiting)} job{'s' if len(waiting) != 1 else ''} started before ({', '.join(waiting)}) "
+                           "have not opened their spider yet"}  # fmt: skip
     new_run = not done and view.state not in ("none", "finished")
     try:
         plan = Plan.from_dict(spec["plan"], new_run=new_run)
