@@ -218,3 +218,33 @@ def test_a_control_process_restarted_across_due_times_fires_them_once(make_scrap
     assert f"stands for {catch_up['times']} due times missed" in again.text()
     recorded = jobs.all_jobs(r, KEYS)
     assert sorted(_scrapyd_jobs(daemon)) == sorted(j["id"] for j in recorded)
+
+
+@pytest.mark.e2e
+def test_a_firing_left_half_done_by_a_dead_leader_is_finished_by_the_next(make_scrapyd, make_shop, redis_url, r):
+    """A leader claimed a firing, recorded one of its two jobs and died: the next leader (a
+    higher fence) adopts the firing and starts only the job that was not recorded."""
+    from crawlplug.ops.control import Control
+
+    shop = make_shop(items=10)
+    daemon = make_scrapyd()
+    res = cli(redis_url, "schedule", "shop", "--cron", "0 2 * * *", "--scrapyd", daemon.url, "--nodes-per-host", "2",
+              "-s", "CRAWLPLUG_IDLE_CLOSE=1", "-a", f"base_url={shop.url}")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    due = schedules.get(r, KEYS, "default")["next"]
+    dead = Leadership(r, KEYS, "dead-leader", lease_ms=200)
+    assert dead.hold() == "acquired"
+    assert dead.claim("default", due, due + 86_400_000) == ("claimed", "")
+    firing = f"default@{due}"
+    jobs.record(r, KEYS, f"shop-default-{due}-0-0", {"daemon": daemon.url, "project": "default", "spider": "shop",
+                                                     "firing": firing, "fence": dead.fence}, scheduled_ms=redis_ms(r))  # fmt: skip
+    time.sleep(0.3)  # its lease runs out
+
+    Control(r, lease=3, tick=0.2).run(ticks=2)
+    (fire,) = schedules.fires(r, KEYS)
+    assert fire["due"] == due and fire["state"] == "fired", fire
+    assert fire["adopted_from"] == 1 and fire["fence"] == 2
+    assert fire["resumed"] == 1 and fire["jobs"] == 1
+    assert sorted(j["id"] for j in jobs.with_firing(r, KEYS, firing)) == [f"shop-default-{due}-0-{s}" for s in (0, 1)]
+    assert _scrapyd_jobs(daemon) == [f"shop-default-{due}-0-1"]  # the recorded one was not started again
+    assert schedules.get(r, KEYS, "default")["last"]["state"] == "fired"
