@@ -20,6 +20,8 @@ ADDON_COMPONENTS = {
     "DOWNLOADER_MIDDLEWARES": ("crawlplug.errorsamples.ErrorSamplesMiddleware", 960),
     # drops the links of pages leased before the crawl was reset under a live node (crawlplug.frontier.runs)
     "SPIDER_MIDDLEWARES": ("crawlplug.scheduler.staleoutput.StaleOutputMiddleware", 10),
+    # a node started through Scrapyd records its job (on only with CRAWLPLUG_SCRAPYD_JOB: crawlplug start)
+    "EXTENSIONS": ("crawlplug.scrapydjob.ScrapydJob", 500),
 }
 
 

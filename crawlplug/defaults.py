@@ -309,6 +309,15 @@ SETTINGS: dict[str, tuple[Any, str]] = {
             "site); a change takes effect on every node within this time. 0: never re-check."
         ),
     ),
+    # -- nodes started through Scrapyd (`crawlplug start`, scheduled runs; crawlplug.scrapydjob) --
+    "CRAWLPLUG_SCRAPYD_JOB": (
+        None,
+        (
+            "The Scrapyd job this node is, set by `crawlplug start` and scheduled runs (never by hand): the "
+            "node records in Redis when it opened and closed, the run it joined, its pages and items "
+            "(`crawlplug crawls show`)."
+        ),
+    ),
 }
 
 

@@ -138,3 +138,8 @@ def _redis_errors() -> tuple[type[BaseException], ...]:
 #: What a Redis call may raise when the server (or the cluster) is unreachable,
 #: busy, failing over or refusing: redis-py's errors and its cluster client's.
 REDIS_ERRORS = _redis_errors()
+
+
+class ScrapydError(CrawlplugError):
+    """A Scrapyd daemon could not be reached, or refused a request (``schedule.json``,
+    ``cancel.json``, ...): the message names the daemon (its URL, password masked) and why."""

@@ -39,7 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 #: fixtures that make a test end-to-end, or an integration test (see the module docstring)
-E2E_FIXTURES = frozenset({"crawl", "project_copy"})
+E2E_FIXTURES = frozenset({"crawl", "project_copy", "make_scrapyd"})
 INTEGRATION_FIXTURES = frozenset({
     "cluster_deployment", "redis_cluster", "cluster_url", "cluster_client", "redis_sentinel",
     "fresh_redis", "bloom_redis", "shop", "make_shop",
@@ -182,6 +182,25 @@ def crawl(tmp_path: Path) -> Iterator[callable]:
         if node.proc.poll() is None:
             node.proc.kill()
             node.proc.wait(30)
+
+
+@pytest.fixture
+def make_scrapyd(tmp_path: Path) -> Iterator[callable]:
+    """Start real Scrapyd daemons on loopback ports (tests.support.scrapyd.ScrapydDaemon), each
+    standing for one machine, running the demo project from the checkout (or ``project_dir``);
+    each is killed at teardown with every node it started."""
+    from .support.scrapyd import ScrapydDaemon
+
+    daemons: list[ScrapydDaemon] = []
+
+    def make(**kwargs: object) -> ScrapydDaemon:
+        daemon = ScrapydDaemon(tmp_path / f"scrapyd{len(daemons) + 1}", **kwargs)  # type: ignore[arg-type]
+        daemons.append(daemon)
+        return daemon.start()
+
+    yield make
+    for daemon in daemons:
+        daemon.stop()
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ of commands, each command a thin wrapper over library functions).
     crawlplug seeds add|list|remove, timer, pause, resume
     crawlplug export / import, migrate from-scrapy-redis, items, sites, dashboard
     crawlplug embedded start|stop|url
+    crawlplug start CRAWL --scrapyd URL ...   # nodes started through Scrapyd; scrapyd cancel ends them
+    crawlplug schedule CRAWL --cron EXPR ...  # runs at cron times, fired by `crawlplug control`
 
 ``--redis-url`` (or ``REDIS_URL``) picks the Redis; without it a command uses the
 embedded Redis of the Scrapy project it is run in (the directory holding
@@ -24,9 +26,9 @@ registers every command module on it.
 
 from __future__ import annotations
 
-from . import crawls, dead, domains, embedded, feed, items, migrate, sites, status, transfer, web
+from . import crawls, dead, domains, embedded, feed, items, launch, migrate, schedule, sites, status, transfer, web
 from .common import main
 
 __all__ = ["main"]
 # the command modules register themselves on `main` when imported
-_COMMANDS = (crawls, dead, domains, embedded, feed, items, migrate, sites, status, transfer, web)
+_COMMANDS = (crawls, dead, domains, embedded, feed, items, launch, migrate, schedule, sites, status, transfer, web)

@@ -14,9 +14,10 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
-from ..frontier import runs
+from ..frontier import jobs, runs
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
+from ..ops import jobs as ops_jobs
 from .common import connect, fail, friendly_errors, main, options, shared_options, when
 
 
@@ -52,6 +53,12 @@ def crawls(ctx: click.Context, redis_url: str | None, crawl: str | None, as_json
     opts = options(redis_url, None)
     target = connect(opts)
     rows = runs.crawl_rows(target.client)
+    problems: list[str] = []
+    for r in rows:
+        keys = CrawlKeys(r["crawl"])
+        if r["run"] is not None and target.client.exists(keys.jobs):
+            problems += ops_jobs.refresh(target.client, keys, run=r["run"], timeout=3.0)
+            r["jobs"] = [_job_brief(j) for j in jobs.all_jobs(target.client, keys, run=r["run"])]
     if as_json:
         click.echo(json.dumps({"redis": target.safe_url, "crawls": rows}, indent=2))
         return
@@ -68,6 +75,32 @@ def crawls(ctx: click.Context, redis_url: str | None, crawl: str | None, as_json
         click.echo(f"  {r['crawl'].ljust(width)}  {r['run'] if r['run'] is not None else '-':>4}  "
                    f"{r['state']:<11}  {queued:>8}  {r['in_flight']:>9}  {r['done']:>8}  {r['live_nodes']:>5}  "
                    f"{_ago(r['last_activity'], now)}")  # fmt: skip
+        for job in r.get("jobs", []):
+            node = f"node {job['node']}" if job.get("node") else "no node yet"
+            click.echo(f"  {''.ljust(width)}    Scrapyd {job['daemon']} job {job['id']}: {job['state']}, {node}")
+    for problem in dict.fromkeys(problems):
+        click.echo(f"crawlplug: could not ask a daemon: {problem}", err=True)
+
+
+def _job_brief(job: dict[str, Any]) -> dict[str, Any]:
+    """A job as `crawlplug crawls` shows it (its daemon's password masked)."""
+    return {"id": job["id"], "daemon": ops_jobs.daemon_label(job), "state": job["state"], "node": job.get("node")}
+
+
+def _job_row(job: dict[str, Any]) -> str:
+    parts = [f"Scrapyd {ops_jobs.daemon_label(job)} job {job['id']}", job["state"]]
+    if job.get("reason"):
+        parts[-1] += f" ({job['reason']})"
+    parts.append(f"node {job['node']}" if job.get("node") else "no node")
+    parts.append(f"started {when(job.get('started'))}" if job.get("started") else "not started")
+    if job.get("ended"):
+        parts.append(f"ended {when(job['ended'])}")
+    for name in ("pages", "items"):
+        if name in job:
+            parts.append(f"{name} {job[name]}")
+    if job.get("error"):
+        parts.append(job["error"])
+    return "  ".join(parts)
 
 
 def _show_row(run: dict[str, Any]) -> str:
@@ -97,12 +130,24 @@ def crawls_show(redis_url: str | None, crawl: str | None, name: str | None, as_j
     except ConfigError as exc:
         fail(str(exc))
     target = connect(opts)
+    problems = ops_jobs.refresh(target.client, keys, timeout=3.0)
     history = runs.history(target.client, keys)
     current = runs.view(target.client, keys)
+    by_run = ops_jobs.per_run(jobs.all_jobs(target.client, keys))
     if as_json:
+        for run in history:
+            run["jobs"] = [{**j, "daemon": ops_jobs.daemon_label(j)} for j in by_run.get(run.get("id"), [])]
         click.echo(json.dumps({"crawl": keys.crawl, "current": current.as_dict(), "runs": history}, indent=2))
         return
     click.echo(f"crawl {keys.crawl!r} on {target.safe_url}: "
                + (f"run {current.id} {current.state}" if current.id is not None else "no run recorded"))
     for run in history:
         click.echo(f"  {_show_row(run)}")
+        for job in by_run.get(run.get("id"), []):
+            click.echo(f"      {_job_row(job)}")
+    if None in by_run:  # scheduled for a next run that no node began (none started, or all failed)
+        click.echo("  jobs of no run yet:")
+        for job in by_run[None]:
+            click.echo(f"      {_job_row(job)}")
+    for problem in problems:
+        click.echo(f"crawlplug: could not ask a daemon: {problem}", err=True)

@@ -54,6 +54,13 @@ NAMES = (
     # "<declared dead ms, 0 in a shard> <last change ms> <its leases requeued> <dead-lettered>";
     # per shard, where its leases were reaped (the counts add up across shards)
     "graveyard",
+    # nodes started through Scrapyd (crawlplug.frontier.jobs; `crawlplug start`, schedules)
+    "jobs",  # zset: Scrapyd job id -> when it was scheduled (ms); each job's record in job:<id>
+    # scheduled runs (crawlplug.frontier.schedules; lua/leader.lua, lua/firing.lua)
+    "schedules",  # hash: schedule name -> JSON spec (cron, daemons, settings) and its next and last firing
+    "fires",  # list: the last firings of every schedule of the crawl, newest first (JSON)
+    "leader",  # string: "<control process id> <fence>", the control process firing this crawl's schedules
+    "fence",  # string: the last fencing token handed to a leader (INCR)
 )
 
 #: Keys that a sharded crawl (CRAWLPLUG_SHARDS > 1) keeps once per shard, under the
@@ -111,6 +118,10 @@ class CrawlKeys:
     def reply(self, node_id: str) -> str:
         """The string holding one node's last admission reply (admit.lua's replay guard)."""
         return f"{self.tag}:reply:{node_id}"
+
+    def job(self, job_id: str) -> str:
+        """The hash holding one Scrapyd job's record (crawlplug.frontier.jobs)."""
+        return f"{self.tag}:job:{job_id}"
 
     def node_stats(self, node_id: str) -> str:
         """The hash holding one node's Scrapy stats (under ``node:`` so purge deletes it)."""

@@ -40,6 +40,7 @@ from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_domains, open_frontier
 from ..frontier.store import redis_ms
 from ..ops import dead, status
+from ..ops.jobs import annotate_nodes
 from ..sites import outcomes as site_fields
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,8 @@ API = {
                        "nodes, paused state, crawl-wide counters and nodes (the crawl now)",
     "GET /api/history?minutes=60": "per-10 s points: done, pages_per_min, admitted, queued, in_flight, dead",
     "GET /api/nodes": "every registered node and every node found dead in the last hour: state (live, silent, "
-                      "dead) and what became of its leases, host, pid, uptime, heartbeat age, leases, pages/min",
+                      "dead) and what became of its leases, host, pid, uptime, heartbeat age, leases, pages/min, "
+                      "and the Scrapyd job it is (crawlplug start), if any",
     "GET /api/errors": "errors by kind (http/<status>, download/<Exception>, spider/<Exception>) with sample URLs",
     "GET /api/domains?n=50": "per-domain queue: queued, in flight, requests leased so far (its rate), delay and "
                              "concurrency in force, next start",
@@ -105,6 +107,7 @@ class Dashboard:
     def status(self, request: Request) -> JSONResponse:
         snap = status.snapshot(self.client, self.keys)
         snap.pop("history", None)
+        annotate_nodes(self.client, self.keys, snap["nodes"])
         snap["redis"] = self.redis_label
         snap["actions"] = self.token is not None
         return JSONResponse(snap)
@@ -115,7 +118,8 @@ class Dashboard:
 
     def nodes(self, request: Request) -> JSONResponse:
         st = open_frontier(self.client, self.keys).status()
-        return JSONResponse({"nodes": status.nodes(self.client, self.keys, st["nodes"], redis_ms(self.client))})
+        rows = status.nodes(self.client, self.keys, st["nodes"], redis_ms(self.client))
+        return JSONResponse({"nodes": annotate_nodes(self.client, self.keys, rows)})
 
     def errors(self, request: Request) -> JSONResponse:
         return JSONResponse({"errors": errorsamples.read(self.client, self.keys)})

@@ -46,7 +46,9 @@ What becomes of what:
 Not exported: live nodes, their metrics, Scrapy stats and last admission
 replies (``nodes``, ``producers``, ``node:*``, ``statnodes``, ``reply:*``), the nodes
 found dead in the last hour (``graveyard``), the seed timer's lock, the rate series
-(``series``) and scraped items (``items``: ``crawlplug items export``).
+(``series``), scraped items (``items``: ``crawlplug items export``), the Scrapyd
+jobs (``jobs``, ``job:*``) and the schedules with their firings (``schedules``,
+``fires``: add them on the target with ``crawlplug schedule``).
 :func:`export_crawl` lists which of these the crawl has in ``counts["not_exported"]``.
 
 An export reads with SCAN-family commands, a batch at a time: memory stays

@@ -22,8 +22,9 @@ _EXPORTED = (
     "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "seen_ttl", "dead", "stats",
     "start_urls", "seeds", "seeds_due", "dq", "domains", "dstate", "dconf", "crawlstats", "bf", "run", "runs",
 )  # fmt: skip
-#: Keys that only mean something on the Redis they are on: the epoch (an import begins a new one).
-_LOCAL = ("epoch",)
+#: Keys that only mean something on the Redis they are on: the epoch (an import begins a new one),
+#: the lead of the crawl's schedules and its fencing token (crawlplug.frontier.schedules).
+_LOCAL = ("epoch", "leader", "fence")
 
 
 

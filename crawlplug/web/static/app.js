@@ -142,6 +142,7 @@ function nodes(st) {
     <td>${esc(n.id)}</td><td>${esc(n.host)}</td><td class="num">${esc(n.pid ?? "")}</td><td>${dur(n.uptime)}</td>
     <td>${n.heartbeat_age === null ? "-" : n.heartbeat_age.toFixed(1) + "s ago"}</td>
     <td class="num">${fmt(n.leases)}</td><td class="num">${fmt(n.pages_per_min)}</td><td class="num">${fmt(n.acked)}</td>
+    <td class="job">${n.job ? esc(n.job.daemon + " " + n.job.id) : "-"}</td>
     <td class="state">${esc(n.state_text)}</td></tr>`));
 }
 

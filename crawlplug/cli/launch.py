@@ -1,0 +1,117 @@
+"""``crawlplug start`` and ``crawlplug scrapyd``: a crawl's nodes started and ended through Scrapyd.
+
+    crawlplug start CRAWL --scrapyd URL [URL ...] [--nodes-per-host N] [-s NAME=VALUE] [--new-run]
+    crawlplug scrapyd cancel CRAWL [--grace S] [--run N] [--signal TERM]
+
+Thin commands over :mod:`crawlplug.ops.launch` and :mod:`crawlplug.ops.jobs`;
+registered on ``crawlplug.cli.main``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from ..frontier.keys import CrawlKeys
+from ..ops import jobs as ops_jobs
+from ..ops.launch import launch
+from .common import (
+    connect,
+    crawl_keys,
+    create_if_new,
+    fail,
+    friendly_errors,
+    main,
+    make_plan,
+    options,
+    plan_options,
+    shared_options,
+)
+
+
+def _keys(name: str | None, crawl: str | None, redis_url: str | None) -> tuple[Any, CrawlKeys]:
+    opts = options(redis_url, name or crawl)
+    keys = crawl_keys(opts)
+    return opts, keys
+
+
+@main.command("start")
+@shared_options(envvar=False)
+@click.argument("name", metavar="CRAWL", required=False)
+@plan_options
+@click.option("--new-run", is_flag=True,
+              help="Begin a new run now, whatever the state of the last one (a run still running is cut "
+                   "short: recorded as reset; its live nodes join the new run).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@friendly_errors
+def start(redis_url: str | None, crawl: str | None, name: str | None, new_run: bool, as_json: bool,
+          **kw: Any) -> None:  # fmt: skip
+    """Start CRAWL's nodes on Scrapyd daemons: N jobs on each (schedule.json), one crawl.
+
+    Every node gets the settings that make them one crawl: REDIS_URL (the Redis
+    every machine reaches: --redis-url, or --node-redis-url as the nodes see it),
+    CRAWLPLUG_CRAWL_ID and its Scrapyd job (CRAWLPLUG_SCRAPYD_JOB). A running or
+    interrupted run is continued; after a finished one the nodes begin the next;
+    a run stopped or ended by a limit stays so unless --new-run. Refuses, starting
+    nothing, when the Redis is the embedded one or a loopback address while a
+    daemon is on another machine, or when a daemon cannot run the spider.
+    """
+    opts, keys = _keys(name, crawl, redis_url)
+    target = connect(opts)
+    plan = make_plan(target, keys.crawl, kw, new_run=new_run)
+    created = create_if_new(target, keys)
+    out = launch(target.client, keys, plan, by="start")
+    if as_json:
+        click.echo(json.dumps({"crawl": keys.crawl, "action": out.action, "run": out.run, "message": out.message,
+                               "jobs": out.jobs, "refused": out.refused}, indent=2, default=str))  # fmt: skip
+    else:
+        if created:
+            click.echo(f"crawl {keys.crawl!r} is new: created it")
+        started = len(out.jobs) - len(out.refused)
+        click.echo(f"crawl {keys.crawl!r} on {target.safe_url}: {out.message}")
+        click.echo(f"  scheduled {started} node{'s' if started != 1 else ''} on {len(plan.daemons)} Scrapyd "
+                   f"daemon{'s' if len(plan.daemons) != 1 else ''} (spider {plan.spider_name!r}, project "
+                   f"{plan.project!r}):")  # fmt: skip
+        for job in out.jobs:
+            state = "refused" if job.get("daemon_state") == "error" else "scheduled"
+            click.echo(f"    {ops_jobs.daemon_label(job)}  job {job['id']}  {state}")
+        click.echo(f"  watch them: crawlplug crawls show {keys.crawl}")
+    if out.refused:
+        fail(f"{len(out.refused)} of {len(out.jobs)} jobs were refused: " + "; ".join(out.refused))
+
+
+@main.group("scrapyd")
+def scrapyd_group() -> None:
+    """The Scrapyd jobs of a crawl's nodes (`crawlplug start` starts them)."""
+
+
+@scrapyd_group.command("cancel")
+@shared_options(envvar=False)
+@click.argument("name", metavar="CRAWL", required=False)
+@click.option("--grace", type=float, default=30.0, show_default=True,
+              help="Seconds the jobs get to end by themselves before they are cancelled.")  # fmt: skip
+@click.option("--run", "run_id", type=int, default=None, help="Only the jobs of this run (default: every open job).")
+@click.option("--signal", "sig", default="TERM", show_default=True,
+              help="The signal cancel.json sends a running job (TERM: Scrapy closes cleanly; KILL: at once).")
+@friendly_errors
+def scrapyd_cancel(redis_url: str | None, crawl: str | None, name: str | None, grace: float, run_id: int | None,
+                   sig: str) -> None:  # fmt: skip
+    """Cancel CRAWL's Scrapyd jobs that do not end by themselves within --grace seconds.
+
+    Pending jobs are removed from their daemon's queue; running ones are sent
+    --signal (cancel.json), then given --grace seconds more. It does not stop the
+    run: a new node would join it (`crawlplug stop` stops the run, then cancels).
+    """
+    if grace < 0:
+        fail("--grace must be 0 or more seconds")
+    opts, keys = _keys(name, crawl, redis_url)
+    target = connect(opts)
+    report = ops_jobs.cancel_jobs(target.client, keys, grace=grace, run=run_id, signal=sig.upper())
+    lines = report.lines()
+    click.echo(f"crawl {keys.crawl!r}: " + ("no Scrapyd job was open" if not lines else lines[0]))
+    for line in lines[1:]:
+        click.echo(f"  {line}")
+    if report.problems or report.still_running:
+        raise SystemExit(1)

@@ -1,0 +1,183 @@
+"""``crawlplug schedule`` and ``crawlplug control``: runs started at cron times, and the
+process that starts them.
+
+    crawlplug schedule CRAWL --cron "0 2 * * *" --scrapyd URL [...]   # = schedule add
+    crawlplug schedule list [CRAWL] [--json]
+    crawlplug schedule delete CRAWL NAME
+    crawlplug control                         # fires the schedules; run it next to Redis
+
+Thin commands over :mod:`crawlplug.ops.schedules` and :mod:`crawlplug.ops.control`;
+registered on ``crawlplug.cli.main``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from typing import Any
+
+import click
+
+from ..frontier import schedules as stored
+from ..frontier.keys import CrawlKeys
+from ..ops import schedules
+from ..ops.control import LEASE, TICK, Control, utc
+from .common import (
+    connect,
+    crawl_keys,
+    create_if_new,
+    fail,
+    friendly_errors,
+    main,
+    make_plan,
+    options,
+    plan_options,
+    shared_options,
+)
+
+
+class _AddByDefault(click.Group):
+    """`crawlplug schedule CRAWL --cron ...` is `crawlplug schedule add CRAWL --cron ...`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["add", *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group("schedule", cls=_AddByDefault)
+def schedule_group() -> None:
+    """Runs started at the times of a cron expression, by `crawlplug control`.
+
+    `crawlplug schedule CRAWL --cron EXPR --scrapyd URL ...` adds one (as
+    `schedule add`); `schedule list` and `schedule delete` the others.
+    """
+
+
+@schedule_group.command("add")
+@shared_options(envvar=False)
+@click.argument("name", metavar="CRAWL", required=False)
+@click.option("--cron", required=True,
+              help="When: five fields (minute hour day month weekday: '0 2 * * *' is 02:00 every day), or six "
+                   "with seconds last ('* * * * * */30': every 30 seconds).")  # fmt: skip
+@click.option("--tz", default="UTC", show_default=True, help="The time zone the cron expression is read in.")
+@click.option("--name", "schedule_name", default="default", show_default=True,
+              help="The schedule's name (a crawl may have several; the same name replaces it).")  # fmt: skip
+@plan_options
+@friendly_errors
+def schedule_add(redis_url: str | None, crawl: str | None, name: str | None, cron: str, tz: str,
+                 schedule_name: str, **kw: Any) -> None:  # fmt: skip
+    """Start a NEW run of CRAWL at the times of --cron, on the --scrapyd daemons.
+
+    At each time the leading `crawlplug control` process begins a new run (the
+    last one finished, was stopped or interrupted) and starts the nodes as
+    `crawlplug start` does; a run that still runs with live nodes is left to run
+    and the firing is skipped, saying so. A time missed while no control process
+    ran is fired once when one runs again.
+    """
+    opts = options(redis_url, name or crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    plan = make_plan(target, keys.crawl, kw)
+    from ..ops.launch import check_reach  # noqa: PLC0415
+
+    check_reach(plan.redis_url, plan.daemons, embedded=plan.embedded)
+    spec = schedules.make(target.client, keys, name=schedule_name, cron=cron, tz=tz, plan=plan)
+    created = create_if_new(target, keys)
+    new = schedules.add(target.client, keys, spec)
+    if created:
+        click.echo(f"crawl {keys.crawl!r} is new: created it")
+    click.echo(f"{'added' if new else 'replaced'} schedule {schedule_name!r} of crawl {keys.crawl!r}: cron "
+               f"'{cron}' ({tz}), {plan.nodes_per_host} node{'s' if plan.nodes_per_host != 1 else ''} on each of "
+               f"{len(plan.daemons)} Scrapyd daemon{'s' if len(plan.daemons) != 1 else ''}; next run "
+               f"{utc(spec['next'])}")  # fmt: skip
+    click.echo("  it is fired by `crawlplug control` (run it next to Redis; several may run, one fires)")
+
+
+def _last(spec: dict[str, Any]) -> str:
+    last = spec.get("last")
+    if not isinstance(last, dict):
+        return "never fired"
+    said = last.get("message") or last.get("why") or ""
+    run = f", run {last['run']}" if last.get("run") else ""
+    return f"last: {last.get('state')} (due {utc(last.get('due'))}{run}){': ' + said if said else ''}"
+
+
+@schedule_group.command("list")
+@shared_options(envvar=False)
+@click.argument("name", metavar="[CRAWL]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@friendly_errors
+def schedule_list(redis_url: str | None, crawl: str | None, name: str | None, as_json: bool) -> None:
+    """The schedules of CRAWL, or of every crawl: cron, next time, last firing."""
+    opts = options(redis_url, name or crawl)
+    target = connect(opts)
+    crawls = [opts.crawl] if opts.crawl else stored.scheduled_crawls(target.client)
+    found = {c: stored.all_schedules(target.client, CrawlKeys(c)) for c in crawls}
+    if as_json:
+        for specs in found.values():
+            for spec in specs.values():
+                plan = spec.get("plan") or {}
+                plan.pop("redis_url", None)  # a password in it is not printed
+        fires = {c: stored.fires(target.client, CrawlKeys(c), 20) for c in crawls}
+        click.echo(json.dumps({"schedules": found, "fires": fires}, indent=2))
+        return
+    total = sum(len(s) for s in found.values())
+    click.echo(f"{total} schedule{'s' if total != 1 else ''} on {target.safe_url}")
+    for crawl_name, specs in found.items():
+        for spec_name, spec in specs.items():
+            if "unreadable" in spec:
+                click.echo(f"  {crawl_name}/{spec_name}: unreadable ({spec['unreadable']!r}): delete it")
+                continue
+            plan = spec.get("plan") or {}
+            click.echo(f"  {crawl_name}/{spec_name}  cron '{spec.get('cron')}' ({spec.get('tz')})  next "
+                       f"{utc(spec.get('next'))}  {plan.get('nodes_per_host')} x {len(plan.get('daemons') or [])} "
+                       f"daemons")  # fmt: skip
+            click.echo(f"    {_last(spec)}")
+
+
+@schedule_group.command("delete")
+@shared_options(envvar=False)
+@click.argument("name", metavar="CRAWL")
+@click.argument("schedule_name", metavar="NAME", default="default")
+@friendly_errors
+def schedule_delete(redis_url: str | None, crawl: str | None, name: str, schedule_name: str) -> None:
+    """Delete schedule NAME ("default" if not given) of CRAWL."""
+    opts = options(redis_url, name or crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    if not stored.delete(target.client, keys, schedule_name):
+        have = ", ".join(stored.all_schedules(target.client, keys)) or "none"
+        fail(f"crawl {keys.crawl!r} has no schedule {schedule_name!r} (it has: {have})")
+    click.echo(f"deleted schedule {schedule_name!r} of crawl {keys.crawl!r}")
+
+
+@main.command("control")
+@shared_options(envvar=False)
+@click.option("--tick", type=float, default=TICK, show_default=True, help="Seconds between two looks at the schedules.")
+@click.option("--lease", type=float, default=LEASE, show_default=True,
+              help="Seconds a leader's lease lasts unless renewed: how soon another process takes over "
+                   "from one that died.")  # fmt: skip
+@friendly_errors
+def control(redis_url: str | None, crawl: str | None, tick: float, lease: float) -> None:
+    """The control process: fires every crawl's scheduled runs. Run it next to Redis.
+
+    Several may run (on one machine or several): for each crawl one leads (a lease
+    in Redis with a fencing token) and fires its schedules; if it dies another takes
+    over within --lease seconds. A time missed while none ran is fired once. Stops
+    on Ctrl-C or SIGTERM, handing its leads over at once.
+    """
+    if tick <= 0 or lease <= 3 * tick:
+        fail("--tick must be more than 0 seconds and --lease more than three ticks")
+    target = connect(options(redis_url, None))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    proc = Control(target.client, lease=lease, tick=tick)
+    signal.signal(signal.SIGTERM, lambda *_: proc.stop())
+    click.echo(f"crawlplug control {proc.owner} on {target.safe_url}: firing the scheduled runs of every crawl "
+               "(Ctrl-C stops)", err=True)  # fmt: skip
+    try:
+        proc.run()
+    except KeyboardInterrupt:
+        proc.stop()
+    click.echo(f"crawlplug control {proc.owner}: stopped, leads released", err=True)

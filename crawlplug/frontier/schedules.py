@@ -1,0 +1,132 @@
+"""Scheduled runs in Redis: each crawl's schedules, who fires them, and each firing.
+
+A schedule (``crawlplug schedule``) is a JSON spec in the crawl's ``schedules`` hash:
+its cron expression and time zone, the Scrapyd daemons and what to start on them,
+``next`` (when it is due, ms, Redis clock) and ``last`` (its last firing). The crawls
+that have schedules are named in ``<prefix>:scheduled`` (a set), so a control
+process finds them without scanning the Redis.
+
+Control processes (``crawlplug control``, crawlplug.ops.control) fire them. Several
+may run: for each crawl, one of them is the **leader** (``lua/leader.lua``: a lease
+in the crawl's ``leader`` key, renewed while it runs) and holds a **fencing token**,
+one more than the leader before it (``fence``). Every write of a firing goes through
+``lua/firing.lua``, which refuses it unless the writer still holds the lease with
+that token: a leader that stalled past its lease (a long pause, a lost network) and
+was replaced writes nothing when it wakes. A firing is **claimed** (the schedule's
+``next`` moved on, in the same step, so no other leader fires the same time again),
+then carried out (crawlplug.ops.launch), then **done** (its outcome recorded, and
+pushed on the crawl's ``fires`` list). A firing left claimed by a leader that died
+is **adopted** by the next one (crawlplug.ops.control decides what becomes of it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from .keys import CrawlKeys
+from .scripts import Scripts
+from .store import json_record, text
+
+
+def index_key(prefix: str = "crawlplug") -> str:
+    """The set naming every crawl that has schedules on this Redis."""
+    return f"{prefix}:scheduled"
+
+
+def put(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any]) -> bool:
+    """Store schedule ``spec["name"]`` (replacing one of that name: True if it is new)."""
+    pipe = client.pipeline(transaction=True)
+    pipe.hset(keys.schedules, spec["name"], json.dumps(spec, separators=(",", ":")))
+    pipe.sadd(index_key(keys.prefix), keys.crawl)
+    return bool(pipe.execute()[0])
+
+
+def delete(client: redis.Redis, keys: CrawlKeys, name: str) -> bool:
+    """Delete one schedule; False if the crawl has none of that name."""
+    removed = bool(client.hdel(keys.schedules, name))
+    if not client.exists(keys.schedules):
+        client.srem(index_key(keys.prefix), keys.crawl)
+    return removed
+
+
+def get(client: redis.Redis, keys: CrawlKeys, name: str) -> dict[str, Any] | None:
+    raw = client.hget(keys.schedules, name)
+    return json_record(raw) if raw is not None else None
+
+
+def all_schedules(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, Any]]:
+    """Name -> spec; an unreadable spec is given as {"name": ..., "unreadable": raw text}."""
+    out: dict[str, dict[str, Any]] = {}
+    for raw_name, raw in client.hgetall(keys.schedules).items():
+        name = text(raw_name)
+        spec = json_record(raw)
+        out[name] = spec if spec is not None else {"name": name, "unreadable": text(raw)[:200]}
+    return dict(sorted(out.items()))
+
+
+def scheduled_crawls(client: redis.Redis, prefix: str = "crawlplug") -> list[str]:
+    """The crawls with schedules (the index); a crawl whose schedules are gone (purged) is
+    dropped from it."""
+    names = sorted(text(x) for x in client.smembers(index_key(prefix)))
+    out = []
+    for crawl in names:
+        if client.exists(CrawlKeys(crawl, prefix).schedules):
+            out.append(crawl)
+        else:
+            client.srem(index_key(prefix), crawl)
+    return out
+
+
+def fires(client: redis.Redis, keys: CrawlKeys, n: int = 200) -> list[dict[str, Any]]:
+    """The crawl's last firings, newest first."""
+    return [r for r in (json_record(x) for x in client.lrange(keys.fires, 0, n - 1)) if r is not None]
+
+
+class Leadership:
+    """One control process's leadership of one crawl's schedules (``lua/leader.lua``)."""
+
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, owner: str, lease_ms: int,
+                 scripts: Scripts | None = None) -> None:  # fmt: skip
+        self.client = client
+        self.keys = keys
+        self.owner = owner
+        self.lease_ms = lease_ms
+        self.scripts = scripts or Scripts(client)
+        #: the fencing token of the current leadership (0: not the leader)
+        self.fence = 0
+        #: who leads when this process does not
+        self.holder = ""
+
+    def hold(self) -> str:
+        """Become or stay the leader: "acquired", "renewed", or "held" (by ``holder``)."""
+        fence, what, holder = self.scripts.leader(
+            keys=[self.keys.leader, self.keys.fence], args=[self.owner, self.lease_ms, "hold"])
+        self.fence, self.holder = int(fence), text(holder)
+        return text(what)
+
+    def release(self) -> None:
+        """Step down (a control process that stops lets another take over at once)."""
+        self.scripts.leader(keys=[self.keys.leader, self.keys.fence], args=[self.owner, self.lease_ms, "release"])
+        self.fence = 0
+
+    def _firing(self, name: str, mode: str, due: int, arg: Any = "", times: int = 1) -> tuple[str, str]:
+        raw = self.scripts.firing(
+            keys=[self.keys.leader, self.keys.schedules, self.keys.fires],
+            args=[self.owner, self.fence, name, mode, due, arg, times],
+        )
+        return text(raw[0]), (text(raw[1]) if len(raw) > 1 else "")
+
+    def claim(self, name: str, due: int, next_due: int, times: int = 1) -> tuple[str, str]:
+        """Claim the firing of ``name`` due at ``due``, moving its next due time to ``next_due``."""
+        return self._firing(name, "claim", due, next_due, times)
+
+    def adopt(self, name: str, due: int) -> tuple[str, str]:
+        """Take over the firing of ``name`` due at ``due`` that an earlier leader left unfinished."""
+        return self._firing(name, "adopt", due)
+
+    def done(self, name: str, due: int, outcome: dict[str, Any]) -> tuple[str, str]:
+        """Record the outcome of this leader's firing of ``name`` due at ``due``."""
+        return self._firing(name, "done", due, json.dumps(outcome, separators=(",", ":")))

@@ -1,0 +1,145 @@
+"""Scheduled runs: a crawl started anew at the times of a cron expression (``crawlplug schedule``).
+
+A schedule names a crawl, a cron expression (five fields, or six with seconds last:
+``*/5 * * * * *`` is every five seconds; croniter's syntax) read in a time zone (UTC
+unless told), and what to start: the daemons, nodes per daemon, settings, spider
+arguments (crawlplug.ops.launch.Plan). At each due time the control process that
+leads the crawl's schedules (``crawlplug control``, crawlplug.ops.control) fires it
+with :func:`fire`:
+
+* the last run finished (or there is none): the nodes are started and begin the
+  next run themselves, their settings deciding whether it keeps fingerprints;
+* the last run was stopped, ended by a limit, interrupted (work left, no node), or
+  runs with no live node: a new run is begun first, then the nodes are started;
+* the run still runs with live nodes (the last firing has not finished its crawl),
+  or nodes started before still wait on their daemons: the firing is **skipped**
+  and says so; the run is not cut short.
+
+Times missed while no control process ran are fired once when one runs again
+(``times`` says how many it stands for), not once each.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+import redis
+
+from ..errors import ConfigError, ScrapydError
+from ..frontier import jobs, runs, schedules
+from ..frontier.keys import CrawlKeys
+from ..frontier.store import redis_ms
+from .jobs import refresh
+from .launch import Plan, launch
+
+#: A schedule's name: it names its jobs on the daemons (their log files) too.
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
+
+
+def _croniter() -> Any:
+    from croniter import croniter  # noqa: PLC0415 - only the schedule commands and the control process need it
+
+    return croniter
+
+
+def _zone(tz: str) -> Any:
+    if tz.upper() == "UTC":
+        return timezone.utc
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415
+
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"unknown time zone {tz!r} (an IANA name such as Europe/Paris, or UTC)") from None
+
+
+def check_cron(expr: str, tz: str = "UTC") -> None:
+    """ConfigError unless ``expr`` is a cron expression of five fields, or six (seconds last)."""
+    fields = expr.split()
+    if len(fields) not in (5, 6) or not _croniter().is_valid(expr):
+        raise ConfigError(
+            f"--cron {expr!r} is not a cron expression: five fields (minute hour day month weekday, "
+            "e.g. '0 2 * * *'), or six with seconds last (e.g. '* * * * * */5', every 5 seconds)"
+        )
+    _zone(tz)
+
+
+def next_after(expr: str, tz: str, after_ms: int) -> int:
+    """The first time of ``expr`` strictly after ``after_ms`` (ms since the epoch)."""
+    start = datetime.fromtimestamp(after_ms / 1000, _zone(tz))
+    return int(_croniter()(expr, start).get_next(datetime).timestamp() * 1000)
+
+
+def times_between(expr: str, tz: str, first_ms: int, now_ms: int, cap: int = 1000) -> int:
+    """How many times of ``expr`` fall in [first_ms, now_ms] (``first_ms`` being one); at most ``cap``."""
+    n, t = 1, first_ms
+    while n < cap:
+        t = next_after(expr, tz, t)
+        if t > now_ms:
+            break
+        n += 1
+    return n
+
+
+def make(client: redis.Redis, keys: CrawlKeys, *, name: str, cron: str, tz: str, plan: Plan,
+         by: str = "operator") -> dict[str, Any]:  # fmt: skip
+    """A schedule's spec (checked), due at its first time after now."""
+    if not NAME_RE.match(name):
+        raise ConfigError(f"schedule name {name!r}: letters, digits, '_', '.', '-', at most 40")
+    check_cron(cron, tz)
+    now = redis_ms(client)
+    return {"name": name, "crawl": keys.crawl, "cron": cron, "tz": tz, "plan": plan.as_dict(), "created": now,
+            "by": by, "next": next_after(cron, tz, now), "last": None}  # fmt: skip
+
+
+def add(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any]) -> bool:
+    """Store the schedule (True: new; False: it replaced one of the same name)."""
+    return schedules.put(client, keys, spec)
+
+
+def _waiting_jobs(client: redis.Redis, keys: CrawlKeys, timeout: float) -> list[str]:
+    """Jobs of the crawl that their daemon, asked now, still has waiting or starting (a
+    firing would begin a run under them); jobs of a daemon that does not answer do not
+    hold a firing back."""
+    asked = redis_ms(client)
+    refresh(client, keys, timeout=min(timeout, 10.0))
+    return [j["id"] for j in jobs.all_jobs(client, keys)
+            if j["state"] in ("pending", "starting") and int(j.get("checked") or 0) >= asked]  # fmt: skip
+
+
+def fire(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any], due: int, *, fence: int,
+         adopted: bool = False, timeout: float = 30.0) -> dict[str, Any]:  # fmt: skip
+    """Carry out one firing of ``spec`` due at ``due`` (module docstring); returns its outcome
+    (state "fired", "skipped" or "failed", with what happened). ``adopted``: a firing an earlier
+    leader claimed and left unfinished; the jobs it recorded are not started again, and if it
+    recorded any, their run is continued rather than a new one begun."""
+    name = spec["name"]
+    firing = f"{name}@{due}"
+    done = {j["id"] for j in jobs.with_firing(client, keys, firing)} if adopted else set()
+    view = runs.view(client, keys)
+    live = int(client.zcount(keys.nodes, f"({redis_ms(client)}", "+inf"))
+    if not done and view.state in ("running", "starting") and live > 0:
+        return {"state": "skipped", "run": view.id,
+                "why": f"run {view.id} still runs with {live} live node{'s' if live != 1 else ''}"}  # fmt: skip
+    if not done:
+        waiting = _waiting_jobs(client, keys, timeout)
+        if waiting:
+            return {"state": "skipped", "run": view.id,
+                    "why": f"{len(waiting)} job{'s' if len(waiting) != 1 else ''} started before ({', '.join(waiting)}) "
+                           "have not opened their spider yet"}  # fmt: skip
+    new_run = not done and view.state not in ("none", "finished")
+    try:
+        plan = Plan.from_dict(spec["plan"], new_run=new_run)
+        launched = launch(client, keys, plan, by=f"schedule {name}", firing=firing, fence=fence, timeout=timeout,
+                          skip=frozenset(done))  # fmt: skip
+    except (ConfigError, ScrapydError) as exc:
+        return {"state": "failed", "why": str(exc)[:500]}
+    outcome = {"state": "fired", "run": launched.run, "action": launched.action, "message": launched.message,
+               "jobs": len(launched.jobs) - len(launched.refused), "refused": len(launched.refused)}  # fmt: skip
+    if done:
+        outcome["resumed"] = len(done)
+    if launched.refused:
+        outcome["why"] = "; ".join(launched.refused)[:500]
+    return outcome

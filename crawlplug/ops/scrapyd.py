@@ -1,0 +1,150 @@
+"""Talking to Scrapyd daemons: its JSON API (https://scrapyd.readthedocs.io/en/stable/api.html).
+
+Only what crawlplug uses: ``daemonstatus.json`` (is it there), ``listprojects.json``
+and ``listspiders.json`` (can it run this spider), ``schedule.json`` (start a node),
+``listjobs.json`` (what became of it), ``cancel.json`` (stop it). Plain ``urllib``
+with a timeout: Scrapyd answers small JSON documents. A daemon URL may carry
+Scrapyd's ``username:password`` (``http://user:pass@host:6800``); it is sent as HTTP
+basic authentication and never shown (:attr:`Daemon.label`).
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from ..connection import mask_url
+from ..errors import ScrapydError
+
+#: Seconds a call to a daemon may take (schedule.json and listspiders.json start a Python
+#: process on the daemon to list its spiders: a few seconds).
+TIMEOUT = 30.0
+
+
+def normalize(url: str) -> str:
+    """A daemon's base URL: ``http://`` added when no scheme is given, no trailing slash;
+    :class:`ScrapydError` for what is no HTTP URL."""
+    raw = url.strip()
+    if "://" not in raw:
+        raw = f"http://{raw}"
+    parts = urllib.parse.urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ScrapydError(f"{url!r} is not a Scrapyd URL (http://host:6800)")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is no number
+    except ValueError:
+        raise ScrapydError(f"{url!r} is not a Scrapyd URL: bad port") from None
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` names this machine only (localhost, 127.0.0.0/8, ::1). Names are not
+    resolved: any other name is taken as another machine."""
+    name = host.strip("[]").lower()
+    if name in ("localhost", "localhost.localdomain", "ip6-localhost") or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """One Scrapyd daemon, by its base URL."""
+
+    url: str
+    timeout: float = TIMEOUT
+
+    @classmethod
+    def of(cls, url: str, timeout: float = TIMEOUT) -> Daemon:
+        return cls(normalize(url), timeout)
+
+    @property
+    def label(self) -> str:
+        """The URL as shown and recorded (a password masked)."""
+        return mask_url(self.url)
+
+    @property
+    def host(self) -> str:
+        return urllib.parse.urlsplit(self.url).hostname or ""
+
+    def _request(self, endpoint: str, *, params: list[tuple[str, str]] | None = None, post: bool = False) -> Any:
+        parts = urllib.parse.urlsplit(self.url)
+        netloc = parts.hostname or ""
+        if ":" in netloc:
+            netloc = f"[{netloc}]"
+        if parts.port:
+            netloc += f":{parts.port}"
+        base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+        query = urllib.parse.urlencode(params or [])
+        url = f"{base}/{endpoint}"
+        data = None
+        if post:
+            data = query.encode()
+        elif query:
+            url += f"?{query}"
+        request = urllib.request.Request(url, data=data, method="POST" if post else "GET")
+        if parts.username is not None:
+            user = urllib.parse.unquote(parts.username)
+            password = urllib.parse.unquote(parts.password or "")
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # http(s) only: normalize()
+                body = response.read()
+        except urllib.error.HTTPError as exc:
+            why = "wrong username or password (Scrapyd's username/password)" if exc.code == 401 else f"HTTP {exc.code}"
+            raise ScrapydError(f"Scrapyd {self.label} answered {endpoint} with {why}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ScrapydError(f"cannot reach Scrapyd {self.label}: {reason}") from None
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            raise ScrapydError(f"Scrapyd {self.label} answered {endpoint} with no JSON: {body[:120]!r}") from None
+        if not isinstance(answer, dict) or answer.get("status") != "ok":
+            message = answer.get("message") if isinstance(answer, dict) else answer
+            raise ScrapydError(f"Scrapyd {self.label} refused {endpoint}: {message}")
+        return answer
+
+    def status(self) -> dict[str, Any]:
+        """``daemonstatus.json``: pending, running, finished, node_name."""
+        return self._request("daemonstatus.json")
+
+    def projects(self) -> list[str]:
+        return list(self._request("listprojects.json").get("projects", []))
+
+    def spiders(self, project: str) -> list[str]:
+        return list(self._request("listspiders.json", params=[("project", project)]).get("spiders", []))
+
+    def schedule(self, project: str, spider: str, *, job: str, settings: dict[str, str],
+                 args: dict[str, str]) -> str:  # fmt: skip
+        """``schedule.json``: queue one ``scrapy crawl`` of ``spider``; returns the job id."""
+        params = [("project", project), ("spider", spider), ("jobid", job)]
+        params += [("setting", f"{k}={v}") for k, v in settings.items()]
+        params += list(args.items())
+        return str(self._request("schedule.json", params=params, post=True).get("jobid", job))
+
+    def jobs(self, project: str) -> dict[str, dict[str, Any]]:
+        """``listjobs.json``: job id -> {"state": pending/running/finished, "pid", "start_time", ...}."""
+        answer = self._request("listjobs.json", params=[("project", project)])
+        out: dict[str, dict[str, Any]] = {}
+        for state in ("pending", "running", "finished"):
+            for job in answer.get(state, []):
+                out[str(job.get("id"))] = {**job, "state": state}
+        return out
+
+    def cancel(self, project: str, job: str, signal: str = "TERM") -> str | None:
+        """``cancel.json``: remove a pending job, or send ``signal`` to a running one; returns
+        the job's state before ("pending", "running"), None if the daemon had no such live job."""
+        answer = self._request("cancel.json", params=[("project", project), ("job", job), ("signal", signal)],
+                               post=True)  # fmt: skip
+        prev = answer.get("prevstate")
+        return str(prev) if prev else None
