@@ -12,7 +12,7 @@ BENCH_ARGS ?=
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
 	@echo "make test    run the whole test suite (starts its own Redis servers and sites)"
-	@echo "make test-fast   only the unit tier: in-process tests against one Redis (a couple of minutes)"
+	@echo "make test-fast   the unit tier only: in-process tests against one Redis (about a minute)"
 	@echo "make bench   throughput vs stock Scrapy and scrapy-redis (~10 min; bench-quick: ~3 min)"
 	@echo "make bench-bloom / bench-kill / bench-domains / bench-shards / bench-all   Bloom memory and"
 	@echo "             false positives / kill -9 side by side / DomainQueue pops with 10,000 domains /"
@@ -43,8 +43,9 @@ crawl: venv
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# the unit tier (no process of its own, one Redis), with a tenth of each property test's examples
 test-fast: venv
-	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
+	CRAWLPLUG_FUZZ_SCALE=0.1 $(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
 bench: venv
 	$(BIN)/python bench/throughput.py $(BENCH_ARGS)

@@ -110,7 +110,16 @@ def _check_url(url: Any) -> str:
     if not rest.startswith("//"):
         raise DecodeError(f"URL has no host: {url!r:.200}")
     try:
+        # w3lib's normalisation is not always idempotent ("HTTP://\U0001d400" -> "http://A" ->
+        # "http://a"): take its fixed point, so the stored line parses back to the same URL
         safe = safe_url_string(url)
+        for _ in range(3):
+            again = safe_url_string(safe)
+            if again == safe:
+                break
+            safe = again
+        else:
+            raise ValueError("its normal form does not settle")
         parts = urlsplit(safe)  # checked after normalisation: what a node will crawl
         host = parts.hostname
     except (ValueError, UnicodeError) as exc:

@@ -23,6 +23,9 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+# croniter's import runs `file` (platform.architecture): imported here, once, so the unit
+# tier's no-process rule (pytest_runtest_call below) does not take it for a test's process
+import croniter  # noqa: F401
 import pytest
 import redis
 
@@ -56,6 +59,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = set(getattr(item, "fixturenames", ()))
         tier = "e2e" if fixtures & E2E_FIXTURES else "integration" if fixtures & INTEGRATION_FIXTURES else "unit"
         item.add_marker(getattr(pytest.mark, tier))
+
+
+class StartedAProcess(AssertionError):
+    """A test of the unit tier started a process: it belongs to another tier."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A unit test runs in this process: one that starts a process (subprocess, fork, a pty)
+    fails, naming the tier to mark it with, so ``make test-fast`` stays fast and means what
+    it says."""
+    if item.get_closest_marker("unit") is None:
+        yield
+        return
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise StartedAProcess(f"{item.nodeid} is in the unit tier but started a process: mark it "
+                              "`integration` (or `e2e` for scrapy nodes), see tests/conftest.py")  # fmt: skip
+
+    saved = (subprocess.Popen._execute_child, os.fork, os.forkpty)  # type: ignore[attr-defined]
+    subprocess.Popen._execute_child = refuse  # type: ignore[attr-defined,assignment]
+    os.fork = os.forkpty = refuse  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        subprocess.Popen._execute_child, os.fork, os.forkpty = saved  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)

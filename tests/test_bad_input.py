@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import redis
 from scrapy import Request
 
@@ -26,6 +27,7 @@ def _run(args: list[str], cwd: Path = ROOT, timeout: float = 120) -> subprocess.
     return subprocess.run([SCRAPY, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_unreachable_redis_is_one_clear_line_and_nonzero_exit():
     proc = _run(["crawl", "shop", "-s", "REDIS_URL=redis://:s3cret@127.0.0.1:1/0"])
     assert proc.returncode != 0
@@ -38,6 +40,7 @@ def test_unreachable_redis_is_one_clear_line_and_nonzero_exit():
     assert "finish_reason': 'redis_unavailable'" in proc.stderr
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_malformed_redis_url_is_a_config_error():
     proc = _run(["crawl", "shop", "-s", "REDIS_URL=http://example.com"])
     assert proc.returncode != 0
@@ -156,6 +159,7 @@ def test_a_node_with_another_bloom_sizing_refuses_to_join(shop, redis_url):
     assert "'finish_reason': 'config_error'" in second.stderr
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_an_invalid_crawl_id_is_a_config_error(redis_url):
     proc = _run(["crawl", "shop", "-s", "CRAWLPLUG_CRAWL_ID=my crawl*", "-s", f"REDIS_URL={redis_url}"])
     assert proc.returncode != 0

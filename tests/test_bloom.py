@@ -54,6 +54,8 @@ from crawlplug.frontier.dedup import BloomDedup, TtlDedup
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 
+from .support.fuzz import examples
+
 K = CrawlKeys("bloomy")
 BLOOM = "crawlplug.dupefilters.RedisBloomDupeFilter"
 EXPIRING = "crawlplug.dupefilters.ExpiringDupeFilter"
@@ -212,7 +214,7 @@ def test_positions_are_one_per_slice_and_spread_evenly():
 
 
 # -- (c) no false negatives, ever -------------------------------------------------
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_no_false_negatives_across_batches_and_layer_growth(r, data):
     r.flushdb()
@@ -372,6 +374,7 @@ def _admit_worker(url: str, fps: list[bytes], seed: int, capacity: int, p: float
     client.close()
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_concurrent_admission_from_four_processes_admits_each_fingerprint_at_most_once(r, redis_url):
     n, capacity, p = 5000, 1000, 0.001  # layers of 1000, 2000, 4000: growth races between processes
     fps = fingerprints(n, seed=11)

@@ -183,6 +183,7 @@ def test_password_is_masked_when_unreachable():
     assert "redis://user:***@127.0.0.1:1/0" in res.output
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_password_is_masked_in_status(tmp_path):
     server = RedisServer(free_port(), tmp_path).start()  # its readiness probe has no password
     try:
@@ -247,6 +248,7 @@ def test_no_project_and_no_url_is_a_clear_error(tmp_path, monkeypatch):
 # -- issue 18: --version, --json on every listing, a busy dashboard port ------------------------
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_version_is_printed_and_is_the_package_version():
     """`crawlplug --version`, as a user types it (a real process): one line, the one version."""
     exe = str(Path(sys.executable).with_name("crawlplug"))
@@ -295,6 +297,7 @@ def test_every_listing_command_prints_json(redis_url, r):
     assert [s["name"] for s in json.loads(res.output)["sites"]] == ["cars"]
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_dashboard_on_a_busy_port_says_so_and_exits(redis_url):
     """The real `crawlplug dashboard` on a port something listens on: one line naming the
     port, exit status 1, and no line claiming to serve."""

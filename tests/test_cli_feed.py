@@ -108,6 +108,7 @@ def test_push_file_with_blank_comment_and_malformed_lines(redis_url, r, tmp_path
     _check_file_push(r, res.stderr, res.stdout, path)
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_push_file_real_process(redis_url, r, tmp_path):
     path = tmp_path / "starts.txt"
     path.write_text("\r\n".join(FILE_LINES) + "\r\n")  # Windows line ends too
@@ -146,6 +147,7 @@ def test_push_from_stdin(redis_url, r):
     assert start_urls(r)[-1] == "http://example.com/s3"
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_push_from_stdin_real_process(redis_url, r):
     res = real(redis_url, "push", "-", input="http://example.com/p1\nhttp://example.com/p2\n")
     assert res.returncode == 0, res.stderr
@@ -153,6 +155,7 @@ def test_push_from_stdin_real_process(redis_url, r):
     assert start_urls(r) == ["http://example.com/p1", "http://example.com/p2"]
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_push_entry_with_a_lone_surrogate_does_not_crash(redis_url, r):
     """Valid JSON, but its escaped lone surrogate cannot be stored as UTF-8: the entry is
     reported and skipped like any malformed line; the others go in."""
@@ -388,6 +391,7 @@ def test_seeds_add_refuses(redis_url, r, args, message):
     assert not r.exists(KEYS.seeds)
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_timer_once_fires_a_due_seed(redis_url, r):
     book = Seeds(r, KEYS)
     sec, _ = r.time()
@@ -405,6 +409,7 @@ def test_timer_once_fires_a_due_seed(redis_url, r):
     assert start_urls(r) == ["http://example.com/due"]
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_seeds_add_and_timer_real_processes(redis_url, r):
     res = real(redis_url, "seeds", "add", "http://example.com/real", "--every", "90s")
     assert res.returncode == 0, res.stderr
@@ -421,6 +426,7 @@ def test_seeds_add_and_timer_real_processes(redis_url, r):
     assert row["next_run_ms"] == added["next_run_ms"] + 90_000
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_timer_loop_keeps_firing(redis_url, r):
     """`crawlplug timer` (no --once) fires a 1 s seed again and again until stopped."""
     Seeds(r, KEYS).add(make_seed("http://example.com/tick", every="1s"))
@@ -441,6 +447,7 @@ def test_timer_loop_keeps_firing(redis_url, r):
 # -- issue 18: a misspelt key of a JSON entry is refused, not made a form field --------------------
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_push_refuses_a_near_miss_key_with_its_line_and_the_key_meant(redis_url, r, tmp_path):
     """`crawlplug push -f`, as a user runs it: "callbak" would have become ?callbak=... on the
     URL with the default callback; it is refused, naming the line and the key meant, and a
@@ -487,6 +494,7 @@ def test_common_form_field_names_stay_form_fields(key):
     assert starts.parse(json.dumps({"url": "http://e.com/", key: "x"})).formdata == {key: "x"}
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_pushing_to_a_crawl_that_does_not_exist_says_so(redis_url, r):
     """A mistyped --crawl: the push succeeds (a node of that crawl may start later) but says
     that nothing else of that crawl is on this Redis; a known crawl gets no such note."""

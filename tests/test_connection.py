@@ -222,6 +222,7 @@ def ping(url: str) -> bool:
         client.close()
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_ensure_starts_a_server_once(data_dir, monkeypatch):
     url = embedded.ensure(data_dir)
     assert url == f"unix://{data_dir.resolve() / 'redis.sock'}"
@@ -252,6 +253,7 @@ def test_ensure_starts_a_server_once(data_dir, monkeypatch):
     assert restarted.pid != pid
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_data_survives_stop_and_restart(data_dir):
     url = embedded.ensure(data_dir)
     client = redis.Redis.from_url(url)
@@ -292,6 +294,7 @@ def _ensure_in_process(data_dir: str, barrier, out) -> None:
         t.join(60)
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_concurrent_ensure_starts_one_server(data_dir):
     ctx = multiprocessing.get_context("fork")
     barrier, out = ctx.Barrier(4), ctx.Queue()
@@ -309,6 +312,7 @@ def test_concurrent_ensure_starts_one_server(data_dir):
     assert log.count("Redis is starting") == 1
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_long_data_dir_puts_the_socket_in_tmp(data_dir):
     deep = data_dir / ("d" * 60) / ("e" * 60)
     assert len(str(deep / "redis.sock")) > 100
@@ -348,6 +352,7 @@ def git_project(data_dir):
     return data_dir
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_embedded_dir_never_shows_up_untracked_in_git(git_project):
     data = git_project / ".crawlplug"
     try:
@@ -363,6 +368,7 @@ def test_embedded_dir_never_shows_up_untracked_in_git(git_project):
     assert git_untracked(git_project) == ["settings.py"]
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_gitignore_added_to_an_existing_crawlplug_dir_and_a_users_own_kept(git_project):
     old = git_project / ".crawlplug"  # made by a crawlplug release that wrote no .gitignore
     old.mkdir()
@@ -383,6 +389,7 @@ def test_gitignore_added_to_an_existing_crawlplug_dir_and_a_users_own_kept(git_p
     assert mine.read_text() == "redis.log\n"
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_no_gitignore_in_a_users_own_existing_dir(git_project):
     """CRAWLPLUG_EMBEDDED_DIR naming a directory of the user's: '*' there would hide their files."""
     own = git_project / "state"

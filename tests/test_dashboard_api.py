@@ -447,6 +447,7 @@ def test_token_is_compared_in_constant_time(r, monkeypatch):
             assert calls == [(given.encode(), TOKEN.encode())], "the token must be compared by hmac.compare_digest"
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_real_dashboard_never_shows_its_token(redis_url, tmp_path):
     """`crawlplug dashboard` takes the token from the environment only (never a command-line
     argument, which `ps` shows), and neither prints it nor serves it."""

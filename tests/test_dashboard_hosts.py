@@ -42,6 +42,7 @@ def raw_get(port: int, head: bytes) -> bytes:
     return data.split(b"\r\n", 1)[0]
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_a_loopback_dashboard_refuses_other_hosts(redis_url, r, tmp_path):
     dash = start_dashboard(redis_url, "shop", tmp_path, token=TOKEN)
     try:
@@ -67,6 +68,7 @@ def test_a_loopback_dashboard_refuses_other_hosts(redis_url, r, tmp_path):
         dash.stop()
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_a_real_hostname_is_allowed_by_option_and_environment(redis_url, tmp_path):
     dash = start_dashboard(redis_url, "shop", tmp_path,
                            extra_args=("--allow-host", "crawl.example.org", "--allow-host", "10.1.2.3"),
@@ -125,6 +127,7 @@ def test_allowed_hosts_as_the_middleware_matches_them():
         "127.0.0.1", "localhost", "[::1]", "dash.example.com", "*.example.org", "*"]  # fmt: skip
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_a_wildcard_turns_the_check_off_and_says_so(redis_url, tmp_path):
     dash = start_dashboard(redis_url, "shop", tmp_path, extra_args=("--allow-host", "*"))
     try:

@@ -24,6 +24,7 @@ def _row(summary: str, label: str) -> str:
     return match.group(1).strip()
 
 
+@pytest.mark.e2e  # starts processes of its own
 def test_two_node_demo_crawl(redis_url, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
@@ -47,6 +48,7 @@ def test_two_node_demo_crawl(redis_url, tmp_path):
     assert sum(int(n) for n in per_node.values()) == 300
 
 
+@pytest.mark.e2e  # starts processes of its own
 def test_unreachable_redis_fails_cleanly():
     proc = subprocess.run(
         [sys.executable, "-m", "crawlplug.demo.crawl", "--redis-url", "redis://:s3cret@127.0.0.1:1/0"],
@@ -80,6 +82,7 @@ def _read_until(fd: int, marker: str, timeout: float) -> str:
     return out.decode(errors="replace")
 
 
+@pytest.mark.e2e  # starts processes of its own
 def test_in_a_terminal_the_dashboard_stays_up_until_enter(redis_url, tmp_path):
     """`make crawl` in a terminal: the dashboard link printed at the start still answers
     while the summary is read, and goes when the user presses Enter."""
@@ -109,6 +112,7 @@ def test_in_a_terminal_the_dashboard_stays_up_until_enter(redis_url, tmp_path):
         os.close(master)
 
 
+@pytest.mark.e2e  # starts processes of its own
 def test_the_demo_says_what_became_of_the_embedded_redis(tmp_path):
     """With no Redis given the demo uses the project's embedded one: if it started it, it
     stops it and says so; if it was running, it leaves it running and says how to stop it.

@@ -220,6 +220,7 @@ def test_deterministic_bytes() -> None:
     assert other.paths() == a.paths()
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_cli_port_file(tmp_path: Path) -> None:
     port_file = tmp_path / "port"
     proc = subprocess.Popen(

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .support.nodes import ROOT, SCRAPY
 
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
@@ -27,6 +29,7 @@ def _run(cmd: list[str], redis_url: str, **kwargs: object) -> subprocess.Complet
                           **kwargs)  # type: ignore[call-overload]
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_the_blocker_really_blocks(redis_url):
     proc = _run([sys.executable, "-c", "import starlette"], redis_url)
     assert proc.returncode != 0 and "blocked: the extras are not installed" in proc.stderr
@@ -47,6 +50,7 @@ def test_core_and_command_work_without_the_extras(redis_url, shop):
     assert set(shop.hits) == shop.shop.paths()
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_features_that_need_an_extra_say_which(redis_url):
     proc = _run([CRAWLPLUG, "dashboard", "--crawl", "shop", "--port", "0"], redis_url)
     assert proc.returncode == 1

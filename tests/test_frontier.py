@@ -473,6 +473,7 @@ def _admit_worker(url: str, worker: int, barrier, out) -> None:
     client.close()
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_concurrent_admission_is_atomic(r, redis_url):
     ctx = multiprocessing.get_context("fork")
     barrier, out = ctx.Barrier(4), ctx.Queue()

@@ -226,6 +226,7 @@ def test_pickle_without_a_secret_refuses_to_start(crawl, redis_url):
     assert "'finish_reason': 'config_error'" in text
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_a_short_secret_refuses_to_start_without_showing_it(redis_url):
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CRAWLPLUG_SECRET")}
     env["CRAWLPLUG_SECRET"] = "tiny-s3cret"

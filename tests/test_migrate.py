@@ -280,6 +280,7 @@ def test_dry_run_writes_nothing(redis_url, r, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_refuses_to_unpickle_without_yes_when_not_interactive(redis_url, r):
     scrapy_redis_crawl(r, [item(1)])
     before = snapshot(r)
@@ -296,6 +297,7 @@ def test_refuses_to_unpickle_without_yes_when_not_interactive(redis_url, r):
     assert snapshot(r) == before
 
 
+@pytest.mark.integration  # starts processes of its own
 @pytest.mark.parametrize(("answer", "code"), [(b"n\n", 1), (b"y\n", 0)])
 def test_asks_in_a_terminal(redis_url, r, answer, code):
     scrapy_redis_crawl(r, [item(1)])

@@ -177,6 +177,7 @@ def test_redis_params_carry_credentials_and_tls_files(crawl, make_shop, tls_redi
     assert_no_secret(node.text(), "the log")
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_client_certificate_is_optional(tmp_path, certs):
     """A server that asks for no client certificate: a URL with the CA alone works, for a node's
     connection (with its permission check) and for the crawlplug command."""
@@ -333,6 +334,7 @@ def test_redis_url_from_the_environment(acl_redis, monkeypatch):
 # -- the demo keeps the URL off the nodes' command lines --------------------------------------------
 
 
+@pytest.mark.e2e  # starts processes of its own
 def test_democrawl_passes_the_url_in_the_environment(acl_redis, tmp_path):
     """`python -m crawlplug.demo.crawl --redis-url URL-with-password`: the nodes get the URL in
     their environment, not on their command lines (readable by any local user); the run
@@ -361,6 +363,7 @@ def test_democrawl_passes_the_url_in_the_environment(acl_redis, tmp_path):
 # -- listening sockets ------------------------------------------------------------------------------
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_embedded_redis_listens_on_a_private_socket_only(tmp_path):
     """The embedded Redis has no TCP port; its unix socket is for its owner only."""
     data = tmp_path / "embedded"

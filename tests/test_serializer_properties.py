@@ -23,10 +23,10 @@ from scrapy.http import JsonRequest, XmlRpcRequest
 
 from crawlplug.errors import DecodeError, SerializationError
 from crawlplug.serializers import PICKLE_MAGIC, JsonSerializer, PickleSerializer
-from tests.support.fuzz import mutated
+from tests.support.fuzz import examples, mutated
 from tests.support.spiders import ShopSpider
 
-PROPS = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(150), deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 SECRET = "property-secret-0123456789"
 

@@ -24,11 +24,11 @@ from crawlplug.serializers import (
     JsonSerializer,
     get_serializer,
 )
-from tests.support.fuzz import mutated
+from tests.support.fuzz import examples, mutated
 from tests.support.spiders import ShopSpider
 
 # keep hypothesis' caches out of the work tree (there is no .gitignore entry for them)
-FAST = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(200), deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 

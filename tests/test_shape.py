@@ -75,6 +75,7 @@ def test_no_contract_ignores_an_import():
     assert not [s for s in contracts if cfg[s].get("ignore_imports")]
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_the_import_contracts_are_kept():
     linter = Path(sys.executable).with_name("lint-imports")
     if not linter.exists():

@@ -67,7 +67,7 @@ def sharded(client: Any, node: str = "node-a", **kwargs: Any) -> ShardedFrontier
     return ShardedFrontier(client, K, shards=N, node_id=node, **kwargs)
 
 
-@pytest.fixture(params=["one-redis", "cluster"])
+@pytest.fixture(params=["one-redis", pytest.param("cluster", marks=pytest.mark.integration)])
 def client(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue("r" if request.param == "one-redis" else "cluster_client")
 
@@ -399,7 +399,7 @@ def _cli(*args: str) -> Any:
     return CliRunner().invoke(main, list(args))
 
 
-@pytest.mark.parametrize("where", ["one-redis", "cluster"])
+@pytest.mark.parametrize("where", ["one-redis", pytest.param("cluster", marks=pytest.mark.integration)])
 def test_cli_and_dashboard_add_the_shards_up(request, where):
     from starlette.testclient import TestClient
 

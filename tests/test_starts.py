@@ -36,6 +36,8 @@ if str(ROOT) not in sys.path:  # the demo project is not installed into the venv
 
 from spiders.shop import ShopSpider
 
+from .support.fuzz import examples
+
 # -- 1. parse: valid entries ---------------------------------------------------------------
 
 
@@ -227,25 +229,25 @@ def _round_trip(data) -> None:
     assert starts.build(again, _SPIDER).url == starts.build(entry, _SPIDER).url
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=300))
 def test_fuzz_bytes_raise_only_decode_error(data):
     _parse_and_build(data)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=300))
 def test_fuzz_text_raises_only_decode_error(data):
     _parse_and_build(data)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_json)
 def test_fuzz_any_json_value_raises_only_decode_error(value):
     _parse_and_build(json.dumps(value))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.recursive(
     st.text(alphabet=st.characters(min_codepoint=0xD7F0, max_codepoint=0xE010), max_size=5),
     lambda inner: st.dictionaries(st.sampled_from(["meta", "cb_kwargs", "q", "a"]), inner, max_size=3),
@@ -256,13 +258,13 @@ def test_fuzz_json_with_surrogate_escapes_round_trip(obj):
     _round_trip(json.dumps(obj))
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_entries)
 def test_fuzz_json_entries_raise_only_decode_error(obj):
     _parse_and_build(json.dumps(obj))
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(_entries.map(json.dumps), _urls, st.text(max_size=60)))
 def test_fuzz_accepted_entries_round_trip(data):
     _round_trip(data)

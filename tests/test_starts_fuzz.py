@@ -31,10 +31,12 @@ if str(ROOT) not in sys.path:  # the demo project is not installed into the venv
 
 from spiders.shop import ShopSpider
 
+from .support.fuzz import examples
+
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "crawlplug-hypothesis"))
 SPIDER = ShopSpider(base_url="http://shop.test")
 SERIALIZER = JsonSerializer()
-FUZZ = settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(400), deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 _text = st.text(max_size=12)
 _numbers = st.integers() | st.floats() | st.sampled_from([1e308, -0.0, 2**63, -(2**70)])

@@ -438,6 +438,7 @@ def test_cli_import_of_a_damaged_file_fails_cleanly(a, fresh_redis, b, redis_url
     assert crawl_keys(b) == []
 
 
+@pytest.mark.integration  # starts processes of its own
 def test_cli_export_warns_about_live_nodes_and_what_it_leaves_out(a, redis_url, tmp_path):
     f, *_ = build_plain(a)
     f.heartbeat([])  # a live node

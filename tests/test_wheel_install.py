@@ -110,6 +110,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"sdist": sdist, "wheel": wheel}
 
 
+@pytest.mark.e2e  # starts processes of its own
 def test_sdist_and_wheel_pass_twine_check_and_carry_every_package_file(dist):
     assert dist["wheel"].name == f"crawlplug-{VERSION}-py3-none-any.whl"
     assert dist["sdist"].name == f"crawlplug-{VERSION}.tar.gz"
@@ -161,6 +162,7 @@ def _stop_embedded(venv: Path, project: Path) -> None:
             pass
 
 
+@pytest.mark.e2e  # starts processes of its own
 def test_wheel_in_a_fresh_venv_runs_a_two_node_crawl_of_a_startproject_project(venv, tmp_path):
     work = tmp_path / "work"
     work.mkdir()

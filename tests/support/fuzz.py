@@ -12,6 +12,15 @@ from hypothesis.configuration import set_hypothesis_home_dir
 # keep hypothesis' caches out of the work tree
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "crawlplug-hypothesis"))
 
+#: ``make test-fast`` runs a tenth of each property test's examples (CRAWLPLUG_FUZZ_SCALE=0.1);
+#: ``make test`` and CI run them all
+SCALE = float(os.environ.get("CRAWLPLUG_FUZZ_SCALE", "1"))
+
+
+def examples(n: int) -> int:
+    """How many examples a property test written for ``n`` runs here (at least 10)."""
+    return max(10, round(n * SCALE))
+
 
 @st.composite
 def mutated(draw, data: bytes) -> bytes:
