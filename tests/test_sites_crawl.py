@@ -174,6 +174,10 @@ def test_a_definition_changed_in_redis_mid_crawl_changes_every_node(crawl, redis
             # the first 20 model pages are extracted with version 1; every later request is held
             wait_for(lambda: crawl_stats(r, keys).get("site/cars/items/ok") == cars.first, 60,
                      "the first model pages to be extracted")  # fmt: skip
+            # both nodes run version 1 before it changes (a node slow to start on a loaded
+            # machine would otherwise load version 2 first, and have no change to report)
+            wait_for(lambda: [s.get(f"site/cars/version/{v1}") for s in node_stats(r, keys).values()] == [1, 1], 60,
+                     "both nodes to run version 1")  # fmt: skip
             doc = cars_doc()
             doc["fields"]["title"] = doc["fields"].pop("name")  # version 2: "name" is now "title"
             v2 = store.put(doc).version
