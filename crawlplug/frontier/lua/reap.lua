@@ -107,11 +107,14 @@ if restarted > 0 then redis.call("HINCRBY", stats, "start_returned", restarted) 
 local series = KEYS[15]
 local bucket = math.floor(now / 10000)
 local waiting, inflight = redis.call("ZCARD", queue) + redis.call("ZCARD", D.dq), redis.call("ZCARD", leases)
+-- start entries of a start_urls of the wrong type are not counted (LLEN would fail the
+-- script here, after the reaping above: not all-or-nothing)
+local entries = starts_ok and redis.call("LLEN", starts) or 0
 redis.call("HSET", series,
   "q:" .. bucket, waiting,
   "f:" .. bucket, inflight,
   "x:" .. bucket, redis.call("LLEN", dead),
-  "r:" .. math.floor(now / 5000), now .. " " .. (waiting + inflight + redis.call("LLEN", starts)))
+  "r:" .. math.floor(now / 5000), now .. " " .. (waiting + inflight + entries))
 local oldest = bucket - 360
 local trimmed = tonumber(redis.call("HGET", series, "trimmed") or "") or oldest
 local upto = math.min(oldest, trimmed + 50)
