@@ -48,7 +48,7 @@ import redis
 from ..errors import ConfigError, RunEnded, StaleEpoch
 from . import registry
 from .keys import CrawlKeys
-from .layout import parts
+from .layout import claim_shards, parts
 from .scripts import Scripts
 from .store import json_record, redis_ms, text
 
@@ -197,18 +197,23 @@ def join(
                       waited=time.monotonic() - started, at_ms=redis_ms(client))  # fmt: skip
 
 
-def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Joined,
+def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Joined, *, shards: int = 1,
            **kwargs: Any) -> tuple[Joined, bool]:  # fmt: skip
     """Join again after a script refused a node's epoch (``refusal``): (the run joined now,
     whether Redis lost the crawl's data). The epoch vanished without a purge since the node
     joined ``joined``: the data was lost (a restart without persistence, a flush, a failover
     to an empty replica), and the crawl is marked so (control "lost": it does not read as
-    finished until an operator accepts the loss, `crawlplug resume`)."""
+    finished until an operator accepts the loss, `crawlplug resume`).
+
+    ``shards`` is the node's CRAWLPLUG_SHARDS: a purge or a loss took the record of the
+    crawl's layout with it, and without it the run would begin in the crawl's own keys
+    only, every shard's epoch unset, and each call to a shard refused again, forever."""
     # another node may have seen the loss first and begun a run since (then the epoch is
     # no longer "0"): its mark says so
     lost = (refusal.stored == "0" and vanished(client, keys, joined.at_ms)) or bool(client.hexists(keys.control, "lost"))
     if lost:
         mark_lost(client, keys, kwargs.get("node_id", "?"))  # before the join: the next node sees it
+    claim_shards(client, keys, shards)
     return join(client, keys, **kwargs), lost
 
 
@@ -350,6 +355,7 @@ def record(client: redis.Redis, keys: CrawlKeys) -> dict[str, str]:
 
 
 def _int(value: Any) -> int | None:
+    """``value`` as an integer; None if it is none (absent, not a number, a pipeline's error)."""
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -382,7 +388,9 @@ def _work(client: redis.Redis, parts: Sequence[CrawlKeys]) -> int:
         pipe.zcard(k.dq)
         pipe.zcard(k.leases)
     pipe.llen(parts[0].start_urls)
-    return sum(int(x) for x in pipe.execute())
+    # a key of the wrong type (written by hand: the scripts refuse it and name it, `crawlplug
+    # status` lists it) counts 0, so views still answer
+    return sum(_int(x) or 0 for x in pipe.execute(raise_on_error=False))
 
 
 def history(client: redis.Redis, keys: CrawlKeys) -> list[dict[str, Any]]:
@@ -472,21 +480,21 @@ def crawl_rows(client: redis.Redis, prefix: str = "crawlplug", names: Iterable[s
         pipe.llen(keys.start_urls)
         pipe.zcount(keys.nodes, f"({now}", "+inf")
         pipe.zrange(keys.nodes, -1, -1, withscores=True)
-        raw = pipe.execute()
+        raw = pipe.execute(raise_on_error=False)  # a key of the wrong type counts 0 (_work)
         queued = in_flight = done = 0
         for i in range(len(parts)):
             q, dq, leased, acked = raw[4 * i:4 * i + 4]
-            queued += int(q) + int(dq)
-            in_flight += int(leased)
-            done += int(acked or 0)
-        starts, live, last_node = raw[-3:]
-        run = view(client, keys, live_nodes=int(live), work=queued + in_flight + int(starts))
+            queued += (_int(q) or 0) + (_int(dq) or 0)
+            in_flight += _int(leased) or 0
+            done += _int(acked) or 0
+        starts, live, last_node = _int(raw[-3]) or 0, _int(raw[-2]) or 0, raw[-1]
+        run = view(client, keys, live_nodes=live, work=queued + in_flight + starts)
         activity = [v for v in (run.started, run.ended) if v]
-        if last_node:
+        if last_node and not isinstance(last_node, redis.ResponseError):
             activity.append(int(last_node[0][1]))
         rows.append({
-            "crawl": crawl, "run": run.id, "state": run.state, "queued": queued, "start_entries": int(starts),
-            "in_flight": in_flight, "done": done, "live_nodes": int(live),
+            "crawl": crawl, "run": run.id, "state": run.state, "queued": queued, "start_entries": starts,
+            "in_flight": in_flight, "done": done, "live_nodes": live,
             "last_activity": max(activity) if activity else None,
         })  # fmt: skip
     return rows

@@ -72,7 +72,9 @@ class Liveness:
 
     # -- the heartbeat --------------------------------------------------------------
     def heartbeat(self) -> None:
-        if self.outage.waiting():
+        # held back between attempts only while Redis cannot be reached: one that answers
+        # (refusing admissions while full) gets every heartbeat, which renews the leases there
+        if self.outage.heartbeat_waiting():
             return
         try:
             lease_ids = list(dict.fromkeys([*self.batch.held(), *self.entries.leases]))
@@ -117,7 +119,7 @@ class Liveness:
             if dead:
                 self.report.count("crawlplug/dead", dead)
                 logger.warning("crawlplug: %d requests exceeded CRAWLPLUG_MAX_DELIVERIES; see the dead letters", dead)
-            self.outage.ok(confirmed=True)
+            self.outage.ok(confirmed=not self.outage.refused)  # it goes through on a full Redis too
         except REDIS_ERRORS as exc:
             self.outage.error(exc)
         except Exception:  # a failing heartbeat must never stop the loop silently
@@ -189,11 +191,7 @@ class Liveness:
                              self.frontier.keys.crawl, self.frontier.keys.crawl)  # fmt: skip
         kind = self.frontier.start_urls_kind
         if kind:
-            self.report.once(f"corrupt:{self.frontier.keys.start_urls}", logging.ERROR,
-                             "crawlplug: crawl key %s holds a %s, not a list: its entries are not read. Push "
-                             "start URLs with `crawlplug push` (a list), or move them there and delete the key "
-                             "(docs/faults.md); the rest of the crawl goes on",
-                             self.frontier.keys.start_urls, kind)  # fmt: skip
+            self.report.wrong_start_urls(self.frontier.keys.start_urls, kind)
 
     def crawl_done(self) -> bool:
         """The termination rule held for the grace period, or another node recorded the end:
@@ -319,8 +317,10 @@ class Liveness:
         self.counted = self.counts()  # what this node did before belongs to the old state
         self.frontier.forget_dedup_layers()  # what it knew of a Bloom filter's layers only grows: wrong now
         try:
+            # a purge or a loss took the crawl's shard count with it: claimed again
+            shards = max(1, len(self.frontier.parts()) - 1)
             self.joined, lost = runs.rejoin(self.frontier.client, self.frontier.keys, exc, self.joined,
-                                            **self.join_args)  # fmt: skip
+                                            shards=shards, **self.join_args)  # fmt: skip
         except RunEnded as rexc:
             logger.error("crawlplug: %s: this node closes", rexc)
             enginehooks.close(self.crawler, rexc.state)
