@@ -26,6 +26,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 
 from .support.nodes import SCRAPY
+from .support.nodes import wait_until as _wait_for
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1.5, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4}
 SHOP = CrawlKeys("shop")
@@ -43,15 +44,6 @@ def _wait_ok(*nodes, timeout: float = 180) -> None:
 
 def _fetched_since(shop, before: Counter) -> Counter:
     return Counter({p: n for p, n in (shop.hits - before).items() if n})
-
-
-def _wait_for(predicate, what: str, timeout: float = 60.0, nodes=()) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        for node in nodes:
-            assert node.proc.poll() is None, f"a node exited while waiting for {what}:\n{node.text()[-3000:]}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _run_line(node) -> str:
