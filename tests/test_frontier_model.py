@@ -781,8 +781,8 @@ class FrontierModel(RuleBasedStateMachine):
         """A node's last heartbeat (short leases), then it stops renewing: frozen, killed, cut off."""
         node = data.draw(st.sampled_from(self._can_stall()))
         held = sorted(self.nodes[node].held)
-        at = time.monotonic()
         lost = self.call(lambda: self.f.heartbeat(node, held, short=True))
+        at = time.monotonic()  # after the call: the deadlines it set are at most SHORT from now
         if lost is REFUSED:
             # a sharded heartbeat refused in one part renewed the leases of the others
             self._renewed(node, at, [i for i in held if self._done_elsewhere(i)])
