@@ -194,16 +194,20 @@ def test_a_redisspider_crawl_that_got_no_start_entry_is_not_finished(crawl, redi
     assert view.state == "running" and view.ended is None, "the run is not recorded as finished"
 
 
-def test_a_purge_under_live_workers_reaches_every_node(crawl, make_shop, redis_url):
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_purge_under_live_workers_reaches_every_node(crawl, make_shop, redis_url, shards):
+    """Sharded, a node that rejoined used to find no shard count (purged with the rest):
+    the new run had no epoch in any shard, every call to a shard was refused again."""
     shop = make_shop(items=80)
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("redisshop")
-    settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 0}  # workers: never finish
+    settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 0, "CRAWLPLUG_SHARDS": shards}  # workers
     nodes = [crawl("redisshop", settings=settings) for _ in range(2)]
     _wait_for(lambda: client.zcard(keys.nodes) == 2, "two live workers", nodes=nodes)
     assert cli(redis_url, "push", "--crawl", "redisshop", shop.url + "/").exit_code == 0
     _wait_for(lambda: set(shop.hits) == shop.shop.paths(), "the first crawl", nodes=nodes)
-    _wait_for(lambda: runs.totals(client, [keys])["pages"] == len(shop.shop.paths()), "every page acked", nodes=nodes)
+    _wait_for(lambda: runs.totals(client, runs.part_keys(client, keys))["pages"] == len(shop.shop.paths()),
+              "every page acked", nodes=nodes)  # fmt: skip
     assert runs.view(client, keys).state == "running", "a worker crawl does not finish by itself"
     res = cli(redis_url, "purge", "--crawl", "redisshop", "--yes")
     assert res.exit_code == 0, res.output
@@ -384,11 +388,13 @@ def test_runs_on_a_redis_cluster(crawl, make_shop, cluster_url, cluster_client):
     assert rows["shop"]["done"] == len(shop.shop.paths()), "counted over every shard"
 
 
-def test_a_redis_that_lost_its_data_is_not_taken_for_a_reset(crawl, make_shop, fresh_redis):
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_redis_that_lost_its_data_is_not_taken_for_a_reset(crawl, make_shop, fresh_redis, shards):
     """Redis restarted empty under a live node: not a purge. The node says Redis lost the
-    crawl's data and does not finish the crawl until an operator accepts the loss."""
+    crawl's data and does not finish the crawl until an operator accepts the loss (sharded,
+    the rejoin used to fail on ShardedFrontier.data_lost, a read-only property)."""
     shop = make_shop(items=300, delay=0.01)
-    settings = {"REDIS_URL": fresh_redis.url, **FAST, "CONCURRENT_REQUESTS": 2}
+    settings = {"REDIS_URL": fresh_redis.url, **FAST, "CONCURRENT_REQUESTS": 2, "CRAWLPLUG_SHARDS": shards}
     node = crawl(args={"base_url": shop.url}, settings=settings)
     _wait_for(lambda: sum(shop.hits.values()) > 30, "the crawl under way", nodes=[node])
     fresh_redis.proc.send_signal(signal.SIGKILL)  # no persistence: it comes back empty
