@@ -20,7 +20,7 @@ import redis
 from click.testing import CliRunner
 
 from crawlplug.cli import main
-from crawlplug.errors import StaleEpoch
+from crawlplug.errors import CorruptKey, StaleEpoch
 from crawlplug.frontier import registry, runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
@@ -273,6 +273,32 @@ def test_calls_of_an_old_epoch_are_refused_whole(r):
         assert {k: r.dump(k) for k in r.scan_iter(match=keys.pattern())} == snapshot, f"{what} wrote something"
     # an operator's tool (no epoch) is not refused
     assert Frontier(r, keys, queue=PriorityQueue).pop(5)
+
+
+def test_a_rejoin_meeting_a_corrupt_key_is_refused_naming_it(r):
+    """The node stays of the old epoch, is refused at its next call and tries again then:
+    a corrupt control refuses before anything is written, a corrupt run in join.lua (after
+    the loss was marked, which holds anyway)."""
+    keys = CrawlKeys("rejoin")
+    joined = runs.join(r, keys, node_id="n1", ttl_ms=10_000)
+    r.flushall()  # Redis lost the crawl's data
+
+    def rejoin() -> tuple[runs.Joined, bool]:
+        return runs.rejoin(r, keys, StaleEpoch("STALE_EPOCH 0 x"), joined, node_id="n1", ttl_ms=10_000)
+
+    r.set(keys.control, "junk")
+    with pytest.raises(CorruptKey, match=rf"{re.escape(keys.control)} holds a string.*repair or delete") as err:
+        rejoin()
+    assert err.value.key == keys.control
+    assert sorted(r.scan_iter(match=keys.pattern())) == [keys.control.encode()], "nothing written"
+    r.delete(keys.control)  # the repair
+    r.set(keys.run, "junk")
+    with pytest.raises(CorruptKey, match=rf"{re.escape(keys.run)} holds a string.*repair or delete"):
+        rejoin()
+    assert r.get(keys.run) == b"junk" and not r.exists(keys.epoch), "no run begun"
+    r.delete(keys.run)
+    again, lost = rejoin()
+    assert lost and again.epoch and r.get(keys.epoch) == again.epoch.encode() and r.hexists(keys.control, "lost")
 
 
 # -- every crawl in a Redis ------------------------------------------------------------------

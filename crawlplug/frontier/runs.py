@@ -45,7 +45,7 @@ from typing import Any
 
 import redis
 
-from ..errors import ConfigError, RunEnded, StaleEpoch
+from ..errors import ConfigError, CorruptKey, RunEnded, StaleEpoch
 from . import registry
 from .keys import CrawlKeys
 from .layout import claim_shards, parts
@@ -208,6 +208,7 @@ def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Jo
     ``shards`` is the node's CRAWLPLUG_SHARDS: a purge or a loss took the record of the
     crawl's layout with it, and without it the run would begin in the crawl's own keys
     only, every shard's epoch unset, and each call to a shard refused again, forever."""
+    _check_control(client, keys)
     # another node may have seen the loss first and begun a run since (then the epoch is
     # no longer "0"): its mark says so
     lost = (refusal.stored == "0" and vanished(client, keys, joined.at_ms)) or bool(client.hexists(keys.control, "lost"))
@@ -215,6 +216,16 @@ def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Jo
         mark_lost(client, keys, kwargs.get("node_id", "?"))  # before the join: the next node sees it
     claim_shards(client, keys, shards)
     return join(client, keys, **kwargs), lost
+
+
+def _check_control(client: redis.Redis, keys: CrawlKeys) -> None:
+    """``control`` of the wrong type (written by hand) refuses the rejoin as the scripts
+    refuse a corrupt key (CorruptKey, naming it), before anything is written: the node
+    stays of the old epoch and tries again at its next call, once it is repaired."""
+    held = text(client.type(keys.control))
+    if held not in ("hash", "none"):
+        raise CorruptKey(f"CORRUPT crawl key {keys.control} holds a {held}, not a hash: nothing was done "
+                         "(repair or delete the key; see docs/faults.md)", keys.control)  # fmt: skip
 
 
 def vanished(client: redis.Redis, keys: CrawlKeys, since_ms: int) -> bool:

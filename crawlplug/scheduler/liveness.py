@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy import Request
 
-from ..errors import REDIS_ERRORS, RunEnded, StaleEpoch
+from ..errors import REDIS_ERRORS, ConfigError, RunEnded, StaleEpoch
 from ..frontier import runs
 from . import enginehooks
 from .leases import LEASE_META, Termination
@@ -324,6 +324,15 @@ class Liveness:
         except RunEnded as rexc:
             logger.error("crawlplug: %s: this node closes", rexc)
             enginehooks.close(self.crawler, rexc.state)
+            return
+        except ConfigError as cexc:  # e.g. the crawl was started again with another shard count
+            logger.error("crawlplug: %s; closing this node (finish_reason 'config_error')", cexc)
+            enginehooks.close(self.crawler, "config_error", failed=True)
+            return
+        except REDIS_ERRORS as rexc:
+            # the join met a fault itself (a corrupt key, an outage): still of the old epoch,
+            # this node is refused again at its next call and tries again then
+            self.outage.error(rexc)
             return
         self.frontier.epoch = self.joined.epoch
         self.frontier.data_lost = self.frontier.data_lost or lost
