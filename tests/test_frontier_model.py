@@ -135,11 +135,13 @@ CONFIGS = [
 class Rejoined(Exception):
     """A call refused for its epoch (lua/epoch.lua: the crawl was reset, or Redis lost its
     data, since the node joined): the node has joined the crawl again, as the Scheduler's
-    ``_rejoin`` does, and drops what it held. ``lost``: it found Redis lost the data."""
+    ``_rejoin`` does. ``lost``: it found Redis lost the data; ``kept``: it is in the same run
+    of the same epoch (the epoch key had been deleted by hand, and was put back), and keeps
+    what it holds, else it drops it."""
 
-    def __init__(self, node: str, lost: bool, cause: Exception) -> None:
-        super().__init__(node, lost, cause)
-        self.node, self.lost, self.cause = node, lost, cause
+    def __init__(self, node: str, lost: bool, kept: bool, cause: Exception) -> None:
+        super().__init__(node, lost, kept, cause)
+        self.node, self.lost, self.kept, self.cause = node, lost, kept, cause
 
 
 class FrontierUnderTest:
@@ -203,19 +205,29 @@ class FrontierUnderTest:
         return self.frontiers[(node, short)]
 
     def _run(self, node: str, fn: Callable[[], Any]) -> Any:
-        """Call ``fn``; refused for its epoch, ``node`` joins again and :class:`Rejoined` is raised."""
+        """Call ``fn``. Refused for its epoch, ``node`` joins again and :class:`Rejoined` is
+        raised; done in part (a sharded call), :class:`Partial` is (with the rejoin, if the
+        rest was refused for its epoch)."""
         try:
             return fn()
         except StaleEpoch as exc:
-            joined, lost = runs.rejoin(self.client, K, exc, self.joined[node], shards=self.shards,
-                                       **self._join_args(node))  # fmt: skip
-            self.joined[node] = joined
-            for short in (False, True):  # what the Scheduler's liveness part does after a rejoin
+            raise self._rejoin(node, exc) from exc
+        except AdmissionIncomplete as exc:
+            rejoined = self._rejoin(node, exc.cause) if isinstance(exc.cause, StaleEpoch) else None
+            raise Partial(exc.flags, exc.cause, exc.acks_done, exc.acked, exc.stale, rejoined) from exc
+
+    def _rejoin(self, node: str, refusal: StaleEpoch) -> Rejoined:
+        before = self.joined[node]
+        joined, lost = runs.rejoin(self.client, K, refusal, before, shards=self.shards, **self._join_args(node))
+        self.joined[node] = joined
+        kept = (joined.run, joined.epoch) == (before.run, before.epoch) and not lost
+        if not kept:  # what the Scheduler's liveness part does after a rejoin: a new state, or a loss
+            for short in (False, True):
                 f = self.frontier(node, short=short)
                 f.epoch = joined.epoch
                 f.data_lost = f.data_lost or lost
                 f.forget_dedup_layers()
-            raise Rejoined(node, lost, exc) from exc
+        return Rejoined(node, lost, kept, refusal)
 
     def shard_of(self, url: str) -> int | None:
         return shard_of(host(url), SHARDS) if self.config.sharded else None
@@ -237,20 +249,14 @@ class FrontierUnderTest:
     def admit(self, node: str, items: list[tuple[str, str, float, str]], acks: list[str],
               events: list[tuple[str, str]]) -> tuple[str, int, int]:  # fmt: skip
         """(flags, acked, stale); raises :class:`Partial` when only part of the batch was stored."""
-        try:
-            result = self._run(node, lambda: self.frontier(node).admit(self._items(node, items), acks, events))
-        except AdmissionIncomplete as exc:
-            raise Partial(exc.flags, exc.cause, exc.acks_done, exc.acked, exc.stale) from exc
+        result = self._run(node, lambda: self.frontier(node).admit(self._items(node, items), acks, events))
         return result.flags, result.acked, result.stale
 
     def admit_and_pop(self, node: str, items: list[tuple[str, str, float, str]], acks: list[str],
                       events: list[tuple[str, str]], n: int) -> tuple[str, int, int, list[tuple[str, str, int, str]]]:  # fmt: skip
         """(flags, acked, stale, what was leased)."""
         f = self.frontier(node)
-        try:
-            result, leased = self._run(node, lambda: f.admit_and_pop(self._items(node, items), acks, n, events))
-        except AdmissionIncomplete as exc:
-            raise Partial(exc.flags, exc.cause, exc.acks_done, exc.acked, exc.stale) from exc
+        result, leased = self._run(node, lambda: f.admit_and_pop(self._items(node, items), acks, n, events))
         flags, acked, stale = (result.flags, result.acked, result.stale) if result is not None else ("", 0, 0)
         return flags, acked, stale, [(x.id, x.payload.decode(), x.deliveries, x.report) for x in leased]
 
@@ -339,11 +345,14 @@ class FrontierUnderTest:
 
 class Partial(Exception):
     """An admission that went through in part: ``flags`` per item, "-" for not done; the
-    acks ``acks_done`` made (``acked`` acknowledged, ``stale`` no longer held)."""
+    acks ``acks_done`` made (``acked`` acknowledged, ``stale`` no longer held); ``rejoined``
+    if the rest was refused for its epoch (the node then joined again)."""
 
-    def __init__(self, flags: str, cause: Exception, acks_done: list[str], acked: int, stale: int) -> None:
+    def __init__(self, flags: str, cause: Exception, acks_done: list[str], acked: int, stale: int,
+                 rejoined: Rejoined | None = None) -> None:  # fmt: skip
         super().__init__(flags, cause, acks_done)
         self.flags, self.cause, self.acks_done, self.acked, self.stale = flags, cause, acks_done, acked, stale
+        self.rejoined = rejoined
 
 
 @dataclass
@@ -383,6 +392,9 @@ CORRUPTIBLE = {
     "start_urls": "base", "nodes": "base", "producers": "base", "control": "base", "run": "base",
 }  # fmt: skip
 DOMAIN_KEYS = {"dq": "shard", "domains": "shard", "dstate": "shard", "dconf": "shard"}
+#: keys whose deletion is a repair: they hold nothing a request needs (the epoch is put back
+#: by the first node refused for it, from the run's record)
+DELETABLE = {"seq", "nodes", "producers", "series", "graveyard", "epoch"}
 
 
 class FrontierModel(RuleBasedStateMachine):
@@ -419,6 +431,7 @@ class FrontierModel(RuleBasedStateMachine):
         self.work_lost = False  # Redis came back empty while the model had work left
         self.loss_marked = False  # ... and the crawl must say so until the operator accepts it
         self.stale: set[str] = set()  # nodes whose epoch is of a state Redis lost
+        self.epoch_deleted = False  # an epoch key deleted by hand, not yet put back by a node
         self.restarts = 0
         self.order_known = True  # False once seq was deleted: new ids may sort before old ones
         for node in NODES:
@@ -448,30 +461,50 @@ class FrontierModel(RuleBasedStateMachine):
         try:
             return fn()
         except Rejoined as exc:
-            FrontierModel.tally["rejoined"] += 1
-            assert exc.node in self.stale, f"node {exc.node} refused for its epoch with no reset: {exc.cause}"
-            assert exc.lost == self.loss_marked, f"node {exc.node} rejoined saying lost={exc.lost}"
-            self.stale.discard(exc.node)
-            model = self.nodes[exc.node]
-            model.held.clear()
-            model.reports.clear()
-            model.stalled = None
-            self._beat(exc.node)
+            self._rejoined(exc)
             return REJOINED
-        except (redis.ResponseError, Partial) as exc:
-            cause = exc.cause if isinstance(exc, Partial) else exc
-            after = self.f.snapshot()
-            changed = sorted(k.decode() for k in set(before) | set(after) if before.get(k) != after.get(k))
-            if self.config.sharded and self.corrupt is not None:
-                tag = self.corrupt[0].rsplit("}:", 1)[0] + "}:"
-                changed = [k for k in changed if k.startswith(tag)]
-            assert not changed, f"a refused call ({cause}) wrote to {changed}"
-            assert self.corrupt is not None, f"refused with no corrupt key: {cause}"
-            if self.named_errors:
-                assert self.corrupt[0] in str(cause), f"the error does not name the corrupt key {self.corrupt[0]}: {cause}"
-                assert "repair or delete" in str(cause), f"the error does not say what to do: {cause}"
-            FrontierModel.tally["refused" if not isinstance(exc, Partial) else "partly done"] += 1
-            return exc if isinstance(exc, Partial) else REFUSED
+        except Partial as exc:
+            if exc.rejoined is not None:  # the rest was refused for its epoch: the rule applies the part done
+                self._rejoined(exc.rejoined)
+                return exc
+            return self._refused(exc, before)
+        except redis.ResponseError as exc:
+            return self._refused(exc, before)
+
+    def _rejoined(self, exc: Rejoined) -> None:
+        """A node refused for its epoch joined again: it must be a node of a state Redis lost
+        (then it drops what it holds, and beats again as its heartbeat loop would), or the
+        first to meet an epoch key deleted by hand (then it keeps everything)."""
+        FrontierModel.tally["rejoined"] += 1
+        assert exc.lost == self.loss_marked, f"node {exc.node} rejoined saying lost={exc.lost}"
+        if exc.kept:
+            FrontierModel.tally["rejoined, epoch put back"] += 1
+            assert self.epoch_deleted, f"node {exc.node} refused for its epoch with no reset: {exc.cause}"
+            self.epoch_deleted = False  # put back by this node: nobody else is refused
+            return
+        assert exc.node in self.stale, f"node {exc.node} refused for its epoch with no reset: {exc.cause}"
+        self.stale.discard(exc.node)
+        model = self.nodes[exc.node]
+        model.held.clear()
+        model.reports.clear()
+        model.stalled = None
+        self._beat(exc.node)
+
+    def _refused(self, exc: redis.ResponseError | Partial, before: dict[bytes, bytes | None]) -> Any:
+        """A call refused by a corrupt key (in part, on a sharded crawl)."""
+        cause = exc.cause if isinstance(exc, Partial) else exc
+        after = self.f.snapshot()
+        changed = sorted(k.decode() for k in set(before) | set(after) if before.get(k) != after.get(k))
+        if self.config.sharded and self.corrupt is not None:
+            tag = self.corrupt[0].rsplit("}:", 1)[0] + "}:"
+            changed = [k for k in changed if k.startswith(tag)]
+        assert not changed, f"a refused call ({cause}) wrote to {changed}"
+        assert self.corrupt is not None, f"refused with no corrupt key: {cause}"
+        if self.named_errors:
+            assert self.corrupt[0] in str(cause), f"the error does not name the corrupt key {self.corrupt[0]}: {cause}"
+            assert "repair or delete" in str(cause), f"the error does not say what to do: {cause}"
+        FrontierModel.tally["refused" if not isinstance(exc, Partial) else "partly done"] += 1
+        return exc if isinstance(exc, Partial) else REFUSED
 
     def _done_elsewhere(self, lease_or_req: str | Req) -> bool:
         """Whether a sharded call refused in the corrupt part did its share for this lease
@@ -873,12 +906,14 @@ class FrontierModel(RuleBasedStateMachine):
         else:
             kind = c.type(key).decode()
             c.delete(key)
-            if kind == "string":
+            # an epoch of any string is no wrong type (another epoch: a reset), even where it was absent
+            if kind == "string" or name == "epoch":
                 c.rpush(key, "not a counter")
             else:
                 c.set(key, "junk")
         self.corrupt = (key, backup, how)
         self.corrupt_part = shard
+        self.corrupt_name = name
         FrontierModel.tally["corrupted"] += 1
         # the call that touches it now: an admission of a URL new to the crawl (every
         # shard-level key, the epoch), a heartbeat (nodes, producers, control, run), a
@@ -900,13 +935,17 @@ class FrontierModel(RuleBasedStateMachine):
         assert not done or not self.named_errors, f"a call on the corrupt {key} went through"
 
     @precondition(lambda self: self.corrupt is not None)
-    @rule()
-    def repair(self) -> None:
-        """The operator's way: put the key's content back (or delete it: DEL, then RESTORE nothing)."""
+    @rule(delete=st.booleans())
+    def repair(self, delete: bool) -> None:
+        """The operator's way (docs/faults.md): put the key's content back, or delete it if it
+        holds nothing the crawl needs (seq, the node registry, the epoch, ...) or held nothing."""
         key, backup, _ = self.corrupt
         self.client.delete(key)
-        if backup is not None:
+        if backup is not None and not (delete and self.corrupt_name in DELETABLE):
             self.client.restore(key, 0, backup)
+        elif backup is not None:
+            self.order_known = self.order_known and self.corrupt_name != "seq"
+            self.epoch_deleted = self.epoch_deleted or self.corrupt_name == "epoch"
         self.corrupt = None
 
     @precondition(lambda self: self.corrupt is None and not self.pairings_only and self.live())
@@ -964,10 +1003,15 @@ class FrontierModel(RuleBasedStateMachine):
             # and it joins again saying the data was lost
             self.stale = set(NODES)
             self.loss_marked = True
+            self.epoch_deleted = False  # gone with the rest
         # every live node's next heartbeat comes within one heartbeat interval, before
         # any grace period for termination could pass
+        deleted = self.epoch_deleted  # kept by a restart with its data: still to be put back
         for node in self.live():
             done = self._beat(node)
+            if not done and deleted and not self.epoch_deleted:
+                deleted = False  # this node put the epoch back (and kept everything): it beats again
+                done = self._beat(node)
             assert done == persist, f"node {node}'s heartbeat after the restart: done={done}"
             assert node not in self.stale, f"node {node} of the lost state was not refused for its epoch"
 

@@ -21,8 +21,9 @@ from click.testing import CliRunner
 
 from crawlplug.cli import main
 from crawlplug.errors import CorruptKey, StaleEpoch
-from crawlplug.frontier import registry, runs
+from crawlplug.frontier import open_frontier, registry, runs
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.layout import claim_shards
 from crawlplug.frontier.single import Frontier
 
 from .support.nodes import SCRAPY
@@ -277,8 +278,8 @@ def test_calls_of_an_old_epoch_are_refused_whole(r):
 
 def test_a_rejoin_meeting_a_corrupt_key_is_refused_naming_it(r):
     """The node stays of the old epoch, is refused at its next call and tries again then:
-    a corrupt control refuses before anything is written, a corrupt run in join.lua (after
-    the loss was marked, which holds anyway)."""
+    a corrupt control or run refuses before anything is written (the loss is not marked:
+    a run record of the wrong type cannot tell a deleted epoch from a loss)."""
     keys = CrawlKeys("rejoin")
     joined = runs.join(r, keys, node_id="n1", ttl_ms=10_000)
     r.flushall()  # Redis lost the crawl's data
@@ -295,7 +296,7 @@ def test_a_rejoin_meeting_a_corrupt_key_is_refused_naming_it(r):
     r.set(keys.run, "junk")
     with pytest.raises(CorruptKey, match=rf"{re.escape(keys.run)} holds a string.*repair or delete"):
         rejoin()
-    assert r.get(keys.run) == b"junk" and not r.exists(keys.epoch), "no run begun"
+    assert sorted(r.scan_iter(match=keys.pattern())) == [keys.run.encode()], "nothing written: no run begun"
     r.delete(keys.run)
     again, lost = rejoin()
     assert lost and again.epoch and r.get(keys.epoch) == again.epoch.encode() and r.hexists(keys.control, "lost")
@@ -435,3 +436,24 @@ def test_a_redis_that_lost_its_data_is_not_taken_for_a_reset(crawl, make_shop, f
     assert res.exit_code == 0 and "the loss of its data is accepted" in res.output, res.output
     assert node.wait(60) == 0
     assert "'finish_reason': 'finished'" in node.text()
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_an_epoch_key_deleted_by_hand_is_put_back_not_taken_for_a_loss(r, shards):
+    """DEL is the documented repair of a corrupt key; for the epoch it looked like Redis had
+    lost the crawl (the crawl then never finished until `crawlplug resume`). With the run
+    recorded under the node's epoch, nothing was lost: the epoch is put back."""
+    keys = CrawlKeys("deleted-epoch")
+    claim_shards(r, keys, shards)
+    joined = runs.join(r, keys, node_id="n1", ttl_ms=10_000)
+    node = open_frontier(r, keys, node_id="n1", epoch=joined.epoch)
+    node.admit([(b"f" * 20, 0.0, b"{}", "", "e.com")])  # the plain queue; routed by its host
+    parts = runs.part_keys(r, keys)
+    r.delete(parts[-1].epoch)  # the crawl's own epoch, or a shard's
+    with pytest.raises(StaleEpoch) as refusal:
+        node.pop(5) if shards > 1 else node.heartbeat([])
+    again, lost = runs.rejoin(r, keys, refusal.value, joined, shards=shards, node_id="n1", ttl_ms=10_000)
+    assert not lost and not r.hexists(keys.control, "lost"), "not taken for a loss"
+    assert (again.run, again.epoch) == (joined.run, joined.epoch), "the same run goes on"
+    assert all(r.get(p.epoch) == joined.epoch.encode() for p in parts), "put back in every part"
+    assert len(node.pop(5)) == 1, "the node carries on with what was queued"

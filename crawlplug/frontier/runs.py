@@ -208,24 +208,54 @@ def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Jo
     ``shards`` is the node's CRAWLPLUG_SHARDS: a purge or a loss took the record of the
     crawl's layout with it, and without it the run would begin in the crawl's own keys
     only, every shard's epoch unset, and each call to a shard refused again, forever."""
-    _check_control(client, keys)
+    _check_keys(client, keys)
+    claim_shards(client, keys, shards)
+    if refusal.stored == "0" and _restore_deleted_epoch(client, keys, joined):
+        # still in its run and registered: nothing to join again (join.lua's checks could
+        # refuse the call for a corrupt key after the epoch was put back: a write already made)
+        return joined, bool(client.hexists(keys.control, "lost"))
     # another node may have seen the loss first and begun a run since (then the epoch is
     # no longer "0"): its mark says so
     lost = (refusal.stored == "0" and vanished(client, keys, joined.at_ms)) or bool(client.hexists(keys.control, "lost"))
     if lost:
         mark_lost(client, keys, kwargs.get("node_id", "?"))  # before the join: the next node sees it
-    claim_shards(client, keys, shards)
     return join(client, keys, **kwargs), lost
 
 
-def _check_control(client: redis.Redis, keys: CrawlKeys) -> None:
-    """``control`` of the wrong type (written by hand) refuses the rejoin as the scripts
-    refuse a corrupt key (CorruptKey, naming it), before anything is written: the node
-    stays of the old epoch and tries again at its next call, once it is repaired."""
-    held = text(client.type(keys.control))
-    if held not in ("hash", "none"):
-        raise CorruptKey(f"CORRUPT crawl key {keys.control} holds a {held}, not a hash: nothing was done "
-                         "(repair or delete the key; see docs/faults.md)", keys.control)  # fmt: skip
+def _restore_deleted_epoch(client: redis.Redis, keys: CrawlKeys, joined: Joined) -> bool:
+    """An epoch key deleted by hand (``DEL``, the repair of any key the docs allow), with
+    the run the node joined still recorded under that epoch: nothing was lost or reset, so
+    the epoch is put back in every part that lacks it (never over another) and the node
+    carries on in its run. True if it did so."""
+    if text(client.type(keys.run)) != "hash":
+        return False  # absent (lost, purged) or corrupt: join.lua says which
+    record = client.hmget(keys.run, "epoch", "id", "state")
+    epoch, run_id, state = (text(x) if x is not None else None for x in record)
+    if epoch != joined.epoch or run_id != str(joined.run) or state != "running":
+        return False  # a purge, a new run, or Redis lost the run too
+    pipe = client.pipeline(transaction=False)
+    for part in part_keys(client, keys):
+        pipe.set(part.epoch, joined.epoch, nx=True)
+    pipe.execute()
+    logger.warning("crawlplug: crawl %r: its epoch key was deleted (by hand?) while its run %d went on; put back",
+                   keys.crawl, joined.run)  # fmt: skip
+    return True
+
+
+def _check_keys(client: redis.Redis, keys: CrawlKeys) -> None:
+    """``control`` or ``run`` of the wrong type (written by hand) refuses the rejoin as the
+    scripts refuse a corrupt key (CorruptKey, naming it), before anything is written (the
+    loss marked, the epoch put back): the node stays of the old epoch and tries again at its
+    next call, once the key is repaired. (A run record of the wrong type cannot tell a
+    deleted epoch from a loss of the crawl's data.)"""
+    pipe = client.pipeline(transaction=False)
+    for key in (keys.control, keys.run):
+        pipe.type(key)
+    for key, held in zip((keys.control, keys.run), pipe.execute()):
+        held = text(held)
+        if held not in ("hash", "none"):
+            raise CorruptKey(f"CORRUPT crawl key {key} holds a {held}, not a hash: nothing was done "
+                             "(repair or delete the key; see docs/faults.md)", key)  # fmt: skip
 
 
 def vanished(client: redis.Redis, keys: CrawlKeys, since_ms: int) -> bool:

@@ -307,20 +307,15 @@ class Liveness:
     # -- a crawl reset under the node --------------------------------------------------
     def rejoin(self, exc: StaleEpoch) -> None:
         """The crawl was reset (purge, CRAWLPLUG_FLUSH_ON_START elsewhere, import), began a
-        new run, or Redis lost its data while this node ran: drop what belongs to the old
-        state and join again."""
-        stale, waiting = self.batch.drop()
-        self.stale_leases |= stale
-        self.entries.drop()
-        self.termination.empty_since = None
-        self.run_ended = False
-        self.counted = self.counts()  # what this node did before belongs to the old state
-        self.frontier.forget_dedup_layers()  # what it knew of a Bloom filter's layers only grows: wrong now
+        new run, or Redis lost its data while this node ran: join again, and drop what
+        belongs to the old state. (An epoch key deleted by hand is put back by runs.rejoin:
+        the node is still in its run and keeps everything.)"""
+        before = self.joined
         try:
             # a purge or a loss took the crawl's shard count with it: claimed again
             shards = max(1, len(self.frontier.parts()) - 1)
-            self.joined, lost = runs.rejoin(self.frontier.client, self.frontier.keys, exc, self.joined,
-                                            shards=shards, **self.join_args)  # fmt: skip
+            joined, lost = runs.rejoin(self.frontier.client, self.frontier.keys, exc, self.joined,
+                                       shards=shards, **self.join_args)  # fmt: skip
         except RunEnded as rexc:
             logger.error("crawlplug: %s: this node closes", rexc)
             enginehooks.close(self.crawler, rexc.state)
@@ -334,7 +329,17 @@ class Liveness:
             # this node is refused again at its next call and tries again then
             self.outage.error(rexc)
             return
-        self.frontier.epoch = self.joined.epoch
+        self.joined = joined
+        if (joined.run, joined.epoch) == (before.run, before.epoch) and not lost:
+            return  # the same run and state: what this node holds is still its own
+        stale, waiting = self.batch.drop()
+        self.stale_leases |= stale
+        self.entries.drop()
+        self.termination.empty_since = None
+        self.run_ended = False
+        self.counted = self.counts()  # what this node did before belongs to the old state
+        self.frontier.forget_dedup_layers()  # what it knew of a Bloom filter's layers only grows: wrong now
+        self.frontier.epoch = joined.epoch
         self.frontier.data_lost = self.frontier.data_lost or lost
         self.report.count("crawlplug/epoch_changes")
         self.report.count("crawlplug/stale_dropped", len(stale) + waiting)
@@ -344,7 +349,7 @@ class Liveness:
         logger.warning(
             "crawlplug: crawl %r: %s while this node ran: dropped %d requests in flight (their links too) "
             "and %d waiting, and its fingerprint cache; now in run %d",
-            self.frontier.keys.crawl, what, len(stale), waiting, self.joined.run,
+            self.frontier.keys.crawl, what, len(stale), waiting, joined.run,
         )  # fmt: skip
         self.check_lost()
         enginehooks.wake(self.crawler)
