@@ -573,3 +573,21 @@ def test_reap_with_start_urls_of_the_wrong_type_reaps_and_writes_its_series(r):
     time.sleep(0.1)
     assert f.reap() == (1, 0)
     assert queued_ids(r) and any(k.startswith(b"r:") for k in r.hkeys(K.series)), "reaped, series sampled"
+
+
+def test_statistics_of_the_wrong_type_are_started_again_refusing_nothing(r, frontier):
+    """The per-10 s series, the graveyard and a node's metrics hold nothing a request needs:
+    of the wrong type (written by hand) they used to refuse every admission, heartbeat or
+    reap, stopping the crawl for a number on a dashboard."""
+    node_key = K.node("node-a")
+    r.set(K.series, "junk")
+    r.rpush(node_key, "junk")
+    r.set(K.graveyard, "junk")
+    assert frontier.admit([(fp(1), 0, b"one")]).admitted == 1
+    (leased,) = frontier.pop(1)
+    assert frontier.heartbeat([leased.id]) == []
+    assert frontier.reap() == (0, 0)
+    assert frontier.admit([], acks=[leased.id]).acked == 1
+    for key in (K.series, node_key):
+        assert r.type(key) == b"hash", key
+    assert r.type(K.graveyard) in (b"hash", b"none")

@@ -387,11 +387,12 @@ NOT_DONE = (REFUSED, REJOINED)
 #: keys on a sharded crawl, the crawl's own otherwise; "base": always the crawl's own)
 CORRUPTIBLE = {
     "queue": "shard", "requests": "shard", "seq": "shard", "leases": "shard", "leased": "shard",
-    "deliveries": "shard", "stats": "shard", "dead": "shard", "series": "shard", "seen": "shard",
-    "epoch": "shard", "graveyard": "shard",
+    "deliveries": "shard", "stats": "shard", "dead": "shard", "seen": "shard", "epoch": "shard",
     "start_urls": "base", "nodes": "base", "producers": "base", "control": "base", "run": "base",
 }  # fmt: skip
 DOMAIN_KEYS = {"dq": "shard", "domains": "shard", "dstate": "shard", "dconf": "shard"}
+#: statistic-only keys: of the wrong type they are started again, not refused (guard.lua)
+STATISTICS = ("series", "graveyard", "node")
 #: keys whose deletion is a repair: they hold nothing a request needs (the epoch is put back
 #: by the first node refused for it, from the run's record)
 DELETABLE = {"seq", "nodes", "producers", "series", "graveyard", "epoch"}
@@ -917,13 +918,13 @@ class FrontierModel(RuleBasedStateMachine):
         FrontierModel.tally["corrupted"] += 1
         # the call that touches it now: an admission of a URL new to the crawl (every
         # shard-level key, the epoch), a heartbeat (nodes, producers, control, run), a
-        # reap (dead, graveyard), a take (start_urls)
+        # reap (dead), a take (start_urls)
         node = self.live()[0] if self.live() else None
         if node is None:
             return
         if name in ("nodes", "producers", "control", "run"):
             done = self._beat(node)
-        elif name in ("dead", "graveyard"):
+        elif name == "dead":
             done = self._reap()
         elif name == "start_urls":
             done = self._take(node, 1)
@@ -933,6 +934,29 @@ class FrontierModel(RuleBasedStateMachine):
             url = fresh[0] if fresh else here[0]
             done = self._admit(node, [(url, "n" if fresh else "d", 0.0, self.next_payload(url))], [])
         assert not done or not self.named_errors, f"a call on the corrupt {key} went through"
+
+    @precondition(lambda self: self.corrupt is None and not self.pairings_only and self.live())
+    @rule(name=st.sampled_from(STATISTICS), how=st.sampled_from(["string", "list"]))
+    def corrupt_a_statistic(self, name: str, how: str) -> None:
+        """A statistic-only key of the wrong type (the per-10 s series, the graveyard, a node's
+        metrics) refuses nothing: the next call that writes it starts it again."""
+        node = self.live()[0]
+        shard = 0 if self.config.sharded and name != "node" else None
+        key = self.f.part_keys(None).node(f"node-{node}") if name == "node" else self.f.key(name, shard)
+        self.client.delete(key)
+        if how == "string":
+            self.client.set(key, "junk")
+        else:
+            self.client.rpush(key, "junk")
+        if name == "node":
+            done = self._beat(node)
+        elif name == "graveyard":
+            done = self._reap()
+        else:  # the series: written by an admission that stores a request
+            url = next(u for u in URLS if shard is None or self.f.shard_of(u) == shard)
+            done = self._admit(node, [(url, "d", 0.0, self.next_payload(url))], [])
+        assert done, f"a corrupt statistic ({key}) refused the call"
+        assert self.client.type(key) in (b"hash", b"none"), f"{key} was not started again"
 
     @precondition(lambda self: self.corrupt is not None)
     @rule(delete=st.booleans())
