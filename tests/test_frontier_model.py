@@ -303,38 +303,56 @@ class FrontierUnderTest:
         return K if shard is None else K.shard_keys(shard, SHARDS)
 
     def view(self) -> dict[str, Any]:
-        """What Redis holds, with lease ids as the frontier names them."""
+        """What Redis holds, with lease ids as the frontier names them (read in one round trip)."""
         out: dict[str, Any] = {"requests": {}, "queued": set(), "leases": {}, "deliveries": {}, "dead": Counter(),
                                "seen": set(), "stats": Counter()}  # fmt: skip
-        c = self.client
-        for i, part in enumerate(self.parts()):
+        pipe = self.client.pipeline(transaction=False)
+        parts = self.parts()
+        for part in parts:
+            pipe.hgetall(part.requests)
+            pipe.zrange(part.queue, 0, -1)
+            pipe.zrange(part.dq, 0, -1)
+            pipe.zrange(part.leases, 0, -1)
+            pipe.hgetall(part.leased)
+            pipe.hgetall(part.deliveries)
+            pipe.lrange(part.dead, 0, -1)
+            pipe.hgetall(part.stats)
+            if self.config.dedup == "set":
+                pipe.smembers(part.seen)
+            elif self.config.dedup == "ttl":
+                pipe.zrange(part.key("seen_ttl"), 0, -1)
+        pipe.lrange(K.start_urls, 0, -1)
+        replies = iter(pipe.execute())
+        for i, _ in enumerate(parts):
             prefix = "" if i == 0 else f"{i - 1}."
-            for rid, payload in c.hgetall(part.requests).items():
+            for rid, payload in next(replies).items():
                 out["requests"][prefix + rid.decode()] = payload.decode()
-            out["queued"] |= {prefix + x.decode() for x in c.zrange(part.queue, 0, -1)}
-            for member in c.zrange(part.dq, 0, -1):
+            out["queued"] |= {prefix + x.decode() for x in next(replies)}
+            for member in next(replies):
                 out["queued"].add(prefix + member.decode().split("\t", 1)[1][16:])
-            leases = {x.decode() for x in c.zrange(part.leases, 0, -1)}
-            leased = {k.decode(): v.decode() for k, v in c.hgetall(part.leased).items()}
+            leases = {x.decode() for x in next(replies)}
+            leased = {k.decode(): v.decode() for k, v in next(replies).items()}
             assert leases == set(leased), f"leases {leases} and their records {set(leased)} differ"
             for rid, info in leased.items():
                 out["leases"][prefix + rid] = info.split("|", 1)[0]
-            for rid, d in c.hgetall(part.deliveries).items():
+            for rid, d in next(replies).items():
                 out["deliveries"][prefix + rid.decode()] = int(d)
-            for raw in c.lrange(part.dead, 0, -1):
+            for raw in next(replies):
                 out["dead"][raw.decode().split("\n", 1)[1]] += 1
-            for name, value in c.hgetall(part.stats).items():
+            for name, value in next(replies).items():
                 out["stats"][name.decode()] += int(value)
-            if self.config.dedup == "set":
-                out["seen"] |= set(c.smembers(part.seen))
-            elif self.config.dedup == "ttl":
-                out["seen"] |= set(c.zrange(part.key("seen_ttl"), 0, -1))
-        out["start_urls"] = [x.decode() for x in c.lrange(K.start_urls, 0, -1)]
+            if self.config.dedup in ("set", "ttl"):
+                out["seen"] |= set(next(replies))
+        out["start_urls"] = [x.decode() for x in next(replies)]
         return out
 
     def snapshot(self) -> dict[bytes, bytes | None]:
         """Every key of the crawl, dumped: a refused call must leave all of them as they were."""
-        return {key: self.client.dump(key) for key in sorted(self.client.scan_iter(match="crawlplug:*", count=1000))}
+        keys = sorted(self.client.scan_iter(match="crawlplug:*", count=1000))
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.dump(key)
+        return dict(zip(keys, pipe.execute()))
 
     def key(self, name: str, shard: int | None) -> str:
         part = self.part_keys(shard)
