@@ -228,7 +228,7 @@ def _restore_deleted_epoch(client: redis.Redis, keys: CrawlKeys, joined: Joined)
     the epoch is put back in every part that lacks it (never over another) and the node
     carries on in its run. True if it did so."""
     if text(client.type(keys.run)) != "hash":
-        return False  # absent (lost, purged) or corrupt: join.lua says which
+        return False  # absent: lost or purged (one of the wrong type was refused before)
     record = client.hmget(keys.run, "epoch", "id", "state")
     epoch, run_id, state = (text(x) if x is not None else None for x in record)
     if epoch != joined.epoch or run_id != str(joined.run) or state != "running":
