@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -112,13 +112,19 @@ class AdmissionIncomplete(CrawlplugError):
     """An admission of one batch that went through in part only (a sharded crawl
     whose shards answered differently, a Bloom filter that grew half-way): the
     requests ``flags`` marks "1" (admitted) or "0" (duplicate) are done, those
-    marked "-" are not, nor are the acks. ``cause`` is the error the rest met.
-    Retrying only the rest counts nothing twice."""
+    marked "-" are not. Of the acks, those in ``acks_done`` were made (``acked`` of
+    them acknowledged, ``stale`` found no longer held), the others not. ``cause`` is
+    the error the rest met. Retrying only the rest counts nothing twice."""
 
-    def __init__(self, flags: str, cause: Exception) -> None:
-        super().__init__(f"{flags.count('-')} of {len(flags)} requests not admitted: {cause}")
+    def __init__(self, flags: str, cause: Exception, acks_done: Sequence[str] = (), acked: int = 0,
+                 stale: int = 0) -> None:  # fmt: skip
+        super().__init__(f"{flags.count('-')} of {len(flags)} requests not admitted"
+                         f"{f', {len(acks_done)} acks made' if acks_done else ''}: {cause}")  # fmt: skip
         self.flags = flags
         self.cause = cause
+        self.acks_done = list(acks_done)
+        self.acked = acked
+        self.stale = stale
 
 
 class TransferError(CrawlplugError):

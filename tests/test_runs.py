@@ -20,12 +20,14 @@ import redis
 from click.testing import CliRunner
 
 from crawlplug.cli import main
-from crawlplug.errors import StaleEpoch
-from crawlplug.frontier import registry, runs
+from crawlplug.errors import CorruptKey, StaleEpoch
+from crawlplug.frontier import open_frontier, registry, runs
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.layout import claim_shards
 from crawlplug.frontier.single import Frontier
 
 from .support.nodes import SCRAPY
+from .support.nodes import wait_until as _wait_for
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1.5, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4}
 SHOP = CrawlKeys("shop")
@@ -43,15 +45,6 @@ def _wait_ok(*nodes, timeout: float = 180) -> None:
 
 def _fetched_since(shop, before: Counter) -> Counter:
     return Counter({p: n for p, n in (shop.hits - before).items() if n})
-
-
-def _wait_for(predicate, what: str, timeout: float = 60.0, nodes=()) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        for node in nodes:
-            assert node.proc.poll() is None, f"a node exited while waiting for {what}:\n{node.text()[-3000:]}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _run_line(node) -> str:
@@ -203,16 +196,20 @@ def test_a_redisspider_crawl_that_got_no_start_entry_is_not_finished(crawl, redi
     assert view.state == "running" and view.ended is None, "the run is not recorded as finished"
 
 
-def test_a_purge_under_live_workers_reaches_every_node(crawl, make_shop, redis_url):
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_purge_under_live_workers_reaches_every_node(crawl, make_shop, redis_url, shards):
+    """Sharded, a node that rejoined used to find no shard count (purged with the rest):
+    the new run had no epoch in any shard, every call to a shard was refused again."""
     shop = make_shop(items=80)
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("redisshop")
-    settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 0}  # workers: never finish
+    settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 0, "CRAWLPLUG_SHARDS": shards}  # workers
     nodes = [crawl("redisshop", settings=settings) for _ in range(2)]
     _wait_for(lambda: client.zcard(keys.nodes) == 2, "two live workers", nodes=nodes)
     assert cli(redis_url, "push", "--crawl", "redisshop", shop.url + "/").exit_code == 0
     _wait_for(lambda: set(shop.hits) == shop.shop.paths(), "the first crawl", nodes=nodes)
-    _wait_for(lambda: runs.totals(client, [keys])["pages"] == len(shop.shop.paths()), "every page acked", nodes=nodes)
+    _wait_for(lambda: runs.totals(client, runs.part_keys(client, keys))["pages"] == len(shop.shop.paths()),
+              "every page acked", nodes=nodes)  # fmt: skip
     assert runs.view(client, keys).state == "running", "a worker crawl does not finish by itself"
     res = cli(redis_url, "purge", "--crawl", "redisshop", "--yes")
     assert res.exit_code == 0, res.output
@@ -278,6 +275,32 @@ def test_calls_of_an_old_epoch_are_refused_whole(r):
         assert {k: r.dump(k) for k in r.scan_iter(match=keys.pattern())} == snapshot, f"{what} wrote something"
     # an operator's tool (no epoch) is not refused
     assert Frontier(r, keys, queue=PriorityQueue).pop(5)
+
+
+def test_a_rejoin_meeting_a_corrupt_key_is_refused_naming_it(r):
+    """The node stays of the old epoch, is refused at its next call and tries again then:
+    a corrupt control or run refuses before anything is written (the loss is not marked:
+    a run record of the wrong type cannot tell a deleted epoch from a loss)."""
+    keys = CrawlKeys("rejoin")
+    joined = runs.join(r, keys, node_id="n1", ttl_ms=10_000)
+    r.flushall()  # Redis lost the crawl's data
+
+    def rejoin() -> tuple[runs.Joined, bool]:
+        return runs.rejoin(r, keys, StaleEpoch("STALE_EPOCH 0 x"), joined, node_id="n1", ttl_ms=10_000)
+
+    r.set(keys.control, "junk")
+    with pytest.raises(CorruptKey, match=rf"{re.escape(keys.control)} holds a string.*repair or delete") as err:
+        rejoin()
+    assert err.value.key == keys.control
+    assert sorted(r.scan_iter(match=keys.pattern())) == [keys.control.encode()], "nothing written"
+    r.delete(keys.control)  # the repair
+    r.set(keys.run, "junk")
+    with pytest.raises(CorruptKey, match=rf"{re.escape(keys.run)} holds a string.*repair or delete"):
+        rejoin()
+    assert sorted(r.scan_iter(match=keys.pattern())) == [keys.run.encode()], "nothing written: no run begun"
+    r.delete(keys.run)
+    again, lost = rejoin()
+    assert lost and again.epoch and r.get(keys.epoch) == again.epoch.encode() and r.hexists(keys.control, "lost")
 
 
 # -- every crawl in a Redis ------------------------------------------------------------------
@@ -393,11 +416,13 @@ def test_runs_on_a_redis_cluster(crawl, make_shop, cluster_url, cluster_client):
     assert rows["shop"]["done"] == len(shop.shop.paths()), "counted over every shard"
 
 
-def test_a_redis_that_lost_its_data_is_not_taken_for_a_reset(crawl, make_shop, fresh_redis):
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_redis_that_lost_its_data_is_not_taken_for_a_reset(crawl, make_shop, fresh_redis, shards):
     """Redis restarted empty under a live node: not a purge. The node says Redis lost the
-    crawl's data and does not finish the crawl until an operator accepts the loss."""
+    crawl's data and does not finish the crawl until an operator accepts the loss (sharded,
+    the rejoin used to fail on ShardedFrontier.data_lost, a read-only property)."""
     shop = make_shop(items=300, delay=0.01)
-    settings = {"REDIS_URL": fresh_redis.url, **FAST, "CONCURRENT_REQUESTS": 2}
+    settings = {"REDIS_URL": fresh_redis.url, **FAST, "CONCURRENT_REQUESTS": 2, "CRAWLPLUG_SHARDS": shards}
     node = crawl(args={"base_url": shop.url}, settings=settings)
     _wait_for(lambda: sum(shop.hits.values()) > 30, "the crawl under way", nodes=[node])
     fresh_redis.proc.send_signal(signal.SIGKILL)  # no persistence: it comes back empty
@@ -412,3 +437,24 @@ def test_a_redis_that_lost_its_data_is_not_taken_for_a_reset(crawl, make_shop, f
     assert res.exit_code == 0 and "the loss of its data is accepted" in res.output, res.output
     assert node.wait(60) == 0
     assert "'finish_reason': 'finished'" in node.text()
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_an_epoch_key_deleted_by_hand_is_put_back_not_taken_for_a_loss(r, shards):
+    """DEL is the documented repair of a corrupt key; for the epoch it looked like Redis had
+    lost the crawl (the crawl then never finished until `crawlplug resume`). With the run
+    recorded under the node's epoch, nothing was lost: the epoch is put back."""
+    keys = CrawlKeys("deleted-epoch")
+    claim_shards(r, keys, shards)
+    joined = runs.join(r, keys, node_id="n1", ttl_ms=10_000)
+    node = open_frontier(r, keys, node_id="n1", epoch=joined.epoch)
+    node.admit([(b"f" * 20, 0.0, b"{}", "", "e.com")])  # the plain queue; routed by its host
+    parts = runs.part_keys(r, keys)
+    r.delete(parts[-1].epoch)  # the crawl's own epoch, or a shard's
+    with pytest.raises(StaleEpoch) as refusal:
+        node.pop(5) if shards > 1 else node.heartbeat([])
+    again, lost = runs.rejoin(r, keys, refusal.value, joined, shards=shards, node_id="n1", ttl_ms=10_000)
+    assert not lost and not r.hexists(keys.control, "lost"), "not taken for a loss"
+    assert (again.run, again.epoch) == (joined.run, joined.epoch), "the same run goes on"
+    assert all(r.get(p.epoch) == joined.epoch.encode() for p in parts), "put back in every part"
+    assert len(node.pop(5)) == 1, "the node carries on with what was queued"

@@ -45,10 +45,10 @@ from typing import Any
 
 import redis
 
-from ..errors import ConfigError, RunEnded, StaleEpoch
+from ..errors import ConfigError, CorruptKey, RunEnded, StaleEpoch
 from . import registry
 from .keys import CrawlKeys
-from .layout import parts
+from .layout import claim_shards, parts
 from .scripts import Scripts
 from .store import json_record, redis_ms, text
 
@@ -197,19 +197,65 @@ def join(
                       waited=time.monotonic() - started, at_ms=redis_ms(client))  # fmt: skip
 
 
-def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Joined,
+def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Joined, *, shards: int = 1,
            **kwargs: Any) -> tuple[Joined, bool]:  # fmt: skip
     """Join again after a script refused a node's epoch (``refusal``): (the run joined now,
     whether Redis lost the crawl's data). The epoch vanished without a purge since the node
     joined ``joined``: the data was lost (a restart without persistence, a flush, a failover
     to an empty replica), and the crawl is marked so (control "lost": it does not read as
-    finished until an operator accepts the loss, `crawlplug resume`)."""
+    finished until an operator accepts the loss, `crawlplug resume`).
+
+    ``shards`` is the node's CRAWLPLUG_SHARDS: a purge or a loss took the record of the
+    crawl's layout with it, and without it the run would begin in the crawl's own keys
+    only, every shard's epoch unset, and each call to a shard refused again, forever."""
+    _check_keys(client, keys)
+    claim_shards(client, keys, shards)
+    if refusal.stored == "0" and _restore_deleted_epoch(client, keys, joined):
+        # still in its run and registered: nothing to join again (join.lua's checks could
+        # refuse the call for a corrupt key after the epoch was put back: a write already made)
+        return joined, bool(client.hexists(keys.control, "lost"))
     # another node may have seen the loss first and begun a run since (then the epoch is
     # no longer "0"): its mark says so
     lost = (refusal.stored == "0" and vanished(client, keys, joined.at_ms)) or bool(client.hexists(keys.control, "lost"))
     if lost:
         mark_lost(client, keys, kwargs.get("node_id", "?"))  # before the join: the next node sees it
     return join(client, keys, **kwargs), lost
+
+
+def _restore_deleted_epoch(client: redis.Redis, keys: CrawlKeys, joined: Joined) -> bool:
+    """An epoch key deleted by hand (``DEL``, the repair of any key the docs allow), with
+    the run the node joined still recorded under that epoch: nothing was lost or reset, so
+    the epoch is put back in every part that lacks it (never over another) and the node
+    carries on in its run. True if it did so."""
+    if text(client.type(keys.run)) != "hash":
+        return False  # absent: lost or purged (one of the wrong type was refused before)
+    record = client.hmget(keys.run, "epoch", "id", "state")
+    epoch, run_id, state = (text(x) if x is not None else None for x in record)
+    if epoch != joined.epoch or run_id != str(joined.run) or state != "running":
+        return False  # a purge, a new run, or Redis lost the run too
+    pipe = client.pipeline(transaction=False)
+    for part in part_keys(client, keys):
+        pipe.set(part.epoch, joined.epoch, nx=True)
+    pipe.execute()
+    logger.warning("crawlplug: crawl %r: its epoch key was deleted (by hand?) while its run %d went on; put back",
+                   keys.crawl, joined.run)  # fmt: skip
+    return True
+
+
+def _check_keys(client: redis.Redis, keys: CrawlKeys) -> None:
+    """``control`` or ``run`` of the wrong type (written by hand) refuses the rejoin as the
+    scripts refuse a corrupt key (CorruptKey, naming it), before anything is written (the
+    loss marked, the epoch put back): the node stays of the old epoch and tries again at its
+    next call, once the key is repaired. (A run record of the wrong type cannot tell a
+    deleted epoch from a loss of the crawl's data.)"""
+    pipe = client.pipeline(transaction=False)
+    for key in (keys.control, keys.run):
+        pipe.type(key)
+    for key, held in zip((keys.control, keys.run), pipe.execute()):
+        held = text(held)
+        if held not in ("hash", "none"):
+            raise CorruptKey(f"CORRUPT crawl key {key} holds a {held}, not a hash: nothing was done "
+                             "(repair or delete the key; see docs/faults.md)", key)  # fmt: skip
 
 
 def vanished(client: redis.Redis, keys: CrawlKeys, since_ms: int) -> bool:
@@ -350,6 +396,7 @@ def record(client: redis.Redis, keys: CrawlKeys) -> dict[str, str]:
 
 
 def _int(value: Any) -> int | None:
+    """``value`` as an integer; None if it is none (absent, not a number, a pipeline's error)."""
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -382,7 +429,9 @@ def _work(client: redis.Redis, parts: Sequence[CrawlKeys]) -> int:
         pipe.zcard(k.dq)
         pipe.zcard(k.leases)
     pipe.llen(parts[0].start_urls)
-    return sum(int(x) for x in pipe.execute())
+    # a key of the wrong type (written by hand: the scripts refuse it and name it, `crawlplug
+    # status` lists it) counts 0, so views still answer
+    return sum(_int(x) or 0 for x in pipe.execute(raise_on_error=False))
 
 
 def history(client: redis.Redis, keys: CrawlKeys) -> list[dict[str, Any]]:
@@ -472,21 +521,21 @@ def crawl_rows(client: redis.Redis, prefix: str = "crawlplug", names: Iterable[s
         pipe.llen(keys.start_urls)
         pipe.zcount(keys.nodes, f"({now}", "+inf")
         pipe.zrange(keys.nodes, -1, -1, withscores=True)
-        raw = pipe.execute()
+        raw = pipe.execute(raise_on_error=False)  # a key of the wrong type counts 0 (_work)
         queued = in_flight = done = 0
         for i in range(len(parts)):
             q, dq, leased, acked = raw[4 * i:4 * i + 4]
-            queued += int(q) + int(dq)
-            in_flight += int(leased)
-            done += int(acked or 0)
-        starts, live, last_node = raw[-3:]
-        run = view(client, keys, live_nodes=int(live), work=queued + in_flight + int(starts))
+            queued += (_int(q) or 0) + (_int(dq) or 0)
+            in_flight += _int(leased) or 0
+            done += _int(acked) or 0
+        starts, live, last_node = _int(raw[-3]) or 0, _int(raw[-2]) or 0, raw[-1]
+        run = view(client, keys, live_nodes=live, work=queued + in_flight + starts)
         activity = [v for v in (run.started, run.ended) if v]
-        if last_node:
+        if last_node and not isinstance(last_node, redis.ResponseError):
             activity.append(int(last_node[0][1]))
         rows.append({
-            "crawl": crawl, "run": run.id, "state": run.state, "queued": queued, "start_entries": int(starts),
-            "in_flight": in_flight, "done": done, "live_nodes": int(live),
+            "crawl": crawl, "run": run.id, "state": run.state, "queued": queued, "start_entries": starts,
+            "in_flight": in_flight, "done": done, "live_nodes": live,
             "last_activity": max(activity) if activity else None,
         })  # fmt: skip
     return rows

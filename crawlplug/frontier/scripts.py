@@ -99,18 +99,29 @@ def server_major(client: Any) -> int:
 
 class _Script:
     """One registered script, called like redis-py's ``Script``; a refusal of a
-    corrupt crawl key is raised as :class:`crawlplug.errors.CorruptKey`."""
+    corrupt crawl key is raised as :class:`crawlplug.errors.CorruptKey`.
 
-    def __init__(self, script: Any) -> None:
+    A server that lost this script (a restart, SCRIPT FLUSH, a failover) lost the others
+    too: all of them are loaded again at once, not only this one as redis-py's ``Script``
+    does, so that a pipeline of several (admit, then pop) never meets a server holding
+    some and not others (see :meth:`Scripts.pipelined`)."""
+
+    def __init__(self, script: Any, owner: Scripts) -> None:
         self.script = script
+        self.owner = owner
 
     @property
     def sha(self) -> str:
         return self.script.sha
 
     def __call__(self, keys: Any = (), args: Any = ()) -> Any:
+        client = self.owner.client
         try:
-            return self.script(keys=keys, args=args)
+            try:
+                return client.evalsha(self.script.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                self.owner.load_all(client)
+                return client.evalsha(self.script.sha, len(keys), *keys, *args)
         except redis.ResponseError as exc:
             raise script_error(exc) from None
 
@@ -122,6 +133,19 @@ class Scripts:
         self.client = client
         flags = server_major(client) >= 7
         self._scripts = {name: client.register_script(source(name, flags)) for name in NAMES}
+
+    def load_all(self, client: Any) -> None:
+        """Load every script on the server behind ``client`` (it lost one, so it lost all)."""
+        if _is_cluster(client):
+            for script in self._scripts.values():  # sent to every primary
+                script.sha = client.script_load(script.script)
+            return
+        pipe = client.pipeline(transaction=False)
+        scripts = list(self._scripts.values())
+        for script in scripts:
+            pipe.script_load(script.script)
+        for script, sha in zip(scripts, pipe.execute()):
+            script.sha = sha
 
     def pipelined(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
         """Run several scripts in one round trip: [(name, keys, args), ...].
@@ -138,17 +162,26 @@ class Scripts:
             # Every key of a crawl shares one hash tag: the whole pipeline goes to the
             # node owning that slot (redis-py's cluster pipeline refuses EVALSHA).
             client = client.get_redis_connection(client.get_node_from_key(calls[0][1][0]))
+        out: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
         for attempt in (1, 2):
             pipe = client.pipeline(transaction=False)
-            for name, keys, args in calls:
+            for i in todo:
+                name, keys, args = calls[i]
                 pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
-            out = pipe.execute(raise_on_error=False)
-            if any(isinstance(x, redis.exceptions.NoScriptError) for x in out) and attempt == 1:
-                for script in self._scripts.values():
-                    script.sha = client.script_load(script.script)
-                continue
-            return [script_error(x) if isinstance(x, redis.ResponseError) else x for x in out]
-        raise AssertionError("unreachable")
+            for i, value in zip(todo, pipe.execute(raise_on_error=False)):
+                out[i] = value
+            # Only the calls the server had no script for are sent again: the others ran,
+            # and an admission run twice would answer for its second run (its requests
+            # "duplicates" of themselves, its acks stale). A server holding some scripts
+            # and not others (one loaded alone by a client other than crawlplug's) may so
+            # run a pop before the admission sent ahead of it: nothing is lost or done
+            # twice, the pop only misses the requests just admitted.
+            todo = [i for i in todo if isinstance(out[i], redis.exceptions.NoScriptError)]
+            if not todo or attempt == 2:
+                break
+            self.load_all(client)
+        return [script_error(x) if isinstance(x, redis.ResponseError) else x for x in out]
 
     def read(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
         """Run read-only scripts (:data:`READ_ONLY`) as :meth:`run_many` does, but with
@@ -221,8 +254,7 @@ class Scripts:
                 missing = [i for i, v in zip(todo, out) if isinstance(v, redis.exceptions.NoScriptError)]
                 if not missing or attempt == 2:
                     break
-                for script in self._scripts.values():  # the server lost them (restart, SCRIPT FLUSH)
-                    script.sha = client.script_load(script.script)
+                self.load_all(client)  # the server lost them (restart, SCRIPT FLUSH)
                 todo = missing
         return results
 
@@ -266,7 +298,7 @@ class Scripts:
 
     def __getattr__(self, name: str) -> Any:
         try:
-            return _Script(self._scripts[name])
+            return _Script(self._scripts[name], self)
         except KeyError:
             raise AttributeError(name) from None
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 
@@ -248,6 +248,7 @@ class ShardedFrontier:
 
         flags = [""] * len(items)
         acked = stale = 0
+        acks_done: list[str] = []  # the acks made (acknowledged or found stale), as the caller named them
         leased: list[Leased] = []
         error: Exception | None = None
         waits: list[int] = []
@@ -271,7 +272,7 @@ class ShardedFrontier:
                     done = result or ""
                     result = frontier.admit(part_items[len(done):], part_acks, part_events)
                     result.flags = done + result.flags
-            except AdmissionIncomplete as exc:  # the filter grew, then the rest failed
+            except AdmissionIncomplete as exc:  # the filter grew, then the rest failed (no ack made)
                 for i, flag in zip(by_shard.get(part, ()), exc.flags):
                     flags[i] = "" if flag == "-" else flag
                 error = error or exc.cause
@@ -285,13 +286,9 @@ class ShardedFrontier:
                 self._dry_until[part] = 0.0
             acked += result.acked
             stale += result.stale
+            acks_done += self._named(part, part_acks)
         if error is not None:
-            self._give_back(leased)
-            if any(flags):
-                # other shards stored their part: say which, so that a retry sends only
-                # the rest and counts none of it twice as a duplicate
-                raise AdmissionIncomplete("".join(f or "-" for f in flags), error) from error
-            raise error
+            self._fail(error, flags, acks_done, acked, stale, leased)
         # a pop smaller than the number of shards asked only some of them: if those ran
         # dry, ask the others now (the dry ones are skipped for a moment after this)
         while pop and len(leased) < pop and len(asked) < self.n:
@@ -300,21 +297,48 @@ class ShardedFrontier:
                 break
             for (shard, _), raw in zip(shares, self.scripts.run_many([self.shards[s].pop_call(k) for s, k in shares])):
                 if isinstance(raw, Exception):
-                    self._give_back(leased)
-                    raise raw
+                    error = error or raw
+                    continue
                 leased += self._took(shard, self.shards[shard]._leased(raw), waits)
+            if error is not None:  # what the others took goes back, with what was taken before
+                self._fail(error, flags, acks_done, acked, stale, leased)
         self.next_ready_ms = min(waits) if waits else -1
         if later_acks:
             # every child of the batch is stored: the parents may be acknowledged
             calls = [self.part(p).admit_call((), a, ()) for p, a in later_acks.items()]
-            for raw in self.scripts.run_many(calls):
-                if isinstance(raw, Exception):
-                    self._give_back(leased)
-                    # every request of the batch is stored: only the acks are to send again
-                    raise AdmissionIncomplete("".join(flags), raw) from raw
-                acked += int(raw[1])
-                stale += int(raw[2])
+            failed: Exception | None = None
+            for (p, part_acks), raw in zip(later_acks.items(), self.scripts.run_many(calls)):
+                try:
+                    if isinstance(raw, Exception):
+                        raise raw
+                    result = self.part(p)._result(raw)
+                    if not isinstance(result, AdmitResult):  # a Bloom filter grew elsewhere: again
+                        result = self.part(p).admit((), part_acks, ())
+                except (redis.RedisError, RuntimeError) as exc:
+                    failed = failed or exc
+                    continue
+                acked += result.acked
+                stale += result.stale
+                acks_done += self._named(p, part_acks)
+            if failed is not None:
+                # every request of the batch is stored: only the acks not made are to send again
+                self._fail(failed, flags, acks_done, acked, stale, leased, incomplete=True)
         return AdmitResult("".join(flags), acked, stale), leased
+
+    def _fail(self, error: Exception, flags: list[str], acks_done: list[str], acked: int, stale: int,
+              leased: list[Leased], *, incomplete: bool = False) -> NoReturn:  # fmt: skip
+        """A call that met ``error`` in some part: what its pops took goes back, and if other
+        parts stored requests or made acks (or ``incomplete``), AdmissionIncomplete says
+        which, so that a retry sends only the rest and counts none of it twice."""
+        self._give_back(leased)
+        if incomplete or any(flags) or acks_done:
+            raise AdmissionIncomplete("".join(f or "-" for f in flags), error, acks_done, acked, stale) from error
+        raise error
+
+    @staticmethod
+    def _named(part: int, ids: Sequence[str]) -> list[str]:
+        """Lease ids of ``part`` as the caller names them (with their shard)."""
+        return list(ids) if part == BASE else [f"{part}.{x}" for x in ids]
 
     def _shares(self, n: int, asked: set[int]) -> list[tuple[int, int]]:
         """Split a pop of ``n`` over shards not yet ``asked`` in this call, in rotation,

@@ -158,11 +158,14 @@ class Batch:
             else:
                 result, leased = self.frontier.admit(items, acks, events), []
         except AdmissionIncomplete as exc:
-            # part of the batch is stored (other shards): account for it and keep only
-            # the rest, so a retry counts none of it as a duplicate; the acks wait
+            # part of the batch is stored, part of the acks made (other shards): account
+            # for them and keep only the rest, so a retry counts none of it twice
             done = [(entry, flag) for entry, flag in zip(batch, exc.flags) if flag != "-"]
             self.buffer = [entry for entry, flag in zip(batch, exc.flags) if flag == "-"]
-            self._account([entry for entry, _ in done], AdmitResult("".join(f for _, f in done), 0, 0))
+            made = set(exc.acks_done)
+            self.acks = [lease_id for lease_id in acks if lease_id not in made]
+            self._account([entry for entry, _ in done],
+                          AdmitResult("".join(f for _, f in done), exc.acked, exc.stale))  # fmt: skip
             self.outage.error(exc.cause)
             return
         except REDIS_ERRORS as exc:
@@ -170,8 +173,8 @@ class Batch:
             return
         if batch or acks or events or leased:
             # a write went through (a pop that found nothing wrote nothing: a full
-            # Redis still answers those, and is not back yet)
-            self.outage.ok()
+            # Redis still answers those, and is not back yet); new requests stored: it is
+            self.outage.ok(confirmed=result is not None and result.admitted > 0)
         self.buffer, self.acks, self.events = [], [], []
         if result is not None:
             self._account(batch, result)

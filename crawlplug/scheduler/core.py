@@ -120,6 +120,7 @@ class Scheduler(BaseScheduler):
             return
         self.conn, self.frontier = node.conn, node.frontier
         self._build(spider, node)
+        assert self.batch is not None and self.liveness is not None
         joining.log_where(self.conn, self.frontier.keys, self.crawler.settings)
         try:
             status = self.frontier.status()
@@ -127,11 +128,15 @@ class Scheduler(BaseScheduler):
             status = {"queued": 0, "in_flight": 0, "seen": 0, "nodes": {}, "corrupt": {}}
             logger.debug("crawlplug: could not read the crawl's status at start: %s", exc)
         for key, error in status.get("corrupt", {}).items():
+            if key == self.frontier.keys.start_urls:
+                # what it holds and what to do with its entries (idle.lua tells the kind), said once
+                with contextlib.suppress(*REDIS_ERRORS):
+                    self.frontier.idle_state()
+                    self.liveness.check_lost()
             self.report.once(f"corrupt:{key}", logging.ERROR,
                              "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
                              "this node goes on with the rest of the crawl", key, error)  # fmt: skip
         joining.log_join(self.frontier, node.joined, status, self.config)
-        assert self.batch is not None and self.liveness is not None
         enginehooks.on_request_done(self.crawler, self.batch.finished)
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         self.liveness.heartbeat()
@@ -147,7 +152,8 @@ class Scheduler(BaseScheduler):
         stale: list[Any] = []  # the liveness part rejoins; it is built after the outage part
         self.outage = outage = Outage(
             self.crawler, self.report, timeout=setting(settings, "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT", "getfloat"),
-            safe_url=node.conn.safe_url, on_stale=lambda exc: stale[0](exc), on_back=lambda: batch.recent.clear(),
+            safe_url=node.conn.safe_url, start_urls=self.frontier.keys.start_urls,
+            on_stale=lambda exc: stale[0](exc), on_back=lambda: batch.recent.clear(),
         )  # fmt: skip
         batch = self.batch = Batch(self.crawler, self.frontier, dupefilter=self.df, serializer=self.serializer,
                                    queue=self.queue, config=self.config, outage=outage, reporter=self.report)  # fmt: skip

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy import Request
 
-from ..errors import REDIS_ERRORS, RunEnded, StaleEpoch
+from ..errors import REDIS_ERRORS, ConfigError, RunEnded, StaleEpoch
 from ..frontier import runs
 from . import enginehooks
 from .leases import LEASE_META, Termination
@@ -72,7 +72,9 @@ class Liveness:
 
     # -- the heartbeat --------------------------------------------------------------
     def heartbeat(self) -> None:
-        if self.outage.waiting():
+        # held back between attempts only while Redis cannot be reached: one that answers
+        # (refusing admissions while full) gets every heartbeat, which renews the leases there
+        if self.outage.heartbeat_waiting():
             return
         try:
             lease_ids = list(dict.fromkeys([*self.batch.held(), *self.entries.leases]))
@@ -117,7 +119,7 @@ class Liveness:
             if dead:
                 self.report.count("crawlplug/dead", dead)
                 logger.warning("crawlplug: %d requests exceeded CRAWLPLUG_MAX_DELIVERIES; see the dead letters", dead)
-            self.outage.ok(confirmed=True)
+            self.outage.ok(confirmed=not self.outage.refused)  # it goes through on a full Redis too
         except REDIS_ERRORS as exc:
             self.outage.error(exc)
         except Exception:  # a failing heartbeat must never stop the loop silently
@@ -194,11 +196,7 @@ class Liveness:
                              self.frontier.keys.crawl, self.frontier.keys.crawl)  # fmt: skip
         kind = self.frontier.start_urls_kind
         if kind:
-            self.report.once(f"corrupt:{self.frontier.keys.start_urls}", logging.ERROR,
-                             "crawlplug: crawl key %s holds a %s, not a list: its entries are not read. Push "
-                             "start URLs with `crawlplug push` (a list), or move them there and delete the key "
-                             "(docs/faults.md); the rest of the crawl goes on",
-                             self.frontier.keys.start_urls, kind)  # fmt: skip
+            self.report.wrong_start_urls(self.frontier.keys.start_urls, kind)
 
     def crawl_done(self) -> bool:
         """The termination rule held for the grace period, or another node recorded the end:
@@ -320,8 +318,31 @@ class Liveness:
     # -- a crawl reset under the node --------------------------------------------------
     def rejoin(self, exc: StaleEpoch) -> None:
         """The crawl was reset (purge, CRAWLPLUG_FLUSH_ON_START elsewhere, import), began a
-        new run, or Redis lost its data while this node ran: drop what belongs to the old
-        state and join again."""
+        new run, or Redis lost its data while this node ran: join again, and drop what
+        belongs to the old state. (An epoch key deleted by hand is put back by runs.rejoin:
+        the node is still in its run and keeps everything.)"""
+        before = self.joined
+        try:
+            # a purge or a loss took the crawl's shard count with it: claimed again
+            shards = max(1, len(self.frontier.parts()) - 1)
+            joined, lost = runs.rejoin(self.frontier.client, self.frontier.keys, exc, self.joined,
+                                       shards=shards, **self.join_args)  # fmt: skip
+        except RunEnded as rexc:
+            logger.error("crawlplug: %s: this node closes", rexc)
+            enginehooks.close(self.crawler, rexc.state)
+            return
+        except ConfigError as cexc:  # e.g. the crawl was started again with another shard count
+            logger.error("crawlplug: %s; closing this node (finish_reason 'config_error')", cexc)
+            enginehooks.close(self.crawler, "config_error", failed=True)
+            return
+        except REDIS_ERRORS as rexc:
+            # the join met a fault itself (a corrupt key, an outage): still of the old epoch,
+            # this node is refused again at its next call and tries again then
+            self.outage.error(rexc)
+            return
+        self.joined = joined
+        if (joined.run, joined.epoch) == (before.run, before.epoch) and not lost:
+            return  # the same run and state: what this node holds is still its own
         stale, waiting = self.batch.drop()
         self.stale_leases |= stale
         self.entries.drop()
@@ -329,14 +350,7 @@ class Liveness:
         self.run_ended = False
         self.counted = self.counts()  # what this node did before belongs to the old state
         self.frontier.forget_dedup_layers()  # what it knew of a Bloom filter's layers only grows: wrong now
-        try:
-            self.joined, lost = runs.rejoin(self.frontier.client, self.frontier.keys, exc, self.joined,
-                                            **self.join_args)  # fmt: skip
-        except RunEnded as rexc:
-            logger.error("crawlplug: %s: this node closes", rexc)
-            enginehooks.close(self.crawler, rexc.state)
-            return
-        self.frontier.epoch = self.joined.epoch
+        self.frontier.epoch = joined.epoch
         self.frontier.data_lost = self.frontier.data_lost or lost
         self.report.count("crawlplug/epoch_changes")
         self.report.count("crawlplug/stale_dropped", len(stale) + waiting)
@@ -346,7 +360,7 @@ class Liveness:
         logger.warning(
             "crawlplug: crawl %r: %s while this node ran: dropped %d requests in flight (their links too) "
             "and %d waiting, and its fingerprint cache; now in run %d",
-            self.frontier.keys.crawl, what, len(stale), waiting, self.joined.run,
+            self.frontier.keys.crawl, what, len(stale), waiting, joined.run,
         )  # fmt: skip
         self.check_lost()
         enginehooks.wake(self.crawler)

@@ -10,13 +10,16 @@ which tells them apart:
 * a refused grant (NOPERM): the node closes at once with ``config_error``;
 * anything else is an outage: logged once, Redis is left alone between attempts
   (0.5 s up to 5 s, since each attempt blocks the reactor for as long as the client
-  takes to fail), and after ``CRAWLPLUG_REDIS_OUTAGE_TIMEOUT`` the node closes with
-  ``redis_unavailable``.
+  takes to fail), and after ``CRAWLPLUG_REDIS_OUTAGE_TIMEOUT`` of Redis not reached
+  at all the node closes with ``redis_unavailable``. A Redis that answers but refuses
+  writes (full, read-only: :attr:`Outage.refused`) is waited for as long as it takes,
+  and the heartbeat keeps its pace meanwhile (it renews the leases there).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -50,21 +53,35 @@ class Reporter:
         if self.stats is not None:
             self.stats.inc_value(key, n)
 
+    def wrong_start_urls(self, key: str, kind: str) -> None:
+        """The start_urls key holds a ``kind``, not a list (SADD from scrapy-redis's habit):
+        said once, with what to do; its entries are left alone, the rest of the crawl goes on."""
+        self.once(f"corrupt:{key}", logging.ERROR,
+                  "crawlplug: crawl key %s holds a %s, not a list: its entries are not read. Push start "
+                  "URLs with `crawlplug push` (a list), or move them there and delete the key "
+                  "(docs/faults.md); the rest of the crawl goes on", key, kind)  # fmt: skip
+
 
 class Outage:
     """The node's view of Redis's health, and its reaction to each error."""
 
-    def __init__(self, crawler: Crawler, reporter: Reporter, *, timeout: float, safe_url: str,
+    def __init__(self, crawler: Crawler, reporter: Reporter, *, timeout: float, safe_url: str, start_urls: str,
                  on_stale: Callable[[StaleEpoch], None], on_back: Callable[[], None]) -> None:  # fmt: skip
         self.crawler = crawler
         self.report = reporter
         self.timeout = timeout
         self.safe_url = safe_url
+        self.start_urls = start_urls  # the crawl's start_urls key: of the wrong type, said with what to do
         self.on_stale = on_stale  # the crawl's state changed: join again
         self.on_back = on_back  # Redis answers again after an outage: drop what it may have lost
         self.down_since: float | None = None
         self.next_probe = 0.0  # during an outage: when to ask Redis again
         self.backoff = 0.0
+        #: the outage's last error was Redis refusing a write (full, read-only): it answers,
+        #: so heartbeats go on at their pace (they renew leases on a full Redis), and only an
+        #: admission of new requests says the refusal is over
+        self.refused = False
+        self.unreachable_since: float | None = None  # since when no call reached Redis (the outage timeout)
         self.closing = False
         self._back_done = True
 
@@ -76,10 +93,18 @@ class Outage:
         """A closing node tries once more, whatever the backoff says."""
         self.next_probe = 0.0
 
+    def heartbeat_waiting(self) -> bool:
+        """:meth:`waiting`, for the heartbeat: held back only while Redis cannot be reached.
+        One that answers (refusing admissions while full) gets every heartbeat, which renews
+        the leases there; held back for the outage's backoff (5 s), shorter leases expired."""
+        return self.waiting() and not self.refused
+
     def ok(self, confirmed: bool = False) -> None:
-        """A call went through. ``confirmed`` (the heartbeat, which always writes): the
-        outage is over. Else calls resume at once, but a Redis that still refuses some
-        writes (a full one takes deletions, not new requests) is not reported back."""
+        """A call went through. ``confirmed`` (a heartbeat after Redis could not be reached,
+        an admission that stored new requests): the outage is over. Else calls resume at
+        once, but a Redis that still refuses some writes (a full one takes deletions, acks
+        and lease renewals, not new requests) is not reported back."""
+        self.unreachable_since = None
         if self.down_since is None:
             return
         self.backoff = 0.0
@@ -93,6 +118,7 @@ class Outage:
         if confirmed:
             logger.info("crawlplug: Redis is back after %.1fs", time.monotonic() - self.down_since)
             self.down_since = None
+            self.refused = False
 
     def error(self, exc: BaseException) -> None:
         """React to an error a Redis call raised (see the module docstring)."""
@@ -101,6 +127,10 @@ class Outage:
             return
         if isinstance(exc, CorruptKey):
             self.report.count("crawlplug/corrupt_key_refusals")
+            if exc.key == self.start_urls:
+                held = re.search(r"holds an? (\w+)", str(exc))
+                self.report.wrong_start_urls(exc.key, held.group(1) if held else "value of another type")
+                return
             self.report.once(f"corrupt:{exc.key}", logging.ERROR,
                              "crawlplug: %s. This is not an outage: this node keeps what it could not store, "
                              "goes on with what does not need that key, and tries again", exc)  # fmt: skip
@@ -116,6 +146,11 @@ class Outage:
             enginehooks.close(self.crawler, "config_error", failed=True)
             return
         now = time.monotonic()
+        self.refused = isinstance(exc, redis.ResponseError)  # the server answered: full, read-only, busy
+        if self.refused:
+            self.unreachable_since = None
+        elif self.unreachable_since is None:
+            self.unreachable_since = now
         if self.down_since is None:
             self.down_since = now
             self._back_done = False
@@ -123,13 +158,16 @@ class Outage:
             if isinstance(exc, redis.exceptions.OutOfMemoryError) or "maxmemory" in str(exc):
                 logger.error("crawlplug: Redis is out of memory (%s): it refuses to store new requests. This "
                              "node keeps them, and does not acknowledge the pages they came from, and asks "
-                             "again every few seconds, %s: free memory or raise maxmemory", exc, wait)  # fmt: skip
+                             "again every few seconds, as long as it takes; its heartbeats go on renewing its "
+                             "leases meanwhile: free memory or raise maxmemory", exc)  # fmt: skip
             else:
                 logger.error("crawlplug: Redis error (%s); keeping this node's requests and acks and "
                              "asking again every few seconds, %s", exc, wait)  # fmt: skip
         self.backoff = min(5.0, max(0.5, self.backoff * 2))
         self.next_probe = now + self.backoff
-        down = now - self.down_since
+        # the timeout counts the time Redis could not be reached: a Redis that answers
+        # (refusing writes while full) is waited for, the node renewing its leases
+        down = now - self.unreachable_since if self.unreachable_since is not None else 0.0
         if 0 < self.timeout < down and not self.closing:
             self.closing = True
             logger.error(

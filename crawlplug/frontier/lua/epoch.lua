@@ -10,13 +10,21 @@
 -- its ARGV, the epoch it joined; "" checks nothing (operator tools and tests
 -- that drive a frontier directly). A call from another epoch writes nothing
 -- and fails with "STALE_EPOCH <stored> <given>", so acks, admissions and
--- leases of a crawl's old state never touch the new one.
+-- leases of a crawl's old state never touch the new one. An epoch key of the
+-- wrong type is refused as a corrupt key (guard.lua's corrupt_reply, pasted
+-- in front of this).
 
 local NARGV = #ARGV - 1 -- the script's own arguments: the epoch comes last
 
 local function epoch_guard()
   local given = ARGV[#ARGV]
   if given == "" then return nil end
+  -- a key of another type (written by hand) is a corrupt key, refused as guard.lua does,
+  -- not a Lua error that names nothing
+  local held = redis.call("TYPE", KEYS[#KEYS])["ok"]
+  if held ~= "none" and held ~= "string" then
+    return corrupt_reply(KEYS[#KEYS], "holds a " .. held .. ", not a string")
+  end
   local stored = redis.call("GET", KEYS[#KEYS]) or "0"
   if stored ~= given then
     return redis.error_reply("STALE_EPOCH " .. stored .. " " .. given ..

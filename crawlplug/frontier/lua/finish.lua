@@ -9,7 +9,8 @@
 -- KEYS[4] queue       zset  } the crawl's own queue, per-domain queue, leases
 -- KEYS[5] dq          zset  } and start entries (a sharded crawl's shards are
 -- KEYS[6] leases      zset  } checked by the caller just before: new work in
--- KEYS[7] start_urls  list  } a shard needs a producer or a lease)
+-- KEYS[7] start_urls  list  } a shard needs a producer or a lease; start_urls of
+--                           another type is not counted: guard.lua start_entries)
 -- KEYS[8] epoch       str   the crawl's epoch
 -- ARGV[1] node id
 -- ARGV[2] run id the node is in
@@ -27,6 +28,11 @@ local run_key, runs_key, producers = KEYS[1], KEYS[2], KEYS[3]
 local node, id, reason, totals = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
 do local stale = epoch_guard() if stale then return stale end end
+do
+  local refused = guard({{run_key, "hash"}, {runs_key, "hash"}, {producers, "zset"}, {KEYS[4], "zset"},
+                         {KEYS[5], "zset"}, {KEYS[6], "zset"}})
+  if refused then return refused end
+end
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local ok, summary = pcall(cjson.decode, totals)
 if not ok or type(summary) ~= "table" then
@@ -38,7 +44,7 @@ if run[2] == "finished" then return {"finished", tonumber(run[3])} end
 if run[2] ~= "running" then return {run[2] or "gone"} end
 local now = redis_now_ms()
 local work = redis.call("ZCARD", KEYS[4]) + redis.call("ZCARD", KEYS[5]) + redis.call("ZCARD", KEYS[6])
-  + redis.call("LLEN", KEYS[7])
+  + start_entries(KEYS[7])
 local others = redis.call("ZCOUNT", producers, "(" .. now, "+inf")
 local mine = redis.call("ZSCORE", producers, node)
 if mine and tonumber(mine) > now then others = others - 1 end -- the caller is done producing

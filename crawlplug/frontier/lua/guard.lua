@@ -118,6 +118,24 @@ local function first_write_allowed_when_full(key)
   redis.call("HDEL", key, "\0")
 end
 
+-- a statistic-only key (the per-10 s series, the graveyard, a node's metrics) of the wrong
+-- type is deleted, not refused: it holds nothing a request needs, and refusing would stop
+-- the crawl (admissions, renewals, reaping) for a number on a dashboard. A write: call it
+-- after the checks, where the script writes anyway.
+local function reset_statistic(key)
+  local held = redis.call("TYPE", key)["ok"]
+  if held ~= "hash" and held ~= "none" then redis.call("DEL", key) end
+end
+
+-- the start entries waiting in a start_urls key: its length if it is a list (or absent),
+-- else 0. A start_urls of the wrong type (a set, from scrapy-redis's habit) is not read
+-- (starts.lua refuses it, idle.lua reports it): scripts that count work do not count it,
+-- rather than fail on it, so it never keeps a crawl from starting or finishing.
+local function start_entries(key)
+  if redis.call("TYPE", key)["ok"] ~= "list" then return 0 end
+  return redis.call("LLEN", key)
+end
+
 -- the next free request id: INCR seq, skipping ids still in use (seq deleted by
 -- hand, or rolled back, must not make a new request overwrite a stored one)
 local function next_id(seq, requests)

@@ -43,7 +43,7 @@ local c = tonumber(ARGV[6 + 2 * m])
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 -- ---- all or nothing (guard.lua): every key and value checked before the first write ----
 do
-  local refused = guard({{nodes, "zset"}, {leases, "zset"}, {leased, "hash"}, {nodekey, "hash"},
+  local refused = guard({{nodes, "zset"}, {leases, "zset"}, {leased, "hash"}, {nodekey, "any"},
                          {producers, "zset"}, {KEYS[6], "hash"}, {KEYS[7], "counters"}, {KEYS[8], "hash"}})
   if refused then return refused end
   for j = 7 + 2 * m, 6 + 2 * m + 2 * c, 2 do
@@ -57,6 +57,7 @@ end
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local now = redis_now_ms()
 
+reset_statistic(nodekey) -- this node's metrics of the wrong type: written anew (guard.lua)
 first_write_allowed_when_full(nodekey)
 redis.call("ZADD", nodes, now + ttl_ms, node)
 if producing == "1" then

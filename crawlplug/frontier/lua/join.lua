@@ -13,7 +13,7 @@
 -- KEYS[6] queue       zset  } the crawl's own queue, per-domain queue, leases
 -- KEYS[7] dq          zset  } and start entries (for a sharded crawl the
 -- KEYS[8] leases      zset  } shards' are counted by the caller, ARGV[7])
--- KEYS[9] start_urls  list  }
+-- KEYS[9] start_urls  list  } (start_urls of another type is not counted: guard.lua start_entries)
 -- ARGV[1] node id
 -- ARGV[2] node time-to-live (ms)
 -- ARGV[3] "auto", or "new": begin a new run now whatever the state
@@ -46,15 +46,17 @@ local new_epoch = ARGV[9]
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 -- everything that can fail is read before the first write
 local now = redis_now_ms()
-if redis.call("TYPE", epoch_key)["ok"] ~= "none" and redis.call("TYPE", epoch_key)["ok"] ~= "string" then
-  return redis.error_reply("WRONGTYPE crawl key " .. epoch_key .. " is not a string: delete the key")
+do
+  local refused = guard({{run_key, "hash"}, {runs_key, "hash"}, {epoch_key, "string"}, {nodes, "zset"},
+                         {producers, "zset"}, {KEYS[6], "zset"}, {KEYS[7], "zset"}, {KEYS[8], "zset"}})
+  if refused then return refused end
 end
 local epoch = redis.call("GET", epoch_key) or "0"
 local raw = redis.call("HGETALL", run_key)
 local run = {}
 for i = 1, #raw, 2 do run[raw[i]] = raw[i + 1] end
 local work = redis.call("ZCARD", KEYS[6]) + redis.call("ZCARD", KEYS[7]) + redis.call("ZCARD", KEYS[8])
-  + redis.call("LLEN", KEYS[9]) + shard_work
+  + start_entries(KEYS[9]) + shard_work
 local live = redis.call("ZCOUNT", nodes, "(" .. now, "+inf")
 if redis.call("ZSCORE", nodes, node) and tonumber(redis.call("ZSCORE", nodes, node)) > now then
   live = live - 1

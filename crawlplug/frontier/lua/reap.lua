@@ -43,7 +43,7 @@ do
   local refused = guard({{leases, "zset"}, {leased, "hash"}, {queue, "zset"}, {deliveries, "hash"},
                          {requests, "hash"}, {dead, "list"}, {stats, "counters"}, {nodes, "zset"},
                          {producers, "zset"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"},
-                         {D.conf, "hash"}, {KEYS[15], "hash"}, {KEYS[16], "hash"}})
+                         {D.conf, "hash"}, {KEYS[15], "any"}, {KEYS[16], "any"}}) -- statistics: below
   if refused then return refused end
 end
 -- ---- end of the checks ----
@@ -105,13 +105,18 @@ if restarted > 0 then redis.call("HINCRBY", stats, "start_returned", restarted) 
 
 -- forget series buckets older than an hour (360 buckets of 10 s), a few per call
 local series = KEYS[15]
+reset_statistic(series) -- the series and the graveyard of the wrong type: started again (guard.lua)
+reset_statistic(KEYS[16])
 local bucket = math.floor(now / 10000)
 local waiting, inflight = redis.call("ZCARD", queue) + redis.call("ZCARD", D.dq), redis.call("ZCARD", leases)
+-- start entries of a start_urls of the wrong type are not counted (LLEN would fail the
+-- script here, after the reaping above: not all-or-nothing)
+local entries = starts_ok and redis.call("LLEN", starts) or 0
 redis.call("HSET", series,
   "q:" .. bucket, waiting,
   "f:" .. bucket, inflight,
   "x:" .. bucket, redis.call("LLEN", dead),
-  "r:" .. math.floor(now / 5000), now .. " " .. (waiting + inflight + redis.call("LLEN", starts)))
+  "r:" .. math.floor(now / 5000), now .. " " .. (waiting + inflight + entries))
 local oldest = bucket - 360
 local trimmed = tonumber(redis.call("HGET", series, "trimmed") or "") or oldest
 local upto = math.min(oldest, trimmed + 50)

@@ -17,6 +17,10 @@
 local run_key, nodes, producers = KEYS[1], KEYS[2], KEYS[3]
 local node, epoch, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
+do
+  local refused = guard({{run_key, "hash"}, {nodes, "zset"}, {producers, "zset"}})
+  if refused then return refused end
+end
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local state = redis.call("HMGET", run_key, "state", "epoch", "starter", "id")
 if state[1] ~= "starting" or state[2] ~= epoch or state[3] ~= node then
