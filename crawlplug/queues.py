@@ -106,6 +106,14 @@ class DomainQueue(BaseQueue):
         return registered_domain(host) if self.key == "domain" else host
 
 
+def route(request: Request, domain: str = "") -> str:
+    """What a sharded crawl routes ``request`` by (crawlplug.frontier.layout.shard_of): its
+    per-domain queue's key (``domain``, from :meth:`BaseQueue.domain`), else its host, else
+    its URL. One site, one shard: the Scheduler's admissions and a dupefilter used on its
+    own route alike, so both find a fingerprint in the same shard."""
+    return domain or urlparse_cached(request).hostname or request.url
+
+
 @lru_cache(maxsize=65536)
 def registered_domain(host: str) -> str:
     """``shop.example.co.uk`` -> ``example.co.uk``; IPs and bare names stay as they are.

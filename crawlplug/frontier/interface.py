@@ -65,6 +65,10 @@ class CrawlFrontier(Protocol):
                       events: Sequence[tuple[str, str]] = ()) -> tuple[AdmitResult | None, list[Leased]]:  # fmt: skip
         """:meth:`admit`, then lease up to ``n`` requests, in as few round trips as the parts allow."""
 
+    def record_seen(self, items: Sequence[tuple[bytes, str]]) -> str:
+        """Check and record (dedup argument, route) items storing no request, each in one
+        step (``lua/seen.lua``): a dupefilter used on its own. A flag per item, "1" new."""
+
     def pop(self, n: int) -> list[Leased]:
         """Lease up to ``n`` requests due now."""
 

@@ -164,6 +164,30 @@ class Frontier:
             else:
                 done += result
 
+    def record_seen(self, items: Sequence[tuple[bytes, str]]) -> str:
+        """Check and record dedup arguments without storing a request (a dupefilter used on
+        its own): one ``lua/seen.lua`` call, each argument checked and set in one step.
+        An item is (dedup argument, route); one part has no use for the route. Returns a
+        flag per item, "1" new, "0" seen. Called again only when the script changed
+        nothing because a Bloom filter grew elsewhere (or its window turned), or for
+        the rest of a batch that needed two new layers."""
+        done = ""
+        for _ in range(12):
+            rest = [arg for arg, _ in items[len(done):]]
+            if not rest:
+                return done
+            _, keys, args = self.seen_call(rest)
+            result = self._result(self.scripts.seen(keys=keys, args=args))
+            if isinstance(result, AdmitResult):
+                return done + result.flags
+            done += result or ""
+        raise RuntimeError("the Bloom filter keeps growing elsewhere; giving up this check")
+
+    def seen_call(self, args: Sequence[bytes]) -> tuple[str, list[str], list[Any]]:
+        """The ``seen.lua`` call of :meth:`record_seen` (a sharded crawl sends its shards' at once)."""
+        d, k = self.dedup, self.keys
+        return ("seen", [d.seen_key(k), *d.extra_keys(k)], [d.mode, d.param(), *args])
+
     def pop(self, n: int) -> list[Leased]:
         """Lease up to ``n`` requests to this node."""
         return self._leased(self.scripts.pop(keys=self._pop_keys, args=self._pop_args(n)))
