@@ -241,6 +241,12 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Start entries (crawlplug push, seeds, RedisSpider) a node leases per call. An entry "
         "stays leased until the requests made from it are stored, so none is lost.",
     ),
+    "CRAWLPLUG_START_KEYS": (
+        [],
+        "The crawl's start-entry lists, in priority order: 'start_urls' and lanes 'start_urls:<lane>' "
+        "(crawlplug push --key). A node takes every entry of a list before any of the next; "
+        "start_urls is read first unless listed. Empty: start_urls alone.",
+    ),
     "CRAWLPLUG_SEEDS": (
         True,
         "Run the recurring-seed timer in this node (one node at a time fires, under a Redis "

@@ -382,11 +382,12 @@ class ShardedFrontier:
     def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
         raise TypeError("a sharded crawl routes requests by domain: use admit() with (fp, score, payload, domain)")
 
-    def take_starts(self, n: int, legacy_key: str | None = None) -> list[tuple[str, bytes]]:
-        return self.base.take_starts(n, legacy_key)
+    def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
+                    lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
+        return self.base.take_starts(n, legacy_key, lanes)
 
-    def push_starts(self, lines: Iterable[str | bytes]) -> int:
-        return self.base.push_starts(lines)
+    def push_starts(self, lines: Iterable[str | bytes], lane: str = "start_urls") -> int:
+        return self.base.push_starts(lines, lane)
 
     # -- leases ------------------------------------------------------------------
     def heartbeat(

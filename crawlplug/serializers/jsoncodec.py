@@ -289,6 +289,21 @@ class JsonSerializer:
             raise DecodeError(f"payload is not JSON: {exc}") from None
         return self._build(d, spider)
 
+    def loads_unbound(self, data: bytes) -> Request:
+        """The request a payload describes without its callbacks and its codec-stored meta:
+        enough to fingerprint it (method, URL, body, headers), with no spider to resolve
+        names on (``crawlplug forget --from-dead``). DecodeError as :meth:`loads`."""
+        self._check_size(data)
+        try:
+            d = json.loads(data)
+        except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
+            raise DecodeError(f"payload is not JSON: {exc}") from None
+        if isinstance(d, dict):
+            d = {k: v for k, v in d.items() if k not in ("callback", "errback", "xmeta")}
+            if d.get("v") == CODECS_FORMAT_VERSION:
+                d["v"] = FORMAT_VERSION
+        return self._build(d, None)
+
     def _build(
         self, d: Any, spider: Spider | None, to_bytes: Callable[[Any, str], bytes] = _unb64
     ) -> Request:
