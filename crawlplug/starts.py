@@ -111,6 +111,10 @@ def _check_url(url: Any) -> str:
         raise DecodeError(f"URL has no host: {url!r:.200}")
     try:
         safe = safe_url_string(url)
+        # w3lib's is not idempotent: an IDNA host keeps the case NFKC gave it ("HTTP://\U0001d400"
+        # -> "http://A"), which it lowercases the next time ("http://a"); once more, so that the
+        # stored line parses back to itself
+        safe = safe_url_string(safe)
         parts = urlsplit(safe)  # checked after normalisation: what a node will crawl
         host = parts.hostname
     except (ValueError, UnicodeError) as exc:
