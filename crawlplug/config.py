@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +101,28 @@ def warn_misspelt_settings(settings: BaseSettings) -> None:
             logger.warning("crawlplug: %s", message)
 
 
+#: A crawl's own start-entry list: ``start_urls``, or one of its lanes ``start_urls:<lane>``.
+START_KEY = re.compile(r"start_urls(?::[A-Za-z0-9_.-]{1,64})?")
+
+
+def start_key(name: Any) -> str:
+    """``name`` if it names one of a crawl's start-entry lists, else a ConfigError saying what does."""
+    if not isinstance(name, str) or not START_KEY.fullmatch(name):
+        raise ConfigError(f"{name!r} is not a start-entry key of a crawl: use 'start_urls' or "
+                          "'start_urls:<lane>' (letters, digits, '_', '.', '-')")  # fmt: skip
+    return name
+
+
+def start_keys(names: Iterable[Any] | None) -> tuple[str, ...]:
+    """CRAWLPLUG_START_KEYS checked: the crawl's start-entry lists in the order a node reads
+    them, ``start_urls`` first unless listed (entries a node took and could not finish
+    return to its head)."""
+    out = [start_key(n) for n in (names or ())]
+    if len(set(out)) != len(out):
+        raise ConfigError(f"CRAWLPLUG_START_KEYS names a key twice: {out}")
+    return tuple(out if "start_urls" in out else ["start_urls", *out])
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     crawl_id: str | None = None
@@ -116,6 +140,8 @@ class SchedulerConfig:
     start_batch: int = default("CRAWLPLUG_START_BATCH")
     seeds: bool = default("CRAWLPLUG_SEEDS")
     incremental: bool | None = default("CRAWLPLUG_INCREMENTAL")
+    #: the crawl's start-entry lists in the order they are read (:func:`start_keys`)
+    start_keys: tuple[str, ...] = ("start_urls",)
 
     def __post_init__(self) -> None:
         if self.heartbeat <= 0:
@@ -155,4 +181,5 @@ class SchedulerConfig:
             seeds=setting(s, "CRAWLPLUG_SEEDS", "getbool"),
             incremental=None if setting(s, "CRAWLPLUG_INCREMENTAL") is None
             else setting(s, "CRAWLPLUG_INCREMENTAL", "getbool"),
+            start_keys=start_keys(setting(s, "CRAWLPLUG_START_KEYS", "getlist")),
         )

@@ -160,6 +160,13 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         [],
         "Extra Request subclasses (class paths) allowed in payloads besides scrapy.http's own.",
     ),
+    "CRAWLPLUG_PAGE_METHODS": (
+        [],
+        "scrapy-playwright: page methods a stored PageMethod may name besides the waits, clicks and "
+        "keys allowed by default (e.g. ['evaluate']; a name here may also take a path argument, or be "
+        "a spider method used as the PageMethod's callable). The spider attribute "
+        "crawlplug_page_methods adds to it. See docs/playwright.md.",
+    ),
     "CRAWLPLUG_BLOOM_CAPACITY": (
         10_000_000,
         "RedisBloomDupeFilter: URLs the first Bloom layer holds at CRAWLPLUG_BLOOM_ERROR_RATE; "
@@ -233,6 +240,12 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         16,
         "Start entries (crawlplug push, seeds, RedisSpider) a node leases per call. An entry "
         "stays leased until the requests made from it are stored, so none is lost.",
+    ),
+    "CRAWLPLUG_START_KEYS": (
+        [],
+        "The crawl's start-entry lists, in priority order: 'start_urls' and lanes 'start_urls:<lane>' "
+        "(crawlplug push --key). A node takes every entry of a list before any of the next; "
+        "start_urls is read first unless listed. Empty: start_urls alone.",
     ),
     "CRAWLPLUG_SEEDS": (
         True,

@@ -1,11 +1,18 @@
 """Duplicate filters whose state lives in the crawl's Redis.
 
-The check itself runs inside the admission script (``lua/admit.lua``): the
-fingerprint is recorded in the same atomic step that stores the request, so
-there is never a fingerprint whose request is nowhere. A dupefilter here
-supplies the fingerprint, chooses the dedup strategy the script applies
-(:mod:`crawlplug.frontier.dedup`), and logs and counts what was filtered. Used on its
-own (``request_seen``) it records fingerprints with the same script.
+Under crawlplug's Scheduler the check runs inside the admission script
+(``lua/admit.lua``): the fingerprint is recorded in the same atomic step that
+stores the request, so there is never a fingerprint whose request is nowhere.
+A dupefilter here supplies the fingerprint, chooses the dedup strategy the
+script applies (:mod:`crawlplug.frontier.dedup`), and logs and counts what was
+filtered.
+
+Each one is also a plain Scrapy dupefilter, for any scheduler (Scrapy's own,
+or another plugin's): ``open()`` reaches the crawl's Redis (the same
+settings a crawlplug node reads) and ``request_seen`` checks and records the
+fingerprint in one script call (``lua/seen.lua``), in the same keys and format
+the admission script uses. So nodes with and without crawlplug's Scheduler,
+on any number of machines, agree on one crawl's fingerprints.
 
 * :class:`RedisSetDupeFilter`: exact, a set of raw 20-byte fingerprints
   (about 80 bytes of Redis memory per URL).
@@ -26,8 +33,10 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
 
+from . import connection
 from .config import setting
-from .errors import ConfigError
+from .errors import REDIS_ERRORS, ConfigError
+from .frontier import open_frontier, registry
 from .frontier.bloom import BloomSpec
 from .frontier.dedup import (
     BloomDedup,
@@ -37,6 +46,9 @@ from .frontier.dedup import (
     bloom_info,
     prepare_bloom,
 )
+from .frontier.keys import crawl_keys
+from .frontier.layout import claim_shards
+from .queues import BaseQueue, load_queue_class, route
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -71,6 +83,11 @@ class RedisSetDupeFilter(BaseDupeFilter):
         self.frontier: CrawlFrontier | None = None
         self.strategy: Dedup = self.make_strategy()
         self._logged_once = False
+        #: the Redis this dupefilter opened itself (used on its own), closed with it
+        self._conn: connection.Connection | None = None
+        #: what a sharded crawl routes a request by (the crawl's queue class), used on its own
+        self._router: BaseQueue | None = None
+        self._failing = False  # Redis failed the last check: said once, counted after
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisSetDupeFilter:
@@ -94,6 +111,42 @@ class RedisSetDupeFilter(BaseDupeFilter):
         self.frontier = frontier
         self.strategy = frontier.dedup
 
+    # -- used on its own (Scrapy's scheduler, or any other) ----------------------------
+    def open(self) -> None:
+        """Reach the crawl's Redis and dedup state, as a node of the crawl would: the Redis
+        of REDIS_URL (else the embedded one), the crawl of CRAWLPLUG_CRAWL_ID (else the
+        spider's name), its shards. Nothing to do when crawlplug's Scheduler bound it.
+
+        Joins no run (:mod:`crawlplug.frontier.runs`): a dupefilter on its own records
+        fingerprints, nothing else; they stay until the crawl's dedup state is cleared
+        (``crawlplug purge``, ``crawlplug forget``, or a crawlplug node beginning the
+        crawl's next run)."""
+        if self.frontier is not None:
+            return
+        crawler = self.crawler
+        spider = getattr(crawler, "spider", None)
+        if crawler is None or spider is None:
+            raise ConfigError(f"{type(self).__name__} used on its own needs the crawler of a running spider "
+                              "(build it with from_crawler, as Scrapy does)")  # fmt: skip
+        settings = crawler.settings
+        keys = crawl_keys(settings, spider.name)
+        conn = connection.from_settings(settings)
+        try:
+            connection.check(conn)
+            shards = setting(settings, "CRAWLPLUG_SHARDS", "getint")
+            claim_shards(conn.client, keys, shards)
+            frontier = open_frontier(conn.client, keys, shards=shards, dedup_factory=self.make_strategy)
+            self.bind(frontier)
+            registry.register(conn.client, keys)  # `crawlplug crawls`, forget and purge find it
+        except BaseException:
+            conn.client.close()
+            raise
+        self._conn = conn
+        if frontier.sharded:
+            self._router = load_queue_class(setting(settings, "CRAWLPLUG_QUEUE_CLASS")).from_settings(settings)
+        logger.info("crawlplug %s: fingerprints of crawl %r on Redis %s (a dupefilter on its own, under %s)",
+                    type(self).__name__, keys.crawl, conn.safe_url, settings.get("SCHEDULER"))  # fmt: skip
+
     def fingerprint(self, request: Request) -> bytes:
         return self.fingerprinter.fingerprint(request)
 
@@ -102,13 +155,34 @@ class RedisSetDupeFilter(BaseDupeFilter):
         return self.strategy.argument(self.fingerprint(request))
 
     def request_seen(self, request: Request) -> bool:
-        """Record the fingerprint; True if it was already there (one script call)."""
-        if self.frontier is None:
-            raise RuntimeError(f"{type(self).__name__} is not bound to a crawl; the Scheduler binds it")
-        # an empty payload records the fingerprint only; routed as the scheduler routes the
-        # request, so a sharded crawl checks the shard its admission would use
-        result = self.frontier.admit([(self.argument(request), 0.0, b"", "", self.frontier.queue.route(request))])
-        return result.flags == "0"
+        """Check and record the fingerprint in one script call (``lua/seen.lua``): True if it
+        was recorded before, by any node of the crawl, with crawlplug's Scheduler or not.
+
+        Redis failing (after the client's retries) lets the request through, said once
+        and counted (``dupefilter/redis_errors``): a page fetched twice, never one lost."""
+        frontier = self.frontier
+        if frontier is None:
+            raise RuntimeError(f"{type(self).__name__} is not open: the scheduler opens it (open()), "
+                               "or crawlplug's Scheduler binds it")  # fmt: skip
+        arg = self.argument(request)
+        where = route(request, self._router.domain(request)) if self._router is not None else ""
+        try:
+            flags = frontier.record_seen([(arg, where)])
+        except REDIS_ERRORS as exc:
+            self._redis_failed(request, exc)
+            return False
+        if self._failing:
+            self._failing = False
+            logger.info("crawlplug: Redis answers again: %s checks fingerprints again", type(self).__name__)
+        return flags == "0"
+
+    def _redis_failed(self, request: Request, exc: BaseException) -> None:
+        if not self._failing:
+            self._failing = True
+            logger.error("crawlplug: %s could not check %s in Redis (%s): letting requests through "
+                         "unchecked until it answers", type(self).__name__, request, exc)  # fmt: skip
+        if self.crawler is not None and self.crawler.stats is not None:
+            self.crawler.stats.inc_value("dupefilter/redis_errors")
 
     def log(self, request: Request, spider: object = None) -> None:
         if self.debug:
@@ -124,7 +198,12 @@ class RedisSetDupeFilter(BaseDupeFilter):
             self.crawler.stats.inc_value("dupefilter/filtered")
 
     def close(self, reason: str) -> None:
-        """Nothing is deleted: the fingerprints stay in Redis for the other nodes."""
+        """Nothing is deleted: the fingerprints stay in Redis for the other nodes. A
+        dupefilter used on its own closes the connection it opened."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.client.close()
+            self.frontier = None
 
 
 class RedisBloomDupeFilter(RedisSetDupeFilter):
@@ -193,7 +272,7 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
     def info(self) -> dict[str, Any]:
         """Fill ratio, estimated count, estimated false-positive rate and memory of the filter."""
         if self.frontier is None:
-            raise RuntimeError("not bound to a crawl")
+            raise RuntimeError(f"{type(self).__name__} is not open: open() it, or let crawlplug's Scheduler bind it")
         return bloom_info(self.frontier, self.spec, self.strategy)
 
 

@@ -40,12 +40,6 @@ class BaseQueue:
         """The per-domain sub-queue of ``request``; "" = the one shared queue."""
         return ""
 
-    def route(self, request: Request) -> str:
-        """What a sharded crawl routes ``request`` by (crawlplug.frontier.layout.shard_of): its
-        domain as this queue sees it, else its host, so one site stays in one shard, and a
-        fingerprint is always checked in the shard that recorded it."""
-        return self.domain(request) or urlparse_cached(request).hostname or request.url
-
 
 class PriorityQueue(BaseQueue):
     """Higher ``Request.priority`` first; first in, first out among equal priority."""
@@ -110,6 +104,14 @@ class DomainQueue(BaseQueue):
         if "\t" in host or "|" in host:  # separators in Redis members; not in a valid host
             host = host.replace("\t", "%09").replace("|", "%7C")
         return registered_domain(host) if self.key == "domain" else host
+
+
+def route(request: Request, domain: str = "") -> str:
+    """What a sharded crawl routes ``request`` by (crawlplug.frontier.layout.shard_of): its
+    per-domain queue's key (``domain``, from :meth:`BaseQueue.domain`), else its host, else
+    its URL. One site, one shard: the Scheduler's admissions and a dupefilter used on its
+    own route alike, so both find a fingerprint in the same shard."""
+    return domain or urlparse_cached(request).hostname or request.url
 
 
 @lru_cache(maxsize=65536)

@@ -43,9 +43,11 @@ class RedisMixin:
 
     #: The scheduler reads nothing for this spider: start() does.
     crawlplug_reads_start_entries = True
-    #: scrapy-redis's key to read after the crawl's own start_urls
-    #: (default: REDIS_START_URLS_KEY, "<spider name>:start_urls").
-    redis_key: str | None = None
+    #: scrapy-redis's key to read after the crawl's own start-entry lists (default:
+    #: REDIS_START_URLS_KEY, "<spider name>:start_urls"), or a list of them in priority
+    #: order, as scrapy-redis 0.10 reads them: every entry of a key before any of the next.
+    #: "%(name)s" in a key is the spider's name.
+    redis_key: str | list[str] | None = None
     #: Entries leased per call (default: REDIS_START_URLS_BATCH_SIZE, else CRAWLPLUG_START_BATCH).
     redis_batch_size: int | None = None
     #: scrapy-redis's: seconds the crawl stays empty before the node closes, when
@@ -75,7 +77,7 @@ class RedisMixin:
             )
         settings = crawler.settings
         name = self.name  # type: ignore[attr-defined]
-        legacy = self.redis_key or setting(settings, "REDIS_START_URLS_KEY") % {"name": name}
+        legacy = legacy_keys(self.redis_key or setting(settings, "REDIS_START_URLS_KEY"), name)
         batch = int(
             self.redis_batch_size
             or settings.getint("REDIS_START_URLS_BATCH_SIZE")
@@ -121,6 +123,24 @@ class RedisMixin:
                 raise ConfigError(f"REDIS_ENCODING / redis_encoding {name!r} is not an encoding Python knows") from None
             self.__dict__["_crawlplug_encoding"] = cached
         return cached
+
+
+def legacy_keys(value: Any, name: str) -> list[str]:
+    """scrapy-redis's start URL key(s) of spider ``name``: ``redis_key`` (or
+    REDIS_START_URLS_KEY) as one key or a list in priority order, each with "%(name)s"
+    filled in, duplicates dropped; ConfigError for anything else."""
+    templates = [value] if isinstance(value, str) else value
+    if not isinstance(templates, (list, tuple)) or not templates:
+        raise ConfigError(f"redis_key must be a key name or a non-empty list of them, got {value!r}")
+    keys = []
+    for template in templates:
+        if not isinstance(template, str) or not template:
+            raise ConfigError(f"redis_key {value!r}: each key must be a non-empty string, got {template!r}")
+        try:
+            keys.append(template % {"name": name})
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ConfigError(f"redis_key {template!r}: only %(name)s may be filled in ({exc})") from None
+    return list(dict.fromkeys(keys))
 
 
 def _idle_seconds(value: Any) -> float:

@@ -79,9 +79,9 @@ def test_stores_raw_20_byte_digests(r):
     assert all(m != df.fingerprint(req).hex().encode() for m in members for req in reqs)
 
 
-def test_request_seen_needs_binding():
+def test_request_seen_needs_opening_or_binding():
     df = RedisSetDupeFilter.from_crawler(get_crawler(settings_dict={}))
-    with pytest.raises(RuntimeError, match="not bound"):
+    with pytest.raises(RuntimeError, match="not open"):
         df.request_seen(Request("http://example.com/"))
 
 

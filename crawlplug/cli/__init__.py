@@ -3,7 +3,8 @@ of commands, each command a thin wrapper over library functions).
 
     crawlplug crawls [show NAME]             # every crawl on the Redis, and the runs of one
     crawlplug status --crawl shop [--watch] [--json]
-    crawlplug push --crawl shop URL... | --file F | -
+    crawlplug push --crawl shop [--key start_urls:high] URL... | --file F | -
+    crawlplug forget --crawl shop URL... | --pattern GLOB --from-dead | --roll
     crawlplug purge --crawl shop [--yes]
     crawlplug dead list|requeue|drop --crawl shop
     crawlplug domains list|set|reset        # DomainQueue: per-domain limits at runtime
@@ -26,9 +27,24 @@ registers every command module on it.
 
 from __future__ import annotations
 
-from . import crawls, dead, domains, embedded, feed, items, launch, migrate, schedule, sites, status, transfer, web
+from . import (
+    crawls,
+    dead,
+    domains,
+    embedded,
+    feed,
+    forget,
+    items,
+    launch,
+    migrate,
+    schedule,
+    sites,
+    status,
+    transfer,
+    web,
+)
 from .common import main
 
 __all__ = ["main"]
 # the command modules register themselves on `main` when imported
-_COMMANDS = (crawls, dead, domains, embedded, feed, items, launch, migrate, schedule, sites, status, transfer, web)
+_COMMANDS = (crawls, dead, domains, embedded, feed, forget, items, launch, migrate, schedule, sites, status, transfer, web)

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 import click
 
 from .. import starts
+from ..config import start_key
 from ..errors import ConfigError, DecodeError
 from ..frontier import open_frontier, views
 from ..frontier.store import redis_ms
@@ -52,9 +53,12 @@ def _lines(urls: tuple[str, ...], file: TextIO | None) -> list[tuple[str, str]]:
 @click.option("--strict", is_flag=True,
               help="Refuse every JSON key that is not a request attribute (form fields then go under "
                    '"formdata"), instead of taking it as a form field as scrapy-redis does.')  # fmt: skip
+@click.option("--key", "lane", default="start_urls", show_default=True, metavar="KEY",
+              help="The crawl's start-entry list to push to: start_urls, or a lane start_urls:<lane> that "
+                   "the nodes read in CRAWLPLUG_START_KEYS order (e.g. start_urls:high).")  # fmt: skip
 @friendly_errors
 def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: TextIO | None,
-         use_stdin: bool, strict: bool) -> None:  # fmt: skip
+         use_stdin: bool, strict: bool, lane: str) -> None:  # fmt: skip
     """Feed start URLs to a crawl: URL arguments, --file F, or '-' for standard input.
 
     An entry is a URL or a JSON line: {"url": ..., "method", "headers",
@@ -64,8 +68,14 @@ def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: 
     Every entry is validated first: a malformed one is reported with its line
     number and skipped, the rest go in (exit code 1 if any was skipped).
     Start entries are crawled even if their URL was seen before, unless the
-    entry says "dont_filter": false.
+    entry says "dont_filter": false. --key pushes to one of the crawl's
+    priority-ordered start-entry lists (CRAWLPLUG_START_KEYS): a node takes every
+    entry of a list before any of the next.
     """
+    try:
+        start_key(lane)
+    except ConfigError as exc:
+        fail(f"--key: {exc}")
     if urls == ("-",):
         urls, file = (), sys.stdin
     if not urls and file is None:
@@ -82,10 +92,14 @@ def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: 
     keys = crawl_keys(opts)
     target = connect(opts)
     created = bool(valid) and create_if_new(target, keys)
-    waiting = open_frontier(target.client, keys).push_starts(valid) if valid else views.start_entries_waiting(
-        target.client, keys)
-    click.echo(f"pushed {len(valid)} start entries to crawl {keys.crawl!r} ({waiting} waiting)"
-               + (f"; skipped {bad} malformed" if bad else ""))  # fmt: skip
+    waiting = (open_frontier(target.client, keys).push_starts(valid, lane) if valid
+               else views.start_entries_waiting(target.client, keys, lane))  # fmt: skip
+    where = "" if lane == "start_urls" else f" {lane}"
+    click.echo(f"pushed {len(valid)} start entries to crawl {keys.crawl!r}{where} ({waiting} waiting"
+               f"{' there' if where else ''})" + (f"; skipped {bad} malformed" if bad else ""))  # fmt: skip
+    if where:
+        click.echo(f"nodes read {lane} where their CRAWLPLUG_START_KEYS lists it (start_urls first unless "
+                   "listed); a node that does not list it leaves its entries waiting")  # fmt: skip
     if created:
         click.echo(created_note(keys))
     if bad:

@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass, field
 from typing import Any
 
 import click
-from scrapy import Spider
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import Settings
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -49,7 +47,7 @@ from ..frontier.layout import claim_shards, stored_shards
 from ..frontier.sharded import open_frontier
 from ..queues import load_queue_class
 from ..serializers import serializer_from_settings
-from .common import META_URL, fail, friendly_errors, main, options, shared_options
+from .common import META_URL, fail, friendly_errors, main, options, scrapy_project, shared_options
 
 logger = logging.getLogger(__name__)
 
@@ -62,51 +60,6 @@ WARNING = (
 )
 LIFO_PATHS = ("scrapy_redis.queue.LifoQueue", "scrapy_redis.queue.SpiderStack")
 LEGACY_DUPEFILTER = "crawlplug.legacy.ScrapyRedisDupeFilter"
-
-
-@dataclass
-class _Project:
-    crawler: Any  # scrapy.crawler.Crawler, never started: settings, request_fingerprinter
-    spidercls: type[Spider] | None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def settings(self) -> Settings:
-        return self.crawler.settings
-
-
-def _project(spider: str) -> _Project:
-    """The Scrapy project's settings (with the spider's own and the add-ons' applied),
-    its request fingerprinter, and the spider class when the project has it."""
-    # Scrapy's crawler machinery, for this command only (every crawlplug command would pay its import)
-    from scrapy.crawler import Crawler  # noqa: PLC0415
-    from scrapy.utils.conf import closest_scrapy_cfg  # noqa: PLC0415
-    from scrapy.utils.project import get_project_settings  # noqa: PLC0415
-
-    notes = []
-    spidercls: type[Spider] | None = None
-    if closest_scrapy_cfg():
-        try:
-            settings = get_project_settings()
-        except Exception as exc:  # noqa: BLE001 - the project's own settings module failed
-            fail(f"cannot read the Scrapy project's settings ({closest_scrapy_cfg()}): {exc}")
-        try:
-            from scrapy.spiderloader import get_spider_loader  # noqa: PLC0415 - likewise
-
-            spidercls = get_spider_loader(settings).load(spider)
-        except Exception as exc:  # noqa: BLE001 - KeyError, or an import error of the project
-            notes.append(f"spider {spider!r} not loaded from this project ({exc}): callbacks are not checked")
-    else:
-        settings = Settings()
-        notes.append("no Scrapy project here (no scrapy.cfg): Scrapy's default settings, callbacks not checked")
-    crawler = Crawler(spidercls or type("MigratedSpider", (Spider,), {"name": spider}), settings)
-    try:
-        crawler.addons.load_settings(crawler.settings)  # e.g. crawlplug.Addon's DUPEFILTER_CLASS
-    except Exception as exc:  # noqa: BLE001
-        notes.append(f"the project's add-ons could not be applied: {exc}")
-    fingerprinter_cls = load_object(crawler.settings["REQUEST_FINGERPRINTER_CLASS"])
-    crawler.request_fingerprinter = build_from_crawler(fingerprinter_cls, crawler)
-    return _Project(crawler, spidercls, notes)
 
 
 def _frontier(crawler: Any, client: Any, keys: CrawlKeys, queue: Any, shards: int,
@@ -186,7 +139,7 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
     a backup no scrapy-redis node reads. Asks before it unpickles anything.
     """
     opts = options(redis_url, crawl)
-    project = _project(spider)
+    project = scrapy_project(spider)
     s = project.settings
     templates = [
         given or s.get(name) or SCRAPY_REDIS_KEYS[name]

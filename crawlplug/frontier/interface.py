@@ -65,6 +65,10 @@ class CrawlFrontier(Protocol):
                       events: Sequence[tuple[str, str]] = ()) -> tuple[AdmitResult | None, list[Leased]]:  # fmt: skip
         """:meth:`admit`, then lease up to ``n`` requests, in as few round trips as the parts allow."""
 
+    def record_seen(self, items: Sequence[tuple[bytes, str]]) -> str:
+        """Check and record (dedup argument, route) items storing no request, each in one
+        step (``lua/seen.lua``): a dupefilter used on its own. A flag per item, "1" new."""
+
     def pop(self, n: int) -> list[Leased]:
         """Lease up to ``n`` requests due now."""
 
@@ -81,11 +85,13 @@ class CrawlFrontier(Protocol):
         """The dead letters, oldest first."""
 
     # -- start entries ----------------------------------------------------------------
-    def take_starts(self, n: int, legacy_key: str | None = None) -> list[tuple[str, bytes]]:
-        """Lease up to ``n`` start entries (and read scrapy-redis's ``legacy_key``)."""
+    def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
+                    lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
+        """Lease up to ``n`` start entries from the crawl's ``lanes`` (start_urls alone by
+        default), then scrapy-redis's ``legacy_key`` (one or several), in that order."""
 
-    def push_starts(self, lines: Iterable[str | bytes]) -> int:
-        """Add start entries; how many were added."""
+    def push_starts(self, lines: Iterable[str | bytes], lane: str = "start_urls") -> int:
+        """Add start entries to ``lane``; its new length."""
 
     # -- liveness -----------------------------------------------------------------------
     def heartbeat(self, lease_ids: Iterable[str], *, producing: bool = False,

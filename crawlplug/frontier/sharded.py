@@ -378,14 +378,40 @@ class ShardedFrontier:
         except redis.RedisError:
             logger.debug("crawlplug: could not give back %d leases now; they expire", len(leased))
 
+    def record_seen(self, items: Sequence[tuple[bytes, str]]) -> str:
+        """Each (dedup argument, route) checked and recorded in its route's shard, where the
+        Scheduler's admissions record it: one ``seen.lua`` call per shard, sent at once."""
+        by_shard: dict[int, list[int]] = {}
+        for i, (_, route) in enumerate(items):
+            if not route:
+                raise ValueError("a sharded crawl needs each request's route (its domain or host)")
+            by_shard.setdefault(shard_of(route, self.n), []).append(i)
+        shards = list(by_shard)
+        calls = [self.shards[s].seen_call([items[i][0] for i in by_shard[s]]) for s in shards]
+        flags = [""] * len(items)
+        for shard, raw in zip(shards, self.scripts.run_many(calls)):
+            if isinstance(raw, Exception):
+                raise raw
+            frontier, indexes = self.shards[shard], by_shard[shard]
+            result = frontier._result(raw)
+            if isinstance(result, AdmitResult):
+                got = result.flags
+            else:  # the Bloom filter grew: this shard alone, again
+                done = result or ""
+                got = done + frontier.record_seen([items[i] for i in indexes[len(done):]])
+            for i, flag in zip(indexes, got):
+                flags[i] = flag
+        return "".join(flags)
+
     def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
         raise TypeError("a sharded crawl routes requests by domain: use admit() with (fp, score, payload, domain)")
 
-    def take_starts(self, n: int, legacy_key: str | None = None) -> list[tuple[str, bytes]]:
-        return self.base.take_starts(n, legacy_key)
+    def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
+                    lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
+        return self.base.take_starts(n, legacy_key, lanes)
 
-    def push_starts(self, lines: Iterable[str | bytes]) -> int:
-        return self.base.push_starts(lines)
+    def push_starts(self, lines: Iterable[str | bytes], lane: str = "start_urls") -> int:
+        return self.base.push_starts(lines, lane)
 
     # -- leases ------------------------------------------------------------------
     def heartbeat(

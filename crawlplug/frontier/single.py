@@ -164,6 +164,30 @@ class Frontier:
             else:
                 done += result
 
+    def record_seen(self, items: Sequence[tuple[bytes, str]]) -> str:
+        """Check and record dedup arguments without storing a request (a dupefilter used on
+        its own): one ``lua/seen.lua`` call, each argument checked and set in one step.
+        An item is (dedup argument, route); one part has no use for the route. Returns a
+        flag per item, "1" new, "0" seen. Called again only when the script changed
+        nothing because a Bloom filter grew elsewhere (or its window turned), or for
+        the rest of a batch that needed two new layers."""
+        done = ""
+        for _ in range(12):
+            rest = [arg for arg, _ in items[len(done):]]
+            if not rest:
+                return done
+            _, keys, args = self.seen_call(rest)
+            result = self._result(self.scripts.seen(keys=keys, args=args))
+            if isinstance(result, AdmitResult):
+                return done + result.flags
+            done += result or ""
+        raise RuntimeError("the Bloom filter keeps growing elsewhere; giving up this check")
+
+    def seen_call(self, args: Sequence[bytes]) -> tuple[str, list[str], list[Any]]:
+        """The ``seen.lua`` call of :meth:`record_seen` (a sharded crawl sends its shards' at once)."""
+        d, k = self.dedup, self.keys
+        return ("seen", [d.seen_key(k), *d.extra_keys(k)], [d.mode, d.param(), *args])
+
     def pop(self, n: int) -> list[Leased]:
         """Lease up to ``n`` requests to this node."""
         return self._leased(self.scripts.pop(keys=self._pop_keys, args=self._pop_args(n)))
@@ -342,22 +366,32 @@ class Frontier:
             logger.warning("crawlplug: could not give back %d leases now (%s); they return when they expire",
                            len(leased), exc)  # fmt: skip
 
-    def take_starts(self, n: int, legacy_key: str | None = None) -> list[tuple[str, bytes]]:
+    def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
+                    lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
         """Lease up to ``n`` start entries: [(lease id, raw entry)]. Ack a lease
-        with the admission of the requests made from it (``admit(..., acks)``);
-        ``legacy_key`` is scrapy-redis's ``<spider>:start_urls``, read after ours."""
+        with the admission of the requests made from it (``admit(..., acks)``).
+
+        Entries come from the crawl's own lists in ``lanes`` order (key names after the
+        crawl's tag: ``start_urls`` and ``start_urls:<lane>``; crawlplug.config.start_keys),
+        ``start_urls`` alone when none is given, then from scrapy-redis's ``legacy_key``
+        (``<spider>:start_urls``, or several, in priority order): every entry of a key
+        before any of the next."""
         k = self.keys
+        own = [k.key(name) for name in (lanes or ("start_urls",))]
+        legacy = [legacy_key] if isinstance(legacy_key, str) else list(legacy_key or ())
+        legacy = [key for key in dict.fromkeys(legacy) if key not in own]
         raw = self.scripts.starts(
-            keys=[k.start_urls, legacy_key or k.start_urls, k.requests, k.seq, k.leases, k.leased, k.stats, k.epoch],
-            args=[self.node_id, n, self.lease_ms, self.epoch],
+            keys=[k.requests, k.seq, k.leases, k.leased, k.stats, *own, *legacy, k.epoch],
+            args=[self.node_id, n, self.lease_ms, len(own), self.epoch],
         )
         return [(text(raw[i]), raw[i + 1]) for i in range(0, len(raw), 2)]
 
-    def push_starts(self, lines: Iterable[str | bytes]) -> int:
-        """Append start entries (already validated) to the crawl's start_urls; returns the new length."""
+    def push_starts(self, lines: Iterable[str | bytes], lane: str = "start_urls") -> int:
+        """Append start entries (already validated) to the crawl's start_urls, or another of
+        its start-entry lists (``lane``, a name crawlplug.config.start_keys accepts); returns
+        the list's new length."""
         lines = list(lines)
-        return int(self.client.rpush(self.keys.start_urls, *lines)) if lines else 0
-
+        return int(self.client.rpush(self.keys.key(lane), *lines)) if lines else 0
     def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
         """Admit (fingerprint, request-or-score, payload) items: a convenience for tests and tools."""
         return self.admit([(fp, float(score), payload) for fp, score, payload in items])
@@ -558,7 +592,7 @@ class Frontier:
     def purge(self) -> int:
         """Delete every key of this crawl; returns how many were deleted."""
         names = [self.keys.key(n) for n in NAMES] + self.dedup.state_keys(self.keys)
-        for pattern in ("node:*", "reply:*", "bloom*", "seen*"):
+        for pattern in ("node:*", "reply:*", "bloom*", "seen*", "start_urls:*"):  # start_urls:*: its lanes
             names += [text(x) for x in self.client.scan_iter(match=f"{self.keys.tag}:{pattern}", count=1000)]
         names = list(dict.fromkeys(names))
         return int(self.client.delete(*names)) if names else 0

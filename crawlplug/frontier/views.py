@@ -148,8 +148,9 @@ def head(client: redis.Redis, keys: CrawlKeys, count: int) -> Head:
     return Head(rows[:count], queued, entries, int(client.llen(keys.start_urls)))
 
 
-def start_entries_waiting(client: redis.Redis, keys: CrawlKeys) -> int:
-    return int(client.llen(keys.start_urls))
+def start_entries_waiting(client: redis.Redis, keys: CrawlKeys, lane: str = "start_urls") -> int:
+    """Entries waiting in the crawl's start_urls, or in another of its start-entry lists."""
+    return int(client.llen(keys.key(lane)))
 
 
 def key_count(client: redis.Redis, keys: CrawlKeys) -> int:

@@ -26,6 +26,7 @@ from ..errors import (
     SerializationError,
 )
 from ..frontier import Admission, AdmitResult, Leased
+from ..queues import route
 from . import enginehooks
 from .leases import LEASE_META, LeaseBook
 
@@ -147,8 +148,7 @@ class Batch:
         if self.frontier.sharded:
             # routed by domain (DomainQueue's key), else by host: one site, one shard
             items: list[Admission] = [
-                (fp, score, payload, domain, self.queue.route(request))
-                for request, fp, score, payload, domain in batch
+                (fp, score, payload, domain, route(request, domain)) for request, fp, score, payload, domain in batch
             ]  # type: ignore[misc]
         else:
             items = [(fp, score, payload, domain) for _, fp, score, payload, domain in batch]

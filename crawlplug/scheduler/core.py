@@ -241,7 +241,8 @@ class Scheduler(BaseScheduler):
         return queued + (len(self.batch) if self.batch is not None else 0)
 
     # -- what RedisSpider and StaleOutputMiddleware ask ---------------------------------
-    def take_start_requests(self, n: int, legacy_key: str | None = None) -> list[tuple[str, list[Request]]]:
+    def take_start_requests(self, n: int, legacy_key: str | list[str] | None = None
+                            ) -> list[tuple[str, list[Request]]]:  # fmt: skip
         """Lease up to ``n`` start entries and make their requests: [(lease id, requests)]
         (crawlplug.scheduler.entries); call :meth:`start_done` for each once enqueued."""
         return self.entries.take(n, legacy_key) if self.entries is not None else []

@@ -52,8 +52,10 @@ class StartEntries:
         self.pending: dict[str, int] = {}  # lease id -> its requests not yet enqueued
         self.waiting = False  # RedisSpider.start() is waiting for entries
 
-    def take(self, n: int, legacy_key: str | None = None) -> list[tuple[str, list[Request]]]:
-        """Lease up to ``n`` entries and make their requests: [(lease id, requests)].
+    def take(self, n: int, legacy_key: str | list[str] | None = None) -> list[tuple[str, list[Request]]]:
+        """Lease up to ``n`` entries and make their requests: [(lease id, requests)], from the
+        crawl's start-entry lists in CRAWLPLUG_START_KEYS order, then scrapy-redis's
+        ``legacy_key`` (one or several, in order).
 
         A malformed entry goes to the dead letters with its reason. Call :meth:`done`
         for each lease once its requests are enqueued.
@@ -61,7 +63,7 @@ class StartEntries:
         if self.batch.paused:
             return []
         try:
-            taken = self.frontier.take_starts(n, legacy_key)
+            taken = self.frontier.take_starts(n, legacy_key, self.config.start_keys)
         except REDIS_ERRORS as exc:
             self.outage.error(exc)
             return []

@@ -5,6 +5,12 @@ against the spider when decoding (only names :mod:`crawlplug.callbacks` accepts
 as callbacks), the request class checked against an allow-list. Nothing read
 from Redis is ever imported or executed beyond looking up a method *name* on
 the running spider.
+
+A meta value JSON cannot hold is stored only when it holds objects of a type
+with a registered codec (:mod:`.metacodecs`; scrapy-playwright's ``PageMethod``
+through :mod:`.pagemethods`): such values go to the payload's ``xmeta`` field,
+and a payload with one is format version 2, which a node older than this format
+refuses (a dead letter saying so) instead of crawling the request without them.
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ from scrapy.utils.misc import load_object
 from .. import callbacks
 from ..defaults import default
 from ..errors import ConfigError, DecodeError, SerializationError, checked_number
+from . import metacodecs, pagemethods  # noqa: F401 - pagemethods registers PageMethod's codec
 
 FORMAT_VERSION = 1
+#: The version of a payload with meta values stored by a codec (its ``xmeta`` field).
+CODECS_FORMAT_VERSION = 2
 
 #: Meta keys crawlplug uses internally; never stored.
 PRIVATE_META_PREFIX = "_crawlplug"
@@ -94,6 +103,15 @@ def _check_json(mapping: dict[str, Any], what: str) -> None:
                 f"{what}[{key!r}] cannot be stored as JSON ({type(value).__name__}: {exc})"
             ) from None
 
+
+
+def _check_xmeta(d: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    meta, xmeta = d.get("meta", {}), d["xmeta"]
+    if not isinstance(meta, dict) or not isinstance(xmeta, dict):
+        raise DecodeError("payload meta / xmeta is not an object")
+    if d.get("v") != CODECS_FORMAT_VERSION:
+        raise DecodeError(f"payload of version {d.get('v')!r} has xmeta, which version {CODECS_FORMAT_VERSION} brought")
+    return meta, xmeta
 
 
 def payload_limit(value: Any) -> int:
@@ -191,11 +209,48 @@ class JsonSerializer:
         try:
             payload = json.dumps(out, separators=(",", ":"), allow_nan=False).encode("utf-8")
         except (TypeError, ValueError, RecursionError) as exc:
-            # find the culprit for a message that says where it is
-            _check_json(out.get("meta") or {}, "meta")
-            _check_json(out.get("cb_kwargs") or {}, "cb_kwargs")
-            raise SerializationError(f"request cannot be stored as JSON: {exc}") from None
+            # meta values of registered types go through their codecs; else find the
+            # culprit for a message that says where it is
+            if not self._encode_codec_meta(out, spider):
+                _check_json(out.get("meta") or {}, "meta")
+                _check_json(out.get("cb_kwargs") or {}, "cb_kwargs")
+                raise SerializationError(f"request cannot be stored as JSON: {exc}") from None
+            try:
+                payload = json.dumps(out, separators=(",", ":"), allow_nan=False).encode("utf-8")
+            except (TypeError, ValueError, RecursionError) as exc2:
+                _check_json(out.get("meta") or {}, "meta")
+                _check_json(out.get("cb_kwargs") or {}, "cb_kwargs")
+                raise SerializationError(f"request cannot be stored as JSON: {exc2}") from None
         return self._sized(payload, request)
+
+    @staticmethod
+    def _encode_codec_meta(out: dict[str, Any], spider: Spider | None) -> bool:
+        """Move the meta values holding objects of registered types to ``out["xmeta"]``, each
+        through :func:`.metacodecs.encode` (which refuses, naming it, what it may not store);
+        False if there is none (what JSON cannot hold is something else)."""
+        meta = out.get("meta")
+        if not meta:
+            return False
+        moved = {key: value for key, value in meta.items() if metacodecs.needs_codec(value)}
+        if not moved:
+            return False
+        out["xmeta"] = {key: metacodecs.encode(value, spider, f"meta[{key!r}]") for key, value in moved.items()}
+        plain = {key: value for key, value in meta.items() if key not in moved}
+        if plain:
+            out["meta"] = plain
+        else:
+            del out["meta"]
+        out["v"] = CODECS_FORMAT_VERSION
+        return True
+
+    @staticmethod
+    def _decode_codec_meta(d: dict[str, Any], spider: Spider | None) -> dict[str, Any]:
+        """``meta`` and the values of ``xmeta``, each built back by its codec (checked there)."""
+        meta, xmeta = _check_xmeta(d)
+        out = dict(meta)
+        for key, value in xmeta.items():
+            out[key] = metacodecs.decode(value, spider, f"meta[{key!r}]")
+        return out
 
     @staticmethod
     def _method_name(request: Request, key: str, spider: Spider | None) -> Any:
@@ -234,6 +289,21 @@ class JsonSerializer:
             raise DecodeError(f"payload is not JSON: {exc}") from None
         return self._build(d, spider)
 
+    def loads_unbound(self, data: bytes) -> Request:
+        """The request a payload describes without its callbacks and its codec-stored meta:
+        enough to fingerprint it (method, URL, body, headers), with no spider to resolve
+        names on (``crawlplug forget --from-dead``). DecodeError as :meth:`loads`."""
+        self._check_size(data)
+        try:
+            d = json.loads(data)
+        except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
+            raise DecodeError(f"payload is not JSON: {exc}") from None
+        if isinstance(d, dict):
+            d = {k: v for k, v in d.items() if k not in ("callback", "errback", "xmeta")}
+            if d.get("v") == CODECS_FORMAT_VERSION:
+                d["v"] = FORMAT_VERSION
+        return self._build(d, None)
+
     def _build(
         self, d: Any, spider: Spider | None, to_bytes: Callable[[Any, str], bytes] = _unb64
     ) -> Request:
@@ -241,8 +311,10 @@ class JsonSerializer:
         reads body and header bytes as the format holds them (JSON: base64 text)."""
         if not isinstance(d, dict):
             raise DecodeError("payload is not a JSON object")
-        if type(d.get("v")) is not int or d.get("v") != FORMAT_VERSION:
+        if type(d.get("v")) is not int or d.get("v") not in (FORMAT_VERSION, CODECS_FORMAT_VERSION):
             raise DecodeError(f"unknown payload version {d.get('v')!r}")
+        if d["v"] == CODECS_FORMAT_VERSION and "xmeta" not in d:
+            raise DecodeError(f"payload of version {CODECS_FORMAT_VERSION} has no xmeta, which that version is for")
         url = d.get("url")
         if not isinstance(url, str) or not url:
             raise DecodeError(f"payload has no valid url: {url!r:.200}")
@@ -283,6 +355,8 @@ class JsonSerializer:
             if name is None:
                 continue
             kwargs[key] = callbacks.resolve(spider, name, key)
+        if "xmeta" in d:
+            kwargs["meta"] = self._decode_codec_meta(d, spider)
         try:
             return request_cls(**kwargs)
         except (TypeError, ValueError, AttributeError, LookupError) as exc:

@@ -3,7 +3,7 @@ imported, as on a machine where only `pip install crawlplug` (no extras) ran."""
 
 import sys
 
-BLOCKED = ("starlette", "uvicorn", "pydantic", "yaml")
+BLOCKED = ("starlette", "uvicorn", "pydantic", "yaml", "scrapy_playwright", "playwright")
 
 
 class _NoExtras:
