@@ -46,7 +46,8 @@ What becomes of what:
 Not exported: live nodes, their metrics, Scrapy stats and last admission
 replies (``nodes``, ``producers``, ``node:*``, ``statnodes``, ``reply:*``), the nodes
 found dead in the last hour (``graveyard``), the seed timer's lock, the rate series
-(``series``) and scraped items (``items``: ``crawlplug items export``).
+(``series``), the history of minutes and hours (``hist:*``) and scraped items (``items``:
+``crawlplug items export``).
 :func:`export_crawl` lists which of these the crawl has in ``counts["not_exported"]``.
 
 An export reads with SCAN-family commands, a batch at a time: memory stays
