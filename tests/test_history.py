@@ -48,7 +48,7 @@ def history_keys(r) -> dict[str, dict[bytes, bytes]]:
 
 def test_a_heartbeat_samples_the_crawl_into_a_minute_and_an_hour_record(r):
     joined = runs.join(r, K, node_id="a", ttl_ms=10_000)
-    frontier = Frontier(r, K, node_id="a", epoch=joined.epoch)
+    frontier = Frontier(r, K, node_id="a", epoch=joined.epoch, run_id=joined.run)
     frontier.admit([payload(i) for i in range(5)])
     held = frontier.pop(2)
     r.hset(K.stats, mapping={"items": 7, "errors": 1})  # the heartbeats' counts so far
@@ -86,7 +86,7 @@ def test_every_part_of_a_sharded_crawl_is_sampled_and_summed(r):
     frontier.heartbeat_and_reap([])
     per_part = records.records(r, K, MINUTE_MS, redis_ms(r) - HOUR_MS, redis_ms(r))
     assert len(per_part) == 4 and all(len(p) == 1 for p in per_part), "the crawl's own keys and 3 shards"
-    parts = [next(iter(p.values())) for p in per_part]
+    parts = [p[0][1] for p in per_part]
     assert sum(p.gauges[0] for p in parts) == 5 and sum(p.gauges[1] for p in parts) == 4
     assert parts[0].gauges[3] == 1 and all(p.gauges[3] is None for p in parts[1:]), "live nodes: the crawl's own"
     got = history.history(r, K, since_ms=redis_ms(r) - 5 * MINUTE_MS, step="minute")
@@ -157,6 +157,32 @@ def test_minutes_count_each_runs_pages_and_add_up_to_its_summary(r):
     assert hours["totals"] == {k: both["totals"][k] for k in hours["totals"]}
 
 
+def test_two_runs_in_one_minute_keep_a_record_each(r):
+    """A run that ends and the next that begins in the same minute (and hour): the minute's
+    record of the first moves aside ("<minute>.<run>"), so each run keeps its own."""
+    at = HistoryAt(r)
+    now = redis_ms(r)
+    minute = (now - 5 * MINUTE_MS) // MINUTE_MS * MINUTE_MS
+    r.hset(K.runs, "1", json.dumps({"id": 1, "state": "finished", "started": minute + 1000, "ended": minute + 25_000,
+                                    "pages": 12, "enqueued": 12, "items": 6, "errors": 0}))  # fmt: skip
+    r.hset(K.run, mapping={"id": 2, "state": "running", "started": minute + 30_000})
+    at.sample(K, minute + 10_000, run=1, acked=4, enqueued=12, items=2)
+    at.sample(K, minute + 20_000, run=1, acked=10, enqueued=12, items=5)
+    at.sample(K, minute + 40_000, run=2, acked=7, enqueued=9, items=3)
+    at.sample(K, minute + MINUTE_MS + 10_000, run=2, acked=9, enqueued=9, items=4)
+    fields = {k.decode() for k in r.hkeys(records.minute_key(K, minute // HOUR_MS))}
+    slot = str(minute % HOUR_MS // MINUTE_MS)
+    assert {slot, f"{slot}.1"} <= fields
+
+    for run, done, items in ((1, [12], 6), (2, [7, 2], 4)):
+        got = history.history(r, K, run=run, step="minute")
+        assert [v for v in got["done"] if v is not None] == done and got["totals"]["items"] == items, (run, got)
+    both = history.history(r, K, since_ms=minute - MINUTE_MS, until_ms=minute + 2 * MINUTE_MS, step="minute")
+    assert both["done"][1:3] == [19, 2] and both["runs"][1] == 2
+    hours = history.history(r, K, since_ms=minute - HOUR_MS, step="hour")
+    assert hours["totals"]["done"] == 21 and hours["totals"]["items"] == 10
+
+
 def test_the_resolution_follows_the_range(r):
     now = redis_ms(r)
     assert history.choose_step(now - HOUR_MS + 20_000, now, now) == "10s"
@@ -181,12 +207,11 @@ def test_a_month_of_history_stays_in_bounded_memory(r):
     # a sample every minute of the last 26 hours and every hour before (the same records
     # survive as with a sample a minute all month: only the last one of a bucket is kept)
     times = [t for t in range(start, now - 26 * HOUR_MS, HOUR_MS)] + list(range(now - 26 * HOUR_MS, now, MINUTE_MS))
-    r.hset(K.run, "id", 12)
     pipe = r.pipeline(transaction=False)
     for i, t in enumerate(times):
         pipe.hset(K.stats, mapping={"acked": 10_000_000 + i * 97, "enqueued": 12_000_000 + i * 101,
                                     "items": 9_000_000 + i * 89, "errors": 100_000 + i})  # fmt: skip
-        at.call(K, t, pipe)
+        at.call(K, t, pipe, run=12)
         if len(pipe) >= 1000:
             pipe.execute()
     pipe.execute()

@@ -2,7 +2,8 @@
 of commands, each command a thin wrapper over library functions).
 
     crawlplug crawls [show NAME]             # every crawl on the Redis, and the runs of one
-    crawlplug status --crawl shop [--watch] [--json]
+    crawlplug status --crawl shop [--watch] [--json] [--since 6h]
+    crawlplug report shop [--run R] [--json | --csv]   # per node and domain, site, field
     crawlplug push --crawl shop URL... | --file F | -
     crawlplug purge --crawl shop [--yes]
     crawlplug dead list|requeue|drop --crawl shop
@@ -24,9 +25,9 @@ registers every command module on it.
 
 from __future__ import annotations
 
-from . import crawls, dead, domains, embedded, feed, items, migrate, sites, status, transfer, web
+from . import crawls, dead, domains, embedded, feed, items, migrate, report, sites, status, transfer, web
 from .common import main
 
 __all__ = ["main"]
 # the command modules register themselves on `main` when imported
-_COMMANDS = (crawls, dead, domains, embedded, feed, items, migrate, sites, status, transfer, web)
+_COMMANDS = (crawls, dead, domains, embedded, feed, items, migrate, report, sites, status, transfer, web)

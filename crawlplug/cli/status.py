@@ -39,7 +39,9 @@ def _status_report(target: Target, keys: CrawlKeys, since_ms: int | None = None)
     snap = crawl_status.snapshot(target.client, keys)
     past = None
     if since_ms is not None:
-        past = crawl_history.history(target.client, keys, since_ms=snap["now_ms"] - since_ms, until_ms=snap["now_ms"])
+        # minute or hour records: items and errors too (the 10 s series has neither)
+        past = crawl_history.history(target.client, keys, since_ms=snap["now_ms"] - since_ms, until_ms=snap["now_ms"],
+                                     finest="minute")  # fmt: skip
     return {
         "crawl": keys.crawl,
         "redis": target.safe_url,
@@ -127,8 +129,6 @@ def _history_lines(points: dict[str, Any]) -> list[str]:
     head = (f"history, last {crawl_history.span(seconds) if seconds % 60 == 0 else crawl_status.duration(seconds)}: "
             f"{totals['done']:,} pages, {totals['items']:,} items, {totals['errors']:,} errors, "
             f"{totals['admitted']:,} admitted")  # fmt: skip
-    if points["step"] == "10s":
-        head += " (10 s points: no items or errors; those are kept per minute)"
     if not rows or all(r["done"] is None for r in rows):
         return [head, "  (no record in this range: no node was running, or it ran before the history was kept)"]
     lines = [f"{head}; {crawl_history.describe_step(points, rows[0]['points'])}"]

@@ -54,16 +54,18 @@ def hour_key(keys: CrawlKeys, day: int) -> str:
     return keys.key(f"hist:h:{day}")
 
 
-def sample_call(keys: CrawlKeys, now_ms: int, epoch: str) -> tuple[str, list[str], list[object]]:
+def sample_call(keys: CrawlKeys, now_ms: int, epoch: str, run: int | None) -> tuple[str, list[str], list[object]]:
     """The history.lua call sampling part ``keys`` at ``now_ms`` (the caller's estimate of
-    Redis's clock: it names the keys)."""
+    Redis's clock: it names the keys) for run ``run`` (the one the caller joined, None if
+    it joined none: its epoch says it is the crawl's current run)."""
     hour, day = now_ms // HOUR_MS, now_ms // DAY_MS
     names = [minute_key(keys, hour), hour_key(keys, day), keys.stats, keys.queue, keys.dq, keys.leases, keys.dead]
     base = keys.shard is None
     if base:
-        names += [keys.run, keys.nodes]
+        names.append(keys.nodes)
     names.append(keys.epoch)
-    return ("history", names, [hour, day, "1" if base else "0", MINUTES_KEPT_MS, HOURS_KEPT_MS, epoch])
+    return ("history", names, [hour, day, "1" if base else "0", "" if run is None else run, MINUTES_KEPT_MS,
+                               HOURS_KEPT_MS, epoch])  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -95,10 +97,11 @@ def parse(raw: bytes | str, bucket_ms: int) -> Record | None:
 
 
 def records(client: redis.Redis, keys: CrawlKeys, step_ms: int, since_ms: int,
-            until_ms: int) -> list[dict[int, Record]]:  # fmt: skip
+            until_ms: int) -> list[list[tuple[int, Record]]]:  # fmt: skip
     """Every part's records of resolution ``step_ms`` (MINUTE_MS or HOUR_MS) whose bucket
-    starts in [since_ms, until_ms], as {bucket start ms: record}, part by part (the crawl's
-    own keys first)."""
+    starts in [since_ms, until_ms], as (bucket start ms, record) in the order they were
+    taken (a bucket two runs sampled has a record of each), part by part (the crawl's own
+    keys first)."""
     if step_ms not in (MINUTE_MS, HOUR_MS):
         raise ValueError(f"history records are per minute or per hour, not per {step_ms} ms")
     span, name = (HOUR_MS, minute_key) if step_ms == MINUTE_MS else (DAY_MS, hour_key)
@@ -109,17 +112,17 @@ def records(client: redis.Redis, keys: CrawlKeys, step_ms: int, since_ms: int,
         for group in groups:
             pipe.hgetall(name(part, group))
     replies = pipe.execute()
-    out: list[dict[int, Record]] = []
+    out: list[list[tuple[int, Record]]] = []
     for i in range(len(part_list)):
-        found: dict[int, Record] = {}
+        found: list[tuple[int, Record]] = []
         for j, group in enumerate(groups):
             for field, raw in replies[i * len(groups) + j].items():
-                slot = text(field)
-                if not slot.isdigit() or int(slot) * step_ms >= span:
+                slot, _, of_run = text(field).partition(".")  # "<slot>", or "<slot>.<run>" moved aside
+                if not slot.isdigit() or int(slot) * step_ms >= span or not (of_run == "" or of_run.isdigit()):
                     continue
                 bucket = group * span + int(slot) * step_ms
                 record = parse(raw, bucket)
                 if record is not None and since_ms <= bucket <= until_ms:
-                    found[bucket] = record
-        out.append(dict(sorted(found.items())))
+                    found.append((bucket, record))
+        out.append(sorted(found, key=lambda br: (br[1].at_ms, br[0])))
     return out

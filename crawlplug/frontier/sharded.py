@@ -132,6 +132,15 @@ class ShardedFrontier:
             part.epoch = str(value)
 
     @property
+    def run_id(self) -> int | None:
+        return self.base.run_id
+
+    @run_id.setter
+    def run_id(self, value: int | None) -> None:
+        for part in (self.base, *self.shards):
+            part.run_id = value
+
+    @property
     def data_lost(self) -> bool:
         return self.base.data_lost
 

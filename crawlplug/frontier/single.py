@@ -53,6 +53,7 @@ class Frontier:
         max_deliveries: int = 5,
         scripts: Scripts | None = None,
         epoch: int | str = "",
+        run_id: int | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -88,6 +89,8 @@ class Frontier:
         self.data_lost = False
         #: the type start_urls holds when it is not a list ("" if it is one, or absent)
         self.start_urls_kind = ""
+        #: the run this node joined (crawlplug.frontier.runs; None: none): its history samples carry it
+        self.run_id = run_id
         #: Redis's clock at the last heartbeat's reply (ms) and this process's monotonic
         #: clock then: the estimate of Redis's clock the history keys are named by
         self._clock: tuple[int, float] | None = None
@@ -302,7 +305,8 @@ class Frontier:
 
     def history_call(self, now_ms: int | None = None) -> tuple[str, list[str], list[Any]]:
         """The call sampling this part into the crawl's history (lua/history.lua)."""
-        return history.sample_call(self.keys, self.redis_now_estimate() if now_ms is None else now_ms, self.epoch)
+        now = self.redis_now_estimate() if now_ms is None else now_ms
+        return history.sample_call(self.keys, now, self.epoch, self.run_id)
 
     def history_sampled(self, reply: Any) -> None:
         """A history sample's reply: a failure (a full Redis refuses it, a key written by hand)

@@ -59,10 +59,12 @@ def parse_duration(value: str) -> int:
     return ms
 
 
-def choose_step(since_ms: int, until_ms: int, now_ms: int, *, run: int | None = None) -> str:
+def choose_step(since_ms: int, until_ms: int, now_ms: int, *, run: int | None = None, finest: str = "10s") -> str:
     """The finest resolution kept for [since_ms, until_ms]: 10 s within the last hour (not
-    for one run: the 10 s series knows no runs), minutes within the last day, else hours."""
-    if run is None and since_ms >= now_ms - status.SERIES_MS + status.BUCKET_MS and until_ms - since_ms <= HOUR_MS:
+    for one run: the 10 s series knows no runs; not if ``finest`` is "minute"), minutes
+    within the last day, else hours."""
+    ten = run is None and finest == "10s"
+    if ten and since_ms >= now_ms - status.SERIES_MS + status.BUCKET_MS and until_ms - since_ms <= HOUR_MS:
         return "10s"
     if since_ms >= now_ms - DAY_MS:
         return "minute"
@@ -74,9 +76,10 @@ def _run_summaries(client: redis.Redis, keys: CrawlKeys) -> dict[int, dict[str, 
 
 
 def history(client: redis.Redis, keys: CrawlKeys, *, since_ms: int | None = None, until_ms: int | None = None,
-            run: int | None = None, step: str = "auto") -> dict[str, Any]:  # fmt: skip
+            run: int | None = None, step: str = "auto", finest: str = "10s") -> dict[str, Any]:  # fmt: skip
     """The crawl's points over [since_ms, until_ms] (default: the last hour; with ``run``, that
-    run's time) at ``step`` ("10s", "minute", "hour" or "auto": :func:`choose_step`).
+    run's time) at ``step`` ("10s", "minute", "hour" or "auto": :func:`choose_step`, no finer
+    than ``finest``).
 
     Returns {"step", "step_seconds", "since", "until", "now", "run", "t": bucket starts (ms),
     "runs": the run of each point, "done", "admitted", "items", "errors" (counts per point),
@@ -96,7 +99,7 @@ def history(client: redis.Redis, keys: CrawlKeys, *, since_ms: int | None = None
     if since >= until:
         raise ConfigError("the range of the history is empty: its start must be before its end")
     if step == "auto":
-        step = choose_step(since, until, now, run=run)
+        step = choose_step(since, until, now, run=run, finest=finest)
     if step not in STEPS:
         raise ConfigError(f"unknown resolution {step!r}: 10s, minute, hour or auto")
     if step == "10s":
@@ -121,52 +124,71 @@ def _ten_seconds(client: redis.Redis, keys: CrawlKeys, since: int, until: int, n
     return out
 
 
+Key = tuple[int, int | None]  # (bucket start ms, run)
+
+
 def _points(client: redis.Redis, keys: CrawlKeys, step: int, since: int, until: int, now: int,
             summaries: dict[int, dict[str, Any]], only_run: int | None) -> dict[str, Any]:  # fmt: skip
     first = since // step * step
     buckets = list(range(first, until // step * step + 1, step))
     lookback = HOUR_MS if step == MINUTE_MS else DAY_MS
     per_part = records.records(client, keys, step, first - lookback, buckets[-1])
-    base = per_part[0] if per_part else {}
-    counts: dict[int, list[int | None]] = {}
+    counts: dict[Key, list[int | None]] = {}
+    gauges: dict[Key, list[tuple[int | None, ...]]] = {}
     for i, part in enumerate(per_part):
         prev: records.Record | None = None
-        prev_run: int | None = None
-        for bucket, rec in part.items():
-            run = rec.run if i == 0 else (base[bucket].run if bucket in base else prev_run)
-            row = counts.setdefault(bucket, [0] * len(records.COUNTERS))
-            unseen = _unseen_runs(summaries, run, prev_run, prev.at_ms if prev else bucket - step) if i == 0 else []
+        latest: dict[Key, records.Record] = {}
+        for bucket, rec in part:
+            row = counts.setdefault((bucket, rec.run), [0] * len(records.COUNTERS))
             for c, value in enumerate(rec.counters):
-                if prev is not None and run == prev_run and value >= prev.counters[c]:
+                if prev is not None and rec.run == prev.run and value >= prev.counters[c]:
                     delta: int | None = value - prev.counters[c]
-                elif prev is not None or _began_since(summaries, run, bucket - step):
+                elif prev is not None or _began_since(summaries, rec.run, bucket - step):
                     delta = value  # a new run (or counters reset): they count from 0
                 else:
                     delta = None  # the first record there is, of a run that began before: unknown
-                if delta is not None:
-                    # runs begun and ended between two records: none of their pages was sampled
-                    delta += sum(int((summaries[x].get(_SUMMARY[records.COUNTERS[c]])) or 0) for x in unseen)
                 row[c] = None if delta is None or row[c] is None else row[c] + delta  # type: ignore[operator]
-            prev, prev_run = rec, run
-    _add_run_tails(per_part, base, counts, summaries)
+            if i == 0:  # runs begun and ended between two records: none of their pages was sampled
+                since_prev = prev.at_ms if prev is not None else bucket - step
+                for x in _unseen_runs(summaries, rec.run, prev.run if prev else None, since_prev):
+                    into = counts.setdefault((bucket, x), [0] * len(records.COUNTERS))
+                    for c, name in enumerate(records.COUNTERS):
+                        into[c] = (into[c] or 0) + _final(summaries[x], name)
+            latest[(bucket, rec.run)] = rec
+            prev = rec
+        for key, rec in latest.items():
+            gauges.setdefault(key, []).append(rec.gauges)
+    _add_run_tails(per_part, counts, summaries, buckets[-1] + step)
 
+    base_runs: dict[int, list[int | None]] = {}  # bucket -> the runs the crawl's own keys sampled in it, in order
+    for bucket, rec in per_part[0] if per_part else []:
+        if rec.run not in base_runs.setdefault(bucket, []):
+            base_runs[bucket].append(rec.run)
+    for (bucket, run) in counts:  # an unseen run shows in the bucket it was found in
+        if bucket in base_runs and run not in base_runs[bucket]:
+            base_runs[bucket].insert(0, run)
     out: dict[str, Any] = {"t": buckets, "runs": []}
     for name in (*COUNTS, *GAUGES, "pages_per_min"):
         out[name] = []
     for bucket in buckets:
-        rec = base.get(bucket)
-        keep = rec is not None and (only_run is None or rec.run == only_run)
-        out["runs"].append(rec.run if rec is not None else None)
-        row = counts.get(bucket) if keep else None
+        shown = [r for r in base_runs.get(bucket, []) if only_run is None or r == only_run]
+        out["runs"].append(shown[-1] if shown else None)
         for c, name in enumerate(COUNTS):
-            out[name].append(row[c] if row is not None else None)
+            known = [v for v in (counts[(bucket, r)][c] for r in shown) if v is not None]
+            out[name].append(sum(known) if known else None)
+        last = gauges.get((bucket, shown[-1]), []) if shown else []
         for g, name in enumerate(GAUGES):
-            values = [p[bucket].gauges[g] for p in per_part if bucket in p and p[bucket].gauges[g] is not None]
-            out[name].append(sum(values) if keep and values else None)
-        done = row[0] if row is not None else None
+            values = [v[g] for v in last if v[g] is not None]
+            out[name].append(sum(values) if values else None)
+        done = out["done"][-1]
         covered = min(step, max(1000, now - bucket))
         out["pages_per_min"].append(None if done is None else round(done * MINUTE_MS / covered, 1))
     return out
+
+
+def _final(summary: dict[str, Any], counter: str) -> int:
+    value = summary.get(_SUMMARY[counter])
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _began_since(summaries: dict[int, dict[str, Any]], run: int | None, since_ms: int) -> bool:
@@ -178,34 +200,39 @@ def _unseen_runs(summaries: dict[int, dict[str, Any]], run: int | None, prev_run
                  since_ms: int) -> list[int]:  # fmt: skip
     """The ended runs between the record of ``prev_run`` (at ``since_ms``; None: none before)
     and one of ``run``: begun after it, ended before, so no record of theirs was kept
-    (at hour resolution, a run of twenty minutes between two others)."""
+    (a run between two heartbeats, at hour resolution one of twenty minutes)."""
     if run is None or run == prev_run:
         return []
-    return [x for x, s in summaries.items() if x < run and isinstance(s.get("ended"), int)
-            and (x > prev_run if prev_run is not None else _began_since(summaries, x, since_ms))]  # fmt: skip
+    return sorted(x for x, s in summaries.items() if x < run and isinstance(s.get("ended"), int)
+                  and (x > prev_run if prev_run is not None else _began_since(summaries, x, since_ms)))  # fmt: skip
 
 
-def _add_run_tails(per_part: list[dict[int, records.Record]], base: dict[int, records.Record],
-                   counts: dict[int, list[int | None]], summaries: dict[int, dict[str, Any]]) -> None:  # fmt: skip
-    """Add to the last sampled bucket of every ended run what it finished after that sample
-    (its summary's totals less its last records, summed over the parts)."""
-    last: dict[int, int] = {}
-    for bucket, rec in base.items():
-        if rec.run is not None:
-            last[rec.run] = bucket
-    for run, bucket in last.items():
+def _add_run_tails(per_part: list[list[tuple[int, records.Record]]], counts: dict[Key, list[int | None]],
+                   summaries: dict[int, dict[str, Any]], read_until: int) -> None:  # fmt: skip
+    """Add to the last record of every run that ended before ``read_until`` what it finished
+    after that record: its summary's totals less its last records, summed over the parts."""
+    last_bucket: dict[int, int] = {}
+    last_counts: dict[int, list[int]] = {}
+    for i, part in enumerate(per_part):
+        final_rec: dict[int, records.Record] = {}
+        for bucket, rec in part:
+            if rec.run is not None:
+                final_rec[rec.run] = rec
+                if i == 0:
+                    last_bucket[rec.run] = bucket
+        for run, rec in final_rec.items():
+            sums = last_counts.setdefault(run, [0] * len(records.COUNTERS))
+            for c, value in enumerate(rec.counters):
+                sums[c] += value
+    for run, bucket in last_bucket.items():
         summary = summaries.get(run) or {}
-        if not isinstance(summary.get("ended"), int):
-            continue  # not over: its records are all there is so far
-        row = counts.get(bucket)
-        if row is None:
-            continue
+        ended = summary.get("ended")
+        row = counts.get((bucket, run))
+        if not isinstance(ended, int) or ended >= read_until or row is None:
+            continue  # not over, or over after the records read: later records may follow
         for c, name in enumerate(records.COUNTERS):
-            final = summary.get(_SUMMARY[name])
-            if not isinstance(final, int) or row[c] is None:
-                continue
-            sampled = sum(p[bucket].counters[c] for p in per_part if bucket in p)
-            row[c] += max(0, final - sampled)  # type: ignore[operator]
+            if row[c] is not None:
+                row[c] += max(0, _final(summary, name) - last_counts[run][c])  # type: ignore[operator]
 
 
 # -- as text: a table with a row per step, at most so many rows ---------------------------------

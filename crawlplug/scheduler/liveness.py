@@ -326,6 +326,7 @@ class Liveness:
             enginehooks.close(self.crawler, rexc.state)
             return
         self.frontier.epoch = self.joined.epoch
+        self.frontier.run_id = self.joined.run
         self.frontier.data_lost = self.frontier.data_lost or lost
         self.report.count("crawlplug/epoch_changes")
         self.report.count("crawlplug/stale_dropped", len(stale) + waiting)

@@ -66,6 +66,12 @@ class Extraction:
     def complete(self) -> bool:
         return not self.missing
 
+    @property
+    def filled(self) -> list[str]:
+        """Fields the page gave a value (not null, not a default), in definition order."""
+        unfilled = set(self.missing) | set(self.defaulted)
+        return [name for name in self.item if name != "url" and name not in unfilled]
+
 
 class _Invalid(Exception):
     """A text that does not convert to the field's type."""

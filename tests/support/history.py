@@ -21,12 +21,12 @@ class HistoryAt:
     def __init__(self, client: redis.Redis) -> None:
         text = source("history")
         assert text.count(CLOCK_LINE) == 1, "history.lua reads the clock elsewhere: update tests/support/history.py"
-        # the time rides as the argument before the epoch (ARGV[6]); the script's own stay ARGV[1..5]
-        self.script = client.register_script(text.replace(CLOCK_LINE, "local now = tonumber(ARGV[6])"))
+        # the time rides as the argument before the epoch; the script's own stay where they are
+        self.script = client.register_script(text.replace(CLOCK_LINE, "local now = tonumber(ARGV[#ARGV - 1])"))
         self.client = client
 
-    def call(self, keys: CrawlKeys, at_ms: int, pipe: Any = None) -> Any:
-        _, names, args = history.sample_call(keys, at_ms, "")
+    def call(self, keys: CrawlKeys, at_ms: int, pipe: Any = None, run: int | None = None) -> Any:
+        _, names, args = history.sample_call(keys, at_ms, "", run)
         return self.script(keys=names, args=[*args[:-1], at_ms, args[-1]], client=pipe or self.client)
 
     def sample(self, keys: CrawlKeys, at_ms: int, *, run: int | None = None, acked: int = 0, enqueued: int = 0,
@@ -34,10 +34,8 @@ class HistoryAt:
         """Set the run's counters and queue to these values, then sample at ``at_ms``."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(keys.stats, mapping={"acked": acked, "enqueued": enqueued, "items": items, "errors": errors})
-        if run is not None:
-            pipe.hset(keys.run, "id", run)
         pipe.delete(keys.queue)
         if queued:
             pipe.zadd(keys.queue, {f"{i:016d}": 0 for i in range(queued)})
         pipe.execute()
-        assert list(self.call(keys, at_ms)) == [at_ms, 1]
+        assert list(self.call(keys, at_ms, run=run)) == [at_ms, 1]
