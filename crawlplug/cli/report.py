@@ -10,6 +10,8 @@ import click
 from ..ops import report as run_report
 from .common import connect, crawl_keys, fail, friendly_errors, main, options, shared_options
 
+_TEXT_COLUMNS = frozenset({"node", "domain", "site", "field", "versions", "errors by kind"})
+
 
 def _lines(rep: dict) -> list[str]:
     run = rep["run"]
@@ -25,8 +27,9 @@ def _lines(rep: dict) -> list[str]:
             lines.append("  (none)")
             continue
         widths = [max(len(c) for c in column) for column in zip(header, *rows)]
+        left = [name in _TEXT_COLUMNS for name in header]  # names to the left, numbers to the right
         for row in (header, *rows):
-            cells = [c.ljust(w) if i < 3 or i == len(row) - 1 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+            cells = [c.ljust(w) if is_text else c.rjust(w) for c, w, is_text in zip(row, widths, left)]
             lines.append(("  " + "  ".join(cells)).rstrip())
     if rep["kept_runs"]:
         lines.append(f"ended runs with a report kept (--run R): {', '.join(map(str, rep['kept_runs']))}")

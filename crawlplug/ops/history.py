@@ -64,7 +64,7 @@ def choose_step(since_ms: int, until_ms: int, now_ms: int, *, run: int | None = 
     for one run: the 10 s series knows no runs; not if ``finest`` is "minute"), minutes
     within the last day, else hours."""
     ten = run is None and finest == "10s"
-    if ten and since_ms >= now_ms - status.SERIES_MS + status.BUCKET_MS and until_ms - since_ms <= HOUR_MS:
+    if ten and since_ms >= now_ms - status.SERIES_MS - status.BUCKET_MS and until_ms - since_ms <= HOUR_MS + status.BUCKET_MS:
         return "10s"
     if since_ms >= now_ms - DAY_MS:
         return "minute"
@@ -100,8 +100,8 @@ def history(client: redis.Redis, keys: CrawlKeys, *, since_ms: int | None = None
         raise ConfigError("the range of the history is empty: its start must be before its end")
     if step == "auto":
         step = choose_step(since, until, now, run=run, finest=finest)
-    if step not in STEPS:
-        raise ConfigError(f"unknown resolution {step!r}: 10s, minute, hour or auto")
+    if step not in STEPS or finest not in STEPS:
+        raise ConfigError(f"unknown resolution {step if step not in STEPS else finest!r}: 10s, minute, hour or auto")
     if step == "10s":
         if run is not None:
             raise ConfigError("the 10 s points know no runs: give a resolution of minute or hour with a run")
