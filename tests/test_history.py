@@ -13,6 +13,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from starlette.testclient import TestClient
 
 from crawlplug.cli import main
 from crawlplug.errors import ConfigError, StaleEpoch
@@ -25,6 +26,7 @@ from crawlplug.frontier.sharded import ShardedFrontier
 from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.store import redis_ms
 from crawlplug.ops import history
+from crawlplug.web import create_app
 
 from .support.history import HistoryAt
 
@@ -250,3 +252,25 @@ def test_status_since_prints_and_serves_the_history(r, redis_url):
     assert got["since"]["step"] == "minute" and got["since"]["totals"]["done"] == 135
     bad = cli(redis_url, "status", "--crawl", "hist", "--since", "6 hours")
     assert bad.exit_code == 1 and "crawlplug: error: '6 hours' is not a duration" in bad.output
+
+
+def test_the_dashboard_serves_the_history_of_a_range_or_a_run(r):
+    now = redis_ms(r)
+    t = _two_runs(r, HistoryAt(r), now)
+    app = TestClient(create_app(r, K), base_url="http://127.0.0.1")
+    got = app.get("/api/history?since=1h&step=minute").json()
+    assert got["step"] == "minute" and got["totals"]["done"] == 135 and len(got["t"]) == 61
+    one = app.get("/api/history?run=1").json()
+    assert one["step"] == "minute" and one["run"] == 1 and one["totals"]["done"] == 105
+    ranged = app.get(f"/api/history?since={t['start2']}&until={t['start2'] + 3 * MINUTE_MS}&step=minute").json()
+    assert ranged["done"] == [3, 3, 3, 3], "run 2's first minutes, by ms"
+    assert app.get("/api/history?since=20m").json()["step"] == "10s", "the last hour: the 10 s points"
+    assert app.get("/api/history?since=20m&finest=minute").json()["step"] == "minute"
+    legacy = app.get("/api/history").json()
+    assert legacy["bucket_seconds"] == 10 and len(legacy["t"]) == 360, "no range asked: the hour of 10 s points"
+    for query, said in (("since=6x", "is not a duration"), ("run=9", "has no run 9"), ("since=1h&step=week", "unknown"),
+                        ("since=5m&until=1h", "its start must be before its end")):  # fmt: skip
+        res = app.get(f"/api/history?{query}")
+        assert res.status_code == 400 and said in res.json()["error"], (query, res.text)
+    runs_listed = app.get("/api/runs").json()
+    assert [x["id"] for x in runs_listed["runs"]] == [1, 2] and runs_listed["kept"] == []

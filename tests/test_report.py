@@ -9,6 +9,7 @@ import io
 import json
 
 from click.testing import CliRunner
+from starlette.testclient import TestClient
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import HtmlResponse
@@ -22,6 +23,7 @@ from crawlplug.frontier import runs, runstats
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.ops import history, report
 from crawlplug.stats import RedisStatsCollector
+from crawlplug.web import create_app
 
 K = CrawlKeys("rep")
 
@@ -154,6 +156,12 @@ def test_an_ended_run_keeps_its_report_and_a_worker_counts_its_share(r, redis_ur
     before = report.report(r, K, run=1)
     assert before["run"] == {"id": 1, "state": "finished", "source": "kept"}
     assert before["domains"][0]["pages"] == 10 and before["sites"][0]["items_ok"] == 6
+    app = TestClient(create_app(r, K), base_url="http://127.0.0.1")
+    assert app.get("/api/report").json()["domains"] == now["domains"]
+    assert app.get("/api/report?run=1").json()["domains"] == before["domains"]
+    assert app.get("/api/runs").json()["kept"] == [1]
+    for query in ("run=7", "run=x"):
+        assert app.get(f"/api/report?{query}").status_code == 400
     res = cli(redis_url, "report", "rep", "--run", "1")
     assert res.exit_code == 0 and "run 1 (finished), from the node stats kept when it ended" in res.output
     missing = cli(redis_url, "report", "rep", "--run", "7")
