@@ -87,7 +87,8 @@ def test_dashboard_in_chromium_during_a_crawl(browser, crawl, make_shop, redis_u
         resumed = until(browser, lambda d: (number(d, "#n-done") or 0) > frozen and number(d, "#n-done"), 10,
                         "done to increase after resume")  # fmt: skip
 
-        # a screenshot of the running crawl, with its charts drawn by uPlot
+        # a screenshot of the running crawl, with its charts drawn by uPlot, over the last 15 min
+        browser.find_element(By.CSS_SELECTOR, '.range-btn[data-last="15m"]').click()
         until(browser, lambda d: int(d.find_element(By.ID, "chart-done").get_attribute("data-points") or 0) > 0, 15,
               "the pages/min chart to have points")  # fmt: skip
         assert browser.find_elements(By.CSS_SELECTOR, "#chart-done canvas"), "uPlot drew the chart"

@@ -9,11 +9,11 @@ import io
 import json
 
 from click.testing import CliRunner
-from starlette.testclient import TestClient
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
+from starlette.testclient import TestClient
 from twisted.internet.error import TimeoutError as TwistedTimeout
 from twisted.python.failure import Failure
 

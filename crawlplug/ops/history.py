@@ -66,7 +66,7 @@ def choose_step(since_ms: int, until_ms: int, now_ms: int, *, run: int | None = 
     ten = run is None and finest == "10s"
     if ten and since_ms >= now_ms - status.SERIES_MS - status.BUCKET_MS and until_ms - since_ms <= HOUR_MS + status.BUCKET_MS:
         return "10s"
-    if since_ms >= now_ms - DAY_MS:
+    if since_ms >= now_ms - DAY_MS - MINUTE_MS:  # "the last 24 h" asked a moment ago: still minutes
         return "minute"
     return "hour"
 

@@ -13,6 +13,7 @@ const Charts = (() => {
   };
   const STEP_WORDS = { "10s": "per 10 s", minute: "per minute", hour: "per hour" };
   const plots = {};
+  let xBounds = null;  // [since, until] (s) of the range shown: every chart spans it, whatever its points
   let view = { last: "1h" };  // or { run: id } or { since, until, back: <the view zoomed from> }
   let onChange = () => {};
 
@@ -45,7 +46,7 @@ const Charts = (() => {
     return {
       width, height: 170,
       cursor: { sync: { key: "crawlplug" }, drag: { x: true, y: false, setScale: false } },
-      scales: { x: { time: true } },
+      scales: { x: { time: true, range: (u, lo, hi) => xBounds || [lo, hi] } },
       legend: { live: true },
       series: [{}, ...spec.series.map(s => ({ label: s.label, stroke: s.stroke, fill: s.fill, width: 2, spanGaps: false,
         value: (u, v) => fmt(v), points: { show: true, size: 6, fill: s.stroke, filter: isolated } }))],
@@ -92,10 +93,16 @@ const Charts = (() => {
       `${Number(h.totals.admitted).toLocaleString()} admitted`;
   }
 
+  let drawn = 0;  // the latest draw asked for: an older one that answers later is dropped
+
   async function draw(api) {
+    const mine = ++drawn;
     const h = await api(`/api/history?${query()}`);
     // items and errors: minute (or hour) records over the same range
     const r = h.step === "10s" ? await api(`/api/history?${query("&finest=minute")}`) : h;
+    if (mine !== drawn) return;
+    // from the first bucket of the coarser records (a minute begun before a zoomed range), to the end
+    xBounds = [Math.min(h.since, r.t.length ? r.t[0] : h.since) / 1000, h.until / 1000];
     for (const id of Object.keys(SPECS)) plot(id, SPECS[id].records ? r : h);
     document.getElementById("range-text").textContent = describe(h);
     document.getElementById("zoom-out").hidden = !view.back;
