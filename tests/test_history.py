@@ -80,7 +80,14 @@ def test_a_heartbeat_samples_the_crawl_into_a_minute_and_an_hour_record(r):
     assert got["done"][:last] == [None] * last, "no record before: no node sampled then"
 
 
-def test_every_part_of_a_sharded_crawl_is_sampled_and_summed(r):
+@pytest.fixture(params=["one-redis", "cluster"])
+def client(request: pytest.FixtureRequest):
+    return request.getfixturevalue("r" if request.param == "one-redis" else "cluster_client")
+
+
+def test_every_part_of_a_sharded_crawl_is_sampled_and_summed(client):
+    """On one Redis and on a 3-primary cluster (each shard's keys under its own hash tag)."""
+    r = client
     claim_shards(r, K, 3)
     frontier = ShardedFrontier(r, K, shards=3, node_id="a")
     frontier.admit([(*payload(i), "", f"site{i}.test") for i in range(9)])
