@@ -108,7 +108,9 @@ def history(client: redis.Redis, keys: CrawlKeys, *, since_ms: int | None = None
         points = _ten_seconds(client, keys, since, until, now)
     else:
         points = _points(client, keys, STEPS[step], since, until, now, summaries, run)
-    totals = {name: sum(v for v in points[name] if v is not None) for name in COUNTS}
+    # what the points do not keep (items, errors at 10 s) has no total: None, not 0
+    totals = {name: sum(v for v in points[name] if v is not None)
+              if step != "10s" or name in ("done", "admitted") else None for name in COUNTS}  # fmt: skip
     return {"step": step, "step_seconds": STEPS[step] // 1000, "since": since, "until": until, "now": now,
             "run": run, **points, "totals": totals}  # fmt: skip
 
