@@ -14,15 +14,19 @@ ADDON_SETTINGS = {
 }
 
 
-#: Components the add-on adds (a project can disable one by setting it to None).
-ADDON_COMPONENTS = {
+#: Components the add-on adds: (setting, class path, order); a project disables one by
+#: setting it to None in that setting.
+ADDON_COMPONENTS = (
     # crawl-wide error counts with sample URLs (crawlplug status, the dashboard)
-    "DOWNLOADER_MIDDLEWARES": ("crawlplug.errorsamples.ErrorSamplesMiddleware", 960),
+    ("DOWNLOADER_MIDDLEWARES", "crawlplug.errorsamples.ErrorSamplesMiddleware", 960),
+    # pages, items, errors and download time per host, as Scrapy stats (crawlplug report); next
+    # to the engine, so it sees what is left of a request once retries and redirects are done
+    ("DOWNLOADER_MIDDLEWARES", "crawlplug.domainstats.DomainStatsMiddleware", 25),
     # drops the links of pages leased before the crawl was reset under a live node (crawlplug.frontier.runs)
-    "SPIDER_MIDDLEWARES": ("crawlplug.scheduler.staleoutput.StaleOutputMiddleware", 10),
+    ("SPIDER_MIDDLEWARES", "crawlplug.scheduler.staleoutput.StaleOutputMiddleware", 10),
     # a node started through Scrapyd records its job (on only with CRAWLPLUG_SCRAPYD_JOB: crawlplug start)
-    "EXTENSIONS": ("crawlplug.scrapydjob.ScrapydJob", 500),
-}
+    ("EXTENSIONS", "crawlplug.scrapydjob.ScrapydJob", 500),
+)
 
 
 class Addon:
@@ -31,5 +35,5 @@ class Addon:
     def update_settings(self, settings: BaseSettings) -> None:
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, priority="addon")
-        for setting_name, (path, order) in ADDON_COMPONENTS.items():
+        for setting_name, path, order in ADDON_COMPONENTS:
             settings.setdefault_in_component_priority_dict(setting_name, path, order)

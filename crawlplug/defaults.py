@@ -284,6 +284,11 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "RedisStatsCollector: also copy the crawl-wide stats, at every flush, to this hash "
         "(%(spider)s filled in; scrapy-redis's format: datetimes as timestamps).",
     ),
+    "CRAWLPLUG_REPORT_DOMAINS": (
+        1000,
+        "Per-domain stats (crawlplug.domainstats, the report's node x domain table): hosts one node "
+        "counts by name; pages of further hosts are counted under '(other)'.",
+    ),
     "CRAWLPLUG_ITEMS_KEY": (
         None,
         "RedisItemPipeline: Redis key of the items; %(crawl)s and %(spider)s are filled in. "

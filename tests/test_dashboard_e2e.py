@@ -1,70 +1,24 @@
 """End to end: the dashboard page in headless Chromium during a real two-node crawl.
 
-Needs Debian's chromium and chromium-driver (``apt-get install chromium
-chromium-driver``; .ci/run installs them) and selenium (test extra). Selenium
-is given the driver's path, so it never tries to download one. The screenshot
-is kept as tests/artifacts/dashboard.png; with CRAWLPLUG_UPDATE_SCREENSHOT=1 it
-also replaces docs/dashboard.png, the docs' picture (a test run never
-changes the repository otherwise).
+Chromium, chromium-driver and selenium as tests/support/browser.py says. The
+screenshot is kept as tests/artifacts/dashboard.png; with
+CRAWLPLUG_UPDATE_SCREENSHOT=1 it also replaces docs/dashboard.png, the docs' picture.
+Every other page is in tests/test_dashboard_pages.py.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
 import time
-from pathlib import Path
 
-import pytest
-
+from .support.browser import browser, number, refreshed, screenshot, severe_logs, skip_without_chromium, until
 from .support.dashboardproc import CRAWL_SETTINGS, SHOP_DELAY, SHOP_ITEMS, start_dashboard
-from .support.nodes import ROOT
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-TOKEN = "e2e-dashboard-token-0123456789"
-ARTIFACTS = ROOT / "tests" / "artifacts"
+skip_without_chromium()
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
-if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
-    pytest.skip(f"headless Chromium is not installed ({CHROMIUM} and {CHROMEDRIVER} are needed: "
-                "apt-get install chromium chromium-driver)", allow_module_level=True)  # fmt: skip
-
-from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
-
-@pytest.fixture
-def browser(tmp_path: Path):
-    options = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000",
-                f"--user-data-dir={tmp_path / 'chromium-profile'}"):  # fmt: skip
-        options.add_argument(arg)
-    options.binary_location = str(CHROMIUM)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def number(driver, selector: str) -> int | None:
-    """The integer shown in ``selector`` ("1,234" -> 1234; "-" -> None)."""
-    digits = re.sub(r"\D", "", driver.find_element(By.CSS_SELECTOR, selector).text)
-    return int(digits) if digits else None
-
-
-def refreshed(driver) -> int:
-    return int(driver.execute_script("return document.body.dataset.refreshed || '0'"))
-
-
-def until(driver, check, timeout: float, what: str):
-    return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
-                         ).until(lambda d: check(d), message=f"waiting {timeout}s for {what}")  # fmt: skip
+TOKEN = "e2e-dashboard-token-0123456789"
+__all__ = ["browser"]  # the fixture, imported for the tests here
 
 
 def node_rows(driver) -> list[list[str]]:
@@ -133,16 +87,16 @@ def test_dashboard_in_chromium_during_a_crawl(browser, crawl, make_shop, redis_u
         resumed = until(browser, lambda d: (number(d, "#n-done") or 0) > frozen and number(d, "#n-done"), 10,
                         "done to increase after resume")  # fmt: skip
 
-        # a screenshot of the running crawl, with its charts drawn
+        # a screenshot of the running crawl, with its charts drawn by uPlot, over the last 15 min
+        browser.find_element(By.CSS_SELECTOR, '.range-btn[data-last="15m"]').click()
+        until(browser, lambda d: int(d.find_element(By.ID, "chart-done").get_attribute("data-points") or 0) > 0, 15,
+              "the pages/min chart to have points")  # fmt: skip
+        assert browser.find_elements(By.CSS_SELECTOR, "#chart-done canvas"), "uPlot drew the chart"
+        assert browser.find_element(By.ID, "chart-done").get_attribute("data-step") == "10s"
         time.sleep(2)
-        ARTIFACTS.mkdir(exist_ok=True)
-        shot = ARTIFACTS / "dashboard.png"
-        assert browser.save_screenshot(str(shot))
-        assert shot.stat().st_size > 10_000
-        if os.environ.get("CRAWLPLUG_UPDATE_SCREENSHOT") == "1":
-            shutil.copyfile(shot, ROOT / "docs" / "dashboard.png")
+        shot = screenshot(browser, "dashboard")
 
-        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        errors = severe_logs(browser)
         assert not errors, errors
 
         for node in nodes:

@@ -12,7 +12,7 @@ from crawlplug.serializers import JsonSerializer
 # commands the scripts run inside Redis (counted by commandstats too, but no round trip)
 SCRIPT_ONLY = {"sadd", "incr", "hset", "hget", "hdel", "zadd", "zrem", "zrange", "zrevrange",
                "hincrby", "zrangebyscore", "zremrangebyscore", "zcount", "time", "rpush",
-               "pexpire", "getbit", "setbit", "setrange", "zscore", "exists",
+               "pexpire", "pexpireat", "getbit", "setbit", "setrange", "zscore", "exists",
                "type",  # guard.lua checks the kind of every key a script touches before its first write
                "get",  # guard.lua's integer checks, and the epoch guard of every node script (lua/epoch.lua)
                "set",  # admit.lua keeps the node's last reply (its replay guard)

@@ -2,7 +2,8 @@
 of commands, each command a thin wrapper over library functions).
 
     crawlplug crawls [show NAME]             # every crawl on the Redis, and the runs of one
-    crawlplug status --crawl shop [--watch] [--json]
+    crawlplug status --crawl shop [--watch] [--json] [--since 6h]
+    crawlplug report shop [--run R] [--json | --csv]   # per node and domain, site, field
     crawlplug push --crawl shop [--key start_urls:high] URL... | --file F | -
     crawlplug forget --crawl shop URL... | --pattern GLOB --from-dead | --roll
     crawlplug purge --crawl shop [--yes]
@@ -37,6 +38,7 @@ from . import (
     items,
     launch,
     migrate,
+    report,
     schedule,
     sites,
     status,
@@ -47,4 +49,7 @@ from .common import main
 
 __all__ = ["main"]
 # the command modules register themselves on `main` when imported
-_COMMANDS = (crawls, dead, domains, embedded, feed, forget, items, launch, migrate, schedule, sites, status, transfer, web)
+_COMMANDS = (
+    crawls, dead, domains, embedded, feed, forget, items, launch, migrate, report, schedule, sites, status,
+    transfer, web,
+)  # fmt: skip

@@ -5,6 +5,7 @@
     crawlplug sites list [--json]
     crawlplug sites show cars [--json]
     crawlplug sites delete cars
+    crawlplug sites try spiders/sites/cars.yaml http://127.0.0.1:8001/model/3.html [--step model] [--json]
 
 Definitions live in one hash shared by every crawl (:mod:`crawlplug.sites.store`),
 so these commands need no ``--crawl``. A definition is validated before it is
@@ -24,13 +25,15 @@ from typing import Any
 
 import click
 
-from ..errors import ConfigError
+from ..errors import ConfigError, CrawlplugError
 from .common import connect, fail, friendly_errors, main, options, project_root
 
 try:  # the [sites] extra: pydantic (the schema) and PyYAML (the files)
     import yaml
 
-    from ..sites.definition import expand_start_urls, load_file
+    from ..sites import fetch as site_fetch
+    from ..sites import trial as site_trial
+    from ..sites.definition import expand_start_urls, load_file, version_of
     from ..sites.store import SiteStore
 except ImportError as missing:  # pragma: no cover - without the extra
     _MISSING: ImportError | None = missing
@@ -186,6 +189,44 @@ def sites_delete(redis_url: str | None, name: str) -> None:
     if not store.delete(name):
         fail(f"no site {name!r} stored on {where}")
     click.echo(f"deleted site {name!r} from {where}")
+
+
+@sites.command("try")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("url")
+@click.option("--step", default=None, metavar="NAME",
+              help="The step the page is a page of (default: show the fields and every step's links).")  # fmt: skip
+@click.option("--base-url", default=None, metavar="URL", help="As -a base_url=URL: the host relative URLs are on.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              help="Seconds to wait for the page.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the whole trial as JSON (every link).")
+@click.option("--verbose", "-v", is_flag=True, help="Show Scrapy's log (INFO) while fetching.")
+def sites_try(file: str, url: str, step: str | None, base_url: str | None, timeout: float, as_json: bool,
+              verbose: bool) -> None:  # fmt: skip
+    """Fetch URL through Scrapy with the project's settings and run FILE's definition on it.
+
+    Shows the fields it extracts and, for a missing one, why (the selector matched
+    nothing, or matched but the value was refused), whether the item is complete, and
+    the links each discovery step would follow from the page. Touches no crawl: no
+    Redis, no queue, nothing stored. URL may be relative to the definition's
+    base_url. Exit code 1 if the definition is invalid or no page came back.
+    """
+    from scrapy.utils.project import get_project_settings  # noqa: PLC0415
+
+    _project_on_path()
+    try:
+        site, doc = load_file(file)
+        if base_url:
+            site = site.with_base_url(base_url)
+        result = site_fetch.try_definition(site, url, settings=get_project_settings(), version=version_of(doc),
+                                           origin=str(file), step=step, timeout=timeout,
+                                           log_level="INFO" if verbose else "ERROR")  # fmt: skip
+    except CrawlplugError as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(result, indent=2, default=repr))
+    else:
+        click.echo("\n".join(site_trial.text_lines(result)))
 
 
 main.add_command(sites)

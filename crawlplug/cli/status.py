@@ -12,9 +12,10 @@ from ..frontier import registry, runs
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_frontier
 from ..frontier.store import redis_ms
+from ..ops import history as crawl_history
 from ..ops import status as crawl_status
 from ..sites import outcomes
-from .common import Target, connect, crawl_keys, friendly_errors, main, options, shared_options, table, when
+from .common import Target, connect, crawl_keys, fail, friendly_errors, main, options, shared_options, table, when
 
 
 def _node_line(node: dict[str, Any]) -> str:
@@ -34,8 +35,13 @@ def _node_line(node: dict[str, Any]) -> str:
     return "   ".join([node["id"], f"{word.upper()} {rest}", "last: " + ", ".join(numbers)])
 
 
-def _status_report(target: Target, keys: CrawlKeys) -> dict[str, Any]:
+def _status_report(target: Target, keys: CrawlKeys, since_ms: int | None = None) -> dict[str, Any]:
     snap = crawl_status.snapshot(target.client, keys)
+    past = None
+    if since_ms is not None:
+        # minute or hour records: items and errors too (the 10 s series has neither)
+        past = crawl_history.history(target.client, keys, since_ms=snap["now_ms"] - since_ms, until_ms=snap["now_ms"],
+                                     finest="minute")  # fmt: skip
     return {
         "crawl": keys.crawl,
         "redis": target.safe_url,
@@ -50,6 +56,7 @@ def _status_report(target: Target, keys: CrawlKeys) -> dict[str, Any]:
         "nodes": snap["nodes"],
         "exists": (exists := registry.exists(target.client, keys)),
         "known_crawls": None if exists else registry.known_crawls(target.client, keys.prefix),
+        **({"since": past} if past is not None else {}),
     }  # fmt: skip
 
 
@@ -104,11 +111,42 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
         lines += outcomes.status_lines(report["scrapy_stats"])
     lines.append(_nodes_summary(report))
     lines += [f"  {_node_line(n)}" for n in report["nodes"]]
+    if report.get("since") is not None:
+        lines += _history_lines(report["since"])
     if not any((report["queued"], report["in_flight"], report["seen"], report["dead"], report["stats"],
                 report["nodes"], report["start_urls"])):  # fmt: skip
         known = ", ".join(repr(c) for c in report.get("known_crawls") or []) or "none"
         lines.append(f"(nothing is stored for crawl {report['crawl']!r} on this Redis: is --crawl right? "
                      f"Known crawls: {known})")
+    return lines
+
+
+def _history_lines(points: dict[str, Any]) -> list[str]:
+    """The --since section: totals over the range, a row per equal slice of it, a sparkline."""
+    rows = crawl_history.rows(points)
+    seconds = (points["until"] - points["since"]) // 1000
+    totals = points["totals"]
+    head = (f"history, last {crawl_history.span(seconds) if seconds % 60 == 0 else crawl_status.duration(seconds)}: "
+            f"{totals['done']:,} pages, {totals['items']:,} items, {totals['errors']:,} errors, "
+            f"{totals['admitted']:,} admitted")  # fmt: skip
+    if not rows or all(r["done"] is None for r in rows):
+        return [head, "  (no record in this range: no node was running, or it ran before the history was kept)"]
+    lines = [f"{head}; {crawl_history.describe_step(points, rows[0]['points'])}"]
+    long = points["until"] - points["since"] > 86_400_000
+    stamp = "%m-%d %H:%M" if long else "%H:%M"
+    names = ("done", "items", "errors", "admitted", "queued", "in_flight", "dead", "nodes")
+    labels = ("pages", "items", "errors", "admitted", "queued", "in flight", "dead", "nodes")
+    cells = [[time.strftime(stamp, time.localtime(r["t"] / 1000))]
+             + ["-" if r[n] is None else f"{r[n]:,}" for n in names] for r in rows]  # fmt: skip
+    header = ["from", *labels]
+    widths = [max(len(str(c[i])) for c in [header, *cells]) for i in range(len(header))]
+    fmt = lambda c: "  " + "  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(c, widths)))
+    lines += [fmt(header), *(fmt(c) for c in cells)]
+    rates = [v for v in points["pages_per_min"] if v is not None]
+    if rates:
+        per = {"10s": "10 s point", "minute": "minute", "hour": "hour"}[points["step"]]
+        lines.append(f"  pages/min {_spark([round(v) for v in rates])}  (a bar per {per} with a record, "
+                     f"top {max(rates):,.0f})")  # fmt: skip
     return lines
 
 
@@ -156,9 +194,12 @@ def _status_view(report: dict[str, Any]) -> Any:
 @click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
               help="Seconds between redraws with --watch.")  # fmt: skip
 @click.option("--count", type=click.IntRange(min=1), default=None, help="With --watch: stop after N redraws.")
+@click.option("--since", "since", metavar="DURATION", default=None,
+              help="Also show the crawl's history over the last DURATION (6h, 90m, 2d; per minute for a "
+                   "day, per hour for a month).")  # fmt: skip
 @friendly_errors
 def status(redis_url: str | None, crawl: str | None, as_json: bool, watch: bool, interval: float,
-           count: int | None) -> None:  # fmt: skip
+           count: int | None, since: str | None) -> None:  # fmt: skip
     """Counts, rate, ETA, counters and nodes of the crawl.
 
     Queued and in-flight requests, pages done, fingerprints seen, dead
@@ -167,11 +208,14 @@ def status(redis_url: str | None, crawl: str | None, as_json: bool, watch: bool,
     the crawl, and each node with its rate, leases and heartbeat age (Redis
     clock). --watch redraws it live; --json prints it for scripts.
     """
+    since_ms = crawl_history.parse_duration(since) if since is not None else None  # bad input: before connecting
+    if since_ms is not None and watch:
+        fail("--since shows a range of the past; --watch redraws the present: give one of them")
     opts = options(redis_url, crawl)
     keys = crawl_keys(opts)
     target = connect(opts)
     if not watch:
-        report = _status_report(target, keys)
+        report = _status_report(target, keys, since_ms)
         click.echo(json.dumps(report, indent=2, default=str) if as_json else "\n".join(_status_lines(report)))
         return
     from rich.live import Live  # noqa: PLC0415

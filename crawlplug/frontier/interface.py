@@ -51,6 +51,8 @@ class CrawlFrontier(Protocol):
     start_urls_kind: str
     #: the run's epoch token, the last argument of every node script (lua/epoch.lua)
     epoch: str
+    #: the run this node joined (None: none), which its history samples carry (lua/history.lua)
+    run_id: int | None
     dedup: Dedup
     #: True for a frontier split into shards (CRAWLPLUG_SHARDS > 1)
     sharded: bool

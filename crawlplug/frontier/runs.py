@@ -46,7 +46,7 @@ from typing import Any
 import redis
 
 from ..errors import ConfigError, CorruptKey, RunEnded, StaleEpoch
-from . import registry
+from . import registry, runstats
 from .keys import CrawlKeys
 from .layout import claim_shards, parts
 from .scripts import Scripts
@@ -60,7 +60,8 @@ BEGIN_GRACE_MS = 30_000
 #: Key names (after a part's ``<tag>:``) a new run starts without: the queue state, the
 #: run's counters and stats, error samples, node records. Everything not named here
 #: or in DEDUP_NAMES is kept: seq, meta, dconf, seeds, control, series, items, run,
-#: runs, epoch, dead letters of earlier runs, start entries waiting.
+#: runs, epoch, dead letters of earlier runs, start entries waiting, the history (hist:*)
+#: and the node stats of ended runs (runstats:*, crawlplug.frontier.runstats).
 RUN_STATE_NAMES = frozenset({
     "queue", "requests", "leases", "leased", "deliveries", "dq", "domains", "dstate",
     "stats", "errors", "crawlstats", "statnodes", "producers", "graveyard",
@@ -310,6 +311,8 @@ def begin(
         previous.update(totals(client, parts))
         client.hset(keys.runs, str(previous.get("id")), json.dumps(previous, separators=(",", ":")))
     prev_id = previous.get("id") if previous else None
+    if isinstance(prev_id, int) and prev_id > 0:
+        runstats.keep(client, keys, prev_id)  # its nodes' stats, for reports, before they go
     if previous is not None and previous.get("state") in ("finished", "reset"):
         client.hdel(keys.control, "lost")  # a loss of the last run does not hold the next one
     clear_dedup = not incremental

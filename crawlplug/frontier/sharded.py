@@ -132,6 +132,15 @@ class ShardedFrontier:
             part.epoch = str(value)
 
     @property
+    def run_id(self) -> int | None:
+        return self.base.run_id
+
+    @run_id.setter
+    def run_id(self, value: int | None) -> None:
+        for part in (self.base, *self.shards):
+            part.run_id = value
+
+    @property
     def data_lost(self) -> bool:
         return self.base.data_lost
 
@@ -446,13 +455,23 @@ class ShardedFrontier:
                                           counts=counts)]  # fmt: skip
         shards = [p for p in groups if p != BASE]
         calls += [self.shards[p].renew_call(groups[p]) for p in shards]
+        everyone = (self.base, *self.shards)
+        sampled: list[Any] = []
         if reap_limit is not None:
-            calls += [f.reap_call(reap_limit) for f in (self.base, *self.shards)]
+            calls += [f.reap_call(reap_limit) for f in everyone]
+            # every part's history sample, keys named by the crawl's own clock estimate
+            now = self.base.redis_now_estimate()
+            calls += [f.history_call(now) for f in everyone]
         results = self.scripts.run_many(calls)
+        if reap_limit is not None:
+            results, sampled = results[:-len(everyone)], results[-len(everyone):]
         for raw in results:
             if isinstance(raw, Exception):
                 raise raw
         out = results[0]
+        self.base.note_clock(int(out[0]))
+        for reply in sampled:
+            self.base.history_sampled(reply)
         self.paused = self.base.paused = bool(int(out[1]))
         self.run_state = self.base.run_state = text(out[2])
         self.base.data_lost = bool(int(out[3]))

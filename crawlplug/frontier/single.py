@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -24,7 +25,7 @@ import redis
 
 from ..errors import AdmissionIncomplete, StaleEpoch
 from ..queues import BaseQueue, PriorityQueue
-from . import runs
+from . import history, runs
 from .dedup import Dedup, SetDedup
 from .keys import NAMES, CrawlKeys
 from .results import Admission, AdmitResult, DeadLetter, Leased, joined, leased_from, new_node_id
@@ -52,6 +53,7 @@ class Frontier:
         max_deliveries: int = 5,
         scripts: Scripts | None = None,
         epoch: int | str = "",
+        run_id: int | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -87,6 +89,12 @@ class Frontier:
         self.data_lost = False
         #: the type start_urls holds when it is not a list ("" if it is one, or absent)
         self.start_urls_kind = ""
+        #: the run this node joined (crawlplug.frontier.runs; None: none): its history samples carry it
+        self.run_id = run_id
+        #: Redis's clock at the last heartbeat's reply (ms) and this process's monotonic
+        #: clock then: the estimate of Redis's clock the history keys are named by
+        self._clock: tuple[int, float] | None = None
+        self._history_failed = False  # a failed history sample was logged (once)
         dk = k.domain_keys()
         self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk, k.epoch]
         self._reap_keys = [
@@ -306,6 +314,35 @@ class Frontier:
              len(added) // 2, *added, *lease_ids, self.epoch],
         )  # fmt: skip
 
+    # -- the history (crawlplug.frontier.history) ------------------------------------
+    def note_clock(self, redis_now_ms: int) -> None:
+        """Remember Redis's clock as a heartbeat's reply gave it."""
+        self._clock = (redis_now_ms, time.monotonic())
+
+    def redis_now_estimate(self) -> int:
+        """Redis's clock now, as the last heartbeat's reply and the time since tell it (this
+        machine's clock before the first one): what the history keys are named by."""
+        if self._clock is None:
+            return int(time.time() * 1000)
+        at, then = self._clock
+        return at + int((time.monotonic() - then) * 1000)
+
+    def history_call(self, now_ms: int | None = None) -> tuple[str, list[str], list[Any]]:
+        """The call sampling this part into the crawl's history (lua/history.lua)."""
+        now = self.redis_now_estimate() if now_ms is None else now_ms
+        return history.sample_call(self.keys, now, self.epoch, self.run_id)
+
+    def history_sampled(self, reply: Any) -> None:
+        """A history sample's reply: a failure (a full Redis refuses it, a key written by hand)
+        is logged once and costs the crawl nothing; the heartbeat it rode with went through."""
+        if isinstance(reply, Exception):
+            if not isinstance(reply, StaleEpoch) and not self._history_failed:
+                self._history_failed = True
+                logger.warning("crawlplug: could not write the crawl's history (%s); the crawl goes on, "
+                               "its history has a gap (said once, until a sample goes through again)", reply)  # fmt: skip
+            return
+        self._history_failed = False
+
     def renew(self, lease_ids: Sequence[str]) -> list[str]:
         """Renew leases without a heartbeat (a shard's leases); return the ids lost."""
         _, keys, args = self.renew_call(lease_ids)
@@ -405,6 +442,7 @@ class Frontier:
         return the ids it lost. :attr:`paused` and :attr:`run_state` follow the reply."""
         _, keys, args = self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, counts=counts)
         out = self.scripts.heartbeat(keys=keys, args=args)
+        self.note_clock(int(out[0]))
         self.paused = bool(int(out[1]))
         self.run_state = text(out[2])
         self.data_lost = bool(int(out[3]))
@@ -420,14 +458,18 @@ class Frontier:
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
         counts: dict[str, int] | None = None, limit: int = 1000,
     ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
-        """:meth:`heartbeat` then :meth:`reap`, in one round trip: (ids lost, (requeued, dead))."""
-        out, reaped = self.scripts.pipelined([
+        """:meth:`heartbeat` then :meth:`reap`, and a history sample (crawlplug.frontier.history),
+        in one round trip: (ids lost, (requeued, dead))."""
+        out, reaped, sampled = self.scripts.pipelined([
             self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, counts=counts),
             self.reap_call(limit),
+            self.history_call(),
         ])  # fmt: skip
         for raw in (out, reaped):
             if isinstance(raw, Exception):
                 raise raw
+        self.note_clock(int(out[0]))
+        self.history_sampled(sampled)
         self.paused = bool(int(out[1]))
         self.run_state = text(out[2])
         self.data_lost = bool(int(out[3]))

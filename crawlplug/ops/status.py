@@ -344,7 +344,13 @@ def history(client: redis.Redis, keys: CrawlKeys, minutes: int = 60) -> dict[str
     heartbeats; None where no node was running)."""
     now_ms = redis_ms(client)
     last = now_ms // BUCKET_MS
-    buckets = list(range(last - minutes * 6 + 1, last + 1))
+    return series_points(client, keys, (last - minutes * 6 + 1) * BUCKET_MS, now_ms, now_ms)
+
+
+def series_points(client: redis.Redis, keys: CrawlKeys, since_ms: int, until_ms: int, now_ms: int) -> dict[str, Any]:
+    """:func:`history`'s points for the 10 s buckets starting in [since_ms, until_ms] (the
+    series keeps the last hour: older buckets read as empty)."""
+    buckets = list(range(since_ms // BUCKET_MS, until_ms // BUCKET_MS + 1))
     names = {"a": "done", "e": "admitted", "q": "queued", "f": "in_flight", "x": "dead"}
     fields = [f"{p}:{b}" for p in names for b in buckets]
     values = _series_values(client, keys, fields)

@@ -83,6 +83,7 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
         heartbeat=config.heartbeat, max_deliveries=config.max_deliveries, node_id=args["node_id"],
         epoch=joined.epoch, dedup_factory=getattr(dupefilter, "make_strategy", None) or Dedup,
     )  # fmt: skip
+    frontier.run_id = joined.run  # the history samples it sends carry the run (crawlplug.frontier.history)
     bind = getattr(dupefilter, "bind", None)
     if bind is not None:
         bind(frontier)

@@ -351,6 +351,7 @@ class Liveness:
         self.counted = self.counts()  # what this node did before belongs to the old state
         self.frontier.forget_dedup_layers()  # what it knew of a Bloom filter's layers only grows: wrong now
         self.frontier.epoch = joined.epoch
+        self.frontier.run_id = joined.run
         self.frontier.data_lost = self.frontier.data_lost or lost
         self.report.count("crawlplug/epoch_changes")
         self.report.count("crawlplug/stale_dropped", len(stale) + waiting)

@@ -66,6 +66,12 @@ class Extraction:
     def complete(self) -> bool:
         return not self.missing
 
+    @property
+    def filled(self) -> list[str]:
+        """Fields the page gave a value (not null, not a default), in definition order."""
+        unfilled = set(self.missing) | set(self.defaulted)
+        return [name for name in self.item if name != "url" and name not in unfilled]
+
 
 class _Invalid(Exception):
     """A text that does not convert to the field's type."""
@@ -92,8 +98,9 @@ class _CompiledField:
                 out.append(str(root))
         return out
 
-    def clean(self, text: str) -> Any:
-        """One selected text as a value (None: null); raises _Invalid."""
+    def clean(self, text: str, why: list[str] | None = None) -> Any:
+        """One selected text as a value (None: null, and the reason appended to ``why``);
+        raises _Invalid."""
         spec = self.spec
         value = text.strip()
         if spec.prefix and value.startswith(spec.prefix):
@@ -105,21 +112,41 @@ class _CompiledField:
         if self.regex is not None:
             m = self.regex.search(value)
             if m is None:
+                if why is not None:
+                    why.append(f"regex {spec.regex!r} did not match {value[:80]!r}")
                 return None
             value = (m.group(1) if self.regex.groups else m.group(0)) or ""
             value = value.strip()
         if value == "":
+            if why is not None:
+                why.append("the text is empty" if not text.strip() else f"nothing is left of {text.strip()[:80]!r}")
             return None
         mapped: Any = value
         if spec.map is not None and value in spec.map:
             mapped = spec.map[value]
             if mapped is None:
+                if why is not None:
+                    why.append(f"map turns {value[:80]!r} into null")
                 return None
         try:
             return self.adapter.validate_python(mapped)
         except ValidationError as exc:
             why = exc.errors(include_url=False)[0]["msg"]
             raise _Invalid(f"{why}: {value[:80]!r}") from None
+
+    def explain(self, response: Response) -> tuple[list[str], list[str]]:
+        """(the texts the selector matched, why each one gave no value), for
+        crawlplug.sites.trial: the same selection and cleaning as :meth:`value`."""
+        texts = self.select(response)
+        refused: list[str] = []
+        for text in texts:
+            reason: list[str] = []
+            try:
+                if self.clean(text, reason) is None:
+                    refused += reason
+            except _Invalid as exc:
+                refused.append(str(exc))
+        return texts, refused
 
     def value(self, response: Response) -> tuple[Any, str | None]:
         """(value or None, why it is invalid or None)."""

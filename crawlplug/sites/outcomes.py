@@ -10,6 +10,7 @@ under stat names that start with ``site/<site>/``:
 ``site/<site>/step/<step>/failed``          requests of that step that failed (HTTP error, download error)
 ``site/<site>/items/ok``                    items with every required field
 ``site/<site>/items/incomplete``            items missing a required field (dropped unless kept)
+``site/<site>/field/<field>/filled``        the page gave the field a value (not null, not its default)
 ``site/<site>/field/<field>/missing``       required field is null: the error "<field> is null"
 ``site/<site>/field/<field>/invalid``       the text did not convert to the field's type
 ``site/<site>/field/<field>/default``       an optional field was null and got its default
@@ -84,7 +85,7 @@ def describe(what: str) -> str:
     parts = what.split("/")
     if len(parts) == 3 and parts[0] == "field":
         return {"missing": f"{parts[1]} is null", "invalid": f"{parts[1]} is not a valid value",
-                "default": f"{parts[1]} took its default"}.get(parts[2], what)  # fmt: skip
+                "default": f"{parts[1]} took its default", "filled": f"{parts[1]} filled"}.get(parts[2], what)  # fmt: skip
     if len(parts) == 3 and parts[0] == "step":
         return f"step {parts[1]}: {parts[2].replace('_', ' ')}"
     if len(parts) == 2 and parts[0] == "items":
@@ -125,7 +126,7 @@ def status_lines(stats: dict[str, Any]) -> list[str]:
             lines.append("    no links " + ", ".join(f"{s} {n} pages" for s, n in empty.items()))
         lines.append(f"    items    ok {values.get('items/ok', 0)}, incomplete {values.get('items/incomplete', 0)}")
         problems = [(describe(w), v) for w, v in values.items()
-                    if w.startswith(("field/", "errors/")) and not w.endswith("/default")]  # fmt: skip
+                    if w.startswith(("field/", "errors/")) and not w.endswith(("/default", "/filled"))]  # fmt: skip
         width = max((len(p) for p, _ in problems), default=0)
         lines += [f"    {label.ljust(width)}  {value}" for label, value in problems]
     return lines

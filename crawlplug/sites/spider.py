@@ -308,6 +308,8 @@ class SiteSpider(scrapy.Spider):
                        out.field(site.name, name, "invalid"))  # fmt: skip
         for name in result.defaulted:
             stats.inc_value(out.field(site.name, name, "default"))
+        for name in result.filled:
+            stats.inc_value(out.field(site.name, name, "filled"))
         if result.complete:
             stats.inc_value(out.items(site.name, "ok"))
             return SiteItem(site.name, result.item)

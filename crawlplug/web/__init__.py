@@ -1,10 +1,12 @@
 """The live dashboard of a crawl: ``crawlplug dashboard``.
 
 A Starlette application serving one page (``static/``, plain HTML and
-JavaScript, no build step) and a JSON API under ``/api`` that the page uses
-and scripts may use too. Every number comes from Redis at request time; the
-charts read the rolling hour of per-10 s points the crawl's scripts keep in
-the ``series`` hash, so a dashboard opened late still shows the last hour.
+JavaScript, no build step; the charts are drawn by uPlot, vendored in
+``static/vendor/`` with its licence) and a JSON API under ``/api`` that the page
+uses and scripts may use too. Every number comes from Redis at request time: the
+charts read the crawl's history (per 10 s for the last hour, per minute for a day,
+per hour for a month: crawlplug.ops.history), so a dashboard opened late still
+shows what happened; the Report and Sites pages read crawlplug.ops.report.
 
 Read-only unless a token is configured (``CRAWLPLUG_DASHBOARD_TOKEN``):
 actions (pause, resume, a domain's limits, requeueing dead letters) then need
@@ -36,12 +38,17 @@ from starlette.staticfiles import StaticFiles
 
 from .. import errorsamples
 from ..errors import ConfigError, CrawlplugError
+from ..frontier import runs as frontier_runs
+from ..frontier import runstats
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_domains, open_frontier
 from ..frontier.store import redis_ms
 from ..ops import dead, status
+from ..ops import history as crawl_history
+from ..ops import report as run_report
 from ..ops.jobs import annotate_nodes
 from ..sites import outcomes as site_fields
+from . import sites as site_pages
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +59,18 @@ API = {
     "GET /api/status": "counts, rates (and what they are taken over), ETA (and why none), work held by silent "
                        "nodes, paused state, crawl-wide counters and nodes (the crawl now)",
     "GET /api/history?minutes=60": "per-10 s points: done, pages_per_min, admitted, queued, in_flight, dead",
+    "GET /api/history?since=6h&until=&run=&step=auto&finest=10s": "the history over a range (since, until: ms "
+                                                                   "or a duration back from now; run: that run's "
+                                                                   "time and records only): per 10 s, minute or "
+                                                                   "hour (step; auto: the finest kept, no finer "
+                                                                   "than finest), done, admitted, items, errors "
+                                                                   "per point, queued, in_flight, dead, nodes at "
+                                                                   "its end",
+    "GET /api/runs": "every run of the crawl, oldest first (id, state, started, ended, pages...), and the runs "
+                     "whose report is kept",
+    "GET /api/report?run=": "node x domain (pages, items, errors by kind, success rate, mean response time), "
+                            "node x site definition and per field (filled, missing, invalid, defaulted)",
+    "GET /api/sites": "the site definitions stored in Redis (name, version, steps, fields)",
     "GET /api/nodes": "every registered node and every node found dead in the last hour: state (live, silent, "
                       "dead) and what became of its leases, host, pid, uptime, heartbeat age, leases, pages/min, "
                       "and the Scrapyd job it is (crawlplug start), if any",
@@ -66,6 +85,9 @@ API = {
     "POST /api/domains/{domain}": 'set a domain\'s limits: {"delay": s, "concurrency": n} ("*" = default) (token)',
     "DELETE /api/domains/{domain}": "drop the runtime limits of a domain (token)",
     "POST /api/dead/requeue": '{"indexes": [...]} or {"all": true}: dead letters back to the queue (token)',
+    "POST /api/sites/try": '{"site": stored name} or {"definition": YAML text}, "url", "step", "base_url": fetch '
+                           "the page through Scrapy with the project's settings and show what the definition "
+                           "extracts and follows; touches no crawl (token: it fetches a URL from this machine)",
 }
 
 
@@ -113,8 +135,49 @@ class Dashboard:
         return JSONResponse(snap)
 
     def history(self, request: Request) -> JSONResponse:
-        minutes = self._int(request, "minutes", 60, 1, 60)
-        return JSONResponse(status.history(self.client, self.keys, minutes))
+        q = request.query_params
+        if not any(name in q for name in ("since", "until", "run", "step")):
+            minutes = self._int(request, "minutes", 60, 1, 60)
+            return JSONResponse(status.history(self.client, self.keys, minutes))
+        try:
+            now = redis_ms(self.client)
+            since = _time(q.get("since"), now)
+            until = _time(q.get("until"), now)
+            run = int(q["run"]) if q.get("run") else None
+            got = crawl_history.history(self.client, self.keys, since_ms=since, until_ms=until, run=run,
+                                        step=q.get("step") or "auto", finest=q.get("finest") or "10s")  # fmt: skip
+        except (ValueError, CrawlplugError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse(got)
+
+    def runs(self, request: Request) -> JSONResponse:
+        return JSONResponse({"runs": frontier_runs.history(self.client, self.keys),
+                             "kept": runstats.kept(self.client, self.keys)})  # fmt: skip
+
+    def report(self, request: Request) -> JSONResponse:
+        raw = request.query_params.get("run")
+        try:
+            got = run_report.report(self.client, self.keys, int(raw) if raw else None)
+        except (ValueError, CrawlplugError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse(got)
+
+    def sites(self, request: Request) -> JSONResponse:
+        try:
+            return JSONResponse({"sites": site_pages.stored_sites(self.client)})
+        except CrawlplugError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=500)
+
+    async def try_site(self, request: Request) -> JSONResponse:
+        denied = self._authorized(request)
+        if denied:
+            return denied
+        try:
+            trial = site_pages.trial_request(self.client, await request.json())
+        except (ValueError, CrawlplugError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        code, body = await site_pages.run_trial(trial)
+        return JSONResponse(body, status_code=code)
 
     def nodes(self, request: Request) -> JSONResponse:
         st = open_frontier(self.client, self.keys).status()
@@ -204,6 +267,10 @@ class Dashboard:
             Route("/api", self.api),
             Route("/api/status", self.status),
             Route("/api/history", self.history),
+            Route("/api/runs", self.runs),
+            Route("/api/report", self.report),
+            Route("/api/sites", self.sites),
+            Route("/api/sites/try", self.try_site, methods=["POST"]),
             Route("/api/nodes", self.nodes),
             Route("/api/errors", self.errors),
             Route("/api/domains", self.domains),
@@ -215,6 +282,15 @@ class Dashboard:
             Route("/api/dead/requeue", self.requeue, methods=["POST"]),
             Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
         ]
+
+
+def _time(raw: str | None, now_ms: int) -> int | None:
+    """A time of the API: ms since the epoch, or a duration back from now (6h, 90m)."""
+    if raw is None or raw == "":
+        return None
+    if raw.lstrip("-").isdigit():
+        return int(raw)
+    return now_ms - crawl_history.parse_duration(raw)
 
 
 def _limit(value: Any, name: str) -> float | None:

@@ -46,7 +46,8 @@ What becomes of what:
 Not exported: live nodes, their metrics, Scrapy stats and last admission
 replies (``nodes``, ``producers``, ``node:*``, ``statnodes``, ``reply:*``), the nodes
 found dead in the last hour (``graveyard``), the seed timer's lock, the rate series
-(``series``), scraped items (``items``: ``crawlplug items export``), the Scrapyd
+(``series``), the history of minutes and hours (``hist:*``), the node stats kept of ended runs
+(``runstats:*``), scraped items (``items``: ``crawlplug items export``), the Scrapyd
 jobs (``jobs``, ``job:*``) and the schedules with their firings (``schedules``,
 ``fires``: add them on the target with ``crawlplug schedule``).
 :func:`export_crawl` lists which of these the crawl has in ``counts["not_exported"]``.

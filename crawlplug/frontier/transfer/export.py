@@ -49,7 +49,8 @@ def _not_exported(names: list[str]) -> list[str]:
     for name in names:
         if name in _EXPORTED or name in _LOCAL or name == "bloom" or name.startswith("bloom:"):
             continue
-        out.add(f"{name.split(':', 1)[0]}:*" if name.startswith(("node:", "reply:", "job:")) else name)
+        out.add(f"{name.split(':', 1)[0]}:*" if name.startswith(("node:", "reply:", "job:", "hist:", "runstats:"))
+                else name)  # fmt: skip
     return sorted(out)
 
 

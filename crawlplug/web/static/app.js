@@ -72,48 +72,13 @@ function rows(table, html) { $(`#${table} tbody`).innerHTML = html.join("") || `
 
 // -- tabs -------------------------------------------------------------------------------
 function show() {
+  if (location.hash === "#fields") { location.hash = "#sites"; return; }  // the Fields page is part of Sites now
   const page = (location.hash || "#overview").slice(1);
   document.querySelectorAll(".page").forEach(p => { p.hidden = p.id !== page; });
   document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.hash === "#" + page));
   refresh();
 }
 window.addEventListener("hashchange", show);
-
-// -- charts: SVG polylines over the last hour --------------------------------------------
-function chart(svg, t, series) {
-  const W = 600, H = 160, L = 40, B = 18;
-  const values = series.flatMap(s => s.values.filter(v => v !== null));
-  const top = Math.max(1, ...values);
-  const x = i => L + (W - L - 4) * i / Math.max(1, t.length - 1);
-  const y = v => H - B - (H - B - 6) * v / top;
-  let out = `<text class="axis" x="2" y="12">${fmt(top)}</text><text class="axis" x="2" y="${H - B}">0</text>`;
-  out += `<text class="axis" x="${L}" y="${H - 2}">-${Math.round(t.length * 10 / 60)} min</text><text class="axis" x="${W - 30}" y="${H - 2}">now</text>`;
-  for (const s of series) {
-    let d = "", pen = false;
-    s.values.forEach((v, i) => {
-      if (v === null) { pen = false; return; }
-      d += `${pen ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)} `;
-      pen = true;
-    });
-    out += `<path class="line" stroke="${s.color}" d="${d}"><title>${esc(s.name)}</title></path>`;
-  }
-  svg.innerHTML = out;
-}
-
-async function drawCharts() {
-  const h = await api("/api/history?minutes=60");
-  // zoom to the part of the hour the crawl has run (at least 5 minutes)
-  const busy = h.t.findIndex((_, i) => h.done[i] || h.admitted[i] || h.queued[i] !== null);
-  const from = busy < 0 ? h.t.length - 30 : Math.min(busy, h.t.length - 30);
-  for (const k of ["t", "done", "pages_per_min", "admitted", "queued", "in_flight", "dead"]) h[k] = h[k].slice(Math.max(0, from));
-  // the server's per-point rate (crawlplug.ops.status.history): the current bucket over the time it covered
-  chart($("#chart-done"), h.t, [{ name: "pages/min", values: h.pages_per_min, color: "#1565c0" }]);
-  chart($("#chart-queue"), h.t, [
-    { name: "queued", values: h.queued, color: "#6a1b9a" },
-    { name: "in flight", values: h.in_flight, color: "#2e7d32" },
-  ]);
-  chart($("#chart-dead"), h.t, [{ name: "dead", values: h.dead, color: "#b3261e" }]);
-}
 
 // -- pages -------------------------------------------------------------------------------
 async function overview(st) {
@@ -132,7 +97,117 @@ async function overview(st) {
     `<tr><td>${esc(n.id)}</td><td class="num">${fmt(n.pages_per_min)}</td><td class="num">${fmt(n.leases)}</td></tr>`));
   if (!overview.charted || Date.now() - overview.charted > 10000) {
     overview.charted = Date.now();
-    await drawCharts();
+    await Charts.draw(api);
+  }
+}
+
+// -- runs: the selects of the Overview, Report and Sites pages ----------------------------
+async function runChoices() {
+  if (runChoices.at && Date.now() - runChoices.at < 5000) return;
+  runChoices.at = Date.now();
+  const r = await api("/api/runs");
+  const label = x => `run ${x.id} (${x.state || "?"}${x.started ? ", " + new Date(x.started).toLocaleString() : ""})`;
+  const fill = (sel, first, pick) => {
+    const keep = sel.value;
+    sel.innerHTML = `<option value="">${first}</option>` + r.runs.filter(pick).slice().reverse()
+      .map(x => `<option value="${x.id}">${esc(label(x))}</option>`).join("");
+    sel.value = [...sel.options].some(o => o.value === keep) ? keep : "";
+  };
+  fill($("#run-select"), "a run…", () => true);
+  // a report of an ended run exists while its node stats are kept (the last 20)
+  const current = r.runs.length ? r.runs[r.runs.length - 1].id : null;
+  document.querySelectorAll("select.run-choice").forEach(sel => fill(sel, "current", x => x.id !== current && r.kept.includes(x.id)));
+}
+
+function reportQuery(sel) { return sel.value ? `?run=${encodeURIComponent(sel.value)}` : ""; }
+
+function reportHead(rep) {
+  const run = rep.run;
+  const from = run.source === "live" ? "the nodes' stats in Redis" : "the node stats kept when it ended";
+  return `run ${run.id ?? "-"} (${run.state}), from ${from}: ${rep.nodes.length} node${rep.nodes.length === 1 ? "" : "s"}`;
+}
+
+function pct(rate) { return rate === null || rate === undefined ? "-" : (rate * 100).toFixed(1) + "%"; }
+function kinds(errors) {
+  return Object.entries(errors).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0])).map(([k, n]) => `${esc(k)} ${fmt(n)}`).join(", ");
+}
+function allRow(r) { return r.node === "all nodes" ? ' class="total"' : ""; }
+
+async function report() {
+  const rep = await api("/api/report" + reportQuery($("#report-run")));
+  $("#report-head").textContent = reportHead(rep);
+  $("#report-note").hidden = !rep.note;
+  $("#report-note").textContent = rep.note || "";
+  rows("report-domains", rep.domains.map(r => `<tr${allRow(r)}><td>${esc(r.node)}</td><td>${esc(r.domain)}</td>
+    <td class="num">${fmt(r.pages)}</td><td class="num">${fmt(r.items)}</td><td class="num">${fmt(r.errors)}</td>
+    <td class="num">${pct(r.success_rate)}</td><td class="num">${r.mean_response_ms === null ? "-" : fmt(Math.round(r.mean_response_ms))}</td>
+    <td class="samples">${kinds(r.errors_by_kind)}</td></tr>`));
+}
+
+async function sites() {
+  const [rep, f, stored] = await Promise.all([api("/api/report" + reportQuery($("#sites-run"))), api("/api/fields"), api("/api/sites")]);
+  $("#sites-head").textContent = reportHead(rep);
+  rows("sites-table", rep.sites.map(r => `<tr${allRow(r)}><td>${esc(r.node)}</td><td>${esc(r.site)}</td>
+    <td class="num">${fmt(r.pages)}</td><td class="num">${fmt(r.items_ok)}</td><td class="num">${fmt(r.items_incomplete)}</td>
+    <td class="num">${fmt(r.errors)}</td><td class="num">${pct(r.success_rate)}</td><td>${esc(Object.keys(r.versions).join(", ") || "-")}</td></tr>`));
+  rows("fields-report", rep.fields.map(r => `<tr${allRow(r)}${r.missing || r.invalid ? ' data-problem="1"' : ""}><td>${esc(r.node)}</td>
+    <td>${esc(r.site)}</td><td>${esc(r.field)}</td><td class="num">${fmt(r.filled)}</td>
+    <td class="num${r.missing ? " bad" : ""}">${fmt(r.missing)}</td><td class="num${r.invalid ? " bad" : ""}">${fmt(r.invalid)}</td>
+    <td class="num">${fmt(r.defaulted)}</td></tr>`));
+  fieldsTable(f);
+  const sel = $("#try-site");
+  const names = stored.sites.map(x => x.name).join(",");
+  if (sel.dataset.names !== names) {  // rebuilt only when the stored definitions change: a choice stays
+    const keep = sel.value;
+    sel.innerHTML = `<option value="">the definition below</option>` + stored.sites.map(x =>
+      `<option value="${esc(x.name)}" data-base="${esc(x.base_url || "")}">${esc(x.name)} (version ${esc(x.version)})</option>`).join("");
+    sel.value = [...sel.options].some(o => o.value === keep) ? keep : "";
+    sel.dataset.names = names;
+  }
+}
+
+function showValue(v) { return v === null || v === undefined ? "null" : esc(JSON.stringify(v)); }
+
+function trialHtml(t) {
+  const p = t.page;
+  let out = `<p class="trial-head">site <b>${esc(t.site)}</b>, definition ${esc(t.version)} from ${esc(t.origin)}:
+    <a href="${esc(p.url)}">${esc(p.url)}</a>, HTTP ${p.status}, ${fmt(p.bytes)} bytes, ${fmt(p.ms)} ms</p>`;
+  if (t.fields) {
+    out += `<table id="try-fields"><thead><tr><th>field</th><th>value</th><th>outcome</th><th>selector</th><th>matched</th></tr></thead><tbody>`;
+    out += t.fields.map(f => `<tr class="${f.outcome === "missing" ? "warn" : ""}" data-field="${esc(f.name)}" data-outcome="${esc(f.outcome)}">
+      <td>${esc(f.name)}${f.required ? " *" : ""}</td><td>${showValue(f.value)}</td>
+      <td>${esc(f.outcome)}${f.why ? ": " + esc(f.why) : ""}</td><td><code>${esc(f.selector)}</code> → ${esc(f.type)}</td>
+      <td class="num">${fmt(f.matched)}</td></tr>`).join("");
+    out += `</tbody></table><p id="try-verdict" class="${t.complete ? "" : "warn"}">` + (t.complete
+      ? "item: complete (every required field has a value)"
+      : `item: INCOMPLETE, ${t.missing.map(m => esc(m) + " is null").join(", ")}; ${t.dropped ? "the crawl drops it" : "the crawl keeps it"}`) +
+      `</p><p class="muted">* required</p>`;
+  }
+  for (const b of t.links) {
+    out += `<h3>links a page of step ${esc(b.step)} follows: ${b.follow.length} requests</h3><ul class="try-links" data-step="${esc(b.step)}">`;
+    out += b.rules.map(r => `<li>rule ${r.rule} (${esc(r.what)}) → step ${esc(r.to)}: ${r.count} links
+      <div class="samples">${r.urls.slice(0, 20).map(esc).join("<br>")}${r.count > 20 ? `<br>… and ${r.count - 20} more` : ""}</div></li>`).join("");
+    out += "</ul>";
+  }
+  return out + `<p class="muted">Nothing was stored: no crawl's state was touched.</p>`;
+}
+
+async function tryDefinition(ev) {
+  ev.preventDefault();
+  const f = new FormData(ev.target);
+  const body = { url: f.get("url"), step: f.get("step") || null, base_url: f.get("base_url") || null };
+  if (f.get("definition").trim()) body.definition = f.get("definition");
+  else body.site = f.get("site");
+  const box = $("#try-result");
+  box.innerHTML = `<p class="muted">fetching ${esc(body.url)} through Scrapy…</p>`;
+  box.dataset.state = "running";
+  try {
+    const t = await api("/api/sites/try", { method: "POST", body: JSON.stringify(body) });
+    box.innerHTML = trialHtml(t);
+    box.dataset.state = "done";
+  } catch (err) {
+    box.innerHTML = `<p class="warn">${esc(err.message)}</p>`;
+    box.dataset.state = "error";
   }
 }
 
@@ -167,8 +242,7 @@ async function domains() {
     <td>${r.at_concurrency ? "at its limit" : "in " + r.ready_in.toFixed(1) + "s"}</td></tr>`));
 }
 
-async function fields() {
-  const f = await api("/api/fields");
+function fieldsTable(f) {
   // problems first (a null required field, an invalid value, an exception), then pages and items
   const bad = r => /^(field\/[^/]+\/(missing|invalid)|errors\/)/.test(r.outcome) ? 0 : 1;
   const sorted = [...f.rows].sort((a, b) => a.site.localeCompare(b.site) || bad(a) - bad(b));
@@ -204,12 +278,15 @@ async function refresh() {
   $("#state").className = "badge" + (st.paused ? " paused" : (st.live_nodes ? "" : " idle"));
   document.querySelectorAll("button.action").forEach(b => { b.disabled = !actions; b.title = actions ? "" : "read-only: no token configured"; });
   const page = (location.hash || "#overview").slice(1);
+  document.body.dataset.page = page;
   try {
+    await runChoices();
     if (page === "overview") await overview(st);
     else if (page === "nodes") nodes(st);
+    else if (page === "report") await report();
+    else if (page === "sites") await sites();
     else if (page === "errors") await errors();
     else if (page === "domains") await domains();
-    else if (page === "fields") await fields();
     else if (page === "dead") await dead();
   } catch (err) {
     say(err.message, true);
@@ -232,6 +309,15 @@ $("#domain-reset").onclick = () => {
   const domain = new FormData($("#domain-form")).get("domain");
   if (domain) act(`/api/domains/${encodeURIComponent(domain)}`, undefined, "DELETE");
 };
+
+$("#try-form").onsubmit = tryDefinition;
+$("#try-site").onchange = ev => {
+  const base = ev.target.selectedOptions[0]?.dataset.base;
+  if (base && !$("#try-form").elements.base_url.value) $("#try-form").elements.base_url.placeholder = `base URL (default ${base})`;
+};
+$("#report-run").onchange = () => refresh();
+$("#sites-run").onchange = () => refresh();
+Charts.init(() => { overview.charted = 0; refresh(); });
 
 show();
 setInterval(refresh, 2000);

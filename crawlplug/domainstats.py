@@ -1,0 +1,98 @@
+"""Each node's numbers per domain, as Scrapy stats: the rows of the node x domain report.
+
+A downloader middleware that the add-on puts next to the engine (order 25: it sees a
+request's outcome once retries and redirects are done with it) and two signals count,
+under ``domain/<host>/``:
+
+=====================================  ===============================================
+``domain/<host>/pages``                responses (any status)
+``domain/<host>/ok``                   responses with a status below 400
+``domain/<host>/latency_ms``           the sum of their download times (ms)
+``domain/<host>/items``                items scraped from its pages
+``domain/<host>/error/<kind>``         ``http/<status>`` (400 and more),
+                                       ``download/<Exception>`` (after the retries),
+                                       ``spider/<Exception>`` (a callback raised)
+=====================================  ===============================================
+
+so that a domain's success rate is ``ok / (pages + download errors)`` and its mean
+response time ``latency_ms / pages`` (crawlplug.ops.report does the sums). With
+:class:`crawlplug.stats.RedisStatsCollector` they reach Redis with the node's other
+stats, every CRAWLPLUG_STATS_INTERVAL seconds: no round trip of their own. A node
+counts at most CRAWLPLUG_REPORT_DOMAINS hosts by name; pages of further hosts count
+under ``(other)``, so a broad crawl cannot grow its stats without bound.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, Spider, signals
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import Response
+from scrapy.utils.httpobj import urlparse_cached
+
+from .config import setting
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+__all__ = ["OTHER", "PREFIX", "DomainStatsMiddleware"]
+
+PREFIX = "domain/"
+#: Where the hosts past CRAWLPLUG_REPORT_DOMAINS are counted.
+OTHER = "(other)"
+
+
+class DomainStatsMiddleware:
+    """Counts pages, items, errors and download time per host (see the module docstring)."""
+
+    def __init__(self, crawler: Crawler, max_domains: int) -> None:
+        self.stats = crawler.stats
+        self.max_domains = max_domains
+        self.domains: set[str] = set()
+        crawler.signals.connect(self.item_scraped, signal=signals.item_scraped)
+        crawler.signals.connect(self.spider_error, signal=signals.spider_error)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> DomainStatsMiddleware:
+        return cls(crawler, int(setting(crawler.settings, "CRAWLPLUG_REPORT_DOMAINS", "getint")))
+
+    def domain(self, target: Request | Response) -> str:
+        """The host counted for ``target``; OTHER once this node counts max_domains of them."""
+        host = (urlparse_cached(target).hostname or "").lower() or "(none)"
+        if host in self.domains:
+            return host
+        if len(self.domains) >= self.max_domains:
+            return OTHER
+        self.domains.add(host)
+        return host
+
+    def _inc(self, domain: str, what: str, count: int = 1) -> None:
+        self.stats.inc_value(f"{PREFIX}{domain}/{what}", count)
+
+    # -- the downloader's side ---------------------------------------------------------
+    def process_response(self, request: Request, response: Response, spider: Spider | None = None) -> Response:
+        domain = self.domain(response)
+        self._inc(domain, "pages")
+        if response.status < 400:
+            self._inc(domain, "ok")
+        else:
+            self._inc(domain, f"error/http/{response.status}")
+        latency = request.meta.get("download_latency")
+        if isinstance(latency, (int, float)) and latency >= 0:
+            self._inc(domain, "latency_ms", round(latency * 1000))
+        return response
+
+    def process_exception(self, request: Request, exception: BaseException, spider: Spider | None = None) -> None:
+        if isinstance(exception, IgnoreRequest):
+            return  # filtered (robots.txt, offsite), not a failed download
+        self._inc(self.domain(request), f"error/download/{type(exception).__name__}")
+
+    # -- the spider's side ---------------------------------------------------------------
+    def item_scraped(self, item: Any, response: Response | None, spider: Spider) -> None:
+        if isinstance(response, Response):
+            self._inc(self.domain(response), "items")
+
+    def spider_error(self, failure: Any, response: Response | None, spider: Spider) -> None:
+        if isinstance(response, Response):
+            self._inc(self.domain(response), f"error/spider/{type(failure.value).__name__}")

@@ -1,0 +1,158 @@
+"""Trying a site definition on one page (crawlplug.sites.trial, crawlplug.sites.fetch,
+`crawlplug sites try`, POST /api/sites/try): the fields it extracts and why a required one
+is missing, and the links each discovery step would follow; no crawl's state touched.
+
+The first tests apply definitions to pages of the demo shop and the demo cars rendered in
+this process; the others fetch pages the tests serve, through Scrapy, in real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from scrapy.http import HtmlResponse
+from starlette.testclient import TestClient
+
+from crawlplug.demo.cars import DemoCars
+from crawlplug.demo.shop import DemoShop
+from crawlplug.errors import ConfigError
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.sites.definition import load_file, validate
+from crawlplug.sites.extract import CompiledSite
+from crawlplug.sites.store import SiteStore
+from crawlplug.sites.trial import explain
+from crawlplug.web import create_app
+
+from .support.nodes import ROOT
+from .support.trialproject import MARK, trial_project
+
+SHOP_YAML = ROOT / "spiders" / "sites" / "shop.yaml"
+CARS_YAML = ROOT / "spiders" / "sites" / "cars.yaml"
+CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
+TOKEN = "trial-token-0123456789"
+#: the shop's definition with a required field whose selector matches nothing (sku) and one
+#: whose text does not convert (price as an integer: "123.02")
+BAD = {**yaml.safe_load(SHOP_YAML.read_text()), "name": "shopbad"}
+BAD["fields"] = {**BAD["fields"], "sku": {"css": "span.no-such-class::text", "required": True},
+                 "price": {**BAD["fields"]["price"], "type": "int"}}  # fmt: skip
+
+
+def page(site: object, path: str, base: str = "http://shop.test") -> HtmlResponse:
+    status, body = site.render(path)  # type: ignore[attr-defined]
+    assert status == 200
+    return HtmlResponse(base + path, body=body, encoding="utf-8")
+
+
+# -- a page already fetched ---------------------------------------------------------------------
+
+
+def test_the_fields_of_a_page_and_why_one_is_missing():
+    shop = DemoShop(items=50)
+    response = page(shop, "/item/3/")
+    result = explain(validate(BAD), response)
+    fields = {f["name"]: f for f in result["fields"]}
+    truth = shop.item(3)
+    assert fields["name"]["outcome"] == "filled" and fields["name"]["value"] == truth["name"]
+    assert fields["sku"] == {**fields["sku"], "outcome": "missing", "matched": 0, "why": "the selector matched nothing"}
+    price = fields["price"]
+    assert price["outcome"] == "missing" and price["matched"] == 1
+    assert price["why"] == (f"matched 1, but the value was refused: Input should be a valid integer, unable to parse "
+                            f"string as an integer: '{truth['price']:.2f}'")  # fmt: skip
+    assert result["complete"] is False and result["missing"] == ["price", "sku"] and result["dropped"] is True
+    # the very item and outcomes a site spider gets from the page
+    crawl = CompiledSite(validate(BAD), "", "").extract(response)
+    assert result["item"] == crawl.item and result["missing"] == crawl.missing
+
+
+def test_a_default_says_why_and_each_step_shows_its_links():
+    cars = DemoCars()
+    on_request = next(p for p, m in cars.truth().items() if m["price"] is None)
+    site, _ = load_file(CARS_YAML)
+    result = explain(site, page(cars, on_request))
+    price = next(f for f in result["fields"] if f["name"] == "price")
+    assert price["outcome"] == "defaulted" and price["why"] == "matched 1, but the value was refused: map turns " \
+                                                               "'on request' into null"
+    assert result["complete"] and [b["step"] for b in result["links"]] == ["brand", "series"]
+
+    shop = DemoShop(items=300)  # 30 items a category: two list pages
+    listing = explain(load_file(SHOP_YAML)[0], page(shop, "/category/2/"), step="list")
+    assert listing["fields"] is None, "a list page: no fields"
+    [block] = listing["links"]
+    items = [f"http://shop.test/item/{i}/" for i in shop.category_items(2)[:shop.per_page]]
+    assert [r["urls"] for r in block["rules"]] == [items, ["http://shop.test/category/2/page/2/"]]
+    assert [(x["url"], x["step"]) for x in block["follow"]] == [(u, "item") for u in items] + [
+        ("http://shop.test/category/2/page/2/", "list")]
+    with pytest.raises(ConfigError, match="has no step 'detail' \\(steps: list, item\\)"):
+        explain(load_file(SHOP_YAML)[0], page(shop, "/category/2/"), step="detail")
+
+
+# -- through Scrapy, in real processes -----------------------------------------------------------
+
+
+def run_try(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CRAWLPLUG, "sites", "try", *args], cwd=project, capture_output=True, text=True, timeout=120,
+                          env={"PATH": str(Path(sys.executable).parent), "HOME": str(project)})  # fmt: skip
+
+
+def test_sites_try_fetches_with_the_projects_settings_and_touches_no_crawl(project_copy, shop, r, redis_url):
+    project = trial_project(project_copy, redis_url)
+    bad = project / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**BAD, "base_url": shop.url}))
+    res = run_try(project, str(bad), "/item/3/")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("site 'shopbad', definition ") and f"tried on {shop.url}/item/3/: HTTP 200" in lines[0]
+    truth = shop.shop.item(3)
+    assert f"  name      {truth['name'] + MARK!r}" in lines, "the page came through the project's middleware"
+    assert "  sku       MISSING (required): the selector matched nothing" in lines
+    assert any(line.startswith("  price     MISSING (required): matched 1, but the value was refused: Input should "
+                               "be a valid integer") for line in lines)  # fmt: skip
+    assert "item: INCOMPLETE, price is null, sku is null; the crawl drops it (incomplete_items: drop)" in lines
+    assert lines[-1] == "(nothing was stored: no crawl's state was touched)"
+    assert r.dbsize() == 0, "the project's crawlplug (REDIS_URL set) wrote nothing: the trial runs without it"
+    assert not (project / ".crawlplug").exists(), "nor started an embedded Redis"
+
+    listing = run_try(project, str(SHOP_YAML), f"{shop.url}/category/1/", "--step", "list", "--json")
+    assert listing.returncode == 0, listing.stderr
+    got = json.loads(listing.stdout)
+    assert got["page"]["status"] == 200 and got["fields"] is None
+    follow = [x["url"] for x in got["links"][0]["follow"]]
+    assert follow[:-1] == [f"{shop.url}/item/{i}/" for i in shop.shop.category_items(1)[:shop.shop.per_page]]
+    assert follow[-1] == f"{shop.url}/category/1/page/2/"
+    assert r.dbsize() == 0
+
+    down = run_try(project, str(bad), "http://127.0.0.1:9/item/1/", "--timeout", "5")
+    assert down.returncode == 1 and "crawlplug: error: could not fetch http://127.0.0.1:9/item/1/: " in down.stderr
+    wrong = run_try(project, str(bad), "/item/1/", "--step", "detail")
+    assert wrong.returncode == 1 and "has no step 'detail' (steps: list, item)" in wrong.stderr
+    broken = project / "broken.yaml"
+    broken.write_text(yaml.safe_dump({**BAD, "steps": []}))
+    invalid = run_try(project, str(broken), f"{shop.url}/item/1/")
+    assert invalid.returncode == 1 and f"invalid site definition {broken}:" in invalid.stderr
+
+
+def test_the_dashboard_tries_a_stored_definition(shop, r):
+    SiteStore(r).put({**BAD, "base_url": shop.url}, "bad.yaml")
+    app = TestClient(create_app(r, CrawlKeys("site-shopbad"), TOKEN), base_url="http://127.0.0.1")
+    body = {"site": "shopbad", "url": "/item/5/"}
+    assert app.post("/api/sites/try", json=body).status_code == 401, "fetching a URL is an action: the token"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    res = app.post("/api/sites/try", json=body, headers=auth)
+    assert res.status_code == 200, res.text
+    got = res.json()
+    assert got["origin"].startswith("Redis (version ") and got["page"]["url"] == f"{shop.url}/item/5/"
+    assert {f["name"]: f["outcome"] for f in got["fields"]}["sku"] == "missing"
+    listed = app.get("/api/sites").json()["sites"]
+    assert [(s["name"], s["base_url"]) for s in listed] == [("shopbad", shop.url)]
+    for bad_body, said in (({"site": "nope", "url": "/x"}, "no site 'nope' stored in Redis (stored: shopbad)"),
+                           ({"definition": "name: [", "url": "/x"}, "not valid YAML/JSON"),
+                           ({"site": "shopbad"}, "which page? give its url")):  # fmt: skip
+        res = app.post("/api/sites/try", json=bad_body, headers=auth)
+        assert res.status_code == 400 and said in res.json()["error"], res.text
+    res = app.post("/api/sites/try", json={"definition": yaml.safe_dump({**BAD, "steps": []}), "url": "/x"}, headers=auth)
+    assert res.status_code == 400 and "invalid site definition the definition given:" in res.json()["error"]
