@@ -165,7 +165,10 @@ class RedisSetDupeFilter(BaseDupeFilter):
             raise RuntimeError(f"{type(self).__name__} is not open: the scheduler opens it (open()), "
                                "or crawlplug's Scheduler binds it")  # fmt: skip
         arg = self.argument(request)
-        where = route(request, self._router.domain(request)) if self._router is not None else ""
+        # routed as admission routes it (the queue of open(), else the bound frontier's), so a
+        # sharded crawl checks the shard its admission uses
+        router = self._router if self._router is not None else frontier.queue
+        where = route(request, router.domain(request))
         try:
             flags = frontier.record_seen([(arg, where)])
         except REDIS_ERRORS as exc:
