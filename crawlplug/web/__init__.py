@@ -43,11 +43,13 @@ from ..frontier import runstats
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_domains, open_frontier
 from ..frontier.store import redis_ms
-from ..ops import dead, status
+from ..ops import alerts as crawl_alerts
+from ..ops import dead, metrics, status
 from ..ops import history as crawl_history
 from ..ops import report as run_report
 from ..ops.jobs import annotate_nodes
 from ..sites import outcomes as site_fields
+from . import alerting
 from . import sites as site_pages
 
 logger = logging.getLogger(__name__)
@@ -80,6 +82,9 @@ API = {
     "GET /api/fields": "extraction outcomes per site, step and field (Scrapy stats named site/<site>/...), "
                        "also as rows with a label ('price is null')",
     "GET /api/dead?n=50": "the newest dead letters: index, url, reason, time, deliveries",
+    "GET /api/alerts?n=20": "the crawl's alert rules with their state (ok, pending, firing), the active ones, and "
+                            "the recent events (fired, cleared)",
+    "GET /metrics": "the crawl's Prometheus metrics (text exposition format; docs/metrics.md)",
     "POST /api/pause": "pause the crawl (token)",
     "POST /api/resume": "resume the crawl (token)",
     "POST /api/domains/{domain}": 'set a domain\'s limits: {"delay": s, "concurrency": n} ("*" = default) (token)',
@@ -94,11 +99,13 @@ API = {
 class Dashboard:
     """The routes of one crawl's dashboard."""
 
-    def __init__(self, client: redis.Redis, keys: CrawlKeys, token: str | None = None, redis_label: str = "") -> None:
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, token: str | None = None, redis_label: str = "",
+                 top_domains: int = metrics.TOP_DOMAINS) -> None:  # fmt: skip
         self.client = client
         self.keys = keys
         self.token = token or None
         self.redis_label = redis_label
+        self.metrics = metrics.registry(client, lambda: [keys], top_domains)
 
     # -- helpers -----------------------------------------------------------------
     def _authorized(self, request: Request) -> JSONResponse | None:
@@ -207,6 +214,14 @@ class Dashboard:
         total = dead.dead_count(self.client, self.keys)
         return JSONResponse({"total": total, "rows": dead.dead_rows(self.client, self.keys, -n, -1)})
 
+    def alerts(self, request: Request) -> JSONResponse:
+        return JSONResponse(crawl_alerts.view(self.client, self.keys, self._int(request, "n", 20, 1, 200)))
+
+    def prometheus(self, request: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest  # noqa: PLC0415
+
+        return Response(generate_latest(self.metrics), media_type=CONTENT_TYPE_LATEST)
+
     # -- actions ----------------------------------------------------------------------
     def pause(self, request: Request) -> JSONResponse:
         denied = self._authorized(request)
@@ -276,6 +291,8 @@ class Dashboard:
             Route("/api/domains", self.domains),
             Route("/api/fields", self.fields),
             Route("/api/dead", self.dead),
+            Route("/api/alerts", self.alerts),
+            Route("/metrics", self.prometheus),
             Route("/api/pause", self.pause, methods=["POST"]),
             Route("/api/resume", self.resume, methods=["POST"]),
             Route("/api/domains/{domain}", self.set_domain, methods=["POST", "DELETE"]),
@@ -360,11 +377,14 @@ def create_app(
     redis_label: str = "",
     *,
     hosts: Iterable[str] | None = None,
+    top_domains: int = metrics.TOP_DOMAINS,
+    alerts_link: str | None = None,
 ) -> Starlette:
     """The dashboard of crawl ``keys`` on ``client``; it answers requests whose Host header
     is one of ``hosts`` (patterns as :func:`allowed_hosts` gives them; default: loopback
-    names only), others get 400."""
-    dash = Dashboard(client, keys, token, redis_label)
+    names only), others get 400. ``alerts_link`` (the dashboard's own address): while the
+    app runs it evaluates the crawl's alert rules too, when it leads them (crawlplug.web.alerting)."""
+    dash = Dashboard(client, keys, token, redis_label, top_domains)
 
     async def redis_down(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": f"Redis error: {exc}"}, status_code=503)
@@ -374,4 +394,5 @@ def create_app(
         routes=dash.routes(),
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=trusted, www_redirect=False)],
         exception_handlers={redis.RedisError: redis_down},
+        lifespan=alerting.lifespan(client, keys, alerts_link),
     )
