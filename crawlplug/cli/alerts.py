@@ -20,7 +20,7 @@ from ..frontier import alerts as stored
 from ..frontier.keys import CrawlKeys
 from ..ops import alerts
 from ..ops.control import utc
-from .common import connect, crawl_keys, fail, friendly_errors, main, options, shared_options
+from .common import connect, crawl_keys, create_if_new, fail, friendly_errors, main, options, shared_options
 
 
 @main.group("alerts")
@@ -61,6 +61,8 @@ def alerts_add(redis_url: str | None, crawl: str | None, name: str | None, when:
     target = connect(opts)
     have = stored.rules(target.client, keys)
     rule = alerts.make_rule(rule_name or _free_name(have), when, list(notify), cooldown)
+    if create_if_new(target, keys):
+        click.echo(f"crawl {keys.crawl!r} is new: created it")
     new = stored.put(target.client, keys, rule)
     where = f"notifying {len(notify)} URL{'s' if len(notify) != 1 else ''}" if notify else "recorded only (no --notify)"
     click.echo(f"{'added' if new else 'replaced'} alert rule {rule['id']!r} of crawl {keys.crawl!r}: "

@@ -237,7 +237,8 @@ def step(state: dict[str, Any], holds: bool, now_ms: int, for_ms: int,
         if current == "ok":
             new.update(state="pending", since=now_ms)
             current = "pending"
-        if current == "pending" and now_ms - int(new.get("since") or now_ms) >= for_ms:
+        since = new.get("since")
+        if current == "pending" and now_ms - (since if isinstance(since, int) else now_ms) >= for_ms:
             last = new.get("announced_ms")
             quiet = isinstance(last, int) and now_ms - last < cooldown_ms
             new.update(state="firing", fired_ms=now_ms, quiet=quiet)
@@ -261,7 +262,7 @@ class Evaluator:
         self.owner = owner
         self.prefix = prefix
         self.lease_ms = lease_ms
-        self.dashboard_url = dashboard_url.rstrip("/")
+        self.dashboard_url = dashboard_url
         #: only these crawls (a dashboard: its own), else every crawl with rules
         self.only = crawls
         self.leads: dict[str, Leadership] = {}
