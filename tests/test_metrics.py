@@ -4,6 +4,8 @@ own parser and checked against what Redis holds."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 
@@ -124,3 +126,14 @@ def test_metrics_scraped_during_a_real_crawl_agree_with_redis(redis_url, r: redi
         dash.stop()
         for node in nodes:
             node.kill()
+
+
+def test_the_grafana_dashboard_and_the_docs_use_the_names_served():
+    root = Path(__file__).resolve().parent.parent
+    served = {name + ("_total" if kind == "counter" else "") for name, (kind, _) in metrics.METRICS.items()}
+    grafana = json.loads((root / "docs" / "grafana-dashboard.json").read_text())
+    used = {name for panel in grafana["panels"] for target in panel["targets"]
+            for name in re.findall(r"crawlplug_[a-z_]+", target["expr"])}  # fmt: skip
+    assert used and used <= served, used - served
+    documented = set(re.findall(r"`(crawlplug_[a-z_]+)`", (root / "docs" / "metrics.md").read_text()))
+    assert documented == served

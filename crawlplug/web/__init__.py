@@ -84,7 +84,6 @@ API = {
     "GET /api/dead?n=50": "the newest dead letters: index, url, reason, time, deliveries",
     "GET /api/alerts?n=20": "the crawl's alert rules with their state (ok, pending, firing), the active ones, and "
                             "the recent events (fired, cleared)",
-    "GET /metrics": "the crawl's Prometheus metrics (text exposition format; docs/metrics.md)",
     "POST /api/pause": "pause the crawl (token)",
     "POST /api/resume": "resume the crawl (token)",
     "POST /api/domains/{domain}": 'set a domain\'s limits: {"delay": s, "concurrency": n} ("*" = default) (token)',
