@@ -100,6 +100,8 @@ def test_alerts_add_list_delete_and_bad_input_stores_nothing(redis_url, r, recei
     assert list(stored.rules(r, KEYS)) == ["rule1"]
     res = cli(redis_url, "alerts", "list", "--json")
     assert res.exit_code == 0 and json.loads(res.output)["shop"]["rules"][0]["state"] == "ok"
+    assert json.loads(res.output)["shop"]["rules"][0]["notify"] == ["json://..."]  # tokens are not shown
+    assert str(receiver.port) not in res.output
     res = cli(redis_url, "alerts", "delete", "shop", "nosuch")
     assert res.exit_code != 0 and "has no alert rule 'nosuch' (it has: rule1)" in res.output
     res = cli(redis_url, "alerts", "delete", "shop", "rule1")

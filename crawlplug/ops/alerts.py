@@ -351,13 +351,21 @@ class Evaluator:
                                    "(see Apprise's log above)", keys.crawl, rule_id)  # fmt: skip
 
 
+def masked(url: str) -> str:
+    """An Apprise URL as views show it: its scheme only (the rest holds tokens, passwords)."""
+    scheme, sep, _ = url.partition("://")
+    return f"{scheme}://..." if sep else "..."
+
+
 def view(client: redis.Redis, keys: CrawlKeys, n: int = 20) -> dict[str, Any]:
-    """The crawl's rules with their states (active: firing or pending) and its recent events."""
+    """The crawl's rules with their states and the firing ones (``active``), and its recent
+    events; notification URLs masked (:func:`masked`): the dashboard shows this to anyone."""
     states = stored.states(client, keys)
     rows = []
     for rule_id, rule in stored.rules(client, keys).items():
         state = states.get(rule_id, {})
-        rows.append({**rule, "state": state.get("state", "ok"), "since_ms": state.get("since"),
+        shown = {**rule, "notify": [masked(u) for u in rule.get("notify") or []]}
+        rows.append({**shown, "state": state.get("state", "ok"), "since_ms": state.get("since"),
                      "fired_ms": state.get("fired_ms"), "value": state.get("value"),
                      "checked_ms": state.get("checked_ms")})  # fmt: skip
     return {"rules": rows, "active": [r for r in rows if r["state"] == "firing"],
