@@ -28,6 +28,8 @@ ADDON_COMPONENTS = (
     ("EXTENSIONS", "crawlplug.scrapydjob.ScrapydJob", 500),
     # the node's own /metrics (on only with CRAWLPLUG_METRICS_PORT; crawlplug.ops.metrics)
     ("EXTENSIONS", "crawlplug.ops.nodemetrics.NodeMetrics", 510),
+    # alert rules declared in the settings, stored at start (on only with CRAWLPLUG_ALERTS)
+    ("EXTENSIONS", "crawlplug.ops.alertrules.SettingsRules", 520),
 )
 
 

@@ -339,6 +339,11 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Domains with a label of their own in the metrics (the most requests leased so far); the rest are "
         "summed under domain=\"other\" (`crawlplug control --top-domains`, the dashboard's /metrics).",
     ),
+    "CRAWLPLUG_ALERTS": (
+        [],
+        "Alert rules every node stores in Redis when it starts, as `crawlplug alerts add` would: a list of "
+        "{\"name\", \"when\", \"notify\": [URL...], \"cooldown\"} (JSON text with -s); a bad one is logged and left out.",
+    ),
     "CRAWLPLUG_ALERT_COOLDOWN": (
         300.0,
         "Seconds after an alert's notification during which a new episode of the same rule is recorded "

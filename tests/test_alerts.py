@@ -189,3 +189,24 @@ def test_every_node_killed_alerts_once_through_the_control_process(redis_url, r,
     finally:
         control.stop()
     assert "evaluating the alert rules of crawl 'shop'" in control.text()
+
+
+@pytest.mark.e2e
+def test_rules_in_the_settings_are_stored_by_the_nodes_and_a_bad_one_is_left_out(redis_url, r, crawl, make_shop,
+                                                                                  receiver):  # fmt: skip
+    shop = make_shop(items=5)
+    rules = [{"name": "nodes", "when": "silent_nodes > 0 for 30s", "notify": receiver.apprise_url(), "cooldown": 60},
+             {"name": "typo", "when": "eror_rate > 0.2"}]  # fmt: skip
+    settings = {"CRAWLPLUG_ALERTS": json.dumps(rules), "CRAWLPLUG_IDLE_CLOSE": 0.5, "REDIS_URL": redis_url}
+    first = crawl(args={"base_url": shop.url}, settings=settings)
+    assert first.wait(60) == 0, first.text()[-2000:]
+    assert stored.rules(r, KEYS) == {"nodes": {"id": "nodes", "when": "silent_nodes > 0 for 30s",
+                                               "notify": [receiver.apprise_url()], "cooldown": 60.0}}  # fmt: skip
+    assert "alert rule left out (CRAWLPLUG_ALERTS): no metric 'eror_rate'" in first.text()
+    assert "'crawlplug/alert_rules_invalid': 1" in first.text()
+    # a node that starts again with the same rule keeps its state (a firing rule is not reset)
+    r.hset(KEYS.alertstate, "nodes", json.dumps({"state": "firing", "fired_ms": 1}))
+    second = crawl(args={"base_url": shop.url}, settings=settings)
+    assert second.wait(60) == 0, second.text()[-2000:]
+    assert stored.states(r, KEYS)["nodes"]["state"] == "firing"
+    assert "1 alert rules of CRAWLPLUG_ALERTS in crawl 'shop' (0 new or changed)" in second.text()
