@@ -80,6 +80,37 @@ def test_an_episode_fires_once_and_clears_once_and_the_cooldown_keeps_a_new_one_
     assert event == "fired" and state["quiet"] is False
 
 
+def test_each_metric_is_computed_from_the_crawl_in_redis(r):
+    now = int(r.time()[0]) * 1000
+    r.hset(KEYS.stats, "acked", 10)
+    r.hset(KEYS.crawlstats, mapping={"downloader/exception_count": 2, "downloader/response_status_count/404": 1,
+                                     "downloader/response_status_count/200": 9, "site/shop/field/price/missing": 1,
+                                     "site/shop/field/price/filled": 3})  # fmt: skip
+    r.hset(KEYS.run, mapping={"id": 1, "state": "limit", "started": now - 120_000, "epoch": "e"})
+    r.zadd(KEYS.queue, {"1": 0})  # work queued, and no request finished in the hour
+    r.rpush(KEYS.dead, *["{}"] * 3)
+    r.hset(KEYS.series, f"x:{(now - 30_000) // 10_000}", 1)  # a heartbeat saw 1 dead letter 30 s ago
+    snap = alerts.status.snapshot(r, KEYS, history_minutes=1)
+
+    def value(metric: str, arg: str | None = None) -> float | None:
+        return alerts.METRICS[metric][2](r, KEYS, snap, arg)
+
+    assert value("error_rate") == 0.3  # (2 exceptions + one 404) / 10 done
+    assert value("null_rate", "shop.price") == 0.25 and value("null_rate", "shop.name") == 0.0
+    assert value("limit_reached") == 1.0
+    assert 2.0 <= value("no_progress_minutes") < 2.2  # since the run started
+    assert value("dead_letters_growth") == 2.0
+    assert value("silent_nodes") == 0.0
+    assert value("redis_memory_percent") == 0.0  # no maxmemory on the suite's Redis
+    r.delete(KEYS.queue)
+    idle = alerts.status.snapshot(r, KEYS, history_minutes=1)
+    assert alerts.METRICS["no_progress_minutes"][2](r, KEYS, idle, None) == 0.0  # nothing queued: no stall
+    r.hset(KEYS.run, "state", "finished")
+    assert alerts.METRICS["limit_reached"][2](r, KEYS, alerts.status.snapshot(r, KEYS), None) == 0.0
+    r.delete(KEYS.crawlstats)
+    assert alerts.METRICS["error_rate"][2](r, KEYS, alerts.status.snapshot(r, KEYS), None) is None  # no stats: unknown
+
+
 # -- the CLI, against a real Redis ------------------------------------------------------------------
 
 

@@ -190,10 +190,10 @@ def control(redis_url: str | None, crawl: str | None, tick: float, lease: float,
     if metrics_port is not None:
         from prometheus_client import start_http_server  # noqa: PLC0415
 
-        from ..frontier.registry import known_crawls  # noqa: PLC0415
+        from ..frontier.registry import registered_crawls  # noqa: PLC0415
         from ..ops.metrics import registry  # noqa: PLC0415
 
-        reg = registry(target.client, lambda: [CrawlKeys(c) for c in known_crawls(target.client)], top_domains)
+        reg = registry(target.client, lambda: [CrawlKeys(c) for c in registered_crawls(target.client)], top_domains)
         try:
             server, _ = start_http_server(metrics_port, metrics_host, registry=reg)
         except OSError as exc:
