@@ -57,11 +57,12 @@ def test_top_domains_keeps_n_and_sums_the_rest_as_other():
 @pytest.mark.e2e
 def test_metrics_scraped_during_a_real_crawl_agree_with_redis(redis_url, r: redis.Redis, crawl, make_shop,
                                                               tmp_path: Path):  # fmt: skip
-    shop = make_shop(items=120, delay=0.1)
+    shop = make_shop(items=400, delay=0.1)  # ~10 s of crawling: still running when it is paused
     node_port = free_port()
     settings = {"CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_IDLE_CLOSE": 2, "CONCURRENT_REQUESTS": 2,
                 "STATS_CLASS": "crawlplug.stats.RedisStatsCollector", "REDIS_URL": redis_url,
-                "CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue", "STATS_DUMP": False}  # fmt: skip
+                "CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue", "STATS_DUMP": False,
+                "CRAWLPLUG_STATS_INTERVAL": 0.5}  # fmt: skip
     nodes = [crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_METRICS_PORT": node_port}),
              crawl(args={"base_url": shop.url}, settings=settings)]  # fmt: skip
     wait_for(lambda: int(r.hget(KEYS.stats, "acked") or 0) >= 10, 60, "pages crawled")
@@ -82,7 +83,7 @@ def test_metrics_scraped_during_a_real_crawl_agree_with_redis(redis_url, r: redi
             acked = int(r.hget(KEYS.stats, "acked") or 0)
             per_node = sum(int(r.hget(KEYS.node(n), "acked") or 0) for n in (x.decode() for x in r.zrange(KEYS.nodes, 0, -1)))
             items = sum(int(s.get("item_scraped_count", 0)) for s in node_stats(r, KEYS).values())
-            return acked == per_node and items == int(r.hget(KEYS.crawlstats, "item_scraped_count") or 0)
+            return acked == per_node and 0 < items == int(r.hget(KEYS.crawlstats, "item_scraped_count") or 0)
 
         wait_for(settled, 20, "the nodes' heartbeats and stats to catch up")
         wait_for(lambda: open_frontier(r, KEYS).status()["nodes"] and all(
