@@ -1,6 +1,8 @@
 """End to end: a dashboard with no control process evaluates its crawl's alert rules
 (it leads them), the alert reaches a real webhook receiver once, /api/alerts reports it,
-and the Alerts page in headless Chromium shows the firing rule and the recent event."""
+and the Alerts page in headless Chromium shows the firing rule and the recent event
+(a screenshot for the docs: tests/artifacts/dashboard-alerts.png; CRAWLPLUG_UPDATE_SCREENSHOT=1
+also replaces docs/dashboard-alerts.png)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.registry import register
 from crawlplug.ops import alerts
 
-from .support.browser import browser, fresh, severe_logs, skip_without_chromium, until
+from .support.browser import browser, fresh, screenshot, severe_logs, skip_without_chromium, until
 from .support.dashboardproc import start_dashboard, wait_for
 from .support.webhook import WebhookReceiver
 
@@ -58,6 +60,7 @@ def test_the_dashboard_evaluates_alerts_and_shows_them(fresh_redis, receiver, br
         assert cells[1:5] == ["memory", "fired", str(got["events"][0]["value"]), "sent"]
         assert "redis_memory_percent > 0 for 1s" in browser.find_element(By.ID, "alerts-table").text
         assert severe_logs(browser) == []
+        screenshot(browser, "dashboard-alerts")
     finally:
         dash.stop()
         client.close()
