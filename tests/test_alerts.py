@@ -188,6 +188,24 @@ def test_one_leader_sends_each_change_once_and_a_deposed_one_writes_nothing(fres
     client.close()
 
 
+def test_a_corrupt_alert_log_is_reported_and_the_other_crawls_still_alert(fresh_redis, receiver, caplog):
+    client = redis.Redis.from_url(fresh_redis.url)
+    other = CrawlKeys("books")
+    _memory_rule(client, receiver, cooldown=0)
+    stored.put(client, other, alerts.make_rule("memory", "redis_memory_percent > 0", [receiver.apprise_url("books")]))
+    client.set(KEYS.alertlog, "not a list")  # written by hand
+    client.config_set("maxmemory", 1 << 30)
+    evaluator = alerts.Evaluator(client, "one")
+    evaluator.tick()
+    evaluator.tick()
+    wait_for(receiver.bodies, 10, "the other crawl's alert")
+    time.sleep(0.3)
+    assert [path for path, _ in receiver.received] == ["/books"]
+    assert "the rules of crawl 'shop' not evaluated" in caplog.text and "alertlog" in caplog.text
+    assert client.get(KEYS.alertlog) == b"not a list" and "memory" not in stored.states(client, KEYS)
+    client.close()
+
+
 # -- real control process, real nodes, SIGKILL (e2e) ----------------------------------------------------
 
 

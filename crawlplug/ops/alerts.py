@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 
-from ..errors import REDIS_ERRORS, ConfigError
+from ..errors import REDIS_ERRORS, ConfigError, CrawlplugError
 from ..frontier import alerts as stored
 from ..frontier.keys import CrawlKeys
 from ..frontier.schedules import Leadership
@@ -287,7 +287,11 @@ class Evaluator:
                 logger.info("crawlplug alerts %s: evaluating the alert rules of crawl %r (fence %d)", self.owner,
                             crawl, lead.fence)  # fmt: skip
             if lead.fence:
-                self.evaluate(lead)
+                try:
+                    self.evaluate(lead)
+                except CrawlplugError as exc:  # a corrupt key (written by hand): this crawl only, said once
+                    self._once(f"{crawl}/error", "crawlplug alerts: the rules of crawl %r not evaluated: %s", crawl,
+                               exc)  # fmt: skip
 
     def release(self) -> None:
         for lead in self.leads.values():
