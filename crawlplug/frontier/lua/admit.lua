@@ -54,7 +54,7 @@
 -- the requests flags covers are done, no ack was made; call again with the
 -- rest of the batch (and the acks) and the new layer's keys.
 --
--- uses: guard epoch leases domains bloom   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard epoch leases domains bloom dedup   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local seen, queue, requests, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases, leased, deliveries, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -106,34 +106,10 @@ do
 end
 -- ---- end of the checks ----
 
--- -- time-limited dedup --------------------------------------------------------
-local now = 0
-local default_ttl = 0
-local function ttl_add(dkey)
-  local sep = string.find(dkey, ":", 1, true)
-  local ttl = tonumber(string.sub(dkey, 1, sep - 1)) or default_ttl
-  local fp = string.sub(dkey, sep + 1)
-  local expiry = tonumber(redis.call("ZSCORE", seen, fp) or "0")
-  if expiry > now then return 0 end
-  redis.call("ZADD", seen, now + ttl, fp)
-  return 1
-end
 
-if mode == "bloom" then
-  local again = bloom_setup(param, 15)
+do -- the dedup mode's state (dedup.lua; the Bloom filter's keys from KEYS[15])
+  local again = dedup_prepare(mode, param, seen, 15)
   if again then return again end
-  bloom_start()
-elseif mode == "bf" then
-  -- native Bloom filter (RedisBloom / Redis 8): reserved on first use
-  if redis.call("EXISTS", seen) == 0 then
-    local err, cap = string.match(param, "^(%S+) (%d+)$")
-    redis.call("BF.RESERVE", seen, err, cap, "EXPANSION", 2)
-  end
-elseif mode == "ttl" then
-  now = redis_now_ms()
-  default_ttl = tonumber(param)
-  -- forget what expired; each fingerprint is removed once, so this is amortised O(log n)
-  redis.call("ZREMRANGEBYSCORE", seen, "-inf", now)
 end
 
 local flags = {}
@@ -146,18 +122,10 @@ while i + 3 <= NARGV do
   local dkey, score, payload, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local new = 1
   if dkey ~= "" then
-    if mode == "set" then
-      new = redis.call("SADD", seen, dkey)
-    elseif mode == "bloom" then
-      new = bloom_add(dkey)
-      if new == nil then
-        partial = true -- the filter needs a layer whose keys we were not given
-        break
-      end
-    elseif mode == "bf" then
-      new = redis.call("BF.ADD", seen, dkey)
-    elseif mode == "ttl" then
-      new = ttl_add(dkey)
+    new = dedup_add(dkey)
+    if new == nil then
+      partial = true -- the Bloom filter needs a layer whose keys we were not given
+      break
     end
   end
   if new == 1 and payload == "" then
