@@ -8,6 +8,7 @@ of commands, each command a thin wrapper over library functions).
     crawlplug dead list|requeue|drop --crawl shop
     crawlplug domains list|set|reset        # DomainQueue: per-domain limits at runtime
     crawlplug seeds add|list|remove, timer, pause, resume
+    crawlplug stop CRAWL [--drain], continue CRAWL, new-run CRAWL, limits CRAWL   # run control
     crawlplug export / import, migrate from-scrapy-redis, items, sites, dashboard
     crawlplug embedded start|stop|url
 
@@ -24,9 +25,9 @@ registers every command module on it.
 
 from __future__ import annotations
 
-from . import crawls, dead, domains, embedded, feed, items, migrate, sites, status, transfer, web
+from . import crawls, dead, domains, embedded, feed, items, migrate, runctl, sites, status, transfer, web
 from .common import main
 
 __all__ = ["main"]
 # the command modules register themselves on `main` when imported
-_COMMANDS = (crawls, dead, domains, embedded, feed, items, migrate, sites, status, transfer, web)
+_COMMANDS = (crawls, dead, domains, embedded, feed, items, migrate, runctl, sites, status, transfer, web)
