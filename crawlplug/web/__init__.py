@@ -166,11 +166,11 @@ class Dashboard:
             return denied
         try:
             body = await request.json() if await request.body() else {}
-            drain = body.get("drain", False) if isinstance(body, dict) else None
-            if not isinstance(drain, bool):
-                raise ValueError('give {"drain": true} or {"drain": false}')
         except ValueError as exc:
             return JSONResponse({"error": f"bad body: {exc}"}, status_code=400)
+        drain = body.get("drain", False) if isinstance(body, dict) else None
+        if not isinstance(drain, bool):
+            return JSONResponse({"error": 'bad body: give {"drain": true} or {"drain": false}'}, status_code=400)
         by = f"dashboard ({request.client.host if request.client else '?'})"
         out = control.stop(self.client, self.keys, by=by, drain=drain)
         return JSONResponse({"stopped": True, "drain": drain, "changed": out.ok, "run": out.run or None,
