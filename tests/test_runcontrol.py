@@ -114,6 +114,22 @@ def test_items_errors_and_time_end_the_run_at_a_heartbeat(r):
         assert node.pop(5) == [], reason
 
 
+def test_a_sharded_crawl_counts_its_pages_through_the_heartbeat(r):
+    """The shards' own counters are not in the crawl's keys: nodes add their acks with each
+    heartbeat (shard_acked), and the page limit ends the run there."""
+    from crawlplug.frontier.sharded import ShardedFrontier, claim_shards
+
+    keys = CrawlKeys("sharded-limit")
+    claim_shards(r, keys, 2)
+    joined = runs.join(r, keys, node_id="n1", ttl_ms=10_000)
+    node = ShardedFrontier(r, keys, shards=2, node_id="n1", epoch=joined.epoch)
+    control.apply(r, keys, joined.run, Limits(pages=10), by="n1")
+    node.heartbeat([], counts={"shard_acked": 9})
+    assert node.run_state == "running"
+    node.heartbeat([], counts={"shard_acked": 1})
+    assert node.run_state == "limit" and runs.record(r, keys)["reason"] == "closespider_pagecount"
+
+
 def test_stop_is_sticky_until_the_run_is_continued_or_a_new_one_asked_for(r):
     keys = CrawlKeys("stoppable")
     node, joined = _node(r, keys)

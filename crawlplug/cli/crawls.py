@@ -45,7 +45,7 @@ def crawls(ctx: click.Context, redis_url: str | None, crawl: str | None, as_json
     registry), and so are crawls made before the registry existed (found by a
     scan, on every primary of a cluster). `crawlplug crawls show CRAWL` lists
     the runs of one. States: running, interrupted (work left, no live node),
-    finished, limit, stopped, starting.
+    draining, finished, limit (ended by a crawl-wide limit), stopped, starting.
     """
     if ctx.invoked_subcommand is not None:
         return

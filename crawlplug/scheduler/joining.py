@@ -120,8 +120,10 @@ def _check_queue_kind(frontier: CrawlFrontier, queue: BaseQueue) -> None:
         used, ours = ("a plain queue", "DomainQueue") if domains else ("DomainQueue", "a plain queue")
         raise ConfigError(
             f"crawl {frontier.keys.crawl!r} has {waiting} requests queued by {used}, and this node uses "
-            f"{ours} (CRAWLPLUG_QUEUE_CLASS): finish the crawl with the queue class it was "
-            f"started with, or start afresh (CRAWLPLUG_FLUSH_ON_START=True, or `crawlplug purge`)"
+            f"{ours} (CRAWLPLUG_QUEUE_CLASS; a node takes DomainQueue by itself when its settings set a "
+            f"per-domain DOWNLOAD_DELAY or CONCURRENT_REQUESTS_PER_DOMAIN, unless CRAWLPLUG_POLITENESS='node'): "
+            f"give every node of the crawl the same settings, or start afresh (CRAWLPLUG_FLUSH_ON_START=True, "
+            f"or `crawlplug purge`)"
         )
 
 
