@@ -151,8 +151,11 @@ def continue_(redis_url: str | None, crawl: str | None, name: str | None, **limi
                 "starting": "a node is beginning it"}.get(out.state, out.state)  # fmt: skip
         fail(f"run {out.run} of crawl {crawl_name!r} has nothing to continue: {hint}")
     queued = open_frontier(target.client, keys).status()["queued"]
+    live = _live(target, keys)
+    nodes = (f"{live} live node{'s' if live != 1 else ''} go on (admitting new requests again if it was draining)"
+             if live else "no node is live: start nodes, they join it")  # fmt: skip
     click.echo(f"run {out.run} of crawl {crawl_name!r} continues (limits: {out.limits.text()}); {queued} requests "
-               f"queued. Nodes started now join it; live nodes that were draining admit new requests again.")  # fmt: skip
+               f"queued; {nodes}.")  # fmt: skip
 
 
 @main.command("new-run")

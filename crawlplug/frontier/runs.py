@@ -429,7 +429,7 @@ def ended_message(keys: CrawlKeys, run_id: int, state: str, summary: dict[str, A
         said = "being stopped (`crawlplug stop --drain`: the nodes running crawl what is queued)"
     else:
         by, when = info.get("by"), info.get("ended")
-        said = {"limit": "ended by a limit", "stopped": "stopped by an operator"}.get(state, state)
+        said = {"limit": "ended by a limit", "stopped": "stopped" if by else "stopped by an operator"}.get(state, state)
         if state == "limit":
             by = None  # the node whose heartbeat found the limit reached: not news
             reason = info.get("reason")
@@ -443,9 +443,9 @@ def ended_message(keys: CrawlKeys, run_id: int, state: str, summary: dict[str, A
                 said += f" ({reason}: {value} {limit[1]})" if value is not None else f" ({reason})"
     who = f" by {by}" if by else ""
     at = f" at {format_ms(when)}" if isinstance(when, int) else ""
+    raise_it = " --pages N (or the limit it reached)" if state == "limit" else ""
     return (f"run {run_id} of crawl {crawl!r} was {said}{who}{at}; it stays so until an operator continues it "
-            f"(`crawlplug continue {crawl}`, raising a limit it reached: `crawlplug limits {crawl}`) or starts a "
-            f"new run (`crawlplug new-run {crawl}`)")  # fmt: skip
+            f"(`crawlplug continue {crawl}{raise_it}`) or starts a new run (`crawlplug new-run {crawl}`)")  # fmt: skip
 
 
 def format_ms(ms: int | None) -> str:

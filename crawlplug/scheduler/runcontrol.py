@@ -142,19 +142,23 @@ class RunControl:
             logger.warning("crawlplug: could not give the requests not started back now (%s)", exc)
         crawl, busy = self.frontier.keys.crawl, len(self.batch.book)
         self.report.count(f"crawlplug/run_{state}")
+        doing = []
+        if busy:
+            doing.append(f"finishes the {busy} requests it is downloading")
+        if given:
+            doing.append(f"gave {given} it had not started back to the queue")
+        closes = "this node " + ", ".join([*doing, "closes"]) if doing else "this node closes"
         if state == "limit":
             limits = Limits.from_fields(record)
             what = {reason_: name for name, (_, _, reason_) in LIMITS.items()}.get(reason, "")
             value = getattr(limits, what, 0) if what else 0
             shown = Limits(**{what: value}).text() if what and value else "its limit"
-            logger.warning("crawlplug: run %d of crawl %r ended by a limit: %s (%s, every node together): this node "
-                           "finishes the %d requests it is downloading, gave %d not started back, and closes",
-                           self.run_id, crawl, reason, shown, busy, given)  # fmt: skip
+            logger.warning("crawlplug: run %d of crawl %r ended by a limit: %s (%s, every node together): %s",
+                           self.run_id, crawl, reason, shown, closes)  # fmt: skip
         else:
-            logger.warning("crawlplug: run %d of crawl %r was stopped by %s at %s: this node finishes the %d requests "
-                           "it is downloading, gave %d not started back, and closes; nodes started later exit until "
-                           "`crawlplug continue %s` or `crawlplug new-run %s`", self.run_id, crawl,
-                           record.get("by", "an operator"), runs.format_ms(_int(record.get("ended"))), busy, given,
+            logger.warning("crawlplug: run %d of crawl %r was stopped by %s at %s: %s; nodes started later exit "
+                           "until `crawlplug continue %s` or `crawlplug new-run %s`", self.run_id, crawl,
+                           record.get("by", "an operator"), runs.format_ms(_int(record.get("ended"))), closes,
                            crawl, crawl)  # fmt: skip
         enginehooks.close(self.crawler, reason)
 
