@@ -74,6 +74,8 @@ def _show_row(run: dict[str, Any]) -> str:
     parts = [f"run {run.get('id')}", str(run.get("state", "?"))]
     if run.get("reason") and run.get("reason") != run.get("state"):
         parts.append(f"({run['reason']})")
+    if run.get("drained"):
+        parts.append("(drained)")
     parts.append(f"started {when(run.get('started'))}")
     parts.append(f"ended {when(run.get('ended'))}" if run.get("ended") else "not ended")
     for name in ("pages", "items", "errors", "dead"):
