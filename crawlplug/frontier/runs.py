@@ -443,9 +443,11 @@ def ended_message(keys: CrawlKeys, run_id: int, state: str, summary: dict[str, A
                 said += f" ({reason}: {value} {limit[1]})" if value is not None else f" ({reason})"
     who = f" by {by}" if by else ""
     at = f" at {format_ms(when)}" if isinstance(when, int) else ""
-    raise_it = " --pages N (or the limit it reached)" if state == "limit" else ""
+    how = f"`crawlplug continue {crawl}`"
+    if state == "limit":
+        how += " with the limit raised, e.g. --pages N"
     return (f"run {run_id} of crawl {crawl!r} was {said}{who}{at}; it stays so until an operator continues it "
-            f"(`crawlplug continue {crawl}{raise_it}`) or starts a new run (`crawlplug new-run {crawl}`)")  # fmt: skip
+            f"({how}) or starts a new run (`crawlplug new-run {crawl}`)")  # fmt: skip
 
 
 def format_ms(ms: int | None) -> str:
