@@ -172,7 +172,8 @@ def log_join(frontier: CrawlFrontier, j: runs.Joined, status: dict[str, Any], co
         elif prev.get("id"):
             when = prev.get("ended")
             at = f" at {time.strftime('%H:%M', time.localtime(when / 1000))}" if isinstance(when, int) else ""
-            before = f"run {prev.get('id')} {prev.get('state', 'finished')}{at}"
+            ended = {"limit": "ended by a limit", "stopped": "stopped"}.get(prev.get("state"), prev.get("state"))
+            before = f"run {prev.get('id')} {ended or 'finished'}{at}"
         else:
             before = "the crawl finished before runs were recorded"
         if prev is None:
