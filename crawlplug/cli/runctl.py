@@ -109,16 +109,19 @@ def stop(redis_url: str | None, crawl: str | None, name: str | None, drain: bool
         fail(f"run {out.run} of crawl {crawl_name!r} was not stopped: {hint}")
     st = open_frontier(target.client, keys).status()
     live = _live(target, keys)
-    nodes = f"{live} live node{'s' if live != 1 else ''}"
+    one = live == 1
+    nodes = f"{live} live node{'' if one else 's'}"
     if drain:
-        click.echo(f"run {out.run} of crawl {crawl_name!r} is draining: {nodes} admit no new requests (from their "
-                   f"next heartbeat) and crawl the {st['queued']} queued and {st['in_flight']} in flight; then the "
-                   f"run ends as stopped and they close with 'stopped'. Nodes started meanwhile exit.")  # fmt: skip
+        click.echo(f"run {out.run} of crawl {crawl_name!r} is draining: {nodes} {'admits' if one else 'admit'} no "
+                   f"new requests (from {'its' if one else 'their'} next heartbeat) and {'crawls' if one else 'crawl'} "
+                   f"the {st['queued']} queued and {st['in_flight']} in flight; then the run ends as stopped and "
+                   f"{'it closes' if one else 'they close'} with 'stopped'. Nodes started meanwhile exit.")  # fmt: skip
         return
-    click.echo(f"run {out.run} of crawl {crawl_name!r} stopped: {nodes} finish what they download, give back what "
-               f"they have not started and close with 'stopped'; {st['queued']} requests stay queued. Nodes "
-               f"started later exit until `crawlplug continue {crawl_name}` (the run goes on) or `crawlplug "
-               f"new-run {crawl_name}`.")  # fmt: skip
+    click.echo(f"run {out.run} of crawl {crawl_name!r} stopped: {nodes} {'finishes' if one else 'finish'} what "
+               f"{'it downloads' if one else 'they download'}, {'gives' if one else 'give'} back what "
+               f"{'it has' if one else 'they have'} not started and {'closes' if one else 'close'} with 'stopped'; "
+               f"{st['queued']} requests stay queued. Nodes started later exit until `crawlplug continue "
+               f"{crawl_name}` (the run goes on) or `crawlplug new-run {crawl_name}`.")  # fmt: skip
 
 
 @main.command("continue")

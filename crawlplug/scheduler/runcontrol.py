@@ -165,7 +165,7 @@ class RunControl:
     def _drain(self) -> None:
         self.draining = self.batch.draining = True
         record = runs.record(self.frontier.client, self.frontier.keys)
-        logger.warning("crawlplug: run %d of crawl %r is draining (`crawlplug stop --drain` by %s): this node admits "
+        logger.warning("crawlplug: run %d of crawl %r is draining (by %s): this node admits "
                        "no new requests, crawls what is queued, and closes with 'stopped' when the queue has run out",
                        self.run_id, self.frontier.keys.crawl, record.get("drain_by", "an operator"))  # fmt: skip
         self.report.count("crawlplug/run_draining")
