@@ -181,7 +181,8 @@ def new_run(redis_url: str | None, crawl: str | None, name: str | None) -> None:
             return
         fail(f"run {out.run} of crawl {crawl_name!r} is {out.state}: stop it first (`crawlplug stop {crawl_name}`), "
              "then ask for a new run")  # fmt: skip
-    click.echo(f"run {out.run} of crawl {crawl_name!r} stays {out.state}; the next node that starts begins run "
+    ended = {"limit": "ended by a limit"}.get(out.state, out.state)
+    click.echo(f"run {out.run} of crawl {crawl_name!r} stays {ended}; the next node that starts begins run "
                f"{out.run + 1} (what run {out.run} left queued is dropped then)")  # fmt: skip
 
 
