@@ -256,6 +256,8 @@ class Liveness:
                 if self.frontier.start_entries:
                     self.entries.drain(self.enqueue)
                 self._observe(queued, leased, producers, bool(batch.book) or bool(self.entries.leases))
+                if batch.draining:
+                    queued = max(0, queued - self.frontier.start_entries)  # waiting entries: not taken now
                 if queued:
                     batch.nothing_until = 0.0
                     enginehooks.wake(self.crawler)
