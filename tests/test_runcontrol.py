@@ -160,6 +160,9 @@ def test_stop_is_sticky_until_the_run_is_continued_or_a_new_one_asked_for(r):
     assert (again.action, again.run, again.previous["state"]) == ("new", 2, "stopped")
     assert r.zcard(keys.queue) == 0, "the new run starts without the old queue"
     assert control.new_run(r, keys, by="op").outcome == "state", "a running run is not replaced"
+    # CRAWLPLUG_FLUSH_ON_START is an operator's reset: it begins a new run after a stop too
+    assert control.stop(r, keys, by="op").ok
+    assert runs.join(r, keys, node_id="flusher", ttl_ms=10_000, want="new").run == 3
 
 
 def test_a_drained_run_ends_stopped_when_its_queue_has_run_out(r):
