@@ -9,7 +9,8 @@ per hour for a month: crawlplug.ops.history), so a dashboard opened late still
 shows what happened; the Report and Sites pages read crawlplug.ops.report.
 
 Read-only unless a token is configured (``CRAWLPLUG_DASHBOARD_TOKEN``):
-actions (pause, resume, a domain's limits, requeueing dead letters) then need
+actions (pause, resume, stop or drain the run and continue it, a domain's limits,
+requeueing dead letters) then need
 ``Authorization: Bearer <token>``. It binds to loopback unless told otherwise,
 and answers only requests whose ``Host`` header names an allowed host
 (Starlette's TrustedHostMiddleware; loopback names by default, see
@@ -38,8 +39,8 @@ from starlette.staticfiles import StaticFiles
 
 from .. import errorsamples
 from ..errors import ConfigError, CrawlplugError
+from ..frontier import control, runstats
 from ..frontier import runs as frontier_runs
-from ..frontier import runstats
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_domains, open_frontier
 from ..frontier.store import redis_ms
@@ -82,6 +83,9 @@ API = {
     "GET /api/dead?n=50": "the newest dead letters: index, url, reason, time, deliveries",
     "POST /api/pause": "pause the crawl (token)",
     "POST /api/resume": "resume the crawl (token)",
+    "POST /api/stop": '{"drain": false}: stop the current run now, or ({"drain": true}) admit no new request '
+                      "and stop once the queue has run out; sticky: nodes started later exit (token)",
+    "POST /api/continue": "continue a run that was stopped or is draining (token)",
     "POST /api/domains/{domain}": 'set a domain\'s limits: {"delay": s, "concurrency": n} ("*" = default) (token)',
     "DELETE /api/domains/{domain}": "drop the runtime limits of a domain (token)",
     "POST /api/dead/requeue": '{"indexes": [...]} or {"all": true}: dead letters back to the queue (token)',
@@ -222,6 +226,32 @@ class Dashboard:
         changed = open_frontier(self.client, self.keys).resume()
         return JSONResponse({"paused": False, "changed": changed})
 
+    async def stop(self, request: Request) -> JSONResponse:
+        denied = self._authorized(request)
+        if denied:
+            return denied
+        try:
+            body = await request.json() if await request.body() else {}
+        except ValueError as exc:
+            return JSONResponse({"error": f"bad body: {exc}"}, status_code=400)
+        drain = body.get("drain", False) if isinstance(body, dict) else None
+        if not isinstance(drain, bool):
+            return JSONResponse({"error": 'bad body: give {"drain": true} or {"drain": false}'}, status_code=400)
+        by = f"dashboard ({request.client.host if request.client else '?'})"
+        out = control.stop(self.client, self.keys, by=by, drain=drain)
+        return JSONResponse({"stopped": True, "drain": drain, "changed": out.ok, "run": out.run or None,
+                             "state": out.state, "why": None if out.ok else _why(out.outcome, out.state)})  # fmt: skip
+
+    def continue_(self, request: Request) -> JSONResponse:
+        denied = self._authorized(request)
+        if denied:
+            return denied
+        by = f"dashboard ({request.client.host if request.client else '?'})"
+        out = control.continue_run(self.client, self.keys, by=by)
+        why = None if out.ok else _why(out.outcome, out.state, out.reached)
+        return JSONResponse({"continued": True, "changed": out.ok, "run": out.run or None, "state": out.state,
+                             "why": why})  # fmt: skip
+
     async def set_domain(self, request: Request) -> JSONResponse:
         denied = self._authorized(request)
         if denied:
@@ -278,6 +308,8 @@ class Dashboard:
             Route("/api/dead", self.dead),
             Route("/api/pause", self.pause, methods=["POST"]),
             Route("/api/resume", self.resume, methods=["POST"]),
+            Route("/api/stop", self.stop, methods=["POST"]),
+            Route("/api/continue", self.continue_, methods=["POST"]),
             Route("/api/domains/{domain}", self.set_domain, methods=["POST", "DELETE"]),
             Route("/api/dead/requeue", self.requeue, methods=["POST"]),
             Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
@@ -291,6 +323,15 @@ def _time(raw: str | None, now_ms: int) -> int | None:
     if raw.lstrip("-").isdigit():
         return int(raw)
     return now_ms - crawl_history.parse_duration(raw)
+
+
+def _why(outcome: str, state: str, reached: str = "") -> str:
+    """Why a stop or a continue did nothing, in words."""
+    if outcome == "none":
+        return "no run is recorded yet"
+    if outcome == "reached":
+        return f"its limit {reached} is still reached: raise it first (`crawlplug continue CRAWL --pages N`)"
+    return f"the run is {state}"
 
 
 def _limit(value: Any, name: str) -> float | None:

@@ -14,7 +14,9 @@
 -- KEYS[7] deliveries  hash  request id -> deliveries so far
 -- KEYS[8] stats       hash  crawl-wide counters
 -- KEYS[9..12]         the per-domain queue: dq, domains, dstate, dconf
---                     (see domains.lua)
+--                     (see domains.lua); dconf "cap:o" (an operator's) or else
+--                     "cap:s" (the nodes' CRAWLPLUG_DOMAIN_PAGES) caps the requests
+--                     of one domain admitted in a run, counted in dstate "c:<domain>"
 -- KEYS[13] series     hash  "a:<bucket>" acked, "e:<bucket>" enqueued, per 10 s;
 --                     "busy_from", "busy_to": the span (ms) the crawl has been busy
 -- KEYS[14] reply      str   "<call id>\n<reply>": the caller node's last reply (see ARGV[4])
@@ -44,7 +46,8 @@
 -- fingerprint>" ("ttl", ttl "" = default) or "<h1>,<h2>,<h3>" ("bloom").
 -- ARGV[last] the caller's epoch (epoch.lua)
 -- Returns {flags, acked, stale, state} (acked: requests, start entries not counted): flags has one char per request, "1"
--- admitted, "0" filtered as a duplicate; stale counts acks of leases this
+-- admitted, "0" filtered as a duplicate, "c" refused by its domain's page cap
+-- (its fingerprint is not recorded: a raised cap, or the next run, admits it); stale counts acks of leases this
 -- node no longer held; state is, for mode "bloom", the layer count of each
 -- filter passed ("3,2,2"). Mode "bloom" may instead answer, changing nothing:
 -- {"STALE", state} when another node grew a filter beyond the layers the
@@ -113,7 +116,16 @@ do -- the dedup mode's state (dedup.lua; the Bloom filter's keys from KEYS[15])
 end
 
 local flags = {}
-local admitted, filtered = 0, 0
+local admitted, filtered, capped = 0, 0, 0
+-- the page cap of each domain (CRAWLPLUG_DOMAIN_PAGES), read once if a request has a domain
+local cap
+local function domain_capped(domain)
+  if cap == nil then
+    local v = redis.call("HMGET", D.conf, "cap:o", "cap:s")
+    cap = tonumber(v[1]) or tonumber(v[2]) or 0
+  end
+  return cap > 0 and (tonumber(redis.call("HGET", D.state, "c:" .. domain)) or 0) >= cap
+end
 local nevents = tonumber(ARGV[acks_at + 1 + nacks])
 local i = acks_at + 2 + nacks + 2 * nevents
 local partial = false
@@ -121,7 +133,9 @@ local dq_now
 while i + 3 <= NARGV do
   local dkey, score, payload, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local new = 1
-  if dkey ~= "" then
+  if domain ~= "" and payload ~= "" and domain_capped(domain) then
+    new = -1 -- over its domain's cap: not admitted, its fingerprint not recorded
+  elseif dkey ~= "" then
     new = dedup_add(dkey)
     if new == nil then
       partial = true -- the Bloom filter needs a layer whose keys we were not given
@@ -138,9 +152,13 @@ while i + 3 <= NARGV do
     else
       dq_now = dq_now or redis_now_ms()
       dq_add(domain, score, id, dq_now)
+      add_to_field(D.state, "c:" .. domain, 1) -- requests of it admitted in this run (its page cap)
     end
     admitted = admitted + 1
     flags[#flags + 1] = "1"
+  elseif new == -1 then
+    capped = capped + 1
+    flags[#flags + 1] = "c"
   else
     filtered = filtered + 1
     flags[#flags + 1] = "0"
@@ -194,6 +212,7 @@ end
 
 if admitted > 0 then redis.call("HINCRBY", stats, "enqueued", admitted) end
 if filtered > 0 then redis.call("HINCRBY", stats, "filtered", filtered) end
+if capped > 0 then add_to_field(stats, "capped", capped) end
 if acked > 0 then redis.call("HINCRBY", stats, "acked", acked) end
 if starts_acked > 0 then redis.call("HINCRBY", stats, "start_acked", starts_acked) end
 if stale > 0 then redis.call("HINCRBY", stats, "stale_acks", stale) end
