@@ -43,6 +43,20 @@ def setting(settings: BaseSettings, name: str, kind: str = "get") -> Any:
     return getattr(settings, kind)(name)
 
 
+def is_set(settings: BaseSettings, name: str) -> bool:
+    """Whether the project set crawlplug setting ``name`` (or scrapy-redis's name for it),
+    rather than leaving it to its default."""
+    return settings.get(name) is not None or scrapy_redis_value(settings, name) is not None
+
+
+def scope(settings: BaseSettings, name: str) -> str:
+    """A setting that is "crawl" or "node" (CRAWLPLUG_LIMITS, CRAWLPLUG_POLITENESS), checked."""
+    value = str(setting(settings, name)).strip().lower()
+    if value not in ("crawl", "node"):
+        raise ConfigError(f"{name} must be 'crawl' or 'node', not {settings.get(name)!r}")
+    return value
+
+
 #: Names that look like settings but are read elsewhere: what they are instead.
 NOT_SETTINGS = {
     "CRAWLPLUG_DASHBOARD_TOKEN": "an environment variable of `crawlplug dashboard`, not a Scrapy setting",

@@ -76,6 +76,12 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Queue order: PriorityQueue (priority, then FIFO), FifoQueue, LifoQueue, or DomainQueue "
         "(one sub-queue per domain, with a delay and a concurrency enforced across all nodes).",
     ),
+    "CRAWLPLUG_POLITENESS": (
+        "crawl",
+        "'crawl': a per-domain DOWNLOAD_DELAY or CONCURRENT_REQUESTS_PER_DOMAIN the project sets holds for "
+        "the whole crawl, every node together (the per-domain queue, DomainQueue, unless CRAWLPLUG_QUEUE_CLASS "
+        "names another); 'node': Scrapy's meaning, each node on its own. The node says which applies.",
+    ),
     "CRAWLPLUG_DOMAIN_KEY": (
         "host",
         "DomainQueue: what a domain is, 'host' (the URL's host name, as Scrapy's downloader "
@@ -96,6 +102,18 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         {},
         "DomainQueue: per-domain limits, {'example.com': {'delay': 2.0, 'concurrency': 1}}; "
         "`crawlplug domains set` changes them at runtime, overriding these.",
+    ),
+    "CRAWLPLUG_DOMAIN_PAGES": (
+        0,
+        "Most requests of one domain admitted in a run, crawl-wide (the rest of its links are not crawled "
+        "in that run; counted as capped). Needs the per-domain queue, chosen for it unless "
+        "CRAWLPLUG_QUEUE_CLASS names a plain one. 0: no cap. `crawlplug limits --domain-pages` overrides it.",
+    ),
+    "CRAWLPLUG_LIMITS": (
+        "crawl",
+        "'crawl': CLOSESPIDER_PAGECOUNT, _ITEMCOUNT, _ERRORCOUNT and _TIMEOUT mean the whole run, every node "
+        "together (the run ends by the limit; nodes started later exit until `crawlplug continue`); "
+        "'node': Scrapy's meaning, each node counts its own.",
     ),
     "CRAWLPLUG_FLUSH_ON_START": (
         False,

@@ -67,7 +67,8 @@ def _cron(expr: str, tz: str) -> Any:
     return croniter
 
 
-def _zone(tz: str) -> Any:
+def zone(tz: str) -> Any:
+    """The time zone named ``tz`` (an IANA name, or UTC) that cron times are read in."""
     if tz.upper() == "UTC":
         return timezone.utc
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415
@@ -75,7 +76,7 @@ def _zone(tz: str) -> Any:
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"unknown time zone {tz!r}") from None
+        raise ConfigError(f"unknown time zone {tz!r} (an IANA name such as Europe/Paris, or UTC)") from None
 
 
 @dataclass
@@ -92,7 +93,7 @@ class Seed:
             raise ConfigError("a seed needs exactly one schedule: --every or --cron")
         if self.cron is not None:
             _cron(self.cron, self.tz)
-        _zone(self.tz)
+        zone(self.tz)
 
     @property
     def id(self) -> str:
@@ -110,7 +111,7 @@ class Seed:
                 return base
             return base + step * (math.floor((now_ms - base) / step) + 1)
         croniter = _cron(self.cron, self.tz)  # type: ignore[arg-type]
-        start = datetime.fromtimestamp(now_ms / 1000, _zone(self.tz))
+        start = datetime.fromtimestamp(now_ms / 1000, zone(self.tz))
         nxt = croniter(self.cron, start).get_next(datetime)
         return int(nxt.timestamp() * 1000)
 

@@ -26,6 +26,7 @@ from crawlplug.cli import web as cli_web
 from crawlplug.cli.web import is_loopback
 from crawlplug.connection import client_from_url
 from crawlplug.demo.crawl import DashboardThread
+from crawlplug.frontier import runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
@@ -194,6 +195,8 @@ def test_reads_follow_a_two_node_crawl(crawl, make_shop, redis_url, r):
 ACTIONS = [
     ("POST", "/api/pause", None),
     ("POST", "/api/resume", None),
+    ("POST", "/api/stop", {"drain": False}),
+    ("POST", "/api/continue", None),
     ("POST", "/api/domains/example.com", {"delay": 2}),
     ("DELETE", "/api/domains/example.com", None),
     ("POST", "/api/dead/requeue", {"all": True}),
@@ -245,6 +248,9 @@ def test_actions_need_a_configured_token(r):
     ("/api/dead/requeue", '{"indexes": ["x"]}'),
     ("/api/dead/requeue", "{}"),
     ("/api/dead/requeue", "not json"),
+    ("/api/stop", '{"drain": "yes"}'),
+    ("/api/stop", "[1]"),
+    ("/api/stop", "not json"),
 ])  # fmt: skip
 def test_bad_action_bodies_are_400(r, path, body):
     """Malformed, non-finite or out-of-range input is a 400 with a JSON error, never a 500,
@@ -254,6 +260,27 @@ def test_bad_action_bodies_are_400(r, path, body):
     assert res.status_code == 400, res.text
     assert res.json()["error"]
     assert not r.exists(KEYS.dconf) and not r.exists(KEYS.queue)
+
+
+def test_stop_drain_and_continue_buttons_change_the_run(r):
+    """The dashboard's Stop, Drain and Continue buttons (token): each changes the run's state in
+    Redis, the status says so, and one that can do nothing says why."""
+    client = TestClient(create_app(r, KEYS, TOKEN), base_url="http://127.0.0.1")
+    res = client.post("/api/stop", headers=AUTH)
+    assert res.status_code == 200 and res.json()["changed"] is False and res.json()["why"] == "no run is recorded yet"
+    runs.join(r, KEYS, node_id="n1", ttl_ms=10_000)
+    res = client.post("/api/stop", json={"drain": True}, headers=AUTH).json()
+    assert (res["changed"], res["state"], res["run"], res["drain"]) == (True, "draining", 1, True)
+    assert get(client, "/api/status")["run"]["state"] == "draining"
+    assert runs.record(r, KEYS)["drain_by"].startswith("dashboard (")
+    res = client.post("/api/stop", headers=AUTH).json()  # no body: stop now
+    assert (res["changed"], res["state"]) == (True, "stopped")
+    assert runs.record(r, KEYS)["by"].startswith("dashboard (")
+    res = client.post("/api/continue", headers=AUTH).json()
+    assert (res["changed"], res["state"]) == (True, "running")
+    res = client.post("/api/continue", headers=AUTH).json()
+    assert res["changed"] is False and res["why"] == "the run is running"
+    assert get(client, "/api")["endpoints"]["POST /api/stop"]
 
 
 def test_pause_and_resume_over_http(crawl, make_shop, redis_url, tmp_path):

@@ -174,10 +174,12 @@ def test_domain_delay_is_crawl_wide(crawl, redis_url, tmp_path):
         # (a node leases as many requests as it has free download slots), so the
         # pages spread over the three nodes as they would in a bigger crawl.
         site.reset()
-        local = {"DOWNLOAD_DELAY": 0.5, "CONCURRENT_REQUESTS": 1}
+        local = {"DOWNLOAD_DELAY": 0.5, "CONCURRENT_REQUESTS": 1, "CRAWLPLUG_POLITENESS": "node"}
         nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=3, crawl_id="local-delay", settings=local)
         visits = site.pages(host)
         assert_each_page_once(site, nodes)
+        assert all("politeness: per node (CRAWLPLUG_POLITENESS='node'): DOWNLOAD_DELAY=0.5s holds in each node"
+                   in n.text() for n in nodes), nodes[0].text()[-3000:]
         local_rate = start_rate(children(visits))
         print(f"[polite] default queue, DOWNLOAD_DELAY 0.5 s per node, 3 nodes: min gap "
               f"{min_start_gap(visits)[host]:.3f} s, {local_rate:.2f} requests/s, pages per node "
@@ -185,6 +187,27 @@ def test_domain_delay_is_crawl_wide(crawl, redis_url, tmp_path):
         assert local_rate / polite_rate >= 2.0, (
             f"node-local delays: {local_rate:.2f} requests/s, crawl-wide delay: {polite_rate:.2f} requests/s"
         )
+
+
+def test_scrapy_delay_a_project_sets_holds_for_the_crawl(crawl, redis_url, tmp_path):
+    """a2. What `scrapy startproject` writes, DOWNLOAD_DELAY and CONCURRENT_REQUESTS_PER_DOMAIN, with
+    no crawlplug setting: three nodes, and the site sees the delay the project set."""
+    host = loopback_hosts(1)[0]
+    with PoliteSite({host: HostSite(pages=12, latency=0.05)}) as site:
+        project = {"DOWNLOAD_DELAY": 0.5, "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+                   "RANDOMIZE_DOWNLOAD_DELAY": True}  # Scrapy's default: each node's own jitter must not show  # fmt: skip
+        nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=3, crawl_id="project-delay", settings=project)
+        assert_each_page_once(site, nodes)
+        visits = site.pages(host)
+        gap = min_start_gap(visits)[host]
+        print(f"\n[polite] DOWNLOAD_DELAY 0.5 s and CONCURRENT_REQUESTS_PER_DOMAIN 1 of the project, 3 nodes: min "
+              f"gap {gap:.3f} s, at most {max_in_flight(visits)[host]} in flight, pages per node {per_node(nodes)}")
+        for node in nodes:
+            assert ("politeness: crawl-wide: DOWNLOAD_DELAY=0.5s and CONCURRENT_REQUESTS_PER_DOMAIN=1 hold per "
+                    "domain for every node together") in node.text(), node.text()[-3000:]
+        assert gap >= 0.5 - TOLERANCE, f"two request starts of {host} only {gap:.3f} s apart (DOWNLOAD_DELAY 0.5 s)"
+        assert max_in_flight(visits)[host] == 1
+        assert sum(1 for n in per_node(nodes) if n) >= 2, f"one node crawled alone: {per_node(nodes)}"
 
 
 def test_domain_concurrency_is_crawl_wide(crawl, redis_url, tmp_path):
@@ -257,7 +280,7 @@ def test_small_hosts_are_not_held_up_by_a_big_one(crawl, redis_url, tmp_path):
         # the printed "most in flight" shows what the server really saw.)
         site.reset()
         nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=2, crawl_id="local-fair",
-                          settings={"CONCURRENT_REQUESTS_PER_DOMAIN": 2})  # fmt: skip
+                          settings={"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "CRAWLPLUG_POLITENESS": "node"})  # fmt: skip
         assert_each_page_once(site, nodes)
         base_order, base_text = finish_report(site, big)
         same = [h for h, _ in base_order] == [h for h, _ in order]

@@ -6,6 +6,7 @@ runs, and a Redis the other machines cannot reach is refused."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from crawlplug.cli import main
 from crawlplug.errors import ConfigError
 from crawlplug.frontier import jobs, runs
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.ops.jobs import open_jobs
 from crawlplug.ops.launch import check_reach
 from crawlplug.web import create_app
 
@@ -118,6 +120,33 @@ def test_cancel_removes_a_waiting_job_and_signals_a_running_one(make_scrapyd, ma
     # nothing left to cancel: it says so
     res = cli(redis_url, "scrapyd", "cancel", "shop", "--grace", "0")
     assert res.exit_code == 0 and "no Scrapyd job was open" in res.output
+
+
+def test_stop_lets_running_nodes_close_and_cancels_the_jobs_that_do_not_end(make_scrapyd, make_shop, redis_url, r):
+    """`crawlplug stop` on a crawl started through Scrapyd: the running node closes with
+    'stopped' by itself within the grace time; the job that waited for its slot either
+    starts a node that is told the run is stopped and exits, or is removed from its daemon
+    when the grace time is over. Either way no job of the run is left open."""
+    shop = make_shop(items=200, delay=0.2)
+    daemon = make_scrapyd(max_proc=1)  # one slot: the second job waits
+    res = cli(redis_url, "start", "shop", "--scrapyd", daemon.url, "--nodes-per-host", "2", *FAST,
+              "-s", "CONCURRENT_REQUESTS=2", "-a", f"base_url={shop.url}")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    wait_for(lambda: any(j["state"] == "running" for j in jobs.all_jobs(r, KEYS)), 60, "the first node to open")
+    assert len(daemon.jobs()["pending"]) == 1
+    res = cli(redis_url, "stop", "shop", "--grace", "30")
+    assert res.exit_code == 0, res.output
+    assert "waiting up to 30 s for the run's Scrapyd jobs to end by themselves" in res.output
+    said = re.findall(r"^(\d+) jobs? (ended by themselves|were waiting on their daemon and were removed)", res.output,
+                      re.MULTILINE)  # fmt: skip
+    assert sum(int(n) for n, _ in said) == 2, res.output
+    assert "were running and were sent the signal" not in res.output, "a stopped node had to be signalled"
+    assert open_jobs(r, KEYS) == []
+    ended = [j for j in jobs.all_jobs(r, KEYS) if j["state"] == "ended"]
+    assert ended and all(j["reason"] == "stopped" for j in ended), ended
+    assert runs.view(r, KEYS).state == "stopped"
+    wait_for(lambda: not daemon.jobs()["running"] and not daemon.jobs()["pending"], 30, "the daemon to be idle")
+    assert len(shop.hits) < len(shop.shop.paths()), "the run was stopped, not crawled to its end"
 
 
 def test_a_stopped_run_is_not_restarted_unless_a_new_run_is_asked_for(make_scrapyd, make_shop, redis_url, r):

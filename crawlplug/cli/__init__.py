@@ -10,6 +10,7 @@ of commands, each command a thin wrapper over library functions).
     crawlplug dead list|requeue|drop --crawl shop
     crawlplug domains list|set|reset        # DomainQueue: per-domain limits at runtime
     crawlplug seeds add|list|remove, timer, pause, resume
+    crawlplug stop CRAWL [--drain], continue CRAWL, new-run CRAWL, limits CRAWL   # run control
     crawlplug export / import, migrate from-scrapy-redis, items, sites, dashboard
     crawlplug embedded start|stop|url
     crawlplug start CRAWL --scrapyd URL ...   # nodes started through Scrapyd; scrapyd cancel ends them
@@ -41,6 +42,7 @@ from . import (
     launch,
     migrate,
     report,
+    runctl,
     schedule,
     sites,
     status,
@@ -52,6 +54,6 @@ from .common import main
 __all__ = ["main"]
 # the command modules register themselves on `main` when imported
 _COMMANDS = (
-    alerts, crawls, dead, domains, embedded, feed, forget, items, launch, migrate, report, schedule, sites, status,
-    transfer, web,
+    alerts, crawls, dead, domains, embedded, feed, forget, items, launch, migrate, report, runctl, schedule, sites,
+    status, transfer, web,
 )  # fmt: skip

@@ -262,7 +262,16 @@ def table(rows: list[tuple[str, Any]], indent: str = "  ") -> list[str]:
 @shared_options(envvar=True)
 @click.pass_context
 def main(ctx: click.Context, redis_url: str | None, crawl: str | None) -> None:
-    """Operate crawlplug crawls: status, purge, dead letters, the embedded Redis."""
+    """Operate crawlplug crawls: status, purge, dead letters, the embedded Redis.
+
+    \b
+    A run of a crawl:
+      pause / resume        hold every node of the run, then let it go on
+      stop CRAWL [--drain]  end the run (sticky: nodes started later exit)
+      continue CRAWL        a stopped run, or one that hit a limit, goes on
+      new-run CRAWL         after a stopped run: the next node begins a new one
+      limits CRAWL          the run's crawl-wide limits (CLOSESPIDER_*)
+    """
     ctx.obj = Options(redis_url, crawl)
 
 

@@ -46,7 +46,7 @@ def crawls(ctx: click.Context, redis_url: str | None, crawl: str | None, as_json
     registry), and so are crawls made before the registry existed (found by a
     scan, on every primary of a cluster). `crawlplug crawls show CRAWL` lists
     the runs of one. States: running, interrupted (work left, no live node),
-    finished, limit, stopped, starting.
+    draining, finished, limit (ended by a crawl-wide limit), stopped, starting.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -107,6 +107,8 @@ def _show_row(run: dict[str, Any]) -> str:
     parts = [f"run {run.get('id')}", str(run.get("state", "?"))]
     if run.get("reason") and run.get("reason") != run.get("state"):
         parts.append(f"({run['reason']})")
+    if run.get("drained"):
+        parts.append("(drained)")
     parts.append(f"started {when(run.get('started'))}")
     parts.append(f"ended {when(run.get('ended'))}" if run.get("ended") else "not ended")
     for name in ("pages", "items", "errors", "dead"):

@@ -76,6 +76,15 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
     if run.get("id") is not None:
         ended = f", ended {when(run['ended'])} ({run.get('reason')})" if run.get("ended") else ""
         lines.append(f"run {run['id']}: {run['state']}, started {when(run.get('started'))}{ended}")
+        limits = run.get("limits") or {}
+        if limits:
+            shown = ", ".join(f"{value:g} s" if name == "timeout" else f"{value} {name}" for name, value in limits.items())
+            lines.append(f"limits (crawl-wide, `crawlplug limits`): {shown}")
+        if run.get("state") == "stopped":
+            lines.append(f"STOPPED by {run.get('by') or '?'}: nodes started now exit (`crawlplug continue "
+                         f"{report['crawl']}` or `crawlplug new-run {report['crawl']}`)")  # fmt: skip
+        elif run.get("state") == "draining":
+            lines.append("DRAINING: no new requests are admitted; the run stops when the queue has run out")
     if report.get("paused"):
         lines.append(f"PAUSED by {report['paused'].get('by', '?')} (crawlplug resume to go on)")
     mem = report.get("redis_memory") or {}

@@ -39,15 +39,18 @@ NAMES = (
     # the per-domain queue (crawlplug.queues.DomainQueue; lua/domains.lua)
     "dq",  # zset: "<domain>\t<rank><request id>", one domain's requests in order
     "domains",  # zset: domain -> when its next request may start (ms); +inf = at its concurrency
-    "dstate",  # hash: "b:<domain>" -> requests of it leased now, "l:<domain>" -> last lease (ms)
-    "dconf",  # hash: "<source>:<domain>" -> "<delay ms> <concurrency>" (runtime limits)
+    "dstate",  # hash: "b:<domain>" -> requests of it leased now, "l:<domain>" -> last lease (ms),
+    # "c:<domain>" -> requests of it admitted in this run (its page cap)
+    "dconf",  # hash: "<source>:<domain>" -> "<delay ms> <concurrency>" (runtime limits); "cap:o"/"cap:s" -> page cap
     # crawl-wide Scrapy stats (crawlplug.stats.RedisStatsCollector; lua/stats.lua)
     "crawlstats",  # hash: stat -> value aggregated over every node (summed, earliest start, latest finish)
     "statnodes",  # zset: node id -> its last stats flush (ms); each node's own stats in node:<id>:stats
     "items",  # list or stream: scraped items as JSON (crawlplug.pipelines.RedisItemPipeline)
     "meta",  # hash: the crawl's fixed layout ("shards" -> N), checked by every node at start
-    # crawl runs (crawlplug.frontier.runs; lua/join.lua, runstart.lua, finish.lua, epoch.lua)
-    "run",  # hash: the current run: id, epoch, state, started, ended, reason, by, incremental
+    # crawl runs (crawlplug.frontier.runs; lua/join.lua, runstart.lua, finish.lua, epoch.lua) and their
+    # control (crawlplug.frontier.control; lua/runctl.lua)
+    "run",  # hash: the current run: id, epoch, state, started, ended, reason, by, incremental; its
+    # limits lim_pages, lim_items, lim_errors, lim_timeout (ms since started); drain_by/_at; next
     "runs",  # hash: run id -> JSON summary of each ended run (started, ended, reason, pages, ...)
     "epoch",  # string: the crawl's epoch (in every part); a node's calls from another epoch are refused
     # nodes found dead by reap.lua, shown as dead for an hour (crawlplug.ops.status): node id ->

@@ -36,7 +36,7 @@ def process_node_id() -> str:
 
 @dataclass
 class AdmitResult:
-    flags: str  # one char per request: "1" admitted, "0" duplicate
+    flags: str  # one char per request: "1" admitted, "0" duplicate, "c" over its domain's page cap
     acked: int
     stale: int
 
@@ -47,6 +47,11 @@ class AdmitResult:
     @property
     def filtered(self) -> int:
         return self.flags.count("0")
+
+    @property
+    def capped(self) -> int:
+        """Requests not admitted because their domain reached its page cap (CRAWLPLUG_DOMAIN_PAGES)."""
+        return self.flags.count("c")
 
 
 @dataclass

@@ -9,8 +9,9 @@ before it in ``runs``. A run is
 * ``finished``: recorded by ``lua/finish.lua`` at the moment a node finds the
   whole crawl done, the same step that lets every node close with
   ``finished`` (never inferred later from an empty queue);
-* ``limit`` / ``stopped``: ended by a crawl-wide limit or by an operator; such
-  a run stays ended until an operator continues it or starts a new one.
+* ``limit`` / ``stopped``: ended by a crawl-wide limit or by an operator (``draining``
+  on the way: the nodes admit nothing new and crawl what is queued); such a run stays
+  ended until an operator continues it or starts a new one (crawlplug.frontier.control).
 
 A node that starts (:func:`join`, ``lua/join.lua``, atomic) joins the running
 run, resumes an interrupted one, or begins the next run after a finished one:
@@ -106,8 +107,13 @@ class RunView:
     raw: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
+        limits = {name[4:]: int(value) for name, value in self.raw.items()
+                  if name.startswith("lim_") and value.isdigit()}  # fmt: skip
+        if "timeout" in limits:
+            limits["timeout"] = limits["timeout"] / 1000  # type: ignore[assignment]
         return {"id": self.id, "state": self.state, "started": self.started, "ended": self.ended,
-                "reason": self.reason, "by": self.by, "epoch": self.epoch, "incremental": self.incremental}  # fmt: skip
+                "reason": self.reason, "by": self.by, "epoch": self.epoch, "incremental": self.incremental,
+                "limits": limits, "next": self.raw.get("next")}  # fmt: skip
 
 
 def part_keys(client: redis.Redis, keys: CrawlKeys) -> list[CrawlKeys]:
@@ -176,7 +182,10 @@ def join(
             return Joined(action, run_id, epoch, live_nodes=int(detail), incremental=incremental,
                           waited=time.monotonic() - started, at_ms=redis_ms(client))  # fmt: skip
         if action == "ended":
-            raise RunEnded(ended_message(keys, run_id, text(raw[3]), json_record(detail)), text(raw[3]))
+            state = text(raw[3])
+            summary = json_record(detail) or _ended_fields(record(client, keys))
+            reason = (summary or {}).get("reason") if state == "limit" else "stopped"
+            raise RunEnded(ended_message(keys, run_id, state, summary), str(reason or state))
         if action == "wait":
             if time.monotonic() - started > timeout:
                 raise ConfigError(
@@ -454,15 +463,43 @@ def history(client: redis.Redis, keys: CrawlKeys) -> list[dict[str, Any]]:
     return out
 
 
+def _ended_fields(raw: dict[str, str]) -> dict[str, Any]:
+    """The run hash's record of how it ended (before its summary is written)."""
+    out: dict[str, Any] = {k: raw[k] for k in ("reason", "by", "drain_by") if raw.get(k)}
+    for name in ("ended", "drain_at", "lim_pages", "lim_items", "lim_errors", "lim_timeout"):
+        if _int(raw.get(name)) is not None:
+            out[name] = _int(raw.get(name))
+    return out
+
+
 def ended_message(keys: CrawlKeys, run_id: int, state: str, summary: dict[str, Any] | None) -> str:
-    by = (summary or {}).get("by")
-    when = (summary or {}).get("ended")
-    said = {"limit": "ended by a limit", "stopped": "stopped by an operator"}.get(state, state)
-    extra = f" ({summary.get('reason')})" if summary and summary.get("reason") else ""
+    """What a node started on an ended (or draining) run says before it exits."""
+    info = summary or {}
+    crawl = keys.crawl
+    if state == "draining":
+        by, when = info.get("drain_by"), info.get("drain_at")
+        said = "being stopped (`crawlplug stop --drain`: the nodes running crawl what is queued)"
+    else:
+        by, when = info.get("by"), info.get("ended")
+        said = {"limit": "ended by a limit", "stopped": "stopped" if by else "stopped by an operator"}.get(state, state)
+        if state == "limit":
+            by = None  # the node whose heartbeat found the limit reached: not news
+            reason = info.get("reason")
+            limit = {"closespider_pagecount": ("lim_pages", "pages"), "closespider_itemcount": ("lim_items", "items"),
+                     "closespider_errorcount": ("lim_errors", "spider errors"),
+                     "closespider_timeout": ("lim_timeout", "s")}.get(str(reason), ("", ""))  # fmt: skip
+            value = info.get(limit[0])
+            if limit[1] == "s" and isinstance(value, int):
+                value = f"{value / 1000:g}"
+            if reason:
+                said += f" ({reason}: {value} {limit[1]})" if value is not None else f" ({reason})"
     who = f" by {by}" if by else ""
     at = f" at {format_ms(when)}" if isinstance(when, int) else ""
-    return (f"run {run_id} of crawl {keys.crawl!r} was {said}{extra}{who}{at}; it stays so until an "
-            "operator continues it or starts a new run")  # fmt: skip
+    how = f"`crawlplug continue {crawl}`"
+    if state == "limit":
+        how += " with the limit raised, e.g. --pages N"
+    return (f"run {run_id} of crawl {crawl!r} was {said}{who}{at}; it stays so until an operator continues it "
+            f"({how}) or starts a new run (`crawlplug new-run {crawl}`)")  # fmt: skip
 
 
 def format_ms(ms: int | None) -> str:

@@ -23,13 +23,14 @@ logger = logging.getLogger(__name__)
 
 NAMES = (
     "admit", "pop", "heartbeat", "renew", "reap", "release", "dead", "idle", "domainconf", "starts",
-    "join", "runstart", "finish", "domaintable", "leader", "firing", "alert", "seen", "forget", "history",
+    "join", "runstart", "finish", "domaintable", "leader", "firing", "alert", "seen", "forget", "history", "runctl",
 )  # fmt: skip
 
 #: The shared pieces a script may name in its ``-- uses:`` header line, in the order they
 #: are put in front of it (a piece may use those before it): the all-or-nothing checks,
-#: the epoch guard, lease records and Redis time, the per-domain queue, the Bloom filter.
-PIECES = ("guard", "epoch", "leases", "domains", "bloom")
+#: the epoch guard, lease records and Redis time, the per-domain queue, the Bloom filter,
+#: one dedup mode's check-and-record (admit.lua and seen.lua).
+PIECES = ("guard", "epoch", "leases", "domains", "bloom", "dedup")
 
 #: Scripts whose writes must go through on a full Redis (lease renewal): on Redis 7
 #: and later they declare ``flags=allow-oom``; older servers know no flags, and let

@@ -96,7 +96,8 @@ class Frontier:
         self._clock: tuple[int, float] | None = None
         self._history_failed = False  # a failed history sample was logged (once)
         dk = k.domain_keys()
-        self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk, k.epoch]
+        # the run hash last but one: its state and limits (a shard's is absent: no limit there)
+        self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk, k.run, k.epoch]
         self._reap_keys = [
             k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers, *dk,
             k.start_urls, k.series, k.graveyard,
@@ -207,7 +208,8 @@ class Frontier:
         """A pop pipelined after an admission: it checks the admission's own keys too
         (pop.lua), so a corrupt key refuses both calls and the pair changes nothing."""
         k = self.keys
-        keys = [*self._pop_keys[:-1], self.dedup.seen_key(k), k.seq, k.series, *self.dedup.extra_keys(k), k.epoch]
+        keys = [*self._pop_keys[:-2], self.dedup.seen_key(k), k.seq, k.series, *self.dedup.extra_keys(k), k.run,
+                k.epoch]  # fmt: skip
         args = [*self._pop_args(n)[:-1], self.dedup.mode, self.dedup.param(), self.epoch]
         return ("pop", keys, args)
 

@@ -85,6 +85,11 @@ class Cancelled:
         return out + [f"could not ask: {p}" for p in self.problems]
 
 
+def open_jobs(client: redis.Redis, keys: CrawlKeys, *, run: int | None = None) -> list[dict[str, Any]]:
+    """The crawl's Scrapyd jobs (of ``run``, default every run) that have not ended, as recorded."""
+    return _open(client, keys, run, None)
+
+
 def _open(client: redis.Redis, keys: CrawlKeys, run: int | None, ids: set[str] | None) -> list[dict[str, Any]]:
     return [j for j in jobs.all_jobs(client, keys, run=run)
             if j["state"] in jobs.OPEN_STATES and (ids is None or j["id"] in ids)]  # fmt: skip

@@ -22,7 +22,7 @@ Times missed while no control process ran are fired once when one runs again
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -31,6 +31,7 @@ from ..errors import ConfigError, ScrapydError
 from ..frontier import jobs, runs, schedules
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
+from ..seeds import zone
 from .jobs import refresh
 from .launch import Plan, launch
 
@@ -44,17 +45,6 @@ def _croniter() -> Any:
     return croniter
 
 
-def _zone(tz: str) -> Any:
-    if tz.upper() == "UTC":
-        return timezone.utc
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415
-
-    try:
-        return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"unknown time zone {tz!r} (an IANA name such as Europe/Paris, or UTC)") from None
-
-
 def check_cron(expr: str, tz: str = "UTC") -> None:
     """ConfigError unless ``expr`` is a cron expression of five fields, or six (seconds last)."""
     fields = expr.split()
@@ -63,12 +53,12 @@ def check_cron(expr: str, tz: str = "UTC") -> None:
             f"--cron {expr!r} is not a cron expression: five fields (minute hour day month weekday, "
             "e.g. '0 2 * * *'), or six with seconds last (e.g. '* * * * * */5', every 5 seconds)"
         )
-    _zone(tz)
+    zone(tz)
 
 
 def next_after(expr: str, tz: str, after_ms: int) -> int:
     """The first time of ``expr`` strictly after ``after_ms`` (ms since the epoch)."""
-    start = datetime.fromtimestamp(after_ms / 1000, _zone(tz))
+    start = datetime.fromtimestamp(after_ms / 1000, zone(tz))
     return int(_croniter()(expr, start).get_next(datetime).timestamp() * 1000)
 
 

@@ -71,6 +71,8 @@ class Batch:
         self.acked_total = 0
         self.idle = False  # the last next_request found nothing
         self.paused = False  # an operator paused the crawl: no new leases
+        self.draining = False  # an operator drains the run: no new requests admitted (runcontrol)
+        self.closing = False  # the run ended (a limit, a stop): no new leases, the node closes
         self.nothing_until = 0.0  # after an empty pop: when to ask Redis again
         self._wake_call: Any = None
 
@@ -93,7 +95,14 @@ class Batch:
 
     # -- requests in -------------------------------------------------------------
     def enqueue(self, request: Request) -> bool:
-        """Buffer ``request`` (False: a duplicate known locally, or a request that cannot be stored)."""
+        """Buffer ``request`` (False: a duplicate known locally, a request that cannot be stored, or
+        any request while the run drains)."""
+        if self.draining:
+            self.report.once("drained", logging.WARNING,
+                             "crawlplug: the run is draining (`crawlplug stop --drain`): new requests are not "
+                             "admitted (counted in crawlplug/drained), e.g. %s", request)  # fmt: skip
+            self.report.count("crawlplug/drained")
+            return False
         arg = b""
         if not request.dont_filter and self.frontier.dedup.mode != "none":
             try:
@@ -183,8 +192,11 @@ class Batch:
             self.report.count("crawlplug/leased", len(leased))
 
     def _account(self, batch: list[Buffered], result: AdmitResult) -> None:
-        admitted = filtered = 0
+        admitted = filtered = capped = 0
         for (request, fp, _, payload, _), flag in zip(batch, result.flags):
+            if flag == "c":  # over its domain's page cap (CRAWLPLUG_DOMAIN_PAGES): its fingerprint is not recorded
+                capped += 1
+                continue
             if fp:
                 self._remember(fp)
             if not payload:
@@ -198,6 +210,11 @@ class Batch:
             self.report.count("crawlplug/admitted", admitted)
         if filtered:
             self.report.count("crawlplug/filtered", filtered)
+        if capped:
+            self.report.once("capped", logging.INFO,
+                             "crawlplug: a domain reached its page cap for this run (CRAWLPLUG_DOMAIN_PAGES): its "
+                             "further links are not crawled (counted in crawlplug/capped)")  # fmt: skip
+            self.report.count("crawlplug/capped", capped)
         if result.acked:
             self.acked_total += result.acked
             self.report.count("crawlplug/acked", result.acked)
@@ -214,7 +231,7 @@ class Batch:
 
     # -- leases out ------------------------------------------------------------------
     def next_request(self) -> Request | None:
-        if self.paused:
+        if self.paused or self.closing:
             self.idle = True
             return None
         if not self.prefetched and time.monotonic() >= self.nothing_until:

@@ -18,8 +18,9 @@ Life of a request (docs/architecture.md):
 
 This class only wires the parts together; each part owns its state: the batch
 (:mod:`.batch`), start entries (:mod:`.entries`), liveness (:mod:`.liveness`),
-outages (:mod:`.outage`), per-domain limits (:mod:`.politeness`), and joining the
-crawl (:mod:`.joining`).
+outages (:mod:`.outage`), politeness and per-domain limits (:mod:`.politeness`), the
+run's crawl-wide limits, stop and drain (:mod:`.runcontrol`), and joining the crawl
+(:mod:`.joining`).
 """
 
 from __future__ import annotations
@@ -38,15 +39,15 @@ from twisted.internet.task import LoopingCall
 from ..config import SchedulerConfig, setting
 from ..dupefilters import RedisSetDupeFilter
 from ..errors import REDIS_ERRORS, ConfigError, RedisUnavailable, RunEnded, StaleEpoch
-from ..queues import BaseQueue, load_queue_class
+from ..queues import BaseQueue, PriorityQueue
 from ..seeds import Seeds
 from ..serializers import serializer_from_settings
-from . import enginehooks, joining
+from . import enginehooks, joining, runcontrol
 from .batch import Batch
 from .entries import START_META, StartEntries
 from .liveness import Liveness
 from .outage import Outage, Reporter
-from .politeness import Politeness
+from .politeness import Choice, Politeness, choose
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -62,10 +63,11 @@ class Scheduler(BaseScheduler):
     """A Scrapy scheduler whose queue, dedup and leases are shared in Redis."""
 
     def __init__(self, crawler: Crawler, *, dupefilter: BaseDupeFilter, queue: BaseQueue, serializer: Any,
-                 config: SchedulerConfig | None = None) -> None:  # fmt: skip
+                 config: SchedulerConfig | None = None, politeness: Choice | ConfigError | None = None) -> None:  # fmt: skip
         self.crawler = crawler
         self.df = dupefilter
         self.queue = queue
+        self.politeness = politeness
         self.serializer = serializer
         self.config = config or SchedulerConfig()
         self.report = Reporter(crawler.stats)
@@ -76,6 +78,7 @@ class Scheduler(BaseScheduler):
         self.liveness: Liveness | None = None
         self.outage: Outage | None = None
         self._politeness: Politeness | None = None
+        self._limits: tuple[runcontrol.Limits, bool] = (runcontrol.Limits(), True)
         self._loops: list[LoopingCall] = []
 
     @classmethod
@@ -93,20 +96,29 @@ class Scheduler(BaseScheduler):
             serializer: Any = serializer_from_settings(s)
         except ConfigError as exc:  # raised by open() instead: one clear line, not a traceback
             serializer = exc
+        try:
+            choice: Choice | ConfigError = choose(s)  # the queue, and whether a site's limits hold crawl-wide
+        except ConfigError as exc:  # raised by open(), as above
+            choice = exc
         return cls(
             crawler,
             dupefilter=dupefilter,
-            queue=load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")).from_settings(s),
+            queue=choice.queue if isinstance(choice, Choice) else PriorityQueue(),
             serializer=serializer,
             config=SchedulerConfig.from_settings(s),
+            politeness=choice,
         )
 
     # -- open / close -----------------------------------------------------------
     def open(self, spider: Spider) -> None:
         try:
-            if isinstance(self.serializer, ConfigError):  # e.g. pickle without CRAWLPLUG_SECRET
-                raise self.serializer
-            node = joining.join_crawl(self.crawler, spider.name, self.config, queue=self.queue, dupefilter=self.df)
+            for error in (self.serializer, self.politeness):  # e.g. pickle without CRAWLPLUG_SECRET
+                if isinstance(error, ConfigError):
+                    raise error
+            self._limits = runcontrol.from_settings(self.crawler.settings)
+            fallback = self.politeness.fallback if isinstance(self.politeness, Choice) else None
+            node = joining.join_crawl(self.crawler, spider.name, self.config, queue=self.queue, dupefilter=self.df,
+                                      fallback=fallback)  # fmt: skip
         except RunEnded as exc:
             logger.error("crawlplug: %s: this node exits", exc)
             enginehooks.fail_at_start(self.crawler, exc.state)
@@ -118,7 +130,7 @@ class Scheduler(BaseScheduler):
             logger.error("crawlplug: %s", exc)
             enginehooks.fail_at_start(self.crawler, reason)
             return
-        self.conn, self.frontier = node.conn, node.frontier
+        self.conn, self.frontier, self.queue = node.conn, node.frontier, node.queue
         self._build(spider, node)
         assert self.batch is not None and self.liveness is not None
         joining.log_where(self.conn, self.frontier.keys, self.crawler.settings)
@@ -137,6 +149,11 @@ class Scheduler(BaseScheduler):
                              "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
                              "this node goes on with the rest of the crawl", key, error)  # fmt: skip
         joining.log_join(self.frontier, node.joined, status, self.config)
+        joining.log_politeness(self.frontier, self.politeness, self.queue)
+        try:
+            self.liveness.control.apply(node.joined.run)  # the run's crawl-wide limits, said in these first lines
+        except REDIS_ERRORS as exc:
+            self.report.once("limits", logging.ERROR, "crawlplug: could not apply the run's limits: %s", exc)
         enginehooks.on_request_done(self.crawler, self.batch.finished)
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         self.liveness.heartbeat()
@@ -161,13 +178,19 @@ class Scheduler(BaseScheduler):
         self.entries = StartEntries(self.crawler, self.frontier, batch, serializer=self.serializer,
                                     config=self.config, outage=outage, reporter=self.report, seeds=seeds)  # fmt: skip
         batch.spider = self.entries.spider = spider
+        limits, crawl_wide = self._limits
+        control = runcontrol.RunControl(self.crawler, self.frontier, batch, reporter=self.report, limits=limits,
+                                        crawl_wide=crawl_wide)  # fmt: skip
+        control.take_over()  # before spider_opened: Scrapy's CloseSpider counts no limit the run counts
         self.liveness = Liveness(
             self.crawler, self.frontier, batch, self.entries, config=self.config, outage=outage,
             reporter=self.report, joined=node.joined, join_args=node.join_args, started=node.started,
-            enqueue=self.enqueue_request,
+            enqueue=self.enqueue_request, control=control,
         )  # fmt: skip
         stale.append(self.liveness.rejoin)
         if self.queue.order == "domain":
+            if not settings.getbool("AUTOTHROTTLE_ENABLED"):
+                enginehooks.no_local_delay(self.crawler)  # the per-domain queue spaces the crawl's requests
             politeness = Politeness(self.crawler, self.frontier, self.queue, outage=outage, reporter=self.report)
             politeness.configure()
             self.crawler.signals.connect(batch.sent, signal=signals.request_reached_downloader)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import CloseSpider
+from scrapy.extensions.closespider import CloseSpider as CloseSpiderExtension
 from scrapy.extensions.feedexport import FeedExporter
 from scrapy.utils.defer import deferred_from_coro
 
@@ -139,3 +140,39 @@ def scheduler(crawler: Crawler) -> object | None:
     if found is None:
         found = getattr(getattr(engine, "_slot", None), "scheduler", None)
     return found
+
+
+def take_over_closespider(crawler: Crawler, names: list[str]) -> list[str]:
+    """Stop Scrapy's CloseSpider extension from closing this node on its own count of ``names``
+    ("pagecount", "itemcount", "errorcount", "timeout"): the run counts them for every node
+    together (crawlplug.scheduler.runcontrol). Returns the names it took over. Called before
+    ``spider_opened``, when the extension would start its timeout."""
+    taken: list[str] = []
+    for ext in getattr(getattr(crawler, "extensions", None), "middlewares", ()):
+        if not isinstance(ext, CloseSpiderExtension):
+            continue
+        close_on = getattr(ext, "close_on", None)
+        if not isinstance(close_on, dict):
+            raise ConfigError("crawlplug cannot take over Scrapy's CloseSpider limits in this Scrapy version; "
+                              "set CRAWLPLUG_LIMITS = 'node'")  # fmt: skip
+        for name in names:
+            if not close_on.get(name):
+                continue
+            if name == "timeout":
+                crawler.signals.disconnect(ext.spider_opened, signal=signals.spider_opened)
+            close_on[name] = 0  # its handlers close when their counter equals the limit: never now
+            taken.append(name)
+    return taken
+
+
+def no_local_delay(crawler: Crawler) -> bool:
+    """The downloader of this node adds no DOWNLOAD_DELAY of its own (the per-domain queue spaces
+    the requests of the whole crawl; a node-local delay after the "sent" report would let two
+    nodes' requests start closer than the crawl's delay). False if this Scrapy has no such knob."""
+    downloader = getattr(getattr(crawler, "engine", None), "downloader", None)
+    if downloader is None or not hasattr(downloader, "_delay"):
+        return False
+    downloader._delay = 0.0
+    for slot in getattr(downloader, "slots", {}).values():
+        slot.delay = 0.0
+    return True

@@ -60,7 +60,7 @@ class StartEntries:
         A malformed entry goes to the dead letters with its reason. Call :meth:`done`
         for each lease once its requests are enqueued.
         """
-        if self.batch.paused:
+        if self.batch.paused or self.batch.draining or self.batch.closing:
             return []
         try:
             taken = self.frontier.take_starts(n, legacy_key, self.config.start_keys)

@@ -45,6 +45,7 @@ class Joined:
     joined: runs.Joined
     join_args: dict[str, Any]
     started: float  #: when the node joined (Redis clock, seconds)
+    queue: BaseQueue  #: the queue the node uses (the politeness fallback if the crawl was queued by it)
 
 
 def join_args(config: SchedulerConfig, dupefilter: Any) -> dict[str, Any]:
@@ -66,8 +67,10 @@ def incremental(config: SchedulerConfig, dupefilter: Any) -> bool:
 
 
 def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, queue: BaseQueue,
-               dupefilter: Any) -> Joined:  # fmt: skip
-    """Reach Redis, join the crawl's run, build the frontier (module docstring). Raises
+               dupefilter: Any, fallback: BaseQueue | None = None) -> Joined:  # fmt: skip
+    """Reach Redis, join the crawl's run, build the frontier (module docstring). ``fallback``:
+    the plain queue to use instead of the per-domain ``queue`` (chosen for politeness, not
+    named by the settings) when the crawl's requests wait in a plain queue. Raises
     RedisUnavailable, ConfigError, RunEnded or a Redis error, with the reason."""
     conn = connection.from_settings(crawler.settings)
     connection.check(conn)
@@ -78,17 +81,23 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
     claim_shards(conn.client, keys, shards)
     args = join_args(config, dupefilter)
     joined = runs.join(conn.client, keys, want="new" if config.flush_on_start else "auto", **args)
-    frontier = open_frontier(
-        conn.client, keys, shards=shards, queue=queue, lease_timeout=config.lease_timeout,
-        heartbeat=config.heartbeat, max_deliveries=config.max_deliveries, node_id=args["node_id"],
-        epoch=joined.epoch, dedup_factory=getattr(dupefilter, "make_strategy", None) or Dedup,
-    )  # fmt: skip
+
+    def build(q: BaseQueue) -> CrawlFrontier:
+        return open_frontier(
+            conn.client, keys, shards=shards, queue=q, lease_timeout=config.lease_timeout,
+            heartbeat=config.heartbeat, max_deliveries=config.max_deliveries, node_id=args["node_id"],
+            epoch=joined.epoch, dedup_factory=getattr(dupefilter, "make_strategy", None) or Dedup,
+        )  # fmt: skip
+
+    frontier = build(queue)
+    if fallback is not None and frontier.queued_elsewhere(True):
+        queue, frontier = fallback, build(fallback)  # the crawl's requests wait in a plain queue: finish it so
     frontier.run_id = joined.run  # the history samples it sends carry the run (crawlplug.frontier.history)
     bind = getattr(dupefilter, "bind", None)
     if bind is not None:
         bind(frontier)
     _check_queue_kind(frontier, queue)
-    return Joined(conn, frontier, joined, args, started)
+    return Joined(conn, frontier, joined, args, started, queue)
 
 
 def _warn_about_memory(client: Any) -> None:
@@ -112,8 +121,10 @@ def _check_queue_kind(frontier: CrawlFrontier, queue: BaseQueue) -> None:
         used, ours = ("a plain queue", "DomainQueue") if domains else ("DomainQueue", "a plain queue")
         raise ConfigError(
             f"crawl {frontier.keys.crawl!r} has {waiting} requests queued by {used}, and this node uses "
-            f"{ours} (CRAWLPLUG_QUEUE_CLASS): finish the crawl with the queue class it was "
-            f"started with, or start afresh (CRAWLPLUG_FLUSH_ON_START=True, or `crawlplug purge`)"
+            f"{ours} (CRAWLPLUG_QUEUE_CLASS; a node takes DomainQueue by itself when its settings set a "
+            f"per-domain DOWNLOAD_DELAY or CONCURRENT_REQUESTS_PER_DOMAIN, unless CRAWLPLUG_POLITENESS='node'): "
+            f"give every node of the crawl the same settings, or start afresh (CRAWLPLUG_FLUSH_ON_START=True, "
+            f"or `crawlplug purge`)"
         )
 
 
@@ -128,6 +139,19 @@ def log_where(conn: connection.Connection, keys: CrawlKeys, settings: Any) -> No
         )  # fmt: skip
     else:
         logger.info("crawlplug %s: crawl %r on Redis %s", __version__, keys.crawl, conn.safe_url)
+
+
+def log_politeness(frontier: CrawlFrontier, choice: Any, queue: BaseQueue) -> None:
+    """The node's one line on politeness: per node, or for the whole crawl (scheduler.politeness)."""
+    line = getattr(choice, "line", None)
+    if line is None:
+        return
+    if choice.queue.order == "domain" and queue.order != "domain":
+        line = (f"politeness: per node: crawl {frontier.keys.crawl!r} has requests waiting in a plain queue "
+                "(queued before crawl-wide politeness), so this node finishes them with it and the per-domain "
+                "limits hold in each node; the next run (once this one ends, or CRAWLPLUG_FLUSH_ON_START) makes "
+                "them hold for the crawl")  # fmt: skip
+    logger.info("crawlplug: %s", line)
 
 
 def log_join(frontier: CrawlFrontier, j: runs.Joined, status: dict[str, Any], config: SchedulerConfig) -> None:
@@ -149,7 +173,8 @@ def log_join(frontier: CrawlFrontier, j: runs.Joined, status: dict[str, Any], co
         elif prev.get("id"):
             when = prev.get("ended")
             at = f" at {time.strftime('%H:%M', time.localtime(when / 1000))}" if isinstance(when, int) else ""
-            before = f"run {prev.get('id')} {prev.get('state', 'finished')}{at}"
+            ended = {"limit": "ended by a limit", "stopped": "stopped"}.get(prev.get("state"), prev.get("state"))
+            before = f"run {prev.get('id')} {ended or 'finished'}{at}"
         else:
             before = "the crawl finished before runs were recorded"
         if prev is None:

@@ -5,6 +5,8 @@
 grace period, then the end recorded in Redis in the step that lets every node
 close), an operator's pause, the counts the run sums up, and what the node does
 when the crawl was reset under it (join again, dropping the old state's work).
+The run's limits, stop and drain, as each heartbeat reports them, are the part of
+crawlplug.scheduler.runcontrol.
 The heartbeat renews every lease the node holds, publishes its metrics, and
 reaps the expired leases of nodes that died, in one round trip.
 """
@@ -25,6 +27,7 @@ from ..errors import REDIS_ERRORS, ConfigError, RunEnded, StaleEpoch
 from ..frontier import runs
 from . import enginehooks
 from .leases import LEASE_META, Termination
+from .runcontrol import RunControl
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -37,6 +40,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Seconds a draining run must stay empty before it ends, for workers (CRAWLPLUG_IDLE_CLOSE = 0)
+DRAIN_GRACE = 3.0
+
 
 class Liveness:
     """Heartbeat, run, termination and pause of one node (module docstring)."""
@@ -45,11 +51,13 @@ class Liveness:
     RUN_COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {
         "items": ("item_scraped_count",),
         "errors": ("spider_exceptions/count", "downloader/exception_count"),
+        "spider_errors": ("spider_exceptions/count",),  # what CLOSESPIDER_ERRORCOUNT counts
     }
 
     def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, entries: StartEntries, *,
                  config: SchedulerConfig, outage: Outage, reporter: Reporter, joined: runs.Joined,
-                 join_args: dict[str, Any], started: float, enqueue: Callable[[Request], bool]) -> None:  # fmt: skip
+                 join_args: dict[str, Any], started: float, enqueue: Callable[[Request], bool],
+                 control: RunControl) -> None:  # fmt: skip
         self.crawler = crawler
         self.stats = crawler.stats
         self.frontier = frontier
@@ -62,6 +70,7 @@ class Liveness:
         self.join_args = join_args
         self.started = started  # Redis's clock: uptimes compare across nodes
         self.enqueue = enqueue
+        self.control = control
         self.termination = Termination(config.idle_close)
         self.producing = True  # the spider's start() may still yield requests
         self.stale_leases: set[str] = set()  # leases of a crawl state reset under this node
@@ -95,6 +104,7 @@ class Liveness:
             )
             self.counted = counts
             self._follow_pause(self.frontier.paused)
+            self._follow_run(self.control.follow(self.frontier.run_state))
             if self.frontier.run_state == "finished" and not self.run_ended:
                 self.run_ended = True  # another node recorded the end: close with it
                 enginehooks.wake(self.crawler)
@@ -126,7 +136,9 @@ class Liveness:
             logger.exception("crawlplug: heartbeat failed")
 
     def counts(self) -> dict[str, int]:
-        """This node's Scrapy counts the run sums up: items scraped, errors."""
+        """This node's counts the run sums up: items scraped, errors, spider errors, and in a
+        sharded crawl the pages it acknowledged (the shards' own counters are not in the crawl's
+        keys, where the run's page limit is checked)."""
         get = self.stats.get_value if self.stats is not None else (lambda *_: 0)
         out = {}
         for name, stats in self.RUN_COUNTS.items():
@@ -135,6 +147,8 @@ class Liveness:
                 value = get(stat, 0)
                 total += int(value) if isinstance(value, (int, float)) else 0
             out[name] = total
+        if self.frontier.sharded:
+            out["shard_acked"] = self.batch.acked_total
         return out
 
     def _pages_per_min(self) -> int:
@@ -148,6 +162,8 @@ class Liveness:
 
     def still_producing(self) -> bool:
         """Whether this node may still add work the other nodes cannot see yet."""
+        if self.batch.draining:
+            return False  # whatever it makes is not admitted
         if self.batch.buffer:
             return True  # not yet admitted
         if self.entries.waiting:
@@ -174,10 +190,20 @@ class Liveness:
             self.batch.nothing_until = 0.0
             enginehooks.wake(self.crawler)
 
+    def _follow_run(self, change: str) -> None:
+        """A drain began (workers then end too, once the queue has run out) or was continued."""
+        if change == "drain" and self.termination.worker_mode:
+            self.termination = Termination(DRAIN_GRACE)
+        elif change == "continue":
+            self.termination = Termination(self.config.idle_close)
+
     # -- the end of the run -----------------------------------------------------------
     def _observe(self, queued: int, leased: int, producers: int, local: bool) -> None:
-        """Feed the termination rule; a crawl whose data Redis lost never reads as finished."""
+        """Feed the termination rule; a crawl whose data Redis lost never reads as finished.
+        While the run drains, start entries waiting are no work: no node takes them."""
         self.check_lost()
+        if self.batch.draining:
+            queued = max(0, queued - self.frontier.start_entries)
         waiting = self.termination.empty_since is not None
         self.termination.observe(queued, leased, producers, local_pending=local or self.frontier.data_lost)
         if self.termination.empty_since is not None and not waiting and not self.termination.worker_mode:
@@ -210,8 +236,9 @@ class Liveness:
             self.run_ended = True
             return True
         if state in ("limit", "stopped"):
-            enginehooks.close(self.crawler, state)
-        elif state == "gone":  # the run was replaced: join the current one
+            self.control.ended_by_finish(state)  # a drain that ran out, or a limit: close with it
+            return False
+        if state == "gone":  # the run was replaced: join the current one
             self.rejoin(StaleEpoch(f"STALE_EPOCH {self.frontier.epoch} {self.frontier.epoch} run replaced"))
         self.termination.empty_since = None  # "busy": work or a producer appeared
         return False
@@ -232,6 +259,8 @@ class Liveness:
                 if self.frontier.start_entries:
                     self.entries.drain(self.enqueue)
                 self._observe(queued, leased, producers, bool(batch.book) or bool(self.entries.leases))
+                if batch.draining:
+                    queued = max(0, queued - self.frontier.start_entries)  # waiting entries: not taken now
                 if queued:
                     batch.nothing_until = 0.0
                     enginehooks.wake(self.crawler)
@@ -255,7 +284,7 @@ class Liveness:
     def may_close(self) -> bool:
         """spider_idle: whether the whole crawl is done (never on local idleness alone)."""
         self.producing = False
-        if self.termination.worker_mode or self.outage.waiting():
+        if self.termination.worker_mode or self.outage.waiting() or self.control.ending:
             return False
         state = self._flushed_idle_state()
         if state is None:
@@ -304,6 +333,9 @@ class Liveness:
     def record_end_on_close(self, reason: str) -> None:
         """Stopped (Ctrl-C, SIGTERM) while waiting out the idle grace with the whole crawl done:
         the run is finished, or the next node would resume a run with nothing left in it."""
+        if self.control.ending:
+            self.control.closed()
+            return
         if (self.run_ended or self.termination.worker_mode or self.termination.empty_since is None
                 or reason == "finished"):  # fmt: skip
             return
@@ -353,6 +385,11 @@ class Liveness:
         self.frontier.epoch = joined.epoch
         self.frontier.run_id = joined.run
         self.frontier.data_lost = self.frontier.data_lost or lost
+        self.termination = Termination(self.config.idle_close)
+        try:
+            self.control.apply(self.joined.run)
+        except REDIS_ERRORS as error:
+            self.outage.error(error)
         self.report.count("crawlplug/epoch_changes")
         self.report.count("crawlplug/stale_dropped", len(stale) + waiting)
         what = ("Redis lost the crawl's data (a restart without persistence, a flush, a failover to an empty "

@@ -1,21 +1,32 @@
-"""The per-domain queue's limits as a node sets them (``crawlplug.queues.DomainQueue``).
+"""A node's politeness: whether a site's limits hold per node or for the whole crawl, and
+the per-domain queue's limits as a node sets them (``crawlplug.queues.DomainQueue``).
+
+:func:`choose` decides, from the settings, which queue the node uses: a project that
+sets a per-domain ``DOWNLOAD_DELAY`` or ``CONCURRENT_REQUESTS_PER_DOMAIN`` (or
+crawlplug's own per-domain limits) gets the per-domain queue, so that those limits
+hold for the crawl, every node together, unless ``CRAWLPLUG_POLITENESS = "node"`` or
+``CRAWLPLUG_QUEUE_CLASS`` names a plain queue; the node says in one line which applies.
 
 At start a node writes the limits its settings give (CRAWLPLUG_DOMAIN_DELAY,
-..._CONCURRENCY, CRAWLPLUG_DOMAINS) and how hosts map to domains; when a
-robots.txt asks for a Crawl-delay, that delay becomes the domain's minimum,
-crawl-wide. The limits themselves are applied in Redis (lua/domains.lua).
+..._CONCURRENCY, CRAWLPLUG_DOMAINS, CRAWLPLUG_DOMAIN_PAGES) and how hosts map to
+domains; when a robots.txt asks for a Crawl-delay, that delay becomes the domain's
+minimum, crawl-wide. The limits themselves are applied in Redis (lua/domains.lua).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
+from scrapy.settings import SETTINGS_PRIORITIES
 
-from ..errors import REDIS_ERRORS, CorruptKey
+from ..config import is_set, scope, setting
+from ..errors import REDIS_ERRORS, ConfigError, CorruptKey
 from ..frontier import Domains
-from ..queues import domain_limits
+from ..frontier.control import CAP_SETTINGS
+from ..queues import BaseQueue, PriorityQueue, domain_limits, load_queue_class
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -25,6 +36,90 @@ if TYPE_CHECKING:
     from .outage import Outage, Reporter
 
 logger = logging.getLogger(__name__)
+
+DOMAIN_QUEUE = "crawlplug.queues.DomainQueue"
+#: crawlplug's own per-domain limits: set, they too call for the per-domain queue
+_OWN_LIMITS = ("CRAWLPLUG_DOMAIN_DELAY", "CRAWLPLUG_DOMAIN_CONCURRENCY", "CRAWLPLUG_DOMAINS", "CRAWLPLUG_DOMAIN_PAGES")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The queue a node uses, whether a site's limits hold for the crawl, and the line it says."""
+
+    queue: BaseQueue
+    crawl_wide: bool
+    line: str
+    #: the plain queue to take instead when the crawl was queued by one (the per-domain
+    #: queue chosen for politeness, not named by CRAWLPLUG_QUEUE_CLASS)
+    fallback: BaseQueue | None = None
+
+
+def asked(settings: Any) -> list[str]:
+    """The per-domain limits the project sets, as it wrote them ("DOWNLOAD_DELAY=1s", ...). A
+    CONCURRENT_REQUESTS_PER_DOMAIN left at Scrapy's default, or not below CONCURRENT_REQUESTS
+    (it then limits nothing a node would not), is not one."""
+    out = []
+    delay = settings.getfloat("DOWNLOAD_DELAY")
+    if delay > 0:
+        out.append(f"DOWNLOAD_DELAY={delay:g}s")
+    per_domain, total = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN"), settings.getint("CONCURRENT_REQUESTS")
+    set_by_project = (settings.getpriority("CONCURRENT_REQUESTS_PER_DOMAIN") or 0) > SETTINGS_PRIORITIES["default"]
+    if set_by_project and per_domain > 0 and (total <= 0 or per_domain < total):
+        out.append(f"CONCURRENT_REQUESTS_PER_DOMAIN={per_domain}")
+    out += [name for name in _OWN_LIMITS if is_set(settings, name) and settings.get(name)]
+    return out
+
+
+def choose(settings: Any) -> Choice:
+    """The node's queue and politeness (module docstring); ConfigError for settings that cannot
+    go together (a per-domain page cap with a plain queue)."""
+    mode = scope(settings, "CRAWLPLUG_POLITENESS")
+    named = is_set(settings, "CRAWLPLUG_QUEUE_CLASS")
+    queue = load_queue_class(setting(settings, "CRAWLPLUG_QUEUE_CLASS")).from_settings(settings)
+    wanted = asked(settings)
+    limits = " and ".join(wanted) + (" hold" if len(wanted) > 1 else " holds")
+    node_only = ("each node on its own: N nodes reach a site up to N times as often as one "
+                 "(the per-domain queue, DomainQueue, holds them for the crawl)")  # fmt: skip
+    if queue.order == "domain":
+        return Choice(queue, True, f"politeness: crawl-wide (DomainQueue): per domain {_in_force(settings)}, "
+                                   "for every node together")  # fmt: skip
+    if setting(settings, "CRAWLPLUG_DOMAIN_PAGES", "getint") and (named or mode == "node"):
+        raise ConfigError(
+            "CRAWLPLUG_DOMAIN_PAGES needs the per-domain queue (crawlplug.queues.DomainQueue), and this node uses "
+            f"{type(queue).__name__} (CRAWLPLUG_QUEUE_CLASS / CRAWLPLUG_POLITENESS='node')"
+        )
+    if named:
+        why = f"CRAWLPLUG_QUEUE_CLASS={setting(settings, 'CRAWLPLUG_QUEUE_CLASS')!r} is a plain queue"
+        if wanted:
+            return Choice(queue, False, f"politeness: per node ({why}): {limits} in {node_only}")
+        return Choice(queue, False, f"politeness: per node ({why}; no per-domain delay or concurrency is set)")
+    if not wanted:
+        return Choice(queue, False, "politeness: per node: the project sets no per-domain delay or concurrency "
+                                    "limit (Scrapy's own CONCURRENT_REQUESTS_PER_DOMAIN holds in each node)")  # fmt: skip
+    if mode == "node":
+        return Choice(queue, False, f"politeness: per node (CRAWLPLUG_POLITENESS='node'): {limits} in {node_only}")
+    if settings.getbool("AUTOTHROTTLE_ENABLED"):
+        return Choice(queue, False, f"politeness: per node: AutoThrottle adjusts each node's delay on its own, so "
+                                    f"{limits} in each node (set CRAWLPLUG_QUEUE_CLASS = '{DOMAIN_QUEUE}' "
+                                    "and turn AutoThrottle off for limits that hold for the crawl)")  # fmt: skip
+    domain_queue = load_queue_class(DOMAIN_QUEUE).from_settings(settings)
+    return Choice(domain_queue, True, f"politeness: crawl-wide: {limits} per domain for every node together, "
+                                      "not per node (the per-domain queue, DomainQueue; CRAWLPLUG_POLITENESS='node' "
+                                      "for Scrapy's per-node meaning)", fallback=PriorityQueue())  # fmt: skip
+
+
+def _in_force(settings: Any) -> str:
+    """The default per-domain limits a DomainQueue node writes, in words."""
+    delay = setting(settings, "CRAWLPLUG_DOMAIN_DELAY")
+    delay = settings.getfloat("DOWNLOAD_DELAY") if delay is None else float(delay)
+    conc = setting(settings, "CRAWLPLUG_DOMAIN_CONCURRENCY")
+    conc = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") if conc is None else int(conc)
+    out = [f"a delay of {delay:g}s between request starts" if delay else "no delay",
+           f"at most {conc} in flight" if conc else "no concurrency limit"]  # fmt: skip
+    pages = setting(settings, "CRAWLPLUG_DOMAIN_PAGES", "getint")
+    if pages:
+        out.append(f"at most {pages} pages a run")
+    return ", ".join(out)
 
 
 class Politeness:
@@ -41,8 +136,10 @@ class Politeness:
 
     def configure(self) -> None:
         """The limits of this node's settings, and the host->domain key (for tools that requeue)."""
+        pages = setting(self.crawler.settings, "CRAWLPLUG_DOMAIN_PAGES", "getint")
+        cap = {CAP_SETTINGS: str(pages) if pages > 0 else ""}
         try:
-            self.domains.configure({**domain_limits(self.crawler.settings), "key": self.queue.key})
+            self.domains.configure({**domain_limits(self.crawler.settings), **cap, "key": self.queue.key})
         except CorruptKey as exc:  # the scripts refuse until it is repaired; said once
             self.outage.error(exc)
 

@@ -9,18 +9,18 @@ per hour for a month: crawlplug.ops.history), so a dashboard opened late still
 shows what happened; the Report and Sites pages read crawlplug.ops.report.
 
 Read-only unless a token is configured (``CRAWLPLUG_DASHBOARD_TOKEN``):
-actions (pause, resume, a domain's limits, requeueing dead letters) then need
+actions (pause, resume, stop or drain the run and continue it, a domain's limits,
+requeueing dead letters) then need
 ``Authorization: Bearer <token>``. It binds to loopback unless told otherwise,
 and answers only requests whose ``Host`` header names an allowed host
 (Starlette's TrustedHostMiddleware; loopback names by default, see
-:func:`allowed_hosts`): a web page the browser loaded from elsewhere that
+:func:`crawlplug.web.hosts.allowed_hosts`): a web page the browser loaded from elsewhere that
 points its own name at 127.0.0.1 (DNS rebinding) gets 400, not the crawl's state.
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 import math
 from collections.abc import Iterable
@@ -37,9 +37,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import errorsamples
-from ..errors import ConfigError, CrawlplugError
+from ..errors import CrawlplugError
+from ..frontier import control, runstats
 from ..frontier import runs as frontier_runs
-from ..frontier import runstats
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_domains, open_frontier
 from ..frontier.store import redis_ms
@@ -51,6 +51,9 @@ from ..ops.jobs import annotate_nodes
 from ..sites import outcomes as site_fields
 from . import alerting
 from . import sites as site_pages
+from .hosts import LOOPBACK_HOSTS, allowed_hosts, host_pattern
+
+__all__ = ["API", "LOOPBACK_HOSTS", "Dashboard", "allowed_hosts", "create_app", "host_pattern"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +89,9 @@ API = {
                             "the recent events (fired, cleared)",
     "POST /api/pause": "pause the crawl (token)",
     "POST /api/resume": "resume the crawl (token)",
+    "POST /api/stop": '{"drain": false}: stop the current run now, or ({"drain": true}) admit no new request '
+                      "and stop once the queue has run out; sticky: nodes started later exit (token)",
+    "POST /api/continue": "continue a run that was stopped or is draining (token)",
     "POST /api/domains/{domain}": 'set a domain\'s limits: {"delay": s, "concurrency": n} ("*" = default) (token)',
     "DELETE /api/domains/{domain}": "drop the runtime limits of a domain (token)",
     "POST /api/dead/requeue": '{"indexes": [...]} or {"all": true}: dead letters back to the queue (token)',
@@ -236,6 +242,32 @@ class Dashboard:
         changed = open_frontier(self.client, self.keys).resume()
         return JSONResponse({"paused": False, "changed": changed})
 
+    async def stop(self, request: Request) -> JSONResponse:
+        denied = self._authorized(request)
+        if denied:
+            return denied
+        try:
+            body = await request.json() if await request.body() else {}
+        except ValueError as exc:
+            return JSONResponse({"error": f"bad body: {exc}"}, status_code=400)
+        drain = body.get("drain", False) if isinstance(body, dict) else None
+        if not isinstance(drain, bool):
+            return JSONResponse({"error": 'bad body: give {"drain": true} or {"drain": false}'}, status_code=400)
+        by = f"dashboard ({request.client.host if request.client else '?'})"
+        out = control.stop(self.client, self.keys, by=by, drain=drain)
+        return JSONResponse({"stopped": True, "drain": drain, "changed": out.ok, "run": out.run or None,
+                             "state": out.state, "why": None if out.ok else _why(out.outcome, out.state)})  # fmt: skip
+
+    def continue_(self, request: Request) -> JSONResponse:
+        denied = self._authorized(request)
+        if denied:
+            return denied
+        by = f"dashboard ({request.client.host if request.client else '?'})"
+        out = control.continue_run(self.client, self.keys, by=by)
+        why = None if out.ok else _why(out.outcome, out.state, out.reached)
+        return JSONResponse({"continued": True, "changed": out.ok, "run": out.run or None, "state": out.state,
+                             "why": why})  # fmt: skip
+
     async def set_domain(self, request: Request) -> JSONResponse:
         denied = self._authorized(request)
         if denied:
@@ -294,6 +326,8 @@ class Dashboard:
             Route("/metrics", self.prometheus),
             Route("/api/pause", self.pause, methods=["POST"]),
             Route("/api/resume", self.resume, methods=["POST"]),
+            Route("/api/stop", self.stop, methods=["POST"]),
+            Route("/api/continue", self.continue_, methods=["POST"]),
             Route("/api/domains/{domain}", self.set_domain, methods=["POST", "DELETE"]),
             Route("/api/dead/requeue", self.requeue, methods=["POST"]),
             Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
@@ -307,6 +341,15 @@ def _time(raw: str | None, now_ms: int) -> int | None:
     if raw.lstrip("-").isdigit():
         return int(raw)
     return now_ms - crawl_history.parse_duration(raw)
+
+
+def _why(outcome: str, state: str, reached: str = "") -> str:
+    """Why a stop or a continue did nothing, in words."""
+    if outcome == "none":
+        return "no run is recorded yet"
+    if outcome == "reached":
+        return f"its limit {reached} is still reached: raise it first (`crawlplug continue CRAWL --pages N`)"
+    return f"the run is {state}"
 
 
 def _limit(value: Any, name: str) -> float | None:
@@ -326,47 +369,6 @@ def site_outcomes(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
     site spiders use to report pages per step, items ok, missing fields, exceptions
     (:mod:`crawlplug.sites.outcomes`)."""
     return site_fields.outcomes(stats)
-
-
-#: Host header values a dashboard answers by default: this machine's loopback names.
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-#: Addresses that bind every interface: they name no host a browser would send.
-_WILDCARDS = ("0.0.0.0", "::", "[::]", "")
-
-
-def host_pattern(host: str) -> str:
-    """``host`` as TrustedHostMiddleware matches it: lower case, an IPv6 address in brackets.
-
-    Accepts a name, an address, ``*.example.com`` or ``*`` (any host: the check off);
-    :class:`ConfigError` for what a Host header cannot hold (a port, a path, spaces).
-    """
-    text = host.strip().lower()
-    bare = text.strip("[]")
-    try:
-        address = ipaddress.ip_address(bare)
-    except ValueError:
-        address = None
-    if address is not None:
-        return f"[{address}]" if address.version == 6 else str(address)
-    if text == "*":
-        return text
-    name = text.removeprefix("*.")
-    if not name or any(c in name for c in ":/[]@ *\t") or name.startswith(".") or name.endswith(".."):
-        raise ConfigError(
-            f"{host!r} is not a host name for the dashboard's allowed hosts (a name, an address, "
-            "*.example.com or *; no port, no scheme)"
-        )
-    return text
-
-
-def allowed_hosts(bind: str | None = None, extra: Iterable[str] = ()) -> list[str]:
-    """The Host header values a dashboard bound to ``bind`` answers: the loopback names, the
-    bound address unless it binds every interface (0.0.0.0), and ``extra`` (real hostnames)."""
-    hosts = list(LOOPBACK_HOSTS)
-    if bind is not None and bind.strip() not in _WILDCARDS:
-        hosts.append(host_pattern(bind))
-    hosts += [host_pattern(h) for h in extra]
-    return list(dict.fromkeys(hosts))
 
 
 def create_app(

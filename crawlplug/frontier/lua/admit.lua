@@ -14,7 +14,9 @@
 -- KEYS[7] deliveries  hash  request id -> deliveries so far
 -- KEYS[8] stats       hash  crawl-wide counters
 -- KEYS[9..12]         the per-domain queue: dq, domains, dstate, dconf
---                     (see domains.lua)
+--                     (see domains.lua); dconf "cap:o" (an operator's) or else
+--                     "cap:s" (the nodes' CRAWLPLUG_DOMAIN_PAGES) caps the requests
+--                     of one domain admitted in a run, counted in dstate "c:<domain>"
 -- KEYS[13] series     hash  "a:<bucket>" acked, "e:<bucket>" enqueued, per 10 s;
 --                     "busy_from", "busy_to": the span (ms) the crawl has been busy
 -- KEYS[14] reply      str   "<call id>\n<reply>": the caller node's last reply (see ARGV[4])
@@ -44,7 +46,8 @@
 -- fingerprint>" ("ttl", ttl "" = default) or "<h1>,<h2>,<h3>" ("bloom").
 -- ARGV[last] the caller's epoch (epoch.lua)
 -- Returns {flags, acked, stale, state} (acked: requests, start entries not counted): flags has one char per request, "1"
--- admitted, "0" filtered as a duplicate; stale counts acks of leases this
+-- admitted, "0" filtered as a duplicate, "c" refused by its domain's page cap
+-- (its fingerprint is not recorded: a raised cap, or the next run, admits it); stale counts acks of leases this
 -- node no longer held; state is, for mode "bloom", the layer count of each
 -- filter passed ("3,2,2"). Mode "bloom" may instead answer, changing nothing:
 -- {"STALE", state} when another node grew a filter beyond the layers the
@@ -54,7 +57,7 @@
 -- the requests flags covers are done, no ack was made; call again with the
 -- rest of the batch (and the acks) and the new layer's keys.
 --
--- uses: guard epoch leases domains bloom   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard epoch leases domains bloom dedup   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local seen, queue, requests, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases, leased, deliveries, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -106,38 +109,23 @@ do
 end
 -- ---- end of the checks ----
 
--- -- time-limited dedup --------------------------------------------------------
-local now = 0
-local default_ttl = 0
-local function ttl_add(dkey)
-  local sep = string.find(dkey, ":", 1, true)
-  local ttl = tonumber(string.sub(dkey, 1, sep - 1)) or default_ttl
-  local fp = string.sub(dkey, sep + 1)
-  local expiry = tonumber(redis.call("ZSCORE", seen, fp) or "0")
-  if expiry > now then return 0 end
-  redis.call("ZADD", seen, now + ttl, fp)
-  return 1
-end
 
-if mode == "bloom" then
-  local again = bloom_setup(param, 15)
+do -- the dedup mode's state (dedup.lua; the Bloom filter's keys from KEYS[15])
+  local again = dedup_prepare(mode, param, seen, 15)
   if again then return again end
-  bloom_start()
-elseif mode == "bf" then
-  -- native Bloom filter (RedisBloom / Redis 8): reserved on first use
-  if redis.call("EXISTS", seen) == 0 then
-    local err, cap = string.match(param, "^(%S+) (%d+)$")
-    redis.call("BF.RESERVE", seen, err, cap, "EXPANSION", 2)
-  end
-elseif mode == "ttl" then
-  now = redis_now_ms()
-  default_ttl = tonumber(param)
-  -- forget what expired; each fingerprint is removed once, so this is amortised O(log n)
-  redis.call("ZREMRANGEBYSCORE", seen, "-inf", now)
 end
 
 local flags = {}
-local admitted, filtered = 0, 0
+local admitted, filtered, capped = 0, 0, 0
+-- the page cap of each domain (CRAWLPLUG_DOMAIN_PAGES), read once if a request has a domain
+local cap
+local function domain_capped(domain)
+  if cap == nil then
+    local v = redis.call("HMGET", D.conf, "cap:o", "cap:s")
+    cap = tonumber(v[1]) or tonumber(v[2]) or 0
+  end
+  return cap > 0 and (tonumber(redis.call("HGET", D.state, "c:" .. domain)) or 0) >= cap
+end
 local nevents = tonumber(ARGV[acks_at + 1 + nacks])
 local i = acks_at + 2 + nacks + 2 * nevents
 local partial = false
@@ -145,19 +133,13 @@ local dq_now
 while i + 3 <= NARGV do
   local dkey, score, payload, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local new = 1
-  if dkey ~= "" then
-    if mode == "set" then
-      new = redis.call("SADD", seen, dkey)
-    elseif mode == "bloom" then
-      new = bloom_add(dkey)
-      if new == nil then
-        partial = true -- the filter needs a layer whose keys we were not given
-        break
-      end
-    elseif mode == "bf" then
-      new = redis.call("BF.ADD", seen, dkey)
-    elseif mode == "ttl" then
-      new = ttl_add(dkey)
+  if domain ~= "" and payload ~= "" and domain_capped(domain) then
+    new = -1 -- over its domain's cap: not admitted, its fingerprint not recorded
+  elseif dkey ~= "" then
+    new = dedup_add(dkey)
+    if new == nil then
+      partial = true -- the Bloom filter needs a layer whose keys we were not given
+      break
     end
   end
   if new == 1 and payload == "" then
@@ -170,9 +152,13 @@ while i + 3 <= NARGV do
     else
       dq_now = dq_now or redis_now_ms()
       dq_add(domain, score, id, dq_now)
+      add_to_field(D.state, "c:" .. domain, 1) -- requests of it admitted in this run (its page cap)
     end
     admitted = admitted + 1
     flags[#flags + 1] = "1"
+  elseif new == -1 then
+    capped = capped + 1
+    flags[#flags + 1] = "c"
   else
     filtered = filtered + 1
     flags[#flags + 1] = "0"
@@ -226,6 +212,7 @@ end
 
 if admitted > 0 then redis.call("HINCRBY", stats, "enqueued", admitted) end
 if filtered > 0 then redis.call("HINCRBY", stats, "filtered", filtered) end
+if capped > 0 then add_to_field(stats, "capped", capped) end
 if acked > 0 then redis.call("HINCRBY", stats, "acked", acked) end
 if starts_acked > 0 then redis.call("HINCRBY", stats, "start_acked", starts_acked) end
 if stale > 0 then redis.call("HINCRBY", stats, "stale_acks", stale) end

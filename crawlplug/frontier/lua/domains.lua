@@ -18,10 +18,13 @@
 --          sent: a domain with a delay waits for it, so the delay counts
 --          from the moment the request really leaves (after robots.txt,
 --          local queues), not from the lease; "n:<domain>" -> requests of it
---          leased so far (the dashboard's rate per domain)
+--          leased so far (the dashboard's rate per domain); "c:<domain>" ->
+--          requests of it admitted in this run (admit.lua: its page cap)
 -- dconf    hash "<source>:<domain>" -> "<delay ms> <concurrency>", "-" for
 --          unset; source "o" = the operator at runtime, "s" = the nodes'
---          settings, "r" = robots.txt Crawl-delay; domain "*" = the default
+--          settings, "r" = robots.txt Crawl-delay; domain "*" = the default;
+--          and "cap:o" / "cap:s" -> most requests of one domain admitted in a
+--          run, an operator's or the nodes' (CRAWLPLUG_DOMAIN_PAGES; admit.lua)
 --
 -- A domain's delay: o:<domain>, else s:<domain>, else the larger of the
 -- default (o:*, else s:*) and its robots.txt Crawl-delay. Its concurrency:

@@ -18,9 +18,14 @@
 -- ARGV[4] the run's totals as JSON (pages, enqueued, filtered, dead, ...: the
 --         node reads them over every part; nothing moves when the crawl is done)
 -- ARGV[5] the node's epoch (epoch.lua)
--- Returns {"finished", ended ms} when recorded (by this call or an earlier
--- one), {"busy"} when work or a producer appeared, or {state} when the run
--- ended otherwise (a limit, an operator) or is no longer the current one ({"gone"}).
+-- A run an operator is draining (`crawlplug stop --drain`: state "draining")
+-- ends the same way when its queue has run out, but as stopped: state
+-- "stopped", reason "stopped", by the operator who drained it; start entries
+-- still waiting do not count as work then (no node takes them while it drains).
+-- Returns {"finished", ended ms} (or {"stopped", ended ms} for a drained run)
+-- when recorded (by this call or an earlier one), {"busy"} when work or a
+-- producer appeared, or {state} when the run ended otherwise (a limit, an
+-- operator) or is no longer the current one ({"gone"}).
 --
 -- uses: guard epoch leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
@@ -38,27 +43,32 @@ local ok, summary = pcall(cjson.decode, totals)
 if not ok or type(summary) ~= "table" then
   return redis.error_reply("finish.lua: the totals are not a JSON object")
 end
-local run = redis.call("HMGET", run_key, "id", "state", "ended", "started", "incremental", "epoch")
+local run = redis.call("HMGET", run_key, "id", "state", "ended", "started", "incremental", "epoch", "drain_by")
 if run[1] ~= id then return {"gone"} end
 if run[2] == "finished" then return {"finished", tonumber(run[3])} end
-if run[2] ~= "running" then return {run[2] or "gone"} end
+if run[2] ~= "running" and run[2] ~= "draining" then return {run[2] or "gone"} end
+local draining = run[2] == "draining"
 local now = redis_now_ms()
 local work = redis.call("ZCARD", KEYS[4]) + redis.call("ZCARD", KEYS[5]) + redis.call("ZCARD", KEYS[6])
-  + start_entries(KEYS[7])
+-- start entries waiting (start_entries: guard.lua) are work, unless the run drains
+if not draining then work = work + start_entries(KEYS[7]) end
 local others = redis.call("ZCOUNT", producers, "(" .. now, "+inf")
 local mine = redis.call("ZSCORE", producers, node)
 if mine and tonumber(mine) > now then others = others - 1 end -- the caller is done producing
 if work > 0 or others > 0 then return {"busy"} end
 
+local state, by = "finished", node
+if draining then state, reason, by = "stopped", "stopped", run[7] or node end
 redis.call("ZREM", producers, node)
-redis.call("HSET", run_key, "state", "finished", "ended", now, "reason", reason, "by", node)
+redis.call("HSET", run_key, "state", state, "ended", now, "reason", reason, "by", by)
 summary.id = tonumber(id)
-summary.state = "finished"
+summary.state = state
 summary.reason = reason
 summary.started = tonumber(run[4])
 summary.ended = now
-summary.by = node
+summary.by = by
 summary.epoch = tonumber(run[6])
 summary.incremental = run[5] == "1"
+if draining then summary.drained = true end
 redis.call("HSET", runs_key, id, cjson.encode(summary))
-return {"finished", now}
+return {state, now}

@@ -9,7 +9,8 @@
 -- KEYS[6] control     hash  crawl-wide switches set by operators ("paused"), and
 --                           "lost": a node found Redis had lost the crawl's data
 -- KEYS[7] stats       hash  the run's counters
--- KEYS[8] run         hash  the current run (join.lua)
+-- KEYS[8] run         hash  the current run (join.lua), with its crawl-wide limits
+--                           (lim_pages, lim_items, lim_errors, lim_timeout: crawlplug.frontier.control)
 -- KEYS[9] epoch       str   the crawl's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] lease duration (ms)
@@ -17,7 +18,8 @@
 -- ARGV[4] "1" if this node is still producing start requests, else "0"
 -- ARGV[5] M = number of metric field/value pairs, then 2*M arguments
 -- then C = number of counters, then C pairs (counter, integer to add to the
--- run's counter: the node's items and errors since its last heartbeat)
+-- run's counter: the node's items, errors, spider_errors and, in a sharded
+-- crawl, shard_acked (pages acknowledged in the shards) since its last heartbeat)
 -- then the ids of the leases this node believes it holds
 -- and last the node's epoch (epoch.lua)
 -- Returns {now_ms, paused, run state, data lost, lost ids...}: paused is 1
@@ -26,6 +28,11 @@
 -- not read as finished: what Redis lost is not crawled); the ids are those
 -- this node no longer holds (reaped after it stalled past the lease timeout);
 -- it must not ack or release them.
+--
+-- The first heartbeat that finds one of the run's limits reached (pages done:
+-- acked + shard_acked; items; spider_errors; the run's age) ends the run by it:
+-- state "limit", reason "closespider_pagecount" (itemcount, errorcount, timeout),
+-- ended, by. Every node reads the state in its reply and closes with the reason.
 --
 -- Lease renewal must go through on a full Redis (maxmemory reached): else an
 -- OOM longer than the lease timeout gets every page in flight reaped and
@@ -74,6 +81,29 @@ end
 redis.call("PEXPIRE", nodekey, math.max(ttl_ms * 10, ttl_ms + 3600000))
 for j = 7 + 2 * m, 6 + 2 * m + 2 * c, 2 do
   if ARGV[j + 1] ~= "0" then redis.call("HINCRBY", KEYS[7], ARGV[j], ARGV[j + 1]) end
+end
+
+-- the run's crawl-wide limits (CLOSESPIDER_*, crawl-wide: crawlplug.frontier.control)
+do
+  local run = redis.call("HMGET", KEYS[8], "state", "lim_pages", "lim_items", "lim_errors", "lim_timeout", "started")
+  if run[1] == "running" or run[1] == "draining" then
+    local pages, items, errors = tonumber(run[2]) or 0, tonumber(run[3]) or 0, tonumber(run[4]) or 0
+    local timeout, started = tonumber(run[5]) or 0, tonumber(run[6])
+    local done = redis.call("HMGET", KEYS[7], "acked", "shard_acked", "items", "spider_errors")
+    local reason
+    if pages > 0 and (tonumber(done[1]) or 0) + (tonumber(done[2]) or 0) >= pages then
+      reason = "closespider_pagecount"
+    elseif items > 0 and (tonumber(done[3]) or 0) >= items then
+      reason = "closespider_itemcount"
+    elseif errors > 0 and (tonumber(done[4]) or 0) >= errors then
+      reason = "closespider_errorcount"
+    elseif timeout > 0 and started and now >= started + timeout then
+      reason = "closespider_timeout"
+    end
+    if reason then
+      redis.call("HSET", KEYS[8], "state", "limit", "reason", reason, "ended", now, "by", node)
+    end
+  end
 end
 
 local out = {now, redis.call("HEXISTS", KEYS[6], "paused"), redis.call("HGET", KEYS[8], "state") or "",

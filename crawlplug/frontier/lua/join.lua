@@ -3,9 +3,11 @@
 -- so nodes starting at the same moment agree on one run.
 --
 -- KEYS[1] run         hash  the current run: id, epoch, state ("starting",
---                           "running", "finished", "limit", "stopped"),
---                           started, ended, reason, by, incremental; while
---                           "starting": starter (node id) and deadline (ms)
+--                           "running", "draining", "finished", "limit",
+--                           "stopped"), started, ended, reason, by, incremental;
+--                           while "starting": starter (node id) and deadline
+--                           (ms); "next" = "new" once an operator asked for a
+--                           new run after one that was stopped or hit a limit
 -- KEYS[2] runs        hash  run id -> JSON summary of each ended run
 -- KEYS[3] epoch       str   the crawl's epoch: a random token, new for each run and reset
 -- KEYS[4] nodes       zset  node id -> heartbeat deadline (ms)
@@ -142,7 +144,7 @@ if state == "running" then
   return {(work > 0 and live <= 0) and "resume" or "join", tonumber(run.id), epoch, "running", live}
 end
 
-if state == "finished" then
+if state == "finished" or run.next == "new" then -- next "new": `crawlplug new-run` after a stop or a limit
   return begin(redis.call("HGET", runs_key, run.id) or "")
 end
 

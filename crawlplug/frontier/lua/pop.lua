@@ -20,6 +20,13 @@
 --         KEYS[14..] (admit.lua's KEYS[1], [4], [13], [14..]): they are checked
 --         too, so that a corrupt key that makes the admission refuse makes the
 --         pop refuse as well, and the call changes nothing
+-- KEYS[last - 1] run  hash  the current run (crawlplug.frontier.runs): a run ended by a
+--                     limit or stopped by an operator leases nothing, and its crawl-wide
+--                     limits (lim_pages, lim_items, lim_errors, lim_timeout ms since
+--                     "started"; crawlplug.frontier.control) are checked against the
+--                     counters in KEYS[6]: a page limit leases at most what is left of it
+--                     after the pages done and the leases held. Absent (a shard, a
+--                     frontier driven without runs): no limit
 -- ARGV[last] the caller's epoch (epoch.lua); KEYS[last] the part's epoch key
 -- Returns a flat list {id, payload, deliveries, id, payload, deliveries, ...};
 -- order "domain" returns four elements per request, the fourth saying what
@@ -28,20 +35,23 @@
 -- it), "r" when its download ended (its domain has a delay or a concurrency
 -- limit), e.g. "sr", or "" for nothing; and then one more
 -- element: milliseconds until the next domain is ready (-1: none waits on
--- its delay).
+-- its delay). A call that may lease nothing (n = 0, or a limit reached)
+-- returns {} (order "domain": {-1}) and writes nothing.
 --
 -- uses: guard epoch leases domains   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local queue, requests, leases, leased, deliveries, stats =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local node, n, lease_ms, order = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local run_key = KEYS[#KEYS - 1]
 dq_keys(7)
 
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 -- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
 do
   local spec = {{queue, "zset"}, {requests, "hash"}, {leases, "zset"}, {leased, "hash"}, {deliveries, "hash"},
-                {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"}, {D.conf, "hash"}}
+                {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"}, {D.conf, "hash"},
+                {run_key, "hash"}}
   if NARGV >= 6 then -- an admission's mode and parameter come before the epoch
     spec[#spec + 1] = {KEYS[12], "int"}
     spec[#spec + 1] = {KEYS[13], "any"} -- the series: a statistic, started again if need be (admit.lua)
@@ -55,6 +65,25 @@ end
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local now = redis_now_ms()
 local deadline = now + lease_ms
+
+-- the run's crawl-wide limits: read only, before the first write
+do
+  local run = redis.call("HMGET", run_key, "state", "lim_pages", "lim_items", "lim_errors", "lim_timeout", "started")
+  if run[1] == "limit" or run[1] == "stopped" then n = 0 end
+  local pages, items, errors = tonumber(run[2]) or 0, tonumber(run[3]) or 0, tonumber(run[4]) or 0
+  local timeout, started = tonumber(run[5]) or 0, tonumber(run[6])
+  if n > 0 and (pages > 0 or items > 0 or errors > 0) then
+    local done = redis.call("HMGET", stats, "acked", "items", "spider_errors")
+    if pages > 0 then n = math.min(n, pages - (tonumber(done[1]) or 0) - redis.call("ZCARD", leases)) end
+    if items > 0 and (tonumber(done[2]) or 0) >= items then n = 0 end
+    if errors > 0 and (tonumber(done[3]) or 0) >= errors then n = 0 end
+  end
+  if n > 0 and timeout > 0 and started and now >= started + timeout then n = 0 end
+end
+if n <= 0 then
+  if order == "domain" then return {-1} end
+  return {}
+end
 
 local out = {}
 local orphans, redelivered = 0, 0

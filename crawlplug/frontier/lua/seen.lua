@@ -28,7 +28,7 @@
 -- No epoch: a dupefilter used on its own joins no run (crawlplug/frontier/runs.py);
 -- its fingerprints live as long as the crawl's dedup state does.
 --
--- uses: guard leases bloom   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard leases bloom dedup   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local seen, mode, param = KEYS[1], ARGV[1], ARGV[2]
 local first = 3 -- ARGV[first..]: the dedup keys
@@ -42,47 +42,20 @@ end
 -- ---- end of the checks ----
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
-local now, default_ttl = 0, 0
-if mode == "bloom" then
-  local again = bloom_setup(param, 2)
-  if again then return again end
-  bloom_start()
-elseif mode == "bf" then
-  if redis.call("EXISTS", seen) == 0 then -- reserved on first use, as admit.lua does
-    local err, cap = string.match(param, "^(%S+) (%d+)$")
-    redis.call("BF.RESERVE", seen, err, cap, "EXPANSION", 2)
-  end
-elseif mode == "ttl" then
-  now = redis_now_ms()
-  default_ttl = tonumber(param)
-  redis.call("ZREMRANGEBYSCORE", seen, "-inf", now) -- each expired fingerprint removed once
-elseif mode ~= "set" then
+if mode ~= "set" and mode ~= "bf" and mode ~= "ttl" and mode ~= "bloom" then
   return redis.error_reply("seen.lua: unknown dedup mode " .. tostring(mode))
+end
+do -- the dedup mode's state, as admit.lua gets it ready (dedup.lua; Bloom keys from KEYS[2])
+  local again = dedup_prepare(mode, param, seen, 2)
+  if again then return again end
 end
 
 local flags = {}
 for i = first, #ARGV do
   local dkey = ARGV[i]
-  local new
-  if mode == "set" then
-    new = redis.call("SADD", seen, dkey)
-  elseif mode == "bf" then
-    new = redis.call("BF.ADD", seen, dkey)
-  elseif mode == "ttl" then
-    local sep = string.find(dkey, ":", 1, true)
-    local ttl = tonumber(string.sub(dkey, 1, sep - 1)) or default_ttl
-    local fp = string.sub(dkey, sep + 1)
-    if tonumber(redis.call("ZSCORE", seen, fp) or "0") > now then
-      new = 0
-    else
-      redis.call("ZADD", seen, now + ttl, fp)
-      new = 1
-    end
-  else
-    new = bloom_add(dkey)
-    if new == nil then -- the filter needs a layer whose keys we were not given
-      return {"PARTIAL", table.concat(flags), bloom_counts()}
-    end
+  local new = dedup_add(dkey)
+  if new == nil then -- the Bloom filter needs a layer whose keys we were not given
+    return {"PARTIAL", table.concat(flags), bloom_counts()}
   end
   flags[#flags + 1] = tostring(new)
 end

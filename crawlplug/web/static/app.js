@@ -32,6 +32,14 @@ function summary(out) {
     return out.paused ? "Crawl paused: every node stops taking requests within a heartbeat and finishes what it downloads."
                       : "Crawl resumed.";
   }
+  if ("stopped" in out) {
+    if (!out.changed) return `Nothing stopped: ${out.why}.`;
+    return out.drain ? `Run ${out.run} drains: nodes admit no new requests, crawl the queue, then close with 'stopped'.`
+                     : `Run ${out.run} stopped: nodes finish what they download and close; nodes started later exit until it is continued.`;
+  }
+  if ("continued" in out) {
+    return out.changed ? `Run ${out.run} continues: nodes started now join it.` : `Nothing continued: ${out.why}.`;
+  }
   if ("requeued" in out) {
     const kept = out.kept.length ? ` ${out.kept.length} kept: ${out.kept.map(k => `#${k.index} ${k.why}`).join("; ")}` : "";
     return `${out.requeued} dead letters back in the queue.${kept}`;
@@ -289,8 +297,10 @@ async function refresh() {
   actions = st.actions;
   $("#crawl").textContent = st.crawl;
   $("#redis").textContent = st.redis;
-  $("#state").textContent = st.paused ? "paused" : (st.live_nodes ? "running" : "no live node");
-  $("#state").className = "badge" + (st.paused ? " paused" : (st.live_nodes ? "" : " idle"));
+  const ended = st.run && ["stopped", "limit", "draining", "finished"].includes(st.run.state) ? st.run.state : null;
+  const label = { stopped: "run stopped", limit: "run ended by a limit", draining: "draining", finished: "finished" };
+  $("#state").textContent = st.paused ? "paused" : (ended ? label[ended] : (st.live_nodes ? "running" : "no live node"));
+  $("#state").className = "badge" + (st.paused || ended === "draining" ? " paused" : (ended || !st.live_nodes ? " idle" : ""));
   document.querySelectorAll("button.action").forEach(b => { b.disabled = !actions; b.title = actions ? "" : "read-only: no token configured"; });
   const page = (location.hash || "#overview").slice(1);
   document.body.dataset.page = page;
@@ -312,6 +322,9 @@ async function refresh() {
 
 $("#pause").onclick = () => act("/api/pause");
 $("#resume").onclick = () => act("/api/resume");
+$("#stop").onclick = () => { if (confirm("Stop the run? Every node finishes what it downloads and closes; nodes started later exit until it is continued.")) act("/api/stop", { drain: false }); };
+$("#drain").onclick = () => { if (confirm("Drain the run? Nodes admit no new requests, crawl what is queued, then close.")) act("/api/stop", { drain: true }); };
+$("#continue").onclick = () => act("/api/continue");
 $("#requeue-all").onclick = () => act("/api/dead/requeue", { all: true });
 $("#domain-form").onsubmit = ev => {
   ev.preventDefault();
