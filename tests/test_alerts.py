@@ -259,3 +259,24 @@ def test_rules_in_the_settings_are_stored_by_the_nodes_and_a_bad_one_is_left_out
     assert second.wait(60) == 0, second.text()[-2000:]
     assert stored.states(r, KEYS)["nodes"]["state"] == "firing"
     assert "1 alert rules of CRAWLPLUG_ALERTS in crawl 'shop' (0 new or changed)" in second.text()
+
+
+@pytest.mark.e2e
+def test_a_run_ended_by_its_page_limit_alerts_once(redis_url, r, crawl, make_shop, receiver, tmp_path: Path):
+    shop = make_shop(items=60)
+    res = cli(redis_url, "alerts", "add", "shop", "--when", "limit_reached", "--name", "limit",
+              "--notify", receiver.apprise_url())  # fmt: skip
+    assert res.exit_code == 0, res.output
+    control = ControlProcess(redis_url, tmp_path / "control.log")
+    try:
+        node = crawl(args={"base_url": shop.url}, settings={"CLOSESPIDER_PAGECOUNT": 10, "REDIS_URL": redis_url,
+                                                            "CRAWLPLUG_HEARTBEAT": 0.5})  # fmt: skip
+        assert node.wait(60) == 0, node.text()[-2000:]
+        assert r.hget(KEYS.run, "state") == b"limit"  # the run state crawlplug.frontier.runs records
+        wait_for(receiver.bodies, 20, "the limit alert")
+        time.sleep(1.5)
+        [body] = receiver.bodies()
+        assert "FIRING" in body["title"] and "rule: limit: limit_reached > 0" in body["message"]
+        assert "value: 1" in body["message"] and "crawl: shop (run 1)" in body["message"]
+    finally:
+        control.stop()
