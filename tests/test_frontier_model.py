@@ -675,7 +675,11 @@ class FrontierModel(RuleBasedStateMachine):
         if items or acks or events:
             self._expect_admit(items, flags)
             assert (acked, stale) == self._expect_acks(node, acks)
-        if self.config.dedup != "bloom":  # a filter that grew finishes its batch after the pop
+        if self.corrupt is not None and self.corrupt_name == "run":
+            # the pop reads the run's limits (pop.lua) and is refused whole; the admission
+            # stands (Frontier.admit_and_pop), and the next pop says what is wrong
+            assert got == [], f"a pop went through with the run key corrupt: {got}"
+        elif self.config.dedup != "bloom":  # a filter that grew finishes its batch after the pop
             self._check_pop_order(self.queued(), n, got)  # the pop sees the queue after the admission
         self._take_leases(node, got)
 
@@ -935,8 +939,8 @@ class FrontierModel(RuleBasedStateMachine):
         self.corrupt_name = name
         FrontierModel.tally["corrupted"] += 1
         # the call that touches it now: an admission of a URL new to the crawl (every
-        # shard-level key, the epoch), a heartbeat (nodes, producers, control, run), a
-        # reap (dead), a take (start_urls)
+        # shard-level key, the epoch), a heartbeat (nodes, producers, control, run; a pop
+        # reads the run too, for its limits), a reap (dead), a take (start_urls)
         node = self.live()[0] if self.live() else None
         if node is None:
             return
