@@ -345,6 +345,28 @@ SETTINGS: dict[str, tuple[Any, str]] = {
             "site); a change takes effect on every node within this time. 0: never re-check."
         ),
     ),
+    # -- metrics and alerts (crawlplug.ops.metrics, crawlplug.ops.alerts; docs/metrics.md) ----------
+    "CRAWLPLUG_METRICS_PORT": (
+        None,
+        "A node serves its crawl's Prometheus metrics at http://CRAWLPLUG_METRICS_HOST:<port>/metrics "
+        "(0: any free port, logged). None: off (the dashboard and `crawlplug control --metrics-port` serve them).",
+    ),
+    "CRAWLPLUG_METRICS_HOST": ("127.0.0.1", "Address a node's metrics (CRAWLPLUG_METRICS_PORT) listen on."),
+    "CRAWLPLUG_METRICS_TOP_DOMAINS": (
+        20,
+        "Domains with a label of their own in the metrics (the most requests leased so far); the rest are "
+        "summed under domain=\"other\" (`crawlplug control --top-domains`, the dashboard's /metrics).",
+    ),
+    "CRAWLPLUG_ALERTS": (
+        [],
+        "Alert rules every node stores in Redis when it starts, as `crawlplug alerts add` would: a list of "
+        "{\"name\", \"when\", \"notify\": [URL...], \"cooldown\"} (JSON text with -s); a bad one is logged and left out.",
+    ),
+    "CRAWLPLUG_ALERT_COOLDOWN": (
+        300.0,
+        "Seconds after an alert's notification during which a new episode of the same rule is recorded "
+        "but not sent (`crawlplug alerts add --cooldown`).",
+    ),
     # -- nodes started through Scrapyd (`crawlplug start`, scheduled runs; crawlplug.scrapydjob) --
     "CRAWLPLUG_SCRAPYD_JOB": (
         None,

@@ -6,9 +6,7 @@ once, and a process restarted across due times fires the missed ones once."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ from crawlplug.frontier.schedules import Leadership
 from crawlplug.frontier.store import redis_ms
 from crawlplug.ops import schedules as ops_schedules
 
+from .support.control import ControlProcess
 from .support.scrapyd import wait_for
 
 KEYS = CrawlKeys("shop")
@@ -122,24 +121,6 @@ def test_schedule_commands(redis_url: str, r: redis.Redis):
 
 
 # -- real control processes, a real daemon, real nodes (e2e) ------------------------------------------------
-
-
-class ControlProcess:
-    """One `crawlplug control` process (short lease and tick: a test waits seconds, not minutes)."""
-
-    def __init__(self, redis_url: str, log: Path) -> None:
-        self.log = log
-        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CRAWLPLUG_CRAWL")}
-        self.proc = subprocess.Popen([CRAWLPLUG, "--redis-url", redis_url, "control", "--tick", "0.2", "--lease", "2"],
-                                     stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env=env)  # fmt: skip
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(30)
 
 
 @pytest.fixture

@@ -131,6 +131,9 @@ def test_redis_crashes_and_restarts_mid_crawl(crawl, make_shop, tmp_path, mode):
             assert "Traceback" not in text, text[-3000:]
             assert _outage_lines(text) == 1, "the outage is logged once per node"
             assert "Redis is back after" in text
+            # the time waited is counted (crawlplug_redis_outage_seconds_total in the metrics)
+            waited = re.search(r"'crawlplug/outage_ms': (\d+)", text)
+            assert waited and int(waited.group(1)) > 0, "the outage's length in the node's stats"
         if mode == "none":
             # nothing survives the crash: the crawl cannot resume, and says so by missing pages
             assert missing, "with no persistence the crawl restarts from an empty Redis"

@@ -15,6 +15,7 @@ of commands, each command a thin wrapper over library functions).
     crawlplug embedded start|stop|url
     crawlplug start CRAWL --scrapyd URL ...   # nodes started through Scrapyd; scrapyd cancel ends them
     crawlplug schedule CRAWL --cron EXPR ...  # runs at cron times, fired by `crawlplug control`
+    crawlplug alerts add CRAWL --when "error_rate > 0.2 for 2m" --notify URL   # list, delete
 
 ``--redis-url`` (or ``REDIS_URL``) picks the Redis; without it a command uses the
 embedded Redis of the Scrapy project it is run in (the directory holding
@@ -30,6 +31,7 @@ registers every command module on it.
 from __future__ import annotations
 
 from . import (
+    alerts,
     crawls,
     dead,
     domains,
@@ -52,6 +54,6 @@ from .common import main
 __all__ = ["main"]
 # the command modules register themselves on `main` when imported
 _COMMANDS = (
-    crawls, dead, domains, embedded, feed, forget, items, launch, migrate, report, runctl, schedule, sites,
+    alerts, crawls, dead, domains, embedded, feed, forget, items, launch, migrate, report, runctl, schedule, sites,
     status, transfer, web,
 )  # fmt: skip

@@ -186,6 +186,8 @@ CRAWL_MAY_BE_NEW = frozenset({
     "status",
     # start a crawl's nodes through Scrapyd, or schedule them: the first start creates the crawl
     "start", "schedule add",
+    # an alert rule may watch a crawl before its first node starts
+    "alerts add",
 })  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from .. import defaults
 from ..frontier import schedules as stored
 from ..frontier.keys import CrawlKeys
 from ..ops import schedules
@@ -159,23 +160,48 @@ def schedule_delete(redis_url: str | None, crawl: str | None, name: str, schedul
 @click.option("--lease", type=float, default=LEASE, show_default=True,
               help="Seconds a leader's lease lasts unless renewed: how soon another process takes over "
                    "from one that died.")  # fmt: skip
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve every crawl's Prometheus metrics at http://HOST:PORT/metrics (0: any free port, "
+                   "printed). Off unless given.")  # fmt: skip
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics listen on.")
+@click.option("--top-domains", type=click.IntRange(0, 10_000), default=defaults.SETTINGS["CRAWLPLUG_METRICS_TOP_DOMAINS"][0],
+              show_default=True, help="Domains with labels of their own in the metrics; the rest are 'other'.")  # fmt: skip
+@click.option("--dashboard-url", default="", envvar="CRAWLPLUG_DASHBOARD_URL",
+              help="The dashboard's address, linked from alert notifications (also CRAWLPLUG_DASHBOARD_URL).")  # fmt: skip
 @friendly_errors
-def control(redis_url: str | None, crawl: str | None, tick: float, lease: float) -> None:
-    """The control process: fires every crawl's scheduled runs. Run it next to Redis.
+def control(redis_url: str | None, crawl: str | None, tick: float, lease: float, metrics_port: int | None,
+            metrics_host: str, top_domains: int, dashboard_url: str) -> None:  # fmt: skip
+    """The control process: fires every crawl's scheduled runs and evaluates its alert
+    rules (crawlplug alerts); with --metrics-port it serves their Prometheus metrics.
+    Run it next to Redis.
 
     Several may run (on one machine or several): for each crawl one leads (a lease
     in Redis with a fencing token) and fires its schedules; if it dies another takes
-    over within --lease seconds. A time missed while none ran is fired once. Stops
-    on Ctrl-C or SIGTERM, handing its leads over at once.
+    over within --lease seconds. A time missed while none ran is fired once. Alert
+    rules are led the same way, apart (a dashboard may lead them). Stops on Ctrl-C or
+    SIGTERM, handing its leads over at once.
     """
     if tick <= 0 or lease <= 3 * tick:
         fail("--tick must be more than 0 seconds and --lease more than three ticks")
     target = connect(options(redis_url, None))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    proc = Control(target.client, lease=lease, tick=tick)
+    proc = Control(target.client, lease=lease, tick=tick, dashboard_url=dashboard_url)
     signal.signal(signal.SIGTERM, lambda *_: proc.stop())
-    click.echo(f"crawlplug control {proc.owner} on {target.safe_url}: firing the scheduled runs of every crawl "
-               "(Ctrl-C stops)", err=True)  # fmt: skip
+    if metrics_port is not None:
+        from prometheus_client import start_http_server  # noqa: PLC0415
+
+        from ..frontier.registry import registered_crawls  # noqa: PLC0415
+        from ..ops.metrics import registry  # noqa: PLC0415
+
+        reg = registry(target.client, lambda: [CrawlKeys(c) for c in registered_crawls(target.client)], top_domains)
+        try:
+            server, _ = start_http_server(metrics_port, metrics_host, registry=reg)
+        except OSError as exc:
+            fail(f"cannot serve the metrics on {metrics_host}:{metrics_port}: {exc.strerror or exc}")
+        click.echo(f"crawlplug control: Prometheus metrics at http://{metrics_host}:{server.server_port}/metrics",
+                   err=True)  # fmt: skip
+    click.echo(f"crawlplug control {proc.owner} on {target.safe_url}: firing the scheduled runs and evaluating the "
+               "alert rules of every crawl (Ctrl-C stops)", err=True)  # fmt: skip
     try:
         proc.run()
     except KeyboardInterrupt:

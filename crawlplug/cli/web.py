@@ -82,10 +82,11 @@ def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int, al
     token = os.environ.get(TOKEN_ENVVAR) or None
     if token is not None and len(token) < 12:
         fail(f"{TOKEN_ENVVAR} is too short: use at least 12 random characters")
-    app = create_app(target.client, keys, token, target.safe_url, hosts=hosts)
     sock = listen(host, port)
     port = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if ":" in host else host
+    link = os.environ.get("CRAWLPLUG_DASHBOARD_URL") or f"http://{shown}:{port}/"
+    app = create_app(target.client, keys, token, target.safe_url, hosts=hosts, alerts_link=link)
     mode = "actions need the token" if token else f"read-only (set {TOKEN_ENVVAR} to allow actions)"
     click.echo(f"crawlplug dashboard of crawl {keys.crawl!r} on http://{shown}:{port}/  ({mode})", err=True)
     if "*" in hosts:

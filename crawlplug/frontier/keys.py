@@ -64,6 +64,12 @@ NAMES = (
     "fires",  # list: the last firings of every schedule of the crawl, newest first (JSON)
     "leader",  # string: "<control process id> <fence>", the control process firing this crawl's schedules
     "fence",  # string: the last fencing token handed to a leader (INCR)
+    # alert rules (crawlplug.frontier.alerts; lua/leader.lua, lua/alert.lua)
+    "alerts",  # hash: rule id -> JSON rule (when, notify, cooldown)
+    "alertstate",  # hash: rule id -> JSON state (ok, pending, firing; since, value, last notified)
+    "alertlog",  # list: the crawl's last alert events (fired, cleared), newest first (JSON)
+    "alertleader",  # string: "<owner> <fence>", the process evaluating this crawl's alert rules
+    "alertfence",  # string: the last fencing token handed to an alert leader (INCR)
 )
 
 #: Keys that a sharded crawl (CRAWLPLUG_SHARDS > 1) keeps once per shard, under the

@@ -61,6 +61,11 @@ def _scan_crawls(client: redis.Redis, prefix: str) -> set[str]:
     return found
 
 
+def registered_crawls(client: redis.Redis, prefix: str = "crawlplug") -> list[str]:
+    """The crawls in the registry (one HGETALL, no scan: what a scrape every few seconds reads)."""
+    return sorted(text(n) for n, raw in client.hgetall(registry_key(prefix)).items() if registered(json_record(raw)))
+
+
 def known_crawls(client: redis.Redis, prefix: str = "crawlplug") -> list[str]:
     """Every crawl on this Redis: the registry, plus a scan for crawls made before it existed."""
     names = {text(n) for n, raw in client.hgetall(registry_key(prefix)).items() if registered(json_record(raw))}

@@ -86,12 +86,24 @@ def fires(client: redis.Redis, keys: CrawlKeys, n: int = 200) -> list[dict[str, 
 
 
 class Leadership:
-    """One control process's leadership of one crawl's schedules (``lua/leader.lua``)."""
+    """One control process's leadership of one crawl's schedules (``lua/leader.lua``).
+
+    ``duty`` names another duty led the same way, with its own lease and fencing token
+    (``"alerts"``: the ``alertleader`` and ``alertfence`` keys, crawlplug.frontier.alerts),
+    so a dashboard evaluating alert rules never takes the schedules from a control process.
+    """
 
     def __init__(self, client: redis.Redis, keys: CrawlKeys, owner: str, lease_ms: int,
-                 scripts: Scripts | None = None) -> None:  # fmt: skip
+                 scripts: Scripts | None = None, duty: str = "schedules") -> None:  # fmt: skip
         self.client = client
         self.keys = keys
+        self.duty = duty
+        if duty == "schedules":
+            self.leader_key, self.fence_key = keys.leader, keys.fence
+        elif duty == "alerts":
+            self.leader_key, self.fence_key = keys.alertleader, keys.alertfence
+        else:
+            raise ValueError(f"no duty {duty!r}: schedules or alerts")
         self.owner = owner
         self.lease_ms = lease_ms
         self.scripts = scripts or Scripts(client)
@@ -103,13 +115,13 @@ class Leadership:
     def hold(self) -> str:
         """Become or stay the leader: "acquired", "renewed", or "held" (by ``holder``)."""
         fence, what, holder = self.scripts.leader(
-            keys=[self.keys.leader, self.keys.fence], args=[self.owner, self.lease_ms, "hold"])
+            keys=[self.leader_key, self.fence_key], args=[self.owner, self.lease_ms, "hold"])
         self.fence, self.holder = int(fence), text(holder)
         return text(what)
 
     def release(self) -> None:
         """Step down (a control process that stops lets another take over at once)."""
-        self.scripts.leader(keys=[self.keys.leader, self.keys.fence], args=[self.owner, self.lease_ms, "release"])
+        self.scripts.leader(keys=[self.leader_key, self.fence_key], args=[self.owner, self.lease_ms, "release"])
         self.fence = 0
 
     def _firing(self, name: str, mode: str, due: int, arg: Any = "", times: int = 1) -> tuple[str, str]:

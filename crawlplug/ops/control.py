@@ -2,9 +2,11 @@
 
 An operator runs it next to Redis, on one machine or several: each process takes
 part in every duty, and for each crawl one of them leads (crawlplug.frontier.
-schedules.Leadership: a lease in Redis with a fencing token). Its one duty today is
-firing the crawls' scheduled runs (crawlplug.ops.schedules); what later issues put
-here (metrics, alerts) is another duty in :attr:`Control.duties`.
+schedules.Leadership: a lease in Redis with a fencing token). Its duties
+(:attr:`Control.duties`): firing the crawls' scheduled runs (crawlplug.ops.schedules),
+and evaluating their alert rules (crawlplug.ops.alerts, led apart: the ``alerts``
+duty, so a dashboard may lead it). ``crawlplug control --metrics-port`` serves the
+crawls' Prometheus metrics too (crawlplug.ops.metrics).
 
 Each tick (a second by default) it reads which crawls have schedules, holds or
 tries to take each crawl's leadership, and, where it leads, claims and fires every
@@ -35,6 +37,7 @@ from ..frontier.results import new_node_id
 from ..frontier.schedules import Leadership
 from ..frontier.store import redis_ms
 from . import schedules
+from .alerts import Evaluator
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +57,8 @@ class Control:
     """One control process (module docstring)."""
 
     def __init__(self, client: redis.Redis, *, prefix: str = "crawlplug", lease: float = LEASE,
-                 tick: float = TICK, timeout: float = 30.0, owner: str | None = None) -> None:  # fmt: skip
+                 tick: float = TICK, timeout: float = 30.0, owner: str | None = None,
+                 dashboard_url: str = "") -> None:  # fmt: skip
         self.client = client
         self.prefix = prefix
         self.lease_ms = int(lease * 1000)
@@ -67,8 +71,11 @@ class Control:
         self._warned: set[str] = set()
         #: outcomes of firings this process carried out but could not record yet (a Redis error)
         self._unrecorded: dict[tuple[str, str, int], dict[str, Any]] = {}
-        #: what runs at every tick; later duties (metrics, alerts) are added here
-        self.duties: list[Callable[[], None]] = [self.fire_schedules]
+        #: evaluates the alert rules of every crawl whose ``alerts`` duty this process leads
+        self.alerts = Evaluator(client, self.owner, prefix=prefix, lease_ms=self.lease_ms,
+                                dashboard_url=dashboard_url)  # fmt: skip
+        #: what runs at every tick (metrics are served apart: crawlplug.ops.metrics, read at scrape time)
+        self.duties: list[Callable[[], None]] = [self.fire_schedules, self.alerts.tick]
 
     # -- leadership -------------------------------------------------------------------
     def _hold(self, crawl: str) -> Leadership | None:
@@ -201,6 +208,7 @@ class Control:
             self._stop.set()
             keeper.join(5)
             self.release()
+            self.alerts.release()
 
     def stop(self) -> None:
         self._stop.set()

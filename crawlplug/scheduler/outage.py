@@ -116,7 +116,9 @@ class Outage:
             self.on_back()
             self._back_done = True
         if confirmed:
-            logger.info("crawlplug: Redis is back after %.1fs", time.monotonic() - self.down_since)
+            down = time.monotonic() - self.down_since
+            logger.info("crawlplug: Redis is back after %.1fs", down)
+            self.report.count("crawlplug/outage_ms", round(down * 1000))  # /metrics: outage seconds
             self.down_since = None
             self.refused = False
 

@@ -14,14 +14,13 @@ requeueing dead letters) then need
 ``Authorization: Bearer <token>``. It binds to loopback unless told otherwise,
 and answers only requests whose ``Host`` header names an allowed host
 (Starlette's TrustedHostMiddleware; loopback names by default, see
-:func:`allowed_hosts`): a web page the browser loaded from elsewhere that
+:func:`crawlplug.web.hosts.allowed_hosts`): a web page the browser loaded from elsewhere that
 points its own name at 127.0.0.1 (DNS rebinding) gets 400, not the crawl's state.
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 import math
 from collections.abc import Iterable
@@ -38,18 +37,23 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import errorsamples
-from ..errors import ConfigError, CrawlplugError
+from ..errors import CrawlplugError
 from ..frontier import control, runstats
 from ..frontier import runs as frontier_runs
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_domains, open_frontier
 from ..frontier.store import redis_ms
-from ..ops import dead, status
+from ..ops import alerts as crawl_alerts
+from ..ops import dead, metrics, status
 from ..ops import history as crawl_history
 from ..ops import report as run_report
 from ..ops.jobs import annotate_nodes
 from ..sites import outcomes as site_fields
+from . import alerting
 from . import sites as site_pages
+from .hosts import LOOPBACK_HOSTS, allowed_hosts, host_pattern
+
+__all__ = ["API", "LOOPBACK_HOSTS", "Dashboard", "allowed_hosts", "create_app", "host_pattern"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +85,8 @@ API = {
     "GET /api/fields": "extraction outcomes per site, step and field (Scrapy stats named site/<site>/...), "
                        "also as rows with a label ('price is null')",
     "GET /api/dead?n=50": "the newest dead letters: index, url, reason, time, deliveries",
+    "GET /api/alerts?n=20": "the crawl's alert rules with their state (ok, pending, firing), the active ones, and "
+                            "the recent events (fired, cleared)",
     "POST /api/pause": "pause the crawl (token)",
     "POST /api/resume": "resume the crawl (token)",
     "POST /api/stop": '{"drain": false}: stop the current run now, or ({"drain": true}) admit no new request '
@@ -98,11 +104,13 @@ API = {
 class Dashboard:
     """The routes of one crawl's dashboard."""
 
-    def __init__(self, client: redis.Redis, keys: CrawlKeys, token: str | None = None, redis_label: str = "") -> None:
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, token: str | None = None, redis_label: str = "",
+                 top_domains: int = metrics.TOP_DOMAINS) -> None:  # fmt: skip
         self.client = client
         self.keys = keys
         self.token = token or None
         self.redis_label = redis_label
+        self.metrics = metrics.registry(client, lambda: [keys], top_domains)
 
     # -- helpers -----------------------------------------------------------------
     def _authorized(self, request: Request) -> JSONResponse | None:
@@ -211,6 +219,14 @@ class Dashboard:
         total = dead.dead_count(self.client, self.keys)
         return JSONResponse({"total": total, "rows": dead.dead_rows(self.client, self.keys, -n, -1)})
 
+    def alerts(self, request: Request) -> JSONResponse:
+        return JSONResponse(crawl_alerts.view(self.client, self.keys, self._int(request, "n", 20, 1, 200)))
+
+    def prometheus(self, request: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest  # noqa: PLC0415
+
+        return Response(generate_latest(self.metrics), media_type=CONTENT_TYPE_LATEST)
+
     # -- actions ----------------------------------------------------------------------
     def pause(self, request: Request) -> JSONResponse:
         denied = self._authorized(request)
@@ -306,6 +322,8 @@ class Dashboard:
             Route("/api/domains", self.domains),
             Route("/api/fields", self.fields),
             Route("/api/dead", self.dead),
+            Route("/api/alerts", self.alerts),
+            Route("/metrics", self.prometheus),
             Route("/api/pause", self.pause, methods=["POST"]),
             Route("/api/resume", self.resume, methods=["POST"]),
             Route("/api/stop", self.stop, methods=["POST"]),
@@ -353,47 +371,6 @@ def site_outcomes(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return site_fields.outcomes(stats)
 
 
-#: Host header values a dashboard answers by default: this machine's loopback names.
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-#: Addresses that bind every interface: they name no host a browser would send.
-_WILDCARDS = ("0.0.0.0", "::", "[::]", "")
-
-
-def host_pattern(host: str) -> str:
-    """``host`` as TrustedHostMiddleware matches it: lower case, an IPv6 address in brackets.
-
-    Accepts a name, an address, ``*.example.com`` or ``*`` (any host: the check off);
-    :class:`ConfigError` for what a Host header cannot hold (a port, a path, spaces).
-    """
-    text = host.strip().lower()
-    bare = text.strip("[]")
-    try:
-        address = ipaddress.ip_address(bare)
-    except ValueError:
-        address = None
-    if address is not None:
-        return f"[{address}]" if address.version == 6 else str(address)
-    if text == "*":
-        return text
-    name = text.removeprefix("*.")
-    if not name or any(c in name for c in ":/[]@ *\t") or name.startswith(".") or name.endswith(".."):
-        raise ConfigError(
-            f"{host!r} is not a host name for the dashboard's allowed hosts (a name, an address, "
-            "*.example.com or *; no port, no scheme)"
-        )
-    return text
-
-
-def allowed_hosts(bind: str | None = None, extra: Iterable[str] = ()) -> list[str]:
-    """The Host header values a dashboard bound to ``bind`` answers: the loopback names, the
-    bound address unless it binds every interface (0.0.0.0), and ``extra`` (real hostnames)."""
-    hosts = list(LOOPBACK_HOSTS)
-    if bind is not None and bind.strip() not in _WILDCARDS:
-        hosts.append(host_pattern(bind))
-    hosts += [host_pattern(h) for h in extra]
-    return list(dict.fromkeys(hosts))
-
-
 def create_app(
     client: redis.Redis,
     keys: CrawlKeys,
@@ -401,11 +378,14 @@ def create_app(
     redis_label: str = "",
     *,
     hosts: Iterable[str] | None = None,
+    top_domains: int = metrics.TOP_DOMAINS,
+    alerts_link: str | None = None,
 ) -> Starlette:
     """The dashboard of crawl ``keys`` on ``client``; it answers requests whose Host header
     is one of ``hosts`` (patterns as :func:`allowed_hosts` gives them; default: loopback
-    names only), others get 400."""
-    dash = Dashboard(client, keys, token, redis_label)
+    names only), others get 400. ``alerts_link`` (the dashboard's own address): while the
+    app runs it evaluates the crawl's alert rules too, when it leads them (crawlplug.web.alerting)."""
+    dash = Dashboard(client, keys, token, redis_label, top_domains)
 
     async def redis_down(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": f"Redis error: {exc}"}, status_code=503)
@@ -415,4 +395,5 @@ def create_app(
         routes=dash.routes(),
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=trusted, www_redirect=False)],
         exception_handlers={redis.RedisError: redis_down},
+        lifespan=alerting.lifespan(client, keys, alerts_link),
     )

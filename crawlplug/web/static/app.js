@@ -270,6 +270,21 @@ async function dead() {
   });
 }
 
+async function alerts() {
+  const a = await api("/api/alerts?n=50");
+  const when = ms => ms ? new Date(ms).toLocaleString() : "-";
+  $("#alerts-active").textContent = a.active.length
+    ? `firing: ${a.active.map(r => r.id).join(", ")}` : `no alert firing (${a.rules.length} rules)`;
+  $("#alerts-active").className = a.active.length ? "held" : "muted";
+  rows("alerts-table", a.rules.map(r => `<tr${r.state === "firing" ? ' class="warn"' : ""}><td>${esc(r.id)}</td>
+    <td><code>${esc(r.when || r.unreadable || "")}</code></td><td>${esc(r.state)}</td>
+    <td class="num">${r.value === null || r.value === undefined ? "-" : esc(String(r.value))}</td>
+    <td>${when(r.state === "firing" ? r.fired_ms : r.since_ms)}</td><td class="num">${fmt((r.notify || []).length)}</td></tr>`));
+  rows("alert-events", a.events.map(e => `<tr${e.event === "fired" ? ' class="warn"' : ""}><td>${when(e.at)}</td>
+    <td>${esc(e.rule)}</td><td>${esc(e.event)}</td><td class="num">${esc(String(e.value))}</td>
+    <td>${e.sent ? "sent" : "not sent (cooldown or no URL)"}</td></tr>`));
+}
+
 async function refresh() {
   let st;
   try {
@@ -298,6 +313,7 @@ async function refresh() {
     else if (page === "errors") await errors();
     else if (page === "domains") await domains();
     else if (page === "dead") await dead();
+    else if (page === "alerts") await alerts();
   } catch (err) {
     say(err.message, true);
   }

@@ -1,0 +1,115 @@
+"""``crawlplug alerts``: alert rules of a crawl, evaluated by ``crawlplug control`` (and
+the dashboard), notified through Apprise.
+
+    crawlplug alerts add CRAWL --when "error_rate > 0.2 for 2m" --notify URL [--name N]
+    crawlplug alerts list [CRAWL] [--json]
+    crawlplug alerts delete CRAWL NAME
+
+Thin commands over :mod:`crawlplug.ops.alerts` and :mod:`crawlplug.frontier.alerts`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from .. import defaults
+from ..frontier import alerts as stored
+from ..frontier.keys import CrawlKeys
+from ..ops import alerts
+from ..ops.control import utc
+from .common import connect, crawl_keys, create_if_new, fail, friendly_errors, main, options, shared_options
+
+
+@main.group("alerts")
+def alerts_group() -> None:
+    """Alert rules: a condition on a crawl's metrics and where to say when it holds.
+
+    The leading `crawlplug control` process (or a dashboard of the crawl) evaluates
+    them every second; an alert is sent once when it fires and once when it clears.
+    Metrics: error_rate, dead_letters_growth, no_progress_minutes, silent_nodes,
+    null_rate(SITE.FIELD), limit_reached, redis_memory_percent (docs/alerts.md).
+    """
+
+
+def _free_name(have: dict[str, Any]) -> str:
+    n = 1
+    while f"rule{n}" in have:
+        n += 1
+    return f"rule{n}"
+
+
+@alerts_group.command("add")
+@shared_options(envvar=False)
+@click.argument("name", metavar="CRAWL", required=False)
+@click.option("--when", "when", required=True, help="The condition: METRIC[(ARG)] [OP NUMBER] [for DURATION], e.g. "
+              "'error_rate > 0.2 for 2m', 'no_progress_minutes >= 10', 'null_rate(shop.price) > 0.1'.")  # fmt: skip
+@click.option("--notify", "notify", multiple=True, metavar="URL",
+              help="Where to send it: an Apprise URL (json://host:port/path or jsons:// posts JSON to a webhook; "
+                   "mailto://, slack://, tgram://...). Repeatable; none: recorded and shown only.")  # fmt: skip
+@click.option("--name", "rule_name", default=None, help="The rule's name (the same name replaces it; default rule<N>).")
+@click.option("--cooldown", type=click.FloatRange(min=0), default=defaults.SETTINGS["CRAWLPLUG_ALERT_COOLDOWN"][0],
+              show_default=True, help="Seconds after a notification during which a new episode is not sent.")  # fmt: skip
+@friendly_errors
+def alerts_add(redis_url: str | None, crawl: str | None, name: str | None, when: str, notify: tuple[str, ...],
+               rule_name: str | None, cooldown: float) -> None:  # fmt: skip
+    """Add an alert rule to CRAWL."""
+    opts = options(redis_url, name or crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    have = stored.rules(target.client, keys)
+    rule = alerts.make_rule(rule_name or _free_name(have), when, list(notify), cooldown)
+    if create_if_new(target, keys):
+        click.echo(f"crawl {keys.crawl!r} is new: created it")
+    new = stored.put(target.client, keys, rule)
+    where = f"notifying {len(notify)} URL{'s' if len(notify) != 1 else ''}" if notify else "recorded only (no --notify)"
+    click.echo(f"{'added' if new else 'replaced'} alert rule {rule['id']!r} of crawl {keys.crawl!r}: "
+               f"{rule['when']}; {where}")  # fmt: skip
+    click.echo("  it is evaluated by `crawlplug control` (or the crawl's dashboard) while one runs")
+
+
+@alerts_group.command("list")
+@shared_options(envvar=False)
+@click.argument("name", metavar="[CRAWL]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@friendly_errors
+def alerts_list(redis_url: str | None, crawl: str | None, name: str | None, as_json: bool) -> None:
+    """The alert rules of CRAWL, or of every crawl: condition, state, recent events."""
+    opts = options(redis_url, name or crawl)
+    target = connect(opts)
+    crawls = [opts.crawl] if opts.crawl else stored.alerting_crawls(target.client)
+    found = {c: alerts.view(target.client, CrawlKeys(c)) for c in crawls}
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+        return
+    total = sum(len(v["rules"]) for v in found.values())
+    click.echo(f"{total} alert rule{'s' if total != 1 else ''} on {target.safe_url}")
+    for crawl_name, got in found.items():
+        for rule in got["rules"]:
+            if "unreadable" in rule:
+                click.echo(f"  {crawl_name}/{rule['id']}: unreadable ({rule['unreadable']!r}): delete it")
+                continue
+            value = f", value {rule['value']:g}" if isinstance(rule.get("value"), (int, float)) else ""
+            click.echo(f"  {crawl_name}/{rule['id']}  {rule['when']}  {rule['state']}{value}  "
+                       f"notify {len(rule.get('notify') or [])} URL(s), cooldown {rule.get('cooldown', 0):g} s")  # fmt: skip
+        for event in got["events"][:5]:
+            click.echo(f"    {utc(event.get('at'))}: {event.get('rule')} {event.get('event')} "
+                       f"(value {event.get('value')}){'' if event.get('sent') else ', not sent'}")  # fmt: skip
+
+
+@alerts_group.command("delete")
+@shared_options(envvar=False)
+@click.argument("name", metavar="CRAWL")
+@click.argument("rule_name", metavar="NAME")
+@friendly_errors
+def alerts_delete(redis_url: str | None, crawl: str | None, name: str, rule_name: str) -> None:
+    """Delete alert rule NAME of CRAWL."""
+    opts = options(redis_url, name or crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    if not stored.delete(target.client, keys, rule_name):
+        have = ", ".join(stored.rules(target.client, keys)) or "none"
+        fail(f"crawl {keys.crawl!r} has no alert rule {rule_name!r} (it has: {have})")
+    click.echo(f"deleted alert rule {rule_name!r} of crawl {keys.crawl!r}")
