@@ -68,6 +68,16 @@ def test_every_room_has_a_layer():
     assert not sorted(placed - rooms), "layers name rooms that do not exist"
 
 
+def test_the_architecture_page_draws_the_layers_the_contract_holds():
+    """docs/architecture.md's layer diagram is the contract's, line for line (a room added to
+    setup.cfg and not to the page, or the other way round, fails here)."""
+    layers = _contracts()["importlinter:contract:layers"]["layers"]
+    contract = [line.strip().replace("crawlplug.", "") for line in layers.splitlines() if line.strip()]
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    drawn = page.split("## Layers", 1)[1].split("```", 2)[1].strip().splitlines()
+    assert [" | ".join(x.strip() for x in line.split("|")) for line in drawn] == contract
+
+
 def test_no_contract_ignores_an_import():
     cfg = _contracts()
     contracts = [s for s in cfg.sections() if s.startswith("importlinter:contract:")]
