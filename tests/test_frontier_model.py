@@ -675,9 +675,10 @@ class FrontierModel(RuleBasedStateMachine):
         if items or acks or events:
             self._expect_admit(items, flags)
             assert (acked, stale) == self._expect_acks(node, acks)
-        if self.corrupt is not None and self.corrupt_name == "run":
+        if self.corrupt is not None and self.corrupt_name == "run" and not self.config.sharded:
             # the pop reads the run's limits (pop.lua) and is refused whole; the admission
-            # stands (Frontier.admit_and_pop), and the next pop says what is wrong
+            # stands (Frontier.admit_and_pop), and the next pop says what is wrong. (A shard's
+            # pop cannot read the crawl's run record: its limits come with the heartbeat.)
             assert got == [], f"a pop went through with the run key corrupt: {got}"
         elif self.config.dedup != "bloom":  # a filter that grew finishes its batch after the pop
             self._check_pop_order(self.queued(), n, got)  # the pop sees the queue after the admission
@@ -970,13 +971,19 @@ class FrontierModel(RuleBasedStateMachine):
             self.client.set(key, "junk")
         else:
             self.client.rpush(key, "junk")
-        if name == "node":
-            done = self._beat(node)
-        elif name == "graveyard":
-            done = self._reap()
-        else:  # the series: written by an admission that stores a request
+        def write_it() -> Any:
+            if name == "node":
+                return self._beat(node)
+            if name == "graveyard":
+                return self._reap()
+            # the series: written by an admission that stores a request
             url = next(u for u in URLS if shard is None or self.f.shard_of(u) == shard)
-            done = self._admit(node, [(url, "d", 0.0, self.next_payload(url))], [])
+            return self._admit(node, [(url, "d", 0.0, self.next_payload(url))], [])
+
+        deleted = self.epoch_deleted
+        done = write_it()
+        if not done and deleted and not self.epoch_deleted:
+            done = write_it()  # the call was refused for the epoch deleted by hand, which it put back: again
         assert done, f"a corrupt statistic ({key}) refused the call"
         assert self.client.type(key) in (b"hash", b"none"), f"{key} was not started again"
 
