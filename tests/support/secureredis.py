@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from crawlplug.embedded import find_redis_server
 
-from .servers import free_port, stop_process
+from .servers import answers, free_port, stop_process
 
 #: The ACL rule of docs/security.md for crawlplug's nodes and commands (user name and password apart).
 CRAWLER_RULES = (
@@ -263,19 +262,12 @@ class SecureRedis:
             args += ["--port", str(self.port)]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         client = self.admin()
-        deadline = time.monotonic() + 20
         try:
-            while True:
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline or self.proc.poll() is not None:
-                        log = self.directory / "redis.log"
-                        text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-                        self.stop()
-                        raise RuntimeError(f"redis-server {binary} did not start:\n{text}") from None
-                    time.sleep(0.05)
+            if not answers(client, self.proc):
+                log = self.directory / "redis.log"
+                text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                self.stop()
+                raise RuntimeError(f"redis-server {binary} did not start:\n{text}")
         finally:
             client.close()
         return self

@@ -47,16 +47,11 @@ class RedisServer:
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
         )  # fmt: skip
         client = redis.Redis(port=self.port, socket_connect_timeout=1)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server {binary} did not start") from None
-                time.sleep(0.05)
-        client.close()
+        try:
+            if not answers(client, self.proc):
+                raise RuntimeError(f"redis-server {binary} did not start")
+        finally:
+            client.close()
         return self
 
     def stop(self) -> None:
@@ -82,3 +77,17 @@ def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def answers(client: redis.Redis, proc: subprocess.Popen, timeout: float = 20.0) -> bool:
+    """Wait until the server ``proc`` started answers ``client``'s PING: False if it exited or
+    ``timeout`` seconds passed first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.ping()
+            return True
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                return False
+            time.sleep(0.05)
