@@ -51,6 +51,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 SCRAPY = str(Path(sys.executable).with_name("scrapy"))
 PROBE = {"bench.common.BenchProbe": 0}
+#: "today's crawlplug" of the scale benchmarks: the commit before issue 26's work, measured in
+#: the same run as the working tree (``--baseline`` of the bench scripts overrides it)
+BASELINE = "d7f69e2"
 
 
 # -- inside the crawl processes ----------------------------------------------------------------
@@ -411,8 +414,39 @@ class Node:
             return []
 
 
+def baseline_tree(commit: str = BASELINE) -> Path:
+    """A copy of this repository's ``crawlplug``, ``bench`` and demo project at ``commit``
+    (``git archive``, cached under ``bench/results/trees/``), for measuring an older
+    crawlplug beside the working tree in one run: a process started with
+    :func:`baseline_env` imports crawlplug from it. Its dependencies are this venv's."""
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.strip()  # fmt: skip
+    tree = ROOT / "bench" / "results" / "trees" / sha[:12]
+    if not (tree / ".complete").exists():
+        tree.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", sha, "crawlplug", "bench", "spiders", "settings", "scrapy.cfg"],
+                                 cwd=ROOT, check=True, capture_output=True).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        (tree / ".complete").write_text(sha + "\n")
+    return tree
+
+
+def baseline_env(tree: Path | None, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child process that imports crawlplug from ``tree`` (a
+    :func:`baseline_tree`), or from the working tree when ``tree`` is None. The child must
+    not run with the repository root as its working directory (``python -c`` and ``-m``
+    put the cwd first on ``sys.path``); a ``scrapy crawl`` started with ``cwd=tree`` reads
+    that tree's demo project."""
+    out = dict(os.environ if env is None else env)
+    if tree is not None:
+        out["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [out.get("PYTHONPATH")])])
+    return out
+
+
 def start_node(workdir: Path, name: str, site_url: str, settings: dict[str, Any], *,
-               spider: str = "shop", profile: Path | None = None) -> Node:  # fmt: skip
+               spider: str = "shop", profile: Path | None = None, tree: Path | None = None) -> Node:  # fmt: skip
+    """One ``scrapy crawl`` node of the demo project; ``tree``: a :func:`baseline_tree` whose
+    crawlplug (and demo project) it runs instead of the working tree's."""
     log = workdir / f"{name}.log"
     all_settings = {"LOG_LEVEL": "INFO", "LOG_FILE": str(log), "TELNETCONSOLE_ENABLED": False,
                     "EXTENSIONS": json.dumps(PROBE), **settings}  # fmt: skip
@@ -421,9 +455,9 @@ def start_node(workdir: Path, name: str, site_url: str, settings: dict[str, Any]
         cmd = [sys.executable, "-m", "cProfile", "-o", str(profile), *cmd]
     for key, value in all_settings.items():
         cmd += ["-s", f"{key}={value}"]
-    env = dict(os.environ)
+    env = baseline_env(tree)
     env.pop("REDIS_URL", None)
-    proc = spawn(cmd, name, output=workdir / f"{name}.err", env=env)
+    proc = spawn(cmd, name, output=workdir / f"{name}.err", env=env, cwd=tree or ROOT)
     return Node(proc, log, all_settings)
 
 
