@@ -265,8 +265,13 @@ def crawl_case(workdir: Path, system: str, tree: Path | None, items: int, tag: s
         used = int(memory["used_memory"]) - int(memory.get("used_memory_scripts", 0))
         queued = int(count())
         if queued > peak["queued"] * 1.02 or (queued > peak["queued"] and time.monotonic() - peak.get("at", 0) > 0.5):
+            every = {k.decode(): int(client.memory_usage(k, samples=0) or 0) for k in client.keys("*")}
+            stats = client.execute_command("MEMORY", "STATS")
+            stats = dict(zip(stats[::2], stats[1::2])) if isinstance(stats, list) else stats
             peak.update(queued=queued, at=time.monotonic(), used_memory=used, queue_keys=memory_usage(client, keys),
-                        seen=int(client.memory_usage(seen_key, samples=0) or 0) if client.exists(seen_key) else 0)
+                        seen=every.get(seen_key, 0), other_keys=sum(every.values()) - every.get(seen_key, 0)
+                        - sum(every.get(k, 0) for k in keys), keys=len(every),
+                        clients=int(stats.get(b"clients.normal", stats.get("clients.normal", 0)) or 0))  # fmt: skip
         return used, queued
 
     sampler = Sampler(sample, 0.1)
@@ -291,11 +296,18 @@ def crawl_case(workdir: Path, system: str, tree: Path | None, items: int, tag: s
         "peak_used_memory_over_empty": (max(used) - empty) if used else None, "peak_queued": queued,
         "queue_bytes_per_queued_request": peak["queue_keys"] / queued if queued else None,
         "used_memory_per_queued_request": (peak["used_memory"] - empty) / queued if queued else None,
-        "seen_bytes_at_peak": peak.get("seen"), "log": str(node.log),
+        "at_peak": {k: peak.get(k) for k in ("queue_keys", "seen", "other_keys", "keys", "clients", "used_memory")},
+        "used_memory_at_peak_over_empty": peak["used_memory"] - empty if queued else None,
+        "keys_at_peak": (peak["queue_keys"] + peak["seen"] + peak["other_keys"]) if queued else None,
+        "log": str(node.log),
     }  # fmt: skip
 
 
 # -- report ------------------------------------------------------------------------------------------------
+
+
+def mb(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e6:.2f} MB"
 
 
 def ratio(value: float | None, against: float | None) -> str:
@@ -323,24 +335,35 @@ def render(static: list[dict[str, Any]], crawls: list[dict[str, Any]], base: str
         for system, queue in dict.fromkeys((c["system"], c["queue"]) for c in crawls):
             runs = [c for c in crawls if c["system"] == system and c["queue"] == queue]
             m = {k: median([r[k] for r in runs if r.get(k) is not None]) for k in (
-                "peak_used_memory_over_empty", "peak_queued", "queue_bytes_per_queued_request",
-                "used_memory_per_queued_request", "pages")}  # fmt: skip
+                "peak_used_memory_over_empty", "peak_queued", "queue_bytes_per_queued_request", "keys_at_peak",
+                "pages")}  # fmt: skip
             rows.append((system, queue, m))
         sr = next((m for s, q, m in rows if s == SR), None)
         bm = next((m for s, q, m in rows if s == base and q == "plain"), None)
-        out.append(table(["system", "queue", "pages", "peak queued", "peak used_memory", "x SR", "x base",
-                          "queue B/request", "used_memory B/request", "x SR ", "x base "], [
-            [s, q, m["pages"], m["peak_queued"], f"{(m['peak_used_memory_over_empty'] or 0) / 1e6:.2f} MB",
-             ratio(m["peak_used_memory_over_empty"], sr and sr["peak_used_memory_over_empty"]),
-             ratio(m["peak_used_memory_over_empty"], bm and bm["peak_used_memory_over_empty"]),
-             f"{m['queue_bytes_per_queued_request'] or 0:.0f}", f"{m['used_memory_per_queued_request'] or 0:.0f}",
-             ratio(m["queue_bytes_per_queued_request"], sr and sr["queue_bytes_per_queued_request"]),
-             ratio(m["queue_bytes_per_queued_request"], bm and bm["queue_bytes_per_queued_request"])]
+
+        def both(m: dict[str, Any], key: str) -> list[str]:
+            return [ratio(m[key], sr and sr[key]), ratio(m[key], bm and bm[key])]
+
+        out.append(table(["system", "queue", "pages", "peak queued", "keys at peak", "x SR", "x base",
+                          "queue B/request", "x SR ", "x base ", "peak used_memory"], [
+            [s, q, m["pages"], m["peak_queued"], mb(m["keys_at_peak"]), *both(m, "keys_at_peak"),
+             f"{m['queue_bytes_per_queued_request'] or 0:.0f}", *both(m, "queue_bytes_per_queued_request"),
+             mb(m["peak_used_memory_over_empty"])]
             for s, q, m in rows]))  # fmt: skip
-        out.append("peak used_memory: over the empty server's, fingerprints included, the Lua scripts' cache "
-                   "(used_memory_scripts) not; queue B/request: MEMORY USAGE "
-                   "of the queue keys at the queue's peak over the requests queued (or leased) then; used_memory "
-                   "B/request: all of used_memory at that moment over the same count.")  # fmt: skip
+        out += ["", "At the queue's peak, where the memory is (MEMORY USAGE of every key; MEMORY STATS clients):"]
+        out.append(table(["system", "queue", "used_memory", "queue keys", "fingerprints", "other keys (n)", "clients",
+                          "rest"], [
+            [c["system"], c["queue"], mb(c["used_memory_at_peak_over_empty"]), mb(c["at_peak"]["queue_keys"]),
+             mb(c["at_peak"]["seen"]), f"{mb(c['at_peak']['other_keys'])} ({c['at_peak']['keys']})",
+             mb(c["at_peak"]["clients"]), mb(c["used_memory_at_peak_over_empty"] - c["keys_at_peak"]
+                                            - c["at_peak"]["clients"])]
+            for c in crawls[: len({(x["system"], x["queue"]) for x in crawls})]]))  # fmt: skip
+        out.append("keys at peak: MEMORY USAGE of every key when the queue was at its peak (queue keys, "
+                   "fingerprints, the rest); queue B/request: of the queue keys (requests, queue, dq, domains, "
+                   "dstate, seq; scrapy-redis: its zset) over the requests queued or leased then; peak used_memory: "
+                   "over the empty server's, the scripts' cache (used_memory_scripts) left out. rest: used_memory "
+                   "no key or client accounts for (the scripts' compiled functions, Redis's own bookkeeping): "
+                   "a fixed cost, the same whatever the crawl's size.")  # fmt: skip
     return "\n".join(out)
 
 
@@ -396,10 +419,15 @@ def main(argv: list[str] | None = None) -> int:
     print("\nA payload of each (the middle one):")
     for label, example in examples.items():
         print(f"  {label}: {example[:300]}")
-    print(f"\nredis-server {RedisProc.__name__}: {platform.platform()}; total {time.monotonic() - started:.0f}s")
+    probe = RedisProc(workdir)
+    version = probe.version
+    probe.stop()
+    print(f"\nredis-server {version}, {platform.platform()}, Python {platform.python_version()}; "
+          f"total {time.monotonic() - started:.0f}s")  # fmt: skip
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"baseline": args.baseline, "items": args.items, "repeats": args.repeats,
+                               "redis_version": version,
                                "static": static, "crawls": crawls, "table": report,
                                "seconds": time.monotonic() - started}, indent=2, default=str))  # fmt: skip
     print(f"wrote {out}")
