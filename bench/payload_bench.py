@@ -363,7 +363,7 @@ def render(static: list[dict[str, Any]], crawls: list[dict[str, Any]], base: str
                    "dstate, seq; scrapy-redis: its zset) over the requests queued or leased then; peak used_memory: "
                    "over the empty server's, the scripts' cache (used_memory_scripts) left out. rest: used_memory "
                    "no key or client accounts for (the scripts' compiled functions, Redis's own bookkeeping): "
-                   "a fixed cost, the same whatever the crawl's size.")  # fmt: skip
+                   "nearly fixed, growing slowly with the crawl.")  # fmt: skip
     return "\n".join(out)
 
 
