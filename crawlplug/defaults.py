@@ -138,6 +138,12 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "node, 16 bytes or more. Unset: the CRAWLPLUG_SECRET environment variable (preferred: a -s "
         "option shows in the process list). Never logged.",
     ),
+    "CRAWLPLUG_PAYLOAD_FORMAT": (
+        3,
+        "Version of the JSON payloads a node writes: 3, compact (short keys, defaults left out, text as "
+        "text, the Referer relative to the URL); 1, what crawlplug wrote before it (set it while nodes of "
+        "an older crawlplug still crawl the same queue, in a rolling upgrade). Every version is read.",
+    ),
     "CRAWLPLUG_MAX_PAYLOAD_BYTES": (
         10 * 1024 * 1024,
         "Largest request payload: a bigger request is refused at enqueue (crawlplug/unserializable), "

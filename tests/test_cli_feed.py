@@ -26,7 +26,7 @@ from crawlplug.frontier import registry
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.seeds import Seeds, make_seed
-from crawlplug.serializers import JsonSerializer
+from crawlplug.serializers import JsonSerializer, describe_payload
 
 KEYS = CrawlKeys("feedtest")
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
@@ -255,7 +255,7 @@ def _dead_letters(client, keys: CrawlKeys, urls: list[str]) -> Frontier:
 
 
 def _dead_urls(client, keys: CrawlKeys = KEYS) -> list[str]:
-    return [json.loads(x.payload)["url"] for x in Frontier(client, keys).dead_letters()]
+    return [describe_payload(x.payload)["url"] for x in Frontier(client, keys).dead_letters()]
 
 
 def test_dead_drop_removes_exactly_the_chosen_indexes(redis_url, r):
@@ -320,7 +320,7 @@ def _dead_urls_or_raw(client, keys: CrawlKeys) -> list[str]:
     out = []
     for letter in Frontier(client, keys).dead_letters():
         try:
-            out.append(json.loads(letter.payload)["url"])
+            out.append(describe_payload(letter.payload)["url"])
         except (ValueError, TypeError):
             out.append(letter.payload.decode())
     return out
@@ -336,7 +336,7 @@ def test_dead_requeue_all_bypasses_dedup_and_resets_deliveries(redis_url, r):
     assert r.llen(KEYS.dead) == 0
     assert r.scard(KEYS.seen) == seen, "requeue does not touch dedup"
     leased = Frontier(r, KEYS).pop(10)
-    assert sorted(json.loads(x.payload)["url"] for x in leased) == urls
+    assert sorted(describe_payload(x.payload)["url"] for x in leased) == urls
     assert all(x.deliveries == 1 for x in leased)
 
 

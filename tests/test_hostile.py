@@ -58,11 +58,16 @@ def test_every_kind_of_bad_entry_is_dead_lettered_and_the_whole_site_crawled(cra
     client = redis.Redis.from_url(redis_url)
     frontier = Frontier(client, KEYS)
     marker = tmp_path / "pwned"
-    good = json.loads(JsonSerializer().dumps(Request(shop.url + "/item/1/"), None))
+    # both formats every node reads: the long-key one (what crawlplug wrote before the compact one)
+    good = json.loads(JsonSerializer(payload_format=1).dumps(Request(shop.url + "/item/1/"), None))
+    compact = json.loads(JsonSerializer().dumps(Request(shop.url + "/item/1/"), None))
     host = shop.url.split("://", 1)[1]  # 127.0.0.1:<port>
 
     def entry(**fields) -> bytes:
         return json.dumps({**good, **fields}).encode()
+
+    def centry(**fields) -> bytes:
+        return json.dumps({**compact, **fields}).encode()
 
     queue = {  # queue payload -> words its dead letter's reason must hold
         b"\x80\x04garbage\xff\x00": "not JSON",
@@ -79,6 +84,16 @@ def test_every_kind_of_bad_entry_is_dead_lettered_and_the_whole_site_crawled(cra
         entry(_class="os.system"): "allow-list",
         entry(_class="spiders.shop.ShopSpider"): "allow-list",
         entry(method="POST", body=base64.b64encode(b"x" * (50 * MB)).decode()): "exceeds CRAWLPLUG_MAX_PAYLOAD_BYTES",
+        centry(u=5): "no valid url",
+        centry(u=f"{host}/item/2/"): "no scheme",
+        centry(url=shop.url + "/item/2/"): "a version 3 payload has no field 'url'",
+        centry(c="no_such_method"): "has no method 'no_such_method'",
+        centry(e="closed"): "'closed' is the spider's close hook",
+        centry(C="os.system"): "allow-list",
+        centry(b={"b64": "!!"}): "body is not valid base64",
+        centry(h=[[{"b64": "QQ=="}, 5]]): "header value is neither text nor",
+        centry(o={"url": "http://127.0.0.1/"}): "the other attributes (o)",
+        centry(r="/item/9/", u="http:item"): "a relative Referer (r) needs a URL with an origin",
         pickle.dumps(_Touch(marker)): "not JSON",
         sign(pickle.dumps(_Touch(marker))): "signed pickle",
     }

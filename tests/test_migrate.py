@@ -37,7 +37,7 @@ from crawlplug.compat.migrate import MigrationError
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.queues import PriorityQueue
-from crawlplug.serializers import JsonSerializer
+from crawlplug.serializers import JsonSerializer, describe_payload
 from crawlplug.serializers.safepickle import RefusedGlobal, restricted_loads
 from spiders.shop import ShopSpider
 
@@ -78,7 +78,7 @@ def item(i: int, **kwargs) -> scrapy.Request:
 
 def queued_urls(r: redis.Redis) -> list[str]:
     """The crawl's queue, in pop order."""
-    return [json.loads(r.hget(KEYS.requests, rid))["url"] for rid in r.zrange(KEYS.queue, 0, -1)]
+    return [describe_payload(r.hget(KEYS.requests, rid))["url"] for rid in r.zrange(KEYS.queue, 0, -1)]
 
 
 def snapshot(r: redis.Redis) -> dict[bytes, bytes]:

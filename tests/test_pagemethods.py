@@ -67,9 +67,14 @@ def test_the_issues_request_survives_the_json_payload():
     request = playwright_request(PageMethod("wait_for_selector", "div.quote"), spider_=s, other={"n": [1, 2]})
     payload, back = round_trip(request, s)
     stored = json.loads(payload)
-    assert stored["v"] == 2 and stored["meta"] == {"playwright": True, "other": {"n": [1, 2]}}
-    assert stored["xmeta"] == {"playwright_page_methods": [
+    xmeta = {"playwright_page_methods": [
         {"$crawlplug": "playwright.PageMethod", "data": {"method": "wait_for_selector", "args": ["div.quote"]}}]}
+    assert stored["v"] == 3 and stored["m"] == {"playwright": True, "other": {"n": [1, 2]}} and stored["x"] == xmeta
+    # the long-key format (CRAWLPLUG_PAYLOAD_FORMAT = 1) writes them as version 2 did, read the same
+    old = JsonSerializer(payload_format=1).dumps(request, s)
+    assert json.loads(old)["v"] == 2 and json.loads(old)["xmeta"] == xmeta
+    assert described(SERIALIZER.loads(old, s).meta["playwright_page_methods"]) == described(
+        back.meta["playwright_page_methods"])
     methods = back.meta["playwright_page_methods"]
     assert all(type(pm) is PageMethod for pm in methods)
     assert described(methods) == {0: ("wait_for_selector", ("div.quote",), {})}
@@ -94,10 +99,12 @@ def test_a_dict_of_page_methods_round_trips_as_a_dict():
     assert described(back.meta["playwright_page_methods"]) == described(methods)
 
 
-def test_a_request_without_codec_values_keeps_its_version_1_payload():
+def test_a_request_without_codec_values_has_no_codec_field():
     s = spider()
     request = Request("http://quotes.test/", callback=s.parse, meta={"playwright": True, "n": 1})
     assert json.loads(SERIALIZER.dumps(request, s)) == {
+        "v": 3, "u": "http://quotes.test/", "m": {"playwright": True, "n": 1}, "c": "parse"}
+    assert json.loads(JsonSerializer(payload_format=1).dumps(request, s)) == {
         "v": 1, "url": "http://quotes.test/", "meta": {"playwright": True, "n": 1}, "callback": "parse"}
 
 
@@ -138,7 +145,7 @@ def test_opting_in_by_spider_attribute_allows_evaluate_and_a_spider_method():
     methods = [PageMethod("evaluate", "window.scrollBy(0, document.body.scrollHeight)"),
                PageMethod(s.scroll_down, 3)]  # type: ignore[attr-defined]  # fmt: skip
     payload, back = round_trip(playwright_request(*methods, spider_=s), s)
-    assert json.loads(payload)["xmeta"]["playwright_page_methods"][1]["data"] == {"spider_method": "scroll_down",
+    assert json.loads(payload)["x"]["playwright_page_methods"][1]["data"] == {"spider_method": "scroll_down",
                                                                                     "args": [3]}  # fmt: skip
     back_methods = back.meta["playwright_page_methods"]
     assert back_methods[0].method == "evaluate"
@@ -188,8 +195,13 @@ def test_a_node_whose_spider_opted_in_reads_what_it_allows():
     (json.dumps({"v": 1, "url": "http://q.test/", "xmeta": {}}), "has xmeta, which version 2 brought"),
     (json.dumps({"v": 2, "url": "http://q.test/", "xmeta": []}), "xmeta is not an object"),
     (json.dumps({"v": 2, "url": "http://q.test/"}), "has no xmeta"),
-    (json.dumps({"v": 3, "url": "http://q.test/"}), "unknown payload version 3"),
-], ids=["unknown-codec", "extra-field", "v1-with-xmeta", "xmeta-list", "v2-without-xmeta", "v3"])  # fmt: skip
+    (json.dumps({"v": 4, "url": "http://q.test/"}), "unknown payload version 4"),
+    (json.dumps({"v": 3, "url": "http://q.test/"}), "a version 3 payload has no field 'url'"),
+    (json.dumps({"v": 3, "u": "http://q.test/", "x": []}), "xmeta is not an object"),
+    (json.dumps({"v": 3, "u": "http://q.test/", "x": {"x": {"$crawlplug": "os.system", "data": "ls"}}}),
+     "no meta codec 'os.system' on this node"),
+], ids=["unknown-codec", "extra-field", "v1-with-xmeta", "xmeta-list", "v2-without-xmeta", "v4", "v3-long-keys",
+        "v3-xmeta-list", "v3-unknown-codec"])  # fmt: skip
 def test_malformed_codec_payloads_are_decode_errors(payload, why):
     with pytest.raises(DecodeError, match=why):
         SERIALIZER.loads(payload.encode(), spider())

@@ -21,6 +21,7 @@ import redis
 
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
+from crawlplug.serializers import describe_payload
 
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
 
@@ -168,7 +169,7 @@ def test_sigterm_while_holding_start_leases_gives_them_back_at_once(crawl, make_
     assert first.wait(30) == 0, first.text()[-3000:]
     assert client.zcard(keys.leases) == 0 and client.hlen(keys.leased) == 0, "every lease given back"
     waiting = [x.decode() for x in client.lrange(keys.start_urls, 0, -1)]
-    queued = [json.loads(client.hget(keys.requests, rid))["url"] for rid in client.zrange(keys.queue, 0, -1)]
+    queued = [describe_payload(client.hget(keys.requests, rid))["url"] for rid in client.zrange(keys.queue, 0, -1)]
     fetched = [f"{shop.url}{p}" for p in shop.hits]
     print(f"\n[sigterm] after the stop: fetched {fetched}, queued {queued}, start_urls {waiting}")
     assert set(waiting + queued + fetched) == set(urls), "no start entry lost"

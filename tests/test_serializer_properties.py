@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import pickle
 import string
 import xmlrpc.client
@@ -35,6 +36,7 @@ SECRET = "property-secret-0123456789"
 
 SPIDER = ShopSpider()
 JSON = JsonSerializer()
+V1 = JsonSerializer(payload_format=1)
 PICKLE = PickleSerializer(secret=SECRET)
 
 # -- what a request can hold ---------------------------------------------------------------------
@@ -161,6 +163,49 @@ def test_every_request_round_trips_exactly_through_json(req):
     back = JSON.loads(data, SPIDER)
     assert_same(req, back)
     assert JSON.dumps(back, SPIDER) == data  # and is stored the same way again
+
+
+@PROPS
+@given(any_request(json_values))
+def test_every_request_written_in_the_old_format_is_read_exactly(req):
+    """A queue, an export or a dead letter written before the compact format (the long-key
+    writer is byte for byte d7f69e2's: tests/test_payload_upgrade.py) reads as it was, and a
+    node writing it again writes the compact payload it would have written for the original."""
+    old = V1.dumps(req, SPIDER)
+    assert json.loads(old)["v"] in (1, 2)
+    back = JSON.loads(old, SPIDER)
+    assert_same(req, back)
+    assert JSON.dumps(back, SPIDER) == JSON.dumps(req, SPIDER)
+
+
+_bytes_values = _text | st.fixed_dictionaries({"b64": st.sampled_from(["", "eA==", "!!", "eA"]) | _text}) | json_values
+_compact_fields = {
+    "C": st.sampled_from(["scrapy.http.request.form.FormRequest", "os.system"]) | json_values,
+    "c": st.sampled_from(["parse", "parse_item", "__init__", "closed"]) | json_values,
+    "e": st.sampled_from(["on_error", "__del__"]) | json_values,
+    "M": st.sampled_from(["GET", "POST", ""]) | json_values,
+    "h": st.lists(st.lists(_bytes_values, max_size=3), max_size=3) | json_values,
+    "r": st.sampled_from(["/a/", "http://x.org/", "", "//evil"]) | json_values,
+    "b": _bytes_values,
+    "k": json_values, "m": json_values, "a": json_values, "f": json_values, "n": json_values,
+    "p": json_values, "d": json_values, "x": json_values,
+    "o": st.dictionaries(st.sampled_from(["dumps_kwargs", "url", "callback", "_class", "v"]), json_values, max_size=2)
+    | json_values,
+    "url": json_values,
+}  # fmt: skip
+
+
+@PROPS
+@given(st.fixed_dictionaries({"v": st.just(3), "u": st.sampled_from(["http://example.com/", "https://x.org/a?b",
+                                                                       "ftp://x/", "/rel", "http:"]) | json_values},
+                             optional=_compact_fields))  # fmt: skip
+def test_hostile_compact_payloads_never_raise_anything_but_decode_error(d):
+    """What anyone able to write to the crawl's Redis could store as a compact payload."""
+    try:
+        data = json.dumps(d).encode()
+    except ValueError:
+        assume(False)
+    _only_decode_errors(JSON, data)
 
 
 @PROPS

@@ -19,9 +19,11 @@ from scrapy.http import JsonRequest
 
 from crawlplug.errors import ConfigError, DecodeError, SerializationError
 from crawlplug.serializers import (
+    COMPACT_VERSION,
     DEFAULT_REQUEST_CLASSES,
     FORMAT_VERSION,
     JsonSerializer,
+    compact,
     get_serializer,
 )
 from tests.support.fuzz import examples, mutated
@@ -45,9 +47,16 @@ def spider() -> ShopSpider:
     return ShopSpider()
 
 
-@pytest.fixture
-def ser() -> JsonSerializer:
-    return JsonSerializer()
+@pytest.fixture(params=[COMPACT_VERSION, FORMAT_VERSION], ids=["compact", "v1"])
+def ser(request) -> JsonSerializer:
+    """Both formats a node may write (CRAWLPLUG_PAYLOAD_FORMAT), each read back by the same reader."""
+    return JsonSerializer(payload_format=request.param)
+
+
+def stored(data: bytes) -> dict:
+    """A payload's fields by their long names, whichever format wrote it."""
+    d = json.loads(data)
+    return compact.expand(d) if compact.is_compact(d) else d
 
 
 def roundtrip(ser: JsonSerializer, request: Request, spider) -> Request:
@@ -124,7 +133,10 @@ def test_post_request_with_binary_body_round_trip(ser, spider):
 def test_default_request_round_trip_is_small(ser, spider):
     req = Request("http://example.com/")
     data = ser.dumps(req, spider)
-    assert json.loads(data) == {"v": FORMAT_VERSION, "url": "http://example.com/"}
+    if ser.payload_format == COMPACT_VERSION:
+        assert data == b'{"v":3,"u":"http://example.com/"}'
+    else:
+        assert json.loads(data) == {"v": FORMAT_VERSION, "url": "http://example.com/"}
     assert_same(req, ser.loads(data, spider))
 
 
@@ -136,7 +148,7 @@ def test_form_request_round_trip(ser, spider):
         meta={"step": "login"},
     )
     data = ser.dumps(req, spider)
-    assert json.loads(data)["_class"] == "scrapy.http.request.form.FormRequest"
+    assert stored(data)["_class"] == "scrapy.http.request.form.FormRequest"
     back = ser.loads(data, spider)
     assert isinstance(back, FormRequest)
     assert_same(req, back)
@@ -146,7 +158,7 @@ def test_form_request_round_trip(ser, spider):
 def test_json_request_round_trip(ser, spider):
     req = JsonRequest("http://example.com/api", data={"q": "shoes", "n": [1, 2]}, callback=spider.parse)
     data = ser.dumps(req, spider)
-    assert json.loads(data)["_class"] == "scrapy.http.request.json_request.JsonRequest"
+    assert stored(data)["_class"] == "scrapy.http.request.json_request.JsonRequest"
     back = ser.loads(data, spider)
     assert isinstance(back, JsonRequest)
     assert_same(req, back)
@@ -235,7 +247,7 @@ def test_subclass_outside_allow_list_is_refused_then_allowed_by_extension(spider
         JsonSerializer().dumps(req, spider)
     wide = JsonSerializer(extra_classes=[TRACKED_PATH])
     data = wide.dumps(req, spider)
-    assert json.loads(data)["_class"] == TRACKED_PATH
+    assert stored(data)["_class"] == TRACKED_PATH
     back = wide.loads(data, spider)
     assert type(back) is TrackedRequest
     assert_same(req, back)

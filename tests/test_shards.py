@@ -39,6 +39,7 @@ from crawlplug.frontier.sharded import (
 )
 from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue
+from crawlplug.serializers import describe_payload
 
 K = CrawlKeys("sharded")
 N = 4
@@ -80,7 +81,7 @@ def test_requests_go_to_their_domains_shard_and_duplicates_are_found_by_any_node
     # another node, another process: the same URLs are duplicates (same shard, same filter)
     assert b.admit(items[::7]).flags == "0" * len(items[::7])
     for i, part in enumerate(parts(client, K)[1:]):
-        urls = [json.loads(p)["url"] for p in client.hvals(part.requests)]
+        urls = [describe_payload(p)["url"] for p in client.hvals(part.requests)]
         assert urls and {u.split("/")[2] for u in urls} == {h for h in hosts if shard_of(h, N) == i}
     assert a.status()["queued"] == 120 and len(a) == 120
     assert client.zcard(K.queue) == 0, "nothing in the crawl's own queue"

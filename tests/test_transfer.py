@@ -36,7 +36,7 @@ from crawlplug.frontier.store import rank_of
 from crawlplug.frontier.transfer import TransferError, export_crawl, import_crawl
 from crawlplug.queues import DomainQueue
 from crawlplug.seeds import Seeds, make_seed
-from crawlplug.serializers import JsonSerializer
+from crawlplug.serializers import JsonSerializer, describe_payload
 from tests.support.nodes import wait_for_fetches
 
 from .support.servers import RedisServer, free_port, redisbloom_module
@@ -195,7 +195,7 @@ def test_domain_queue_moves_with_schedule_limits_and_per_domain_order(a, b):
     # a new domain's first request goes alone: a, b and c first (ties go by name), then the
     # two that waited longest, delay and slow; zz.test is still waiting since its admission
     leased = pop_sent(f_a, 3) + pop_sent(f_a, 2)
-    assert sorted(json.loads(x.payload)["url"].split("/")[2] for x in leased) == [
+    assert sorted(describe_payload(x.payload)["url"].split("/")[2] for x in leased) == [
         "a.test", "b.test", "c.test", "delay.test", "slow.test"]
     leased_info = {k.decode(): v.decode() for k, v in a.hgetall(KD.leased).items()}
     dq_a = {m.decode() for m in a.zrange(KD.dq, 0, -1)}
@@ -235,7 +235,7 @@ def test_domain_queue_moves_with_schedule_limits_and_per_domain_order(a, b):
         while sum(map(len, seen.values())) < len(items):
             assert time.monotonic() < deadline
             for x in pop_sent(frontier, 5):
-                domain = json.loads(x.payload)["url"].split("/")[2]
+                domain = describe_payload(x.payload)["url"].split("/")[2]
                 seen[domain].append((x.id, x.payload, x.deliveries))
                 frontier.admit([], acks=[x.id])
         per_domain.append(dict(seen))

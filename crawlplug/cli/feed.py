@@ -17,6 +17,7 @@ from ..errors import ConfigError, DecodeError
 from ..frontier import open_frontier, views
 from ..frontier.store import redis_ms
 from ..seeds import Seeds, make_seed
+from ..serializers import describe_payload
 from .common import (
     connect,
     crawl_keys,
@@ -110,12 +111,9 @@ def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: 
 
 
 def _describe(payload: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(payload)
-    except (UnicodeDecodeError, ValueError):
+    data = describe_payload(payload)  # any JSON format version, by long names
+    if data is None:
         return {"url": f"<{len(payload)} bytes, not a crawlplug JSON request>"}
-    if not isinstance(data, dict):
-        return {"url": "<not a JSON object>"}
     return {k: data[k] for k in ("url", "method", "priority", "callback", "dont_filter") if k in data}
 
 

@@ -19,7 +19,7 @@ from ..errors import ConfigError
 #: The names of a crawl's keys, in one place (see DESIGN.md, section 2).
 NAMES = (
     "queue",  # zset: request id -> score (queue order)
-    "requests",  # hash: request id -> serialized request
+    "requests",  # hash: request id -> payload (crawlplug.serializers: compact JSON v3, v1/v2 read too)
     "seq",  # string: last request id handed out
     "leases",  # zset: request id -> lease deadline (ms, Redis clock)
     "leased",  # hash: request id -> "node|score|deliveries[|domain]"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ from ..frontier.keys import CrawlKeys
 from ..frontier.results import DeadLetter
 from ..frontier.sharded import open_frontier
 from ..queues import DomainQueue, PriorityQueue
+from ..serializers import describe_payload
 
 
 def pick_dead(client: redis.Redis, keys: CrawlKeys, indexes: Sequence[int], all_: bool) -> list[tuple[int, bytes]]:
@@ -62,14 +62,11 @@ def requeue_dead(
     kept: list[tuple[int, str]] = []
     for i, raw in picked:
         letter = DeadLetter.parse(raw)
-        try:
-            data = json.loads(letter.payload)
-            url = data["url"]
-            if not isinstance(url, str):
-                raise TypeError
-        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        data = describe_payload(letter.payload)  # any JSON format version
+        if data is None:
             kept.append((i, "not a crawlplug request (a start entry? push it again with `crawlplug push`)"))
             continue
+        url = data["url"]
         domain = ""
         try:
             request = Request(url)
@@ -111,12 +108,9 @@ def dead_rows(client: redis.Redis, keys: CrawlKeys, start: int = 0, stop: int = 
 
 
 def payload_url(payload: bytes) -> str:
-    try:
-        data = json.loads(payload)
-    except (UnicodeDecodeError, ValueError):
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("url"), str):
-        return data["url"]
+    data = describe_payload(payload)
+    if data is not None:
+        return str(data["url"])
     text = payload.decode("utf-8", errors="replace").strip()
     if text.startswith(("http://", "https://")) and "\n" not in text:
         return text  # a plain start entry

@@ -18,8 +18,12 @@ Both refuse a payload larger than ``CRAWLPLUG_MAX_PAYLOAD_BYTES``: on encode
 (:class:`SerializationError`: a node never stores one) and on decode
 (:class:`DecodeError`: the scheduler moves it to the dead letters).
 
-The formats live in :mod:`.jsoncodec` and :mod:`.signed`; this module chooses one
-from the settings.
+JSON payloads are written in the compact format (version 3, :mod:`.compact`) unless
+``CRAWLPLUG_PAYLOAD_FORMAT = 1`` asks for the long-key one older crawlplug versions
+read; both are read, whichever wrote them.
+
+The formats live in :mod:`.jsoncodec`, :mod:`.compact` and :mod:`.signed`; this module
+chooses one from the settings.
 """
 
 from __future__ import annotations
@@ -32,10 +36,13 @@ from scrapy.utils.misc import load_object
 
 from ..config import setting
 from ..errors import ConfigError
+from .compact import describe as describe_payload
 from .jsoncodec import (
+    COMPACT_VERSION,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_REQUEST_CLASSES,
     FORMAT_VERSION,
+    PAYLOAD_FORMATS,
     PICKLE_MAGIC,
     PRIVATE_META_PREFIX,
     SECRET_ENV,
@@ -50,9 +57,10 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 __all__ = [
-    "DEFAULT_MAX_PAYLOAD_BYTES", "DEFAULT_REQUEST_CLASSES", "FORMAT_VERSION", "MIN_SECRET_BYTES",
-    "PICKLE_MAGIC", "PICKLE_PROTOCOL", "PRIVATE_META_PREFIX", "SECRET_ENV", "URL_SCHEME", "URL_SCHEMES",
-    "JsonSerializer", "PickleSerializer", "get_serializer", "payload_limit", "serializer_from_settings",
+    "COMPACT_VERSION", "DEFAULT_MAX_PAYLOAD_BYTES", "DEFAULT_REQUEST_CLASSES", "FORMAT_VERSION", "MIN_SECRET_BYTES",
+    "PAYLOAD_FORMATS", "PICKLE_MAGIC", "PICKLE_PROTOCOL", "PRIVATE_META_PREFIX", "SECRET_ENV", "URL_SCHEME",
+    "URL_SCHEMES", "JsonSerializer", "PickleSerializer", "describe_payload", "get_serializer", "payload_limit",
+    "serializer_from_settings",
 ]  # fmt: skip
 
 
@@ -62,13 +70,15 @@ def get_serializer(
     *,
     secret: str | bytes | None = None,
     max_payload_bytes: Any = DEFAULT_MAX_PAYLOAD_BYTES,
+    payload_format: Any = COMPACT_VERSION,
 ) -> JsonSerializer:
     """The serializer named by CRAWLPLUG_SERIALIZER ("json", "pickle" or a class path).
 
-    ``secret`` is the pickle key (None: the CRAWLPLUG_SECRET environment variable).
+    ``secret`` is the pickle key (None: the CRAWLPLUG_SECRET environment variable);
+    ``payload_format`` the JSON version written (CRAWLPLUG_PAYLOAD_FORMAT).
     """
     if name == "json":
-        return JsonSerializer(extra_classes, max_payload_bytes=max_payload_bytes)
+        return JsonSerializer(extra_classes, max_payload_bytes=max_payload_bytes, payload_format=payload_format)
     if secret is None:
         secret = os.environ.get(SECRET_ENV)
     if name == "pickle":
@@ -80,16 +90,18 @@ def get_serializer(
     if isinstance(cls, type) and issubclass(cls, PickleSerializer):
         return cls(extra_classes, secret=secret, max_payload_bytes=max_payload_bytes)
     if isinstance(cls, type) and issubclass(cls, JsonSerializer):
-        return cls(extra_classes, max_payload_bytes=max_payload_bytes)
+        return cls(extra_classes, max_payload_bytes=max_payload_bytes, payload_format=payload_format)
     return cls(extra_classes)
 
 
 def serializer_from_settings(settings: BaseSettings) -> JsonSerializer:
     """The serializer a node's settings ask for: CRAWLPLUG_SERIALIZER, CRAWLPLUG_REQUEST_CLASSES,
-    CRAWLPLUG_SECRET (else the environment variable), CRAWLPLUG_MAX_PAYLOAD_BYTES."""
+    CRAWLPLUG_SECRET (else the environment variable), CRAWLPLUG_MAX_PAYLOAD_BYTES,
+    CRAWLPLUG_PAYLOAD_FORMAT."""
     return get_serializer(
         setting(settings, "CRAWLPLUG_SERIALIZER"),
         setting(settings, "CRAWLPLUG_REQUEST_CLASSES", "getlist"),
         secret=settings.get("CRAWLPLUG_SECRET"),
         max_payload_bytes=setting(settings, "CRAWLPLUG_MAX_PAYLOAD_BYTES"),
+        payload_format=setting(settings, "CRAWLPLUG_PAYLOAD_FORMAT"),
     )

@@ -1,10 +1,15 @@
 """The default payload format: JSON built on ``Request.to_dict``.
 
-Body and header bytes are base64-encoded, callbacks stored by name and resolved
-against the spider when decoding (only names :mod:`crawlplug.callbacks` accepts
-as callbacks), the request class checked against an allow-list. Nothing read
-from Redis is ever imported or executed beyond looking up a method *name* on
-the running spider.
+Callbacks are stored by name and resolved against the spider when decoding
+(only names :mod:`crawlplug.callbacks` accepts as callbacks), the request class
+checked against an allow-list. Nothing read from Redis is ever imported or
+executed beyond looking up a method *name* on the running spider.
+
+A node writes the compact format (version 3, :mod:`.compact`: short keys, text
+stored as text, the Referer relative to the URL) unless CRAWLPLUG_PAYLOAD_FORMAT
+is 1, the long-key format with base64 body and header bytes that crawlplug wrote
+before (what nodes of older versions read, during a rolling upgrade); it reads
+both, whichever wrote a queue, an export file or a dead letter.
 
 A meta value JSON cannot hold is stored only when it holds objects of a type
 with a registered codec (:mod:`.metacodecs`; scrapy-playwright's ``PageMethod``
@@ -19,7 +24,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from scrapy import Request, Spider
@@ -28,9 +33,14 @@ from scrapy.utils.misc import load_object
 from .. import callbacks
 from ..defaults import default
 from ..errors import ConfigError, DecodeError, SerializationError, checked_number
-from . import metacodecs, pagemethods  # noqa: F401 - pagemethods registers PageMethod's codec
+from . import compact, metacodecs, pagemethods  # noqa: F401 - pagemethods registers PageMethod's codec
 
+#: The long-key format: what CRAWLPLUG_PAYLOAD_FORMAT = 1 writes, and crawlplug wrote before the compact one.
 FORMAT_VERSION = 1
+#: The compact format (:mod:`.compact`): what a node writes by default.
+COMPACT_VERSION = compact.COMPACT_VERSION
+#: CRAWLPLUG_PAYLOAD_FORMAT's values: the versions a node may write.
+PAYLOAD_FORMATS = compact.PAYLOAD_FORMATS
 #: The version of a payload with meta values stored by a codec (its ``xmeta`` field).
 CODECS_FORMAT_VERSION = 2
 
@@ -130,12 +140,15 @@ class JsonSerializer:
     name = "json"
 
     def __init__(
-        self, extra_classes: Iterable[str] = (), *, max_payload_bytes: Any = DEFAULT_MAX_PAYLOAD_BYTES
+        self, extra_classes: Iterable[str] = (), *, max_payload_bytes: Any = DEFAULT_MAX_PAYLOAD_BYTES,
+        payload_format: Any = COMPACT_VERSION,
     ) -> None:
         self.allowed_classes = frozenset(DEFAULT_REQUEST_CLASSES) | frozenset(extra_classes)
         self._classes: dict[str, type[Request]] = {}  # allowed class path -> class, once loaded
         #: Largest payload stored or read, in bytes; 0: no limit.
         self.max_payload_bytes = payload_limit(max_payload_bytes)
+        #: The version :meth:`dumps` writes (CRAWLPLUG_PAYLOAD_FORMAT); :meth:`loads` reads every one.
+        self.payload_format = compact.payload_version(payload_format)
 
     def _check_request(self, request: Request) -> str | None:
         """The class path a payload must name (None for a plain Request); refuses what no node may crawl."""
@@ -175,25 +188,32 @@ class JsonSerializer:
     def dumps(self, request: Request, spider: Spider | None) -> bytes:
         """Encode ``request``; :class:`SerializationError` names what cannot be stored."""
         cls = self._check_request(request)
+        if self.payload_format == COMPACT_VERSION:
+            fields = compact.fields_of(request.url, cls, self._stored_fields(request, spider, cls))
+            return self._sized(self._dump(fields, spider, compact_=True), request)
         out: dict[str, Any] = {"v": FORMAT_VERSION}
         if cls is not None:
             out["_class"] = cls
+        for key, value in self._stored_fields(request, spider, cls):
+            if key == "headers":
+                out["headers"] = [[_b64(bytes(name)), [_b64(bytes(v)) for v in values]] for name, values in value.items()]
+            else:
+                out[key] = _b64(value) if key == "body" else value
+        return self._sized(self._dump(out, spider, compact_=False), request)
+
+    def _stored_fields(self, request: Request, spider: Spider | None, cls: str | None) -> Iterator[tuple[str, Any]]:
+        """(attribute, value) of every attribute ``request`` does not hold at its default, in
+        ``attributes`` order: callbacks as names, meta without crawlplug's private keys, the
+        headers object and the body bytes as they are (each format writes them its way)."""
         # Reads the attributes directly (what Request.to_dict does, minus the copies
         # and the inspect.getmembers scan per callback): this runs for every request.
         for key in type(request).attributes:
             if key in ("callback", "errback"):
                 value = self._method_name(request, key, spider)
-            elif key == "headers":
-                headers = request.headers
-                if headers:
-                    out["headers"] = [
-                        [_b64(bytes(name)), [_b64(bytes(v)) for v in values]]
-                        for name, values in headers.items()
-                    ]
-                continue
-            elif key == "body":
-                if request.body:
-                    out["body"] = _b64(request.body)
+            elif key in ("headers", "body"):
+                value = getattr(request, key)
+                if value:
+                    yield key, value
                 continue
             elif key == "meta":
                 value = request.meta
@@ -205,42 +225,49 @@ class JsonSerializer:
                 continue
             if key in ("meta", "cb_kwargs") and not all(type(k) is str for k in value):
                 _check_json(value, key)  # raises, naming the key JSON would silently convert
-            out[key] = value
+            yield key, value
+
+    def _dump(self, out: dict[str, Any], spider: Spider | None, *, compact_: bool) -> bytes:
+        """``out`` as JSON bytes; meta values of registered types through their codecs; a
+        SerializationError that names the meta or cb_kwargs key JSON cannot hold."""
+        meta, kwargs = ("m", "a") if compact_ else ("meta", "cb_kwargs")
         try:
-            payload = json.dumps(out, separators=(",", ":"), allow_nan=False).encode("utf-8")
+            return compact.dump_json(out, compact=compact_)
         except (TypeError, ValueError, RecursionError) as exc:
             # meta values of registered types go through their codecs; else find the
             # culprit for a message that says where it is
-            if not self._encode_codec_meta(out, spider):
-                _check_json(out.get("meta") or {}, "meta")
-                _check_json(out.get("cb_kwargs") or {}, "cb_kwargs")
+            if not self._encode_codec_meta(out, spider, compact_=compact_):
+                _check_json(out.get(meta) or {}, "meta")
+                _check_json(out.get(kwargs) or {}, "cb_kwargs")
                 raise SerializationError(f"request cannot be stored as JSON: {exc}") from None
             try:
-                payload = json.dumps(out, separators=(",", ":"), allow_nan=False).encode("utf-8")
+                return compact.dump_json(out, compact=compact_)
             except (TypeError, ValueError, RecursionError) as exc2:
-                _check_json(out.get("meta") or {}, "meta")
-                _check_json(out.get("cb_kwargs") or {}, "cb_kwargs")
+                _check_json(out.get(meta) or {}, "meta")
+                _check_json(out.get(kwargs) or {}, "cb_kwargs")
                 raise SerializationError(f"request cannot be stored as JSON: {exc2}") from None
-        return self._sized(payload, request)
 
     @staticmethod
-    def _encode_codec_meta(out: dict[str, Any], spider: Spider | None) -> bool:
-        """Move the meta values holding objects of registered types to ``out["xmeta"]``, each
-        through :func:`.metacodecs.encode` (which refuses, naming it, what it may not store);
-        False if there is none (what JSON cannot hold is something else)."""
-        meta = out.get("meta")
+    def _encode_codec_meta(out: dict[str, Any], spider: Spider | None, *, compact_: bool = False) -> bool:
+        """Move the meta values holding objects of registered types to ``out["xmeta"]``
+        (compact: ``out["x"]``), each through :func:`.metacodecs.encode` (which refuses,
+        naming it, what it may not store); False if there is none (what JSON cannot hold
+        is something else)."""
+        meta_key, xmeta_key = ("m", "x") if compact_ else ("meta", "xmeta")
+        meta = out.get(meta_key)
         if not meta:
             return False
         moved = {key: value for key, value in meta.items() if metacodecs.needs_codec(value)}
         if not moved:
             return False
-        out["xmeta"] = {key: metacodecs.encode(value, spider, f"meta[{key!r}]") for key, value in moved.items()}
+        out[xmeta_key] = {key: metacodecs.encode(value, spider, f"meta[{key!r}]") for key, value in moved.items()}
         plain = {key: value for key, value in meta.items() if key not in moved}
         if plain:
-            out["meta"] = plain
+            out[meta_key] = plain
         else:
-            del out["meta"]
-        out["v"] = CODECS_FORMAT_VERSION
+            del out[meta_key]
+        if not compact_:
+            out["v"] = CODECS_FORMAT_VERSION
         return True
 
     @staticmethod
@@ -287,6 +314,8 @@ class JsonSerializer:
                     "payload is a signed pickle (CRAWLPLUG_SERIALIZER='pickle'); this node reads JSON"
                 ) from None
             raise DecodeError(f"payload is not JSON: {exc}") from None
+        if compact.is_compact(d):
+            return self._build(compact.expand(d), spider, compact.raw_bytes)
         return self._build(d, spider)
 
     def loads_unbound(self, data: bytes) -> Request:
@@ -298,11 +327,14 @@ class JsonSerializer:
             d = json.loads(data)
         except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
             raise DecodeError(f"payload is not JSON: {exc}") from None
+        to_bytes = _unb64
+        if compact.is_compact(d):
+            d, to_bytes = compact.expand(d), compact.raw_bytes
         if isinstance(d, dict):
             d = {k: v for k, v in d.items() if k not in ("callback", "errback", "xmeta")}
             if d.get("v") == CODECS_FORMAT_VERSION:
                 d["v"] = FORMAT_VERSION
-        return self._build(d, None)
+        return self._build(d, None, to_bytes)
 
     def _build(
         self, d: Any, spider: Spider | None, to_bytes: Callable[[Any, str], bytes] = _unb64
