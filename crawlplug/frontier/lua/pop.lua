@@ -7,7 +7,7 @@
 -- KEYS[5] deliveries  hash  request id -> deliveries so far
 -- KEYS[6] stats       hash  crawl-wide counters
 -- KEYS[7..10]         the per-domain queue: dq, domains, dstate, dconf
---                     (see domains.lua)
+--                     (see domains.lua): order "domain" only
 -- KEYS[last] epoch    str   the part's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] N, most requests to lease
@@ -50,8 +50,13 @@ do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: 
 -- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
 do
   local spec = {{queue, "zset"}, {requests, "hash"}, {leases, "zset"}, {leased, "hash"}, {deliveries, "hash"},
-                {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"}, {D.conf, "hash"},
-                {run_key, "hash"}}
+                {stats, "counters"}, {run_key, "hash"}}
+  -- the per-domain queue's keys, by a pop that takes from it (an admission sent before
+  -- a plain queue's pop touches none of them either: admit.lua checks them only then)
+  if order == "domain" then
+    for _, key in ipairs({D.dq, D.domains}) do spec[#spec + 1] = {key, "zset"} end
+    for _, key in ipairs({D.state, D.conf}) do spec[#spec + 1] = {key, "hash"} end
+  end
   if NARGV >= 6 then -- an admission's mode and parameter come before the epoch
     spec[#spec + 1] = {KEYS[12], "int"}
     spec[#spec + 1] = {KEYS[13], "any"} -- the series: a statistic, started again if need be (admit.lua)
@@ -192,10 +197,34 @@ if order == "max" then
 else
   picked = redis.call("ZRANGE", queue, 0, n - 1, "WITHSCORES")
 end
-for j = 1, #picked, 2 do
-  local id, score = picked[j], picked[j + 1]
-  redis.call("ZREM", queue, id)
-  if lease(id, score, nil) then leased_count = leased_count + 1 end
+if #picked > 0 then
+  -- the whole batch in a few commands (guard.lua's variadic, hmget), as lease() does one by one
+  local ids = {}
+  for j = 1, #picked, 2 do ids[#ids + 1] = picked[j] end
+  variadic("ZREM", queue, ids)
+  local payloads, counts = hmget(requests, ids), hmget(deliveries, ids)
+  local deadlines, infos, lost = {}, {}, {}
+  for j, id in ipairs(ids) do
+    local payload = payloads[j]
+    if not payload then
+      lost[#lost + 1] = id -- no payload (deleted by hand?)
+    else
+      local d = (tonumber(counts[j]) or 0) + 1
+      if d > 1 then redelivered = redelivered + 1 end
+      deadlines[#deadlines + 1] = deadline
+      deadlines[#deadlines + 1] = id
+      infos[#infos + 1] = id
+      infos[#infos + 1] = node .. "|" .. picked[2 * j] .. "|" .. d
+      out[#out + 1] = id
+      out[#out + 1] = payload
+      out[#out + 1] = d
+      leased_count = leased_count + 1
+    end
+  end
+  variadic("HDEL", deliveries, lost)
+  orphans = #lost
+  variadic("ZADD", leases, deadlines)
+  variadic("HSET", leased, infos)
 end
 if leased_count > 0 then redis.call("HINCRBY", stats, "leased", leased_count) end
 if redelivered > 0 then redis.call("HINCRBY", stats, "redelivered", redelivered) end
