@@ -59,7 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import (  # noqa: E402
+from bench.common import (
     BASELINE,
     CpuSampler,
     RedisProc,
@@ -185,8 +185,10 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
         "evalsha_calls_per_page": per_page(evalsha[0]), "evalsha_us_per_page": per_page(evalsha[1]),
         "script_commands_per_page": per_page(sum(c for c, _ in inner.values())),
         "script_commands_us_per_page": per_page(sum(u for _, u in inner.values())),
-        "commands": {name: {"calls_per_page": per_page(c), "us_per_page": per_page(u), "us_per_call": u / c if c else None}
-                     for name, (c, u) in sorted(commands.items(), key=lambda kv: -kv[1][1])},  # fmt: skip
+        "commands": {
+            name: {"calls_per_page": per_page(c), "us_per_page": per_page(u), "us_per_call": u / c if c else None}
+            for name, (c, u) in sorted(commands.items(), key=lambda kv: -kv[1][1])
+        },
         "roundtrips_per_page": per_page(roundtrips),
         "slowlog_per_sha": {sha: {"calls": c, "usec": u} for sha, (c, u) in per_sha.items()},
         "slowlog_entries": len(entries),

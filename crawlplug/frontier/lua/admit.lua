@@ -108,6 +108,20 @@ local first_item = acks_at + 2 + nacks + 2 * nevents
 local ack_ids, ack_infos = {}, {}
 for a = acks_at + 1, acks_at + nacks do ack_ids[#ack_ids + 1] = ARGV[a] end
 
+-- Request ids: the numbers after seq not in use (next_id's rule), for every request of the
+-- batch that may be stored, asked in one HMGET before the first write (the read that
+-- checks requests, when there are any); seq moves once, by the numbers taken.
+-- (seq's value is the one guard() read: nothing wrote it since.)
+local seq_at, ids, in_use, taken = 0, {}, {}, 0
+local function reserve_ids()
+  seq_at = tonumber(GUARDED[seq] or "0") or 0
+  for j = first_item + 2, NARGV, 4 do
+    if ARGV[j] ~= "" then ids[#ids + 1] = string.format("%016d", seq_at + #ids + 1) end
+  end
+  if #ids > 0 then in_use = checked_hmget(requests, ids) end
+  return in_use
+end
+
 -- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
 do
   if nacks > 0 then
@@ -123,13 +137,16 @@ do
   for j = first_item + 3, NARGV, 4 do
     if ARGV[j] ~= "" and ARGV[j - 1] ~= "" then domains_used = true end
   end
-  local spec = {{queue, "zset"}, {requests, "hash"}, {seq, "int"}, {leases, "zset"}, {leased, "hash"},
-                {deliveries, "hash"}, {stats, "counters"}, {KEYS[13], "any"}}
+  local spec = {{seq, "int"}, {queue, "zset"}, {leases, "zset"}, {leased, "hash"}, {deliveries, "hash"},
+                {stats, "counters"}, {KEYS[13], "any"}}
   if domains_used then
     for _, key in ipairs({D.dq, D.domains}) do spec[#spec + 1] = {key, "zset"} end
     for _, key in ipairs({D.state, D.conf}) do spec[#spec + 1] = {key, "hash"} end
   end
   local refused = guard(dedup_spec(spec, mode, seen, param, 15)) or guard_bloom_meta(spec)
+  if refused then return refused end
+  if not reserve_ids() then return refused_kind(requests, "hash") end
+  refused = guard({{requests, "hash"}}) -- a batch with no request to store: checked alone
   if refused then return refused end
 end
 -- ---- end of the checks ----
@@ -154,21 +171,6 @@ end
 local partial = false
 local dq_now
 
--- Request ids: the numbers after seq not in use (next_id's rule), for every request of the
--- batch that may be stored, asked in one HMGET; seq moves once, by the numbers taken.
--- (seq's value is the one guard() read: nothing wrote it since.)
-local seq_at = tonumber(GUARDED[seq] or "0") or 0
-local ids, taken, in_use = {}, 0, {}
-do
-  local want = 0
-  for j = first_item + 2, NARGV, 4 do
-    if ARGV[j] ~= "" then
-      want = want + 1
-      ids[want] = string.format("%016d", seq_at + want)
-    end
-  end
-  if want > 0 then in_use = hmget(requests, ids) end
-end
 local function take_id()
   while true do
     taken = taken + 1
