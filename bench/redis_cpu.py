@@ -32,7 +32,11 @@ What is reported, per crawl:
   disturbed less than wall clock, but a loaded machine still inflates them; compare
   ratios within the run).
 
-Then, unless ``--no-breakdown``, one more crawl per crawlplug tree (exact dedup, one node)
+Then, unless ``--no-instructions`` (or valgrind is missing), the number that a loaded machine
+does not move: the instructions the Redis server executes per page in a fixed admit-and-pop
+loop (no HTTP), counted by valgrind's callgrind, for both trees.
+
+And unless ``--no-breakdown``, one more crawl per crawlplug tree (exact dedup, one node)
 with ``SLOWLOG`` recording every command (slowlog-log-slower-than 0): per script (by its
 SHA, named from each tree's own sources) calls per page, microseconds per call and per
 page. SLOWLOG's own bookkeeping makes that crawl dearer: it is reported apart, never
@@ -196,6 +200,68 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
     }
 
 
+#: the fixed frontier loop counted under callgrind (run in a child importing the tree measured):
+#: a crawl-like state (3,000 queued requests), then batches of 5 new requests, 2 duplicates,
+#: the acks of the 5 leases taken by the last call and a pop of 5, as admit_and_pop sends them
+_LOOP = """
+import glob, json, os, subprocess, sys, time
+import redis
+from scrapy import Request
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+from crawlplug.serializers import JsonSerializer
+port, out, n, b = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), 5
+proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, "--instr-atstart=no",
+                         sys.argv[4], "--port", str(port), "--save", "", "--appendonly", "no"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+client = redis.Redis(port=port)
+for _ in range(1200):
+    try:
+        client.ping()
+        break
+    except redis.ConnectionError:
+        time.sleep(0.1)
+f = Frontier(client, CrawlKeys("shop"))
+payload = JsonSerializer().dumps(Request("http://127.0.0.1:8000/item/1234", priority=0), None)
+f.admit([(os.urandom(20), 0.0, payload) for _ in range(3000)])
+_, held = f.admit_and_pop([], [], b)
+for _ in range(20):  # warm: every script loaded, the state settled
+    _, held = f.admit_and_pop([(os.urandom(20), 0.0, payload) for _ in range(b)], [x.id for x in held], b)
+subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True, check=True)
+for _ in range(n):
+    items = [(os.urandom(20), 0.0, payload) for _ in range(b)] + [(b"d" * 20, 0.0, payload)] * 2
+    _, held = f.admit_and_pop(items, [x.id for x in held], b)
+subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], capture_output=True, check=True)
+client.shutdown(nosave=True)
+proc.wait()
+total = 0
+for name in glob.glob(out + "*"):
+    for line in open(name):
+        if line.startswith(("summary:", "totals:")):
+            total = max(total, int(line.split()[1]))
+print(json.dumps({"instructions_per_page": total / (n * b), "pages": n * b}))
+"""
+
+
+def instructions(tree: Path | None, workdir: Path, label: str, calls: int = 300) -> dict[str, Any] | None:
+    """Instructions the Redis server executes per page in a fixed admit-and-pop loop, counted
+    by valgrind's callgrind (deterministic: a loaded machine does not change it); None
+    without valgrind. The server's timer work while valgrind slows it is counted too."""
+    import shutil
+
+    from bench.common import free_port, redis_server_binary
+
+    if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        return None
+    out = workdir / f"callgrind-{label}.out"
+    cwd = tree or ROOT / "bench"
+    done = subprocess.run([sys.executable, "-c", _LOOP, str(free_port()), str(out), str(calls), redis_server_binary()],
+                          env=baseline_env(tree), cwd=cwd, capture_output=True, text=True, timeout=1800, check=False)  # fmt: skip
+    if done.returncode != 0:
+        return {"error": done.stderr[-2000:]}
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def fmt(value: float | None, digits: int = 1) -> str | None:
     return None if value is None else f"{value:.{digits}f}"
 
@@ -208,6 +274,8 @@ def main() -> int:
     parser.add_argument("--baseline", default=BASELINE, help="the commit measured as today's crawlplug")
     parser.add_argument("--no-scrapy-redis", action="store_true")
     parser.add_argument("--no-breakdown", action="store_true", help="skip the SLOWLOG crawls (per-script times)")
+    parser.add_argument("--no-instructions", action="store_true",
+                        help="skip the callgrind count of instructions per page (needs valgrind; ~2 min)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "redis_cpu.json")
     args = parser.parse_args()
     install_signal_handlers()
@@ -247,13 +315,18 @@ def main() -> int:
                     for sha, v in sorted(res["slowlog_per_sha"].items(), key=lambda kv: -kv[1]["usec"])
                 }  # fmt: skip
                 breakdown.append(res)
+        counted: dict[str, Any] = {}
+        if not args.no_instructions:
+            for system in (CRAWLPLUG, BASE):
+                counted[system] = instructions(trees[system], workdir, system)
     finally:
         kill_all()
-    report(results, breakdown, args, log)
+    report(results, breakdown, args, log, counted)
     return 0
 
 
-def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args: Any, log: Any) -> None:
+def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args: Any, log: Any,
+           counted: dict[str, Any] | None = None) -> None:  # fmt: skip
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
     for res in results:
         if res["status"] == "done" and res["pages"]:
@@ -307,8 +380,18 @@ def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args:
         log(table(["script", "calls/page", "us/call", "us/page"],
                   [[name, fmt(v["calls_per_page"], 3), fmt(v["us_per_call"]), fmt(v["us_per_page"], 2)]
                    for name, v in res.get("scripts", {}).items()]))  # fmt: skip
+    counted = counted or {}
+    mine, theirs = counted.get(CRAWLPLUG) or {}, counted.get(BASE) or {}
+    if mine.get("instructions_per_page") and theirs.get("instructions_per_page"):
+        log("\nInstructions Redis executes per page, fixed admit-and-pop loop under callgrind (5 new requests, 2 "
+            "duplicates, 5 acks, a pop of 5 per call): crawlplug "
+            f"{mine['instructions_per_page']:,.0f}, baseline {theirs['instructions_per_page']:,.0f}: "
+            f"{mine['instructions_per_page'] / theirs['instructions_per_page']:.2f}x")  # fmt: skip
+    elif counted:
+        log(f"\nInstructions per page: not counted ({counted})")
     out = {
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "instructions_per_page": counted,
         "args": {k: str(v) for k, v in vars(args).items()},
         "targets_us_per_page": TARGETS,
         "medians": medians,

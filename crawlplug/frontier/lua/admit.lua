@@ -83,7 +83,7 @@ end
 -- Replies are kept for a retry after an outage (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT, 300 s by
 -- default); a call sent again later than this is run again (its new requests then count
 -- as duplicates: nothing is lost).
-local REPLY_MS = 900000
+local REPLY_MS = "900000" -- a string: a number sent to Redis is formatted ("%.17g") at each call
 local function answer(reply)
   if call ~= "" then
     local text
@@ -105,8 +105,7 @@ local nevents = tonumber(ARGV[acks_at + 1 + nacks])
 local first_item = acks_at + 2 + nacks + 2 * nevents
 -- the leases acked, read before the checks: the read that fails on a leased of the wrong
 -- type is its check, and their records say whether an ack ends a per-domain lease
-local ack_ids, ack_infos = {}, {}
-for a = acks_at + 1, acks_at + nacks do ack_ids[#ack_ids + 1] = ARGV[a] end
+local ack_infos = {}
 
 -- Request ids: the numbers after seq not in use (next_id's rule), for every request of the
 -- batch that may be stored, asked in one HMGET before the first write (the read that
@@ -125,7 +124,7 @@ end
 -- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
 do
   if nacks > 0 then
-    ack_infos = checked_hmget(leased, ack_ids)
+    ack_infos = checked_hmget(leased, ARGV, acks_at + 1, acks_at + nacks)
     if not ack_infos then return refused_kind(leased, "hash") end
   end
   -- the per-domain queue's keys are checked when the call touches them: a request with a
@@ -241,15 +240,15 @@ if partial then nacks = 0 end -- parents are acked only once all their children 
 if nacks > 0 then
   -- read again after events, which may have marked a lease's download ended
   local infos = ack_infos
-  if nevents > 0 then infos = hmget(leased, ack_ids) end
-  local ended, gone, seen_ids = {}, {}, {} -- leases ended; requests and delivery counts to delete
+  if nevents > 0 then infos = hmget(leased, ARGV, acks_at + 1, acks_at + nacks) end
+  -- leases ended (their requests and delivery counts deleted too), and reaped requests done
+  local ended, done, seen_ids = {}, {}, {}
   for a = 1, nacks do
-    local id, info = ack_ids[a], infos[a]
+    local id, info = ARGV[acks_at + a], infos[a]
     if seen_ids[id] then
       stale = stale + 1 -- acked twice in one call: the second finds nothing left, as one at a time would
     elseif info and string.sub(info, 1, #owner_prefix) == owner_prefix then
       ended[#ended + 1] = id
-      gone[#gone + 1] = id
       local _, score, _, domain, freed = lease_info(info)
       if domain ~= "" then
         dq_now = dq_now or redis_now_ms()
@@ -267,7 +266,7 @@ if nacks > 0 then
       -- Only a request that was delivered before (reaped ones keep their
       -- delivery count): after a failover that rolled back seq, a new request
       -- may carry the id of a lease that was lost, and must not be taken for it
-      gone[#gone + 1] = id
+      done[#done + 1] = id
       acked = acked + 1
     else
       stale = stale + 1
@@ -276,8 +275,10 @@ if nacks > 0 then
   end
   variadic("ZREM", leases, ended)
   variadic("HDEL", leased, ended)
-  variadic("HDEL", requests, gone)
-  variadic("HDEL", deliveries, gone)
+  variadic("HDEL", requests, ended)
+  variadic("HDEL", deliveries, ended)
+  variadic("HDEL", requests, done)
+  variadic("HDEL", deliveries, done)
 end
 
 if admitted > 0 then redis.call("HINCRBY", stats, "enqueued", admitted) end

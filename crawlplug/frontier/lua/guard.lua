@@ -189,34 +189,40 @@ end
 -- thousand values at most.
 local BATCH = 1000
 
--- cmd key values... for a list of values (field/value or score/member pairs for HSET and
--- ZADD, members or fields for ZREM and HDEL); nothing for an empty list
-local function variadic(cmd, key, values)
-  for from = 1, #values, BATCH do
-    redis.call(cmd, key, unpack(values, from, math.min(from + BATCH - 1, #values)))
+-- cmd key values... for values[first..last] (all of it by default): field/value or
+-- score/member pairs for HSET and ZADD, members or fields for ZREM and HDEL; nothing
+-- for an empty range
+local function variadic(cmd, key, values, first, last)
+  first, last = first or 1, last or #values
+  for from = first, last, BATCH do
+    redis.call(cmd, key, unpack(values, from, math.min(from + BATCH - 1, last)))
   end
 end
 
--- HMGET key fields...: the values in the fields' order (false for a field not set)
-local function hmget(key, fields)
-  if #fields <= BATCH then return redis.call("HMGET", key, unpack(fields)) end
+-- HMGET key fields[first..last] (all of it by default): the values in the fields' order
+-- (false for a field not set); with protected, nil when key is not a hash (the read is
+-- then its type check: see checked_hmget)
+local function hmget(key, fields, first, last, protected)
+  first, last = first or 1, last or #fields
+  local call = protected and redis.pcall or redis.call
+  if last - first < BATCH then
+    local out = call("HMGET", key, unpack(fields, first, last))
+    if out.err then return nil end
+    return out
+  end
   local out = {}
-  for from = 1, #fields, BATCH do
-    local part = redis.call("HMGET", key, unpack(fields, from, math.min(from + BATCH - 1, #fields)))
+  for from = first, last, BATCH do
+    local part = call("HMGET", key, unpack(fields, from, math.min(from + BATCH - 1, last)))
+    if part.err then return nil end
     for j = 1, #part do out[#out + 1] = part[j] end
   end
   return out
 end
 
 -- hmget's values, or nil when key is not a hash (the read is then its type check)
-local function checked_hmget(key, fields)
-  local out = {}
-  for from = 1, #fields, BATCH do
-    local part = redis.pcall("HMGET", key, unpack(fields, from, math.min(from + BATCH - 1, #fields)))
-    if part.err then return nil end
-    for j = 1, #part do out[#out + 1] = part[j] end
-  end
-  GUARDED[key] = GUARDED[key] or true
+local function checked_hmget(key, fields, first, last)
+  local out = hmget(key, fields, first, last, true)
+  if out then GUARDED[key] = GUARDED[key] or true end
   return out
 end
 

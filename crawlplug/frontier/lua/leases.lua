@@ -32,23 +32,20 @@ end
 local function renew_leases(leases, leased, node, now, lease_ms, from, upto, out)
   if upto < from then return out end
   local prefix = node .. "|"
-  local ids = {}
-  for j = from, upto do ids[#ids + 1] = ARGV[j] end
-  local infos = hmget(leased, ids)
+  local infos = hmget(leased, ARGV, from, upto)
+  local until_s = string.format("%d", now + lease_ms) -- formatted once, not once a lease
   local renewed = {}
-  for j, id in ipairs(ids) do
-    local info = infos[j]
+  for j = from, upto do
+    local info = infos[j - from + 1]
     if info and string.sub(info, 1, #prefix) == prefix then
-      renewed[#renewed + 1] = now + lease_ms
-      renewed[#renewed + 1] = id
+      renewed[#renewed + 1] = until_s
+      renewed[#renewed + 1] = ARGV[j]
     else
-      out[#out + 1] = id
+      out[#out + 1] = ARGV[j]
     end
   end
-  if #renewed > 0 then
-    for from_at = 1, #renewed, BATCH do
-      redis.call("ZADD", leases, "XX", unpack(renewed, from_at, math.min(from_at + BATCH - 1, #renewed)))
-    end
+  for at = 1, #renewed, BATCH do
+    redis.call("ZADD", leases, "XX", unpack(renewed, at, math.min(at + BATCH - 1, #renewed)))
   end
   return out
 end

@@ -210,6 +210,8 @@ if #picked > 0 then
   if not counts then return refused_kind(deliveries, "hash") end
   variadic("ZREM", queue, ids)
   local deadlines, infos, lost = {}, {}, {}
+  -- numbers sent to Redis are formatted ("%.17g") one by one: the deadline once, as text
+  local at = string.format("%d", deadline)
   for j, id in ipairs(ids) do
     local payload = payloads[j]
     if not payload then
@@ -217,10 +219,10 @@ if #picked > 0 then
     else
       local d = (tonumber(counts[j]) or 0) + 1
       if d > 1 then redelivered = redelivered + 1 end
-      deadlines[#deadlines + 1] = deadline
+      deadlines[#deadlines + 1] = at
       deadlines[#deadlines + 1] = id
       infos[#infos + 1] = id
-      infos[#infos + 1] = node .. "|" .. picked[2 * j] .. "|" .. d
+      infos[#infos + 1] = node .. "|" .. picked[2 * j] .. "|" .. (d == 1 and "1" or string.format("%d", d))
       out[#out + 1] = id
       out[#out + 1] = payload
       out[#out + 1] = d
