@@ -18,7 +18,7 @@ help:
 	@echo "             false positives / kill -9 side by side / DomainQueue pops with 10,000 domains /"
 	@echo "             one crawl on a 3-primary Redis Cluster, 1 vs 3 vs 6 shards / everything"
 	@echo "make bench-redis-cpu   Redis CPU per crawled page (INFO cpu), crawlplug vs the commit before issue 26"
-	@echo "             vs scrapy-redis, exact and Bloom dedup, 1 and 2 nodes (~10 min; BENCH_ARGS=--items N)"
+	@echo "             vs scrapy-redis, exact and Bloom dedup, 1 and 2 nodes (~10-30 min; BENCH_ARGS=--items N)"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
 	@echo "make docs-site   build the documentation site from docs/ into site/ (mkdocs build --strict)"
 	@echo "make lint    ruff, and the import contracts between the package's rooms (lint-imports)"
