@@ -7,7 +7,7 @@ ITEMS  ?= 2000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-payload bench-all lint docs docs-site clean
+.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-all lint docs docs-site clean
 
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
@@ -19,6 +19,8 @@ help:
 	@echo "             one crawl on a 3-primary Redis Cluster, 1 vs 3 vs 6 shards / everything"
 	@echo "make bench-payload   Redis memory per queued request and peak memory of a crawl: the working tree"
 	@echo "             vs crawlplug d7f69e2 vs scrapy-redis (~3 min; BENCH_ARGS='--items 20000' for a bigger crawl)"
+	@echo "make bench-redis-cpu   Redis CPU per crawled page (INFO cpu), crawlplug vs the commit before issue 26"
+	@echo "             vs scrapy-redis, exact and Bloom dedup, 1 and 2 nodes (~10-30 min; BENCH_ARGS=--items N)"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
 	@echo "make docs-site   build the documentation site from docs/ into site/ (mkdocs build --strict)"
 	@echo "make lint    ruff, and the import contracts between the package's rooms (lint-imports)"
@@ -70,7 +72,10 @@ bench-shards: venv
 bench-payload: venv
 	$(BIN)/python bench/payload_bench.py $(BENCH_ARGS)
 
-bench-all: bench bench-bloom bench-kill bench-domains bench-shards bench-payload
+bench-redis-cpu: venv
+	$(BIN)/python bench/redis_cpu.py $(BENCH_ARGS)
+
+bench-all: bench bench-bloom bench-kill bench-domains bench-shards bench-payload bench-redis-cpu
 
 lint: venv
 	@$(BIN)/python -m pip install --quiet -e '.[lint]' >> $(VENV)/install.log 2>&1 || { echo "make: could not install the lint tools (see $(VENV)/install.log)"; exit 1; }

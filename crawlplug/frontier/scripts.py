@@ -64,12 +64,21 @@ def source(name: str, flags: bool = False) -> str:
     package = files(__package__).joinpath("lua")
     text = package.joinpath(f"{name}.lua").read_text(encoding="utf-8")
     pieces = [package.joinpath(f"{piece}.lua").read_text(encoding="utf-8") for piece in _uses(name, text)]
-    text = "\n".join([*pieces, f"-- ---- {name}.lua ----", text])
+    text = _without_comment_lines("\n".join([*pieces, f"-- ---- {name}.lua ----", text]))
     if flags and name in ALLOW_OOM:
         text = f"#!lua flags=allow-oom\n{text}"
     elif flags and name in READ_ONLY:
         text = f"#!lua flags=no-writes\n{text}"
     return text
+
+
+def _without_comment_lines(text: str) -> str:
+    """``text`` with every line that is only a comment left empty: the pieces are pasted in
+    front of every script, so their comments were most of what Redis compiled at each
+    SCRIPT LOAD (all scripts load at a Redis's first call, and again after a restart). The
+    lines stay, so a Lua error's line number still points into the text. (The scripts hold
+    no long strings or long comments, whose lines could start with ``--``.)"""
+    return "\n".join("" if line.lstrip().startswith("--") else line for line in text.split("\n"))
 
 
 _versions: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()

@@ -14,7 +14,9 @@
 -- KEYS[7] deliveries  hash  request id -> deliveries so far
 -- KEYS[8] stats       hash  crawl-wide counters
 -- KEYS[9..12]         the per-domain queue: dq, domains, dstate, dconf
---                     (see domains.lua); dconf "cap:o" (an operator's) or else
+--                     (see domains.lua), checked and touched only by a call with a
+--                     request with a domain, a lease event or an ack of a per-domain
+--                     lease; dconf "cap:o" (an operator's) or else
 --                     "cap:s" (the nodes' CRAWLPLUG_DOMAIN_PAGES) caps the requests
 --                     of one domain admitted in a run, counted in dstate "c:<domain>"
 -- KEYS[13] series     hash  "a:<bucket>" acked, "e:<bucket>" enqueued, per 10 s;
@@ -81,7 +83,7 @@ end
 -- Replies are kept for a retry after an outage (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT, 300 s by
 -- default); a call sent again later than this is run again (its new requests then count
 -- as duplicates: nothing is lost).
-local REPLY_MS = 900000
+local REPLY_MS = "900000" -- a string: a number sent to Redis is formatted ("%.17g") at each call
 local function answer(reply)
   if call ~= "" then
     local text
@@ -99,12 +101,51 @@ local function answer(reply)
 end
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
+local nevents = tonumber(ARGV[acks_at + 1 + nacks])
+local first_item = acks_at + 2 + nacks + 2 * nevents
+-- the leases acked, read before the checks: the read that fails on a leased of the wrong
+-- type is its check, and their records say whether an ack ends a per-domain lease
+local ack_infos = {}
+
+-- Request ids: the numbers after seq not in use (next_id's rule), for every request of the
+-- batch that may be stored, asked in one HMGET before the first write (the read that
+-- checks requests, when there are any); seq moves once, by the numbers taken.
+-- (seq's value is the one guard() read: nothing wrote it since.)
+local seq_at, ids, in_use, taken = 0, {}, {}, 0
+local function reserve_ids()
+  seq_at = tonumber(GUARDED[seq] or "0") or 0
+  for j = first_item + 2, NARGV, 4 do
+    if ARGV[j] ~= "" then ids[#ids + 1] = string.format("%016d", seq_at + #ids + 1) end
+  end
+  if #ids > 0 then in_use = checked_hmget(requests, ids) end
+  return in_use
+end
+
 -- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
 do
-  local spec = dedup_spec({{queue, "zset"}, {requests, "hash"}, {seq, "int"}, {leases, "zset"}, {leased, "hash"},
-                           {deliveries, "hash"}, {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"},
-                           {D.state, "hash"}, {D.conf, "hash"}, {KEYS[13], "any"}}, mode, seen, param, 15)
-  local refused = guard(spec) or guard_bloom_meta(spec)
+  if nacks > 0 then
+    ack_infos = checked_hmget(leased, ARGV, acks_at + 1, acks_at + nacks)
+    if not ack_infos then return refused_kind(leased, "hash") end
+  end
+  -- the per-domain queue's keys are checked when the call touches them: a request with a
+  -- domain, a lease event, an ack of a per-domain lease (a plain queue's call never does)
+  local domains_used = nevents > 0
+  for a = 1, nacks do
+    if ack_infos[a] and select(4, lease_info(ack_infos[a])) ~= "" then domains_used = true end
+  end
+  for j = first_item + 3, NARGV, 4 do
+    if ARGV[j] ~= "" and ARGV[j - 1] ~= "" then domains_used = true end
+  end
+  local spec = {{seq, "int"}, {queue, "zset"}, {leases, "zset"}, {leased, "hash"}, {deliveries, "hash"},
+                {stats, "counters"}, {KEYS[13], "any"}}
+  if domains_used then
+    for _, key in ipairs({D.dq, D.domains}) do spec[#spec + 1] = {key, "zset"} end
+    for _, key in ipairs({D.state, D.conf}) do spec[#spec + 1] = {key, "hash"} end
+  end
+  local refused = guard(dedup_spec(spec, mode, seen, param, 15)) or guard_bloom_meta(spec)
+  if refused then return refused end
+  if not reserve_ids() then return refused_kind(requests, "hash") end
+  refused = guard({{requests, "hash"}}) -- a batch with no request to store: checked alone
   if refused then return refused end
 end
 -- ---- end of the checks ----
@@ -126,10 +167,24 @@ local function domain_capped(domain)
   end
   return cap > 0 and (tonumber(redis.call("HGET", D.state, "c:" .. domain)) or 0) >= cap
 end
-local nevents = tonumber(ARGV[acks_at + 1 + nacks])
-local i = acks_at + 2 + nacks + 2 * nevents
 local partial = false
 local dq_now
+
+local function take_id()
+  while true do
+    taken = taken + 1
+    local id = ids[taken]
+    if id == nil then -- past the block (ids in use were skipped): one at a time
+      id = string.format("%016d", seq_at + taken)
+      if redis.call("HEXISTS", requests, id) == 0 then return id end
+    elseif not in_use[taken] then
+      return id
+    end
+  end
+end
+
+local stored, queued = {}, {} -- HSET requests and ZADD queue arguments, sent once
+local i = first_item
 while i + 3 <= NARGV do
   local dkey, score, payload, domain = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local new = 1
@@ -145,10 +200,12 @@ while i + 3 <= NARGV do
   if new == 1 and payload == "" then
     flags[#flags + 1] = "1"
   elseif new == 1 then
-    local id = next_id(seq, requests)
-    redis.call("HSET", requests, id, payload)
+    local id = take_id()
+    stored[#stored + 1] = id
+    stored[#stored + 1] = payload
     if domain == "" then
-      redis.call("ZADD", queue, score, id)
+      queued[#queued + 1] = score
+      queued[#queued + 1] = id
     else
       dq_now = dq_now or redis_now_ms()
       dq_add(domain, score, id, dq_now)
@@ -165,6 +222,9 @@ while i + 3 <= NARGV do
   end
   i = i + 4
 end
+if taken > 0 then redis.call("INCRBY", seq, taken) end
+variadic("HSET", requests, stored)
+variadic("ZADD", queue, queued)
 
 local acked, stale, starts_acked = 0, 0, 0
 local owner_prefix = node .. "|"
@@ -177,37 +237,48 @@ for e = acks_at + 2 + nacks, acks_at + 1 + nacks + 2 * nevents, 2 do
   end
 end
 if partial then nacks = 0 end -- parents are acked only once all their children are stored
-for a = acks_at + 1, acks_at + nacks do
-  local id = ARGV[a]
-  local info = redis.call("HGET", leased, id)
-  if info and string.sub(info, 1, #owner_prefix) == owner_prefix then
-    redis.call("ZREM", leases, id)
-    redis.call("HDEL", leased, id)
-    redis.call("HDEL", requests, id)
-    redis.call("HDEL", deliveries, id)
-    local _, score, _, domain, freed = lease_info(info)
-    if domain ~= "" then
-      dq_now = dq_now or redis_now_ms()
-      dq_end(domain, id, freed, dq_now)
-    end
-    if score == "start" then
-      starts_acked = starts_acked + 1 -- a start entry, not a page: not counted as done
-    else
+if nacks > 0 then
+  -- read again after events, which may have marked a lease's download ended
+  local infos = ack_infos
+  if nevents > 0 then infos = hmget(leased, ARGV, acks_at + 1, acks_at + nacks) end
+  -- leases ended (their requests and delivery counts deleted too), and reaped requests done
+  local ended, done, seen_ids = {}, {}, {}
+  for a = 1, nacks do
+    local id, info = ARGV[acks_at + a], infos[a]
+    if seen_ids[id] then
+      stale = stale + 1 -- acked twice in one call: the second finds nothing left, as one at a time would
+    elseif info and string.sub(info, 1, #owner_prefix) == owner_prefix then
+      ended[#ended + 1] = id
+      local _, score, _, domain, freed = lease_info(info)
+      if domain ~= "" then
+        dq_now = dq_now or redis_now_ms()
+        dq_end(domain, id, freed, dq_now)
+      end
+      if score == "start" then
+        starts_acked = starts_acked + 1 -- a start entry, not a page: not counted as done
+      else
+        acked = acked + 1
+      end
+    elseif not info and redis.call("HEXISTS", deliveries, id) == 1 and redis.call("ZREM", queue, id) == 1 then
+      -- reaped back into the queue while we stalled, not yet taken by anyone:
+      -- the work is done now, so finish it instead of doing it twice (plain
+      -- queues only: in the per-domain queue such an ack counts as stale).
+      -- Only a request that was delivered before (reaped ones keep their
+      -- delivery count): after a failover that rolled back seq, a new request
+      -- may carry the id of a lease that was lost, and must not be taken for it
+      done[#done + 1] = id
       acked = acked + 1
+    else
+      stale = stale + 1
     end
-  elseif not info and redis.call("HEXISTS", deliveries, id) == 1 and redis.call("ZREM", queue, id) == 1 then
-    -- reaped back into the queue while we stalled, not yet taken by anyone:
-    -- the work is done now, so finish it instead of doing it twice (plain
-    -- queues only: in the per-domain queue such an ack counts as stale).
-    -- Only a request that was delivered before (reaped ones keep their
-    -- delivery count): after a failover that rolled back seq, a new request
-    -- may carry the id of a lease that was lost, and must not be taken for it
-    redis.call("HDEL", requests, id)
-    redis.call("HDEL", deliveries, id)
-    acked = acked + 1
-  else
-    stale = stale + 1
+    seen_ids[id] = true
   end
+  variadic("ZREM", leases, ended)
+  variadic("HDEL", leased, ended)
+  variadic("HDEL", requests, ended)
+  variadic("HDEL", deliveries, ended)
+  variadic("HDEL", requests, done)
+  variadic("HDEL", deliveries, done)
 end
 
 if admitted > 0 then redis.call("HINCRBY", stats, "enqueued", admitted) end
@@ -217,16 +288,11 @@ if acked > 0 then redis.call("HINCRBY", stats, "acked", acked) end
 if starts_acked > 0 then redis.call("HINCRBY", stats, "start_acked", starts_acked) end
 if stale > 0 then redis.call("HINCRBY", stats, "stale_acks", stale) end
 if acked > 0 or admitted > 0 then
-  reset_statistic(KEYS[13]) -- of the wrong type: started again (guard.lua)
   dq_now = dq_now or redis_now_ms()
   local bucket = math.floor(dq_now / 10000)
-  if acked > 0 then add_to_field(KEYS[13], "a:" .. bucket, acked) end
-  if admitted > 0 then add_to_field(KEYS[13], "e:" .. bucket, admitted) end
   -- the span the crawl has been busy, first admission to last ack, so rates are taken
   -- over the time it actually ran (crawlplug.ops.status.rates); an idle minute starts a new one
-  local busy_to = tonumber(redis.call("HGET", KEYS[13], "busy_to") or "")
-  if not busy_to or dq_now - busy_to > 60000 then redis.call("HSET", KEYS[13], "busy_from", dq_now) end
-  redis.call("HSET", KEYS[13], "busy_to", dq_now)
+  add_to_series(KEYS[13], bucket, acked, admitted, dq_now)
 end
 local state = ""
 if mode == "bloom" then state = bloom_counts() end

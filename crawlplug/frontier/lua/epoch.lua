@@ -11,7 +11,7 @@
 -- that drive a frontier directly). A call from another epoch writes nothing
 -- and fails with "STALE_EPOCH <stored> <given>", so acks, admissions and
 -- leases of a crawl's old state never touch the new one. An epoch key of the
--- wrong type is refused as a corrupt key (guard.lua's corrupt_reply, pasted
+-- wrong type is refused as a corrupt key (guard.lua's refused_kind, pasted
 -- in front of this).
 
 local NARGV = #ARGV - 1 -- the script's own arguments: the epoch comes last
@@ -20,12 +20,10 @@ local function epoch_guard()
   local given = ARGV[#ARGV]
   if given == "" then return nil end
   -- a key of another type (written by hand) is a corrupt key, refused as guard.lua does,
-  -- not a Lua error that names nothing
-  local held = redis.call("TYPE", KEYS[#KEYS])["ok"]
-  if held ~= "none" and held ~= "string" then
-    return corrupt_reply(KEYS[#KEYS], "holds a " .. held .. ", not a string")
-  end
-  local stored = redis.call("GET", KEYS[#KEYS]) or "0"
+  -- not a Lua error that names nothing; the GET that fails on it is the check
+  local stored = redis.pcall("GET", KEYS[#KEYS])
+  if type(stored) == "table" then return refused_kind(KEYS[#KEYS], "string") end
+  stored = stored or "0"
   if stored ~= given then
     return redis.error_reply("STALE_EPOCH " .. stored .. " " .. given ..
       ": the crawl was reset or began a new run since this node joined; nothing was written")

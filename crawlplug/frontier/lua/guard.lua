@@ -14,7 +14,12 @@
 -- "hash", "list", "string" (a key may also be absent), "int" (absent, or a
 -- string holding an integer), "counters" (a hash whose fields listed in
 -- COUNTERS hold integers), "any" (not checked). It returns nil, or the error
--- reply to return.
+-- reply to return. A key is checked once per call (GUARDED), whoever asks again.
+--
+-- What a check costs counts: the crawl's hot scripts (admit, pop) run it on every call,
+-- and every command a script sends costs about a microsecond of conversions whatever it
+-- does. So a check is one cheap command (CHEAP_CHECK), and a read a script needs anyway
+-- before its first write may be the check itself (epoch.lua's GET, checked_hmget).
 
 --: the counters of the stats hash that scripts increment (HINCRBY)
 local COUNTERS = {"enqueued", "filtered", "acked", "start_acked", "stale_acks", "leased", "redelivered",
@@ -33,26 +38,49 @@ local function shown(value)
   return string.format("%q", string.sub(value, 1, 40))
 end
 
+-- the check of one kind costs one command whose reply is a number (a typed length, which
+-- fails with WRONGTYPE on a key of another type): about a quarter of what TYPE costs
+-- inside a script, whose status reply Lua builds as a table. TYPE is asked only to name
+-- what a refused key holds, and for kinds with no such command (a native Bloom filter).
+local CHEAP_CHECK = {set = "SCARD", zset = "ZCARD", hash = "HLEN", list = "LLEN", string = "STRLEN"}
+
+-- what guard() read for "int" and "counters" items (key -> the GET's value, or the
+-- HMGET's values in COUNTERS order), so a script can use them without asking again
+local GUARDED = {}
+
+local function refused_kind(key, want)
+  return corrupt_reply(key, "holds a " .. redis.call("TYPE", key)["ok"] .. ", not a " .. want)
+end
+
 local function guard(spec)
   for _, item in ipairs(spec) do
     local key, kind = item[1], item[2]
-    if kind ~= "any" then
-      local want = kind
-      if kind == "int" then want = "string" elseif kind == "counters" then want = "hash" end
-      local held = redis.call("TYPE", key)["ok"]
-      if held ~= "none" and held ~= want then
-        return corrupt_reply(key, "holds a " .. held .. ", not a " .. want)
-      end
-      if held ~= "none" and kind == "int" then
-        local value = redis.call("GET", key)
-        if not is_integer(value) then return corrupt_reply(key, "holds " .. shown(value) .. ", not an integer") end
-      elseif held ~= "none" and kind == "counters" then
-        local values = redis.call("HMGET", key, unpack(COUNTERS))
-        for i, value in ipairs(values) do
+    if kind ~= "any" and GUARDED[key] == nil then
+      if kind == "int" then
+        local value = redis.pcall("GET", key)
+        if type(value) == "table" then return refused_kind(key, "string") end
+        if value and not is_integer(value) then return corrupt_reply(key, "holds " .. shown(value) .. ", not an integer") end
+        GUARDED[key] = value
+      elseif kind == "counters" then
+        local values = redis.pcall("HMGET", key, unpack(COUNTERS))
+        if values.err then return refused_kind(key, "hash") end
+        for i = 1, #COUNTERS do
+          local value = values[i]
           if value and not is_integer(value) then
             return corrupt_reply(key, "field " .. COUNTERS[i] .. " holds " .. shown(value) .. ", not an integer")
           end
         end
+        GUARDED[key] = values
+      elseif CHEAP_CHECK[kind] then
+        local n = redis.pcall(CHEAP_CHECK[kind], key)
+        if type(n) == "table" then return refused_kind(key, kind) end
+        GUARDED[key] = true
+      else
+        local held = redis.call("TYPE", key)["ok"]
+        if held ~= "none" and held ~= kind then
+          return corrupt_reply(key, "holds a " .. held .. ", not a " .. kind)
+        end
+        GUARDED[key] = true
       end
     end
   end
@@ -153,4 +181,75 @@ local function add_to_field(key, field, n)
   local value = tonumber(redis.call("HGET", key, field)) or 0
   redis.call("HSET", key, field, value + n)
   return value + n
+end
+
+-- Batched commands: one command for many fields or members costs one conversion of its
+-- reply and one lookup, where one command each costs that many (a command from Lua costs
+-- about a microsecond whatever its size). Sent in chunks, as Lua's unpack() takes a few
+-- thousand values at most.
+local BATCH = 1000
+
+-- cmd key values... for values[first..last] (all of it by default): field/value or
+-- score/member pairs for HSET and ZADD, members or fields for ZREM and HDEL; nothing
+-- for an empty range
+local function variadic(cmd, key, values, first, last)
+  first, last = first or 1, last or #values
+  for from = first, last, BATCH do
+    redis.call(cmd, key, unpack(values, from, math.min(from + BATCH - 1, last)))
+  end
+end
+
+-- HMGET key fields[first..last] (all of it by default): the values in the fields' order
+-- (false for a field not set); with protected, nil when key is not a hash (the read is
+-- then its type check: see checked_hmget)
+local function hmget(key, fields, first, last, protected)
+  first, last = first or 1, last or #fields
+  local call = protected and redis.pcall or redis.call
+  if last - first < BATCH then
+    local out = call("HMGET", key, unpack(fields, first, last))
+    if out.err then return nil end
+    return out
+  end
+  local out = {}
+  for from = first, last, BATCH do
+    local part = call("HMGET", key, unpack(fields, from, math.min(from + BATCH - 1, last)))
+    if part.err then return nil end
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
+
+-- hmget's values, or nil when key is not a hash (the read is then its type check)
+local function checked_hmget(key, fields, first, last)
+  local out = hmget(key, fields, first, last, true)
+  if out then GUARDED[key] = GUARDED[key] or true end
+  return out
+end
+
+-- the per-10 s series (a statistic: of the wrong type it is started again): acked and
+-- admitted added to bucket's "a:" and "e:" fields, and the span the crawl has been busy
+-- ("busy_from", "busy_to", ms; an idle minute starts a new one): one read, one write
+local function add_to_series(series, bucket, acked, admitted, now)
+  local cur = redis.pcall("HMGET", series, "a:" .. bucket, "e:" .. bucket, "busy_to")
+  if cur.err then
+    redis.call("DEL", series)
+    cur = {}
+  end
+  local fields = {}
+  if acked > 0 then
+    fields[#fields + 1] = "a:" .. bucket
+    fields[#fields + 1] = (tonumber(cur[1]) or 0) + acked
+  end
+  if admitted > 0 then
+    fields[#fields + 1] = "e:" .. bucket
+    fields[#fields + 1] = (tonumber(cur[2]) or 0) + admitted
+  end
+  local busy_to = tonumber(cur[3] or "")
+  if not busy_to or now - busy_to > 60000 then
+    fields[#fields + 1] = "busy_from"
+    fields[#fields + 1] = now
+  end
+  fields[#fields + 1] = "busy_to"
+  fields[#fields + 1] = now
+  redis.call("HSET", series, unpack(fields))
 end

@@ -72,9 +72,10 @@ if producing == "1" then
 else
   redis.call("ZREM", producers, node)
 end
-redis.call("HSET", nodekey, "last_seen", now)
-for j = 6, 5 + 2 * m, 2 do
-  redis.call("HSET", nodekey, ARGV[j], ARGV[j + 1])
+do -- its metrics, in one HSET
+  local metrics = {"last_seen", now}
+  for j = 6, 5 + 2 * m do metrics[#metrics + 1] = ARGV[j] end
+  variadic("HSET", nodekey, metrics)
 end
 -- kept an hour past its last heartbeat: a node that dies is shown with its last numbers
 -- for the hour reap.lua keeps it in the graveyard

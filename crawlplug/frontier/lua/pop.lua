@@ -7,7 +7,7 @@
 -- KEYS[5] deliveries  hash  request id -> deliveries so far
 -- KEYS[6] stats       hash  crawl-wide counters
 -- KEYS[7..10]         the per-domain queue: dq, domains, dstate, dconf
---                     (see domains.lua)
+--                     (see domains.lua): order "domain" only
 -- KEYS[last] epoch    str   the part's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] N, most requests to lease
@@ -49,9 +49,19 @@ dq_keys(7)
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 -- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
 do
-  local spec = {{queue, "zset"}, {requests, "hash"}, {leases, "zset"}, {leased, "hash"}, {deliveries, "hash"},
-                {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"}, {D.conf, "hash"},
-                {run_key, "hash"}}
+  local spec = {{leases, "zset"}, {leased, "hash"}, {stats, "counters"}}
+  if order == "domain" then
+    -- the per-domain queue's keys, by a pop that takes from it (an admission sent before a
+    -- plain queue's pop touches none of them either: admit.lua checks them only then)
+    spec[#spec + 1] = {queue, "zset"}
+    spec[#spec + 1] = {requests, "hash"}
+    spec[#spec + 1] = {deliveries, "hash"}
+    for _, key in ipairs({D.dq, D.domains}) do spec[#spec + 1] = {key, "zset"} end
+    for _, key in ipairs({D.state, D.conf}) do spec[#spec + 1] = {key, "hash"} end
+  end
+  -- a plain pop's queue, requests and deliveries are checked by the reads it makes of
+  -- them before its first write (the run's too, below): a pop that takes nothing writes
+  -- nothing, and one that takes something read them first
   if NARGV >= 6 then -- an admission's mode and parameter come before the epoch
     spec[#spec + 1] = {KEYS[12], "int"}
     spec[#spec + 1] = {KEYS[13], "any"} -- the series: a statistic, started again if need be (admit.lua)
@@ -68,7 +78,8 @@ local deadline = now + lease_ms
 
 -- the run's crawl-wide limits: read only, before the first write
 do
-  local run = redis.call("HMGET", run_key, "state", "lim_pages", "lim_items", "lim_errors", "lim_timeout", "started")
+  local run = redis.pcall("HMGET", run_key, "state", "lim_pages", "lim_items", "lim_errors", "lim_timeout", "started")
+  if run.err then return refused_kind(run_key, "hash") end
   if run[1] == "limit" or run[1] == "stopped" then n = 0 end
   local pages, items, errors = tonumber(run[2]) or 0, tonumber(run[3]) or 0, tonumber(run[4]) or 0
   local timeout, started = tonumber(run[5]) or 0, tonumber(run[6])
@@ -186,16 +197,42 @@ if order == "domain" then
   return out
 end
 
-local picked
-if order == "max" then
-  picked = redis.call("ZREVRANGE", queue, 0, n - 1, "WITHSCORES")
-else
-  picked = redis.call("ZRANGE", queue, 0, n - 1, "WITHSCORES")
-end
-for j = 1, #picked, 2 do
-  local id, score = picked[j], picked[j + 1]
-  redis.call("ZREM", queue, id)
-  if lease(id, score, nil) then leased_count = leased_count + 1 end
+-- the plain queue: the whole batch in a few commands (guard.lua's variadic, checked_hmget),
+-- doing what lease() does one by one; the reads come first, as the checks of their keys
+local picked = redis.pcall(order == "max" and "ZREVRANGE" or "ZRANGE", queue, 0, n - 1, "WITHSCORES")
+if picked.err then return refused_kind(queue, "zset") end
+if #picked > 0 then
+  local ids = {}
+  for j = 1, #picked, 2 do ids[#ids + 1] = picked[j] end
+  local payloads = checked_hmget(requests, ids)
+  if not payloads then return refused_kind(requests, "hash") end
+  local counts = checked_hmget(deliveries, ids)
+  if not counts then return refused_kind(deliveries, "hash") end
+  variadic("ZREM", queue, ids)
+  local deadlines, infos, lost = {}, {}, {}
+  -- numbers sent to Redis are formatted ("%.17g") one by one: the deadline once, as text
+  local at = string.format("%d", deadline)
+  for j, id in ipairs(ids) do
+    local payload = payloads[j]
+    if not payload then
+      lost[#lost + 1] = id -- no payload (deleted by hand?)
+    else
+      local d = (tonumber(counts[j]) or 0) + 1
+      if d > 1 then redelivered = redelivered + 1 end
+      deadlines[#deadlines + 1] = at
+      deadlines[#deadlines + 1] = id
+      infos[#infos + 1] = id
+      infos[#infos + 1] = node .. "|" .. picked[2 * j] .. "|" .. (d == 1 and "1" or string.format("%d", d))
+      out[#out + 1] = id
+      out[#out + 1] = payload
+      out[#out + 1] = d
+      leased_count = leased_count + 1
+    end
+  end
+  variadic("HDEL", deliveries, lost)
+  orphans = #lost
+  variadic("ZADD", leases, deadlines)
+  variadic("HSET", leased, infos)
 end
 if leased_count > 0 then redis.call("HINCRBY", stats, "leased", leased_count) end
 if redelivered > 0 then redis.call("HINCRBY", stats, "redelivered", redelivered) end
