@@ -7,7 +7,7 @@ ITEMS  ?= 2000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-all lint docs docs-site clean
+.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-capacity bench-bloom-scale bench-all lint docs docs-site clean
 
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
@@ -17,6 +17,10 @@ help:
 	@echo "make bench-bloom / bench-kill / bench-domains / bench-shards / bench-all   Bloom memory and"
 	@echo "             false positives / kill -9 side by side / DomainQueue pops with 10,000 domains /"
 	@echo "             one crawl on a 3-primary Redis Cluster, 1 vs 3 vs 6 shards / everything"
+	@echo "make bench-capacity   how many nodes one Redis core serves (simulated nodes, no HTTP), vs the baseline"
+	@echo "             and scrapy-redis, then sharded over a 3-primary Redis Cluster (BENCH_ARGS: see its --help)"
+	@echo "make bench-bloom-scale   the Bloom dedup filled through the admission path (default 2*10^6;"
+	@echo "             BENCH_ARGS=\"--count 100000000\" is the full 10^8, about an hour on a shared 2-core machine)"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
 	@echo "make docs-site   build the documentation site from docs/ into site/ (mkdocs build --strict)"
 	@echo "make lint    ruff, and the import contracts between the package's rooms (lint-imports)"
@@ -64,6 +68,12 @@ bench-domains: venv
 
 bench-shards: venv
 	$(BIN)/python bench/shard_bench.py
+
+bench-capacity: venv
+	$(BIN)/python bench/capacity.py $(BENCH_ARGS)
+
+bench-bloom-scale: venv
+	$(BIN)/python bench/bloom_scale.py $(BENCH_ARGS)
 
 bench-all: bench bench-bloom bench-kill bench-domains bench-shards
 
