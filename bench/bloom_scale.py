@@ -117,8 +117,9 @@ def _frontier(url: str, crawl: str, capacity: int, error_rate: float, node: str)
 
 
 def _driver(url: str, crawl: str, capacity: int, error_rate: float, namespace: bytes, lo: int, hi: int,
-            batch: int, drain: str, template: bytes, worker: int, go: Any, out: Any) -> None:  # fmt: skip
-    """Admit fingerprints ``lo..hi`` of ``namespace``; report (false positives, seconds, client CPU s)."""
+            batch: int, drain: str, template: bytes, worker: int, go: Any, stop: Any, out: Any) -> None:  # fmt: skip
+    """Admit fingerprints ``lo..hi`` of ``namespace`` (until ``stop`` is set); report (false
+    positives, seconds, client CPU s)."""
     try:
         f = _frontier(url, crawl, capacity, error_rate, f"bloomscale-{worker}")
         argument = f.dedup.argument
@@ -128,6 +129,8 @@ def _driver(url: str, crawl: str, capacity: int, error_rate: float, namespace: b
         filtered = 0
         acks: list[str] = []
         for start in range(lo, hi, batch):
+            if stop.is_set():
+                break
             items = [
                 (argument(sha1(b"%s:%d" % (namespace, i)).digest()), 0.0, template % i, "")
                 for i in range(start, min(start + batch, hi))
@@ -163,17 +166,17 @@ def _trim(client: Any, keys: CrawlKeys, *, wait: bool = False) -> None:
 
 def fill(rp: RedisProc, crawl: str, *, count: int, capacity: int, error_rate: float, workers: int, batch: int,
          drain: str, trim_at: int, step: int, namespace: bytes, log: Any,
-         progress: Path | None = None) -> dict[str, Any]:  # fmt: skip
+         progress: Path | None = None, max_seconds: float = 0) -> dict[str, Any]:  # fmt: skip
     """Admit ``count`` new fingerprints from ``workers`` processes; the samples and totals
     (the samples so far also written to ``progress`` every 30 s: a long fill cut short leaves them)."""
     client, keys = rp.client, CrawlKeys(crawl)
     template = payload_template()
     ctx = mp.get_context("fork")
-    go, out = ctx.Event(), ctx.Queue()
+    go, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
     share = -(-count // workers)
     ranges = [(w * share, min(count, (w + 1) * share)) for w in range(workers)]
     procs = [ctx.Process(target=_driver, args=(rp.url, crawl, capacity, error_rate, namespace, lo, hi, batch, drain,
-                                               template, w, go, out), daemon=True)
+                                               template, w, go, stop, out), daemon=True)
              for w, (lo, hi) in enumerate(ranges) if hi > lo]  # fmt: skip
     for p in procs:
         p.start()
@@ -194,6 +197,9 @@ def fill(rp: RedisProc, crawl: str, *, count: int, capacity: int, error_rate: fl
     next_log = time.monotonic() + 30
     peak = int(info["used_memory"])
     while len(reports) < len(procs):
+        if max_seconds and not stop.is_set() and time.monotonic() - start[0] > max_seconds:
+            stop.set()
+            log(f"    --max-seconds {max_seconds:g} reached: the fill stops here and is measured as it is")
         with contextlib.suppress(Exception):
             reports.append(out.get(timeout=0.5))
             continue
@@ -228,7 +234,7 @@ def fill(rp: RedisProc, crawl: str, *, count: int, capacity: int, error_rate: fl
         _trim(client, keys, wait=True)
     t_end, done, cpu_end, _ = samples[-1]
     steps = []
-    for k in range(1, -(-count // step) + 1):
+    for k in range(1, -(-done // step) + 1):
         target = min(k * step, done)
         prev = steps[-1]["at"] if steps else 0
         if target <= prev:
@@ -240,7 +246,8 @@ def fill(rp: RedisProc, crawl: str, *, count: int, capacity: int, error_rate: fl
                       "used_memory": b[2]})  # fmt: skip
     fp_total = sum(r[1] for r in reports)
     return {
-        "count": count, "capacity": capacity, "error_rate": error_rate, "workers": len(procs), "batch": batch,
+        "count": done, "count_asked": count, "stopped_early": stop.is_set(), "capacity": capacity,
+        "error_rate": error_rate, "workers": len(procs), "batch": batch,
         "drain": drain, "trims": trims, "admitted_and_filtered": done, "seconds": t_end - start[0],
         "per_s": done / max(t_end - start[0], 1e-9), "redis_cpu_s": cpu_end - start[2],
         "redis_us_per_admission": 1e6 * (cpu_end - start[2]) / max(done, 1),
@@ -295,7 +302,8 @@ def run_case(workdir: Path, args: argparse.Namespace, *, count: int, capacity: i
         result["fill"] = fill(rp, crawl, count=count, capacity=capacity, error_rate=args.error_rate,
                               workers=args.workers, batch=args.batch, drain=args.drain, trim_at=args.trim_at,
                               step=step, namespace=b"fill", log=log,
-                              progress=Path(f"{args.out}.progress.json"))  # fmt: skip
+                              progress=Path(f"{args.out}.progress.json"), max_seconds=args.max_seconds)  # fmt: skip
+        count = result["fill"]["count"]  # fewer than asked if --max-seconds cut the fill short
         # the reply records of the workers are the only other keys: a few hundred bytes
         result["memory"] = memory(rp, crawl, capacity, args.error_rate, empty_used, count)
         if fresh:
@@ -333,6 +341,8 @@ def main() -> int:
     ap.add_argument("--compare-count", type=int, default=None,
                     help="fingerprints of the layer comparison (default: the count, at most 10^7; 0 skips it)")
     ap.add_argument("--fraction", type=float, default=0.1, help="capacity / count of the chained comparison run")
+    ap.add_argument("--max-seconds", type=float, default=0,
+                    help="stop the main fill after this long and measure what it reached (0: no limit)")
     ap.add_argument("--maxmemory", default="3gb", help="the Redis server's memory ceiling (noeviction)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "bloom_scale.json"))
     args = ap.parse_args()
@@ -390,6 +400,8 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"\nBloom dedup, {n:,} fingerprints through Frontier.admit (admit.lua), capacity {fill_['capacity']:,}, "
           f"p = {fill_['error_rate']}, {fill_['workers']} workers, batches of {fill_['batch']}, drain {fill_['drain']}, "
           f"Redis {main_case['redis_version']}, {report['machine']['cpus']} CPUs shared")  # fmt: skip
+    if fill_.get("stopped_early"):
+        print(f"(cut short by --max-seconds: {n:,} of the {fill_['count_asked']:,} asked)")
     rows = [[f"{s['at']:,}", f"{s['per_s']:,.0f}", f"{s['redis_us_per_admission']:.2f}",
              f"{s['used_memory'] / 2**20:,.0f}"] for s in fill_["steps"]]  # fmt: skip
     print(table(["filled to", "admissions/s", "Redis us/admission", "used_memory MiB"], rows))
