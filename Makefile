@@ -20,7 +20,7 @@ help:
 	@echo "make bench-capacity   how many nodes one Redis core serves (simulated nodes, no HTTP), vs the baseline"
 	@echo "             and scrapy-redis, then sharded over a 3-primary Redis Cluster (BENCH_ARGS: see its --help)"
 	@echo "make bench-bloom-scale   the Bloom dedup filled through the admission path (default 2*10^6;"
-	@echo "             BENCH_ARGS=\"--count 100000000\" is the full 10^8, about an hour on a shared 2-core machine)"
+	@echo "             BENCH_ARGS=\"--count 100000000\" is the full 10^8: 45-60 min of one Redis core)"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
 	@echo "make docs-site   build the documentation site from docs/ into site/ (mkdocs build --strict)"
 	@echo "make lint    ruff, and the import contracts between the package's rooms (lint-imports)"

@@ -6,7 +6,9 @@
 
 A benchmark, not a test: it asserts nothing, prints tables and writes JSON
 (``bench/results/`` is git-ignored). ``--count`` defaults to 2*10^6 (a minute or
-two); 10^8 is the full size of issue 26 (about half an hour on a quiet 2-core machine).
+two); 10^8 is the full size of issue 26: at the 27-34 Redis CPU us per admission measured,
+45-60 minutes of one whole Redis core, much longer on a machine shared with other work
+(``--max-seconds`` stops the fill and measures what it reached).
 
 **The fill.** ``--workers`` processes each drive their own
 :class:`crawlplug.frontier.Frontier` with the strategy of ``RedisBloomDupeFilter``
