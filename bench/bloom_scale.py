@@ -180,6 +180,7 @@ def fill(rp: RedisProc, crawl: str, *, count: int, capacity: int, error_rate: fl
     procs = [ctx.Process(target=_driver, args=(rp.url, crawl, capacity, error_rate, namespace, lo, hi, batch, drain,
                                                template, w, go, stop, out), daemon=True)
              for w, (lo, hi) in enumerate(ranges) if hi > lo]  # fmt: skip
+    workers_of = {w: p for w, p in zip([w for w, (lo, hi) in enumerate(ranges) if hi > lo], procs)}
     for p in procs:
         p.start()
     _frontier(rp.url, crawl, capacity, error_rate, "bloomscale-setup")  # the spec recorded before the clock runs
@@ -220,8 +221,9 @@ def fill(rp: RedisProc, crawl: str, *, count: int, capacity: int, error_rate: fl
             t, d, c, _ = samples[-1]
             log(f"    {d:>12,} of {count:,} admitted, {d / max(t - start[0], 1e-9):9,.0f}/s, "
                 f"Redis {1e6 * (c - start[2]) / max(d, 1):.1f} us per admission, used_memory {used / 2**20:,.0f} MiB")
-        if not all(p.is_alive() for p in procs) and out.empty() and len(reports) < len(procs):
-            time.sleep(1.0)
+        reported = {r[0] for r in reports}
+        if any(not p.is_alive() and w not in reported for w, p in workers_of.items()):
+            time.sleep(1.0)  # its report may still be on its way
             if out.empty():
                 raise RuntimeError("a fill worker died without a report")
     for p in procs:
