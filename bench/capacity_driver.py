@@ -63,14 +63,31 @@ def make_dedup(name: str, cfg: dict[str, Any]) -> Any:
         from crawlplug.frontier.bloom import BloomSpec
 
         return dd.BloomDedup(BloomSpec(int(cfg["bloom_capacity"]), float(cfg["bloom_error_rate"])))
-    for value in vars(dd).values():  # a strategy added later (issue 26's exact "hash" store)
-        if isinstance(value, type) and issubclass(value, dd.Dedup) and getattr(value, "mode", None) == name:
-            for attempt in ((), (int(cfg["expected"]),)):
-                try:
-                    return value(*attempt)
-                except TypeError:
-                    continue
-            raise SystemExit(f"cannot build dedup {name!r} ({value.__name__}): unknown constructor")
+    # a strategy added later (issue 26's exact "hash" store), wherever in crawlplug.frontier it lives
+    import importlib
+    import pkgutil
+
+    import crawlplug.frontier as package
+
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # noqa: BLE001, S112 - a module that cannot be imported here holds no strategy we can use
+            continue
+    todo, found = [dd.Dedup], []
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if getattr(cls, "mode", None) == name:
+            found.append(cls)
+    expected = int(cfg["expected"])
+    for cls in found:
+        for args, kwargs in (((), {}), ((expected,), {}), ((), {"expected": expected}), ((), {"capacity": expected})):
+            try:
+                return cls(*args, **kwargs)
+            except TypeError:
+                continue
+        raise SystemExit(f"cannot build dedup {name!r} ({cls.__name__}): unknown constructor")
     raise SystemExit(f"this crawlplug has no dedup strategy {name!r}")
 
 
