@@ -7,7 +7,7 @@ ITEMS  ?= 2000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-all lint docs docs-site clean
+.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-capacity bench-bloom-scale bench-all lint docs docs-site clean
 
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
@@ -21,6 +21,10 @@ help:
 	@echo "             vs crawlplug d7f69e2 vs scrapy-redis (~3 min; BENCH_ARGS='--items 20000' for a bigger crawl)"
 	@echo "make bench-redis-cpu   Redis CPU per crawled page (INFO cpu), crawlplug vs the commit before issue 26"
 	@echo "             vs scrapy-redis, exact and Bloom dedup, 1 and 2 nodes (~10-30 min; BENCH_ARGS=--items N)"
+	@echo "make bench-capacity   how many nodes one Redis core serves (simulated nodes, no HTTP), vs the baseline"
+	@echo "             and scrapy-redis, then sharded over a 3-primary Redis Cluster (BENCH_ARGS: see its --help)"
+	@echo "make bench-bloom-scale   the Bloom dedup filled through the admission path (default 2*10^6;"
+	@echo "             BENCH_ARGS=\"--count 100000000\" is the full 10^8: 45-60 min of one Redis core)"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
 	@echo "make docs-site   build the documentation site from docs/ into site/ (mkdocs build --strict)"
 	@echo "make lint    ruff, and the import contracts between the package's rooms (lint-imports)"
@@ -75,7 +79,13 @@ bench-payload: venv
 bench-redis-cpu: venv
 	$(BIN)/python bench/redis_cpu.py $(BENCH_ARGS)
 
-bench-all: bench bench-bloom bench-kill bench-domains bench-shards bench-payload bench-redis-cpu
+bench-capacity: venv
+	$(BIN)/python bench/capacity.py $(BENCH_ARGS)
+
+bench-bloom-scale: venv
+	$(BIN)/python bench/bloom_scale.py $(BENCH_ARGS)
+
+bench-all: bench bench-bloom bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-capacity bench-bloom-scale
 
 lint: venv
 	@$(BIN)/python -m pip install --quiet -e '.[lint]' >> $(VENV)/install.log 2>&1 || { echo "make: could not install the lint tools (see $(VENV)/install.log)"; exit 1; }
