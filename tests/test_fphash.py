@@ -134,6 +134,7 @@ def test_a_node_that_knows_fewer_generations_is_told_and_checks_them_all(r: redi
 
 
 def _dupefilter(client: redis.Redis, **settings: object) -> RedisSetDupeFilter:
+    settings.setdefault("CRAWLPLUG_DEDUP_STORE", "hash")
     df = RedisSetDupeFilter.from_crawler(get_crawler(settings_dict=settings))
     frontier = open_frontier(client, KEYS, dedup_factory=df.make_strategy)
     df.bind(frontier)
@@ -169,3 +170,41 @@ def test_the_store_works_on_redis_cluster(cluster_client: object) -> None:
     assert _admit(frontier, fps) == "1" * 300
     assert _admit(frontier, fps) == "0" * 300
     assert frontier.record_seen([(fp, "") for fp in fps[:5]]) == "00000"
+
+
+def test_export_carries_every_fingerprint_and_import_keeps_them_exact(r: redis.Redis) -> None:
+    import io
+
+    from crawlplug.frontier.transfer import export_crawl, import_crawl
+
+    source = CrawlKeys("fph-src")
+    frontier = Frontier(r, source, dedup=HashDedup(HashSpec(bits=8, fill=2)))  # a byte stripped in each generation
+    fps = _fps(1200, "export")  # through two generations
+    assert _admit(frontier, fps) == "1" * 1200 and frontier.dedup.generations == 2
+    out = io.StringIO()
+    assert export_crawl(r, source, out)["fingerprints"] == 1200
+    target = CrawlKeys("fph-dst")
+    import_crawl(r, target, io.StringIO(out.getvalue()))
+    assert r.smembers(target.seen) == set(fps)  # whole again: the stripped bytes from the bucket
+    df = _dupefilter_on(r, target)
+    assert df.mode == "set"  # the imported crawl keeps the set it was loaded into
+    assert df.frontier.admit([(fp, 0, b"p") for fp in fps[:30]]).flags == "0" * 30
+
+
+def test_forgetting_one_url_of_the_compact_store_is_refused(r: redis.Redis) -> None:
+    from crawlplug.errors import ConfigError
+    from crawlplug.frontier.forgetting import forget
+
+    frontier = Frontier(r, KEYS, dedup=HashDedup(HashSpec(bits=2)))
+    fp = _fps(1)[0]
+    frontier.admit([(fp, 0, b"p")])
+    with pytest.raises(ConfigError, match="nothing was removed"):
+        forget(r, KEYS, [(fp, "")])
+    assert frontier.record_seen([(fp, "")]) == "0"
+
+
+def _dupefilter_on(client: redis.Redis, keys: CrawlKeys) -> RedisSetDupeFilter:
+    df = RedisSetDupeFilter.from_crawler(get_crawler(settings_dict={"CRAWLPLUG_DEDUP_STORE": "hash"}))
+    frontier = open_frontier(client, keys, dedup_factory=df.make_strategy)
+    df.bind(frontier)
+    return df

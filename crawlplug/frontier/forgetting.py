@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import redis
 
+from ..errors import ConfigError
 from .keys import CrawlKeys
 from .layout import parts, shard_of
 from .runs import DEDUP_NAMES, DEDUP_PREFIXES
@@ -77,6 +78,10 @@ def forget(client: redis.Redis, keys: CrawlKeys, items: Sequence[tuple[bytes, st
     if kind:
         return Forgotten(bloom=kind)
     targets = _dedup_parts(client, keys)
+    if any(client.exists(part.key("fph")) for part in targets):
+        raise ConfigError(f"crawl {keys.crawl!r} keeps its fingerprints in the compact store (CRAWLPLUG_DEDUP_STORE"
+                          "='hash'), whose forgetting of single URLs is not built yet: nothing was removed. "
+                          "`crawlplug forget --roll` forgets every URL at once")  # fmt: skip
     by_part: dict[int, list[int]] = {}
     for i, (_, route) in enumerate(items):
         by_part.setdefault(shard_of(route, len(targets)) if len(targets) > 1 else 0, []).append(i)

@@ -111,7 +111,7 @@ class HashDedup(Dedup):
 
     def param(self) -> str:
         gens = range(1, self.generations + 1)
-        return f"{self.generations}" + "".join(f";{self.spec.gen_bits(g) // 8},{self.spec.capacity(g)}" for g in gens)
+        return f"{self.generations} {self.spec.identity()}" + "".join(f";{self.spec.gen_bits(g) // 8},{self.spec.capacity(g)}" for g in gens)
 
     def argument(self, fingerprint: bytes, ttl_ms: int | None = None) -> bytes:
         if len(fingerprint) < 4:
@@ -259,3 +259,25 @@ def _entries_limit(client: Any) -> int:
             value = next(iter(got.values()))
             return int(value)
     return 128
+
+
+def iter_fingerprints(client: Any, keys: CrawlKeys, batch: int = 1000) -> Any:
+    """Every fingerprint of one part's compact store, whole again (the stripped bytes are
+    the bucket's leading bits), ``batch`` at a time: what export writes."""
+    raw_spec = client.hget(keys.key("fph"), "spec")
+    if raw_spec is None:
+        return
+    spec = HashSpec.parse(text(raw_spec))
+    out: list[bytes] = []
+    for name in _bucket_names(client, keys):
+        generation, bucket = name.rsplit(":", 2)[-2:]
+        bits = spec.gen_bits(int(generation))
+        strip = bits // 8
+        prefix = (int(bucket, 16) >> (bits - 8 * strip)).to_bytes(strip, "big") if strip else b""
+        for field in client.hkeys(name):
+            out.append(prefix + field)
+            if len(out) >= batch:
+                yield out
+                out = []
+    if out:
+        yield out

@@ -33,7 +33,7 @@
 --         rate> <capacity>"; "bloom": lines, first "<generation window ms,
 --         0 = none> <generation expected> <key expiry ms, 0 = none>", then per
 --         filter "<m>,<k>,<capacity>,<chunks>,<chunk bits>;..." for its layers;
---         "hash": "<G>;<strip>,<capacity>;..." per generation (dedup.lua)
+--         "hash": "<G> <bucketing>;<strip>,<capacity>;..." per generation (dedup.lua)
 -- ARGV[4] call id ("" = none): names this exact call, so that a call sent again
 --         after its reply was lost (the connection reset after the script ran)
 --         answers the reply it had, doing nothing twice: a call with the id of

@@ -9,19 +9,20 @@
 local DD = {mode = "", seen = "", now = 0, default_ttl = 0}
 
 -- Mode "hash". ``seen`` is the store's hash: "spec" (the bucketing, written by the
--- client), "gens" (the generation count), "count:<g>" (fingerprints added to
--- generation g). Its parameter is "<G>;<strip>,<capacity>;..." for generations 1..G,
+-- client, or else by the first call), "gens" (the generation count), "count:<g>"
+-- (fingerprints added to generation g). Its parameter is "<G> <spec>;<strip>,<capacity>;..."
+-- for generations 1..G,
 -- oldest first: a fingerprint's field in generation g is the fingerprint without its
 -- first <strip> bytes (which the bucket, the key, fixes); once generation G holds
 -- <capacity> fingerprints the next call is told to use G + 1 generations. The bucket
 -- keys are KEYS[first..]; a dedup argument is, per generation g = 1..G, two bytes
 -- (big-endian) saying which of them (0 = KEYS[first]) holds the fingerprint's bucket
 -- in generation g, then the fingerprint.
-local DH = {gens = 0, strips = {}, caps = {}, first = 0, count = 0, added = 0}
+local DH = {gens = 0, spec = "", strips = {}, caps = {}, first = 0, count = 0, added = 0}
 
 local function hash_prepare(param, seen, first)
-  local g, rest = string.match(param, "^(%d+)(.*)$")
-  DH.gens, DH.first, DH.added = tonumber(g), first, 0
+  local g, spec, rest = string.match(param, "^(%d+) ([^;]+)(.*)$")
+  DH.gens, DH.spec, DH.first, DH.added = tonumber(g), spec, first, 0
   local n = 0
   for strip, cap in string.gmatch(rest, ";(%d+),(%d+)") do
     n = n + 1
@@ -54,7 +55,10 @@ end
 -- generation once it holds its capacity; returns the generation count
 local function hash_finish(seen)
   if DH.added > 0 then
-    if DH.count == 0 then redis.call("HSETNX", seen, "gens", DH.gens) end
+    if DH.count == 0 then
+      redis.call("HSETNX", seen, "gens", DH.gens)
+      redis.call("HSETNX", seen, "spec", DH.spec) -- what the buckets mean (export needs it)
+    end
     DH.count = redis.call("HINCRBY", seen, "count:" .. DH.gens, DH.added)
     DH.added = 0
     if DH.count >= DH.caps[DH.gens] then

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 import redis
 
+from ..fphash import iter_fingerprints
 from ..keys import CrawlKeys
 from ..layout import parts
 from ..store import rank_of, redis_ms, text
@@ -64,6 +65,8 @@ def _dedup_mode(client: redis.Redis, keys: CrawlKeys) -> str:
         return "ttl"
     if client.exists(keys.seen):
         return "set"
+    if client.exists(keys.key("fph")):
+        return "hash"
     return "none"
 
 
@@ -224,6 +227,11 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
 
     # dedup state
     for batch in _batches(client.sscan_iter(keys.seen, count=BATCH)):
+        w.write({"type": "seen", "hex": [fp.hex() for fp in batch]})
+        counts["fingerprints"] += len(batch)
+    # the compact store (crawlplug.frontier.fphash): its fingerprints whole, as "seen" records
+    # (an import loads them into a set, which the imported crawl then keeps: nothing lost)
+    for batch in iter_fingerprints(client, keys, BATCH):
         w.write({"type": "seen", "hex": [fp.hex() for fp in batch]})
         counts["fingerprints"] += len(batch)
     for batch in _batches(client.zscan_iter(keys.key("seen_ttl"), count=BATCH)):
