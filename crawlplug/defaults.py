@@ -186,10 +186,10 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "crawlplug_page_methods adds to it. See docs/playwright.md.",
     ),
     "CRAWLPLUG_DEDUP_STORE": (
-        "set",
-        "RedisSetDupeFilter: where a new crawl keeps its exact fingerprints: 'set' (a Redis set, about 72 bytes "
-        "a URL) or 'hash' (compact Redis hashes, about 25-40; not yet carried by export/import, forget or "
-        "migrate: see docs/dedup.md). A crawl keeps the store it started with.",
+        "hash",
+        "RedisSetDupeFilter: where a new crawl keeps its exact fingerprints: 'hash' (compact Redis hashes, "
+        "about 27 bytes a URL) or 'set' (a Redis set, about 72). A crawl keeps the store it began with "
+        "(`crawlplug migrate seen-to-hash` moves a set).",
     ),
     "CRAWLPLUG_DEDUP_CAPACITY": (
         1_000_000,

@@ -14,9 +14,9 @@ fingerprint in one script call (``lua/seen.lua``), in the same keys and format
 the admission script uses. So nodes with and without crawlplug's Scheduler,
 on any number of machines, agree on one crawl's fingerprints.
 
-* :class:`RedisSetDupeFilter`: exact, a set of raw 20-byte fingerprints (about 72 bytes of
-  Redis memory per URL), or, with ``CRAWLPLUG_DEDUP_STORE = "hash"``, full fingerprints in
-  compact Redis hashes (:mod:`crawlplug.frontier.fphash`, about 25-40 bytes per URL).
+* :class:`RedisSetDupeFilter`: exact, full 20-byte fingerprints in compact Redis hashes
+  (:mod:`crawlplug.frontier.fphash`, about 27 bytes of Redis memory per URL), or, with
+  ``CRAWLPLUG_DEDUP_STORE = "set"`` and in crawls begun before it, a set of them (about 72).
 * :class:`RedisBloomDupeFilter`: a scalable Bloom filter, about 2 bytes per
   URL at a 0.1% false-positive rate; a false positive means a URL never
   crawled, never a URL crawled twice.
@@ -80,7 +80,7 @@ class RedisSetDupeFilter(BaseDupeFilter):
         *,
         debug: bool = False,
         crawler: Crawler | None = None,
-        store: str = "set",
+        store: str = "hash",
         capacity: int = 1_000_000,
     ) -> None:
         self.store = store

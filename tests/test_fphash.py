@@ -22,6 +22,7 @@ from scrapy.utils.test import get_crawler
 from crawlplug.dupefilters import RedisSetDupeFilter
 from crawlplug.errors import CorruptKey
 from crawlplug.frontier import open_frontier
+from crawlplug.frontier.dedup import SetDedup
 from crawlplug.frontier.fphash import HashDedup, HashSpec, hash_info
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
@@ -184,27 +185,67 @@ def test_export_carries_every_fingerprint_and_import_keeps_them_exact(r: redis.R
     out = io.StringIO()
     assert export_crawl(r, source, out)["fingerprints"] == 1200
     target = CrawlKeys("fph-dst")
-    import_crawl(r, target, io.StringIO(out.getvalue()))
-    assert r.smembers(target.seen) == set(fps)  # whole again: the stripped bytes from the bucket
-    df = _dupefilter_on(r, target)
-    assert df.mode == "set"  # the imported crawl keeps the set it was loaded into
-    assert df.frontier.admit([(fp, 0, b"p") for fp in fps[:30]]).flags == "0" * 30
+    assert import_crawl(r, target, io.StringIO(out.getvalue()))["fingerprints"] == 1200
+    assert not r.exists(target.seen)
+    df = _dupefilter_on(r, target, CRAWLPLUG_DEDUP_STORE="set")
+    assert df.mode == "hash"  # the imported crawl keeps the compact store, bucketed as it was
+    assert df.strategy.spec == HashSpec(bits=8, fill=2)
+    assert df.frontier.admit([(fp, 0, b"p") for fp in fps]).flags == "0" * 1200  # whole: exact again
+    assert df.frontier.admit([(fp, 0, b"p") for fp in _fps(5, "new")]).flags == "11111"
 
 
-def test_forgetting_one_url_of_the_compact_store_is_refused(r: redis.Redis) -> None:
-    from crawlplug.errors import ConfigError
+def test_forget_removes_a_fingerprint_from_every_generation(r: redis.Redis) -> None:
     from crawlplug.frontier.forgetting import forget
 
-    frontier = Frontier(r, KEYS, dedup=HashDedup(HashSpec(bits=2)))
-    fp = _fps(1)[0]
-    frontier.admit([(fp, 0, b"p")])
-    with pytest.raises(ConfigError, match="nothing was removed"):
-        forget(r, KEYS, [(fp, "")])
-    assert frontier.record_seen([(fp, "")]) == "0"
+    df = _dupefilter_on(r, KEYS, CRAWLPLUG_DEDUP_CAPACITY=100)  # 2 buckets of 96: generations soon
+    frontier = df.frontier
+    fps = _fps(600, "forget")
+    assert _admit(frontier, fps) == "1" * 600 and frontier.dedup.generations == 2
+    old, recent, never = fps[0], fps[-1], _fps(1, "never")[0]  # in generation 1, in generation 2
+    assert forget(r, KEYS, [(old, ""), (recent, ""), (never, "")]).flags == "110"
+    assert frontier.admit([(old, 0, b"p"), (recent, 0, b"p"), (fps[1], 0, b"p")]).flags == "110"
+    bucket = frontier.dedup.bucket_key(KEYS, 1, frontier.dedup.bucket(fps[2], 1))
+    r.delete(bucket)
+    r.set(bucket, "by hand")
+    sizes = {k: r.hlen(k) for k in r.scan_iter(match=f"{KEYS.key('fph')}:*") if k.decode() != bucket}
+    with pytest.raises(CorruptKey, match=bucket):
+        forget(r, KEYS, [(fp, "") for fp in fps[2:40]])
+    assert sizes == {k: r.hlen(k) for k in sizes}  # refused whole: nothing removed
 
 
-def _dupefilter_on(client: redis.Redis, keys: CrawlKeys) -> RedisSetDupeFilter:
-    df = RedisSetDupeFilter.from_crawler(get_crawler(settings_dict={"CRAWLPLUG_DEDUP_STORE": "hash"}))
+def _dupefilter_on(client: redis.Redis, keys: CrawlKeys, **settings: object) -> RedisSetDupeFilter:
+    df = RedisSetDupeFilter.from_crawler(get_crawler(settings_dict={"CRAWLPLUG_DEDUP_STORE": "hash", **settings}))
     frontier = open_frontier(client, keys, dedup_factory=df.make_strategy)
     df.bind(frontier)
     return df
+
+
+@pytest.mark.parametrize("shards", [None, 3])
+def test_migrate_moves_a_crawls_set_into_the_compact_store(r: redis.Redis, redis_url: str,
+                                                           shards: int | None) -> None:  # fmt: skip
+    from click.testing import CliRunner
+
+    from crawlplug.cli import main
+    from crawlplug.frontier.layout import claim_shards
+
+    if shards:
+        claim_shards(r, KEYS, shards)
+    old = open_frontier(r, KEYS, dedup_factory=SetDedup)
+    fps = _fps(500, "migrate")
+    old.record_seen([(fp, str(i)) for i, fp in enumerate(fps)])  # routed over the shards
+    assert sum(r.scard(p.keys.seen) for p in old.dedup_parts()) == 500
+    df = _dupefilter_on(r, KEYS)
+    assert df.mode == "set"  # the crawl keeps its set until it is moved
+    args = ["--redis-url", redis_url, "--crawl", KEYS.crawl, "migrate", "seen-to-hash", "--capacity", "1000"]
+    dry = CliRunner().invoke(main, [*args, "--dry-run"])
+    assert dry.exit_code == 0 and "500 fingerprints" in dry.output and "nothing changed" in dry.output
+    done = CliRunner().invoke(main, [*args, "--yes"])
+    assert done.exit_code == 0, done.output
+    assert "500 fingerprints moved" in done.output
+    assert not any(r.exists(p.keys.seen) for p in old.dedup_parts())
+    df = _dupefilter_on(r, KEYS, CRAWLPLUG_DEDUP_STORE="set")
+    assert df.mode == "hash"  # recorded: every node now uses the compact store
+    flags = df.frontier.record_seen([(fp, str(i)) for i, fp in enumerate(fps)])
+    assert flags == "0" * 500
+    again = CliRunner().invoke(main, [*args, "--yes"])
+    assert again.exit_code == 1 and "no fingerprint set" in again.output

@@ -41,13 +41,24 @@ from ..compat.names import SCRAPY_REDIS_KEYS
 from ..config import setting
 from ..dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
 from ..frontier.dedup import Dedup, SetDedup
+from ..frontier.fphash import HashSpec, bind_hash_parts, migrate_set
 from ..frontier.interface import CrawlFrontier
 from ..frontier.keys import CrawlKeys
 from ..frontier.layout import claim_shards, stored_shards
 from ..frontier.sharded import open_frontier
 from ..queues import load_queue_class
 from ..serializers import serializer_from_settings
-from .common import META_URL, fail, friendly_errors, main, options, scrapy_project, shared_options
+from .common import (
+    META_URL,
+    connect,
+    crawl_keys,
+    fail,
+    friendly_errors,
+    main,
+    options,
+    scrapy_project,
+    shared_options,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -229,3 +240,46 @@ def _show_report(report: Report, sk: SourceKeys, keys: CrawlKeys, target: connec
     if not report.dry_run and report.fingerprints_total:
         click.echo(f"next: crawl with DUPEFILTER_CLASS = {LEGACY_DUPEFILTER!r} until this crawl ends, so that "
                    "pages scrapy-redis already scheduled are not fetched again (docs/migrating.md)")  # fmt: skip
+
+
+@migrate_group.command("seen-to-hash")
+@shared_options(envvar=False)
+@click.option("--capacity", type=int, default=None,
+              help="URLs the compact store's first generation holds. Default: twice the set's size, "
+                   "at least CRAWLPLUG_DEDUP_CAPACITY's default.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (needed when not run in a terminal).")
+@click.option("--dry-run", is_flag=True, help="Say what would be moved; change nothing.")
+@friendly_errors
+def seen_to_hash(redis_url: str | None, crawl: str | None, capacity: int | None, yes: bool, dry_run: bool) -> None:
+    """Move a crawl's fingerprint set (`seen`, RedisSetDupeFilter's store before the compact
+    one) into the compact store (about a third of the memory), in every shard.
+
+    Stop the crawl's nodes first (a node still running keeps writing to the set). Copied
+    through the admission's own check; stopped part-way, the crawl keeps its whole set and
+    running the command again finishes the move. Nodes started afterwards use the compact
+    store whatever their CRAWLPLUG_DEDUP_STORE says."""
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    client = target.client
+    frontier = open_frontier(client, keys)
+    parts = frontier.dedup_parts()
+    size = sum(int(p.client.scard(p.keys.seen)) for p in parts)
+    if not size:
+        fail(f"crawl {keys.crawl!r} has no fingerprint set (`seen`): nothing to move")
+    now_ms = int(client.time()[0]) * 1000
+    live = [n for n, deadline in frontier.status()["nodes"].items() if deadline > now_ms]
+    if live:
+        fail(f"crawl {keys.crawl!r} has {len(live)} live node(s) ({', '.join(sorted(live)[:3])}): stop them first")
+    spec = HashSpec.for_capacity(capacity or max(1_000_000, 2 * size))
+    click.echo(f"crawl {keys.crawl!r}: {size} fingerprints in its set, in {len(parts)} part(s); compact store "
+               f"of {1 << spec.bits} buckets in its first generation")  # fmt: skip
+    if dry_run:
+        click.echo("dry run: nothing changed")
+        return
+    if not yes and not click.confirm("Move them into the compact store?", default=False):
+        fail("nothing moved")
+    bind_hash_parts(frontier, spec)
+    done = migrate_set(frontier)
+    click.echo(f"crawl {keys.crawl!r}: {done['copied']} fingerprints moved into the compact store "
+               f"({done['already']} were there already); its set deleted")  # fmt: skip

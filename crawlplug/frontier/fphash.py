@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, CorruptKey
 from .dedup import Dedup, SetDedup
 from .store import text
 
@@ -187,6 +187,13 @@ def choose_store(frontier: Any, wanted: str, spec: HashSpec) -> None:
         part.dedup = SetDedup() if store == "set" else _hash_part(part, spec)
 
 
+def bind_hash_parts(frontier: Any, spec: HashSpec) -> None:
+    """Give every part of ``frontier`` the compact store, bucketed as its crawl recorded
+    (else as ``spec``, recorded now)."""
+    for part in frontier.dedup_parts():
+        part.dedup = _hash_part(part, spec)
+
+
 def _hash_part(part: Any, spec: HashSpec) -> HashDedup:
     strategy = HashDedup(spec)
     key = strategy.seen_key(part.keys)
@@ -281,3 +288,80 @@ def iter_fingerprints(client: Any, keys: CrawlKeys, batch: int = 1000) -> Any:
                 out = []
     if out:
         yield out
+
+
+def forget_hashed(client: Any, keys: CrawlKeys, fingerprints: Sequence[bytes]) -> str:
+    """Remove ``fingerprints`` from one part's compact store, from every generation, in one
+    transaction (MULTI/EXEC: every key under the part's hash tag); a flag per fingerprint,
+    "1" removed, "0" not recorded. The generations' counts go down by what was removed. A
+    bucket key of another type is refused, naming it, before anything is removed."""
+    raw = client.hmget(keys.key("fph"), "spec", "gens")
+    if raw[0] is None or not fingerprints:
+        return "0" * len(fingerprints)
+    strategy = HashDedup(HashSpec.parse(text(raw[0])))
+    strategy.observe(text(raw[1]) if raw[1] is not None else "")
+    gens = range(1, strategy.generations + 1)
+    targets = [[(strategy.bucket_key(keys, g, strategy.bucket(fp, g)), strategy.field(fp, g)) for g in gens]
+               for fp in fingerprints]  # fmt: skip
+    pipe = client.pipeline(transaction=False)
+    names = sorted({name for per_fp in targets for name, _ in per_fp})
+    for name in names:
+        pipe.type(name)
+    for name, kind in zip(names, pipe.execute()):
+        if text(kind) not in ("hash", "none"):
+            raise CorruptKey(f"CORRUPT crawl key {name} holds a {text(kind)}, not a hash: nothing was done "
+                             "(repair or delete the key; see docs/faults.md)", name)  # fmt: skip
+    pipe = client.pipeline(transaction=True)
+    for per_fp in targets:
+        for name, field in per_fp:
+            pipe.hdel(name, field)
+    removed = pipe.execute()
+    flags = []
+    by_gen: dict[int, int] = {}
+    for n, _ in enumerate(fingerprints):
+        hits = removed[n * len(gens):(n + 1) * len(gens)]
+        flags.append("1" if any(hits) else "0")
+        for g, hit in zip(gens, hits):
+            if hit:
+                by_gen[g] = by_gen.get(g, 0) + 1
+    if by_gen:
+        pipe = client.pipeline(transaction=True)
+        for g, count in by_gen.items():
+            pipe.hincrby(keys.key("fph"), f"count:{g}", -count)
+        pipe.execute()
+    return "".join(flags)
+
+
+def migrate_set(frontier: Any, *, batch: int = 1000) -> dict[str, int]:
+    """Move a crawl's fingerprint set (``seen``, in every part) into the compact store and
+    record that the crawl uses it (``meta`` field dedup_store). ``frontier``'s parts must
+    have :class:`HashDedup` strategies. Copies through the admission's own check-and-record
+    (``lua/seen.lua``), then records the store, then deletes the set: stopped part-way, the
+    crawl still uses its set, whole, and running it again finishes. Run it with the crawl's
+    nodes stopped (a node still bound to the set would go on writing there). Returns the
+    fingerprints copied and already in the store."""
+    parts = frontier.dedup_parts()
+    if not all(isinstance(p.dedup, HashDedup) for p in parts):
+        raise ConfigError("migrate_set needs a frontier whose parts use the compact store (HashDedup)")
+    copied = already = 0
+    for part in parts:
+        for chunk in _chunks(part.client.sscan_iter(part.keys.seen, count=batch), batch):
+            flags = part.record_seen([(fp, "") for fp in chunk])
+            copied += flags.count("1")
+            already += flags.count("0")
+    base = parts[0].keys.base
+    parts[0].client.hset(base.meta, STORE_FIELD, "hash")
+    for part in parts:
+        part.client.delete(part.keys.seen)
+    return {"copied": copied, "already": already}
+
+
+def _chunks(values: Any, size: int) -> Any:
+    chunk: list[bytes] = []
+    for value in values:
+        chunk.append(value)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

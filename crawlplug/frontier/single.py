@@ -625,15 +625,17 @@ class Frontier:
         pipe.llen(k.dead)
         pipe.hgetall(k.stats)
         pipe.zrange(k.nodes, 0, -1, withscores=True)
-        names = [k.queue, k.dq, k.start_urls, k.domains, k.leases, k.seen, k.dead, k.stats, k.nodes]
+        pipe.hgetall(k.key("fph"))  # the compact store (fphash): its generations' counts
+        names = [k.queue, k.dq, k.start_urls, k.domains, k.leases, k.seen, k.dead, k.stats, k.nodes, k.key("fph")]
         raw = pipe.execute(raise_on_error=False)
         # a key of the wrong type (written by hand) is reported, not raised: status is
         # what an operator runs to find out what is wrong
         corrupt = {name: str(value) for name, value in zip(names, raw) if isinstance(value, redis.ResponseError)}
-        queued, dqueued, starts, domains, leased, seen, dead, stats, nodes = (
-            ({} if i == 7 else [] if i == 8 else 0) if isinstance(value, redis.ResponseError) else value
+        queued, dqueued, starts, domains, leased, seen, dead, stats, nodes, hashed = (
+            ({} if i in (7, 9) else [] if i == 8 else 0) if isinstance(value, redis.ResponseError) else value
             for i, value in enumerate(raw)
         )
+        seen += sum(_int(v) for f, v in hashed.items() if text(f).startswith("count:"))
         return {
             "corrupt": corrupt,
             "queued": queued + dqueued,

@@ -48,7 +48,7 @@ def _crawl_key_names(client: redis.Redis, keys: CrawlKeys) -> list[str]:
 def _not_exported(names: list[str]) -> list[str]:
     out = set()
     for name in names:
-        if name in _EXPORTED or name in _LOCAL or name == "bloom" or name.startswith("bloom:"):
+        if name in _EXPORTED or name in _LOCAL or name.startswith(("bloom", "fph")):
             continue
         out.add(f"{name.split(':', 1)[0]}:*" if name.startswith(("node:", "reply:", "job:", "hist:", "runstats:"))
                 else name)  # fmt: skip
@@ -230,9 +230,10 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
         w.write({"type": "seen", "hex": [fp.hex() for fp in batch]})
         counts["fingerprints"] += len(batch)
     # the compact store (crawlplug.frontier.fphash): its fingerprints whole, as "seen" records
-    # (an import loads them into a set, which the imported crawl then keeps: nothing lost)
+    # with its bucketing (an import records them in the compact store again)
+    spec = client.hget(keys.key("fph"), "spec")
     for batch in iter_fingerprints(client, keys, BATCH):
-        w.write({"type": "seen", "hex": [fp.hex() for fp in batch]})
+        w.write({"type": "seen", "hex": [fp.hex() for fp in batch], "hash_spec": text(spec)})
         counts["fingerprints"] += len(batch)
     for batch in _batches(client.zscan_iter(keys.key("seen_ttl"), count=BATCH)):
         live = [[fp.hex(), int(expiry)] for fp, expiry in batch if expiry > now]  # expired ones are forgotten
