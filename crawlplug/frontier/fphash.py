@@ -2,13 +2,15 @@
 small Redis hashes that Redis keeps in its compact encoding.
 
 A set of 20-byte fingerprints costs Redis about 72 bytes a member (a dict entry and an
-sds string each). A hash of at most 128 fields whose values are at most 64 bytes (the
-server's default ``hash-max-listpack-entries`` / ``-value``; ``hash-max-ziplist-*`` on
-Redis 6) is one flat allocation instead, a field costing its bytes plus two or three. So
-fingerprints are bucketed by their first bits into 2^b hashes: the field is the
-fingerprint less the whole bytes the bucket already fixes, the value empty, and a
-fingerprint costs about 23 bytes, still exact (no false positives: the whole
-fingerprint is compared).
+sds string each). A small hash (at most ``hash-max-listpack-entries`` fields of at most
+``hash-max-listpack-value`` bytes; ``hash-max-ziplist-*`` on Redis 6: 512 and 64 by
+default on both, and we plan for 128, what an operator may have set) is one flat
+allocation instead, a field costing its bytes plus two or three. So fingerprints are
+bucketed by their first bits into 2^b hashes: the field is the fingerprint less the whole
+bytes the bucket already fixes, the value empty, and a fingerprint costs about 23 bytes
+plus its share of its bucket's key, still exact (no false positives: the whole
+fingerprint is compared). Short buckets also keep each lookup short (a listpack is
+searched field by field).
 
 Sizing and growth, by generations: the first generation has the fewest power-of-two
 buckets that hold ``capacity`` (the expected crawl size, ``CRAWLPLUG_DEDUP_CAPACITY``)
@@ -16,9 +18,10 @@ at a mean of :data:`FILL` fingerprints a bucket, and takes ``FILL * buckets``. T
 that records them (``lua/dedup.lua``) then starts a new generation with four times the
 buckets, and so on: a fingerprint is checked in every generation (one ``HEXISTS`` each)
 and added to the newest (``HSETNX``). At a mean of 96 a bucket (Poisson), about one bucket
-in 1,500 passes 128 fields and is converted to Redis's ordinary hash table (about three
-times the bytes): :func:`hash_info` reports how many. A crawl sized right has one
-generation, one command a URL, as the set had.
+in 1,300 passes 128 fields (none comes near 512); a bucket past the server's limit is
+converted to Redis's ordinary hash table (about three times the bytes): :func:`hash_info`
+reports how many. A crawl sized right has one generation, one command a URL, as the set
+had.
 
 In Redis (one crawl part's keys): ``fph`` (hash) "spec" the bucketing, "gens" the
 generation count, "count:<g>" fingerprints added to generation g; ``fph:<g>:<bucket
@@ -42,8 +45,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: the mean fingerprints a bucket holds when its generation is full (Redis keeps a hash
-#: of up to 128 fields compact: at a mean of 96, 3.3 standard deviations below 128)
+#: the mean fingerprints a bucket holds when its generation is full (Redis keeps a hash of
+#: up to 512 fields compact by default, 128 if an operator lowered it: at a mean of 96, 3.3
+#: standard deviations below 128)
 FILL = 96
 #: each new generation has 2^GROWTH_BITS times the buckets of the one before
 GROWTH_BITS = 2
@@ -93,7 +97,9 @@ class HashDedup(Dedup):
 
     def __init__(self, spec: HashSpec) -> None:
         self.spec = spec
-        self.generations = 1  # learnt from the script's replies
+        #: generations (of buckets) the crawl has, learnt from the script's replies; not named
+        #: "generations", which for a Bloom filter means forgetting windows (scheduler.joining)
+        self.gens = 1
 
     def seen_key(self, keys: CrawlKeys) -> str:
         return keys.key("fph")
@@ -110,8 +116,8 @@ class HashDedup(Dedup):
         return fingerprint[self.spec.gen_bits(generation) // 8:]
 
     def param(self) -> str:
-        gens = range(1, self.generations + 1)
-        return f"{self.generations} {self.spec.identity()}" + "".join(f";{self.spec.gen_bits(g) // 8},{self.spec.capacity(g)}" for g in gens)
+        gens = range(1, self.gens + 1)
+        return f"{self.gens} {self.spec.identity()}" + "".join(f";{self.spec.gen_bits(g) // 8},{self.spec.capacity(g)}" for g in gens)
 
     def argument(self, fingerprint: bytes, ttl_ms: int | None = None) -> bytes:
         if len(fingerprint) < 4:
@@ -127,7 +133,7 @@ class HashDedup(Dedup):
                 out.append(fingerprint)
                 continue
             refs = []
-            for generation in range(1, self.generations + 1):
+            for generation in range(1, self.gens + 1):
                 name = self.bucket_key(keys, generation, self.bucket(fingerprint, generation))
                 at = index.get(name)
                 if at is None:
@@ -141,10 +147,10 @@ class HashDedup(Dedup):
 
     def observe(self, state: str) -> None:
         if state:
-            self.generations = max(1, int(state))
+            self.gens = max(1, int(state))
 
     def forget(self) -> None:
-        self.generations = 1
+        self.gens = 1
 
     def bucket_pattern(self, keys: CrawlKeys) -> str:
         return f"{self.seen_key(keys)}:*"
@@ -300,7 +306,7 @@ def forget_hashed(client: Any, keys: CrawlKeys, fingerprints: Sequence[bytes]) -
         return "0" * len(fingerprints)
     strategy = HashDedup(HashSpec.parse(text(raw[0])))
     strategy.observe(text(raw[1]) if raw[1] is not None else "")
-    gens = range(1, strategy.generations + 1)
+    gens = range(1, strategy.gens + 1)
     targets = [[(strategy.bucket_key(keys, g, strategy.bucket(fp, g)), strategy.field(fp, g)) for g in gens]
                for fp in fingerprints]  # fmt: skip
     pipe = client.pipeline(transaction=False)
