@@ -10,6 +10,7 @@ Cluster, and a crawl keeps the store it began with (an existing `seen` set stays
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -249,3 +250,8 @@ def test_migrate_moves_a_crawls_set_into_the_compact_store(r: redis.Redis, redis
     assert flags == "0" * 500
     again = CliRunner().invoke(main, [*args, "--yes"])
     assert again.exit_code == 1 and "no fingerprint set" in again.output
+    info = CliRunner().invoke(main, ["--redis-url", redis_url, "--crawl", KEYS.crawl, "dedup-info", "--json"])
+    assert info.exit_code == 0, info.output
+    shown = json.loads(info.output)
+    assert shown["store"] == "hash" and shown["fingerprints"] == 500 and shown["over_limit"] == 0
+    assert shown["buckets"] <= 16 * (shards or 1) and shown["generations"] == {"1": 500}
