@@ -255,3 +255,17 @@ def test_migrate_moves_a_crawls_set_into_the_compact_store(r: redis.Redis, redis
     shown = json.loads(info.output)
     assert shown["store"] == "hash" and shown["fingerprints"] == 500 and shown["over_limit"] == 0
     assert shown["buckets"] <= 16 * (shards or 1) and shown["generations"] == {"1": 500}
+
+
+def test_a_roll_clears_the_store_and_the_crawl_keeps_using_it(r: redis.Redis) -> None:
+    """`crawlplug forget --roll` (and a new run, which clears by the same names: runs.DEDUP_*)."""
+    from crawlplug.frontier.forgetting import roll
+
+    df = _dupefilter_on(r, KEYS, CRAWLPLUG_DEDUP_CAPACITY=100)
+    fps = _fps(300, "roll")
+    assert _admit(df.frontier, fps) == "1" * 300 and df.frontier.dedup.gens == 2
+    assert roll(r, KEYS) > 2
+    assert not list(r.scan_iter(match=f"{KEYS.key('fph')}*"))
+    assert r.hget(KEYS.meta, "dedup_store") == b"hash"  # the store choice outlives the fingerprints
+    assert _admit(df.frontier, fps[:20]) == "1" * 20  # told the store has one generation again
+    assert df.frontier.dedup.gens == 1
