@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -40,7 +41,7 @@ from ..compat.migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
 from ..compat.names import SCRAPY_REDIS_KEYS
 from ..config import setting
 from ..dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
-from ..frontier.dedup import Dedup, SetDedup
+from ..frontier.dedup import Dedup
 from ..frontier.fphash import HashSpec, bind_hash_parts, migrate_set
 from ..frontier.interface import CrawlFrontier
 from ..frontier.keys import CrawlKeys
@@ -74,30 +75,35 @@ LEGACY_DUPEFILTER = "crawlplug.legacy.ScrapyRedisDupeFilter"
 
 
 def _frontier(crawler: Any, client: Any, keys: CrawlKeys, queue: Any, shards: int,
-              notes: list[str]) -> CrawlFrontier:  # fmt: skip
-    """The crawl's frontier (sharded as the crawl is), with the dedup strategy of the
-    project's DUPEFILTER_CLASS bound to it, as a node of the crawl would have it."""
+              notes: list[str]) -> tuple[CrawlFrontier, Callable[[], None]]:  # fmt: skip
+    """The crawl's frontier (sharded as the crawl is) with the dedup strategy of the
+    project's DUPEFILTER_CLASS, and what binds that dupefilter to it, as a node of the crawl
+    would have it (binding may record the crawl's exact store: called only when the
+    migration writes, never for a dry run)."""
     path = crawler.settings["DUPEFILTER_CLASS"]
     cls = load_object(path) if isinstance(path, str) else path
     df = None
     if cls is BaseDupeFilter:
         factory: Any = Dedup
-    elif not (isinstance(cls, type) and issubclass(cls, RedisSetDupeFilter)):
-        notes.append(f"DUPEFILTER_CLASS is {path!r}, not crawlplug's: requests are admitted with crawlplug's "
-                     f"exact set (as {LEGACY_DUPEFILTER} and RedisSetDupeFilter use)")  # fmt: skip
-        factory = SetDedup
     else:
+        if not (isinstance(cls, type) and issubclass(cls, RedisSetDupeFilter)):
+            notes.append(f"DUPEFILTER_CLASS is {path!r}, not crawlplug's: requests are admitted with crawlplug's "
+                         f"exact store (as {LEGACY_DUPEFILTER} and RedisSetDupeFilter use)")  # fmt: skip
+            cls = RedisSetDupeFilter
         if issubclass(cls, ExpiringDupeFilter):
             notes.append("ExpiringDupeFilter cannot consult scrapy-redis's fingerprints while the crawl runs "
                          f"(use {LEGACY_DUPEFILTER} until it ends)")  # fmt: skip
         df = build_from_crawler(cls, crawler)
         factory = df.make_strategy
     frontier = open_frontier(client, keys, shards=shards, queue=queue, dedup_factory=factory)
-    if isinstance(df, ScrapyRedisSeen):
-        df.bind_plain(frontier)
-    elif df is not None:
-        df.bind(frontier)
-    return frontier
+
+    def bind() -> None:
+        if isinstance(df, ScrapyRedisSeen):
+            df.bind_plain(frontier)
+        elif df is not None:
+            df.bind(frontier)
+
+    return frontier, bind
 
 
 def _shards(target: connection.Connection, keys: CrawlKeys, settings: Settings) -> int:
@@ -166,7 +172,7 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
     keys = CrawlKeys(opts.crawl or s.get("CRAWLPLUG_CRAWL_ID") or spider, setting(s, "CRAWLPLUG_KEY_PREFIX"))
     shards = _shards(target, keys, s)
     queue = load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")).from_settings(s)
-    frontier = _frontier(project.crawler, target.client, keys, queue, shards, project.notes)
+    frontier, bind = _frontier(project.crawler, target.client, keys, queue, shards, project.notes)
     migration = ScrapyRedisMigration(
         source.client, source_keys, frontier,
         spider_name=spider,
@@ -195,6 +201,8 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
             raise click.exceptions.Exit(1)
     if shards > 1 and not dry_run:
         claim_shards(target.client, keys, shards)  # the layout first, as a node records it
+    if not dry_run:
+        bind()  # the crawl's exact store, as its nodes will use it
     report = migration.run(dry_run=dry_run)
     _show_report(report, source_keys, keys, target)
 
