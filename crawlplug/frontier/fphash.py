@@ -125,6 +125,9 @@ class HashDedup(Dedup):
         return fingerprint
 
     def call_keys(self, keys: CrawlKeys, arguments: Sequence[bytes]) -> tuple[list[str], list[bytes]]:
+        # the hot path of every admission: bucket_key and bucket, inlined (each generation's
+        # key prefix and shift once per call)
+        gens = [(f"{keys.tag}:fph:{g}:", 32 - self.spec.gen_bits(g)) for g in range(1, self.gens + 1)]
         index: dict[str, int] = {}
         names: list[str] = []
         out: list[bytes] = []
@@ -132,15 +135,16 @@ class HashDedup(Dedup):
             if not fingerprint:  # dont_filter
                 out.append(fingerprint)
                 continue
-            refs = []
-            for generation in range(1, self.gens + 1):
-                name = self.bucket_key(keys, generation, self.bucket(fingerprint, generation))
+            top = int.from_bytes(fingerprint[:4], "big")
+            refs = bytearray()
+            for prefix, shift in gens:
+                name = f"{prefix}{top >> shift:x}"
                 at = index.get(name)
                 if at is None:
                     at = index[name] = len(names)
                     names.append(name)
-                refs.append(at.to_bytes(2, "big"))
-            out.append(b"".join(refs) + fingerprint)
+                refs += at.to_bytes(2, "big")
+            out.append(bytes(refs) + fingerprint)
         if len(names) > 0xFFFF:
             raise ValueError("too many fingerprints in one call for the compact store (65,535 buckets at most)")
         return names, out
