@@ -37,10 +37,10 @@ end
 -- 1 if new (and recorded in the newest generation), 0 if any generation holds it
 local function hash_add(dkey)
   local gens = DH.gens
-  local fp = string.sub(dkey, 2 * gens + 1)
+  local at = 2 * gens + 1 -- where the fingerprint starts
   for g = 1, gens do
     local hi, lo = string.byte(dkey, 2 * g - 1, 2 * g)
-    local bucket, field = KEYS[DH.first + hi * 256 + lo], string.sub(fp, DH.strips[g] + 1)
+    local bucket, field = KEYS[DH.first + hi * 256 + lo], string.sub(dkey, at + DH.strips[g])
     if g < gens then
       if redis.call("HEXISTS", bucket, field) == 1 then return 0 end
     elseif redis.call("HSETNX", bucket, field, "") == 0 then
