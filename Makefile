@@ -7,7 +7,7 @@ ITEMS  ?= 2000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-capacity bench-bloom-scale bench-all lint docs docs-site clean
+.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-dedup bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-capacity bench-bloom-scale bench-scale bench-all lint docs docs-site clean
 
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
@@ -25,6 +25,10 @@ help:
 	@echo "             and scrapy-redis, then sharded over a 3-primary Redis Cluster (BENCH_ARGS: see its --help)"
 	@echo "make bench-bloom-scale   the Bloom dedup filled through the admission path (default 2*10^6;"
 	@echo "             BENCH_ARGS=\"--count 100000000\" is the full 10^8: 45-60 min of one Redis core)"
+	@echo "make bench-dedup   exact dedup: bytes per URL and admissions/s of the compact store vs today's"
+	@echo "             set and scrapy-redis's, 10^5 and 10^6 URLs (DEDUP_ARGS='--sizes 1e5,1e6,1e7')"
+	@echo "make bench-scale   issue 26's scale economics, every part at its default size, in one go (~1 h):"
+	@echo "             bench-dedup, bench-payload, bench-redis-cpu, bench-capacity, bench-bloom-scale"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
 	@echo "make docs-site   build the documentation site from docs/ into site/ (mkdocs build --strict)"
 	@echo "make lint    ruff, and the import contracts between the package's rooms (lint-imports)"
@@ -64,6 +68,9 @@ bench-quick: venv
 bench-bloom: venv
 	$(BIN)/python bench/bloom_bench.py
 
+bench-dedup: venv
+	$(BIN)/python bench/dedup_bench.py $(DEDUP_ARGS)
+
 bench-kill: venv
 	$(BIN)/python bench/kill_compare.py
 
@@ -85,7 +92,9 @@ bench-capacity: venv
 bench-bloom-scale: venv
 	$(BIN)/python bench/bloom_scale.py $(BENCH_ARGS)
 
-bench-all: bench bench-bloom bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-capacity bench-bloom-scale
+bench-scale: bench-dedup bench-payload bench-redis-cpu bench-capacity bench-bloom-scale
+
+bench-all: bench bench-bloom bench-kill bench-domains bench-shards bench-scale
 
 lint: venv
 	@$(BIN)/python -m pip install --quiet -e '.[lint]' >> $(VENV)/install.log 2>&1 || { echo "make: could not install the lint tools (see $(VENV)/install.log)"; exit 1; }

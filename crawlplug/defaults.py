@@ -191,6 +191,18 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "a spider method used as the PageMethod's callable). The spider attribute "
         "crawlplug_page_methods adds to it. See docs/playwright.md.",
     ),
+    "CRAWLPLUG_DEDUP_STORE": (
+        "hash",
+        "RedisSetDupeFilter: where a new crawl keeps its exact fingerprints: 'hash' (compact Redis hashes, "
+        "about 27 bytes a URL) or 'set' (a Redis set, about 72). A crawl keeps the store it began with "
+        "(`crawlplug migrate seen-to-hash` moves a set).",
+    ),
+    "CRAWLPLUG_DEDUP_CAPACITY": (
+        1_000_000,
+        "RedisSetDupeFilter with CRAWLPLUG_DEDUP_STORE='hash': URLs the compact store's first generation "
+        "of buckets holds (set it to the expected crawl size); bigger crawls add generations of 4x the buckets, "
+        "one more lookup a URL each.",
+    ),
     "CRAWLPLUG_BLOOM_CAPACITY": (
         10_000_000,
         "RedisBloomDupeFilter: URLs the first Bloom layer holds at CRAWLPLUG_BLOOM_ERROR_RATE; "

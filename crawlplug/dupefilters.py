@@ -14,8 +14,9 @@ fingerprint in one script call (``lua/seen.lua``), in the same keys and format
 the admission script uses. So nodes with and without crawlplug's Scheduler,
 on any number of machines, agree on one crawl's fingerprints.
 
-* :class:`RedisSetDupeFilter`: exact, a set of raw 20-byte fingerprints
-  (about 80 bytes of Redis memory per URL).
+* :class:`RedisSetDupeFilter`: exact, full 20-byte fingerprints in compact Redis hashes
+  (:mod:`crawlplug.frontier.fphash`, about 27 bytes of Redis memory per URL), or, with
+  ``CRAWLPLUG_DEDUP_STORE = "set"`` and in crawls begun before it, a set of them (about 72).
 * :class:`RedisBloomDupeFilter`: a scalable Bloom filter, about 2 bytes per
   URL at a 0.1% false-positive rate; a false positive means a URL never
   crawled, never a URL crawled twice.
@@ -46,6 +47,7 @@ from .frontier.dedup import (
     bloom_info,
     prepare_bloom,
 )
+from .frontier.fphash import HashDedup, HashSpec, choose_store, hash_info
 from .frontier.keys import crawl_keys
 from .frontier.layout import claim_shards
 from .queues import BaseQueue, load_queue_class, route
@@ -63,7 +65,9 @@ TTL_META = "crawlplug_dedup_ttl"
 
 
 class RedisSetDupeFilter(BaseDupeFilter):
-    """Exact dedup: a Redis set of raw 20-byte request fingerprints.
+    """Exact dedup of raw 20-byte request fingerprints: in the compact store (compact Redis
+    hashes, :mod:`crawlplug.frontier.fphash`) or a Redis set, ``store``
+    (``CRAWLPLUG_DEDUP_STORE``) for a new crawl; a crawl keeps the store it began with.
 
     Fingerprints come from ``crawler.request_fingerprinter``, so
     ``REQUEST_FINGERPRINTER_CLASS`` is honoured. Closing never deletes the
@@ -76,7 +80,11 @@ class RedisSetDupeFilter(BaseDupeFilter):
         *,
         debug: bool = False,
         crawler: Crawler | None = None,
+        store: str = "hash",
+        capacity: int = 1_000_000,
     ) -> None:
+        self.store = store
+        self.hash_spec = HashSpec.for_capacity(capacity)
         self.fingerprinter = fingerprinter
         self.debug = debug
         self.crawler = crawler
@@ -92,14 +100,21 @@ class RedisSetDupeFilter(BaseDupeFilter):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisSetDupeFilter:
         assert crawler.request_fingerprinter is not None
+        s = crawler.settings
+        try:
+            capacity = int(setting(s, "CRAWLPLUG_DEDUP_CAPACITY"))
+        except (TypeError, ValueError):
+            raise ConfigError(f"CRAWLPLUG_DEDUP_CAPACITY must be a number of URLs, got {s.get('CRAWLPLUG_DEDUP_CAPACITY')!r}") from None
         return cls(
             crawler.request_fingerprinter,
-            debug=crawler.settings.getbool("DUPEFILTER_DEBUG"),
+            debug=s.getbool("DUPEFILTER_DEBUG"),
             crawler=crawler,
+            store=str(setting(s, "CRAWLPLUG_DEDUP_STORE")),
+            capacity=capacity,
         )
 
     def make_strategy(self) -> Dedup:
-        return SetDedup()
+        return SetDedup() if self.store == "set" else HashDedup(self.hash_spec)
 
     @property
     def mode(self) -> str:
@@ -109,7 +124,19 @@ class RedisSetDupeFilter(BaseDupeFilter):
         """Attach to the crawl's frontier (done by the Scheduler in ``open``): its dedup
         strategy is the one this dupefilter's arguments are made for."""
         self.frontier = frontier
+        if frontier.dedup.mode in ("set", "hash"):  # the exact stores: the one the crawl uses (fphash)
+            choose_store(frontier, self.store, self.hash_spec)
         self.strategy = frontier.dedup
+
+    def info(self) -> dict[str, Any]:
+        """The compact store's bucket distribution (:func:`crawlplug.frontier.fphash.hash_info`),
+        or the set's size."""
+        if self.frontier is None:
+            raise RuntimeError(f"{type(self).__name__} is not open: open() it, or let crawlplug's Scheduler bind it")
+        if self.strategy.mode == "hash":
+            return hash_info(self.frontier)
+        parts = self.frontier.dedup_parts()
+        return {"store": self.strategy.mode, "fingerprints": sum(int(p.client.scard(p.keys.seen)) for p in parts)}
 
     # -- used on its own (Scrapy's scheduler, or any other) ----------------------------
     def open(self) -> None:

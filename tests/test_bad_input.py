@@ -16,6 +16,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 
+from .support.fingerprints import recorded
 from .support.nodes import ROOT, SCRAPY
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5}
@@ -122,7 +123,7 @@ def test_unserializable_requests_are_refused_and_their_fingerprint_not_recorded(
     assert "'crawlplug/unserializable': 2" in proc.stderr
     assert shop.hits == {"/item/3/": 1}
     client = redis.Redis.from_url(redis_url)
-    seen = client.smembers(CrawlKeys("badmeta").seen)
+    seen = recorded(client, CrawlKeys("badmeta"))
     assert len(seen) == 1 and all(len(fp) == 20 for fp in seen)
 
 

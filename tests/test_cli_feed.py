@@ -28,6 +28,8 @@ from crawlplug.frontier.single import Frontier
 from crawlplug.seeds import Seeds, make_seed
 from crawlplug.serializers import JsonSerializer, describe_payload
 
+from .support.fingerprints import recorded
+
 KEYS = CrawlKeys("feedtest")
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
 ROOT = Path(__file__).resolve().parents[1]
@@ -329,12 +331,12 @@ def _dead_urls_or_raw(client, keys: CrawlKeys) -> list[str]:
 def test_dead_requeue_all_bypasses_dedup_and_resets_deliveries(redis_url, r):
     urls = [f"http://example.com/r{i}" for i in range(3)]
     _dead_letters(r, KEYS, urls)
-    seen = r.scard(KEYS.seen)
+    seen = len(recorded(r, KEYS))
     res = cli(redis_url, "dead", "requeue", "--all")
     assert res.exit_code == 0, res.output
     assert "requeued 3 dead letters" in res.stdout
     assert r.llen(KEYS.dead) == 0
-    assert r.scard(KEYS.seen) == seen, "requeue does not touch dedup"
+    assert len(recorded(r, KEYS)) == seen, "requeue does not touch dedup"
     leased = Frontier(r, KEYS).pop(10)
     assert sorted(describe_payload(x.payload)["url"] for x in leased) == urls
     assert all(x.deliveries == 1 for x in leased)

@@ -28,7 +28,9 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.queues import BaseQueue, DomainQueue, PriorityQueue
 
 DUPEFILTERS = {
-    "set": (RedisSetDupeFilter, {}),
+    # the compact store (the default), so small that a test's few hundred URLs take it through generations
+    "hash": (RedisSetDupeFilter, {"CRAWLPLUG_DEDUP_STORE": "hash", "CRAWLPLUG_DEDUP_CAPACITY": 100}),
+    "set": (RedisSetDupeFilter, {"CRAWLPLUG_DEDUP_STORE": "set"}),
     "bloom": (RedisBloomDupeFilter, {"CRAWLPLUG_BLOOM_CAPACITY": 10_000, "CRAWLPLUG_BLOOM_ERROR_RATE": 0.001}),
     "expiring": (ExpiringDupeFilter, {"CRAWLPLUG_DEDUP_TTL": 3600}),
 }

@@ -13,6 +13,8 @@ from crawlplug.dupefilters import RedisSetDupeFilter
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 
+from .support.fingerprints import recorded
+
 K = CrawlKeys("dupes")
 
 
@@ -55,7 +57,7 @@ def test_custom_fingerprinter_class_is_honoured(r):
     assert df.request_seen(Request("http://example.com/a?x=2")) is True
     assert df.request_seen(Request("http://example.com/b?x=1")) is False
     assert PathOnlyFingerprinter.calls == 3
-    assert r.smembers(K.seen) == {
+    assert recorded(r, K) == {
         hashlib.sha1(b"http://example.com/a").digest(),
         hashlib.sha1(b"http://example.com/b").digest(),
     }
@@ -68,15 +70,17 @@ def test_default_fingerprinter_distinguishes_queries(r):
     assert df.request_seen(Request("http://example.com/a?x=1")) is True
 
 
-def test_stores_raw_20_byte_digests(r):
-    df = make_df(r)
+@pytest.mark.parametrize("store", ["hash", "set"])
+def test_stores_raw_20_byte_digests(r, store):
+    df = make_df(r, CRAWLPLUG_DEDUP_STORE=store)
     reqs = [Request(f"http://example.com/{i}") for i in range(5)]
     for req in reqs:
         df.request_seen(req)
-    members = r.smembers(K.seen)
+    members = recorded(r, K)  # the compact store's, whole again (tests/support/fingerprints.py)
     assert members == {df.fingerprint(req) for req in reqs}
     assert all(isinstance(m, bytes) and len(m) == 20 for m in members)
     assert all(m != df.fingerprint(req).hex().encode() for m in members for req in reqs)
+    assert r.exists(K.seen if store == "set" else K.key("fph"))
 
 
 def test_request_seen_needs_opening_or_binding():
@@ -109,11 +113,11 @@ def test_close_deletes_nothing(r):
     df.request_seen(Request("http://example.com/1"))
     df.frontier.admit([(b"", 0, b"payload")])
     before = {k: r.type(k) for k in r.scan_iter()}
-    assert K.seen.encode() in before
+    assert K.key("fph").encode() in before
     df.close("finished")
     df.close("shutdown")
     assert {k: r.type(k) for k in r.scan_iter()} == before
-    assert r.scard(K.seen) == 1
+    assert len(recorded(r, K)) == 1
 
 
 def test_log_counts_filtered_in_stats(r, caplog):

@@ -22,6 +22,8 @@ import redis
 from crawlplug.frontier.keys import CrawlKeys
 from tests.support.nodes import run_together
 
+from .support.fingerprints import recorded
+
 STOCK = "scrapy.core.scheduler.Scheduler"
 BLOOM = "crawlplug.dupefilters.RedisBloomDupeFilter"
 SET = "crawlplug.dupefilters.RedisSetDupeFilter"
@@ -72,4 +74,4 @@ def test_a_crawlplug_node_and_a_stock_scheduler_node_agree_on_one_crawl(crawl, m
     assert_every_page_once(shop, nodes)
     assert "crawlplug: node" in nodes[0].text() and "a dupefilter on its own" in nodes[1].text()
     client = redis.Redis.from_url(redis_url)
-    assert client.scard(CrawlKeys("multisite").seen) == len(shop.shop.paths())
+    assert len(recorded(client, CrawlKeys("multisite"))) == len(shop.shop.paths())

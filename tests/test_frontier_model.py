@@ -19,7 +19,7 @@ The model never reads its expected state back from Redis. After every step:
   (to the node the model says), or gone (acknowledged, or in the dead letters);
   every payload in Redis is one the model has queued or leased, every queued or
   leased id has its payload, every lease one record and one holder, a node of the crawl;
-* the recorded fingerprints (set and expiring dedup) are the model's; Bloom dedup
+* the recorded fingerprints (set, compact store and expiring dedup) are the model's; Bloom dedup
   drops a new URL only as a false positive, counted and bounded by its error rate;
 * the counters in Redis's stats agree with the model's;
 * the crawl reads as finished only when the model has nothing left, and says its
@@ -40,8 +40,8 @@ finished while the loss stands.
 All of it goes through :class:`FrontierUnderTest`, the one adapter between the
 model and crawlplug's API.
 
-Configurations: set, Bloom and expiring dedup; PriorityQueue and DomainQueue;
-unsharded and sharded (2 shards): six combinations. In CI each runs 25 examples
+Configurations: set, compact store (hash), Bloom and expiring dedup; PriorityQueue and DomainQueue;
+unsharded and sharded (2 shards): seven combinations. In CI each runs 25 examples
 of up to 50 steps (about 1,000 steps per configuration, 45 s in all on two cores;
 each run also asserts it made at least 10 steps per example). For a longer hunt:
 ``CRAWLPLUG_MODEL_EXAMPLES=500 CRAWLPLUG_MODEL_STEPS=100``; pytest's
@@ -77,6 +77,7 @@ from crawlplug.errors import AdmissionIncomplete, StaleEpoch
 from crawlplug.frontier import runs
 from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.frontier.dedup import BloomDedup, Dedup, SetDedup, TtlDedup
+from crawlplug.frontier.fphash import HashDedup, HashSpec, iter_fingerprints
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.sharded import ShardedFrontier, claim_shards, shard_of
 from crawlplug.frontier.single import Frontier
@@ -114,7 +115,7 @@ def host(url: str) -> str:
 
 @dataclass(frozen=True)
 class Config:
-    dedup: str  # "set", "ttl", "bloom"
+    dedup: str  # "set", "hash", "ttl", "bloom"
     domains: bool  # DomainQueue, else PriorityQueue
     sharded: bool
 
@@ -129,6 +130,7 @@ CONFIGS = [
     Config("set", True, False),
     Config("set", False, True),
     Config("bloom", True, True),
+    Config("hash", True, True),  # the compact store, 2 buckets first: its generations grow within a run
 ]
 
 
@@ -169,6 +171,8 @@ class FrontierUnderTest:
             return BloomDedup(BLOOM)
         if self.config.dedup == "ttl":
             return TtlDedup(3600)
+        if self.config.dedup == "hash":
+            return HashDedup(HashSpec(bits=1, fill=4))
         return SetDedup()
 
     @property
@@ -344,6 +348,10 @@ class FrontierUnderTest:
             if self.config.dedup in ("set", "ttl"):
                 out["seen"] |= set(next(replies))
         out["start_urls"] = [x.decode() for x in next(replies)]
+        if self.config.dedup == "hash":  # the compact store's fingerprints, whole again
+            for part in parts:
+                for batch in iter_fingerprints(self.client, part):
+                    out["seen"] |= set(batch)
         return out
 
     def snapshot(self) -> dict[bytes, bytes | None]:
@@ -357,7 +365,8 @@ class FrontierUnderTest:
     def key(self, name: str, shard: int | None) -> str:
         part = self.part_keys(shard)
         if name == "seen":
-            return {"set": part.seen, "ttl": part.key("seen_ttl"), "bloom": f"{part.tag}:bloom:meta"}[self.config.dedup]
+            return {"set": part.seen, "hash": part.key("fph"), "ttl": part.key("seen_ttl"),
+                    "bloom": f"{part.tag}:bloom:meta"}[self.config.dedup]  # fmt: skip
         return part.key(name)
 
 
@@ -1104,7 +1113,7 @@ class FrontierModel(RuleBasedStateMachine):
         assert set(by_payload) == known, f"stored but not in the model: {set(by_payload) - known}"
         assert v["dead"] == self.dead, "dead letters"
         assert v["start_urls"] == self.start_list, "start entries"
-        if self.config.dedup in ("set", "ttl"):
+        if self.config.dedup in ("set", "hash", "ttl"):
             assert v["seen"] == {fingerprint(u) for u in self.seen}, "recorded fingerprints"
         for name in ("enqueued", "filtered", "acked", "start_acked", "stale_acks", "reaped", "dead",
                      "start_taken", "start_returned"):  # fmt: skip

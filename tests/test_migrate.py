@@ -41,6 +41,7 @@ from crawlplug.serializers import JsonSerializer, describe_payload
 from crawlplug.serializers.safepickle import RefusedGlobal, restricted_loads
 from spiders.shop import ShopSpider
 
+from .support.fingerprints import recorded
 from .support.nodes import ROOT
 
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
@@ -206,8 +207,8 @@ def test_migrates_queue_fingerprints_and_start_urls(redis_url, r):
     assert four.dont_filter and four.meta == {"depth": 2} and four.cb_kwargs == {"k": 1}
     # re-fingerprinted with Scrapy's fingerprinter: the crawl's seen set holds the new ones
     fingerprinter = get_crawler().request_fingerprinter
-    assert r.sismember(KEYS.seen, fingerprinter.fingerprint(item(1)))
-    assert r.scard(KEYS.seen) == 4, "dont_filter requests record no fingerprint"
+    assert fingerprinter.fingerprint(item(1)) in recorded(r, KEYS)
+    assert len(recorded(r, KEYS)) == 4, "dont_filter requests record no fingerprint"
     # the old set, packed in the crawl's own key, and the scrapy-redis keys kept as backups
     old = legacy.load(r, KEYS)
     assert len(old) == 6 and old.seen(scrapy.Request(f"{BASE}/")) and old.seen(item(3))
@@ -356,7 +357,7 @@ def test_scrapy_redis_dupefilter_filters_what_scrapy_redis_had_seen(redis_url, r
     df = ScrapyRedisDupeFilter.from_crawler(crawler)
     frontier = Frontier(r, KEYS, dedup=df.strategy)
     df.bind(frontier)
-    assert r.sismember(KEYS.seen, legacy.SENTINEL), "the marker is recorded at bind"
+    assert legacy.SENTINEL in recorded(r, KEYS), "the marker is recorded at bind"
     requests = [scrapy.Request(f"{BASE}/"), item(2), item(1), item(10), item(10)]
     result = frontier.admit([(df.argument(req), 0.0, JsonSerializer().dumps(req, SHOP)) for req in requests])
     # the two scrapy-redis had fetched, the queued one (migrated) and the second item 10: filtered

@@ -40,6 +40,8 @@ from crawlplug.connection import client_from_url
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 
+from .support.fingerprints import recorded
+
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 1, "CRAWLPLUG_LEASE_TIMEOUT": 10}
 
 
@@ -80,7 +82,7 @@ def _crawl_through_a_failover(crawl, make_shop, setup, hold: float, at: float = 
         time.sleep(hold)
     primary_offset, replica_offset = _offsets(setup)
     direct = setup.primary.client()
-    seen_at_kill = int(direct.scard(keys.seen))  # requests discovered so far (the site has more)
+    seen_at_kill = len(recorded(direct, keys))  # requests discovered so far (the site has more)
     direct.close()
     fetched_at_kill = sum(shop.hits.values())
     killed_at = setup.kill_primary()

@@ -342,7 +342,7 @@ def test_two_nodes_crawl_over_four_shards_on_the_cluster(crawl, sites, cluster_u
     names = [k.decode() for k in cluster_client.scan_iter(match=keys.shards_pattern())]
     by_primary = Counter(cluster_deployment.owner_of(k).port for k in names)
     assert len(by_primary) == 3, f"shard keys per primary: {dict(by_primary)}"
-    seen = {key_slot(k.encode()) for k in names if k.endswith((":seen", ":dq"))}
+    seen = {key_slot(k.encode()) for k in names if k.endswith((":seen", ":fph", ":dq"))}
     assert len(seen) == N
     print(f"\n{variant}: {pages} pages; shard keys per primary {dict(by_primary)}; "
           f"keys per primary {cluster_deployment.dbsizes()}")  # fmt: skip

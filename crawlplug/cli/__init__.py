@@ -7,11 +7,12 @@ of commands, each command a thin wrapper over library functions).
     crawlplug push --crawl shop [--key start_urls:high] URL... | --file F | -
     crawlplug forget --crawl shop URL... | --pattern GLOB --from-dead | --roll
     crawlplug purge --crawl shop [--yes]
+    crawlplug dedup-info --crawl shop [--json]   # the exact store's buckets: fill, past the compact limit
     crawlplug dead list|requeue|drop --crawl shop
     crawlplug domains list|set|reset        # DomainQueue: per-domain limits at runtime
     crawlplug seeds add|list|remove, timer, pause, resume
     crawlplug stop CRAWL [--drain], continue CRAWL, new-run CRAWL, limits CRAWL   # run control
-    crawlplug export / import, migrate from-scrapy-redis, items, sites, dashboard
+    crawlplug export / import, migrate from-scrapy-redis | seen-to-hash, items, sites, dashboard
     crawlplug embedded start|stop|url
     crawlplug start CRAWL --scrapyd URL ...   # nodes started through Scrapyd; scrapyd cancel ends them
     crawlplug schedule CRAWL --cron EXPR ...  # runs at cron times, fired by `crawlplug control`

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -40,14 +41,25 @@ from ..compat.migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
 from ..compat.names import SCRAPY_REDIS_KEYS
 from ..config import setting
 from ..dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
-from ..frontier.dedup import Dedup, SetDedup
+from ..frontier.dedup import Dedup
+from ..frontier.fphash import HashSpec, bind_hash_parts, migrate_set
 from ..frontier.interface import CrawlFrontier
 from ..frontier.keys import CrawlKeys
 from ..frontier.layout import claim_shards, stored_shards
 from ..frontier.sharded import open_frontier
 from ..queues import load_queue_class
 from ..serializers import serializer_from_settings
-from .common import META_URL, fail, friendly_errors, main, options, scrapy_project, shared_options
+from .common import (
+    META_URL,
+    connect,
+    crawl_keys,
+    fail,
+    friendly_errors,
+    main,
+    options,
+    scrapy_project,
+    shared_options,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -63,30 +75,35 @@ LEGACY_DUPEFILTER = "crawlplug.legacy.ScrapyRedisDupeFilter"
 
 
 def _frontier(crawler: Any, client: Any, keys: CrawlKeys, queue: Any, shards: int,
-              notes: list[str]) -> CrawlFrontier:  # fmt: skip
-    """The crawl's frontier (sharded as the crawl is), with the dedup strategy of the
-    project's DUPEFILTER_CLASS bound to it, as a node of the crawl would have it."""
+              notes: list[str]) -> tuple[CrawlFrontier, Callable[[], None]]:  # fmt: skip
+    """The crawl's frontier (sharded as the crawl is) with the dedup strategy of the
+    project's DUPEFILTER_CLASS, and what binds that dupefilter to it, as a node of the crawl
+    would have it (binding may record the crawl's exact store: called only when the
+    migration writes, never for a dry run)."""
     path = crawler.settings["DUPEFILTER_CLASS"]
     cls = load_object(path) if isinstance(path, str) else path
     df = None
     if cls is BaseDupeFilter:
         factory: Any = Dedup
-    elif not (isinstance(cls, type) and issubclass(cls, RedisSetDupeFilter)):
-        notes.append(f"DUPEFILTER_CLASS is {path!r}, not crawlplug's: requests are admitted with crawlplug's "
-                     f"exact set (as {LEGACY_DUPEFILTER} and RedisSetDupeFilter use)")  # fmt: skip
-        factory = SetDedup
     else:
+        if not (isinstance(cls, type) and issubclass(cls, RedisSetDupeFilter)):
+            notes.append(f"DUPEFILTER_CLASS is {path!r}, not crawlplug's: requests are admitted with crawlplug's "
+                         f"exact store (as {LEGACY_DUPEFILTER} and RedisSetDupeFilter use)")  # fmt: skip
+            cls = RedisSetDupeFilter
         if issubclass(cls, ExpiringDupeFilter):
             notes.append("ExpiringDupeFilter cannot consult scrapy-redis's fingerprints while the crawl runs "
                          f"(use {LEGACY_DUPEFILTER} until it ends)")  # fmt: skip
         df = build_from_crawler(cls, crawler)
         factory = df.make_strategy
     frontier = open_frontier(client, keys, shards=shards, queue=queue, dedup_factory=factory)
-    if isinstance(df, ScrapyRedisSeen):
-        df.bind_plain(frontier)
-    elif df is not None:
-        df.bind(frontier)
-    return frontier
+
+    def bind() -> None:
+        if isinstance(df, ScrapyRedisSeen):
+            df.bind_plain(frontier)
+        elif df is not None:
+            df.bind(frontier)
+
+    return frontier, bind
 
 
 def _shards(target: connection.Connection, keys: CrawlKeys, settings: Settings) -> int:
@@ -155,7 +172,7 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
     keys = CrawlKeys(opts.crawl or s.get("CRAWLPLUG_CRAWL_ID") or spider, setting(s, "CRAWLPLUG_KEY_PREFIX"))
     shards = _shards(target, keys, s)
     queue = load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")).from_settings(s)
-    frontier = _frontier(project.crawler, target.client, keys, queue, shards, project.notes)
+    frontier, bind = _frontier(project.crawler, target.client, keys, queue, shards, project.notes)
     migration = ScrapyRedisMigration(
         source.client, source_keys, frontier,
         spider_name=spider,
@@ -184,6 +201,8 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
             raise click.exceptions.Exit(1)
     if shards > 1 and not dry_run:
         claim_shards(target.client, keys, shards)  # the layout first, as a node records it
+    if not dry_run:
+        bind()  # the crawl's exact store, as its nodes will use it
     report = migration.run(dry_run=dry_run)
     _show_report(report, source_keys, keys, target)
 
@@ -229,3 +248,46 @@ def _show_report(report: Report, sk: SourceKeys, keys: CrawlKeys, target: connec
     if not report.dry_run and report.fingerprints_total:
         click.echo(f"next: crawl with DUPEFILTER_CLASS = {LEGACY_DUPEFILTER!r} until this crawl ends, so that "
                    "pages scrapy-redis already scheduled are not fetched again (docs/migrating.md)")  # fmt: skip
+
+
+@migrate_group.command("seen-to-hash")
+@shared_options(envvar=False)
+@click.option("--capacity", type=int, default=None,
+              help="URLs the compact store's first generation holds. Default: twice the set's size, "
+                   "at least CRAWLPLUG_DEDUP_CAPACITY's default.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (needed when not run in a terminal).")
+@click.option("--dry-run", is_flag=True, help="Say what would be moved; change nothing.")
+@friendly_errors
+def seen_to_hash(redis_url: str | None, crawl: str | None, capacity: int | None, yes: bool, dry_run: bool) -> None:
+    """Move a crawl's fingerprint set (`seen`, RedisSetDupeFilter's store before the compact
+    one) into the compact store (about a third of the memory), in every shard.
+
+    Stop the crawl's nodes first (a node still running keeps writing to the set). Copied
+    through the admission's own check; stopped part-way, the crawl keeps its whole set and
+    running the command again finishes the move. Nodes started afterwards use the compact
+    store whatever their CRAWLPLUG_DEDUP_STORE says."""
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    client = target.client
+    frontier = open_frontier(client, keys)
+    parts = frontier.dedup_parts()
+    size = sum(int(p.client.scard(p.keys.seen)) for p in parts)
+    if not size:
+        fail(f"crawl {keys.crawl!r} has no fingerprint set (`seen`): nothing to move")
+    now_ms = int(client.time()[0]) * 1000
+    live = [n for n, deadline in frontier.status()["nodes"].items() if deadline > now_ms]
+    if live:
+        fail(f"crawl {keys.crawl!r} has {len(live)} live node(s) ({', '.join(sorted(live)[:3])}): stop them first")
+    spec = HashSpec.for_capacity(capacity or max(1_000_000, 2 * size))
+    click.echo(f"crawl {keys.crawl!r}: {size} fingerprints in its set, in {len(parts)} part(s); compact store "
+               f"of {1 << spec.bits} buckets in its first generation")  # fmt: skip
+    if dry_run:
+        click.echo("dry run: nothing changed")
+        return
+    if not yes and not click.confirm("Move them into the compact store?", default=False):
+        fail("nothing moved")
+    bind_hash_parts(frontier, spec)
+    done = migrate_set(frontier)
+    click.echo(f"crawl {keys.crawl!r}: {done['copied']} fingerprints moved into the compact store "
+               f"({done['already']} were there already); its set deleted")  # fmt: skip

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..frontier import registry, runs
+from ..frontier.fphash import STORE_FIELD, hash_info
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_frontier
 from ..frontier.store import redis_ms
@@ -279,3 +280,30 @@ def purge(redis_url: str | None, crawl: str | None, yes: bool) -> None:
 def _alive(target: Target, deadlines: dict[str, int]) -> list[str]:
     now_ms = redis_ms(target.client)
     return [n for n, deadline in deadlines.items() if deadline > now_ms]
+
+
+@main.command("dedup-info")
+@shared_options(envvar=False)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@friendly_errors
+def dedup_info(redis_url: str | None, crawl: str | None, as_json: bool) -> None:
+    """What the crawl's exact fingerprint store holds: for the compact store, its buckets
+    (how many, mean fill, the largest, how many are past the server's compact limit and
+    the bytes they take), by SCAN and one HLEN and MEMORY USAGE a bucket (not for a hot
+    loop); for a set, its size."""
+    opts = options(redis_url, crawl)
+    keys = crawl_keys(opts)
+    target = connect(opts)
+    frontier = open_frontier(target.client, keys)
+    store = target.client.hget(keys.meta, STORE_FIELD)
+    if store == b"hash" or any(target.client.exists(p.keys.key("fph")) for p in frontier.dedup_parts()):
+        info = hash_info(frontier)
+    else:
+        info = {"store": "set", "fingerprints": sum(int(target.client.scard(p.keys.seen)) for p in frontier.dedup_parts())}
+    if as_json:
+        click.echo(json.dumps(info))
+        return
+    rows: list[tuple[str, Any]] = [(name.replace("_", " "), value) for name, value in info.items()]
+    click.echo(f"crawl {keys.crawl!r}: exact fingerprint store")
+    for line in table(rows):
+        click.echo(line)

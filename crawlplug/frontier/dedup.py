@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
@@ -42,6 +43,13 @@ class Dedup:
 
     def argument(self, fingerprint: bytes, ttl_ms: int | None = None) -> bytes:
         return fingerprint
+
+    def call_keys(self, keys: CrawlKeys, arguments: Sequence[bytes]) -> tuple[list[str], list[bytes]]:
+        """The keys one call's ``arguments`` need after the dedup state's (every one, for
+        Redis Cluster) and the arguments as the script takes them. Most modes need the
+        same keys for every call (:meth:`extra_keys`); the compact store
+        (:mod:`crawlplug.frontier.fphash`) the buckets of the call's fingerprints."""
+        return self.extra_keys(keys), list(arguments)
 
     def state_keys(self, keys: CrawlKeys) -> list[str]:
         """Every key holding dedup state (for purge and export)."""

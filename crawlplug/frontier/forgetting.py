@@ -1,9 +1,10 @@
 """Forgetting fingerprints, so that requests seen before are admitted, and crawled, again
 (``crawlplug forget``; scrapy-redis users asked for it in its issue #302).
 
-* :func:`forget` removes given fingerprints from an exact dedup state (the set of
-  RedisSetDupeFilter, the expiring set of ExpiringDupeFilter), each from the part its
-  request is routed to in a sharded crawl, one ``lua/forget.lua`` call per part.
+* :func:`forget` removes given fingerprints from an exact dedup state (the set or the
+  compact store of RedisSetDupeFilter, the expiring set of ExpiringDupeFilter), each from
+  the part its request is routed to in a sharded crawl, one ``lua/forget.lua`` call per
+  part (and one transaction per part for the compact store, crawlplug.frontier.fphash).
 * A Bloom filter cannot do that: a URL's bits are shared with other URLs, and clearing
   them would make those look new too (or, left set, the URL still looks seen). What it
   can do is :func:`roll`: the whole dedup state deleted at once, a new generation in
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 import redis
 
+from .fphash import forget_hashed
 from .keys import CrawlKeys
 from .layout import parts, shard_of
 from .runs import DEDUP_NAMES, DEDUP_PREFIXES
@@ -92,6 +94,10 @@ def forget(client: redis.Redis, keys: CrawlKeys, items: Sequence[tuple[bytes, st
             return Forgotten("".join(flags), text(raw[1]))
         for i, flag in zip(by_part[p], text(raw[0])):
             flags[i] = flag
+    for p in order:  # the compact store (crawlplug.frontier.fphash), where the part has one
+        for i, flag in zip(by_part[p], forget_hashed(client, targets[p], [items[i][0] for i in by_part[p]])):
+            if flag == "1":
+                flags[i] = "1"
     return Forgotten("".join(flags))
 
 

@@ -24,7 +24,12 @@ NAMES = (
     "leases",  # zset: request id -> lease deadline (ms, Redis clock)
     "leased",  # hash: request id -> "node|score|deliveries[|domain]"
     "deliveries",  # hash: request id -> times delivered (only for redelivered ones)
-    "seen",  # set: raw 20-byte request fingerprints
+    "seen",  # set: raw 20-byte request fingerprints (RedisSetDupeFilter's store of crawls begun before "fph")
+    # the compact exact store (crawlplug.frontier.fphash; lua/dedup.lua mode "hash"): hash "spec"
+    # (bucketing, bits:fill:growth), "gens" (generations), "count:<g>"; its buckets are the hashes
+    # fph:<g>:<bucket hex> (field: the fingerprint less the bytes the bucket fixes, value ""),
+    # each kept in Redis's compact encoding (listpack / ziplist)
+    "fph",
     "dead",  # list: dead letters (JSON)
     "stats",  # hash: crawl-wide counters
     "nodes",  # zset: node id -> heartbeat deadline (ms)
@@ -46,7 +51,8 @@ NAMES = (
     "crawlstats",  # hash: stat -> value aggregated over every node (summed, earliest start, latest finish)
     "statnodes",  # zset: node id -> its last stats flush (ms); each node's own stats in node:<id>:stats
     "items",  # list or stream: scraped items as JSON (crawlplug.pipelines.RedisItemPipeline)
-    "meta",  # hash: the crawl's fixed layout ("shards" -> N), checked by every node at start
+    "meta",  # hash: the crawl's fixed layout ("shards" -> N), checked by every node at start, and its
+    # exact store ("dedup_store" -> "hash" | "set", crawlplug.frontier.fphash.choose_store)
     # crawl runs (crawlplug.frontier.runs; lua/join.lua, runstart.lua, finish.lua, epoch.lua) and their
     # control (crawlplug.frontier.control; lua/runctl.lua)
     "run",  # hash: the current run: id, epoch, state, started, ended, reason, by, incremental; its
@@ -76,7 +82,7 @@ NAMES = (
 #: shard's own hash tag; every other name stays under the crawl's tag. The crawl's
 #: tag keeps its own queue keys too: they hold the leases of start entries.
 SHARDED_NAMES = (
-    "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "dead", "stats", "series",
+    "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "fph", "dead", "stats", "series",
     "dq", "domains", "dstate", "dconf", "epoch", "graveyard",
 )  # fmt: skip
 

@@ -57,7 +57,7 @@ def claim_shards(client: redis.Redis, keys: CrawlKeys, shards: int) -> None:
 
 def _has_unsharded_state(client: redis.Redis, keys: CrawlKeys) -> bool:
     pipe = client.pipeline(transaction=False)
-    for name in ("queue", "dq", "leases", "seen"):
+    for name in ("queue", "dq", "leases", "seen", "fph"):
         pipe.exists(keys.key(name))
     pipe.exists(f"{keys.tag}:bloom")
     return any(pipe.execute())

@@ -68,9 +68,10 @@ RUN_STATE_NAMES = frozenset({
     "stats", "errors", "crawlstats", "statnodes", "producers", "graveyard",
 })  # fmt: skip
 #: Dedup state, kept across runs only by an incremental crawl.
-DEDUP_NAMES = frozenset({"seen", "seen_ttl", "bf", "bloom"})
-#: Name prefixes of dedup state (Bloom layers and generations, scrapy-redis's fingerprint copy).
-DEDUP_PREFIXES = ("bloom:", "seen:")
+DEDUP_NAMES = frozenset({"seen", "seen_ttl", "bf", "bloom", "fph"})
+#: Name prefixes of dedup state (Bloom layers and generations, scrapy-redis's fingerprint copy,
+#: the compact store's buckets).
+DEDUP_PREFIXES = ("bloom:", "seen:", "fph:")
 #: Name prefixes of per-node records (live metrics, Scrapy stats), of the run that ends.
 NODE_PREFIX = "node:"
 

@@ -72,6 +72,9 @@ class Frontier:
         #: the admission whose reply was lost or refused (sent again, first, with its id: see
         #: _settle), as (call id, keys, args, number of items, of acks, of events)
         self._uncertain: tuple[str, list[str], list[Any], int, int, int] | None = None
+        #: the dedup keys of the last admission call built (Dedup.call_keys): a pop pipelined
+        #: after it checks them too
+        self._call_extra: list[str] = []
         #: the epoch this frontier's calls carry (lua/epoch.lua): the run a node joined
         #: (crawlplug.frontier.runs); "" checks nothing (operator tools, tests)
         self.epoch = str(epoch)
@@ -104,24 +107,35 @@ class Frontier:
         ]  # fmt: skip
 
     # -- admission and leasing ---------------------------------------------
-    def _admit_keys(self) -> list[str]:
+    def _admit_keys(self, extra: Sequence[str]) -> list[str]:
         k = self.keys
         return [
             self.dedup.seen_key(k), k.queue, k.requests, k.seq, k.leases, k.leased, k.deliveries, k.stats,
-            *k.domain_keys(), k.series, k.reply(self.node_id), *self.dedup.extra_keys(k), k.epoch,
+            *k.domain_keys(), k.series, k.reply(self.node_id), *extra, k.epoch,
         ]  # fmt: skip
 
     def _admit_args(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = (),
-        call: str = "",
+        call: str = "", dedup_args: Sequence[bytes] | None = None,
     ) -> list[Any]:  # fmt: skip
+        """The admission's ARGV; ``dedup_args``: the items' dedup arguments as the call takes
+        them (Dedup.call_keys), else :meth:`_dedup_keys`'s."""
+        if dedup_args is None:
+            dedup_args = self._dedup_keys([item[0] for item in items])[1]
         args: list[Any] = [self.dedup.mode, self.node_id, self.dedup.param(), call, len(acks), *acks, len(events)]
         for lease_id, kind in events:
             args += [lease_id, kind]
-        for item in items:
-            args += [item[0], item[1], item[2], item[3] if len(item) > 3 else ""]
+        for item, darg in zip(items, dedup_args):
+            args += [darg, item[1], item[2], item[3] if len(item) > 3 else ""]
         args.append(self.epoch)
         return args
+
+    def _dedup_keys(self, arguments: Sequence[bytes]) -> tuple[list[str], list[bytes]]:
+        """The dedup keys a call with ``arguments`` passes after the dedup state's, and the
+        arguments it sends (Dedup.call_keys); remembered for a pop pipelined after it."""
+        extra, out = self.dedup.call_keys(self.keys, arguments)
+        self._call_extra = extra
+        return extra, out
 
     def _result(self, raw: Sequence[Any]) -> AdmitResult | str | None:
         """The script's answer: a result, None to call again (Bloom filter grew
@@ -195,7 +209,8 @@ class Frontier:
     def seen_call(self, args: Sequence[bytes]) -> tuple[str, list[str], list[Any]]:
         """The ``seen.lua`` call of :meth:`record_seen` (a sharded crawl sends its shards' at once)."""
         d, k = self.dedup, self.keys
-        return ("seen", [d.seen_key(k), *d.extra_keys(k)], [d.mode, d.param(), *args])
+        extra, out = self._dedup_keys(args)
+        return ("seen", [d.seen_key(k), *extra], [d.mode, d.param(), *out])
 
     def pop(self, n: int) -> list[Leased]:
         """Lease up to ``n`` requests to this node."""
@@ -208,7 +223,7 @@ class Frontier:
         """A pop pipelined after an admission: it checks the admission's own keys too
         (pop.lua), so a corrupt key refuses both calls and the pair changes nothing."""
         k = self.keys
-        keys = [*self._pop_keys[:-2], self.dedup.seen_key(k), k.seq, k.series, *self.dedup.extra_keys(k), k.run,
+        keys = [*self._pop_keys[:-2], self.dedup.seen_key(k), k.seq, k.series, *self._call_extra, k.run,
                 k.epoch]  # fmt: skip
         args = [*self._pop_args(n)[:-1], self.dedup.mode, self.dedup.param(), self.epoch]
         return ("pop", keys, args)
@@ -217,7 +232,8 @@ class Frontier:
     def admit_call(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = ()
     ) -> tuple[str, list[str], list[Any]]:
-        return ("admit", self._admit_keys(), self._admit_args(items, acks, events, self._call_id()))
+        extra, dedup_args = self._dedup_keys([item[0] for item in items])
+        return ("admit", self._admit_keys(extra), self._admit_args(items, acks, events, self._call_id(), dedup_args))
 
     # -- admissions whose reply was lost ------------------------------------------
     # admit.lua answers a call sent again with its id (the connection reset after the
@@ -609,15 +625,17 @@ class Frontier:
         pipe.llen(k.dead)
         pipe.hgetall(k.stats)
         pipe.zrange(k.nodes, 0, -1, withscores=True)
-        names = [k.queue, k.dq, k.start_urls, k.domains, k.leases, k.seen, k.dead, k.stats, k.nodes]
+        pipe.hgetall(k.key("fph"))  # the compact store (fphash): its generations' counts
+        names = [k.queue, k.dq, k.start_urls, k.domains, k.leases, k.seen, k.dead, k.stats, k.nodes, k.key("fph")]
         raw = pipe.execute(raise_on_error=False)
         # a key of the wrong type (written by hand) is reported, not raised: status is
         # what an operator runs to find out what is wrong
         corrupt = {name: str(value) for name, value in zip(names, raw) if isinstance(value, redis.ResponseError)}
-        queued, dqueued, starts, domains, leased, seen, dead, stats, nodes = (
-            ({} if i == 7 else [] if i == 8 else 0) if isinstance(value, redis.ResponseError) else value
+        queued, dqueued, starts, domains, leased, seen, dead, stats, nodes, hashed = (
+            ({} if i in (7, 9) else [] if i == 8 else 0) if isinstance(value, redis.ResponseError) else value
             for i, value in enumerate(raw)
         )
+        seen += sum(_int(v) for f, v in hashed.items() if text(f).startswith("count:"))
         return {
             "corrupt": corrupt,
             "queued": queued + dqueued,
@@ -636,10 +654,10 @@ class Frontier:
     def purge(self) -> int:
         """Delete every key of this crawl; returns how many were deleted."""
         names = [self.keys.key(n) for n in NAMES] + self.dedup.state_keys(self.keys)
-        for pattern in ("node:*", "reply:*", "bloom*", "seen*", "start_urls:*"):  # start_urls:*: its lanes
+        for pattern in ("node:*", "reply:*", "bloom*", "seen*", "fph*", "start_urls:*"):  # start_urls:*: its lanes
             names += [text(x) for x in self.client.scan_iter(match=f"{self.keys.tag}:{pattern}", count=1000)]
         names = list(dict.fromkeys(names))
-        return int(self.client.delete(*names)) if names else 0
+        return sum(int(self.client.delete(*names[i:i + 1000])) for i in range(0, len(names), 1000))
 
 
 def _dedup(dedup: str | Dedup) -> Dedup:
@@ -647,6 +665,10 @@ def _dedup(dedup: str | Dedup) -> Dedup:
         return dedup
     if dedup == "set":
         return SetDedup()
+    if dedup == "hash":
+        from .fphash import HashDedup, HashSpec  # noqa: PLC0415 - fphash builds on this module's Dedup
+
+        return HashDedup(HashSpec.for_capacity(1_000_000))
     if dedup == "none":
         return Dedup()
     raise ValueError(f"unknown dedup mode {dedup!r}; pass a crawlplug.frontier.dedup strategy")

@@ -5,7 +5,8 @@
 --
 -- KEYS[1] seen        the dedup state: set (mode "set"), zset fingerprint ->
 --                     expiry ms (mode "ttl"), the Bloom filter's spec hash
---                     (mode "bloom"), a native Bloom filter (mode "bf")
+--                     (mode "bloom"), a native Bloom filter (mode "bf"), the
+--                     compact store's hash of generations (mode "hash")
 -- KEYS[2] queue       zset  request id -> score
 -- KEYS[3] requests    hash  request id -> payload
 -- KEYS[4] seq         str   last request id
@@ -25,14 +26,16 @@
 -- KEYS[15..]          mode "bloom" only, per filter (newest generation first):
 --                     its hash of layer counts, then the bit strings of every
 --                     layer the caller knows (plus one spare layer for the
---                     current filter), chunk by chunk
+--                     current filter), chunk by chunk; mode "hash": the bucket
+--                     hashes the batch's fingerprints fall in, each once (dedup.lua)
 -- KEYS[last] epoch     str   the part's epoch (epoch.lua)
--- ARGV[1] dedup mode: "set", "ttl", "bloom", "bf" or "none" (every request admitted)
+-- ARGV[1] dedup mode: "set", "hash", "ttl", "bloom", "bf" or "none" (every request admitted)
 -- ARGV[2] node id of the caller
 -- ARGV[3] mode parameter: "ttl": default time-to-live (ms); "bf": "<error
 --         rate> <capacity>"; "bloom": lines, first "<generation window ms,
 --         0 = none> <generation expected> <key expiry ms, 0 = none>", then per
---         filter "<m>,<k>,<capacity>,<chunks>,<chunk bits>;..." for its layers
+--         filter "<m>,<k>,<capacity>,<chunks>,<chunk bits>;..." for its layers;
+--         "hash": "<G> <bucketing>;<strip>,<capacity>;..." per generation (dedup.lua)
 -- ARGV[4] call id ("" = none): names this exact call, so that a call sent again
 --         after its reply was lost (the connection reset after the script ran)
 --         answers the reply it had, doing nothing twice: a call with the id of
@@ -45,13 +48,17 @@
 -- then, per request, four arguments: dedup key ("" = dont_filter), score,
 -- payload (an empty payload only records the fingerprint: a dupefilter used
 -- on its own), domain ("" = the plain queue, else the per-domain queue). The dedup key is the raw fingerprint ("set"), "<ttl ms>:<raw
--- fingerprint>" ("ttl", ttl "" = default) or "<h1>,<h2>,<h3>" ("bloom").
+-- fingerprint>" ("ttl", ttl "" = default), "<h1>,<h2>,<h3>" ("bloom") or, per
+-- generation, two bytes naming its bucket key among KEYS[15..], then the raw
+-- fingerprint ("hash").
 -- ARGV[last] the caller's epoch (epoch.lua)
 -- Returns {flags, acked, stale, state} (acked: requests, start entries not counted): flags has one char per request, "1"
 -- admitted, "0" filtered as a duplicate, "c" refused by its domain's page cap
 -- (its fingerprint is not recorded: a raised cap, or the next run, admits it); stale counts acks of leases this
 -- node no longer held; state is, for mode "bloom", the layer count of each
--- filter passed ("3,2,2"). Mode "bloom" may instead answer, changing nothing:
+-- filter passed ("3,2,2"), for mode "hash" the generation count. Mode "hash" may
+-- instead answer {"STALE", generations}, changing nothing, when the caller's
+-- generation count is not Redis's. Mode "bloom" may instead answer, changing nothing:
 -- {"STALE", state} when another node grew a filter beyond the layers the
 -- caller passed, or {"STALE_GEN", generation} when the caller's generation is
 -- not Redis's current one: call again knowing that. It returns {"PARTIAL",
@@ -142,7 +149,7 @@ do
     for _, key in ipairs({D.dq, D.domains}) do spec[#spec + 1] = {key, "zset"} end
     for _, key in ipairs({D.state, D.conf}) do spec[#spec + 1] = {key, "hash"} end
   end
-  local refused = guard(dedup_spec(spec, mode, seen, param, 15)) or guard_bloom_meta(spec)
+  local refused = guard(dedup_spec(spec, mode, seen, param, 15, #KEYS - 1)) or guard_bloom_meta(spec)
   if refused then return refused end
   if not reserve_ids() then return refused_kind(requests, "hash") end
   refused = guard({{requests, "hash"}}) -- a batch with no request to store: checked alone
@@ -294,8 +301,7 @@ if acked > 0 or admitted > 0 then
   -- over the time it actually ran (crawlplug.ops.status.rates); an idle minute starts a new one
   add_to_series(KEYS[13], bucket, acked, admitted, dq_now)
 end
-local state = ""
-if mode == "bloom" then state = bloom_counts() end
+local state = dedup_finish() -- dedup.lua: what the caller learns (Bloom layers, "hash" generations)
 if partial then
   return answer({"PARTIAL", table.concat(flags), state})
 end

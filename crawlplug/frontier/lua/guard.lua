@@ -89,9 +89,13 @@ end
 
 -- the dedup keys of an admission: KEYS[seen_index] and, for mode "bloom", each
 -- filter's hash of layer counts and its bit strings from KEYS[first_extra] on
--- (the layout of admit.lua's ARGV[3]); appended to spec
-local function dedup_spec(spec, mode, seen, param, first_extra)
-  if mode == "set" then
+-- (the layout of admit.lua's ARGV[3]); for mode "hash", the store's hash and the
+-- bucket hashes KEYS[first_extra..last_extra] (none when last_extra is nil); appended to spec
+local function dedup_spec(spec, mode, seen, param, first_extra, last_extra)
+  if mode == "hash" then
+    spec[#spec + 1] = {seen, "hash", store = true}
+    for key = first_extra, last_extra or 0 do spec[#spec + 1] = {KEYS[key], "hash"} end
+  elseif mode == "set" then
     spec[#spec + 1] = {seen, "set"}
   elseif mode == "ttl" then
     spec[#spec + 1] = {seen, "zset"}
@@ -118,9 +122,20 @@ local function dedup_spec(spec, mode, seen, param, first_extra)
   return spec
 end
 
--- a Bloom filter's layer counts ("layers", "count:<n>") must be integers
+-- a Bloom filter's layer counts ("layers", "count:<n>"), and mode "hash"'s generation
+-- count and its newest generation's count ("gens", "count:<gens>"), must be integers
 local function guard_bloom_meta(spec)
   for _, item in ipairs(spec) do
+    if item.store then
+      local gens = redis.call("HGET", item[1], "gens")
+      if gens and not is_integer(gens) then
+        return corrupt_reply(item[1], "field gens holds " .. shown(gens) .. ", not an integer")
+      end
+      local count = redis.call("HGET", item[1], "count:" .. (gens or "1"))
+      if count and not is_integer(count) then
+        return corrupt_reply(item[1], "field count:" .. (gens or "1") .. " holds " .. shown(count) .. ", not an integer")
+      end
+    end
     if item.meta then
       local layers = redis.call("HGET", item[1], "layers")
       if layers and not is_integer(layers) then

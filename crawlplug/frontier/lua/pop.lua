@@ -65,7 +65,7 @@ do
   if NARGV >= 6 then -- an admission's mode and parameter come before the epoch
     spec[#spec + 1] = {KEYS[12], "int"}
     spec[#spec + 1] = {KEYS[13], "any"} -- the series: a statistic, started again if need be (admit.lua)
-    dedup_spec(spec, ARGV[5], KEYS[11], ARGV[6], 14)
+    dedup_spec(spec, ARGV[5], KEYS[11], ARGV[6], 14, #KEYS - 2)
   end
   local refused = guard(spec) or guard_bloom_meta(spec)
   if refused then return refused end

@@ -11,12 +11,15 @@
 -- KEYS[2..]           mode "bloom" only, per filter (newest generation first): its
 --                     hash of layer counts, then the bit strings of every layer the
 --                     caller knows (plus one spare layer for the current filter),
---                     as admit.lua's KEYS[15..]
--- ARGV[1] dedup mode: "set", "ttl", "bloom" or "bf"
+--                     as admit.lua's KEYS[15..]; mode "hash": the bucket hashes of
+--                     the fingerprints passed, each once
+--                     (the compact store's hash of generations is KEYS[1])
+-- ARGV[1] dedup mode: "set", "hash", "ttl", "bloom" or "bf"
 -- ARGV[2] mode parameter, as admit.lua's ARGV[3]
 -- ARGV[3..] one dedup key per request, as admit.lua's: the raw fingerprint
 --         ("set", "bf"), "<ttl ms>:<raw fingerprint>" ("ttl", ttl "" = the
---         default), "<h1>,<h2>,<h3>" ("bloom")
+--         default), "<h1>,<h2>,<h3>" ("bloom"), bucket indexes then the raw
+--         fingerprint ("hash", as admit.lua's)
 -- Returns {flags, 0, 0, state}, admit.lua's shape: flags has one char per dedup
 -- key, "1" new (and now recorded), "0" seen before; state is, for mode "bloom",
 -- the layer count of each filter passed. Mode "bloom" may instead answer, as
@@ -35,14 +38,14 @@ local first = 3 -- ARGV[first..]: the dedup keys
 
 -- ---- all or nothing (guard.lua): every key checked before the first write ----
 do
-  local spec = dedup_spec({}, mode, seen, param, 2)
+  local spec = dedup_spec({}, mode, seen, param, 2, #KEYS)
   local refused = guard(spec) or guard_bloom_meta(spec)
   if refused then return refused end
 end
 -- ---- end of the checks ----
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
-if mode ~= "set" and mode ~= "bf" and mode ~= "ttl" and mode ~= "bloom" then
+if mode ~= "set" and mode ~= "hash" and mode ~= "bf" and mode ~= "ttl" and mode ~= "bloom" then
   return redis.error_reply("seen.lua: unknown dedup mode " .. tostring(mode))
 end
 do -- the dedup mode's state, as admit.lua gets it ready (dedup.lua; Bloom keys from KEYS[2])
@@ -59,6 +62,5 @@ for i = first, #ARGV do
   end
   flags[#flags + 1] = tostring(new)
 end
-local state = ""
-if mode == "bloom" then state = bloom_counts() end
+local state = dedup_finish()
 return {table.concat(flags), 0, 0, state}

@@ -19,7 +19,8 @@ without it: a truncated file is never taken for a whole one)::
     {"type": "seed", "id": "...", "spec": "{...}", "due": 1748779200000 | null}
     {"type": "dconf" | "dstate" | "stats" | "crawlstats" | "run" | "runs", "fields": [[field, value], ...]}
     {"type": "domain", "domain": "example.com", "next": <ms> | null}   the per-domain schedule
-    {"type": "seen", "hex": ["<40 hex digits>", ...]}             set dedup, up to 1000 per line
+    {"type": "seen", "hex": ["<40 hex digits>", ...]}             set dedup, up to 1000 per line; the
+                                                                  compact store's add "hash_spec": its bucketing
     {"type": "seen_ttl", "entries": [["<hex>", <expiry ms>], ...]}  expiring dedup
     {"type": "bloom", "key": "bloom:1:0", "kind": "string", "size": <bytes>, "expire_at": <ms> | null}
     {"type": "bloom_chunk", "key": "bloom:1:0", "offset": <bytes>, "data": "<base64>"}

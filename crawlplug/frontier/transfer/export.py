@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 import redis
 
+from ..fphash import iter_fingerprints
 from ..keys import CrawlKeys
 from ..layout import parts
 from ..store import rank_of, redis_ms, text
@@ -47,7 +48,7 @@ def _crawl_key_names(client: redis.Redis, keys: CrawlKeys) -> list[str]:
 def _not_exported(names: list[str]) -> list[str]:
     out = set()
     for name in names:
-        if name in _EXPORTED or name in _LOCAL or name == "bloom" or name.startswith("bloom:"):
+        if name in _EXPORTED or name in _LOCAL or name.startswith(("bloom", "fph")):
             continue
         out.add(f"{name.split(':', 1)[0]}:*" if name.startswith(("node:", "reply:", "job:", "hist:", "runstats:"))
                 else name)  # fmt: skip
@@ -64,6 +65,8 @@ def _dedup_mode(client: redis.Redis, keys: CrawlKeys) -> str:
         return "ttl"
     if client.exists(keys.seen):
         return "set"
+    if client.exists(keys.key("fph")):
+        return "hash"
     return "none"
 
 
@@ -225,6 +228,12 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
     # dedup state
     for batch in _batches(client.sscan_iter(keys.seen, count=BATCH)):
         w.write({"type": "seen", "hex": [fp.hex() for fp in batch]})
+        counts["fingerprints"] += len(batch)
+    # the compact store (crawlplug.frontier.fphash): its fingerprints whole, as "seen" records
+    # with its bucketing (an import records them in the compact store again)
+    spec = client.hget(keys.key("fph"), "spec")
+    for batch in iter_fingerprints(client, keys, BATCH):
+        w.write({"type": "seen", "hex": [fp.hex() for fp in batch], "hash_spec": text(spec)})
         counts["fingerprints"] += len(batch)
     for batch in _batches(client.zscan_iter(keys.key("seen_ttl"), count=BATCH)):
         live = [[fp.hex(), int(expiry)] for fp, expiry in batch if expiry > now]  # expired ones are forgotten

@@ -21,8 +21,10 @@ from ...errors import TransferError
 from .. import runs
 from ..dedup import has_native_bloom
 from ..domains import Domains
+from ..fphash import STORE_FIELD, HashDedup, HashSpec, bind_hash_parts
 from ..keys import CrawlKeys
 from ..layout import claim_shards
+from ..single import Frontier
 from ..store import text
 from .common import BATCH, FORMAT, VERSION, _b64, _batches, _dec, _short
 
@@ -149,6 +151,11 @@ def _check(record: Any, plan: _Plan) -> None:
     elif kind == "seen":
         for i, fp in enumerate(_need(record, "hex", list)):
             _hex(fp, f"fingerprint {i}")
+        if "hash_spec" in record:  # the compact store's (crawlplug.frontier.fphash)
+            try:
+                HashSpec.parse(_need(record, "hash_spec", str))
+            except ValueError:
+                raise ValueError(f"hash_spec {record['hash_spec']!r} is not bits:fill:growth") from None
     elif kind == "seen_ttl":
         for i, entry in enumerate(_need(record, "entries", list)):
             if not isinstance(entry, list) or len(entry) != 2:
@@ -381,6 +388,13 @@ def _write(client: redis.Redis, keys: CrawlKeys, plan: _Plan, spool: IO[str]) ->
                 counts[kind] += len(pairs)
         elif kind == "domain":
             schedule.setdefault(part, {})[record["domain"]] = record.get("next")
+        elif kind == "seen" and record["hex"] and "hash_spec" in record:
+            # the compact store: recorded as admission records them (seen.lua), and the crawl told to keep it
+            store = Frontier(client, cur, dedup=HashDedup(HashSpec.parse(record["hash_spec"])))
+            bind_hash_parts(store, HashSpec.parse(record["hash_spec"]))
+            store.record_seen([(bytes.fromhex(x), "") for x in record["hex"]])
+            client.hset(keys.base.meta, STORE_FIELD, "hash")
+            counts["fingerprints"] += len(record["hex"])
         elif kind == "seen" and record["hex"]:
             pipe.sadd(cur.seen, *[bytes.fromhex(x) for x in record["hex"]])
             counts["fingerprints"] += len(record["hex"])
