@@ -18,6 +18,7 @@ SCRIPT_ONLY = {"sadd", "incr", "hset", "hget", "hdel", "zadd", "zrem", "zrange",
                "get",  # guard.lua's integer checks, and the epoch guard of every node script (lua/epoch.lua)
                "set",  # admit.lua keeps the node's last reply (its replay guard)
                "hmget", "hexists",  # guard.lua's counter checks, heartbeat.lua's switches
+               "hsetnx",  # the compact exact store records a fingerprint in its bucket (dedup.lua)
                "hgetall", "llen", "hkeys"}  # fmt: skip  (join.lua, finish.lua, idle.lua)
 
 
