@@ -134,21 +134,14 @@ do
     ack_infos = checked_hmget(leased, ARGV, acks_at + 1, acks_at + nacks)
     if not ack_infos then return refused_kind(leased, "hash") end
   end
-  -- the per-domain queue's keys are checked when the call touches them: a request with a
-  -- domain, a lease event, an ack of a per-domain lease (a plain queue's call never does)
-  local domains_used = nevents > 0
-  for a = 1, nacks do
-    if ack_infos[a] and select(4, lease_info(ack_infos[a])) ~= "" then domains_used = true end
-  end
-  for j = first_item + 3, NARGV, 4 do
-    if ARGV[j] ~= "" and ARGV[j - 1] ~= "" then domains_used = true end
-  end
+  -- the per-domain queue's keys are checked by every call, also one that touches none of
+  -- them: a pop of the same part sent after it in one pipeline (a sharded crawl's
+  -- admit-and-pop) checks them, and the part's share of a call refused there must not
+  -- have been written by its admission
   local spec = {{seq, "int"}, {queue, "zset"}, {leases, "zset"}, {leased, "hash"}, {deliveries, "hash"},
                 {stats, "counters"}, {KEYS[13], "any"}}
-  if domains_used then
-    for _, key in ipairs({D.dq, D.domains}) do spec[#spec + 1] = {key, "zset"} end
-    for _, key in ipairs({D.state, D.conf}) do spec[#spec + 1] = {key, "hash"} end
-  end
+  for _, key in ipairs({D.dq, D.domains}) do spec[#spec + 1] = {key, "zset"} end
+  for _, key in ipairs({D.state, D.conf}) do spec[#spec + 1] = {key, "hash"} end
   local refused = guard(dedup_spec(spec, mode, seen, param, 15, #KEYS - 1)) or guard_bloom_meta(spec)
   if refused then return refused end
   if not reserve_ids() then return refused_kind(requests, "hash") end

@@ -63,6 +63,11 @@ do
   -- them before its first write (the run's too, below): a pop that takes nothing writes
   -- nothing, and one that takes something read them first
   if NARGV >= 6 then -- an admission's mode and parameter come before the epoch
+    -- what that admission checks, this pop checks too: one refuses with the other
+    if order ~= "domain" then
+      for _, key in ipairs({D.dq, D.domains}) do spec[#spec + 1] = {key, "zset"} end
+      for _, key in ipairs({D.state, D.conf}) do spec[#spec + 1] = {key, "hash"} end
+    end
     spec[#spec + 1] = {KEYS[12], "int"}
     spec[#spec + 1] = {KEYS[13], "any"} -- the series: a statistic, started again if need be (admit.lua)
     dedup_spec(spec, ARGV[5], KEYS[11], ARGV[6], 14, #KEYS - 2)
