@@ -193,7 +193,9 @@ def test_scrapy_delay_a_project_sets_holds_for_the_crawl(crawl, redis_url, tmp_p
     """a2. What `scrapy startproject` writes, DOWNLOAD_DELAY and CONCURRENT_REQUESTS_PER_DOMAIN, with
     no crawlplug setting: three nodes, and the site sees the delay the project set."""
     host = loopback_hosts(1)[0]
-    with PoliteSite({host: HostSite(pages=12, latency=0.05)}) as site:
+    # 24 pages at 0.5 s: a crawl of 12 s, so that nodes started late on a loaded machine
+    # still find work (with 12 pages one node once crawled them all before the others began)
+    with PoliteSite({host: HostSite(pages=24, latency=0.05)}) as site:
         project = {"DOWNLOAD_DELAY": 0.5, "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
                    "RANDOMIZE_DOWNLOAD_DELAY": True}  # Scrapy's default: each node's own jitter must not show  # fmt: skip
         nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=3, crawl_id="project-delay", settings=project)
