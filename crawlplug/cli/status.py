@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..frontier import registry, runs
-from ..frontier.fphash import STORE_FIELD, hash_info
+from ..frontier.fphash import store_info
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_frontier
 from ..frontier.store import redis_ms
@@ -295,11 +295,7 @@ def dedup_info(redis_url: str | None, crawl: str | None, as_json: bool) -> None:
     keys = crawl_keys(opts)
     target = connect(opts)
     frontier = open_frontier(target.client, keys)
-    store = target.client.hget(keys.meta, STORE_FIELD)
-    if store == b"hash" or any(target.client.exists(p.keys.key("fph")) for p in frontier.dedup_parts()):
-        info = hash_info(frontier)
-    else:
-        info = {"store": "set", "fingerprints": sum(int(target.client.scard(p.keys.seen)) for p in frontier.dedup_parts())}
+    info = store_info(frontier)
     if as_json:
         click.echo(json.dumps(info))
         return

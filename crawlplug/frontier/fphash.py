@@ -167,7 +167,7 @@ def _bucket_names(client: Any, keys: CrawlKeys) -> list[str]:
 def choose_store(frontier: Any, wanted: str, spec: HashSpec) -> None:
     """Give every part of ``frontier`` the exact store its crawl uses: the one recorded in
     the crawl's ``meta`` hash; else, for a crawl whose fingerprint set (``seen``) exists,
-    the set (said in one log line: ``crawlplug migrate-seen`` moves it); else ``wanted``.
+    the set (said in one log line: ``crawlplug migrate seen-to-hash`` moves it); else ``wanted``.
     The choice is recorded, so a crawl is never split across two stores, and kept across
     runs. The compact store's bucketing is the one its crawl recorded (a node configured
     with another capacity follows it, saying so: any bucketing is exact, only all nodes
@@ -184,7 +184,7 @@ def choose_store(frontier: Any, wanted: str, spec: HashSpec) -> None:
         recorded = client.hget(base.meta, STORE_FIELD)
         if legacy and text(recorded) == "set" and wanted == "hash":
             logger.info("crawlplug: crawl %r keeps its fingerprint set (%d fingerprints in `seen`): "
-                        "`crawlplug migrate-seen %s` moves it into the compact store (about a third of the memory)",
+                        "`crawlplug --crawl %s migrate seen-to-hash` moves it into the compact store (a third of the memory)",
                         base.crawl, sum(int(p.client.scard(p.keys.seen)) for p in legacy), base.crawl)  # fmt: skip
     store = text(recorded)
     if store not in STORES:
@@ -375,3 +375,13 @@ def _chunks(values: Any, size: int) -> Any:
             chunk = []
     if chunk:
         yield chunk
+
+
+def store_info(frontier: Any) -> dict[str, Any]:
+    """What the crawl's exact fingerprint store holds (``crawlplug dedup-info``): the compact
+    store's buckets (:func:`hash_info`), or the set's size, whichever store the crawl has."""
+    parts = frontier.dedup_parts()
+    client, base = parts[0].client, parts[0].keys.base
+    if client.hget(base.meta, STORE_FIELD) == b"hash" or any(p.client.exists(p.keys.key("fph")) for p in parts):
+        return hash_info(frontier)
+    return {"store": "set", "fingerprints": sum(int(p.client.scard(p.keys.seen)) for p in parts)}
