@@ -8,13 +8,13 @@
 -- (admit.lua's ARGV[3]) and their keys from KEYS[first_key]; bloom_start() reads
 -- the current layer's count; bloom_add(dkey) checks and records one URL;
 -- bloom_counts() is what the caller learns back (each filter's layer count).
--- Uses redis_now_ms (leases.lua) and add_to_field (guard.lua).
+-- Uses redis_now_ms (leases.lua).
 
 -- -- Bloom filter -------------------------------------------------------------
 -- The Bloom state is a list of filters, newest first: one filter, or one per
 -- generation (time window) when the filter forgets. Each filter is a chain of
 -- layers. Only the current (first) filter is written to and may grow.
-local B = {window = 0, expire_ms = 0, filters = {}, current_count = 0}
+local B = {window = 0, expire_ms = 0, filters = {}, current_count = 0, added = 0}
 
 -- returns nil when ready, or the reply telling the caller to call again
 local function bloom_setup(param, first_key)
@@ -53,11 +53,6 @@ local function bloom_setup(param, first_key)
   return nil
 end
 
-local function bloom_counts()
-  local counts = {}
-  for f, filter in ipairs(B.filters) do counts[f] = filter.n end
-  return table.concat(counts, ",")
-end
 
 local function bloom_create(filter, index)
   local layer = filter.layers[index]
@@ -91,6 +86,24 @@ end
 local function getbit(key, offset) return redis.call("GETBIT", key, offset) == 1 end
 local function setbit(key, offset) redis.call("SETBIT", key, offset, 1) return true end
 
+-- the current layer's count is kept here during a call (B.current_count, B.added new
+-- since it was read) and written once: when the layer fills and the next is chained,
+-- and in bloom_counts, the last thing a call asks
+local function bloom_flush()
+  if B.added > 0 then
+    local current = B.filters[1]
+    redis.call("HSET", current.meta, "count:" .. current.n, B.current_count)
+    B.added = 0
+  end
+end
+
+local function bloom_counts()
+  bloom_flush()
+  local counts = {}
+  for f, filter in ipairs(B.filters) do counts[f] = filter.n end
+  return table.concat(counts, ",")
+end
+
 -- Make sure the current layer has room; false if it is full and the caller
 -- passed no spare layer to chain (the batch is then cut here: see PARTIAL).
 local function bloom_room()
@@ -101,6 +114,7 @@ local function bloom_room()
   end
   if B.current_count >= filter.layers[filter.n].cap then
     if filter.n >= #filter.layers then return false end
+    bloom_flush() -- the full layer's count, before the next is chained
     bloom_create(filter, filter.n + 1)
     B.current_count = 0
   end
@@ -120,7 +134,8 @@ local function bloom_add(dkey)
   if not bloom_room() then return nil end
   local current = B.filters[1]
   bloom_bits(current.layers[current.n], h1, h2, h3, setbit)
-  B.current_count = add_to_field(current.meta, "count:" .. current.n, 1)
+  B.current_count = B.current_count + 1
+  B.added = B.added + 1
   return 1
 end
 
@@ -128,5 +143,6 @@ end
 local function bloom_start()
   local current = B.filters[1]
   B.current_count = tonumber(redis.call("HGET", current.meta, "count:" .. current.n) or "0")
+  B.added = 0
 end
 
