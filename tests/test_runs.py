@@ -111,12 +111,14 @@ def test_an_incremental_crawl_keeps_its_fingerprints_across_runs(crawl, make_sho
 
 def test_a_node_started_during_the_idle_grace_joins_that_run_and_finishes_with_it(crawl, make_shop, redis_url):
     shop = make_shop(items=40)
-    settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 6}
+    # the late node must be up and registered before the first one's grace ends: a node takes
+    # 3-5 s to start on a loaded 2-core machine (a grace of 6 s failed under a load of 7)
+    settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 14}
     first = crawl(args={"base_url": shop.url}, settings=settings)
     _wait_for(lambda: set(shop.hits) == shop.shop.paths(), "the first node to fetch every page", nodes=[first])
     _wait_for(lambda: runs.totals(redis.Redis.from_url(redis_url), [SHOP])["pages"] == len(shop.shop.paths()),
               "every page acknowledged", nodes=[first])  # fmt: skip
-    time.sleep(1)  # well into the 6 s idle grace
+    time.sleep(1)  # well into the 14 s idle grace
     late = crawl(args={"base_url": shop.url}, settings=settings)
     _wait_ok(first, late)
     assert "joining run 1 of crawl 'shop'" in _run_line(late)
