@@ -15,7 +15,10 @@ import redis
 
 from crawlplug.errors import CorruptKey, StaleEpoch
 from crawlplug.frontier import control, runs
+from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.frontier.control import Limits
+from crawlplug.frontier.dedup import BloomDedup
+from crawlplug.frontier.fphash import HashDedup, HashSpec
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue, FifoQueue
@@ -67,6 +70,25 @@ class SentTwice:
             return self.replies[-1]
 
         return twice
+
+
+class Recorded:
+    """A Frontier's scripts, recording the raw replies of its admit.lua calls."""
+
+    def __init__(self, scripts: Any) -> None:
+        self._scripts = scripts
+        self.replies: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._scripts, name)
+        if name != "admit":
+            return target
+
+        def recorded(*, keys: Any, args: Any) -> Any:
+            self.replies.append(target(keys=keys, args=args))
+            return self.replies[-1]
+
+        return recorded
 
 
 def test_one_script_call_admits_acks_and_pops(r):
@@ -188,3 +210,45 @@ def test_a_domain_pop_in_the_call_reports_its_events_and_next_ready_time(r):
     assert result.flags == "1"
     assert [(x.payload, x.report) for x in leased] == [(payload(3), "sr")], "a.example waits on its delay"
     assert 0 < f.next_ready_ms <= 60000
+
+
+def _fresh(f: Frontier, n: int, salt: str) -> list[tuple[bytes, float, bytes]]:
+    return [(f.dedup.argument(fp(f"{salt}{i}")), 0.0, payload(f"{salt}{i}")) for i in range(n)]
+
+
+@pytest.mark.parametrize("store", ["bloom", "hash"])
+def test_an_admission_told_to_call_again_admits_the_rest_and_then_pops(r, store):
+    """A node that does not know the Bloom filter's layers or the compact store's
+    generations another node grew: the call answers STALE having changed nothing and
+    leased nothing; the Frontier admits the batch again, then pops."""
+    def node(name: str) -> Frontier:
+        dedup = BloomDedup(BloomSpec(50, 0.01)) if store == "bloom" else HashDedup(HashSpec(bits=1))
+        return Frontier(r, K, node_id=name, dedup=dedup, queue=FifoQueue)
+
+    a, b = node("a"), node("b")  # b bound before anything grew
+    for i in range(0, 700, 100):
+        a.admit(_fresh(a, 100, f"a{i}-"))
+    (parent,) = b.pop(1)
+    spy = Recorded(b.scripts)
+    b.scripts = spy
+    enqueued = stats(r)["enqueued"]
+    result, leased = b.admit_and_pop(_fresh(b, 3, "b") + _fresh(b, 1, "a0-"), [parent.id], 4)
+    assert spy.replies[0][0][0] == b"STALE" and len(spy.replies[0]) == 1, "told to call again, nothing leased"
+    assert (result.flags, result.acked, result.stale) == ("1110", 1, 0)
+    assert len(leased) == 4 and stats(r)["enqueued"] == enqueued + 3 and stats(r)["acked"] == 1
+    assert stats(r)["leased"] == 5, "the parent, and the pop after the batch was admitted"
+
+
+def test_a_bloom_batch_that_needs_two_new_layers_is_finished_and_then_pops(r):
+    """PARTIAL: the first call stores the requests its flags cover and no ack; the rest
+    of the batch goes with the acks, then the pop."""
+    f = Frontier(r, K, node_id="a", dedup=BloomDedup(BloomSpec(50, 0.01)), queue=FifoQueue)
+    f.admit(_fresh(f, 1, "parent"))
+    (parent,) = f.pop(1)
+    spy = Recorded(f.scripts)
+    f.scripts = spy
+    result, leased = f.admit_and_pop(_fresh(f, 400, "batch"), [parent.id], 10)
+    assert spy.replies[0][0][0] == b"PARTIAL" and len(spy.replies[0]) == 1
+    assert len(result.flags) == 400 and result.flags.count("1") >= 390 and result.acked == 1
+    assert stats(r)["enqueued"] == 1 + result.flags.count("1") and stats(r)["acked"] == 1
+    assert len(leased) == 10 and stats(r)["leased"] == 11

@@ -15,9 +15,10 @@
 -- ARGV[4] "min" (lowest score first), "max" (highest score first) or
 --         "domain" (the per-domain queue: ready domains, earliest first)
 -- ARGV[5], ARGV[6] (optional) the dedup mode and parameter of an admission
---         pipelined just before this pop (Frontier.admit_and_pop), whose dedup
+--         pipelined just before this pop (a sharded crawl's admit-and-pop, per shard:
+--         crawlplug.frontier.sharded; one part's is one admit.lua call with its pop), whose dedup
 --         keys, seq and series are then KEYS[11], KEYS[12], KEYS[13] and
---         KEYS[14..] (admit.lua's KEYS[1], [4], [13], [14..]): they are checked
+--         KEYS[14..] (admit.lua's KEYS[1], [4], [13], [16..]): they are checked
 --         too, so that a corrupt key that makes the admission refuse makes the
 --         pop refuse as well, and the call changes nothing
 -- KEYS[last - 1] run  hash  the current run (crawlplug.frontier.runs): a run ended by a
