@@ -44,7 +44,8 @@
 --         after its reply was lost (the connection reset after the script ran)
 --         answers the reply it had, doing nothing twice: a call with the id of
 --         the reply in KEYS[14] returns that reply. The caller sends an id once,
---         and again only with the same keys and arguments.
+--         and again only with the same keys and arguments (but for ARGV[5]: a call
+--         sent again with or without its pop answers the same admission reply).
 -- ARGV[5] the pop after the admission: "" none, else "<N> <lease ms> <order>" (pop.lua's
 --         ARGV[2], [3], [4]; the node is ARGV[2]). Its checks are made with the
 --         admission's, before the first write: a key that refuses either refuses the
