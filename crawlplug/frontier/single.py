@@ -34,6 +34,11 @@ from .store import redis_ms, text
 
 logger = logging.getLogger(__name__)
 
+#: admit.lua's ARGV[POP_AT + 1]: the pop made after the admission in the same call
+#: ("" none: :meth:`Frontier._admit_args`; :meth:`Frontier.admit_and_pop` fills it in)
+POP_AT = 4
+POP_ARG = "{n} {lease_ms} {order}"
+
 class Frontier:
     """Queue, leases and dedup of crawl ``keys`` on ``client``."""
 
@@ -111,18 +116,19 @@ class Frontier:
         k = self.keys
         return [
             self.dedup.seen_key(k), k.queue, k.requests, k.seq, k.leases, k.leased, k.deliveries, k.stats,
-            *k.domain_keys(), k.series, k.reply(self.node_id), *extra, k.epoch,
+            *k.domain_keys(), k.series, k.reply(self.node_id), k.run, *extra, k.epoch,
         ]  # fmt: skip
 
     def _admit_args(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = (),
         call: str = "", dedup_args: Sequence[bytes] | None = None,
     ) -> list[Any]:  # fmt: skip
-        """The admission's ARGV; ``dedup_args``: the items' dedup arguments as the call takes
-        them (Dedup.call_keys), else :meth:`_dedup_keys`'s."""
+        """The admission's ARGV, with no pop (:data:`POP_ARG`); ``dedup_args``: the items'
+        dedup arguments as the call takes them (Dedup.call_keys), else :meth:`_dedup_keys`'s."""
         if dedup_args is None:
             dedup_args = self._dedup_keys([item[0] for item in items])[1]
-        args: list[Any] = [self.dedup.mode, self.node_id, self.dedup.param(), call, len(acks), *acks, len(events)]
+        args: list[Any] = [self.dedup.mode, self.node_id, self.dedup.param(), call, "", len(acks), *acks,
+                           len(events)]  # fmt: skip
         for lease_id, kind in events:
             args += [lease_id, kind]
         for item, darg in zip(items, dedup_args):
@@ -279,7 +285,7 @@ class Frontier:
         if not repeated:
             return None, items, acks, events
         raw = self._guarded(("admit", keys, args), n_items, n_acks, n_events, self.scripts.admit)
-        result = self._result(raw)
+        result = self._result(raw)  # (a call with a pop is kept uncertain without it: admit_and_pop)
         if isinstance(result, AdmitResult):
             return result, items[n_items:], acks[n_acks:], events[n_events:]
         if result is None:  # a Bloom filter grew elsewhere: that call changed nothing
@@ -378,48 +384,43 @@ class Frontier:
     def admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
     ) -> tuple[AdmitResult | None, list[Leased]]:
-        """:meth:`admit` then :meth:`pop`, in one round trip."""
+        """:meth:`admit` then :meth:`pop`, in one round trip: one admit.lua call that pops
+        after admitting (its ARGV[5]), so the two share one guard pass and one epoch check,
+        and a key that refuses either refuses the call, which then changed nothing (a full
+        Redis refuses it at its first write: nothing is leased either).
+
+        A call whose reply was lost is kept uncertain as the admission alone (its pop is
+        not sent again: redis-py's own retry of the same call pops afresh, and the leases
+        of the lost reply expire). When the admission must be sent again (a Bloom filter
+        grew, or needed two layers: "STALE", "PARTIAL"), the call leased nothing: the rest
+        is admitted with :meth:`admit`, and then :meth:`pop` pops."""
         before, items, acks, events = self._settle(items, acks, events)
         if not items and not acks and not events:
             return before, self.pop(n)
+        pop = POP_ARG.format(n=max(0, int(n)), lease_ms=self.lease_ms, order=self.queue.order)
 
-        def run(keys: list[str], args: list[Any]) -> tuple[Any, Any]:
-            admitted, raw = self.scripts.pipelined([("admit", keys, args), self.pop_call(n, after_admit=True)])
-            if isinstance(admitted, Exception):
-                # the admission failed (a full Redis refuses its first write while the pop's
-                # are let through): the leases the pop took go back at once, unstarted, or
-                # they would be held from every node until they expire, each counted as a delivery
-                if not isinstance(raw, Exception):
-                    self._give_back(self._leased(raw))
-                raise admitted
-            return admitted, raw
+        def run(keys: list[str], args: list[Any]) -> Any:
+            return self.scripts.admit(keys=keys, args=[*args[:POP_AT], pop, *args[POP_AT + 1:]])
 
         try:
-            admitted, raw = self._guarded(self.admit_call(items, acks, events), len(items), len(acks), len(events),
-                                          run)  # fmt: skip
+            raw = self._guarded(self.admit_call(items, acks, events), len(items), len(acks), len(events), run)
         except redis.RedisError as exc:
             if before is not None and before.flags:
                 raise AdmissionIncomplete(before.flags + "-" * len(items), exc) from exc
             raise
-        if isinstance(raw, Exception):
-            logger.debug("crawlplug: the pop after an admission failed (%s); the admission stands", raw)
-            raw = [-1] if getattr(self.queue, "order", None) == "domain" else []
-        result = self._result(admitted)
+        result = self._result(raw[0])
+        popped = raw[1] if len(raw) > 1 else None
         if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish the batch alone
             done = result or ""
             result = self.admit(items[len(done):], acks, events)
             result.flags = done + result.flags
-        return joined(before, result), self._leased(raw)
-
-    def _give_back(self, leased: list[Leased]) -> None:
-        """Return leases taken in a call whose admission failed (they expire anyway if this fails too)."""
-        if not leased:
-            return
-        try:
-            self.release([x.id for x in leased], unstarted=True)
-        except redis.RedisError as exc:
-            logger.warning("crawlplug: could not give back %d leases now (%s); they return when they expire",
-                           len(leased), exc)  # fmt: skip
+        if popped is None:
+            try:
+                return joined(before, result), self.pop(n)
+            except redis.RedisError as exc:  # the admission stands: its leases wait for the next call
+                logger.debug("crawlplug: the pop after an admission failed (%s); the admission stands", exc)
+                return joined(before, result), []
+        return joined(before, result), self._leased(popped)
 
     def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
                     lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip

@@ -1,5 +1,7 @@
 -- admit.lua: admit a batch of requests and acknowledge finished leases, in one
--- atomic step. A request's fingerprint is recorded only together with the
+-- atomic step, and then, if asked (ARGV[5]), lease requests to the node as pop.lua
+-- does, in the same call (Frontier.admit_and_pop: one guard pass, one epoch check for
+-- both). A request's fingerprint is recorded only together with the
 -- request itself (never one without the other), and a parent lease is acked
 -- in the same call that stores the requests its callback produced.
 --
@@ -23,7 +25,9 @@
 -- KEYS[13] series     hash  "a:<bucket>" acked, "e:<bucket>" enqueued, per 10 s;
 --                     "busy_from", "busy_to": the span (ms) the crawl has been busy
 -- KEYS[14] reply      str   "<call id>\n<reply>": the caller node's last reply (see ARGV[4])
--- KEYS[15..]          mode "bloom" only, per filter (newest generation first):
+-- KEYS[15] run       hash  the current run: read by the pop of ARGV[5] only (pop.lua's
+--                     KEYS[last - 1]: its state and limits)
+-- KEYS[16..]          mode "bloom" only, per filter (newest generation first):
 --                     its hash of layer counts, then the bit strings of every
 --                     layer the caller knows (plus one spare layer for the
 --                     current filter), chunk by chunk; mode "hash": the bucket
@@ -40,8 +44,13 @@
 --         after its reply was lost (the connection reset after the script ran)
 --         answers the reply it had, doing nothing twice: a call with the id of
 --         the reply in KEYS[14] returns that reply. The caller sends an id once,
---         and again only with the same keys and arguments.
--- ARGV[5] A = number of lease ids to acknowledge, then ARGV[6 .. 5+A] the ids
+--         and again only with the same keys and arguments (but for ARGV[5]: a call
+--         sent again with or without its pop answers the same admission reply).
+-- ARGV[5] the pop after the admission: "" none, else "<N> <lease ms> <order>" (pop.lua's
+--         ARGV[2], [3], [4]; the node is ARGV[2]). Its checks are made with the
+--         admission's, before the first write: a key that refuses either refuses the
+--         call, which then changed nothing.
+-- ARGV[6] A = number of lease ids to acknowledge, then ARGV[7 .. 6+A] the ids
 -- then E = number of lease events, then E pairs (lease id, kind): what the
 -- node saw happen to its requests of the per-domain queue, "s" sent, "r"
 -- download ended (see dq_event in domains.lua); repeating one is harmless
@@ -49,7 +58,7 @@
 -- payload (an empty payload only records the fingerprint: a dupefilter used
 -- on its own), domain ("" = the plain queue, else the per-domain queue). The dedup key is the raw fingerprint ("set"), "<ttl ms>:<raw
 -- fingerprint>" ("ttl", ttl "" = default), "<h1>,<h2>,<h3>" ("bloom") or, per
--- generation, two bytes naming its bucket key among KEYS[15..], then the raw
+-- generation, two bytes naming its bucket key among KEYS[16..], then the raw
 -- fingerprint ("hash").
 -- ARGV[last] the caller's epoch (epoch.lua)
 -- Returns {flags, acked, stale, state} (acked: requests, start entries not counted): flags has one char per request, "1"
@@ -65,26 +74,43 @@
 -- flags, state} when the filter needed a second new layer within this batch:
 -- the requests flags covers are done, no ack was made; call again with the
 -- rest of the batch (and the acks) and the new layer's keys.
+-- With a pop (ARGV[5]), it returns {admission reply, pop.lua's reply}; or, when the
+-- admission's reply is "STALE", "STALE_GEN" or "PARTIAL" (the caller calls again),
+-- {admission reply} alone: nothing was leased. A call sent again (ARGV[4]) answers
+-- the stored admission reply with a fresh pop.
 --
--- uses: guard epoch leases domains bloom dedup   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard epoch leases domains bloom dedup popping   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local seen, queue, requests, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases, leased, deliveries, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local mode, node, param, call = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local acks_at = 5 -- ARGV[acks_at]: the number of acks (A)
+local acks_at = 6 -- ARGV[acks_at]: the number of acks (A)
 local nacks = tonumber(ARGV[acks_at])
+local FIRST_EXTRA = 16 -- KEYS[FIRST_EXTRA..]: the Bloom filter's keys, mode "hash"'s buckets
 dq_keys(9)
+local popping = ARGV[5] ~= ""
+if popping then -- popping.lua, over this script's keys
+  local pop_n, pop_ms, pop_order = string.match(ARGV[5], "^(%d+) (%d+) (%S+)$")
+  pop_setup(queue, requests, leases, leased, deliveries, stats, KEYS[15], node, tonumber(pop_n),
+            tonumber(pop_ms), pop_order)
+end
 
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
--- A replay of the caller's last call: answer what it answered, change nothing.
+-- A replay of the caller's last call: answer what it answered, change nothing (a pop
+-- asked with it is made afresh, below).
 local reply_key = KEYS[14]
+local replayed
 if call ~= "" then
   local last = redis.pcall("GET", reply_key) -- a key of another type is no reply (SET replaces it)
   if type(last) == "string" and string.sub(last, 1, #call + 1) == call .. "\n" then
     local parts = {}
     for part in string.gmatch(string.sub(last, #call + 2) .. "\n", "([^\n]*)\n") do parts[#parts + 1] = part end
-    if parts[1] == "P" then return {"PARTIAL", parts[2], parts[3]} end
-    return {parts[2], tonumber(parts[3]), tonumber(parts[4]), parts[5]}
+    if parts[1] == "P" then
+      replayed = {"PARTIAL", parts[2], parts[3]}
+    else
+      replayed = {parts[2], tonumber(parts[3]), tonumber(parts[4]), parts[5]}
+    end
+    if not popping or parts[1] == "P" then return popping and {replayed} or replayed end
   end
 end
 -- Replies are kept for a retry after an outage (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT, 300 s by
@@ -108,6 +134,15 @@ local function answer(reply)
 end
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
+-- the reply of a call with a pop: the admission's, then the leases. (A refusal of a key
+-- the pop reads is answered alone; it cannot come after the admission's checks, which
+-- checked those keys, and the admission's reply is kept for a call sent again.)
+local function popped_after(admitted)
+  local popped = pop_take()
+  if popped.err then return popped end
+  return {admitted, popped}
+end
+
 local nevents = tonumber(ARGV[acks_at + 1 + nacks])
 local first_item = acks_at + 2 + nacks + 2 * nevents
 -- the leases acked, read before the checks: the read that fails on a leased of the wrong
@@ -129,8 +164,10 @@ local function reserve_ids()
 end
 
 -- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
+-- (those of the pop of ARGV[5] too: a plain pop's queue, requests and deliveries are
+-- among the admission's own)
 do
-  if nacks > 0 then
+  if nacks > 0 and not replayed then
     ack_infos = checked_hmget(leased, ARGV, acks_at + 1, acks_at + nacks)
     if not ack_infos then return refused_kind(leased, "hash") end
   end
@@ -142,8 +179,15 @@ do
                 {stats, "counters"}, {KEYS[13], "any"}}
   for _, key in ipairs({D.dq, D.domains}) do spec[#spec + 1] = {key, "zset"} end
   for _, key in ipairs({D.state, D.conf}) do spec[#spec + 1] = {key, "hash"} end
-  local refused = guard(dedup_spec(spec, mode, seen, param, 15, #KEYS - 1)) or guard_bloom_meta(spec)
+  if popping then pop_spec(spec) end
+  local refused = guard(dedup_spec(spec, mode, seen, param, FIRST_EXTRA, #KEYS - 1)) or guard_bloom_meta(spec)
   if refused then return refused end
+  if popping then
+    refused = pop_read_run()
+    if refused then return refused end
+  end
+  -- a call sent again: only the pop is made (its plain queue's reads check requests first)
+  if replayed then return popped_after(replayed) end
   if not reserve_ids() then return refused_kind(requests, "hash") end
   refused = guard({{requests, "hash"}}) -- a batch with no request to store: checked alone
   if refused then return refused end
@@ -151,9 +195,9 @@ end
 -- ---- end of the checks ----
 
 
-do -- the dedup mode's state (dedup.lua; the Bloom filter's keys from KEYS[15])
-  local again = dedup_prepare(mode, param, seen, 15)
-  if again then return again end
+do -- the dedup mode's state (dedup.lua; the Bloom filter's keys from KEYS[16])
+  local again = dedup_prepare(mode, param, seen, FIRST_EXTRA)
+  if again then return popping and {again} or again end -- changed nothing: the caller calls again, then pops
 end
 
 local flags = {}
@@ -296,6 +340,9 @@ if acked > 0 or admitted > 0 then
 end
 local state = dedup_finish() -- dedup.lua: what the caller learns (Bloom layers, "hash" generations)
 if partial then
-  return answer({"PARTIAL", table.concat(flags), state})
+  local reply = answer({"PARTIAL", table.concat(flags), state})
+  return popping and {reply} or reply -- the caller admits the rest, then pops
 end
-return answer({table.concat(flags), acked, stale, state})
+local reply = answer({table.concat(flags), acked, stale, state})
+if popping then return popped_after(reply) end
+return reply

@@ -11,7 +11,7 @@
 -- KEYS[2..]           mode "bloom" only, per filter (newest generation first): its
 --                     hash of layer counts, then the bit strings of every layer the
 --                     caller knows (plus one spare layer for the current filter),
---                     as admit.lua's KEYS[15..]; mode "hash": the bucket hashes of
+--                     as admit.lua's KEYS[16..]; mode "hash": the bucket hashes of
 --                     the fingerprints passed, each once
 --                     (the compact store's hash of generations is KEYS[1])
 -- ARGV[1] dedup mode: "set", "hash", "ttl", "bloom" or "bf"
