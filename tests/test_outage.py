@@ -252,6 +252,13 @@ def test_a_full_redis_longer_than_the_lease_timeout_refetches_nothing(crawl, mak
     settings = {"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_LEASE_TIMEOUT": FULL_LEASE}
     try:
         nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+        # both nodes in the run before Redis fills (a node started late on a loaded machine
+        # would meet the full Redis in its join, and close saying so: not this test's case)
+        deadline = time.monotonic() + 60
+        while not all(re.search(r"(joining|starting) run \d+ of crawl", node.text()) for node in nodes):
+            assert time.monotonic() < deadline and all(n.proc.poll() is None for n in nodes), \
+                [node.text()[-2000:] for node in nodes]
+            time.sleep(0.05)
         # early, while list pages still bring links: their admission is what is refused
         _wait_hits(shop, 20, nodes, [])
         client.config_set("maxmemory", int(client.info("memory")["used_memory"]) // 2)

@@ -40,7 +40,8 @@ class Node:
         self.proc.wait(30)
 
     def text(self) -> str:
-        return self.log.read_text(errors="replace")
+        """The node's log so far ("" before the process has written it)."""
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def item_lines(self) -> list[str]:
         return self.items.read_text().splitlines() if self.items.exists() else []
