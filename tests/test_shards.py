@@ -533,3 +533,39 @@ def test_a_sharded_export_keeps_leases_starts_and_dead_letters_in_their_parts(r,
     with pytest.raises(TransferError, match="line 2: a 'part' record in the export of an unsharded crawl"):
         import_crawl(target, CrawlKeys("other"), [json.dumps(header), *lines[1:]])
     target.close()
+
+
+def test_a_call_refused_in_a_corrupt_shard_changes_nothing_there(r):
+    """An admit-and-pop whose items go to one shard and whose acks go to another, whose
+    fingerprint set is corrupt: the acks are refused there, and the pop sent to that shard
+    in the same call refuses with them, instead of leasing and then giving back (which
+    wrote the corrupt shard's counters in a call reported as refused)."""
+    import hashlib
+
+    from crawlplug.errors import AdmissionIncomplete
+    from crawlplug.frontier.dedup import SetDedup
+    from crawlplug.frontier.keys import CrawlKeys
+    from crawlplug.frontier.sharded import open_frontier, shard_of
+
+    f = open_frontier(r, CrawlKeys("cshard"), shards=2, dedup_factory=SetDedup, node_id="n1",
+                      lease_timeout=30.0, heartbeat=2.0)  # fmt: skip
+    hosts = [f"h{i}.test" for i in range(8)]
+    one = next(h for h in hosts if shard_of(h, 2) == 1)
+    zero = [h for h in hosts if shard_of(h, 2) == 0]
+
+    def item(url: str, host: str) -> tuple[bytes, float, bytes, str, str]:
+        return (hashlib.sha1(url.encode()).digest(), 0.0, json.dumps({"url": url}).encode(), "", host)
+
+    f.admit([item(f"http://{h}/{i}", h) for h in [*zero, one] for i in range(3)])
+    _, leased = f.admit_and_pop([], [], 4)  # some of shard 0's requests stay queued
+    acks = [x.id for x in leased if x.id.startswith("0.")]
+    assert acks
+    seen = next(k for k in r.keys("*seen") if b"#0~" in k)
+    r.delete(seen)
+    r.set(seen, "x")
+    tag = seen.decode().rsplit("}:", 1)[0] + "}:"
+    before = {k: r.dump(k) for k in r.keys(tag + "*")}
+    with pytest.raises(AdmissionIncomplete, match="CORRUPT crawl key"):
+        f.admit_and_pop([item(f"http://{one}/new", one)], acks, 6)
+    after = {k: r.dump(k) for k in r.keys(tag + "*")}
+    assert sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)) == []

@@ -248,9 +248,15 @@ class ShardedFrontier:
             calls.append(self.part(part).admit_call(part_items, now_acks.get(part, ()), event_parts.get(part, ())))
             plan.append(("admit", part))
         asked: set[int] = set()
-        admitting = {p for kind, p in plan}
+        # a pop in a shard that admits in this call, or gets its acks after it, refuses with
+        # the admission on a corrupt key: it takes nothing there (a pop that ran would have
+        # leased, and then given back, in a part the call is refused in)
+        admitting = {p for kind, p in plan} | set(later_acks)
+        for shard in set(later_acks) - {p for kind, p in plan}:
+            # no admission there in this round: the dedup keys the acks' call will pass there
+            # (a Bloom filter's, whatever the items), which that pop checks with the rest
+            self.part(shard)._dedup_keys(())
         for shard, share in self._shares(pop, asked):
-            # a pop in a shard that admits in this call refuses with it on a corrupt key
             calls.append(self.shards[shard].pop_call(share, after_admit=shard in admitting))
             plan.append(("pop", shard))
         results = self.scripts.run_many(calls) if calls else []
@@ -304,7 +310,11 @@ class ShardedFrontier:
             shares = self._shares(pop - len(leased), asked)
             if not shares:
                 break
-            for (shard, _), raw in zip(shares, self.scripts.run_many([self.shards[s].pop_call(k) for s, k in shares])):
+            for shard, _ in shares:
+                if shard in admitting:  # the dedup keys a call there passes now (a filter may have grown)
+                    self.part(shard)._dedup_keys(())
+            for (shard, _), raw in zip(shares, self.scripts.run_many(
+                    [self.shards[s].pop_call(k, after_admit=s in admitting) for s, k in shares])):
                 if isinstance(raw, Exception):
                     error = error or raw
                     continue
