@@ -243,22 +243,32 @@ class ShardedFrontier:
 
         calls: list[tuple[str, list[str], list[Any]]] = []
         plan: list[tuple[str, int]] = []
-        for part in dict.fromkeys([*by_shard, *now_acks, *event_parts]):
-            part_items = [items[i] for i in by_shard.get(part, ())]
-            calls.append(self.part(part).admit_call(part_items, now_acks.get(part, ()), event_parts.get(part, ())))
-            plan.append(("admit", part))
         asked: set[int] = set()
+        share_of = dict(self._shares(pop, asked))
+        parts = list(dict.fromkeys([*by_shard, *now_acks, *event_parts]))
+        for part in parts:
+            part_items = [items[i] for i in by_shard.get(part, ())]
+            args = (part_items, now_acks.get(part, ()), event_parts.get(part, ()))
+            if part != BASE and part in share_of:
+                # the shard's admission and its pop in one call (admit.lua's pop): one guard
+                # pass for both, and a key refusing either refuses the call there
+                calls.append(self.part(part).admit_pop_call(*args, share_of[part]))
+                plan.append(("admit+pop", part))
+            else:
+                calls.append(self.part(part).admit_call(*args))
+                plan.append(("admit", part))
         # a pop in a shard that admits in this call, or gets its acks after it, refuses with
         # the admission on a corrupt key: it takes nothing there (a pop that ran would have
         # leased, and then given back, in a part the call is refused in)
-        admitting = {p for kind, p in plan} | set(later_acks)
-        for shard in set(later_acks) - {p for kind, p in plan}:
+        admitting = set(parts) | set(later_acks)
+        for shard in set(later_acks) - set(parts):
             # no admission there in this round: the dedup keys the acks' call will pass there
             # (a Bloom filter's, whatever the items), which that pop checks with the rest
             self.part(shard)._dedup_keys(())
-        for shard, share in self._shares(pop, asked):
-            calls.append(self.shards[shard].pop_call(share, after_admit=shard in admitting))
-            plan.append(("pop", shard))
+        for shard, share in share_of.items():
+            if ("admit+pop", shard) not in plan:
+                calls.append(self.shards[shard].pop_call(share, after_admit=shard in admitting))
+                plan.append(("pop", shard))
         results = self.scripts.run_many(calls) if calls else []
 
         flags = [""] * len(items)
@@ -279,6 +289,10 @@ class ShardedFrontier:
             if isinstance(raw, Exception):
                 error = error or raw
                 continue
+            if kind == "admit+pop":  # {admission's reply, pop's reply}, or the admission's alone
+                if len(raw) > 1:
+                    leased += self._took(part, frontier._leased(raw[1]), waits)
+                raw = raw[0]
             part_items = [items[i] for i in by_shard.get(part, ())]
             part_acks, part_events = now_acks.get(part, ()), event_parts.get(part, ())
             try:

@@ -241,6 +241,20 @@ class Frontier:
         extra, dedup_args = self._dedup_keys([item[0] for item in items])
         return ("admit", self._admit_keys(extra), self._admit_args(items, acks, events, self._call_id(), dedup_args))
 
+    def admit_pop_call(
+        self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]], n: int
+    ) -> tuple[str, list[str], list[Any]]:
+        """An admission that then pops ``n`` in the same admit.lua call (a sharded crawl's
+        admit-and-pop in one shard); its reply is {admission's reply, pop's reply}, or the
+        admission's alone (in a list) when it must be sent again (STALE, PARTIAL)."""
+        name, keys, args = self.admit_call(items, acks, events)
+        return (name, keys, self._with_pop(args, n))
+
+    def _with_pop(self, args: list[Any], n: int) -> list[Any]:
+        """An admission's ARGV with the pop of ``n`` after it (admit.lua ARGV[5])."""
+        pop = POP_ARG.format(n=max(0, int(n)), lease_ms=self.lease_ms, order=self.queue.order)
+        return [*args[:POP_AT], pop, *args[POP_AT + 1:]]
+
     # -- admissions whose reply was lost ------------------------------------------
     # admit.lua answers a call sent again with its id (the connection reset after the
     # script ran, and redis-py retried) with the reply it had, doing nothing twice.
@@ -397,10 +411,9 @@ class Frontier:
         before, items, acks, events = self._settle(items, acks, events)
         if not items and not acks and not events:
             return before, self.pop(n)
-        pop = POP_ARG.format(n=max(0, int(n)), lease_ms=self.lease_ms, order=self.queue.order)
 
         def run(keys: list[str], args: list[Any]) -> Any:
-            return self.scripts.admit(keys=keys, args=[*args[:POP_AT], pop, *args[POP_AT + 1:]])
+            return self.scripts.admit(keys=keys, args=self._with_pop(args, n))
 
         try:
             raw = self._guarded(self.admit_call(items, acks, events), len(items), len(acks), len(events), run)
