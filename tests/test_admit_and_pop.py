@@ -23,6 +23,8 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue, FifoQueue
 
+from .support.scriptspy import AdmitSpy
+
 K = CrawlKeys("fused")
 
 
@@ -48,47 +50,6 @@ def snapshot(r: redis.Redis, keys: CrawlKeys = K) -> dict[bytes, Any]:
 
 def evalsha_calls(r: redis.Redis) -> int:
     return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-
-
-class SentTwice:
-    """A Frontier's scripts whose admit.lua calls are each sent twice, the first reply
-    dropped: a call whose reply was lost (the connection reset after the script ran),
-    sent again as redis-py's retry sends it, with the same keys and arguments."""
-
-    def __init__(self, scripts: Any) -> None:
-        self._scripts = scripts
-        self.replies: list[Any] = []
-
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._scripts, name)
-        if name != "admit":
-            return target
-
-        def twice(*, keys: Any, args: Any) -> Any:
-            self.replies.append(target(keys=keys, args=args))
-            self.replies.append(target(keys=keys, args=args))
-            return self.replies[-1]
-
-        return twice
-
-
-class Recorded:
-    """A Frontier's scripts, recording the raw replies of its admit.lua calls."""
-
-    def __init__(self, scripts: Any) -> None:
-        self._scripts = scripts
-        self.replies: list[Any] = []
-
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._scripts, name)
-        if name != "admit":
-            return target
-
-        def recorded(*, keys: Any, args: Any) -> Any:
-            self.replies.append(target(keys=keys, args=args))
-            return self.replies[-1]
-
-        return recorded
 
 
 def test_one_script_call_admits_acks_and_pops(r):
@@ -140,7 +101,7 @@ def test_a_call_sent_again_answers_its_admission_and_pops_afresh(r):
     f = Frontier(r, K, node_id="node-a", queue=FifoQueue)
     f.admit([(fp(i), 0, payload(i)) for i in range(3)])
     (parent,) = f.pop(1)
-    spy = SentTwice(f.scripts)
+    spy = AdmitSpy(f.scripts, sends=2)
     f.scripts = spy
     result, leased = f.admit_and_pop([(fp("child"), 0, payload("child"))], [parent.id], 1)
     first, second = spy.replies
@@ -229,7 +190,7 @@ def test_an_admission_told_to_call_again_admits_the_rest_and_then_pops(r, store)
     for i in range(0, 700, 100):
         a.admit(_fresh(a, 100, f"a{i}-"))
     (parent,) = b.pop(1)
-    spy = Recorded(b.scripts)
+    spy = AdmitSpy(b.scripts)
     b.scripts = spy
     enqueued = stats(r)["enqueued"]
     result, leased = b.admit_and_pop(_fresh(b, 3, "b") + _fresh(b, 1, "a0-"), [parent.id], 4)
@@ -245,7 +206,7 @@ def test_a_bloom_batch_that_needs_two_new_layers_is_finished_and_then_pops(r):
     f = Frontier(r, K, node_id="a", dedup=BloomDedup(BloomSpec(50, 0.01)), queue=FifoQueue)
     f.admit(_fresh(f, 1, "parent"))
     (parent,) = f.pop(1)
-    spy = Recorded(f.scripts)
+    spy = AdmitSpy(f.scripts)
     f.scripts = spy
     result, leased = f.admit_and_pop(_fresh(f, 400, "batch"), [parent.id], 10)
     assert spy.replies[0][0][0] == b"PARTIAL" and len(spy.replies[0]) == 1

@@ -55,6 +55,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 
 from .support.fuzz import examples
+from .support.scriptspy import AdmitSpy
 
 K = CrawlKeys("bloomy")
 BLOOM = "crawlplug.dupefilters.RedisBloomDupeFilter"
@@ -301,26 +302,6 @@ def test_small_capacity_filter_keeps_its_false_positive_rate(r):
 
 
 # -- (e) a node that does not know the grown layers ---------------------------------
-class AdmitSpy:
-    """Wraps a Frontier's scripts to record the admission script's raw replies."""
-
-    def __init__(self, scripts: Any) -> None:
-        self._scripts = scripts
-        self.replies: list[Any] = []
-
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._scripts, name)
-        if name != "admit":
-            return target
-
-        def admit_script(*args: Any, **kwargs: Any) -> Any:
-            reply = target(*args, **kwargs)
-            self.replies.append(reply)
-            return reply
-
-        return admit_script
-
-
 def bloom_node(r: redis.Redis, node: str, **settings: Any) -> tuple[RedisBloomDupeFilter, Frontier]:
     crawler = get_crawler(settings_dict={"CRAWLPLUG_BLOOM_CAPACITY": 50, "CRAWLPLUG_BLOOM_ERROR_RATE": 0.01,
                                          **settings})  # fmt: skip
