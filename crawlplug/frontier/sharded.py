@@ -261,10 +261,6 @@ class ShardedFrontier:
         # the admission on a corrupt key: it takes nothing there (a pop that ran would have
         # leased, and then given back, in a part the call is refused in)
         admitting = set(parts) | set(later_acks)
-        for shard in set(later_acks) - set(parts):
-            # no admission there in this round: the dedup keys the acks' call will pass there
-            # (a Bloom filter's, whatever the items), which that pop checks with the rest
-            self.part(shard)._dedup_keys(())
         for shard, share in share_of.items():
             if ("admit+pop", shard) not in plan:
                 calls.append(self.shards[shard].pop_call(share, after_admit=shard in admitting))
@@ -324,9 +320,6 @@ class ShardedFrontier:
             shares = self._shares(pop - len(leased), asked)
             if not shares:
                 break
-            for shard, _ in shares:
-                if shard in admitting:  # the dedup keys a call there passes now (a filter may have grown)
-                    self.part(shard)._dedup_keys(())
             for (shard, _), raw in zip(shares, self.scripts.run_many(
                     [self.shards[s].pop_call(k, after_admit=s in admitting) for s, k in shares])):
                 if isinstance(raw, Exception):

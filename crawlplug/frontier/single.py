@@ -77,9 +77,6 @@ class Frontier:
         #: the admission whose reply was lost or refused (sent again, first, with its id: see
         #: _settle), as (call id, keys, args, number of items, of acks, of events)
         self._uncertain: tuple[str, list[str], list[Any], int, int, int] | None = None
-        #: the dedup keys of the last admission call built (Dedup.call_keys): a pop pipelined
-        #: after it checks them too
-        self._call_extra: list[str] = []
         #: the epoch this frontier's calls carry (lua/epoch.lua): the run a node joined
         #: (crawlplug.frontier.runs); "" checks nothing (operator tools, tests)
         self.epoch = str(epoch)
@@ -138,10 +135,8 @@ class Frontier:
 
     def _dedup_keys(self, arguments: Sequence[bytes]) -> tuple[list[str], list[bytes]]:
         """The dedup keys a call with ``arguments`` passes after the dedup state's, and the
-        arguments it sends (Dedup.call_keys); remembered for a pop pipelined after it."""
-        extra, out = self.dedup.call_keys(self.keys, arguments)
-        self._call_extra = extra
-        return extra, out
+        arguments it sends (Dedup.call_keys)."""
+        return self.dedup.call_keys(self.keys, arguments)
 
     def _result(self, raw: Sequence[Any]) -> AdmitResult | str | None:
         """The script's answer: a result, None to call again (Bloom filter grew
@@ -226,10 +221,14 @@ class Frontier:
         return [self.node_id, n, self.lease_ms, self.queue.order, self.epoch]
 
     def _pop_after_admit_call(self, n: int) -> tuple[str, list[str], list[Any]]:
-        """A pop pipelined after an admission: it checks the admission's own keys too
-        (pop.lua), so a corrupt key refuses both calls and the pair changes nothing."""
+        """A pop sent beside an admission to this part in another call of one batch (a sharded
+        crawl's acks sent in a later round): it checks the keys an admission with no items
+        passes now (a Bloom filter's, as it has grown so far; pop.lua), so a corrupt key
+        refuses both and the part changes nothing. An admission and a pop of one call are
+        one admit.lua call (:meth:`admit_pop_call`)."""
         k = self.keys
-        keys = [*self._pop_keys[:-2], self.dedup.seen_key(k), k.seq, k.series, *self._call_extra, k.run,
+        extra = self._dedup_keys(())[0]
+        keys = [*self._pop_keys[:-2], self.dedup.seen_key(k), k.seq, k.series, *extra, k.run,
                 k.epoch]  # fmt: skip
         args = [*self._pop_args(n)[:-1], self.dedup.mode, self.dedup.param(), self.epoch]
         return ("pop", keys, args)
