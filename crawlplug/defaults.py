@@ -70,6 +70,14 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "the crawl's load spreads over the primaries. Fixed for a crawl's life (a node with "
         "another value is refused). See docs/scaling.md.",
     ),
+    "CRAWLPLUG_RESEND_WINDOW": (
+        300.0,
+        "A sharded crawl only: seconds a node keeps what it admitted to each shard, to send it "
+        "again to a shard found gone back in time (a Cluster primary restarted from its "
+        "snapshot, or replaced by a replica that lagged) after another shard took the ack of "
+        "the page that produced it. A shard that goes back further may lose those requests, "
+        "and the node says so. Costs the node the memory of those requests. See docs/faults.md.",
+    ),
     # -- queue and dedup ----------------------------------------------------
     "CRAWLPLUG_QUEUE_CLASS": (
         "crawlplug.queues.PriorityQueue",

@@ -52,6 +52,31 @@ class StaleEpoch(CrawlplugError, redis.exceptions.ResponseError):
         return exc
 
 
+class RolledBack(CrawlplugError, redis.exceptions.ResponseError):
+    """A script refused a node's call: Redis holds an older state than the node's last
+    recorded call (lua/record.lua), so it went back in time (a restart from a snapshot, a
+    failover to a replica that lagged, a restored backup) and may have lost what the node's
+    pages produced. Nothing was written. The frontier that meets it gives back every lease
+    the node holds (``given_back``: their ids, as the caller names them) before raising it,
+    so that those pages are fetched again; the caller forgets them, forgets the fingerprints
+    it knew, and sends the rest of its call again."""
+
+    def __init__(self, message: str, given_back: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        parts = message.split()
+        self.found = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        self.given_back = list(given_back)
+
+    @classmethod
+    def check(cls, exc: BaseException) -> BaseException:
+        """``exc`` as a RolledBack when it is a script's rollback refusal, else ``exc``."""
+        if isinstance(exc, redis.exceptions.ResponseError) and not isinstance(exc, cls):
+            text = str(exc)
+            if text.startswith("ROLLBACK"):
+                return cls(text)
+        return exc
+
+
 class RunEnded(CrawlplugError):
     """The crawl's run ended by a limit or an operator and stays so (crawlplug.frontier.runs);
     ``state`` is how it ended ("limit", "stopped"), a node's close reason."""
@@ -100,12 +125,15 @@ def corrupt_key(exc: Exception) -> Exception:
 
 def script_error(exc: BaseException) -> BaseException:
     """A script's error reply as crawlplug's error for it (:class:`StaleEpoch`,
-    :class:`CorruptKey`), else ``exc`` itself: converted once, where replies come in
+    :class:`RolledBack`, :class:`CorruptKey`), else ``exc`` itself: converted once, where replies come in
     (crawlplug.frontier.scripts.Scripts)."""
     if not isinstance(exc, redis.exceptions.ResponseError):
         return exc
-    converted = StaleEpoch.check(exc)
-    return converted if converted is not exc else corrupt_key(exc)
+    for kind in (StaleEpoch, RolledBack):
+        converted = kind.check(exc)
+        if converted is not exc:
+            return converted
+    return corrupt_key(exc)
 
 
 class AdmissionIncomplete(CrawlplugError):

@@ -30,6 +30,7 @@ import redis
 from scrapy import Request
 
 from crawlplug.connection import client_from_url
+from crawlplug.errors import RolledBack
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.scripts import source
 from crawlplug.frontier.single import Frontier
@@ -209,10 +210,18 @@ def test_a_reply_is_taken_for_no_other_call(r, proxies):
     assert second.admit([(_fp(2), 0.0, _payload(2))]).flags == "1"
     assert second.admit([(_fp(2), 0.0, _payload(2))]).flags == "0"
     assert r.hlen(KEYS.requests) == 2 and r.pttl(KEYS.reply("node-a")) > 0, "the reply is kept for a while only"
-    r.set(KEYS.reply("node-a"), "garbage")  # a corrupt reply key is no reply
+    # A corrupt record is no reply, nor a record of this node's last call: taken for Redis
+    # gone back in time (lua/record.lua), the call is refused whole; the next is checked
+    # against what Redis has then, and goes through.
+    r.set(KEYS.reply("node-a"), "garbage")
+    with pytest.raises(RolledBack):
+        second.admit([(_fp(3), 0.0, _payload(3))])
+    assert r.hlen(KEYS.requests) == 2, "a refused call wrote nothing"
     assert second.admit([(_fp(3), 0.0, _payload(3))]).flags == "1"
     r.delete(KEYS.reply("node-a"))
     r.hset(KEYS.reply("node-a"), "x", "y")  # nor is one of another type
+    with pytest.raises(RolledBack):
+        second.admit([(_fp(4), 0.0, _payload(4))])
     assert second.admit([(_fp(4), 0.0, _payload(4))]).flags == "1"
     assert r.type(KEYS.reply("node-a")) == b"string"
 

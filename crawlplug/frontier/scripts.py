@@ -28,10 +28,11 @@ NAMES = (
 
 #: The shared pieces a script may name in its ``-- uses:`` header line, in the order they
 #: are put in front of it (a piece may use those before it): the all-or-nothing checks,
-#: the epoch guard, lease records and Redis time, the per-domain queue, the Bloom filter,
-#: one dedup mode's check-and-record (admit.lua and seen.lua), leasing requests to a node
-#: (pop.lua, and admit.lua's pop after an admission).
-PIECES = ("guard", "epoch", "leases", "domains", "bloom", "dedup", "popping")
+#: the epoch guard, a node's call record with the rollback guard, lease records and Redis
+#: time, the per-domain queue, the Bloom filter, one dedup mode's check-and-record
+#: (admit.lua and seen.lua), leasing requests to a node (pop.lua, and admit.lua's pop after
+#: an admission).
+PIECES = ("guard", "epoch", "record", "leases", "domains", "bloom", "dedup", "popping")
 
 #: Scripts whose writes must go through on a full Redis (lease renewal): on Redis 7
 #: and later they declare ``flags=allow-oom``; older servers know no flags, and let

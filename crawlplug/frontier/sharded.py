@@ -19,6 +19,13 @@ shard when every child of the batch goes to that shard (the common case:
 most links stay on their site), and otherwise waits for a second call made
 only after every shard stored its part of the batch.
 
+Each shard may go back in time on its own (a Redis Cluster primary restarted from its
+snapshot, or replaced by a replica that lagged), after the page's own shard took its ack.
+Every shard keeps each node's call record (lua/record.lua), checked by the node's
+admissions and heartbeats there: a shard found to have gone back gets again what the
+node admitted to it within ``resend_window`` seconds (crawlplug.frontier.record.ResendLog),
+and the node gives back every lease it holds, as an unsharded crawl's does.
+
 Its size: :class:`ShardedFrontier` implements the whole
 crawlplug.frontier.interface.CrawlFrontier over N + 1 parts; the shard layout is
 crawlplug.frontier.layout.
@@ -33,15 +40,16 @@ from typing import Any, NoReturn
 
 import redis
 
-from ..errors import AdmissionIncomplete, ConfigError
+from ..errors import AdmissionIncomplete, ConfigError, RolledBack
 from . import runs
 from .domains import Domains
 from .interface import CrawlFrontier
 from .keys import CrawlKeys
 from .layout import claim_shards, parts, shard_of, stored_shards
+from .record import ResendLog
 from .results import Admission, AdmitResult, DeadLetter, Leased
 from .scripts import Scripts
-from .single import Frontier
+from .single import Frontier, log_went_back
 from .store import text
 
 logger = logging.getLogger(__name__)
@@ -62,6 +70,7 @@ def open_frontier(client: redis.Redis, keys: CrawlKeys, *, shards: int | None = 
     n = shards or stored_shards(client, keys) or 1
     if n > 1:
         return ShardedFrontier(client, keys, shards=n, dedup_factory=dedup_factory, **kwargs)
+    kwargs.pop("resend_window", None)  # one part: a rollback loses no ack of another part's children
     return Frontier(client, keys, dedup=dedup_factory() if dedup_factory else kwargs.pop("dedup", "set"), **kwargs)
 
 
@@ -86,6 +95,7 @@ class ShardedFrontier:
         dedup_factory: Any = None,
         node_id: str | None = None,
         epoch: int | str = "",
+        resend_window: float = 300.0,
         **kwargs: Any,
     ) -> None:
         if shards < 2:
@@ -116,6 +126,8 @@ class ShardedFrontier:
         self._rr = 0
         self._dry_until = [0.0] * shards
         self._shares_last: dict[int, int] = {}
+        #: what this node admitted to each shard lately, sent again to a shard that went back
+        self.resend = [ResendLog(resend_window) for _ in range(shards)]
 
     # -- routing ---------------------------------------------------------------
     @property
@@ -128,6 +140,9 @@ class ShardedFrontier:
 
     @epoch.setter
     def epoch(self, value: int | str) -> None:
+        if str(value) != self.base.epoch:
+            for log in self.resend:  # what it admitted was of the old state
+                log.clear()
         for part in (self.base, *self.shards):
             part.epoch = str(value)
 
@@ -272,9 +287,13 @@ class ShardedFrontier:
         acks_done: list[str] = []  # the acks made (acknowledged or found stale), as the caller named them
         leased: list[Leased] = []
         error: Exception | None = None
+        rolled: dict[int, RolledBack] = {}  # parts found gone back in time
         waits: list[int] = []
-        for (kind, part), raw in zip(plan, results):
+        for (kind, part), call, raw in zip(plan, calls, results):
             frontier = self.part(part)
+            if isinstance(raw, RolledBack):
+                rolled[part] = raw
+                continue
             if kind == "pop":
                 if isinstance(raw, Exception):
                     error = error or raw
@@ -292,11 +311,14 @@ class ShardedFrontier:
             part_items = [items[i] for i in by_shard.get(part, ())]
             part_acks, part_events = now_acks.get(part, ()), event_parts.get(part, ())
             try:
-                result = frontier._result(raw)
+                result = frontier._result(raw, call[2], part_acks)
                 if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish this part alone
                     done = result or ""
-                    result = frontier.admit(part_items[len(done):], part_acks, part_events)
+                    result = frontier._admit(part_items[len(done):], part_acks, part_events)
                     result.flags = done + result.flags
+            except RolledBack as exc:
+                rolled[part] = exc
+                continue
             except AdmissionIncomplete as exc:  # the filter grew, then the rest failed (no ack made)
                 for i, flag in zip(by_shard.get(part, ()), exc.flags):
                     flags[i] = "" if flag == "-" else flag
@@ -307,11 +329,15 @@ class ShardedFrontier:
                 continue
             for i, flag in zip(by_shard.get(part, ()), result.flags):
                 flags[i] = flag
-            if part != BASE and "1" in result.flags:
-                self._dry_until[part] = 0.0
+            if part != BASE:
+                self.resend[part].add(call[2][3], [item for item, f in zip(part_items, result.flags) if f == "1"])
+                if "1" in result.flags:
+                    self._dry_until[part] = 0.0
             acked += result.acked
             stale += result.stale
             acks_done += self._named(part, part_acks)
+        if rolled:
+            error = self.went_back(rolled)
         if error is not None:
             self._fail(error, flags, acks_done, acked, stale, leased)
         # a pop smaller than the number of shards asked only some of them: if those ran
@@ -321,7 +347,7 @@ class ShardedFrontier:
             if not shares:
                 break
             for (shard, _), raw in zip(shares, self.scripts.run_many(
-                    [self.shards[s].pop_call(k, after_admit=s in admitting) for s, k in shares])):
+                    [self.shards[s].pop_call(k, after_admit=s in admitting) for s, k in shares])):  # fmt: skip
                 if isinstance(raw, Exception):
                     error = error or raw
                     continue
@@ -333,19 +359,24 @@ class ShardedFrontier:
             # every child of the batch is stored: the parents may be acknowledged
             calls = [self.part(p).admit_call((), a, ()) for p, a in later_acks.items()]
             failed: Exception | None = None
-            for (p, part_acks), raw in zip(later_acks.items(), self.scripts.run_many(calls)):
+            for (p, part_acks), call, raw in zip(later_acks.items(), calls, self.scripts.run_many(calls)):
                 try:
                     if isinstance(raw, Exception):
                         raise raw
-                    result = self.part(p)._result(raw)
+                    result = self.part(p)._result(raw, call[2], part_acks)
                     if not isinstance(result, AdmitResult):  # a Bloom filter grew elsewhere: again
-                        result = self.part(p).admit((), part_acks, ())
+                        result = self.part(p)._admit((), part_acks, ())
+                except RolledBack as exc:
+                    rolled[p] = exc
+                    continue
                 except (redis.RedisError, RuntimeError) as exc:
                     failed = failed or exc
                     continue
                 acked += result.acked
                 stale += result.stale
                 acks_done += self._named(p, part_acks)
+            if rolled:
+                failed = self.went_back(rolled)
             if failed is not None:
                 # every request of the batch is stored: only the acks not made are to send again
                 self._fail(failed, flags, acks_done, acked, stale, leased, incomplete=True)
@@ -355,8 +386,10 @@ class ShardedFrontier:
               leased: list[Leased], *, incomplete: bool = False) -> NoReturn:  # fmt: skip
         """A call that met ``error`` in some part: what its pops took goes back, and if other
         parts stored requests or made acks (or ``incomplete``), AdmissionIncomplete says
-        which, so that a retry sends only the rest and counts none of it twice."""
-        self._give_back(leased)
+        which, so that a retry sends only the rest and counts none of it twice. (A part that
+        went back in time: every lease was given back already, these too.)"""
+        if not isinstance(error, RolledBack):
+            self._give_back(leased)
         if incomplete or any(flags) or acks_done:
             raise AdmissionIncomplete("".join(f or "-" for f in flags), error, acks_done, acked, stale) from error
         raise error
@@ -470,8 +503,9 @@ class ShardedFrontier:
         groups = self._group_ids(lease_ids)
         calls = [self.base.heartbeat_call(groups.get(BASE, ()), producing=producing, metrics=metrics,
                                           counts=counts)]  # fmt: skip
-        shards = [p for p in groups if p != BASE]
-        calls += [self.shards[p].renew_call(groups[p]) for p in shards]
+        # each shard holding leases of this node, or its record (lua/record.lua: did it go back in time?)
+        shards = [p for p in range(self.n) if p in groups or self.shards[p].record.confirmed]
+        calls += [self.shards[p].renew_call(groups.get(p, ())) for p in shards]
         everyone = (self.base, *self.shards)
         sampled: list[Any] = []
         if reap_limit is not None:
@@ -482,21 +516,63 @@ class ShardedFrontier:
         results = self.scripts.run_many(calls)
         if reap_limit is not None:
             results, sampled = results[:-len(everyone)], results[-len(everyone):]
+        rolled = {p: raw for p, raw in zip([BASE, *shards], results) if isinstance(raw, RolledBack)}
+        if rolled:
+            raise self.went_back(rolled)
         for raw in results:
             if isinstance(raw, Exception):
                 raise raw
-        out = results[0]
-        self.base.note_clock(int(out[0]))
         for reply in sampled:
             self.base.history_sampled(reply)
-        self.paused = self.base.paused = bool(int(out[1]))
-        self.run_state = self.base.run_state = text(out[2])
-        self.base.data_lost = bool(int(out[3]))
-        lost = [text(x) for x in out[4:]]
+        lost = self.base._beaten(results[0])
+        self.paused = self.base.paused
+        self.run_state = self.base.run_state
         for p, raw in zip(shards, results[1:1 + len(shards)]):
-            lost += [f"{p}.{text(x)}" for x in raw]
+            shard_lost = [text(x) for x in raw]
+            self.shards[p].record.done(shard_lost)
+            lost += [f"{p}.{x}" for x in shard_lost]
         reaped = results[1 + len(shards):]
         return lost, (sum(int(raw[0]) for raw in reaped), sum(int(raw[1]) for raw in reaped))
+
+    # -- when a part went back in time (crawlplug.frontier.record) -------------------------
+    def went_back(self, rolled: dict[int, RolledBack]) -> RolledBack:
+        """Parts ``rolled`` refused a call because they went back in time: every lease this
+        node holds, in every part, is given back (a lost admission in one shard may be of
+        any page's children); each shard that went back gets again what this node admitted
+        to it since the last call it still has (:class:`~crawlplug.frontier.record.ResendLog`).
+        Returns the error to raise, naming the leases given back."""
+        for index, exc in rolled.items():
+            self.part(index).record.confirmed = exc.found  # what it has now: the next call is checked against it
+        given: list[str] = []
+        for index in (BASE, *range(self.n)):
+            given += self._named(index, self.part(index).give_back_held())
+        for index, exc in sorted(rolled.items()):
+            log_went_back(self.part(index).keys, len(given))
+            if index != BASE:
+                self._resend_to(index, exc.found)
+        first = next(iter(rolled.values()))
+        return RolledBack(str(first), given)
+
+    def _resend_to(self, shard: int, found: int) -> None:
+        """Admit again in ``shard`` what this node admitted there after its call ``found``."""
+        items, complete = self.resend[shard].since(found)
+        if not complete:
+            logger.error(
+                "crawlplug: shard %d of crawl %r went back further than this node's resend log reaches "
+                "(CRAWLPLUG_RESEND_WINDOW=%ss): requests it admitted there before then may be lost; the "
+                "crawl goes on with what the shard holds (docs/faults.md, 'When Redis goes back in time')",
+                shard, self.keys.crawl, self.resend[shard].window,
+            )  # fmt: skip
+        if not items:
+            return
+        try:
+            result = self.shards[shard].admit(items)
+        except (redis.RedisError, RuntimeError) as exc:
+            logger.error("crawlplug: could not send %d requests again to shard %d after it went back in time "
+                         "(%s): they may be lost", len(items), shard, exc)  # fmt: skip
+            return
+        logger.warning("crawlplug: sent %d requests again to shard %d, which went back in time (%d of them "
+                       "were missing there)", len(items), shard, result.admitted)  # fmt: skip
 
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         groups = self._group_ids(ids)

@@ -13,21 +13,20 @@ crawlplug.frontier.domains.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
 
-from ..errors import AdmissionIncomplete, StaleEpoch
+from ..errors import AdmissionIncomplete, RolledBack, StaleEpoch
 from ..queues import BaseQueue, PriorityQueue
 from . import history, runs
 from .dedup import Dedup, SetDedup
 from .keys import NAMES, CrawlKeys
+from .record import CallRecord
 from .results import Admission, AdmitResult, DeadLetter, Leased, joined, leased_from, new_node_id
 from .scripts import Scripts
 from .store import redis_ms, text
@@ -71,15 +70,13 @@ class Frontier:
         self.heartbeat_ms = int(heartbeat * 1000)
         self.max_deliveries = max_deliveries
         self.scripts = scripts or Scripts(client)
-        # admission call ids: unique to this object, so no other caller's reply is ever taken for ours
-        self._call_prefix = uuid.uuid4().hex[:8]
-        self._calls = itertools.count(1)
+        #: the ids of its admissions, the last one Redis recorded, the leases it holds: what
+        #: tells it that Redis went back in time, and what it then gives back (record.py)
+        self.record = CallRecord()
         #: the admission whose reply was lost or refused (sent again, first, with its id: see
         #: _settle), as (call id, keys, args, number of items, of acks, of events)
         self._uncertain: tuple[str, list[str], list[Any], int, int, int] | None = None
-        #: the epoch this frontier's calls carry (lua/epoch.lua): the run a node joined
-        #: (crawlplug.frontier.runs); "" checks nothing (operator tools, tests)
-        self.epoch = str(epoch)
+        self._epoch = str(epoch)
         k = keys
         #: ms until the next domain is ready, from the last pop (DomainQueue; -1: unknown)
         self.next_ready_ms = -1
@@ -107,6 +104,19 @@ class Frontier:
             k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers, *dk,
             k.start_urls, k.series, k.graveyard,
         ]  # fmt: skip
+
+    @property
+    def epoch(self) -> str:
+        """The epoch this frontier's calls carry (lua/epoch.lua): the run a node joined
+        (crawlplug.frontier.runs); "" checks nothing (operator tools, tests). Another epoch
+        is another state of the crawl: what the node held and its call record are of the old one."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, value: int | str) -> None:
+        if str(value) != self._epoch:
+            self.record.forget_all()
+        self._epoch = str(value)
 
     # -- admission and leasing ---------------------------------------------
     def _admit_keys(self, extra: Sequence[str]) -> list[str]:
@@ -138,9 +148,12 @@ class Frontier:
         arguments it sends (Dedup.call_keys)."""
         return self.dedup.call_keys(self.keys, arguments)
 
-    def _result(self, raw: Sequence[Any]) -> AdmitResult | str | None:
+    def _result(self, raw: Sequence[Any], args: Sequence[Any] | None = None,
+                acks: Sequence[str] = ()) -> AdmitResult | str | None:  # fmt: skip
         """The script's answer: a result, None to call again (Bloom filter grew
-        elsewhere), or the flags of a partial batch (Bloom filter grew twice)."""
+        elsewhere), or the flags of a partial batch (Bloom filter grew twice). ``args``:
+        the admission's ARGV, whose call id is then recorded as Redis's last of this
+        node when the reply says it kept it; ``acks``: its acks, no longer held once done."""
         if raw[0] == b"STALE":
             self.dedup.observe(text(raw[1]))
             return None
@@ -149,8 +162,13 @@ class Frontier:
             return None
         if raw[0] == b"PARTIAL":
             self.dedup.observe(text(raw[2]))
+            if args is not None and len(raw) == 3:
+                self.record.recorded(args[3])
             return text(raw[1])
         self.dedup.observe(text(raw[3]))
+        if args is not None and len(raw) == 4:  # a fifth element: "unrecorded" (admit.lua)
+            self.record.recorded(args[3])
+        self.record.done(acks)
         return AdmitResult(text(raw[0]), int(raw[1]), int(raw[2]))
 
     def admit(
@@ -161,7 +179,20 @@ class Frontier:
         An item is (dedup argument, score, payload); the dedup argument comes
         from the strategy (``dedup.argument(fingerprint)``), b"" never filters.
         The acks happen in the call that stores the last item of the batch.
+
+        Raises :class:`~crawlplug.errors.RolledBack` when Redis went back in time past this
+        node's last recorded call: nothing was written, and every lease the node held was
+        given back (:meth:`give_back_held`; their ids in the exception): the caller forgets
+        them and the fingerprints it knew, and sends its requests again.
         """
+        try:
+            return self._admit(items, acks, events)
+        except RolledBack as exc:
+            raise self.went_back(exc) from None
+
+    def _admit(
+        self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]
+    ) -> AdmitResult:
         before, items, acks, events = self._settle(items, acks, events)
         if before is not None and not items and not acks and not events:
             return before
@@ -169,15 +200,17 @@ class Frontier:
         stale_rounds = 0
         while True:
             rest = items[len(done):]
+            call = self.admit_call(rest, acks, events)
             try:
-                raw = self._guarded(self.admit_call(rest, acks, events), len(rest), len(acks), len(events),
-                                    self.scripts.admit)  # fmt: skip
+                raw = self._guarded(call, len(rest), len(acks), len(events), self.scripts.admit)
+            except RolledBack:
+                raise
             except redis.RedisError as exc:
                 stored = (before.flags if before is not None else "") + done
                 if stored:  # an earlier call (sent again, or before a Bloom layer) stored its part
                     raise AdmissionIncomplete(stored + "-" * len(rest), exc) from exc
                 raise
-            result = self._result(raw)
+            result = self._result(raw, call[2], acks)
             if isinstance(result, AdmitResult):
                 result.flags = done + result.flags
                 return joined(before, result)
@@ -261,7 +294,7 @@ class Frontier:
     # later, with more appended: that call first sends the lost one again, exactly,
     # then the rest.
     def _call_id(self) -> str:
-        return f"{self._call_prefix}:{next(self._calls)}"
+        return self.record.next_call()
 
     def _guarded(self, call: tuple[str, list[str], list[Any]], n_items: int, n_acks: int, n_events: int,
                  run: Any) -> Any:  # fmt: skip
@@ -269,7 +302,7 @@ class Frontier:
         _, keys, args = call
         try:
             raw = run(keys=keys, args=args)
-        except StaleEpoch:
+        except (StaleEpoch, RolledBack):
             raise  # refused before any write: nothing to send again
         except redis.RedisError:
             self._uncertain = (args[3], keys, args, n_items, n_acks, n_events)
@@ -298,7 +331,8 @@ class Frontier:
         if not repeated:
             return None, items, acks, events
         raw = self._guarded(("admit", keys, args), n_items, n_acks, n_events, self.scripts.admit)
-        result = self._result(raw)  # (a call with a pop is kept uncertain without it: admit_and_pop)
+        # (a call with a pop is kept uncertain without it: admit_and_pop)
+        result = self._result(raw, args, acks[:n_acks])
         if isinstance(result, AdmitResult):
             return result, items[n_items:], acks[n_acks:], events[n_events:]
         if result is None:  # a Bloom filter grew elsewhere: that call changed nothing
@@ -312,8 +346,10 @@ class Frontier:
         return ("pop", self._pop_keys, self._pop_args(n))
 
     def renew_call(self, lease_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
+        """Renew ``lease_ids`` in this part (a shard) and check that it did not go back in time."""
         k = self.keys
-        return ("renew", [k.leases, k.leased, k.epoch], [self.node_id, self.lease_ms, *lease_ids, self.epoch])
+        return ("renew", [k.leases, k.leased, k.reply(self.node_id), k.epoch],
+                [self.node_id, self.lease_ms, self.record.check(), *lease_ids, self.epoch])  # fmt: skip
 
     def reap_call(self, limit: int = 1000) -> tuple[str, list[str], list[Any]]:
         return ("reap", self._reap_keys, [self.max_deliveries, limit])
@@ -346,9 +382,10 @@ class Frontier:
             added += [name, int(value)]
         return (
             "heartbeat",
-            [k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers, k.control, k.stats, k.run, k.epoch],
-            [self.node_id, self.lease_ms, self.node_ttl_ms, "1" if producing else "0", len(pairs) // 2, *pairs,
-             len(added) // 2, *added, *lease_ids, self.epoch],
+            [k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers, k.control, k.stats, k.run,
+             k.reply(self.node_id), k.epoch],
+            [self.node_id, self.lease_ms, self.node_ttl_ms, "1" if producing else "0", self.record.check(),
+             len(pairs) // 2, *pairs, len(added) // 2, *added, *lease_ids, self.epoch],
         )  # fmt: skip
 
     # -- the history (crawlplug.frontier.history) ------------------------------------
@@ -383,16 +420,47 @@ class Frontier:
     def renew(self, lease_ids: Sequence[str]) -> list[str]:
         """Renew leases without a heartbeat (a shard's leases); return the ids lost."""
         _, keys, args = self.renew_call(lease_ids)
-        return [text(x) for x in self.scripts.renew(keys=keys, args=args)] if lease_ids else []
+        lost = [text(x) for x in self.scripts.renew(keys=keys, args=args)] if lease_ids else []
+        self.record.done(lost)
+        return lost
 
     def _leased(self, raw: Sequence[Any]) -> list[Leased]:
         if getattr(self.queue, "order", None) != "domain":
-            return leased_from(raw)
-        # the per-domain queue: a report flag per request, and when its next domain is ready
-        self.next_ready_ms = int(raw[-1])
-        return [
-            Leased(text(raw[i]), raw[i + 1], int(raw[i + 2]), text(raw[i + 3])) for i in range(0, len(raw) - 1, 4)
-        ]
+            leased = leased_from(raw)
+        else:
+            # the per-domain queue: a report flag per request, and when its next domain is ready
+            self.next_ready_ms = int(raw[-1])
+            leased = [
+                Leased(text(raw[i]), raw[i + 1], int(raw[i + 2]), text(raw[i + 3]))
+                for i in range(0, len(raw) - 1, 4)
+            ]
+        self.record.took(x.id for x in leased)
+        return leased
+
+    # -- when Redis went back in time (record.py, lua/record.lua) ---------------------------
+    def give_back_held(self) -> list[str]:
+        """Give back every lease this part holds, now (a release: each returns to the queue,
+        a start entry to the head of its list, where Redis still has it leased to this
+        node). Returns their ids; the node must forget them. A release that fails leaves
+        them to expire, as a dead node's do."""
+        ids = list(self.record.held)
+        self.record.held.clear()
+        if ids:
+            try:
+                _, keys, args = self.release_call(ids, unstarted=False)
+                self.scripts.release(keys=keys, args=args)
+            except redis.RedisError as exc:
+                logger.warning("crawlplug: could not give back %d leases now (%s); they expire and are fetched "
+                               "again then", len(ids), exc)  # fmt: skip
+        return ids
+
+    def went_back(self, exc: RolledBack) -> RolledBack:
+        """Redis refused a call because it went back in time (``exc``): every lease given
+        back (:meth:`give_back_held`), and the error to raise, naming them."""
+        self.record.confirmed = exc.found  # what Redis has now: the next call is checked against it
+        given = self.give_back_held()
+        log_went_back(self.keys, len(given))
+        return RolledBack(str(exc), given)
 
     def admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
@@ -407,6 +475,14 @@ class Frontier:
         of the lost reply expire). When the admission must be sent again (a Bloom filter
         grew, or needed two layers: "STALE", "PARTIAL"), the call leased nothing: the rest
         is admitted with :meth:`admit`, and then :meth:`pop` pops."""
+        try:
+            return self._admit_and_pop(items, acks, n, events)
+        except RolledBack as exc:
+            raise self.went_back(exc) from None
+
+    def _admit_and_pop(
+        self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]]
+    ) -> tuple[AdmitResult | None, list[Leased]]:
         before, items, acks, events = self._settle(items, acks, events)
         if not items and not acks and not events:
             return before, self.pop(n)
@@ -414,17 +490,20 @@ class Frontier:
         def run(keys: list[str], args: list[Any]) -> Any:
             return self.scripts.admit(keys=keys, args=self._with_pop(args, n))
 
+        call = self.admit_call(items, acks, events)
         try:
-            raw = self._guarded(self.admit_call(items, acks, events), len(items), len(acks), len(events), run)
+            raw = self._guarded(call, len(items), len(acks), len(events), run)
+        except RolledBack:
+            raise
         except redis.RedisError as exc:
             if before is not None and before.flags:
                 raise AdmissionIncomplete(before.flags + "-" * len(items), exc) from exc
             raise
-        result = self._result(raw[0])
+        result = self._result(raw[0], call[2], acks)
         popped = raw[1] if len(raw) > 1 else None
         if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish the batch alone
             done = result or ""
-            result = self.admit(items[len(done):], acks, events)
+            result = self._admit(items[len(done):], acks, events)
             result.flags = done + result.flags
         if popped is None:
             try:
@@ -452,7 +531,9 @@ class Frontier:
             keys=[k.requests, k.seq, k.leases, k.leased, k.stats, *own, *legacy, k.epoch],
             args=[self.node_id, n, self.lease_ms, len(own), self.epoch],
         )
-        return [(text(raw[i]), raw[i + 1]) for i in range(0, len(raw), 2)]
+        taken = [(text(raw[i]), raw[i + 1]) for i in range(0, len(raw), 2)]
+        self.record.took(lease_id for lease_id, _ in taken)
+        return taken
 
     def push_starts(self, lines: Iterable[str | bytes], lane: str = "start_urls") -> int:
         """Append start entries (already validated) to the crawl's start_urls, or another of
@@ -472,12 +553,21 @@ class Frontier:
         """Mark this node alive, renew its leases, add ``counts`` to the run's counters;
         return the ids it lost. :attr:`paused` and :attr:`run_state` follow the reply."""
         _, keys, args = self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, counts=counts)
-        out = self.scripts.heartbeat(keys=keys, args=args)
+        try:
+            out = self.scripts.heartbeat(keys=keys, args=args)
+        except RolledBack as exc:
+            raise self.went_back(exc) from None
+        return self._beaten(out)
+
+    def _beaten(self, out: Sequence[Any]) -> list[str]:
+        """A heartbeat's reply: the state it reads, and the ids this node lost."""
         self.note_clock(int(out[0]))
         self.paused = bool(int(out[1]))
         self.run_state = text(out[2])
         self.data_lost = bool(int(out[3]))
-        return [text(x) for x in out[4:]]
+        lost = [text(x) for x in out[4:]]
+        self.record.done(lost)
+        return lost
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Requeue expired leases (dead-lettering over-delivered ones): (requeued, dead)."""
@@ -496,22 +586,22 @@ class Frontier:
             self.reap_call(limit),
             self.history_call(),
         ])  # fmt: skip
+        if isinstance(out, RolledBack):
+            raise self.went_back(out)
         for raw in (out, reaped):
             if isinstance(raw, Exception):
                 raise raw
-        self.note_clock(int(out[0]))
         self.history_sampled(sampled)
-        self.paused = bool(int(out[1]))
-        self.run_state = text(out[2])
-        self.data_lost = bool(int(out[3]))
-        return [text(x) for x in out[4:]], (int(reaped[0]), int(reaped[1]))
+        return self._beaten(out), (int(reaped[0]), int(reaped[1]))
 
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         """Give leases back to the queue now (closing node)."""
         if not ids:
             return 0
         _, keys, args = self.release_call(ids, unstarted=unstarted)
-        return int(self.scripts.release(keys=keys, args=args))
+        released = int(self.scripts.release(keys=keys, args=args))
+        self.record.done(ids)
+        return released
 
     def pause(self, by: str = "operator") -> bool:
         """Pause the crawl: every node stops taking requests (within a heartbeat) and
@@ -607,6 +697,7 @@ class Frontier:
             keys=[k.leases, k.leased, k.requests, k.deliveries, k.dead, k.stats, *k.domain_keys(), k.epoch],
             args=[self.node_id, lease_id, json.dumps(header, separators=(",", ":")), self.epoch],
         )
+        self.record.done((lease_id,))
         return bool(moved)
 
     # -- views ----------------------------------------------------------------
@@ -692,3 +783,15 @@ def _int(value: Any) -> int:
         return int(value)
     except ValueError:
         return 0
+
+
+def log_went_back(keys: CrawlKeys, given: int) -> None:
+    """The one line a node logs when it finds that Redis went back in time."""
+    logger.warning(
+        "crawlplug: Redis went back in time for crawl %r (%s): it holds an older state than this node's last "
+        "call (a restart from a snapshot, a failover to a replica that lagged, a restored backup), so what "
+        "this node's pages produced since may be lost. It gave back the %d leases it held, to be fetched "
+        "again, and forgets the fingerprints it knew (docs/faults.md, 'When Redis goes back in time')",
+        keys.crawl, keys.tag, given,
+    )  # fmt: skip
+

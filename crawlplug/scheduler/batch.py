@@ -4,8 +4,13 @@
 not yet stored), its local fingerprint cache, the acks of requests the engine
 finished, the per-domain queue's reports, the prefetched leases and the book of
 requests handed to the engine. One frontier call (``admit_and_pop``) stores the
-buffer, acks the finished parents and leases the next requests, so a parent is
-acknowledged only in the step that stores what its callback produced.
+buffer, acks the finished parents and leases the next requests. A parent's children
+are stored as its callback yields them (by the tick, a full buffer, the next
+``next_request``), its ack goes with the first call after Scrapy is done with it:
+never before its children, often in a later call. When Redis went back in time and
+lost one of those earlier calls, the frontier refuses the ack's call and gives back
+every lease the node holds (:meth:`Batch.rolled_back`), so those pages are fetched
+again instead.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider
@@ -23,6 +29,7 @@ from ..errors import (
     AdmissionIncomplete,
     ConfigError,
     DecodeError,
+    RolledBack,
     SerializationError,
 )
 from ..frontier import Admission, AdmitResult, Leased
@@ -75,6 +82,8 @@ class Batch:
         self.closing = False  # the run ended (a limit, a stop): no new leases, the node closes
         self.nothing_until = 0.0  # after an empty pop: when to ask Redis again
         self._wake_call: Any = None
+        #: other holders of this node's leases (start entries), told what Redis no longer lets it keep
+        self.lease_holders: list[Callable[[set[str]], None]] = []
 
     # -- what the node holds ---------------------------------------------------
     def pending(self) -> bool:
@@ -175,7 +184,13 @@ class Batch:
             self.acks = [lease_id for lease_id in acks if lease_id not in made]
             self._account([entry for entry, _ in done],
                           AdmitResult("".join(f for _, f in done), exc.acked, exc.stale))  # fmt: skip
-            self.outage.error(exc.cause)
+            if isinstance(exc.cause, RolledBack):
+                self.rolled_back(exc.cause.given_back)
+            else:
+                self.outage.error(exc.cause)
+            return
+        except RolledBack as exc:  # nothing written: the buffer is sent again, the leases are given back
+            self.rolled_back(exc.given_back)
             return
         except REDIS_ERRORS as exc:
             self.outage.error(exc)
@@ -327,6 +342,24 @@ class Batch:
             enginehooks.wake(self.crawler)
 
     # -- losing and giving back ----------------------------------------------------------
+    def rolled_back(self, given_back: Iterable[str]) -> None:
+        """Redis went back in time (crawlplug.errors.RolledBack): the frontier gave back every
+        lease this node held, so they are no longer its own (their pages are fetched again,
+        with what they produce); the fingerprints it knew may have been lost with the calls
+        that recorded them, so a link met again is sent to Redis, not dropped here. What the
+        buffer holds is sent again with the next call."""
+        given = set(given_back)
+        self.forget(given)
+        for forget in self.lease_holders:
+            forget(given)
+        self.acks = [lease_id for lease_id in self.acks if lease_id not in given]
+        self.events = [event for event in self.events if event[0] not in given]
+        self.recent.clear()
+        self.nothing_until = 0.0
+        self.report.count("crawlplug/rollbacks")
+        if given:
+            self.report.count("crawlplug/given_back", len(given))
+
     def forget(self, lost: set[str]) -> None:
         """Leases Redis says this node lost (reaped while it stalled): never ack or release them."""
         self.prefetched = deque(x for x in self.prefetched if x.id not in lost)

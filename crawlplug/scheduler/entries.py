@@ -51,6 +51,7 @@ class StartEntries:
         self.leases: set[str] = set()  # entries taken, their requests not yet stored
         self.pending: dict[str, int] = {}  # lease id -> its requests not yet enqueued
         self.waiting = False  # RedisSpider.start() is waiting for entries
+        batch.lease_holders.append(self.forget)  # leases Redis no longer lets the node keep (a rollback)
 
     def take(self, n: int, legacy_key: str | list[str] | None = None) -> list[tuple[str, list[Request]]]:
         """Lease up to ``n`` entries and make their requests: [(lease id, requests)], from the

@@ -87,6 +87,7 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
             conn.client, keys, shards=shards, queue=q, lease_timeout=config.lease_timeout,
             heartbeat=config.heartbeat, max_deliveries=config.max_deliveries, node_id=args["node_id"],
             epoch=joined.epoch, dedup_factory=getattr(dupefilter, "make_strategy", None) or Dedup,
+            resend_window=setting(crawler.settings, "CRAWLPLUG_RESEND_WINDOW", "getfloat"),
         )  # fmt: skip
 
     frontier = build(queue)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy import Request
 
-from ..errors import REDIS_ERRORS, ConfigError, RunEnded, StaleEpoch
+from ..errors import REDIS_ERRORS, ConfigError, RolledBack, RunEnded, StaleEpoch
 from ..frontier import runs
 from . import enginehooks
 from .leases import LEASE_META, Termination
@@ -130,6 +130,8 @@ class Liveness:
                 self.report.count("crawlplug/dead", dead)
                 logger.warning("crawlplug: %d requests exceeded CRAWLPLUG_MAX_DELIVERIES; see the dead letters", dead)
             self.outage.ok(confirmed=not self.outage.refused)  # it goes through on a full Redis too
+        except RolledBack as exc:  # Redis went back in time: the frontier gave back what the node held
+            self.batch.rolled_back(exc.given_back)
         except REDIS_ERRORS as exc:
             self.outage.error(exc)
         except Exception:  # a failing heartbeat must never stop the loop silently

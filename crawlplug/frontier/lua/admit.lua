@@ -2,8 +2,11 @@
 -- atomic step, and then, if asked (ARGV[5]), lease requests to the node as pop.lua
 -- does, in the same call (Frontier.admit_and_pop: one guard pass, one epoch check for
 -- both). A request's fingerprint is recorded only together with the
--- request itself (never one without the other), and a parent lease is acked
--- in the same call that stores the requests its callback produced.
+-- request itself (never one without the other). A parent's ack comes in this call
+-- or a later one than those that stored the requests its callback produced (they are
+-- flushed while it runs, its ack once Scrapy is done with it): so a call from a node
+-- whose earlier calls Redis lost (it went back in time) is refused (record.lua), and
+-- the node gives back what it holds instead of acking it.
 --
 -- KEYS[1] seen        the dedup state: set (mode "set"), zset fingerprint ->
 --                     expiry ms (mode "ttl"), the Bloom filter's spec hash
@@ -24,7 +27,8 @@
 --                     of one domain admitted in a run, counted in dstate "c:<domain>"
 -- KEYS[13] series     hash  "a:<bucket>" acked, "e:<bucket>" enqueued, per 10 s;
 --                     "busy_from", "busy_to": the span (ms) the crawl has been busy
--- KEYS[14] reply      str   "<call id>\n<reply>": the caller node's last reply (see ARGV[4])
+-- KEYS[14] reply      str   "<call id>\n<reply>": the caller node's last reply (see ARGV[4]
+--                            and record.lua)
 -- KEYS[15] run       hash  the current run: read by the pop of ARGV[5] only (pop.lua's
 --                     KEYS[last - 1]: its state and limits)
 -- KEYS[16..]          mode "bloom" only, per filter (newest generation first):
@@ -40,12 +44,14 @@
 --         0 = none> <generation expected> <key expiry ms, 0 = none>", then per
 --         filter "<m>,<k>,<capacity>,<chunks>,<chunk bits>;..." for its layers;
 --         "hash": "<G> <bucketing>;<strip>,<capacity>;..." per generation (dedup.lua)
--- ARGV[4] call id ("" = none): names this exact call, so that a call sent again
---         after its reply was lost (the connection reset after the script ran)
---         answers the reply it had, doing nothing twice: a call with the id of
---         the reply in KEYS[14] returns that reply. The caller sends an id once,
---         and again only with the same keys and arguments (but for ARGV[5]: a call
---         sent again with or without its pop answers the same admission reply).
+-- ARGV[4] "<call id> <c>" ("" = none): the id "<caller>:<n>" names this exact call, so
+--         that a call sent again after its reply was lost (the connection reset after
+--         the script ran) answers the reply it had, doing nothing twice: a call with
+--         the id of the reply in KEYS[14] returns that reply. The caller sends an id
+--         once, and again only with the same keys and arguments (but for ARGV[5]: a
+--         call sent again with or without its pop answers the same admission reply).
+--         c is the number of the caller's last admission recorded (record.lua): a
+--         record older than that refuses the call with "ROLLBACK ...", writing nothing.
 -- ARGV[5] the pop after the admission: "" none, else "<N> <lease ms> <order>" (pop.lua's
 --         ARGV[2], [3], [4]; the node is ARGV[2]). Its checks are made with the
 --         admission's, before the first write: a key that refuses either refuses the
@@ -79,11 +85,18 @@
 -- {admission reply} alone: nothing was leased. A call sent again (ARGV[4]) answers
 -- the stored admission reply with a fresh pop.
 --
--- uses: guard epoch leases domains bloom dedup popping   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- Request ids never repeat, not even after Redis went back in time (leases.lua's id_floor).
+-- A reply the record could not keep (a full Redis refused the SET as the call's only
+-- write) ends with one more element, "unrecorded": the caller then does not count it
+-- as recorded.
+--
+-- uses: guard epoch record leases domains bloom dedup popping   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local seen, queue, requests, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases, leased, deliveries, stats = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local mode, node, param, call = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local mode, node, param = ARGV[1], ARGV[2], ARGV[3]
+local call = string.match(ARGV[4], "^%S*")
+local caller, confirmed = record_check_arg(ARGV[4])
 local acks_at = 6 -- ARGV[acks_at]: the number of acks (A)
 local nacks = tonumber(ARGV[acks_at])
 local FIRST_EXTRA = 16 -- KEYS[FIRST_EXTRA..]: the Bloom filter's keys, mode "hash"'s buckets
@@ -101,22 +114,25 @@ do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: 
 local reply_key = KEYS[14]
 local replayed
 if call ~= "" then
-  local last = redis.pcall("GET", reply_key) -- a key of another type is no reply (SET replaces it)
-  if type(last) == "string" and string.sub(last, 1, #call + 1) == call .. "\n" then
+  local recorded, last = call_record(reply_key)
+  if recorded == call then
     local parts = {}
-    for part in string.gmatch(string.sub(last, #call + 2) .. "\n", "([^\n]*)\n") do parts[#parts + 1] = part end
+    for part in string.gmatch(last .. "\n", "([^\n]*)\n") do parts[#parts + 1] = part end
     if parts[1] == "P" then
       replayed = {"PARTIAL", parts[2], parts[3]}
     else
       replayed = {parts[2], tonumber(parts[3]), tonumber(parts[4]), parts[5]}
     end
     if not popping or parts[1] == "P" then return popping and {replayed} or replayed end
+  else
+    -- Redis went back in time past the caller's last recorded call (record.lua)
+    local refused = rollback_guard(caller, confirmed, recorded)
+    if refused then return refused end
   end
 end
 -- Replies are kept for a retry after an outage (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT, 300 s by
--- default); a call sent again later than this is run again (its new requests then count
--- as duplicates: nothing is lost).
-local REPLY_MS = "900000" -- a string: a number sent to Redis is formatted ("%.17g") at each call
+-- default), renewed by the node's heartbeats (record.lua); a call sent again later than
+-- this is run again (its new requests then count as duplicates: nothing is lost).
 local function answer(reply)
   if call ~= "" then
     local text
@@ -127,8 +143,9 @@ local function answer(reply)
     end
     -- the last write: a full Redis refuses it only as a call's first write, when the
     -- call changed nothing else (and sent again, changes nothing either); the reply is
-    -- then not kept, and the call answers all the same
-    redis.pcall("SET", reply_key, call .. "\n" .. text, "PX", REPLY_MS)
+    -- then not kept, and the call answers all the same, saying so
+    local kept = redis.pcall("SET", reply_key, call .. "\n" .. text, "PX", REPLY_MS)
+    if type(kept) == "table" and kept.err then reply[#reply + 1] = "unrecorded" end
   end
   return reply
 end
@@ -151,11 +168,12 @@ local ack_infos = {}
 
 -- Request ids: the numbers after seq not in use (next_id's rule), for every request of the
 -- batch that may be stored, asked in one HMGET before the first write (the read that
--- checks requests, when there are any); seq moves once, by the numbers taken.
+-- checks requests, when there are any); seq moves once, by the numbers taken. The
+-- numbers start at id_floor() at least (leases.lua), never below it.
 -- (seq's value is the one guard() read: nothing wrote it since.)
 local seq_at, ids, in_use, taken = 0, {}, {}, 0
 local function reserve_ids()
-  seq_at = tonumber(GUARDED[seq] or "0") or 0
+  seq_at = math.max(tonumber(GUARDED[seq] or "0") or 0, id_floor())
   for j = first_item + 2, NARGV, 4 do
     if ARGV[j] ~= "" then ids[#ids + 1] = string.format("%016d", seq_at + #ids + 1) end
   end
@@ -266,7 +284,7 @@ while i + 3 <= NARGV do
   end
   i = i + 4
 end
-if taken > 0 then redis.call("INCRBY", seq, taken) end
+if taken > 0 then redis.call("SET", seq, string.format("%d", seq_at + taken)) end
 variadic("HSET", requests, stored)
 variadic("ZADD", queue, queued)
 

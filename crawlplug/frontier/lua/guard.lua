@@ -179,9 +179,13 @@ local function start_entries(key)
   return redis.call("LLEN", key)
 end
 
--- the next free request id: INCR seq, skipping ids still in use (seq deleted by
--- hand, or rolled back, must not make a new request overwrite a stored one)
-local function next_id(seq, requests)
+-- the next free request id: INCR seq from ``floor`` at least (leases.lua's id_floor), skipping
+-- ids still in use (seq deleted by hand, or rolled back, must not make a new request
+-- overwrite a stored one)
+local function next_id(seq, requests, floor)
+  if (tonumber(redis.call("GET", seq) or "0") or 0) < floor then
+    redis.call("SET", seq, string.format("%d", floor))
+  end
   local id
   repeat
     id = string.format("%016d", redis.call("INCR", seq))

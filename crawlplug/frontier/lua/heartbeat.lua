@@ -11,12 +11,16 @@
 -- KEYS[7] stats       hash  the run's counters
 -- KEYS[8] run         hash  the current run (join.lua), with its crawl-wide limits
 --                           (lim_pages, lim_items, lim_errors, lim_timeout: crawlplug.frontier.control)
--- KEYS[9] epoch       str   the crawl's epoch (epoch.lua)
+-- KEYS[9] reply       str   the node's call record (record.lua): checked, and kept alive
+-- KEYS[10] epoch      str   the crawl's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] lease duration (ms)
 -- ARGV[3] node time-to-live (ms) without a heartbeat
 -- ARGV[4] "1" if this node is still producing start requests, else "0"
--- ARGV[5] M = number of metric field/value pairs, then 2*M arguments
+-- ARGV[5] "<caller> <c>": the node's last recorded admission (record.lua; "" checks
+--         nothing): a record older than it refuses the heartbeat with "ROLLBACK ...",
+--         writing nothing
+-- ARGV[6] M = number of metric field/value pairs, then 2*M arguments
 -- then C = number of counters, then C pairs (counter, integer to add to the
 -- run's counter: the node's items, errors, spider_errors and, in a sharded
 -- crawl, shard_acked (pages acknowledged in the shards) since its last heartbeat)
@@ -40,20 +44,25 @@
 -- older servers let it through because its first write frees memory
 -- (first_write_allowed_when_full, guard.lua).
 --
--- uses: guard epoch leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
+-- uses: guard epoch record leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local nodes, leases, leased, nodekey, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local node, lease_ms, ttl_ms, producing = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local m = tonumber(ARGV[5])
-local c = tonumber(ARGV[6 + 2 * m])
+local m = tonumber(ARGV[6])
+local c = tonumber(ARGV[7 + 2 * m])
 
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
+do -- record.lua: Redis went back in time past this node's last recorded admission?
+  local caller, confirmed = record_check_arg(ARGV[5])
+  local refused = confirmed > 0 and rollback_guard(caller, confirmed, (call_record(KEYS[9])))
+  if refused then return refused end
+end
 -- ---- all or nothing (guard.lua): every key and value checked before the first write ----
 do
   local refused = guard({{nodes, "zset"}, {leases, "zset"}, {leased, "hash"}, {nodekey, "any"},
                          {producers, "zset"}, {KEYS[6], "hash"}, {KEYS[7], "counters"}, {KEYS[8], "hash"}})
   if refused then return refused end
-  for j = 7 + 2 * m, 6 + 2 * m + 2 * c, 2 do
+  for j = 8 + 2 * m, 7 + 2 * m + 2 * c, 2 do
     if not string.match(ARGV[j + 1], "^-?%d+$") then
       return redis.error_reply("heartbeat.lua: counter " .. ARGV[j] .. " needs an integer, got " .. ARGV[j + 1])
     end
@@ -74,13 +83,13 @@ else
 end
 do -- its metrics, in one HSET
   local metrics = {"last_seen", now}
-  for j = 6, 5 + 2 * m do metrics[#metrics + 1] = ARGV[j] end
+  for j = 7, 6 + 2 * m do metrics[#metrics + 1] = ARGV[j] end
   variadic("HSET", nodekey, metrics)
 end
 -- kept an hour past its last heartbeat: a node that dies is shown with its last numbers
 -- for the hour reap.lua keeps it in the graveyard
 redis.call("PEXPIRE", nodekey, math.max(ttl_ms * 10, ttl_ms + 3600000))
-for j = 7 + 2 * m, 6 + 2 * m + 2 * c, 2 do
+for j = 8 + 2 * m, 7 + 2 * m + 2 * c, 2 do
   if ARGV[j + 1] ~= "0" then redis.call("HINCRBY", KEYS[7], ARGV[j], ARGV[j + 1]) end
 end
 
@@ -109,4 +118,5 @@ end
 
 local out = {now, redis.call("HEXISTS", KEYS[6], "paused"), redis.call("HGET", KEYS[8], "state") or "",
              redis.call("HEXISTS", KEYS[6], "lost")}
-return renew_leases(leases, leased, node, now, lease_ms, 7 + 2 * m + 2 * c, NARGV, out)
+record_renew(KEYS[9])
+return renew_leases(leases, leased, node, now, lease_ms, 8 + 2 * m + 2 * c, NARGV, out)

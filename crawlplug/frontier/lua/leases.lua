@@ -26,6 +26,21 @@ local function redis_now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The lowest request id a script may hand out now: Redis's clock in ms times 1000. Ids
+-- come from seq (admit.lua, starts.lua), but never below this: after Redis went back in
+-- time (a restart from a snapshot, a failover to a replica that lagged) seq holds an older
+-- value, and ids it handed out since would be handed out again, to other requests, while
+-- a node still holds them as leases (its ack or release would then end another request).
+-- The clock went on, so the ids it gives are above every id handed out before (unless
+-- more than 1000 a ms were taken: seq runs ahead then, by as much). Ids still increase, so
+-- requests of one priority keep their FIFO order; 16 digits hold it until the year 2286.
+-- A failover to a machine whose clock is behind by more than the failover takes can give
+-- an id again: the rollback guard (record.lua) still refuses the acks that would misuse it.
+-- pcall(redis.replicate_commands) must have been called first (TIME before writes).
+local function id_floor()
+  return redis_now_ms() * 1000
+end
+
 -- renew this node's leases named by ARGV[from..upto] to now + lease_ms, and append to out
 -- the ids it no longer holds (reaped after it stalled, or leased to another node since):
 -- one HMGET and one ZADD for all of them (guard.lua's hmget, variadic)

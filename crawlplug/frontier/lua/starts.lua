@@ -63,10 +63,11 @@ for k = first, last do
 end
 if #entries == 0 then return {} end
 
-local deadline = redis_now_ms() + lease_ms
+local now = redis_now_ms()
+local deadline, floor = now + lease_ms, now * 1000 -- ids from leases.lua's id_floor at least
 local out = {}
 for _, entry in ipairs(entries) do
-  local id = next_id(seq, requests)
+  local id = next_id(seq, requests, floor)
   redis.call("HSET", requests, id, entry)
   redis.call("ZADD", leases, deadline, id)
   redis.call("HSET", leased, id, node .. "|start|1")
