@@ -579,9 +579,11 @@ class ShardedFrontier:
         if not groups:
             return 0
         total = 0
-        for raw in self.scripts.run_many([self.part(p).release_call(a, unstarted=unstarted) for p, a in groups.items()]):
+        calls = [self.part(p).release_call(a, unstarted=unstarted) for p, a in groups.items()]
+        for (p, part_ids), raw in zip(groups.items(), self.scripts.run_many(calls)):
             if isinstance(raw, Exception):
                 raise raw
+            self.part(p).record.done(part_ids)
             total += int(raw)
         return total
 
