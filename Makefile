@@ -7,7 +7,7 @@ ITEMS  ?= 2000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-dedup bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-capacity bench-bloom-scale bench-scale bench-all lint docs docs-site clean
+.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-dedup bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-capacity bench-bloom-scale bench-scale bench-rollback bench-all lint docs docs-site clean
 
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
@@ -27,6 +27,8 @@ help:
 	@echo "             BENCH_ARGS=\"--count 100000000\" is the full 10^8: 45-60 min of one Redis core)"
 	@echo "make bench-dedup   exact dedup: bytes per URL and admissions/s of the compact store vs today's"
 	@echo "             set and scrapy-redis's, 10^5 and 10^6 URLs (DEDUP_ARGS='--sizes 1e5,1e6,1e7')"
+	@echo "make bench-rollback   Redis SIGKILLed mid-crawl and started from its once-a-second RDB snapshot, 20 times"
+	@echo "             beside two CPU burners: pages never fetched, fetched twice (~20 min; BENCH_ARGS='--baseline C')"
 	@echo "make bench-scale   issue 26's scale economics, every part at its default size, in one go (~1 h):"
 	@echo "             bench-dedup, bench-payload, bench-redis-cpu, bench-capacity, bench-bloom-scale"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
@@ -86,6 +88,9 @@ bench-payload: venv
 bench-redis-cpu: venv
 	$(BIN)/python bench/redis_cpu.py $(BENCH_ARGS)
 
+bench-rollback: venv
+	$(BIN)/python bench/rollback_bench.py $(BENCH_ARGS)
+
 bench-capacity: venv
 	$(BIN)/python bench/capacity.py $(BENCH_ARGS)
 
@@ -94,7 +99,7 @@ bench-bloom-scale: venv
 
 bench-scale: bench-dedup bench-payload bench-redis-cpu bench-capacity bench-bloom-scale
 
-bench-all: bench bench-bloom bench-kill bench-domains bench-shards bench-scale
+bench-all: bench bench-bloom bench-kill bench-domains bench-shards bench-rollback bench-scale
 
 lint: venv
 	@$(BIN)/python -m pip install --quiet -e '.[lint]' >> $(VENV)/install.log 2>&1 || { echo "make: could not install the lint tools (see $(VENV)/install.log)"; exit 1; }

@@ -20,12 +20,15 @@ pages fetched twice and pages never fetched.
 
 Lost acknowledged writes cost duplicates by design: a lost ack brings the
 lease back (reaped, redelivered: the page is fetched again), a lost pop puts
-the request back in the queue, a lost admission goes with the ack of the page
-that made it (one script), so that page is fetched again and its links
-admitted again. The node's own fingerprint cache (CRAWLPLUG_FP_CACHE) is
-cleared when Redis comes back after an error, so it cannot filter the links
-whose admission the failover rolled back (before that fix, 10-14 of 321
-pages were never fetched in the second test).
+the request back in the queue. A lost admission may be of links whose page is
+acknowledged in a later call: the node finds that the promoted replica lacks
+its last recorded call (lua/record.lua), refuses to send that ack and gives
+back every lease it holds, so those pages are fetched again and admit their
+links again (docs/faults.md, "When Redis goes back in time"). The node's own
+fingerprint cache (CRAWLPLUG_FP_CACHE) is cleared when Redis comes back after an
+error and when it finds Redis went back, so it cannot filter the links whose
+admission the failover rolled back (before that fix, 10-14 of 321 pages were
+never fetched in the second test).
 """
 
 from __future__ import annotations

@@ -5,8 +5,11 @@ Life of a request (docs/architecture.md):
 * ``enqueue_request`` serializes the request and buffers it (:mod:`.batch`);
 * the buffer is admitted in one script call (dedup + store + enqueue,
   atomically) together with the acks of every request the engine finished
-  since the last call, so a parent is acknowledged only in the same step
-  that stores what its callback produced;
+  since the last call: a parent's children are stored while its callback runs,
+  its ack goes with the first call after the engine is done with it, never
+  before them (when Redis went back in time and lost one of those earlier
+  calls, the ack's call is refused and the node gives back what it holds:
+  :mod:`.batch`);
 * ``next_request`` leases a batch of requests (as many as the downloader has
   free slots) in the same round trip, and hands them out one by one;
 * when the engine is done with a request (downloaded, callback or errback
