@@ -34,7 +34,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (  # noqa: E402 - the repository root first on sys.path
+from bench.common import (
     Proc,
     SiteProc,
     baseline_tree,
@@ -46,7 +46,7 @@ from bench.common import (  # noqa: E402 - the repository root first on sys.path
     start_node,
     table,
 )
-from crawlplug.demo.shop import DemoShop  # noqa: E402
+from crawlplug.demo.shop import DemoShop
 
 SETTINGS = {
     "CRAWLPLUG_HEARTBEAT": 0.5,

@@ -298,8 +298,7 @@ class ShardedFrontier:
                 if isinstance(raw, Exception):
                     error = error or raw
                     continue
-                got = frontier._leased(raw)
-                leased += self._took(part, got, waits)
+                leased += self._took(part, frontier._popped(raw, call[2]), waits)
                 continue
             if isinstance(raw, Exception):
                 error = error or raw
@@ -346,12 +345,17 @@ class ShardedFrontier:
             shares = self._shares(pop - len(leased), asked)
             if not shares:
                 break
-            for (shard, _), raw in zip(shares, self.scripts.run_many(
-                    [self.shards[s].pop_call(k, after_admit=s in admitting) for s, k in shares])):  # fmt: skip
+            pops = [self.shards[s].pop_call(k, after_admit=s in admitting) for s, k in shares]
+            for (shard, _), call, raw in zip(shares, pops, self.scripts.run_many(pops)):
+                if isinstance(raw, RolledBack):
+                    rolled[shard] = raw
+                    continue
                 if isinstance(raw, Exception):
                     error = error or raw
                     continue
-                leased += self._took(shard, self.shards[shard]._leased(raw), waits)
+                leased += self._took(shard, self.shards[shard]._popped(raw, call[2]), waits)
+            if rolled:
+                error = self.went_back(rolled)
             if error is not None:  # what the others took goes back, with what was taken before
                 self._fail(error, flags, acks_done, acked, stale, leased)
         self.next_ready_ms = min(waits) if waits else -1

@@ -99,7 +99,11 @@ class Frontier:
         self._history_failed = False  # a failed history sample was logged (once)
         dk = k.domain_keys()
         # the run hash last but one: its state and limits (a shard's is absent: no limit there)
-        self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk, k.run, k.epoch]
+        self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk, k.reply(self.node_id),
+                          k.run, k.epoch]  # fmt: skip
+        #: a pop whose reply was lost: (keys, args), sent again first by the next pop (its
+        #: leases come back, pop.lua's replay, instead of waiting to expire)
+        self._uncertain_pop: tuple[list[str], list[Any]] | None = None
         self._reap_keys = [
             k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers, *dk,
             k.start_urls, k.series, k.graveyard,
@@ -193,7 +197,9 @@ class Frontier:
     def _admit(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]
     ) -> AdmitResult:
-        before, items, acks, events = self._settle(items, acks, events)
+        before, replayed, items, acks, events = self._settle(items, acks, events)
+        if replayed:  # an uncertain admit-and-pop's leases, not asked for now: back to the queue
+            self.release([x.id for x in replayed], unstarted=True)
         if before is not None and not items and not acks and not events:
             return before
         done = ""
@@ -247,11 +253,35 @@ class Frontier:
         return ("seen", [d.seen_key(k), *extra], [d.mode, d.param(), *out])
 
     def pop(self, n: int) -> list[Leased]:
-        """Lease up to ``n`` requests to this node."""
-        return self._leased(self.scripts.pop(keys=self._pop_keys, args=self._pop_args(n)))
+        """Lease up to ``n`` requests to this node. A pop whose reply was lost is sent again
+        first, by the same call id: it answers the leases it gave (pop.lua)."""
+        keys, args = self._uncertain_pop or (self._pop_keys, self._pop_args(n))
+        try:
+            raw = self.scripts.pop(keys=keys, args=args)
+        except RolledBack as exc:
+            self._uncertain_pop = None
+            raise self.went_back(exc) from None
+        except StaleEpoch:
+            self._uncertain_pop = None
+            raise
+        except (redis.ConnectionError, redis.TimeoutError):  # it may have run: its reply was lost
+            self._uncertain_pop = (keys, args)
+            raise
+        except redis.RedisError:  # refused (a corrupt key): it wrote nothing
+            self._uncertain_pop = None
+            raise
+        self._uncertain_pop = None
+        return self._popped(raw, args)
+
+    def _popped(self, raw: Sequence[Any], args: Sequence[Any]) -> list[Leased]:
+        """A pop.lua reply to ``args``: the leases, and the call recorded if it leased any."""
+        leased = self._leased(raw)
+        if leased:
+            self.record.recorded(args[4])
+        return leased
 
     def _pop_args(self, n: int) -> list[Any]:
-        return [self.node_id, n, self.lease_ms, self.queue.order, self.epoch]
+        return [self.node_id, n, self.lease_ms, self.queue.order, self.record.next_call(), self.epoch]
 
     def _pop_after_admit_call(self, n: int) -> tuple[str, list[str], list[Any]]:
         """A pop sent beside an admission to this part in another call of one batch (a sharded
@@ -261,8 +291,8 @@ class Frontier:
         one admit.lua call (:meth:`admit_pop_call`)."""
         k = self.keys
         extra = self._dedup_keys(())[0]
-        keys = [*self._pop_keys[:-2], self.dedup.seen_key(k), k.seq, k.series, *extra, k.run,
-                k.epoch]  # fmt: skip
+        keys = [*self._pop_keys[:-3], self.dedup.seen_key(k), k.seq, k.series, *extra, k.reply(self.node_id),
+                k.run, k.epoch]  # fmt: skip
         args = [*self._pop_args(n)[:-1], self.dedup.mode, self.dedup.param(), self.epoch]
         return ("pop", keys, args)
 
@@ -270,6 +300,7 @@ class Frontier:
     def admit_call(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = ()
     ) -> tuple[str, list[str], list[Any]]:
+        self._uncertain_pop = None  # a pop sent again after this call would not be answered as it was
         extra, dedup_args = self._dedup_keys([item[0] for item in items])
         return ("admit", self._admit_keys(extra), self._admit_args(items, acks, events, self._call_id(), dedup_args))
 
@@ -302,43 +333,50 @@ class Frontier:
         _, keys, args = call
         try:
             raw = run(keys=keys, args=args)
-        except (StaleEpoch, RolledBack):
-            raise  # refused before any write: nothing to send again
-        except redis.RedisError:
+        except (redis.ConnectionError, redis.TimeoutError):  # it may have run: its reply was lost
             self._uncertain = (args[3], keys, args, n_items, n_acks, n_events)
+            raise
+        except redis.RedisError:  # refused (a corrupt key, a full Redis, another epoch): it wrote nothing
+            self._uncertain = None
             raise
         self._uncertain = None
         return raw
 
     def _settle(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]
-    ) -> tuple[AdmitResult | None, Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]]:
-        """Before an admission: send the uncertain one again first if this one repeats it.
+    ) -> tuple[AdmitResult | None, list[Leased], Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]]:
+        """Before an admission: send the uncertain one again first if this one repeats it,
+        exactly (with its pop, if it had one: admit.lua answers the leases it gave).
 
-        Returns the result of the one sent again (None if none was) and what is left
-        of this admission to send. An admission that does not begin with the uncertain
-        one drops it: if that one ran, the requests it stored count as duplicates when
-        sent again under a new id (counted wrong, nothing lost).
+        Returns the result of the one sent again (None if none was), the leases its pop
+        gave, and what is left of this admission to send. An admission that does not
+        begin with the uncertain one drops it: if that one ran, the requests it stored
+        count as duplicates when sent again under a new id (counted wrong, nothing lost),
+        and its pop's leases expire.
         """
         uncertain, self._uncertain = self._uncertain, None
         if uncertain is None:
-            return None, items, acks, events
+            return None, [], items, acks, events
         call, keys, args, n_items, n_acks, n_events = uncertain
+        admission = [*args[:POP_AT], "", *args[POP_AT + 1:]]  # the call's admission alone
         repeated = (
             len(items) >= n_items and len(acks) >= n_acks and len(events) >= n_events
-            and self._admit_args(items[:n_items], acks[:n_acks], events[:n_events], call) == args
+            and self._admit_args(items[:n_items], acks[:n_acks], events[:n_events], call) == admission
         )  # fmt: skip
         if not repeated:
-            return None, items, acks, events
+            return None, [], items, acks, events
         raw = self._guarded(("admit", keys, args), n_items, n_acks, n_events, self.scripts.admit)
-        # (a call with a pop is kept uncertain without it: admit_and_pop)
+        leased: list[Leased] = []
+        if args[POP_AT]:  # {admission's reply, the leases its pop gave} (or the admission's alone)
+            leased = self._leased(raw[1]) if len(raw) > 1 else []
+            raw = raw[0]
         result = self._result(raw, args, acks[:n_acks])
         if isinstance(result, AdmitResult):
-            return result, items[n_items:], acks[n_acks:], events[n_events:]
+            return result, leased, items[n_items:], acks[n_acks:], events[n_events:]
         if result is None:  # a Bloom filter grew elsewhere: that call changed nothing
-            return None, items, acks, events
+            return None, leased, items, acks, events
         # PARTIAL: the requests its flags cover are stored, none of its acks made
-        return AdmitResult(result, 0, 0), items[len(result):], acks, events
+        return AdmitResult(result, 0, 0), leased, items[len(result):], acks, events
 
     def pop_call(self, n: int, *, after_admit: bool = False) -> tuple[str, list[str], list[Any]]:
         if after_admit:
@@ -483,16 +521,22 @@ class Frontier:
     def _admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]]
     ) -> tuple[AdmitResult | None, list[Leased]]:
-        before, items, acks, events = self._settle(items, acks, events)
+        before, replayed, items, acks, events = self._settle(items, acks, events)
+        if replayed:  # the leases an uncertain admit-and-pop gave are this call's; the rest is admitted
+            if not items and not acks and not events:
+                return before, replayed
+            try:
+                return joined(before, self._admit(items, acks, events)), replayed
+            except redis.RedisError as exc:
+                self.release([x.id for x in replayed], unstarted=True)
+                raise AdmissionIncomplete((before.flags if before else "") + "-" * len(items), exc) from exc
         if not items and not acks and not events:
             return before, self.pop(n)
 
-        def run(keys: list[str], args: list[Any]) -> Any:
-            return self.scripts.admit(keys=keys, args=self._with_pop(args, n))
-
-        call = self.admit_call(items, acks, events)
+        name, keys, args = self.admit_call(items, acks, events)
+        call = (name, keys, self._with_pop(args, n))
         try:
-            raw = self._guarded(call, len(items), len(acks), len(events), run)
+            raw = self._guarded(call, len(items), len(acks), len(events), self.scripts.admit)
         except RolledBack:
             raise
         except redis.RedisError as exc:

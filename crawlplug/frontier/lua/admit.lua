@@ -83,7 +83,7 @@
 -- With a pop (ARGV[5]), it returns {admission reply, pop.lua's reply}; or, when the
 -- admission's reply is "STALE", "STALE_GEN" or "PARTIAL" (the caller calls again),
 -- {admission reply} alone: nothing was leased. A call sent again (ARGV[4]) answers
--- the stored admission reply with a fresh pop.
+-- the stored admission reply and the leases its pop gave (those the node still holds).
 --
 -- Request ids never repeat, not even after Redis went back in time (leases.lua's id_floor).
 -- A reply the record could not keep (a full Redis refused the SET as the call's only
@@ -110,11 +110,13 @@ end
 
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 -- A replay of the caller's last call: answer what it answered, change nothing (a pop
--- asked with it is made afresh, below).
+-- asked with it answers the leases it gave, popping.lua's pop_replay; one asked now of a
+-- call first sent without is made afresh, below).
 local reply_key = KEYS[14]
-local replayed
+local replayed, replayed_pop, recorded
 if call ~= "" then
-  local recorded, last = call_record(reply_key)
+  local last
+  recorded, last = call_record(reply_key)
   if recorded == call then
     local parts = {}
     for part in string.gmatch(last .. "\n", "([^\n]*)\n") do parts[#parts + 1] = part end
@@ -122,6 +124,7 @@ if call ~= "" then
       replayed = {"PARTIAL", parts[2], parts[3]}
     else
       replayed = {parts[2], tonumber(parts[3]), tonumber(parts[4]), parts[5]}
+      replayed_pop = parts[6] -- the leases it gave (pop_record_text), if it popped
     end
     if not popping or parts[1] == "P" then return popping and {replayed} or replayed end
   else
@@ -133,31 +136,39 @@ end
 -- Replies are kept for a retry after an outage (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT, 300 s by
 -- default), renewed by the node's heartbeats (record.lua); a call sent again later than
 -- this is run again (its new requests then count as duplicates: nothing is lost).
-local function answer(reply)
+-- The record of this call (record.lua), and its reply: the admission's, then (``popped``)
+-- the leases its pop gave, as pop_record_text keeps them.
+local function answer(reply, popped)
   if call ~= "" then
     local text
     if reply[1] == "PARTIAL" then
       text = "P\n" .. reply[2] .. "\n" .. reply[3]
     else
       text = "R\n" .. reply[1] .. "\n" .. reply[2] .. "\n" .. reply[3] .. "\n" .. reply[4]
+      if popped then text = text .. "\n" .. pop_record_text(popped) end
     end
     -- the last write: a full Redis refuses it only as a call's first write, when the
     -- call changed nothing else (and sent again, changes nothing either); the reply is
     -- then not kept, and the call answers all the same, saying so
-    local kept = redis.pcall("SET", reply_key, call .. "\n" .. text, "PX", REPLY_MS)
-    if type(kept) == "table" and kept.err then reply[#reply + 1] = "unrecorded" end
+    if record_may_write(call, recorded) then
+      local kept = redis.pcall("SET", reply_key, call .. "\n" .. text, "PX", REPLY_MS)
+      if type(kept) == "table" and kept.err then reply[#reply + 1] = "unrecorded" end
+    else
+      reply[#reply + 1] = "unrecorded" -- a newer call of this caller's holds the record
+    end
   end
+  if popped then return {reply, popped} end
   return reply
 end
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 
--- the reply of a call with a pop: the admission's, then the leases. (A refusal of a key
--- the pop reads is answered alone; it cannot come after the admission's checks, which
--- checked those keys, and the admission's reply is kept for a call sent again.)
+-- the reply of a call with a pop: the admission's, then the leases, both recorded. (A
+-- refusal of a key the pop reads is answered alone; it cannot come after the admission's
+-- checks, which checked those keys.)
 local function popped_after(admitted)
   local popped = pop_take()
   if popped.err then return popped end
-  return {admitted, popped}
+  return answer(admitted, popped)
 end
 
 local nevents = tonumber(ARGV[acks_at + 1 + nacks])
@@ -204,7 +215,9 @@ do
     refused = pop_read_run()
     if refused then return refused end
   end
-  -- a call sent again: only the pop is made (its plain queue's reads check requests first)
+  -- a call sent again: its pop answers the leases it gave (reads only), or pops now if the
+  -- call was first sent without one (its plain queue's reads check requests first)
+  if replayed and replayed_pop then return {replayed, pop_replay(replayed_pop)} end
   if replayed then return popped_after(replayed) end
   if not reserve_ids() then return refused_kind(requests, "hash") end
   refused = guard({{requests, "hash"}}) -- a batch with no request to store: checked alone
@@ -361,6 +374,6 @@ if partial then
   local reply = answer({"PARTIAL", table.concat(flags), state})
   return popping and {reply} or reply -- the caller admits the rest, then pops
 end
-local reply = answer({table.concat(flags), acked, stale, state})
+local reply = {table.concat(flags), acked, stale, state}
 if popping then return popped_after(reply) end
-return reply
+return answer(reply)

@@ -202,6 +202,51 @@ local function pop_plain(n, deadline, out)
   return leased_count, redelivered, orphans
 end
 
+-- The leases a pop gave, as the node's call record keeps them (record.lua; pop_replay
+-- reads it): "<ms until the next domain is ready, or -> <id>:<report> ...". Read off
+-- pop_take's reply.
+local function pop_record_text(out)
+  if P.order ~= "domain" then
+    local ids = {"-"}
+    for j = 1, #out, 3 do ids[#ids + 1] = out[j] end
+    return table.concat(ids, " ")
+  end
+  local parts = {tostring(out[#out])}
+  for j = 1, #out - 1, 4 do parts[#parts + 1] = out[j] .. ":" .. out[j + 3] end
+  return table.concat(parts, " ")
+end
+
+-- A pop sent again after its reply was lost (its call id in the node's record): the leases
+-- it gave, as pop_take answered them, for those this node still holds (one reaped and
+-- taken by another node since is not given twice). Reads only; the guard's checks came first.
+local function pop_replay(text)
+  local out, ids, reports = {}, {}, {}
+  local first, rest = string.match(text, "^(%S*)%s*(.*)$")
+  local wait = tonumber(first) or -1
+  for token in string.gmatch(rest or "", "%S+") do
+    local id, report = string.match(token, "^([^:]+):?(.*)$")
+    ids[#ids + 1] = id
+    reports[#ids] = report
+  end
+  if #ids > 0 then
+    local infos = redis.call("HMGET", P.leased, unpack(ids))
+    local payloads = redis.call("HMGET", P.requests, unpack(ids))
+    local mine = P.node .. "|"
+    for j, id in ipairs(ids) do
+      local info = infos[j]
+      if info and payloads[j] and string.sub(info, 1, #mine) == mine then
+        local _, _, d = lease_info(info)
+        out[#out + 1] = id
+        out[#out + 1] = payloads[j]
+        out[#out + 1] = tonumber(d)
+        if P.order == "domain" then out[#out + 1] = reports[j] end
+      end
+    end
+  end
+  if P.order == "domain" then out[#out + 1] = wait end
+  return out
+end
+
 -- Lease up to n requests (pop_setup's), in queue order: a flat list {id, payload,
 -- deliveries, ...}; order "domain": four elements per request and then the ms until the
 -- next domain is ready (pop.lua's header). A pop that may lease nothing (n = 0, or a

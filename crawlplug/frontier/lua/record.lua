@@ -41,15 +41,27 @@ local function call_record(key)
   return id, rest
 end
 
+-- the caller and the number of a call id "<caller>:<n>" (nil, 0 if it is none)
+local function call_of(id)
+  local who, num = string.match(id or "", "^(.*):(%d+)$")
+  return who, tonumber(num) or 0
+end
+
+-- whether call ``call`` may replace the record ``recorded`` (a call id, nil: none): never by
+-- an older call of the same caller (a call sent again after a newer one went through), so
+-- the record never goes back (that would read as Redis gone back in time)
+local function record_may_write(call, recorded)
+  local who, n = call_of(call)
+  local had, m = call_of(recorded)
+  return who ~= had or n >= m
+end
+
 -- nil, or the refusal of a call from a node whose last recorded admission (c) Redis lost:
 -- the record holds call id ``recorded`` (nil: none)
 local function rollback_guard(caller, c, recorded)
   if c <= 0 then return nil end
-  local n = 0
-  if recorded then
-    local who, num = string.match(recorded, "^(.*):(%d+)$")
-    if who == caller then n = tonumber(num) end
-  end
+  local who, n = call_of(recorded)
+  if who ~= caller then n = 0 end
   if n >= c then return nil end
   return redis.error_reply("ROLLBACK " .. n .. " " .. c .. ": Redis holds an older state than this node's " ..
     "last recorded call (a restart from a snapshot, a failover to a replica that lagged, a restored backup); " ..
