@@ -139,9 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burners", type=int, default=2, help="busy-looping processes beside the crawl")
     parser.add_argument("--items", type=int, default=300, help="the demo shop's items (300: 321 pages)")
     parser.add_argument("--baseline", default=None, help="also run this commit's crawlplug, interleaved")
+    parser.add_argument("--tree", default=None, help="run this commit's crawlplug as 'this tree' (a copy: the "
+                                                     "working tree may change while the bench runs)")
     args = parser.parse_args(argv)
     install_signal_handlers()
-    trees: list[tuple[str, Path | None]] = [("this tree", None)]
+    trees: list[tuple[str, Path | None]] = [("this tree", baseline_tree(args.tree) if args.tree else None)]
     if args.baseline:
         trees.append((args.baseline, baseline_tree(args.baseline)))
     burners = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(args.burners)]
