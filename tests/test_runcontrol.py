@@ -104,10 +104,10 @@ def test_items_errors_and_time_end_the_run_at_a_heartbeat(r):
         control.apply(r, keys, joined.run, limit, by="n1")
         node.admit([(bytes([i]) * 20, 0.0, _payload(i)) for i in range(4)])
         if counts:
-            node.heartbeat([], counts={name: value - 1 for name, value in counts.items()})
+            node.heartbeat([], totals={name: value - 1 for name, value in counts.items()})
             assert node.run_state == "running", reason
             assert len(node.pop(1)) == 1
-            node.heartbeat([], counts=dict.fromkeys(counts, 1))
+            node.heartbeat([], totals=counts)  # the node's totals: the last one is new
         else:
             time.sleep(0.01)  # past a deadline of 1 ms: the script compares Redis times, nothing here is timed
             node.heartbeat([])
@@ -126,9 +126,9 @@ def test_a_sharded_crawl_counts_its_pages_through_the_heartbeat(r):
     joined = runs.join(r, keys, node_id="n1", ttl_ms=10_000)
     node = ShardedFrontier(r, keys, shards=2, node_id="n1", epoch=joined.epoch)
     control.apply(r, keys, joined.run, Limits(pages=10), by="n1")
-    node.heartbeat([], counts={"shard_acked": 9})
+    node.heartbeat([], totals={"shard_acked": 9})
     assert node.run_state == "running"
-    node.heartbeat([], counts={"shard_acked": 1})
+    node.heartbeat([], totals={"shard_acked": 10})
     assert node.run_state == "limit" and runs.record(r, keys)["reason"] == "closespider_pagecount"
 
 

@@ -97,14 +97,14 @@ class CrawlFrontier(Protocol):
 
     # -- liveness -----------------------------------------------------------------------
     def heartbeat(self, lease_ids: Iterable[str], *, producing: bool = False,
-                  metrics: dict[str, Any] | None = None, counts: dict[str, int] | None = None) -> list[str]:  # fmt: skip
+                  metrics: dict[str, Any] | None = None, totals: dict[str, int] | None = None) -> list[str]:  # fmt: skip
         """Renew this node's record and its leases; the ids it no longer holds."""
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Give back the leases of nodes that stopped renewing: (requests, start entries)."""
 
     def heartbeat_and_reap(self, lease_ids: Iterable[str], *, producing: bool = False,
-                           metrics: dict[str, Any] | None = None, counts: dict[str, int] | None = None,
+                           metrics: dict[str, Any] | None = None, totals: dict[str, int] | None = None,
                            limit: int = 1000) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
         """:meth:`heartbeat` and :meth:`reap` in one round trip."""
 

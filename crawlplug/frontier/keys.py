@@ -32,6 +32,7 @@ NAMES = (
     "fph",
     "dead",  # list: dead letters (JSON)
     "stats",  # hash: crawl-wide counters
+    "counted",  # hash: "<node>|<counter>" -> that node's total the run's counters hold (heartbeat.lua)
     "nodes",  # zset: node id -> heartbeat deadline (ms)
     "producers",  # zset: node id -> deadline; nodes still reading their start requests
     "start_urls",  # list: start entries pushed by operators and the seed timer

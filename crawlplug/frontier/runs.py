@@ -65,7 +65,7 @@ BEGIN_GRACE_MS = 30_000
 #: and the node stats of ended runs (runstats:*, crawlplug.frontier.runstats).
 RUN_STATE_NAMES = frozenset({
     "queue", "requests", "leases", "leased", "deliveries", "dq", "domains", "dstate",
-    "stats", "errors", "crawlstats", "statnodes", "producers", "graveyard",
+    "stats", "counted", "errors", "crawlstats", "statnodes", "producers", "graveyard",
 })  # fmt: skip
 #: Dedup state, kept across runs only by an incremental crawl.
 DEDUP_NAMES = frozenset({"seen", "seen_ttl", "bf", "bloom", "fph"})

@@ -479,9 +479,9 @@ class ShardedFrontier:
     # -- leases ------------------------------------------------------------------
     def heartbeat(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
-        counts: dict[str, int] | None = None,
+        totals: dict[str, int] | None = None,
     ) -> list[str]:
-        return self._beat(lease_ids, producing, metrics, counts, reap_limit=None)[0]
+        return self._beat(lease_ids, producing, metrics, totals, reap_limit=None)[0]
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         requeued = dead = 0
@@ -494,19 +494,19 @@ class ShardedFrontier:
 
     def heartbeat_and_reap(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
-        counts: dict[str, int] | None = None, limit: int = 1000,
+        totals: dict[str, int] | None = None, limit: int = 1000,
     ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
         """:meth:`heartbeat` then :meth:`reap`, the calls of every shard sent together
         (a shard's renewal before its reap: same keys, same node, in call order)."""
-        return self._beat(lease_ids, producing, metrics, counts, reap_limit=limit)
+        return self._beat(lease_ids, producing, metrics, totals, reap_limit=limit)
 
     def _beat(self, lease_ids: Iterable[str], producing: bool, metrics: dict[str, Any] | None,
-              counts: dict[str, int] | None, reap_limit: int | None) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
+              totals: dict[str, int] | None, reap_limit: int | None) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
         """The heartbeat in the crawl's own keys, each shard's renewal of this node's leases
         and, with ``reap_limit``, every part's reap: one pipeline. (lost lease ids, reaped)."""
         groups = self._group_ids(lease_ids)
         calls = [self.base.heartbeat_call(groups.get(BASE, ()), producing=producing, metrics=metrics,
-                                          counts=counts)]  # fmt: skip
+                                          totals=totals)]  # fmt: skip
         # each shard holding leases of this node, or its record (lua/record.lua: did it go back in time?)
         shards = [p for p in range(self.n) if p in groups or self.shards[p].record.confirmed]
         calls += [self.shards[p].renew_call(groups.get(p, ())) for p in shards]

@@ -407,7 +407,7 @@ class Frontier:
 
     def heartbeat_call(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
-        counts: dict[str, int] | None = None,
+        totals: dict[str, int] | None = None,
     ) -> tuple[str, list[str], list[Any]]:
         k = self.keys
         # how often it beats and how long its leases live: the views tell a late heartbeat
@@ -416,12 +416,12 @@ class Frontier:
         for name, value in (metrics or {}).items():
             pairs += [name, value]
         added: list[Any] = []
-        for name, value in (counts or {}).items():
+        for name, value in (totals or {}).items():
             added += [name, int(value)]
         return (
             "heartbeat",
             [k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers, k.control, k.stats, k.run,
-             k.reply(self.node_id), k.epoch],
+             k.counted, k.reply(self.node_id), k.epoch],
             [self.node_id, self.lease_ms, self.node_ttl_ms, "1" if producing else "0", self.record.check(),
              len(pairs) // 2, *pairs, len(added) // 2, *added, *lease_ids, self.epoch],
         )  # fmt: skip
@@ -592,11 +592,12 @@ class Frontier:
     # -- leases -------------------------------------------------------------
     def heartbeat(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
-        counts: dict[str, int] | None = None,
+        totals: dict[str, int] | None = None,
     ) -> list[str]:
-        """Mark this node alive, renew its leases, add ``counts`` to the run's counters;
+        """Mark this node alive, renew its leases, count its ``totals`` in the run's counters (what
+        is new since they were counted: sent again, a beat counts nothing twice);
         return the ids it lost. :attr:`paused` and :attr:`run_state` follow the reply."""
-        _, keys, args = self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, counts=counts)
+        _, keys, args = self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, totals=totals)
         try:
             out = self.scripts.heartbeat(keys=keys, args=args)
         except RolledBack as exc:
@@ -621,12 +622,12 @@ class Frontier:
 
     def heartbeat_and_reap(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
-        counts: dict[str, int] | None = None, limit: int = 1000,
+        totals: dict[str, int] | None = None, limit: int = 1000,
     ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
         """:meth:`heartbeat` then :meth:`reap`, and a history sample (crawlplug.frontier.history),
         in one round trip: (ids lost, (requeued, dead))."""
         out, reaped, sampled = self.scripts.pipelined([
-            self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, counts=counts),
+            self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, totals=totals),
             self.reap_call(limit),
             self.history_call(),
         ])  # fmt: skip

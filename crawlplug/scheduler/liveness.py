@@ -74,7 +74,9 @@ class Liveness:
         self.termination = Termination(config.idle_close)
         self.producing = True  # the spider's start() may still yield requests
         self.stale_leases: set[str] = set()  # leases of a crawl state reset under this node
-        self.counted: dict[str, int] = {}  # Scrapy stats last added to the run's counters
+        #: this node's counts when it joined the run: what it reports is its total since (heartbeat.lua
+        #: counts what is new of it, so a beat sent again counts nothing twice)
+        self.base: dict[str, int] = {}
         self.run_ended = False  # the run's end is recorded (finished): the node may close
         self._pages: deque[tuple[float, int]] = deque()  # (time, acked total), for pages/min
         self._last_poll = 0.0
@@ -87,7 +89,7 @@ class Liveness:
             return
         try:
             lease_ids = list(dict.fromkeys([*self.batch.held(), *self.entries.leases]))
-            counts = self.counts()
+            totals = {name: value - self.base.get(name, 0) for name, value in self.counts().items()}
             # the reap rides with the heartbeat (one round trip: each one blocks the reactor)
             lost, (requeued, dead) = self.frontier.heartbeat_and_reap(
                 lease_ids,
@@ -100,9 +102,8 @@ class Liveness:
                     "pages_per_min": self._pages_per_min(),
                     "paused": int(self.batch.paused),
                 },
-                counts={name: value - self.counted.get(name, 0) for name, value in counts.items()},
+                totals=totals,
             )
-            self.counted = counts
             self._follow_pause(self.frontier.paused)
             self._follow_run(self.control.follow(self.frontier.run_state))
             if self.frontier.run_state == "finished" and not self.run_ended:
@@ -382,7 +383,7 @@ class Liveness:
         self.entries.drop()
         self.termination.empty_since = None
         self.run_ended = False
-        self.counted = self.counts()  # what this node did before belongs to the old state
+        self.base = self.counts()  # what this node did before belongs to the old state
         self.frontier.forget_dedup_layers()  # what it knew of a Bloom filter's layers only grows: wrong now
         self.frontier.epoch = joined.epoch
         self.frontier.run_id = joined.run

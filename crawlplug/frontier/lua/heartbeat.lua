@@ -1,5 +1,5 @@
--- heartbeat.lua: mark a node alive, publish its metrics, add its counts to
--- the run's counters, renew its leases, and tell it the state of the run.
+-- heartbeat.lua: mark a node alive, publish its metrics, count what it did in the
+-- run's counters, renew its leases, and tell it the state of the run.
 --
 -- KEYS[1] nodes       zset  node id -> heartbeat deadline (ms)
 -- KEYS[2] leases      zset  request id -> lease deadline (ms)
@@ -11,8 +11,10 @@
 -- KEYS[7] stats       hash  the run's counters
 -- KEYS[8] run         hash  the current run (join.lua), with its crawl-wide limits
 --                           (lim_pages, lim_items, lim_errors, lim_timeout: crawlplug.frontier.control)
--- KEYS[9] reply       str   the node's call record (record.lua): checked, and kept alive
--- KEYS[10] epoch      str   the crawl's epoch (epoch.lua)
+-- KEYS[9] counted     hash  "<node>|<counter>" -> the node's total of that counter the
+--                           run's counters hold (a run's state: a new run starts without)
+-- KEYS[10] reply      str   the node's call record (record.lua): checked, and kept alive
+-- KEYS[11] epoch      str   the crawl's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] lease duration (ms)
 -- ARGV[3] node time-to-live (ms) without a heartbeat
@@ -21,9 +23,12 @@
 --         nothing): a record older than it refuses the heartbeat with "ROLLBACK ...",
 --         writing nothing
 -- ARGV[6] M = number of metric field/value pairs, then 2*M arguments
--- then C = number of counters, then C pairs (counter, integer to add to the
--- run's counter: the node's items, errors, spider_errors and, in a sharded
--- crawl, shard_acked (pages acknowledged in the shards) since its last heartbeat)
+-- then C = number of counters, then C pairs (counter, the node's total of it in this
+-- run: its items, errors, spider_errors and, in a sharded crawl, shard_acked, pages
+-- acknowledged in the shards). The run's counter gets what is new since the total
+-- KEYS[9] counted, so a heartbeat sent again (redis-py's retry of a lost reply, a beat
+-- whose reap was refused) counts nothing twice; after Redis went back in time it gets
+-- what the restored state had not counted. A total below the one counted adds nothing.
 -- then the ids of the leases this node believes it holds
 -- and last the node's epoch (epoch.lua)
 -- Returns {now_ms, paused, run state, data lost, lost ids...}: paused is 1
@@ -47,6 +52,7 @@
 -- uses: guard epoch record leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
 local nodes, leases, leased, nodekey, producers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local counted, reply = KEYS[9], KEYS[10]
 local node, lease_ms, ttl_ms, producing = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local m = tonumber(ARGV[6])
 local c = tonumber(ARGV[7 + 2 * m])
@@ -54,17 +60,36 @@ local c = tonumber(ARGV[7 + 2 * m])
 do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: before any write
 do -- record.lua: Redis went back in time past this node's last recorded admission?
   local caller, confirmed = record_check_arg(ARGV[5])
-  local refused = confirmed > 0 and rollback_guard(caller, confirmed, (call_record(KEYS[9])))
+  local refused = confirmed > 0 and rollback_guard(caller, confirmed, (call_record(reply)))
   if refused then return refused end
 end
 -- ---- all or nothing (guard.lua): every key and value checked before the first write ----
+-- the totals this node reports, and what the run's counters and counted hold of them: each an
+-- integer that an addition cannot overflow (guard.lua's is_integer: 18 characters at most)
+local names, fields, totals, stored, held = {}, {}, {}, {}, {}
 do
   local refused = guard({{nodes, "zset"}, {leases, "zset"}, {leased, "hash"}, {nodekey, "any"},
-                         {producers, "zset"}, {KEYS[6], "hash"}, {KEYS[7], "counters"}, {KEYS[8], "hash"}})
+                         {producers, "zset"}, {KEYS[6], "hash"}, {KEYS[7], "counters"}, {KEYS[8], "hash"},
+                         {counted, "hash"}})
   if refused then return refused end
   for j = 8 + 2 * m, 7 + 2 * m + 2 * c, 2 do
-    if not string.match(ARGV[j + 1], "^-?%d+$") then
+    if not is_integer(ARGV[j + 1]) then
       return redis.error_reply("heartbeat.lua: counter " .. ARGV[j] .. " needs an integer, got " .. ARGV[j + 1])
+    end
+    names[#names + 1] = ARGV[j]
+    fields[#fields + 1] = node .. "|" .. ARGV[j]
+    totals[#totals + 1] = tonumber(ARGV[j + 1])
+  end
+  if #names > 0 then
+    stored = redis.call("HMGET", counted, unpack(fields))
+    held = redis.call("HMGET", KEYS[7], unpack(names))
+    for i, name in ipairs(names) do
+      if stored[i] and not is_integer(stored[i]) then
+        return corrupt_reply(counted, "field " .. fields[i] .. " holds " .. shown(stored[i]) .. ", not an integer")
+      end
+      if held[i] and not is_integer(held[i]) then
+        return corrupt_reply(KEYS[7], "field " .. name .. " holds " .. shown(held[i]) .. ", not an integer")
+      end
     end
   end
 end
@@ -89,8 +114,12 @@ end
 -- kept an hour past its last heartbeat: a node that dies is shown with its last numbers
 -- for the hour reap.lua keeps it in the graveyard
 redis.call("PEXPIRE", nodekey, math.max(ttl_ms * 10, ttl_ms + 3600000))
-for j = 8 + 2 * m, 7 + 2 * m + 2 * c, 2 do
-  if ARGV[j + 1] ~= "0" then redis.call("HINCRBY", KEYS[7], ARGV[j], ARGV[j + 1]) end
+for i, name in ipairs(names) do -- what is new since the totals counted (the header)
+  local new = totals[i] - (tonumber(stored[i]) or 0)
+  if new > 0 then
+    redis.call("HINCRBY", KEYS[7], name, string.format("%d", new))
+    redis.call("HSET", counted, fields[i], ARGV[8 + 2 * m + 2 * (i - 1) + 1])
+  end
 end
 
 -- the run's crawl-wide limits (CLOSESPIDER_*, crawl-wide: crawlplug.frontier.control)
@@ -118,5 +147,5 @@ end
 
 local out = {now, redis.call("HEXISTS", KEYS[6], "paused"), redis.call("HGET", KEYS[8], "state") or "",
              redis.call("HEXISTS", KEYS[6], "lost")}
-record_renew(KEYS[9])
+record_renew(reply)
 return renew_leases(leases, leased, node, now, lease_ms, 8 + 2 * m + 2 * c, NARGV, out)

@@ -1,0 +1,95 @@
+"""Calls a node sends again count nothing twice (issue 32): a heartbeat whose reply was lost
+(redis-py's retry), a heartbeat sent again because the reap in the same pipeline was
+refused; and a heartbeat never half-written by a counter of the wrong kind. Against a real
+Redis, through the frontier."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from crawlplug.errors import CorruptKey
+from crawlplug.frontier import runs
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+
+K = CrawlKeys("resends")
+
+
+class Twice:
+    """``frontier.scripts`` with every heartbeat sent twice (the first reply dropped): what
+    redis-py's retry does after a connection reset that followed the script's run."""
+
+    def __init__(self, scripts):
+        self._scripts = scripts
+
+    def __getattr__(self, name):
+        target = getattr(self._scripts, name)
+        if name != "heartbeat":
+            return target
+
+        def twice(*args, **kwargs):
+            target(*args, **kwargs)
+            return target(*args, **kwargs)
+
+        return twice
+
+
+def _node(r: redis.Redis) -> Frontier:
+    joined = runs.join(r, K, node_id="n1", ttl_ms=10_000)
+    return Frontier(r, K, node_id="n1", epoch=joined.epoch)
+
+
+def _counter(r: redis.Redis, name: str) -> int:
+    return int(r.hget(K.stats, name) or 0)
+
+
+def test_a_heartbeat_sent_twice_counts_once(r):
+    node = _node(r)
+    node.scripts = Twice(node.scripts)
+    node.heartbeat([], totals={"items": 10, "errors": 2})
+    assert (_counter(r, "items"), _counter(r, "errors")) == (10, 2)
+    node.heartbeat([], totals={"items": 30, "errors": 2})
+    assert (_counter(r, "items"), _counter(r, "errors")) == (30, 2), "what is new, once"
+
+
+def test_a_beat_sent_again_after_its_reap_was_refused_counts_once(r):
+    """The heartbeat and the reap go in one pipeline; with the reap refused (a corrupt key)
+    the node takes the beat as failed and sends the same totals again at the next one."""
+    node = _node(r)
+    r.set(K.dead, "not a list")  # reap.lua refuses this; the heartbeat does not touch it
+    for _ in range(4):
+        with pytest.raises(CorruptKey):
+            node.heartbeat_and_reap([], totals={"items": 10})
+    assert _counter(r, "items") == 10, "seen 10, 30, 60, 100 before: each beat added the totals again"
+    r.delete(K.dead)
+    node.heartbeat_and_reap([], totals={"items": 12})
+    assert _counter(r, "items") == 12
+
+
+def test_two_nodes_are_counted_apart(r):
+    a, b = _node(r), Frontier(r, K, node_id="n2", epoch=runs.join(r, K, node_id="n2", ttl_ms=10_000).epoch)
+    a.heartbeat([], totals={"items": 5})
+    b.heartbeat([], totals={"items": 7})
+    a.heartbeat([], totals={"items": 6})
+    assert _counter(r, "items") == 13
+
+
+@pytest.mark.parametrize("value", ["1.5x", "9223372036854775800"], ids=["not-an-integer", "overflowing"])
+@pytest.mark.parametrize("name", ["items", "errors", "spider_errors", "shard_acked"])
+def test_a_counter_of_the_wrong_kind_refuses_the_heartbeat_whole(r, name, value):
+    """Before, heartbeat.lua renewed the node and its leases' neighbours, then failed on the
+    HINCRBY half-way: the node showed alive while its leases were never renewed."""
+    node = _node(r)
+    node.admit([(b"x" * 20, 0.0, b"payload")])
+    [held] = node.pop(1)
+    deadline = r.zscore(K.leases, held.id)
+    r.hset(K.stats, name, value)
+    before = {key: r.dump(key) for key in r.scan_iter(match=K.pattern())}
+    with pytest.raises(CorruptKey) as refused:
+        node.heartbeat([held.id], totals={name: 1})
+    assert K.stats in str(refused.value) and name in str(refused.value)
+    assert {key: r.dump(key) for key in r.scan_iter(match=K.pattern())} == before, "nothing written"
+    r.hdel(K.stats, name)
+    node.heartbeat([held.id], totals={name: 1})
+    assert r.zscore(K.leases, held.id) >= deadline and _counter(r, name) == 1
