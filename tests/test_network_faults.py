@@ -30,7 +30,7 @@ import redis
 from scrapy import Request
 
 from crawlplug.connection import client_from_url
-from crawlplug.errors import RolledBack
+from crawlplug.errors import AdmissionIncomplete, RolledBack
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.scripts import source
 from crawlplug.frontier.single import Frontier
@@ -311,3 +311,24 @@ def test_links_cut_and_restored_every_few_seconds(crawl, make_shop, r, proxies):
     seen = assert_complete(shop, nodes, in_flight, "links cut for 1 s every 3 s, both nodes",
                            cuts=cuts, connections_reset=resets, refused=sum(p.refused for p in proxies))  # fmt: skip
     assert seen.twice == 0, "a cut shorter than the lease timeout makes no lease expire"
+
+
+def test_a_sharded_admission_whose_reply_was_lost_is_sent_again_first_and_counted_once(r, proxies):
+    """A sharded crawl's admissions go in one pipeline over the shards: when its replies are
+    lost and the retry fails too, the next batch sends each shard's lost call again first,
+    exactly (issue 32: it counted its requests as duplicates of themselves, and its acks stale)."""
+    from crawlplug.frontier.sharded import ShardedFrontier, shard_of
+
+    hosts = {shard_of(h, 2): h for h in (f"h{i}.test" for i in range(20))}
+    frontier = ShardedFrontier(client_from_url(proxies[0].url), KEYS, shards=2, node_id="node-a")
+    frontier.admit([(_fp(0), 0.0, _payload(0), "", hosts[0])])
+    parent = frontier.pop(1)[0].id
+    children = [(_fp(i), 0.0, _payload(i), "", hosts[i % 2]) for i in range(1, 5)]
+    proxies[0].reset_reply(ADMIT_SHA, times=2)  # the batch's pipeline, and the client's retry of it
+    with pytest.raises((redis.ConnectionError, AdmissionIncomplete)):
+        frontier.admit(children, [parent])
+    assert proxies[0].resets == 2 and frontier.totals().get("enqueued") == 5, "the lost calls ran, once"
+    result = frontier.admit([*children, (_fp(9), 0.0, _payload(9), "", hosts[1])], [parent])
+    assert (result.flags, result.acked, result.stale) == ("11111", 1, 0)
+    totals = frontier.totals()
+    assert (totals["enqueued"], totals["filtered"], totals["pages"]) == (6, 0, 1), totals

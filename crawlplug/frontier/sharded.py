@@ -256,11 +256,38 @@ class ShardedFrontier:
         now_acks = {p: a for p, a in ack_parts.items() if set(by_shard) <= {p}}
         later_acks = {p: a for p, a in ack_parts.items() if p not in now_acks}
 
+        flags = [""] * len(items)
+        acked = stale = 0
+        acks_done: list[str] = []  # the acks made (acknowledged or found stale), as the caller named them
+        leased: list[Leased] = []
+        # a part whose last admission's reply was lost gets it again first, exactly (answered as
+        # it was, its pop's leases too: admit.lua), then the rest of its share of this batch
+        sent_again: dict[int, int] = {}  # part -> its items that call covered
+        for part in [p for p in dict.fromkeys([*by_shard, *now_acks, *event_parts]) if self.part(p)._uncertain]:
+            indexes = by_shard.get(part, [])
+            before, replayed, rest, rest_acks, rest_events = self.part(part)._settle(
+                [items[i] for i in indexes], now_acks.get(part, ()), event_parts.get(part, ()))  # fmt: skip
+            if before is None:
+                continue
+            done = len(indexes) - len(rest)
+            for i, flag in zip(indexes[:done], before.flags):
+                flags[i] = flag
+            acked, stale = acked + before.acked, stale + before.stale
+            acks_done += self._named(part, now_acks.get(part, ())[:len(now_acks.get(part, ())) - len(rest_acks)])
+            leased += self._wrap(part, replayed)
+            by_shard[part] = indexes[done:]
+            sent_again[part] = done
+            if part in now_acks:
+                now_acks[part] = list(rest_acks)
+            if part in event_parts:
+                event_parts[part] = list(rest_events)
+
         calls: list[tuple[str, list[str], list[Any]]] = []
         plan: list[tuple[str, int]] = []
         asked: set[int] = set()
         share_of = dict(self._shares(pop, asked))
-        parts = list(dict.fromkeys([*by_shard, *now_acks, *event_parts]))
+        parts = [p for p in dict.fromkeys([*by_shard, *now_acks, *event_parts])
+                 if by_shard.get(p) or now_acks.get(p) or event_parts.get(p)]  # fmt: skip
         for part in parts:
             part_items = [items[i] for i in by_shard.get(part, ())]
             args = (part_items, now_acks.get(part, ()), event_parts.get(part, ()))
@@ -282,10 +309,6 @@ class ShardedFrontier:
                 plan.append(("pop", shard))
         results = self.scripts.run_many(calls) if calls else []
 
-        flags = [""] * len(items)
-        acked = stale = 0
-        acks_done: list[str] = []  # the acks made (acknowledged or found stale), as the caller named them
-        leased: list[Leased] = []
         error: Exception | None = None
         rolled: dict[int, RolledBack] = {}  # parts found gone back in time
         waits: list[int] = []
@@ -300,15 +323,17 @@ class ShardedFrontier:
                     continue
                 leased += self._took(part, frontier._popped(raw, call[2]), waits)
                 continue
+            part_items = [items[i] for i in by_shard.get(part, ())]
+            part_acks, part_events = now_acks.get(part, ()), event_parts.get(part, ())
             if isinstance(raw, Exception):
+                # a reply lost may be of a call that ran: sent again first by the next batch
+                frontier.note_uncertain(call, raw, len(part_items), len(part_acks), len(part_events))
                 error = error or raw
                 continue
             if kind == "admit+pop":  # {admission's reply, pop's reply}, or the admission's alone
                 if len(raw) > 1:
                     leased += self._took(part, frontier._leased(raw[1]), waits)
                 raw = raw[0]
-            part_items = [items[i] for i in by_shard.get(part, ())]
-            part_acks, part_events = now_acks.get(part, ()), event_parts.get(part, ())
             try:
                 result = frontier._result(raw, call[2], part_acks)
                 if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish this part alone
@@ -366,6 +391,7 @@ class ShardedFrontier:
             for (p, part_acks), call, raw in zip(later_acks.items(), calls, self.scripts.run_many(calls)):
                 try:
                     if isinstance(raw, Exception):
+                        self.part(p).note_uncertain(call, raw, 0, len(part_acks), 0)
                         raise raw
                     result = self.part(p)._result(raw, call[2], part_acks)
                     if not isinstance(result, AdmitResult):  # a Bloom filter grew elsewhere: again

@@ -342,6 +342,14 @@ class Frontier:
         self._uncertain = None
         return raw
 
+    def note_uncertain(self, call: tuple[str, list[str], list[Any]], exc: BaseException, n_items: int, n_acks: int,
+                       n_events: int) -> None:  # fmt: skip
+        """An admission ``call`` sent outside :meth:`admit` (a sharded crawl's pipeline) met
+        ``exc``: if its reply may have been lost, the next admission sends it again first."""
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+            _, keys, args = call
+            self._uncertain = (args[3], keys, args, n_items, n_acks, n_events)
+
     def _settle(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]
     ) -> tuple[AdmitResult | None, list[Leased], Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]]:
