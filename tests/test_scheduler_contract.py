@@ -49,3 +49,90 @@ def test_a_page_with_50000_links_is_sent_in_bounded_calls_its_ack_in_the_last(re
         assert acked_in == [len(log.calls) - 1], "the parent's ack rides in the last call, after every link"
         payloads = set(r.hvals(K.requests))
         assert len(payloads) == 50_000 and not any(b'"http://site.test/"' in p for p in payloads), "the parent acked"
+
+
+# -- Scrapy's Scheduler contract (issue 32 item 8) -----------------------------------------------
+
+
+def test_a_node_that_opens_a_crawl_redis_holds_work_for_has_pending_requests(redis_url, r):
+    """Scrapy asks has_pending_requests() before it calls the spider idle: after one node
+    closed and another opened the crawl, Redis holds the requests, the new node none yet."""
+    with open_scheduler(redis_url) as (first, _):
+        for i in range(3):
+            first.enqueue_request(scrapy.Request(f"http://site.test/{i}"))
+        first.batch.flush()
+    assert r.zcard(K.queue) == 3
+    with open_scheduler(redis_url) as (second, _):
+        assert second.has_pending_requests(), "Redis holds 3 requests for it"
+        assert len(second) == 3
+        got = [second.next_request() for _ in range(3)]
+        assert all(got) and len(second) == 0
+
+
+def test_the_last_request_taken_leaves_nothing_pending(redis_url, r):
+    """What keeps a node closing at the end of a crawl: the pop that empties the queue says so."""
+    with open_scheduler(redis_url) as (scheduler, engine):
+        scheduler.enqueue_request(scrapy.Request("http://site.test/only"))
+        request = scheduler.next_request()
+        assert request is not None and scheduler.has_pending_requests() is False and len(scheduler) == 0
+        engine.done(request)
+        assert scheduler.has_pending_requests(), "its ack is still to send"
+        scheduler.batch.flush()
+        assert not scheduler.has_pending_requests()
+
+
+def test_a_request_enqueued_twice_is_one_request(redis_url, r):
+    with open_scheduler(redis_url) as (scheduler, _):
+        stats = scheduler.crawler.stats
+        assert scheduler.enqueue_request(scrapy.Request("http://site.test/a")) is True
+        assert scheduler.enqueue_request(scrapy.Request("http://site.test/a")) is False, "a duplicate, known here"
+        assert len(scheduler) == 1
+        assert stats.get_value("scheduler/enqueued") is None, "nothing stored yet"
+        scheduler.batch.flush()
+        assert stats.get_value("scheduler/enqueued") == 1 and stats.get_value("dupefilter/filtered") == 1
+        assert r.zcard(K.queue) == 1
+
+
+def test_a_request_redis_filters_is_dropped_and_not_counted_enqueued(redis_url, r):
+    """A node learns only from the admission's reply that another node stored the request:
+    then Scrapy's request_dropped fires for it, and scheduler/enqueued does not count it."""
+    from scrapy import signals
+
+    with open_scheduler(redis_url) as (other, _):
+        other.enqueue_request(scrapy.Request("http://site.test/known"))
+        other.batch.flush()
+    with open_scheduler(redis_url) as (scheduler, _):
+        dropped: list[str] = []
+        scheduler.crawler.signals.connect(lambda request, spider: dropped.append(request.url),
+                                          signal=signals.request_dropped, weak=False)  # fmt: skip
+        assert scheduler.enqueue_request(scrapy.Request("http://site.test/known")) is True  # unknown here
+        assert scheduler.enqueue_request(scrapy.Request("http://site.test/new")) is True
+        scheduler.batch.flush()
+        stats = scheduler.crawler.stats
+        assert dropped == ["http://site.test/known"]
+        assert stats.get_value("scheduler/enqueued") == 1 and stats.get_value("dupefilter/filtered") == 1
+
+
+def test_enqueue_request_makes_no_call_of_its_own(redis_url, r):
+    """Buffered, a batch at a time: enqueue_request() answers from what the node knows."""
+    with open_scheduler(redis_url, CRAWLPLUG_BATCH_SIZE=100) as (scheduler, _):
+        calls: list[str] = []
+        scripts = scheduler.frontier.scripts
+        original = scripts.__class__.__getattr__
+
+        class Counting:
+            def __getattr__(self, name: str) -> Any:
+                calls.append(name)
+                return original(scripts, name)
+
+        scheduler.frontier.scripts = Counting()
+        try:
+            for i in range(50):
+                scheduler.enqueue_request(scrapy.Request(f"http://site.test/{i}"))
+            assert scheduler.enqueue_request(scrapy.Request("http://site.test/3")) is False
+            scheduler.batch.draining = True
+            assert scheduler.enqueue_request(scrapy.Request("http://site.test/x")) is False, "a draining run"
+            assert len(scheduler) == 50 and scheduler.has_pending_requests()
+        finally:
+            scheduler.frontier.scripts = scripts
+        assert calls == [], calls

@@ -44,6 +44,8 @@ class CrawlFrontier(Protocol):
     #: per-domain request is due (-1: none waiting), start entries waiting, the
     #: crawl paused, the run's state, data lost since the run began, start URLs' key type
     next_ready_ms: int
+    #: requests waiting in the queue as the last pop saw them (-1: none seen yet)
+    queued_seen: int
     start_entries: int
     paused: bool
     run_state: str

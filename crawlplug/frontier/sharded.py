@@ -135,6 +135,12 @@ class ShardedFrontier:
         return self.shards[0].dedup
 
     @property
+    def queued_seen(self) -> int:
+        """Requests waiting in the shards' queues, as each shard's last pop saw them (-1: none seen)."""
+        seen = [f.queued_seen for f in self.shards if f.queued_seen >= 0]
+        return sum(seen) if seen else -1
+
+    @property
     def epoch(self) -> str:
         return self.base.epoch
 

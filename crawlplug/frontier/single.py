@@ -80,6 +80,8 @@ class Frontier:
         k = keys
         #: ms until the next domain is ready, from the last pop (DomainQueue; -1: unknown)
         self.next_ready_ms = -1
+        #: requests waiting in the queue, as the last pop saw them (-1: none seen yet)
+        self.queued_seen = -1
         #: start entries waiting in start_urls, at the last idle_state()
         self.start_entries = 0
         #: whether an operator paused the crawl, at the last heartbeat
@@ -471,6 +473,9 @@ class Frontier:
         return lost
 
     def _leased(self, raw: Sequence[Any]) -> list[Leased]:
+        """A pop's reply: its leases (held from now on), and what it says of the queue."""
+        self.queued_seen = int(raw[-1])
+        raw = raw[:-1]
         if getattr(self.queue, "order", None) != "domain":
             leased = leased_from(raw)
         else:

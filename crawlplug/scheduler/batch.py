@@ -22,7 +22,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request, Spider
+from scrapy import Request, Spider, signals
 
 from ..errors import (
     REDIS_ERRORS,
@@ -69,6 +69,7 @@ class Batch:
         self.spider: Spider | None = None
         self.book = LeaseBook()
         self.buffer: list[Buffered] = []
+        self.buffered: set[bytes] = set()  # the dedup arguments in the buffer (a second one is a duplicate)
         self.acks: list[str] = []
         self.events: list[tuple[str, str]] = []  # (lease id, "s"/"r") for the per-domain queue
         self.reports: dict[str, tuple[Request, str]] = {}  # lease id -> (request, reports still due)
@@ -81,6 +82,9 @@ class Batch:
         self.draining = False  # an operator drains the run: no new requests admitted (runcontrol)
         self.closing = False  # the run ended (a limit, a stop): no new leases, the node closes
         self.nothing_until = 0.0  # after an empty pop: when to ask Redis again
+        #: requests waiting in Redis as the last pop or idle poll saw them (this node's
+        #: has_pending_requests and len, with no call of their own)
+        self.queued_seen = 0
         self._wake_call: Any = None
         #: other holders of this node's leases (start entries), told what Redis no longer lets it keep
         self.lease_holders: list[Callable[[set[str]], None]] = []
@@ -90,13 +94,22 @@ class Batch:
         """Anything not yet sent to Redis, or leased and not yet handed to the engine."""
         return bool(self.prefetched or self.buffer or self.acks or self.events)
 
+    def has_requests(self) -> bool:
+        """Scrapy's ``has_pending_requests``: this node's own work, or requests waiting in Redis
+        as the last pop or idle poll saw them (a node that opens a crawl Redis holds work for
+        must not be taken for idle)."""
+        return self.pending() or self.queued_seen > 0
+
     def held(self) -> list[str]:
         """Every lease this node holds, acks not yet sent included (the heartbeat renews them:
         while admissions fail and heartbeats go through, finished pages must not expire)."""
         return list(dict.fromkeys([*self.book.active, *(x.id for x in self.prefetched), *self.acks]))
 
     def __len__(self) -> int:
-        return len(self.prefetched) + len(self.buffer)
+        """Requests that will be crawled, as this node knows them: prefetched, buffered (not
+        known here as duplicates; a start entry's fingerprint record is no request) and
+        waiting in Redis as last seen."""
+        return len(self.prefetched) + sum(1 for entry in self.buffer if entry[3]) + self.queued_seen
 
     def _touch(self) -> None:
         if not (self.buffer or self.acks or self.events):
@@ -120,8 +133,9 @@ class Batch:
                 self.report.once(f"dedup:{exc}", logging.ERROR, "crawlplug: request %s refused: %s", request, exc)
                 self.report.count("crawlplug/unserializable")
                 return False
-            if arg in self.recent:
-                self.recent.move_to_end(arg)
+            if arg in self.recent or arg in self.buffered:
+                if arg in self.recent:
+                    self.recent.move_to_end(arg)
                 self.df.log(request, self.spider)
                 self.report.count("crawlplug/filtered_locally")
                 return False
@@ -140,10 +154,12 @@ class Batch:
             # links that lead back to it later are duplicates (same admission call)
             with contextlib.suppress(ConfigError, ValueError):
                 if self.frontier.dedup.mode != "none":
-                    self.buffer.append((request, self.df.argument(request), 0.0, b"", ""))
+                    record = self.df.argument(request)
+                    self.buffer.append((request, record, 0.0, b"", ""))
+                    self.buffered.add(record)
         self.buffer.append((request, arg, self.queue.score(request), payload, self.queue.domain(request)))
-        self.report.count("scheduler/enqueued/redis")
-        self.report.count("scheduler/enqueued")
+        if arg:
+            self.buffered.add(arg)
         self.nothing_until = 0.0
         if len(self.buffer) >= self.config.batch_size:
             self.flush()
@@ -180,6 +196,7 @@ class Batch:
             # for them and keep only the rest, so a retry counts none of it twice
             done = [(entry, flag) for entry, flag in zip(batch, exc.flags) if flag != "-"]
             self.buffer = [entry for entry, flag in zip(batch, exc.flags) if flag == "-"]
+            self.buffered = {entry[1] for entry in self.buffer if entry[1]}
             made = set(exc.acks_done)
             self.acks = [lease_id for lease_id in acks if lease_id not in made]
             self._account([entry for entry, _ in done],
@@ -200,8 +217,11 @@ class Batch:
             # Redis still answers those, and is not back yet); new requests stored: it is
             self.outage.ok(confirmed=result is not None and result.admitted > 0)
         self.buffer, self.acks, self.events = [], [], []
+        self.buffered.clear()
         if result is not None:
             self._account(batch, result)
+        if pop:
+            self.queued_seen = max(0, self.frontier.queued_seen)
         if leased:
             self.prefetched.extend(leased)
             self.report.count("crawlplug/leased", len(leased))
@@ -211,6 +231,7 @@ class Batch:
         for (request, fp, _, payload, _), flag in zip(batch, result.flags):
             if flag == "c":  # over its domain's page cap (CRAWLPLUG_DOMAIN_PAGES): its fingerprint is not recorded
                 capped += 1
+                self._dropped(request)
                 continue
             if fp:
                 self._remember(fp)
@@ -219,9 +240,13 @@ class Batch:
             if flag == "0":
                 filtered += 1
                 self.df.log(request, self.spider)
+                self._dropped(request)
             else:
                 admitted += 1
         if admitted:
+            # as stock Scrapy's scheduler counts: the requests stored, not those filtered after
+            self.report.count("scheduler/enqueued/redis", admitted)
+            self.report.count("scheduler/enqueued", admitted)
             self.report.count("crawlplug/admitted", admitted)
         if filtered:
             self.report.count("crawlplug/filtered", filtered)
@@ -235,6 +260,11 @@ class Batch:
             self.report.count("crawlplug/acked", result.acked)
         if result.stale:
             self.report.count("crawlplug/stale_acks", result.stale)
+
+    def _dropped(self, request: Request) -> None:
+        """Scrapy's request_dropped, for a request Redis filtered (a duplicate, over its domain's
+        cap): the engine sends it for those the scheduler refuses at once, this one came later."""
+        self.crawler.signals.send_catch_log(signal=signals.request_dropped, request=request, spider=self.spider)
 
     def _remember(self, fp: bytes) -> None:
         # an expiring fingerprint may become new again: never cache those
@@ -380,6 +410,7 @@ class Batch:
         self.book.active.clear()
         self.prefetched.clear()
         self.buffer, self.acks, self.events = [], [], []
+        self.buffered.clear()
         self.reports.clear()
         self.recent.clear()
         self.nothing_until = 0.0

@@ -151,6 +151,7 @@ class Scheduler(BaseScheduler):
             self.report.once(f"corrupt:{key}", logging.ERROR,
                              "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
                              "this node goes on with the rest of the crawl", key, error)  # fmt: skip
+        self.batch.queued_seen = int(status.get("queued", 0))  # has_pending_requests before the first pop
         joining.log_join(self.frontier, node.joined, status, self.config)
         joining.log_politeness(self.frontier, self.politeness, self.queue)
         try:
@@ -245,7 +246,7 @@ class Scheduler(BaseScheduler):
 
     # -- Scheduler interface ------------------------------------------------------
     def has_pending_requests(self) -> bool:
-        return self.batch is not None and self.batch.pending()
+        return self.batch is not None and self.batch.has_requests()
 
     def enqueue_request(self, request: Request) -> bool:
         if self.batch is None:
@@ -260,11 +261,8 @@ class Scheduler(BaseScheduler):
         return self.batch.next_request() if self.batch is not None else None
 
     def __len__(self) -> int:
-        queued = 0
-        if self.frontier is not None:
-            with contextlib.suppress(*REDIS_ERRORS):
-                queued = len(self.frontier)
-        return queued + (len(self.batch) if self.batch is not None else 0)
+        """Requests that will be crawled, as this node last saw them (no call to Redis)."""
+        return len(self.batch) if self.batch is not None else 0
 
     # -- what RedisSpider and StaleOutputMiddleware ask ---------------------------------
     def take_start_requests(self, n: int, legacy_key: str | list[str] | None = None

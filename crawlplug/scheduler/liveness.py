@@ -259,6 +259,7 @@ class Liveness:
                     and now - self._last_poll >= self.config.poll_interval):  # fmt: skip
                 self._last_poll = now
                 queued, leased, producers = self.frontier.idle_state()
+                batch.queued_seen = max(0, queued - self.frontier.start_entries)  # requests, not entries
                 if self.frontier.start_entries:
                     self.entries.drain(self.enqueue)
                 self._observe(queued, leased, producers, bool(batch.book) or bool(self.entries.leases))

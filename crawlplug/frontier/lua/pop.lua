@@ -40,8 +40,9 @@
 -- it), "r" when its download ended (its domain has a delay or a concurrency
 -- limit), e.g. "sr", or "" for nothing; and then one more
 -- element: milliseconds until the next domain is ready (-1: none waits on
--- its delay). A call that may lease nothing (n = 0, or a limit reached)
--- returns {} (order "domain": {-1}) and writes nothing.
+-- its delay). Last comes the number of requests still queued (in the queue the
+-- order reads). A call that may lease nothing (n = 0, or a limit reached)
+-- returns {queued} (order "domain": {-1, queued}) and writes nothing.
 --
 -- uses: guard epoch record leases domains popping   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
@@ -89,7 +90,7 @@ end
 if replayed then return pop_replay(replayed) end
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 local out = pop_take()
-if call ~= "" and not out.err and #out > (order == "domain" and 1 or 0) and record_may_write(call, recorded) then
+if call ~= "" and not out.err and #out > (order == "domain" and 2 or 1) and record_may_write(call, recorded) then
   -- recorded only when it leased (an empty pop writes nothing: a full Redis answers it);
   -- after the leases, so never a first write a full Redis refuses
   redis.call("SET", reply_key, call .. "\nL\n" .. pop_record_text(out), "PX", REPLY_MS)

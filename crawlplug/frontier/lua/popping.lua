@@ -208,12 +208,20 @@ end
 local function pop_record_text(out)
   if P.order ~= "domain" then
     local ids = {"-"}
-    for j = 1, #out, 3 do ids[#ids + 1] = out[j] end
+    for j = 1, #out - 1, 3 do ids[#ids + 1] = out[j] end
     return table.concat(ids, " ")
   end
-  local parts = {tostring(out[#out])}
-  for j = 1, #out - 1, 4 do parts[#parts + 1] = out[j] .. ":" .. out[j + 3] end
+  local parts = {tostring(out[#out - 1])}
+  for j = 1, #out - 2, 4 do parts[#parts + 1] = out[j] .. ":" .. out[j + 3] end
   return table.concat(parts, " ")
+end
+
+-- how many requests wait in the queue this pop reads, after it: the last element of every
+-- pop's reply, so a node knows whether the crawl holds work for it without a call of its own
+-- (the Scheduler's has_pending_requests and len, crawlplug.scheduler.batch)
+local function queued_now()
+  if P.order == "domain" then return redis.call("ZCARD", D.dq) end
+  return redis.call("ZCARD", P.queue)
 end
 
 -- A pop sent again after its reply was lost (its call id in the node's record): the leases
@@ -244,19 +252,21 @@ local function pop_replay(text)
     end
   end
   if P.order == "domain" then out[#out + 1] = wait end
+  out[#out + 1] = queued_now()
   return out
 end
 
 -- Lease up to n requests (pop_setup's), in queue order: a flat list {id, payload,
 -- deliveries, ...}; order "domain": four elements per request and then the ms until the
--- next domain is ready (pop.lua's header). A pop that may lease nothing (n = 0, or a
--- limit reached) returns {} (order "domain": {-1}) and writes nothing.
+-- next domain is ready (pop.lua's header); last, the requests still queued (queued_now). A
+-- pop that may lease nothing (n = 0, or a limit reached) returns {queued} (order "domain":
+-- {-1, queued}) and writes nothing.
 local function pop_take()
   local now = redis_now_ms()
   local n = pop_allowed(now)
   if n <= 0 then
-    if P.order == "domain" then return {-1} end
-    return {}
+    if P.order == "domain" then return {-1, queued_now()} end
+    return {queued_now()}
   end
   local deadline = now + P.lease_ms
   local out = {}
@@ -278,5 +288,6 @@ local function pop_take()
     end
     out[#out + 1] = wait
   end
+  out[#out + 1] = queued_now()
   return out
 end
