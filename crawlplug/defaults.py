@@ -191,6 +191,15 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "a spider method used as the PageMethod's callable). The spider attribute "
         "crawlplug_page_methods adds to it. See docs/playwright.md.",
     ),
+    "CRAWLPLUG_META_KEYS": (
+        [],
+        "Meta keys that name code or paths (scrapy-playwright's playwright_page_init_callback, "
+        "playwright_page_event_handlers, playwright_context_kwargs, playwright_context; Scrapy's "
+        "ftp_local_filename; a project's own, crawlplug.serializers.metakeys.register) that a stored request "
+        "may carry: a list of keys, or a dict of key -> the values allowed (the spider methods of an event "
+        "handler or an init callback must be listed by name). Others are refused when stored and when read "
+        "(a dead letter). The spider attribute crawlplug_meta_keys adds to it. See docs/security.md.",
+    ),
     "CRAWLPLUG_DEDUP_STORE": (
         "hash",
         "RedisSetDupeFilter: where a new crawl keeps its exact fingerprints: 'hash' (compact Redis hashes, "
