@@ -365,6 +365,13 @@ SETTINGS: dict[str, tuple[Any, str]] = {
             "project directory; a definition stored in Redis (`crawlplug sites put`) wins over its file."
         ),
     ),
+    "CRAWLPLUG_SITE_PIPELINES": (
+        [],
+        "Site spiders: the item pipeline steps (class paths) a site definition may name in its pipelines; a "
+        "definition naming another is invalid, and that path is never imported (a definition stored in "
+        "Redis can make a node import only what this list names). `crawlplug sites check/put` read the "
+        "project's list. See docs/sites.md.",
+    ),
     "CRAWLPLUG_SITES_REFRESH": (
         2.0,
         (

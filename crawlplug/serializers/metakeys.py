@@ -54,8 +54,18 @@ from scrapy import Spider
 
 from ..errors import DecodeError, SerializationError
 
-__all__ = ["ANY", "CodeKey", "SETTING", "SPIDER_ATTRIBUTE", "allowances", "read", "register", "registered",
-           "store", "unregister"]  # fmt: skip
+__all__ = [
+    "ANY",
+    "SETTING",
+    "SPIDER_ATTRIBUTE",
+    "CodeKey",
+    "allowances",
+    "read",
+    "register",
+    "registered",
+    "store",
+    "unregister",
+]  # fmt: skip
 
 #: The spider attribute naming the registered keys a spider allows (a list, or a dict of key -> values).
 SPIDER_ATTRIBUTE = "crawlplug_meta_keys"
