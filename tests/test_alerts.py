@@ -19,12 +19,15 @@ from click.testing import CliRunner
 from crawlplug.cli import main
 from crawlplug.errors import ConfigError
 from crawlplug.frontier import alerts as stored
+from crawlplug.frontier import schedules
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.store import redis_ms
 from crawlplug.ops import alerts
+from crawlplug.ops.control import Control
 
 from .support.control import ControlProcess
 from .support.dashboardproc import wait_for
+from .support.servers import free_port
 from .support.webhook import WebhookReceiver
 
 KEYS = CrawlKeys("shop")
@@ -141,10 +144,7 @@ def test_a_bad_stored_rule_never_delays_the_schedules_and_is_said_once(r, caplog
     made the old regular expression backtrack, one over 500 characters, one that is not JSON, one
     whose cooldown breaks the evaluation. A schedule due at the same time is fired at the tick,
     and each bad rule is said once over two ticks."""
-    from crawlplug.frontier import schedules
-    from crawlplug.ops.control import Control
 
-    from .support.servers import free_port
 
     port = free_port()  # nothing listens there: the daemon refuses at once
     plan = {"crawl": "shop", "daemons": [f"http://127.0.0.1:{port}"], "redis_url": f"redis://127.0.0.1:{port}/0"}

@@ -139,7 +139,11 @@ def fire(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any], due: int, *
                            "have not opened their spider yet"}  # fmt: skip
     new_run = not done and view.state not in ("none", "finished")
     try:
-        plan = Plan.from_dict(spec["plan"], new_run=new_run)
+        try:
+            plan = Plan.from_dict(spec["plan"], new_run=new_run)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a plan written by hand into Redis
+            raise ConfigError(f"the schedule's plan is not readable ({type(exc).__name__}: {exc}); "
+                              "add the schedule again") from None  # fmt: skip
         launched = launch(client, keys, plan, by=f"schedule {name}", firing=firing, fence=fence, timeout=timeout,
                           skip=frozenset(done))  # fmt: skip
     except (ConfigError, ScrapydError) as exc:

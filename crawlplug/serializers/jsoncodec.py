@@ -102,6 +102,20 @@ def _unb64(text: Any, what: str) -> bytes:
         raise DecodeError(f"{what} is not valid base64") from None
 
 
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity, which Python's json reads: no node writes them (allow_nan=False), and a
+    request read with one could not be stored again (a retry, a redirect)."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float; 1e999 (infinite) is refused like Infinity."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
+
+
 def _check_json(mapping: dict[str, Any], what: str) -> None:
     for key, value in mapping.items():
         if not isinstance(key, str):
@@ -309,7 +323,7 @@ class JsonSerializer:
         """Decode a payload; anything wrong raises :class:`DecodeError`, nothing else."""
         self._check_size(data)
         try:
-            d = json.loads(data)
+            d = json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
         except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
             if isinstance(data, bytes) and data.startswith(PICKLE_MAGIC):
                 raise DecodeError(
@@ -326,7 +340,7 @@ class JsonSerializer:
         names on (``crawlplug forget --from-dead``). DecodeError as :meth:`loads`."""
         self._check_size(data)
         try:
-            d = json.loads(data)
+            d = json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
         except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
             raise DecodeError(f"payload is not JSON: {exc}") from None
         to_bytes = _unb64

@@ -114,8 +114,8 @@ class SiteStore:
             record = json.loads(raw)
             return StoredSite(name, dict(record["doc"]), str(record["version"]), str(record.get("source", "")),
                               float(record.get("stored_at", 0)))  # fmt: skip
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"the stored definition of site {name!r} is not readable ({exc}); "
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+            raise ConfigError(f"the stored definition of site {name!r} is not readable ({str(exc)[:200]}); "
                               f"store it again with `crawlplug sites put`") from None  # fmt: skip
 
 
