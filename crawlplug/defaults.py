@@ -4,6 +4,9 @@ Each entry is ``NAME: (default, "one-line description")``. ``docs/settings.md``
 is generated from this table (``make docs``) and a test checks the two agree.
 The add-on applies nothing from here at a high priority: a project's own
 settings always win.
+
+Its size: one entry per setting, with its description; the table is the one place a
+reader (and ``make docs``) finds them all, so it grows with the settings.
 """
 
 from __future__ import annotations
