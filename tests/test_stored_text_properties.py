@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scrapy import Request, Spider
 from scrapy.settings import Settings
@@ -55,6 +55,8 @@ _field = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_
 
 @FUZZ
 @given(st.binary(max_size=60) | st.text(max_size=60))
+@example("node-1|5|²")  # "²".isdigit() is true, and int("²") raises
+@example("node-1|5|" + "9" * 5000)  # more digits than int() reads
 def test_any_lease_record_reads_without_raising(record):
     lease = parse_lease(record)
     assert lease.deliveries >= 0 and isinstance(lease.freed, bool)
@@ -71,6 +73,7 @@ def test_a_lease_record_reads_back_what_was_written(node, score, deliveries, dom
 
 @FUZZ
 @given(st.binary(max_size=60) | st.text(max_size=60))
+@example("shop.test\tnot-a-rank-at-all")
 def test_any_domain_queue_member_reads_without_raising(member):
     parse_dq_member(member)
 
@@ -137,6 +140,8 @@ _zones = st.sampled_from(["UTC", "utc", "Europe/Paris", "America/New_York", "Asi
 
 @FUZZ
 @given(_crons, _zones, st.integers(0, 4_000_000_000_000))
+@example("0 0 31 2 *", "UTC", 0)  # croniter's syntax check passes February 31st, which never comes
+@example("0 2 * * *", "a" * 300, 0)  # a zone name too long for a file name
 def test_any_cron_expression_raises_only_config_error_and_an_accepted_one_comes_after(expr, tz, after_ms):
     try:
         schedules.check_cron(expr, tz)
@@ -242,6 +247,8 @@ _page_methods = st.fixed_dictionaries({}, optional={
 
 @FUZZ
 @given(st.lists(_page_methods, max_size=3), st.sampled_from([0, 1]))
+@example([{"method": "click", "args": ["a"], "kwargs": {"method": "x"}}], 0)  # PageMethod's own argument
+@example([{"spider_method": "scroll_down", "kwargs": {"self": 1}}], 1)
 def test_any_stored_page_method_raises_only_decode_error(data, which):
     xmeta = {"playwright_page_methods": [{"$crawlplug": "playwright.PageMethod", "data": d} for d in data]}
     payload = json.dumps({"v": 3, "u": "http://x.test/", "m": {"playwright": True}, "x": xmeta}).encode()
