@@ -116,6 +116,17 @@ def _finite_float(text: str) -> float:
     return value
 
 
+#: One decoder for every payload (json.loads with hooks would build one per call).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def _json_loads(data: bytes | bytearray | str) -> Any:
+    """``data`` as JSON, as json.loads reads bytes (UTF-8, -16 or -32), with no NaN or Infinity."""
+    if isinstance(data, (bytes, bytearray)):
+        data = data.decode(json.detect_encoding(data), "surrogatepass")
+    return _DECODER.decode(data)
+
+
 def _check_json(mapping: dict[str, Any], what: str) -> None:
     for key, value in mapping.items():
         if not isinstance(key, str):
@@ -323,7 +334,7 @@ class JsonSerializer:
         """Decode a payload; anything wrong raises :class:`DecodeError`, nothing else."""
         self._check_size(data)
         try:
-            d = json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+            d = _json_loads(data)
         except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
             if isinstance(data, bytes) and data.startswith(PICKLE_MAGIC):
                 raise DecodeError(
@@ -340,7 +351,7 @@ class JsonSerializer:
         names on (``crawlplug forget --from-dead``). DecodeError as :meth:`loads`."""
         self._check_size(data)
         try:
-            d = json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+            d = _json_loads(data)
         except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
             raise DecodeError(f"payload is not JSON: {exc}") from None
         to_bytes = _unb64
