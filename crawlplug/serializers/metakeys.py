@@ -64,6 +64,7 @@ __all__ = [
     "register",
     "registered",
     "store",
+    "strip",
     "unregister",
 ]  # fmt: skip
 
