@@ -102,31 +102,6 @@ def _unb64(text: Any, what: str) -> bytes:
         raise DecodeError(f"{what} is not valid base64") from None
 
 
-def _no_constant(name: str) -> Any:
-    """NaN and Infinity, which Python's json reads: no node writes them (allow_nan=False), and a
-    request read with one could not be stored again (a retry, a redirect)."""
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    """A JSON number as a float; 1e999 (infinite) is refused like Infinity."""
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"the number {text[:20]} is out of range")
-    return value
-
-
-#: One decoder for every payload (json.loads with hooks would build one per call).
-_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
-
-
-def _json_loads(data: bytes | bytearray | str) -> Any:
-    """``data`` as JSON, as json.loads reads bytes (UTF-8, -16 or -32), with no NaN or Infinity."""
-    if isinstance(data, (bytes, bytearray)):
-        data = data.decode(json.detect_encoding(data), "surrogatepass")
-    return _DECODER.decode(data)
-
-
 def _check_json(mapping: dict[str, Any], what: str) -> None:
     for key, value in mapping.items():
         if not isinstance(key, str):
@@ -334,7 +309,7 @@ class JsonSerializer:
         """Decode a payload; anything wrong raises :class:`DecodeError`, nothing else."""
         self._check_size(data)
         try:
-            d = _json_loads(data)
+            d = compact.load_json(data)
         except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
             if isinstance(data, bytes) and data.startswith(PICKLE_MAGIC):
                 raise DecodeError(
@@ -351,7 +326,7 @@ class JsonSerializer:
         names on (``crawlplug forget --from-dead``). DecodeError as :meth:`loads`."""
         self._check_size(data)
         try:
-            d = _json_loads(data)
+            d = compact.load_json(data)
         except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
             raise DecodeError(f"payload is not JSON: {exc}") from None
         to_bytes = _unb64
