@@ -4,6 +4,9 @@ Each entry is ``NAME: (default, "one-line description")``. ``docs/settings.md``
 is generated from this table (``make docs``) and a test checks the two agree.
 The add-on applies nothing from here at a high priority: a project's own
 settings always win.
+
+Its size: one entry per setting, with its description; the table is the one place a
+reader (and ``make docs``) finds them all, so it grows with the settings.
 """
 
 from __future__ import annotations
@@ -199,6 +202,15 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "a spider method used as the PageMethod's callable). The spider attribute "
         "crawlplug_page_methods adds to it. See docs/playwright.md.",
     ),
+    "CRAWLPLUG_META_KEYS": (
+        [],
+        "Meta keys that name code or paths (scrapy-playwright's playwright_page_init_callback, "
+        "playwright_page_event_handlers, playwright_context_kwargs, playwright_context; Scrapy's "
+        "ftp_local_filename; a project's own, crawlplug.serializers.metakeys.register) that a stored request "
+        "may carry: a list of keys, or a dict of key -> the values allowed (the spider methods of an event "
+        "handler or an init callback must be listed by name). Others are refused when stored and when read "
+        "(a dead letter). The spider attribute crawlplug_meta_keys adds to it. See docs/security.md.",
+    ),
     "CRAWLPLUG_DEDUP_STORE": (
         "hash",
         "RedisSetDupeFilter: where a new crawl keeps its exact fingerprints: 'hash' (compact Redis hashes, "
@@ -363,6 +375,13 @@ SETTINGS: dict[str, tuple[Any, str]] = {
             "Site spiders: directory of site definitions (<name>.yaml, .yml or .json), relative to the "
             "project directory; a definition stored in Redis (`crawlplug sites put`) wins over its file."
         ),
+    ),
+    "CRAWLPLUG_SITE_PIPELINES": (
+        [],
+        "Site spiders: the item pipeline steps (class paths) a site definition may name in its pipelines; a "
+        "definition naming another is invalid, and that path is never imported (a definition stored in "
+        "Redis can make a node import only what this list names). `crawlplug sites check/put` read the "
+        "project's list. See docs/sites.md.",
     ),
     "CRAWLPLUG_SITES_REFRESH": (
         2.0,

@@ -75,8 +75,8 @@ def zone(tz: str) -> Any:
 
     try:
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"unknown time zone {tz!r} (an IANA name such as Europe/Paris, or UTC)") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
+        raise ConfigError(f"unknown time zone {tz[:80]!r} (an IANA name such as Europe/Paris, or UTC)") from None
 
 
 @dataclass

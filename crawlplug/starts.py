@@ -39,7 +39,7 @@ from w3lib.url import safe_url_string
 
 from . import callbacks
 from .errors import DecodeError
-from .serializers import URL_SCHEME, URL_SCHEMES
+from .serializers import URL_SCHEME, URL_SCHEMES, metakeys
 
 #: Longest entry accepted (a URL, or a JSON request with a small body).
 MAX_ENTRY_BYTES = 1 << 20
@@ -254,7 +254,7 @@ def build(entry: StartEntry, spider: Spider | None) -> Request:
     kwargs: dict[str, Any] = {
         "method": entry.method,
         "headers": entry.headers or None,
-        "meta": dict(entry.meta),
+        "meta": metakeys.read(dict(entry.meta), spider),  # keys naming code: only what the spider allows
         "priority": entry.priority,
         "dont_filter": entry.dont_filter,
         "cb_kwargs": dict(entry.cb_kwargs),

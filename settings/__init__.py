@@ -19,3 +19,7 @@ DOWNLOAD_DELAY = 0
 TELNETCONSOLE_ENABLED = False
 LOG_LEVEL = "INFO"
 FEED_EXPORT_ENCODING = "utf-8"
+
+# Site definitions (spiders/sites/*.yaml) may name these item pipeline steps, and only these:
+# a definition stored in Redis names code the nodes import, so the nodes list what it may be
+CRAWLPLUG_SITE_PIPELINES = ["spiders.sitesteps.AddSite"]

@@ -6,6 +6,7 @@ clears, a cooldown; and real `crawlplug control` with real nodes killed by SIGKI
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -18,11 +19,15 @@ from click.testing import CliRunner
 from crawlplug.cli import main
 from crawlplug.errors import ConfigError
 from crawlplug.frontier import alerts as stored
+from crawlplug.frontier import schedules
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.store import redis_ms
 from crawlplug.ops import alerts
+from crawlplug.ops.control import Control
 
 from .support.control import ControlProcess
 from .support.dashboardproc import wait_for
+from .support.servers import free_port
 from .support.webhook import WebhookReceiver
 
 KEYS = CrawlKeys("shop")
@@ -63,6 +68,109 @@ def test_the_grammar_reads_each_metric_and_says_what_is_wrong():
     ]:
         with pytest.raises(ConfigError, match=said.replace("(", r"\(")):
             alerts.parse(bad)
+
+
+@pytest.mark.parametrize(("text", "written", "not_evaluated"), [
+    ("run_end(finished)", "run_end(finished) > 0", None),
+    ("run_end( limit ) for 30s", "run_end(limit) > 0 for 30s", None),
+    ("error_rate > 2 * last_run.error_rate", "error_rate > 2 * last_run.error_rate", "relative to the last run"),
+    ("silent_nodes >= last_run.silent_nodes", "silent_nodes >= 1 * last_run.silent_nodes", "relative to the last run"),
+    ("null_rate(shop.price) > 0.1 at end", "null_rate(shop.price) > 0.1 at end", "'at end'"),
+    ("null_rate(shop.price, 10m) > 0.25", "null_rate(shop.price, 10m) > 0.25", "a window (10m)"),
+    ("null_rate(my-site.price,1h30m)>0.5 for 2m at end", "null_rate(my-site.price, 90m) > 0.5 for 2m at end",
+     "a window"),
+], ids=["run-end", "run-end-for", "last-run", "last-run-bare", "at-end", "window", "all"])  # fmt: skip
+def test_the_forms_planned_next_parse_and_those_not_evaluated_yet_are_refused_when_added(text, written,
+                                                                                         not_evaluated):
+    condition = alerts.parse(text)
+    assert str(condition) == written and alerts.parse(str(condition)) == condition
+    if not_evaluated is None:
+        assert condition.not_evaluated is None
+        assert alerts.make_rule("r", text, [])["when"] == written
+    else:
+        assert not_evaluated in condition.not_evaluated
+        with pytest.raises(ConfigError, match=r"is not evaluated yet \(planned: docs/alerts.md\); nothing stored"):
+            alerts.make_rule("r", text, [])
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("run_end(done)", "run_end takes the state a run ends in: one of finished, limit, stopped, interrupted"),
+    ("run_end", "run_end needs an argument"),
+    ("error_rate > 2 * last_run.bogus", "no metric 'bogus'"),
+    ("error_rate(x, 10m) > 1", "takes no argument"),
+    ("run_end(limit, 10m)", "takes one argument, not a window too"),
+    ("null_rate(shop.price, 10x) > 1", "the window of null_rate: '10x' is not a duration"),
+    ("null_rate(a.b, 1m, 2m) > 1", "takes at most two arguments"),
+    ("error_rate > 2 * 3", "unexpected '3' at column 18"),
+    ("error_rate > 1 at", "it ends too soon"),
+    ("error_rate > " + "9" * 400, "is too large"),
+    ("error_rate > 0.1 for 99999999999999999m", "is not a duration"),
+], ids=["run-end-state", "run-end-bare", "last-run-metric", "no-arg-window", "run-end-window", "bad-window",
+        "three-args", "number-times-number", "at-without-end", "huge-number", "huge-duration"])  # fmt: skip
+def test_the_planned_forms_say_what_is_wrong(text, said):
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        alerts.parse(text)
+
+
+def test_run_end_is_evaluated_from_the_last_runs_state(r):
+    snap = {"run": {"state": "stopped"}}
+    run_end = alerts.METRICS["run_end"][2]
+    assert run_end(r, KEYS, snap, "stopped") == 1.0 and run_end(r, KEYS, snap, "finished") == 0.0
+
+
+def test_a_condition_over_500_characters_is_refused_when_added():
+    when = "error_rate > 0.2" + " " * 485
+    assert len(when) == 501
+    with pytest.raises(ConfigError, match="a condition is at most 500 characters; this one has 501"):
+        alerts.make_rule("long", when, [])
+    assert alerts.make_rule("fits", when[:500], [])["when"] == "error_rate > 0.2"
+
+
+@pytest.mark.timeout(120)  # a hang guard, generous: the regular expression of before took hours on this
+def test_ten_thousand_spaces_parse_without_backtracking():
+    """The grammar is read by an LALR parser, in time linear in the text: 10,000 spaces (the
+    length limit lifted) are read like any other rule. Asserts no speed, only an answer."""
+    spaces = " " * 10_000
+    assert alerts.parse(f"error_rate{spaces}>{spaces}0.2{spaces}for{spaces}2m{spaces}", max_length=None) == \
+        alerts.parse("error_rate > 0.2 for 2m")  # fmt: skip
+    for bad in (f"error_rate{spaces}x", f"null_rate({spaces}shop.price{spaces}", f"{spaces}>"):
+        with pytest.raises(ConfigError, match="cannot read the condition"):
+            alerts.parse(bad, max_length=None)
+
+
+@pytest.mark.timeout(120)  # a hang guard: with the regular expression of before, this tick took hours
+def test_a_bad_stored_rule_never_delays_the_schedules_and_is_said_once(r, caplog):
+    """Rules written into Redis by hand (as anyone who can write to it can): one whose spaces
+    made the old regular expression backtrack, one over 500 characters, one that is not JSON, one
+    whose cooldown breaks the evaluation. A schedule due at the same time is fired at the tick,
+    and each bad rule is said once over two ticks."""
+
+
+    port = free_port()  # nothing listens there: the daemon refuses at once
+    plan = {"crawl": "shop", "daemons": [f"http://127.0.0.1:{port}"], "redis_url": f"redis://127.0.0.1:{port}/0"}
+    schedules.put(r, KEYS, {"name": "nightly", "cron": "* * * * * *", "tz": "UTC", "plan": plan,
+                            "next": redis_ms(r) - 1000, "last": None})  # fmt: skip
+    r.hset(KEYS.alerts, mapping={
+        "spaces": json.dumps({"id": "spaces", "when": "error_rate" + " " * 480 + "x"}),
+        "long": json.dumps({"id": "long", "when": "silent_nodes" + " " * 10_000 + "x"}),
+        "garbage": "{not json",
+        "z-cooldown": json.dumps({"id": "z-cooldown", "when": "silent_nodes > 100", "cooldown": "soon"}),
+    })  # fmt: skip
+    r.sadd(stored.index_key(), "shop")
+    control = Control(r, lease=5, tick=0.1, timeout=2)
+    with caplog.at_level("WARNING", logger="crawlplug.ops.alerts"):
+        control.tick()
+        control.tick()
+    spec = schedules.get(r, KEYS, "nightly")
+    assert spec["last"] is not None and spec["last"]["state"] == "failed", spec["last"]
+    assert "Scrapyd" in spec["last"]["why"] or "cannot reach" in spec["last"]["why"], spec["last"]
+    said = [rec.getMessage() for rec in caplog.records if rec.name == "crawlplug.ops.alerts"]
+    for rule, words in [("spaces", "is unreadable"), ("long", "has 10013 characters (at most 500)"),
+                        ("garbage", "is unreadable"), ("z-cooldown", "not evaluated: ValueError")]:  # fmt: skip
+        lines = [line for line in said if f"rule {rule!r}" in line]
+        assert len(lines) == 1 and words in lines[0], (rule, said)
+    control.release()
+    control.alerts.release()
 
 
 def test_an_episode_fires_once_and_clears_once_and_the_cooldown_keeps_a_new_one_quiet():
@@ -122,7 +230,8 @@ def test_alerts_add_list_delete_and_bad_input_stores_nothing(redis_url, r, recei
     assert rule["notify"] == [receiver.apprise_url()] and rule["cooldown"] == 300.0
     assert stored.alerting_crawls(r) == ["shop"]
     for args, said in [
-        (["--when", "eval('1') > 0"], "no metric 'eval'"),
+        (["--when", "eval(x) > 0"], "no metric 'eval'"),
+        (["--when", "eval('1') > 0"], """unexpected "'" at column 6"""),
         (["--when", "silent_nodes > 0", "--notify", "nosuchscheme://x"], "Apprise cannot notify"),
         (["--when", "silent_nodes > 0", "--name", "bad name"], "invalid rule name"),
     ]:

@@ -22,6 +22,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.schedules import Leadership
 from crawlplug.frontier.store import redis_ms
 from crawlplug.ops import schedules as ops_schedules
+from crawlplug.ops.control import Control
 
 from .support.control import ControlProcess
 from .support.scrapyd import wait_for
@@ -97,6 +98,32 @@ def test_cron_times_with_seconds_and_missed_times_counted_once():
             ops_schedules.check_cron(bad)
     with pytest.raises(ConfigError, match="unknown time zone"):
         ops_schedules.check_cron("0 2 * * *", "Mars/Olympus")
+
+
+def test_a_cron_whose_times_never_come_is_refused_and_a_stored_one_is_skipped_said_once(r: redis.Redis, caplog):
+    """February 31st passes croniter's syntax check and has no time: `schedule add` refuses it,
+    and one written into Redis by hand is skipped by the control process, said once, while the
+    crawl's other schedule is fired at the same tick."""
+    with pytest.raises(ConfigError, match="gives no next time"):
+        ops_schedules.check_cron("0 0 31 2 *")
+    with pytest.raises(ConfigError, match="unknown time zone"):
+        ops_schedules.check_cron("0 2 * * *", "a" * 300)  # a name too long for a file name: OSError before
+    due = redis_ms(r) - 1000
+    schedules.put(r, KEYS, {"name": "never", "cron": "0 0 31 2 *", "tz": "UTC", "plan": {}, "next": due, "last": None})
+    schedules.put(r, KEYS, {"name": "zone", "cron": "* * * * * *", "tz": "Nope/Zone", "plan": {}, "next": due,
+                            "last": None})  # fmt: skip
+    schedules.put(r, KEYS, {"name": "nightly", "cron": "* * * * * *", "tz": "UTC", "plan": {}, "next": due,
+                            "last": None})  # fmt: skip
+    control = Control(r, lease=5, tick=0.1, timeout=2)
+    with caplog.at_level("WARNING", logger="crawlplug.ops.control"):
+        control.tick()
+        control.tick()
+    assert schedules.get(r, KEYS, "nightly")["last"]["state"] == "failed"  # fired: its empty plan fails, said so
+    assert schedules.get(r, KEYS, "never")["last"] is None and schedules.get(r, KEYS, "zone")["last"] is None
+    said = [rec.getMessage() for rec in caplog.records if "is unreadable" in rec.getMessage()]
+    assert len(said) == 2 and any("'never'" in line and "gives no next time" in line for line in said), said
+    control.release()
+    control.alerts.release()
 
 
 def test_schedule_commands(redis_url: str, r: redis.Redis):

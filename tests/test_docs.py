@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import yaml
 
@@ -58,3 +60,38 @@ def test_readme_links_lead_to_files():
     assert len(local) >= 15, local
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, missing
+
+
+def _security_table() -> list[list[str]]:
+    """The rows of docs/security.md's table of what a writer of each key can make a node do."""
+    text = (ROOT / "docs" / "security.md").read_text()
+    head = "## What a writer of each key can make a node do"
+    section = text.split(head, 1)[1].split("\n## ", 1)[0] if head in text else ""
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows]
+
+
+def _defined_tests(path: Path) -> set[str]:
+    """``name`` and ``Class::name`` of every test function in a test file (read, not imported)."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            found.update(f"{node.name}::{item.name}" for item in node.body
+                         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)))  # fmt: skip
+    return found
+
+
+def test_every_row_of_the_security_table_names_tests_that_exist():
+    rows = _security_table()
+    assert len(rows) >= 15, "the table of docs/security.md was not found"
+    for row in rows:
+        assert len(row) == 4, row
+        named = re.findall(r"`(tests/[\w/]+\.py)::([\w:]+)(?:\[[^\]]*\])?`", row[3])
+        assert named, f"the row of {row[0]} names no test: {row[3]!r}"
+        for path, name in named:
+            file = ROOT / path
+            assert file.is_file(), f"docs/security.md, row {row[0]}: no file {path}"
+            assert name in _defined_tests(file), f"docs/security.md, row {row[0]}: {path} has no test {name}"

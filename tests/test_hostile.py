@@ -94,6 +94,8 @@ def test_every_kind_of_bad_entry_is_dead_lettered_and_the_whole_site_crawled(cra
         centry(h=[[{"b64": "QQ=="}, 5]]): "header value is neither text nor",
         centry(o={"url": "http://127.0.0.1/"}): "the other attributes (o)",
         centry(r="/item/9/", u="http:item"): "a relative Referer (r) needs a URL with an origin",
+        # meta keys that name code: refused by a spider that did not opt in, playwright or not
+        centry(m={"playwright_page_init_callback": "os.getcwd"}): "it imports a function by the path it names",
         pickle.dumps(_Touch(marker)): "not JSON",
         sign(pickle.dumps(_Touch(marker))): "signed pickle",
     }

@@ -174,7 +174,12 @@ def hand_written(*data: Any, version: int = 2) -> bytes:
     ({"method": "click", "extra": 1}, "not an object of method, args, kwargs"),
     ({"method": "click", "spider_method": "parse"}, "one of method or spider_method"),
     ({"method": ["click"]}, "method is not a name"),
-], ids=["evaluate", "path", "spider-method", "closed", "args", "extra-field", "both", "not-a-name"])  # fmt: skip
+    # PageMethod(method, *args, **kwargs) itself would raise TypeError: a DecodeError, so a dead letter at once
+    ({"method": "click", "kwargs": {"method": "a.next"}}, "kwargs name 'method', which is PageMethod's own"),
+    ({"method": "click", "kwargs": {"self": 1}}, "kwargs name 'self', which is PageMethod's own"),
+    ({"spider_method": "scroll_down", "kwargs": {"method": 1}}, "kwargs name 'method'"),
+], ids=["evaluate", "path", "spider-method", "closed", "args", "extra-field", "both", "not-a-name", "kwarg-method",
+        "kwarg-self", "spider-method-kwarg-method"])  # fmt: skip
 def test_a_payload_naming_what_the_node_does_not_allow_is_refused_when_read(data, why):
     with pytest.raises(DecodeError, match=why):
         SERIALIZER.loads(hand_written(data), spider())

@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
+import redis
 
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+from tests.support.importmarker import MARKER_ENV
 from tests.support.jssite import JsSite, chromium
 
 pytestmark = pytest.mark.e2e
@@ -26,13 +31,17 @@ pytestmark = pytest.mark.e2e
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 10}
 
 
-def test_a_javascript_page_is_crawled_with_its_page_methods_read_back_from_redis(crawl, redis_url):
+def _launch_options() -> dict[str, object]:
     if importlib.util.find_spec("scrapy_playwright") is None:
         pytest.skip("scrapy-playwright is not installed (pip install 'crawlplug[playwright]')")
     browser = chromium()
     if browser is None:
         pytest.skip("no chromium (apt-get install chromium): Playwright cannot download its own browser here")
-    launch = {"executable_path": browser, "args": ["--no-sandbox"], "headless": True}
+    return {"executable_path": browser, "args": ["--no-sandbox"], "headless": True}
+
+
+def test_a_javascript_page_is_crawled_with_its_page_methods_read_back_from_redis(crawl, redis_url):
+    launch = _launch_options()
     with JsSite(pages=3, per_page=2, delay_ms=500) as site:
         node = crawl("jsquotes", args={"base_url": site.url, "refused": "1", "control": "1"},
                      settings={"REDIS_URL": redis_url, "PLAYWRIGHT_LAUNCH_OPTIONS": json.dumps(launch), **FAST})
@@ -47,3 +56,50 @@ def test_a_javascript_page_is_crawled_with_its_page_methods_read_back_from_redis
         assert "'evaluate' is not one a stored request may run" in log
         assert "'crawlplug/unserializable': 1" in log
         assert "'playwright/page_count'" in log, "scrapy-playwright rendered the pages"
+
+
+def test_planted_meta_keys_that_name_code_or_paths_run_nothing_and_are_dead_letters(crawl, redis_url, tmp_path):
+    """Whoever writes to the crawl's Redis plants requests asking scrapy-playwright to import
+    and call a module by its path, to attach a spider attribute to a page event, to record a
+    HAR file where it says, and a PageMethod whose kwargs name PageMethod's own argument:
+    the jsquotes spider opted in to none of them, so each is a dead letter with its reason
+    at its first delivery, no module is imported, no file is written, and the site is
+    crawled all the same."""
+    launch = _launch_options()
+    marker, har = tmp_path / "imported", tmp_path / "planted.har"
+    with JsSite(pages=1, per_page=1, delay_ms=100) as site:
+        def planted(path: str, meta: dict[str, object], xmeta: dict[str, object] | None = None) -> bytes:
+            fields = {"v": 3, "u": f"{site.url}{path}", "c": "parse", "m": {"playwright": True, **meta}}
+            return json.dumps({**fields, **({"x": xmeta} if xmeta else {})}).encode()
+
+        queue = {  # planted payload -> words its dead letter's reason must hold
+            planted("/page/91/", {"playwright_page_init_callback": "tests.support.importmarker.init_page"}):
+                "meta['playwright_page_init_callback'] is refused: it imports a function by the path it names",
+            planted("/page/92/", {"playwright_page_event_handlers": {"load": "parse"}}):
+                "meta['playwright_page_event_handlers'] is refused",
+            planted("/page/93/", {"playwright_context": "planted",
+                                  "playwright_context_kwargs": {"record_har_path": str(har)}}):
+                "meta['playwright_context'] is refused",
+            planted("/page/94/", {}, {"playwright_page_methods": [{"$crawlplug": "playwright.PageMethod", "data": {
+                "method": "wait_for_selector", "args": ["body"], "kwargs": {"method": "x"}}}]}):
+                "kwargs name 'method', which is PageMethod's own argument",
+        }  # fmt: skip
+        frontier = Frontier(redis.Redis.from_url(redis_url), CrawlKeys("jsquotes"))
+        frontier.admit([(b"", -100.0, payload) for payload in queue])
+        node = crawl("jsquotes", args={"base_url": site.url},
+                     settings={"REDIS_URL": redis_url, "PLAYWRIGHT_LAUNCH_OPTIONS": json.dumps(launch), **FAST},
+                     env={MARKER_ENV: str(marker)})  # fmt: skip
+        assert node.wait(120) == 0, node.text()[-3000:]
+        log = node.text()
+        assert "'finish_reason': 'finished'" in log, log[-3000:]
+        assert not marker.exists() and not Path(f"{marker}.called").exists(), "a payload's module was imported"
+        assert not har.exists(), "a payload's context options wrote a file"
+        assert not {"/page/91/", "/page/92/", "/page/93/", "/page/94/"} & set(site.hits), dict(site.hits)
+        assert {item["quote"] for item in map(json.loads, node.item_lines()) if "quote" in item} == site.quotes()
+        dead = {d.payload: (d.header["reason"], d.header.get("deliveries")) for d in frontier.dead_letters()}
+        assert len(dead) == len(queue), dead
+        for payload, words in queue.items():
+            reason, deliveries = dead[payload]
+            assert words in reason, (payload[:120], reason)
+            assert deliveries in (1, "1"), f"dead-lettered at its first delivery, not after retries: {deliveries}"
+        assert f"'crawlplug/undecodable': {len(queue)}" in log

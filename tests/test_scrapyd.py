@@ -172,7 +172,7 @@ def test_redis_the_other_machines_cannot_reach_is_refused(redis_url, r):
     # no daemon is contacted: the check comes first (worker-1.invalid is never resolved)
     res = cli(redis_url, "start", "shop", "--scrapyd", "http://worker-1.invalid:6800")
     assert res.exit_code == 1
-    assert "a loopback address (this machine only)" in res.output
+    assert "an address of this machine only (127.0.0.1 (loopback))" in res.output
     assert "Scrapyd on worker-1.invalid runs on another machine: each machine would crawl alone" in res.output
     assert jobs.all_jobs(r, KEYS) == []
     with pytest.raises(ConfigError, match="the embedded Redis of this project"):

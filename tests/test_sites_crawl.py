@@ -26,6 +26,8 @@ from .support.dashboardproc import wait_for
 from .support.nodes import ROOT
 
 SITES = ROOT / "spiders" / "sites"
+#: the demo project's CRAWLPLUG_SITE_PIPELINES (settings/__init__.py)
+STEPS = ("spiders.sitesteps.AddSite",)
 SETTINGS: dict[str, object] = {
     "CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5,
     "CRAWLPLUG_STATS_INTERVAL": 0.3, "CONCURRENT_REQUESTS": 4,
@@ -78,7 +80,7 @@ def test_cars_from_its_definition_in_redis_on_two_nodes(crawl, redis_url, r):
     cars = DemoCars()
     with serve_cars(cars) as server:
         base = server.url
-        SiteStore(r).put(cars_doc(), "cars.yaml")
+        SiteStore(r).put(cars_doc(), "cars.yaml", pipelines=STEPS)
         nodes = [crawl("site", args={"site": "cars", "base_url": base}, settings={"REDIS_URL": redis_url, **SETTINGS})
                  for _ in range(2)]  # fmt: skip
         finished(nodes)
@@ -111,7 +113,7 @@ def test_broken_selectors_are_counted_per_field_not_a_crash(crawl, redis_url, r)
     doc["fields"]["seats"].pop("regex")  # "5 seats" is no int
     doc["fields"]["broken"] = {"xpath": "nosuchfunction()"}  # raises on every page
     doc["incomplete_items"] = "keep"
-    SiteStore(r).put(doc)
+    SiteStore(r).put(doc, pipelines=STEPS)
     with serve_cars(cars) as server:
         base = server.url
         nodes = [crawl("site", args={"site": "cars", "base_url": base}, settings={"REDIS_URL": redis_url, **SETTINGS})
@@ -164,7 +166,7 @@ class GatedCars(DemoCars):
 def test_a_definition_changed_in_redis_mid_crawl_changes_every_node(crawl, redis_url, r):
     cars = GatedCars(first=20, brands=6)
     store = SiteStore(r)
-    v1 = store.put(cars_doc()).version
+    v1 = store.put(cars_doc(), pipelines=STEPS).version
     keys = CrawlKeys("site-cars")
     settings = {"REDIS_URL": redis_url, **SETTINGS, "CRAWLPLUG_SITES_REFRESH": 0.2, "CRAWLPLUG_LEASE_TIMEOUT": 20}
     try:
@@ -180,7 +182,7 @@ def test_a_definition_changed_in_redis_mid_crawl_changes_every_node(crawl, redis
                      "both nodes to run version 1")  # fmt: skip
             doc = cars_doc()
             doc["fields"]["title"] = doc["fields"].pop("name")  # version 2: "name" is now "title"
-            v2 = store.put(doc).version
+            v2 = store.put(doc, pipelines=STEPS).version
             wait_for(lambda: [s.get(f"site/cars/version/{v2}") for s in node_stats(r, keys).values()] == [1, 1], 30,
                      "both nodes to switch to version 2")  # fmt: skip
             cars.gate.set()

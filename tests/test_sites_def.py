@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,8 @@ from .support.nodes import ROOT
 
 SITES = ROOT / "spiders" / "sites"
 BASE = "http://site.test"
+#: the pipeline steps these tests' definitions name, listed as CRAWLPLUG_SITE_PIPELINES lists them
+STEPS = ("spiders.sitesteps.AddSite", "tests.test_sites_def.Upper", "tests.test_sites_def.Explode")
 
 
 def doc_of(name: str) -> dict:
@@ -47,7 +50,7 @@ def page(site, path: str) -> HtmlResponse:
 
 def errors_of(doc: dict, **kwargs) -> list[str]:
     with pytest.raises(ConfigError) as info:
-        validate(doc, "test.yaml", **kwargs)
+        validate(doc, "test.yaml", **{"pipelines": STEPS, **kwargs})
     lines = str(info.value).splitlines()
     assert lines[0] == "invalid site definition test.yaml:"
     return [line.strip() for line in lines[1:]]
@@ -58,9 +61,9 @@ def errors_of(doc: dict, **kwargs) -> list[str]:
 
 def test_the_shipped_definitions_are_valid():
     for name in ("shop", "cars"):
-        site, doc = load_file(SITES / f"{name}.yaml")
+        site, doc = load_file(SITES / f"{name}.yaml", pipelines=STEPS)
         assert site.name == name and doc["name"] == name
-    cars, _ = load_file(SITES / "cars.yaml")
+    cars, _ = load_file(SITES / "cars.yaml", pipelines=STEPS)
     assert [s.name for s in cars.steps] == ["brand", "series", "model"]
     assert cars.detail_step == "model"
     assert [cars.priority(s) for s in ("brand", "series", "model")] == [20, 10, 0]
@@ -96,7 +99,7 @@ def test_cross_reference_errors_have_paths_too():
     doc["last_step"] = "detail"
     doc["start_urls"] = [{"url": "/brand/{brand}.html", "vars": {"brand": "one..six"}}, {"url": "/x", "step": "home"}]
     doc["pipelines"] = ["spiders.nosuchmodule.Step", "scrapy.Spider"]
-    errors = errors_of(doc)
+    errors = errors_of(doc, pipelines=doc["pipelines"])
     assert errors == [
         "last_step: no step named 'detail' (steps: brand, series, model)",
         "steps[1].links[0].to: no step named 'modle' (steps: brand, series, model)",
@@ -178,7 +181,7 @@ def test_start_urls_ranges_templates_and_padding():
 
 def compiled(name: str, doc: dict | None = None) -> CompiledSite:
     doc = doc if doc is not None else doc_of(name)
-    return CompiledSite(validate(doc).with_base_url(BASE), version_of(doc), "test")
+    return CompiledSite(validate(doc, pipelines=STEPS).with_base_url(BASE), version_of(doc), "test")
 
 
 def test_cars_definition_extracts_the_ground_truth_and_follows_only_its_regions():
@@ -273,7 +276,8 @@ class Upper:
 
 def spider_for(redis_url: str, site: str = "cars", **settings) -> SiteSpider:
     crawler = get_crawler(SiteSpider, settings_dict={"REDIS_URL": redis_url, "CRAWLPLUG_SITES_REFRESH": 0,
-                                                    "CRAWLPLUG_SITES_DIR": str(SITES), **settings})  # fmt: skip
+                                                    "CRAWLPLUG_SITES_DIR": str(SITES),
+                                                    "CRAWLPLUG_SITE_PIPELINES": list(STEPS), **settings})  # fmt: skip
     crawler.spider = spider = SiteSpider.from_crawler(crawler, site=site)
     return spider
 
@@ -281,19 +285,19 @@ def spider_for(redis_url: str, site: str = "cars", **settings) -> SiteSpider:
 def test_store_put_get_list_delete(r):
     store = SiteStore(r)
     doc = doc_of("cars")
-    stored = store.put(doc, "cars.yaml")
+    stored = store.put(doc, "cars.yaml", pipelines=STEPS)
     assert store.version("cars") == stored.version == version_of(doc)
     assert store.names() == ["cars"] and store.get("cars").doc == doc
     assert r.exists("crawlplug:sites")
     with pytest.raises(ConfigError, match="fields.year.type"):
-        store.put({**doc, "fields": {**doc["fields"], "year": {"css": "x", "type": "date"}}})
+        store.put({**doc, "fields": {**doc["fields"], "year": {"css": "x", "type": "date"}}}, pipelines=STEPS)
     assert store.version("cars") == stored.version, "an invalid definition stores nothing"
     assert store.delete("cars") and store.names() == [] and not store.delete("cars")
 
 
 def test_a_node_switches_to_a_changed_definition_and_keeps_a_bad_one_out(redis_url, r):
     store = SiteStore(r)
-    v1 = store.put(doc_of("cars"), "cars.yaml").version
+    v1 = store.put(doc_of("cars"), "cars.yaml", pipelines=STEPS).version
     spider = spider_for(redis_url)
     spider._opened(spider)
     stats = spider.crawler.stats
@@ -304,7 +308,7 @@ def test_a_node_switches_to_a_changed_definition_and_keeps_a_bad_one_out(redis_u
 
     doc = doc_of("cars")
     doc["fields"]["title"] = doc["fields"].pop("name")
-    v2 = store.put(doc).version
+    v2 = store.put(doc, pipelines=STEPS).version
     spider.refresh()
     assert spider.sites["cars"].version == v2
     assert stats.get_value(siteoutcomes.version("cars", v1)) == 0
@@ -336,7 +340,7 @@ def test_files_are_read_when_redis_has_no_definition(redis_url):
 def test_pipeline_steps_run_in_order_and_a_failing_step_drops_the_item(redis_url, r):
     doc = doc_of("cars")
     doc["pipelines"] = ["tests.test_sites_def.Upper", "spiders.sitesteps.AddSite"]
-    SiteStore(r).put(doc)
+    SiteStore(r).put(doc, pipelines=STEPS)
     spider = spider_for(redis_url)
     spider._opened(spider)
     pipeline = SitePipeline.from_crawler(spider.crawler)
@@ -347,9 +351,61 @@ def test_pipeline_steps_run_in_order_and_a_failing_step_drops_the_item(redis_url
 
     doc = copy.deepcopy(doc)
     doc["pipelines"] = ["tests.test_sites_def.Explode"]
-    SiteStore(r).put(doc)
+    SiteStore(r).put(doc, pipelines=STEPS)
     spider.refresh()
     with pytest.raises(DropItem, match="pipeline step tests.test_sites_def.Explode raised RuntimeError: boom"):
         asyncio.run(pipeline.process_item(SiteItem("cars", {"name": "x"})))
     assert spider.crawler.stats.get_value("site/cars/errors/RuntimeError") == 1
     spider._closed(spider)
+
+
+# -- pipeline steps: only what the node lists, and nothing else imported -------------------------
+
+
+@pytest.fixture
+def planted_module(tmp_path, monkeypatch):
+    """A module on the path that leaves a marker file when imported (what a stored definition
+    naming it would do to a node that imported it), and one that raises at import."""
+    marker = tmp_path / "imported"
+    name = f"planted_step_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).touch()\n"
+        "class Step:\n    def process_item(self, item):\n        return item\n"
+    )  # fmt: skip
+    (tmp_path / f"{name}_broken.py").write_text("raise RuntimeError('half-deployed module')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name, marker
+
+
+def test_a_pipeline_step_the_node_does_not_list_is_an_error_and_is_never_imported(planted_module, redis_url, r):
+    name, marker = planted_module
+    doc = {**doc_of("cars"), "pipelines": [f"{name}.Step"]}
+    not_listed = f"pipelines[0]: '{name}.Step' is not a pipeline step this node allows: list it in " \
+                 "CRAWLPLUG_SITE_PIPELINES"  # fmt: skip
+    assert errors_of(doc)[0].startswith(not_listed)
+    with pytest.raises(ConfigError, match="CRAWLPLUG_SITE_PIPELINES"):
+        SiteStore(r).put(doc, pipelines=STEPS)
+    # written into Redis around the validation, as anyone who can write to it can: the node refuses it
+    r.hset("crawlplug:sites", mapping={"cars": json.dumps({"doc": doc, "version": "planted"}), "cars#v": "planted"})
+    spider = spider_for(redis_url)
+    spider.store = SiteStore(r)
+    with pytest.raises(ConfigError, match="is not a pipeline step this node allows"):
+        spider.load("cars")
+    assert not marker.exists() and name not in sys.modules, "the unlisted module was imported"
+    # listed, it is imported and runs
+    assert validate(doc, pipelines=[f"{name}.Step"]).pipelines == [f"{name}.Step"]
+    assert marker.exists()
+
+
+def test_any_exception_a_listed_step_raises_at_import_is_an_error_of_the_definition(planted_module):
+    name, _ = planted_module
+    doc = {**doc_of("cars"), "pipelines": [f"{name}_broken.Step"]}
+    assert errors_of(doc, pipelines=doc["pipelines"]) == [
+        f"pipelines[0]: cannot import '{name}_broken.Step': RuntimeError: half-deployed module"]
+
+
+def test_the_site_pipeline_loads_no_step_its_settings_do_not_list(redis_url):
+    pipeline = SitePipeline.from_crawler(spider_for(redis_url, CRAWLPLUG_SITE_PIPELINES=[]).crawler)
+    with pytest.raises(ConfigError, match="is not listed in CRAWLPLUG_SITE_PIPELINES; not loaded"):
+        pipeline._step("tests.test_sites_def.Upper")
+    assert pipeline.steps == {}

@@ -72,7 +72,7 @@ def test_the_fields_of_a_page_and_why_one_is_missing():
 def test_a_default_says_why_and_each_step_shows_its_links():
     cars = DemoCars()
     on_request = next(p for p, m in cars.truth().items() if m["price"] is None)
-    site, _ = load_file(CARS_YAML)
+    site, _ = load_file(CARS_YAML, pipelines=["spiders.sitesteps.AddSite"])
     result = explain(site, page(cars, on_request))
     price = next(f for f in result["fields"] if f["name"] == "price")
     assert price["outcome"] == "defaulted" and price["why"] == "matched 1, but the value was refused: map turns " \

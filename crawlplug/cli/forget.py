@@ -25,7 +25,7 @@ from ..config import setting
 from ..errors import DecodeError
 from ..frontier import forgetting, open_frontier
 from ..queues import load_queue_class, route
-from ..serializers import JsonSerializer
+from ..serializers import JsonSerializer, metakeys
 from .common import (
     connect,
     crawl_keys,
@@ -49,7 +49,9 @@ def _given(urls: tuple[str, ...], file: TextIO | None) -> list[tuple[str, Reques
     out = []
     for where, line in _lines(urls, file):
         try:
-            entry = dataclasses.replace(starts.parse(line), callback=None, errback=None)
+            entry = starts.parse(line)
+            # meta keys naming code do not change a fingerprint, and no spider here allows them
+            entry = dataclasses.replace(entry, callback=None, errback=None, meta=metakeys.strip(entry.meta))
             out.append((where, starts.build(entry, None)))
         except DecodeError as exc:
             fail(f"{where}: {exc}")

@@ -55,17 +55,21 @@ def start(redis_url: str | None, crawl: str | None, name: str | None, new_run: b
     CRAWLPLUG_CRAWL_ID and its Scrapyd job (CRAWLPLUG_SCRAPYD_JOB). A running or
     interrupted run is continued; after a finished one the nodes begin the next;
     a run stopped or ended by a limit stays so unless --new-run. Refuses, starting
-    nothing, when the Redis is the embedded one or a loopback address while a
-    daemon is on another machine, or when a daemon cannot run the spider.
+    nothing, when the Redis is the embedded one or an address of this machine only
+    (loopback or unspecified, in any spelling) while a daemon is on another machine,
+    or when a daemon cannot run the spider; warns when a host name resolves to
+    loopback here.
     """
     opts, keys = _keys(name, crawl, redis_url)
     target = connect(opts)
     plan = make_plan(target, keys.crawl, kw, new_run=new_run)
     created = create_if_new(target, keys)
-    out = launch(target.client, keys, plan, by="start")
+    out = launch(target.client, keys, plan, by="start",
+                 warn=lambda warning: click.echo(f"crawlplug: warning: {warning}", err=True))
     if as_json:
         click.echo(json.dumps({"crawl": keys.crawl, "action": out.action, "run": out.run, "message": out.message,
-                               "jobs": out.jobs, "refused": out.refused}, indent=2, default=str))  # fmt: skip
+                               "jobs": out.jobs, "refused": out.refused, "warnings": out.warnings}, indent=2,
+                              default=str))  # fmt: skip
     else:
         if created:
             click.echo(f"crawl {keys.crawl!r} is new: created it")

@@ -83,7 +83,8 @@ def schedule_add(redis_url: str | None, crawl: str | None, name: str | None, cro
     plan = make_plan(target, keys.crawl, kw)
     from ..ops.launch import check_reach  # noqa: PLC0415
 
-    check_reach(plan.redis_url, plan.daemons, embedded=plan.embedded)
+    for warning in check_reach(plan.redis_url, plan.daemons, embedded=plan.embedded):
+        click.echo(f"crawlplug: warning: {warning}", err=True)
     spec = schedules.make(target.client, keys, name=schedule_name, cron=cron, tz=tz, plan=plan)
     created = create_if_new(target, keys)
     new = schedules.add(target.client, keys, spec)

@@ -34,7 +34,7 @@ try:  # the [sites] extra: pydantic (the schema) and PyYAML (the files)
     from ..sites import fetch as site_fetch
     from ..sites import trial as site_trial
     from ..sites.definition import expand_start_urls, load_file, version_of
-    from ..sites.store import SiteStore
+    from ..sites.store import SiteStore, allowed_pipelines
 except ImportError as missing:  # pragma: no cover - without the extra
     _MISSING: ImportError | None = missing
 else:
@@ -52,11 +52,15 @@ def _redis_option(func: Any) -> Any:
     return click.option("--redis-url", metavar="URL", default=None, help=_REDIS_HELP)(func)
 
 
-def _project_on_path() -> None:
-    """Pipeline steps are class paths of the project (spiders.sitesteps.X): import them as Scrapy would."""
+def _project_on_path() -> tuple[str, ...]:
+    """Pipeline steps are class paths of the project (spiders.sitesteps.X): import them as Scrapy
+    would; the ones a definition may name: the project's CRAWLPLUG_SITE_PIPELINES, returned."""
+    from scrapy.utils.project import get_project_settings  # noqa: PLC0415
+
     root = project_root()
     if root is not None and str(root) not in sys.path:
         sys.path.insert(0, str(root))
+    return allowed_pipelines(get_project_settings())
 
 
 def _store(redis_url: str | None) -> tuple[SiteStore, str]:
@@ -83,11 +87,11 @@ def sites_check(files: tuple[str, ...]) -> None:
 
     Every problem is printed with the path of its key; exit 1 if any file is invalid.
     """
-    _project_on_path()
+    pipelines = _project_on_path()
     bad = 0
     for path in files:
         try:
-            site, _ = load_file(path)
+            site, _ = load_file(path, pipelines=pipelines)
         except ConfigError as exc:
             click.echo(str(exc), err=True)
             bad += 1
@@ -107,12 +111,12 @@ def sites_put(redis_url: str | None, files: tuple[str, ...]) -> None:
     A site's stored definition wins over its file in CRAWLPLUG_SITES_DIR;
     running nodes switch to it within CRAWLPLUG_SITES_REFRESH seconds.
     """
-    _project_on_path()
+    pipelines = _project_on_path()
     loaded = []
     errors = []
     for path in files:
         try:
-            loaded.append((path, *load_file(path)))
+            loaded.append((path, *load_file(path, pipelines=pipelines)))
         except ConfigError as exc:
             errors.append(str(exc))
     if errors:
@@ -121,7 +125,7 @@ def sites_put(redis_url: str | None, files: tuple[str, ...]) -> None:
     store, where = _store(redis_url)
     for path, site, doc in loaded:
         before = store.version(site.name)
-        stored = store.put(doc, str(Path(path)))
+        stored = store.put(doc, str(Path(path)), pipelines=pipelines)
         if before == stored.version:
             what = "unchanged"
         elif before is None:
@@ -213,9 +217,9 @@ def sites_try(file: str, url: str, step: str | None, base_url: str | None, timeo
     """
     from scrapy.utils.project import get_project_settings  # noqa: PLC0415
 
-    _project_on_path()
+    pipelines = _project_on_path()
     try:
-        site, doc = load_file(file)
+        site, doc = load_file(file, pipelines=pipelines)
         if base_url:
             site = site.with_base_url(base_url)
         result = site_fetch.try_definition(site, url, settings=get_project_settings(), version=version_of(doc),

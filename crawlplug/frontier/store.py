@@ -62,9 +62,13 @@ class DqMember:
 
 
 def parse_dq_member(member: bytes | str) -> DqMember:
-    """``<domain>\\t<rank><id>`` read back."""
+    """``<domain>\\t<rank><id>`` read back. Never raises: a member written by hand without a
+    rank of 16 ASCII digits reads with score 0 and the rest as its id."""
     domain, _, rest = text(member).partition("\t")
-    return DqMember(domain, float(int(rest[:16]) - RANK_OFFSET), rest[16:])
+    rank = rest[:16]
+    if len(rank) == 16 and rank.isascii() and rank.isdigit():
+        return DqMember(domain, float(int(rank) - RANK_OFFSET), rest[16:])
+    return DqMember(domain, 0.0, rest)
 
 
 @dataclass(frozen=True)
@@ -77,9 +81,12 @@ class LeaseRecord:
 
 
 def parse_lease(record: bytes | str) -> LeaseRecord:
-    """``node|score|deliveries[|domain][|f]`` (the ``leased`` hash) read back."""
+    """``node|score|deliveries[|domain][|f]`` (the ``leased`` hash) read back. Never raises: a
+    record written by hand reads as what it holds (deliveries 0 unless they are ASCII digits)."""
     parts = text(record).split("|")
     node, score, deliveries = (parts + ["", "", "0"])[:3]
     domain = parts[3] if len(parts) > 3 else ""
     freed = len(parts) > 4 and parts[4] == "f"
-    return LeaseRecord(node, score, int(deliveries) if deliveries.isdigit() else 0, domain, freed)
+    # "²".isdigit() is true and int("²") raises: only ASCII digits count, as in lua/leases.lua
+    counted = int(deliveries) if deliveries.isascii() and deliveries.isdigit() and len(deliveries) < 19 else 0
+    return LeaseRecord(node, score, counted, domain, freed)

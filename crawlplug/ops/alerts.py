@@ -3,10 +3,13 @@ and the notifications (Apprise).
 
 A rule's condition is ``METRIC[(ARG)] [OP NUMBER] [for DURATION]``, e.g.
 ``error_rate > 0.2 for 2m``, ``null_rate(shop.price) > 0.1``, ``limit_reached``
-(a bare metric means ``> 0``). It is parsed by :func:`parse` (one regular
-expression, never eval) into a :class:`Condition`; the metrics are
-:data:`METRICS`, each computed from the crawl's status snapshot
-(:func:`crawlplug.ops.status.snapshot`), the numbers ``crawlplug status`` shows.
+(a bare metric means ``> 0``). It is parsed by :func:`parse` (an LALR grammar,
+:mod:`crawlplug.ops.alertgrammar`, never eval, in time linear in its length, at most
+500 characters) into a :class:`Condition`; the metrics are :data:`METRICS`, each
+computed from the crawl's status snapshot (:func:`crawlplug.ops.status.snapshot`), the
+numbers ``crawlplug status`` shows. Forms the grammar reads but no evaluator computes
+yet (a threshold relative to the last run, ``at end``, a window) are refused when a
+rule is added and skipped, said once, when a stored one is read.
 
 :class:`Evaluator` evaluates every crawl's rules where it leads the crawl's
 ``alerts`` duty (crawlplug.frontier.alerts: a lease with a fencing token), so one
@@ -22,10 +25,8 @@ between loses that one notification rather than sending it twice.
 from __future__ import annotations
 
 import logging
-import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -35,50 +36,15 @@ from ..frontier import alerts as stored
 from ..frontier.keys import CrawlKeys
 from ..frontier.schedules import Leadership
 from . import status
-from .history import parse_duration
+from .alertgrammar import MAX_LENGTH, Condition, read
+
+__all__ = ["COOLDOWN", "MAX_LENGTH", "METRICS", "Condition", "Evaluator", "check_url", "make_rule", "masked",
+           "message", "notify", "parse", "step", "view"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
 #: Seconds after an announcement during which a new episode of the same rule is not sent.
 COOLDOWN = 300.0
-
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
-}  # fmt: skip
-_GRAMMAR = re.compile(
-    r"\s*(?P<metric>[a-z_]+)\s*(?:\(\s*(?P<arg>[^()\s]+)\s*\))?"
-    r"\s*(?:(?P<op>>=|<=|==|!=|>|<)\s*(?P<number>[0-9]+(?:\.[0-9]+)?))?"
-    r"\s*(?:for\s+(?P<duration>[0-9smhdw]+))?\s*"
-)
-
-
-@dataclass(frozen=True)
-class Condition:
-    """A parsed rule condition (module docstring)."""
-
-    metric: str
-    arg: str | None
-    op: str
-    threshold: float
-    for_ms: int
-
-    def holds(self, value: float) -> bool:
-        return _OPS[self.op](value, self.threshold)
-
-    def __str__(self) -> str:
-        arg = f"({self.arg})" if self.arg else ""
-        number = f"{self.threshold:g}"
-        held = f" for {_span(self.for_ms)}" if self.for_ms else ""
-        return f"{self.metric}{arg} {self.op} {number}{held}"
-
-
-def _span(ms: int) -> str:
-    """ms as the grammar writes it: 2m, 90s, 1h (parse_duration reads it back)."""
-    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-        if ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{max(1, round(ms / 1000))}s"
-
 
 # -- the metrics rules may watch: a fixed list -------------------------------------------------
 
@@ -127,6 +93,14 @@ def _limit_reached(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], a
     return 1.0 if snap["run"].get("state") == "limit" else 0.0
 
 
+#: The states a run ends in (crawlplug.frontier.runs), what run_end(STATE) takes.
+RUN_END_STATES = ("finished", "limit", "stopped", "interrupted")
+
+
+def _run_end(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
+    return 1.0 if snap["run"].get("state") == arg else 0.0
+
+
 def _memory(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
     memory = snap["redis_memory"]
     if not memory:
@@ -144,32 +118,40 @@ METRICS: dict[str, tuple[str, str | None, Metric]] = {
                             "in start_urls (0 when there is none)", None, _no_progress),
     "silent_nodes": ("nodes whose heartbeat is late (silent) or expired (dead, listed for an hour)", None,
                      _silent_nodes),
-    "null_rate": ("share of a site definition's items whose field was null: null_rate(SITE.FIELD)", "SITE.FIELD",
+    "null_rate": ("share of a site definition's items whose field was null: null_rate(SITE.FIELD); "
+                  "null_rate(SITE.FIELD, 10m), over a window, parses but is not evaluated yet", "SITE.FIELD",
                   _null_rate),
     "limit_reached": ("1 when the run ended by a limit (run state 'limit'), else 0", None, _limit_reached),
+    "run_end": ("1 when the crawl's last run ended in STATE (finished, limit, stopped, interrupted), else 0: "
+                "run_end(STATE)", "STATE", _run_end),
     "redis_memory_percent": ("Redis memory used, % of maxmemory (0 when no maxmemory is set)", None, _memory),
 }  # fmt: skip
+#: Metrics that take a window as a second argument (parsed; not evaluated yet).
+WINDOWED = frozenset({"null_rate"})
 
 
-def parse(text: str) -> Condition:
-    """``text`` as a :class:`Condition`; :class:`ConfigError` saying what is wrong."""
-    found = _GRAMMAR.fullmatch(text or "")
-    if found is None:
-        raise ConfigError(f"cannot read the condition {text!r}: write METRIC[(ARG)] [OP NUMBER] [for DURATION], "
-                          "e.g. 'error_rate > 0.2 for 2m' (OP one of > >= < <= == !=)")  # fmt: skip
-    metric, arg = found["metric"], found["arg"]
-    if metric not in METRICS:
-        raise ConfigError(f"no metric {metric!r} for alerts: one of {', '.join(METRICS)}")
+def parse(text: str, *, max_length: int | None = MAX_LENGTH) -> Condition:
+    """``text`` as a :class:`Condition`: its syntax (:func:`.alertgrammar.read`, text over
+    ``max_length`` characters refused unread), then its metric and arguments;
+    :class:`ConfigError` saying what is wrong. Forms not evaluated yet parse
+    (:attr:`Condition.not_evaluated` says which)."""
+    condition = read(text, max_length=max_length)
+    metric, arg = condition.metric, condition.arg
+    for name in (metric, condition.baseline):
+        if name is not None and name not in METRICS:
+            raise ConfigError(f"no metric {name!r} for alerts: one of {', '.join(METRICS)}")
     wants = METRICS[metric][1]
     if wants and not arg:
         raise ConfigError(f"{metric} needs an argument: {metric}({wants})")
     if not wants and arg:
         raise ConfigError(f"{metric} takes no argument (given {arg!r})")
+    if condition.window_ms and metric not in WINDOWED:
+        raise ConfigError(f"{metric} takes one argument, not a window too: {metric}({wants})")
     if metric == "null_rate" and (arg or "").count(".") < 1:
         raise ConfigError(f"null_rate takes SITE.FIELD (a site definition and one of its fields), not {arg!r}")
-    for_ms = parse_duration(found["duration"]) if found["duration"] else 0
-    op, number = (found["op"], float(found["number"])) if found["op"] else (">", 0.0)
-    return Condition(metric, arg, op, number, for_ms)
+    if metric == "run_end" and arg not in RUN_END_STATES:
+        raise ConfigError(f"run_end takes the state a run ends in: one of {', '.join(RUN_END_STATES)}, not {arg!r}")
+    return condition
 
 
 def make_rule(rule_id: str, when: str, notify: list[str], cooldown: float = COOLDOWN) -> dict[str, Any]:
@@ -177,6 +159,9 @@ def make_rule(rule_id: str, when: str, notify: list[str], cooldown: float = COOL
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", rule_id):
         raise ConfigError(f"invalid rule name {rule_id!r}: letters, digits, '_', '.', '-' (at most 64)")
     condition = parse(when)
+    if condition.not_evaluated:
+        raise ConfigError(f"the condition {when!r} reads, but {condition.not_evaluated} is not evaluated yet "
+                          "(planned: docs/alerts.md); nothing stored")  # fmt: skip
     if cooldown < 0:
         raise ConfigError(f"the cooldown must be >= 0 seconds, not {cooldown:g}")
     for url in notify:
@@ -302,6 +287,9 @@ class Evaluator:
                     logger.warning("crawlplug alerts: could not release a lead (%s); it expires", exc)
 
     def evaluate(self, lead: Leadership) -> None:
+        """Evaluate the crawl's rules once. A rule that cannot be read or evaluated (too long,
+        unreadable, a form not evaluated yet, a value that breaks its metric) is skipped and
+        said once: it never stops the other rules, nor the duties ticking after this one."""
         keys = lead.keys
         rules = stored.rules(self.client, keys)
         if not rules:
@@ -309,50 +297,81 @@ class Evaluator:
         snap = status.snapshot(self.client, keys, history_minutes=1)
         states = stored.states(self.client, keys)
         for rule_id, rule in rules.items():
+            condition = self._condition(keys, rule_id, rule)
+            if condition is None:
+                continue
             try:
-                condition = parse(rule.get("when", ""))
+                if not self._evaluate_rule(lead, rule_id, rule, condition, snap, states):
+                    return
+            except REDIS_ERRORS:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one rule, written by hand into Redis, never stops the others
+                self._once(f"{keys.crawl}/{rule_id}/error", "crawlplug alerts: rule %r of crawl %r not evaluated: "
+                           "%s: %s", rule_id, keys.crawl, type(exc).__name__, exc)  # fmt: skip
+
+    def _condition(self, keys: CrawlKeys, rule_id: str, rule: dict[str, Any]) -> Condition | None:
+        """The rule's condition, or None (said once) if this evaluator cannot use it."""
+        when = rule.get("when", "")
+        if isinstance(when, str) and len(when) > MAX_LENGTH:
+            self._once(f"{keys.crawl}/{rule_id}", "crawlplug alerts: rule %r of crawl %r is skipped: its condition "
+                       "has %d characters (at most %d); delete it and add it again", rule_id, keys.crawl, len(when),
+                       MAX_LENGTH)  # fmt: skip
+            return None
+        try:
+            condition = parse(when)
+        except ConfigError as exc:
+            self._once(f"{keys.crawl}/{rule_id}", "crawlplug alerts: rule %r of crawl %r is unreadable (%s); "
+                       "delete it and add it again", rule_id, keys.crawl, exc)  # fmt: skip
+            return None
+        if condition.not_evaluated:
+            self._once(f"{keys.crawl}/{rule_id}", "crawlplug alerts: rule %r of crawl %r is skipped: %s is not "
+                       "evaluated yet", rule_id, keys.crawl, condition.not_evaluated)  # fmt: skip
+            return None
+        return condition
+
+    def _evaluate_rule(self, lead: Leadership, rule_id: str, rule: dict[str, Any], condition: Condition,
+                       snap: dict[str, Any], states: dict[str, Any]) -> bool:  # fmt: skip
+        """Evaluate one rule, record its state and send its notification; False once deposed."""
+        keys = lead.keys
+        value = METRICS[condition.metric][2](self.client, keys, snap, condition.arg)
+        if value is None:
+            self._once(f"{keys.crawl}/{rule_id}/none", "crawlplug alerts: rule %r of crawl %r: %s is unknown "
+                       "(%s)", rule_id, keys.crawl, condition.metric, METRICS[condition.metric][0])  # fmt: skip
+            return True
+        last = states.get(rule_id, {})
+        cooldown_ms = int(float(rule.get("cooldown", COOLDOWN)) * 1000)
+        new, event = step(last, condition.holds(value), snap["now_ms"], condition.for_ms, cooldown_ms)
+        new["value"] = value
+        new["checked_ms"] = snap["now_ms"]
+        record = None
+        send = False
+        if event:
+            send = not new.get("quiet")
+            if send:
+                new["announced_ms"] = snap["now_ms"]
+            record = {"at": snap["now_ms"], "event": event, "crawl": keys.crawl, "run": snap["run"].get("id"),
+                      "rule": rule_id, "when": rule.get("when"), "value": value, "sent": send,
+                      "dashboard": self.dashboard_url or None}  # fmt: skip
+        what = stored.record(lead, rule_id, new, record)
+        if what == "deposed":
+            lead.fence = 0
+            logger.warning("crawlplug alerts %s: no longer leads the alerts of crawl %r", self.owner, keys.crawl)
+            return False
+        if what != "done" or record is None:
+            return True
+        logger.warning("crawlplug alerts: crawl %r: rule %r (%s) %s, value %g%s", keys.crawl, rule_id,
+                       rule.get("when"), event, value, "" if send else " (within its cooldown: not sent)")  # fmt: skip
+        if send and rule.get("notify"):
+            title, body = message(record)
+            try:
+                ok = notify(list(rule["notify"]), title, body)
             except ConfigError as exc:
-                self._once(f"{keys.crawl}/{rule_id}", "crawlplug alerts: rule %r of crawl %r is unreadable (%s); "
-                           "delete it and add it again", rule_id, keys.crawl, exc)  # fmt: skip
-                continue
-            value = METRICS[condition.metric][2](self.client, keys, snap, condition.arg)
-            if value is None:
-                self._once(f"{keys.crawl}/{rule_id}/none", "crawlplug alerts: rule %r of crawl %r: %s is unknown "
-                           "(%s)", rule_id, keys.crawl, condition.metric, METRICS[condition.metric][0])  # fmt: skip
-                continue
-            last = states.get(rule_id, {})
-            cooldown_ms = int(float(rule.get("cooldown", COOLDOWN)) * 1000)
-            new, event = step(last, condition.holds(value), snap["now_ms"], condition.for_ms, cooldown_ms)
-            new["value"] = value
-            new["checked_ms"] = snap["now_ms"]
-            record = None
-            send = False
-            if event:
-                send = not new.get("quiet")
-                if send:
-                    new["announced_ms"] = snap["now_ms"]
-                record = {"at": snap["now_ms"], "event": event, "crawl": keys.crawl, "run": snap["run"].get("id"),
-                          "rule": rule_id, "when": rule.get("when"), "value": value, "sent": send,
-                          "dashboard": self.dashboard_url or None}  # fmt: skip
-            what = stored.record(lead, rule_id, new, record)
-            if what == "deposed":
-                lead.fence = 0
-                logger.warning("crawlplug alerts %s: no longer leads the alerts of crawl %r", self.owner, keys.crawl)
-                return
-            if what != "done" or record is None:
-                continue
-            logger.warning("crawlplug alerts: crawl %r: rule %r (%s) %s, value %g%s", keys.crawl, rule_id,
-                           rule.get("when"), event, value, "" if send else " (within its cooldown: not sent)")  # fmt: skip
-            if send and rule.get("notify"):
-                title, body = message(record)
-                try:
-                    ok = notify(list(rule["notify"]), title, body)
-                except ConfigError as exc:
-                    self._once("apprise", "crawlplug alerts: %s", exc)
-                    ok = False
-                if not ok:
-                    logger.warning("crawlplug alerts: crawl %r: the notification of rule %r did not go through "
-                                   "(see Apprise's log above)", keys.crawl, rule_id)  # fmt: skip
+                self._once("apprise", "crawlplug alerts: %s", exc)
+                ok = False
+            if not ok:
+                logger.warning("crawlplug alerts: crawl %r: the notification of rule %r did not go through "
+                               "(see Apprise's log above)", keys.crawl, rule_id)  # fmt: skip
+        return True
 
 
 def masked(url: str) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 
-from ..errors import REDIS_ERRORS, CrawlplugError
+from ..errors import REDIS_ERRORS, ConfigError, CrawlplugError
 from ..frontier import schedules as stored
 from ..frontier.keys import CrawlKeys
 from ..frontier.results import new_node_id
@@ -151,8 +151,13 @@ class Control:
             due = spec["next"]
             if due > now:
                 continue
-            times = schedules.times_between(spec["cron"], spec.get("tz", "UTC"), due, now)
-            next_due = schedules.next_after(spec["cron"], spec.get("tz", "UTC"), now)
+            try:
+                times = schedules.times_between(spec["cron"], spec.get("tz", "UTC"), due, now)
+                next_due = schedules.next_after(spec["cron"], spec.get("tz", "UTC"), now)
+            except (ConfigError, KeyError, TypeError, AttributeError) as exc:  # a schedule written by hand
+                self._once(f"{keys.crawl}/{name}", "crawlplug control: schedule %r of crawl %r is unreadable (%s); "
+                           "delete it and add it again", name, keys.crawl, exc)  # fmt: skip
+                continue
             what, detail = lead.claim(name, due, next_due, times)
             if what != "claimed":
                 logger.info("crawlplug control: schedule %r of crawl %r not fired here: %s %s", name, keys.crawl,
@@ -185,11 +190,19 @@ class Control:
 
     # -- the loop ---------------------------------------------------------------------
     def tick(self) -> None:
+        """Run every duty once, schedules first. A duty that fails (a Redis error, or anything a
+        value written by hand into Redis makes it raise) is said once and tried again at the next
+        tick; it never keeps the other duties from running."""
         for duty in self.duties:
             try:
                 duty()
             except REDIS_ERRORS as exc:
                 self._once(f"redis:{exc}", "crawlplug control: Redis error (%s); trying again every tick", exc)
+            except Exception as exc:
+                if f"duty:{type(exc).__name__}:{exc}" not in self._warned:
+                    self._warned.add(f"duty:{type(exc).__name__}:{exc}")
+                    logger.exception("crawlplug control: %s failed; trying again every tick",
+                                     getattr(duty, "__name__", duty))  # fmt: skip
 
     def run(self, *, ticks: int | None = None) -> None:
         """Tick until :meth:`stop` (or ``ticks`` ticks); releases the leads at the end."""

@@ -45,15 +45,23 @@ GAUGES = ("queued", "in_flight", "dead", "nodes")
 _SUMMARY = {"acked": "pages", "enqueued": "enqueued", "items": "items", "errors": "errors"}
 
 _UNITS = {"s": 1000, "m": MINUTE_MS, "h": HOUR_MS, "d": DAY_MS, "w": 7 * DAY_MS}
-_DURATION = re.compile(r"(?:(\d+)([smhdw]))+")
+#: One piece of a duration: digits and a unit. A duration is read piece by piece, never by
+#: a repeated group (text from Redis, alert rules, is read by it: no backtracking).
+_PIECE = re.compile(r"([0-9]{1,15})([smhdw])")
 
 
 def parse_duration(value: str) -> int:
     """``6h``, ``90m``, ``1h30m``, ``2d``, ``1w`` as ms; ConfigError for anything else."""
     text = value.strip().lower()
-    if not text or not _DURATION.fullmatch(text):
-        raise ConfigError(f"{value!r} is not a duration: a number and a unit, s m h d or w (6h, 90m, 1h30m, 2d)")
-    ms = sum(int(n) * _UNITS[u] for n, u in re.findall(r"(\d+)([smhdw])", text))
+    pos, ms = 0, 0
+    while pos < len(text):
+        piece = _PIECE.match(text, pos)
+        if piece is None:
+            break
+        ms += int(piece[1]) * _UNITS[piece[2]]
+        pos = piece.end()
+    if not text or pos != len(text):
+        raise ConfigError(f"{value[:60]!r} is not a duration: a number and a unit, s m h d or w (6h, 90m, 1h30m, 2d)")
     if ms <= 0:
         raise ConfigError(f"{value!r} is not a duration longer than 0")
     return ms

@@ -8,8 +8,9 @@ own ``-s`` settings and ``-a`` spider arguments. Before it schedules anything it
 checks, and refuses with the reason:
 
 * that the Redis it hands the nodes can be reached from every daemon's machine
-  (:func:`check_reach`): the embedded Redis, a unix socket or a loopback address
-  with a daemon on another host would let each machine crawl alone;
+  (:func:`check_reach`): the embedded Redis, a unix socket or an address of this
+  machine only (loopback or unspecified, in any spelling) with a daemon on another
+  host would let each machine crawl alone;
 * that each daemon answers and can run the spider (its project lists it);
 * what the crawl's runs say (:func:`run_decision`): a running or interrupted run is
   continued (the nodes join or resume it); after a finished run (or none) the nodes
@@ -24,9 +25,11 @@ so a daemon that answers late or never is still known and shown.
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +41,10 @@ from ..frontier import jobs, runs
 from ..frontier.keys import CrawlKeys
 from ..frontier.newrun import begin_new_run
 from ..frontier.store import redis_ms
-from .scrapyd import Daemon, is_loopback_host
+from .addresses import is_loopback_host, local_address, resolves_here_to_loopback
+from .scrapyd import Daemon
+
+logger = logging.getLogger(__name__)
 
 #: Settings crawlplug sets on every node it starts; the operator gives them otherwise
 #: (--redis-url/--node-redis-url, the crawl's name), not with -s.
@@ -106,6 +112,7 @@ class Launched:
     message: str  #: the run, in a sentence
     jobs: list[dict[str, Any]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  #: daemons that refused a job, and why
+    warnings: list[str] = field(default_factory=list)  #: what the checks found doubtful but not wrong
 
 
 def redis_hosts(url: str) -> list[str] | None:
@@ -124,22 +131,33 @@ def redis_hosts(url: str) -> list[str] | None:
     return [h for h in hosts if h]
 
 
-def check_reach(redis_url: str, daemons: list[str], *, embedded: bool) -> None:
+def check_reach(redis_url: str, daemons: list[str], *, embedded: bool) -> list[str]:
     """Refuse (ConfigError, with the reason) to hand the nodes a Redis that a daemon on
-    another machine cannot reach: the embedded Redis, a unix socket, a loopback address."""
+    another machine cannot reach: the embedded Redis, a unix socket, an address of this
+    machine only in any spelling (``127.1``, ``2130706433``, ``0.0.0.0``, ``[::ffff:127.0.0.1]``,
+    ``[::]``: crawlplug.ops.addresses). A host *name* that resolves to loopback here is not
+    refused (the other machines resolve it themselves): the warnings returned (and logged)
+    say so."""
     validate_url(redis_url)
     remote = sorted({Daemon.of(d).host for d in daemons if not is_loopback_host(Daemon.of(d).host)})
     if not remote:
-        return
+        return []
     hosts = redis_hosts(redis_url)
     if embedded:
         what = "the embedded Redis of this project (a unix socket on this machine)"
     elif hosts is None:
         what = "a unix socket on this machine"
     elif all(is_loopback_host(h) for h in hosts):
-        what = "a loopback address (this machine only)"
+        what = f"an address of this machine only ({', '.join(sorted({str(local_address(h)) for h in hosts}))})"
     else:
-        return
+        warnings = []
+        for host in hosts:
+            here = resolves_here_to_loopback(host)
+            if here:
+                warnings.append(f"the Redis host {host!r} resolves to {', '.join(here)} (this machine only) here; "
+                                f"the nodes on {', '.join(remote)} resolve it themselves: make sure it names this "
+                                "machine's network address there")  # fmt: skip
+        return warnings
     raise ConfigError(
         f"refusing to start: the nodes would be handed Redis {mask_url(redis_url)}, {what}, and "
         f"Scrapyd on {', '.join(remote)} runs on another machine: each machine would crawl alone, with a "
@@ -192,13 +210,21 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:40] or "crawl"
 
 
+def _log_warning(warning: str) -> None:
+    logger.warning("crawlplug start: %s", warning)
+
+
 def launch(client: redis.Redis, keys: CrawlKeys, plan: Plan, *, by: str = "start", firing: str | None = None,
-           fence: int | None = None, timeout: float = 30.0, skip: frozenset[str] = frozenset()) -> Launched:  # fmt: skip
+           fence: int | None = None, timeout: float = 30.0, skip: frozenset[str] = frozenset(),
+           warn: Callable[[str], None] = _log_warning) -> Launched:  # fmt: skip
     """Start the plan's nodes (module docstring). ``firing`` names the schedule's firing that
     starts them (``<name>@<due ms>``; job ids follow from it, so jobs already recorded, named
     in ``skip``, are not started twice). Raises ConfigError or ScrapydError, having started
-    nothing, when a check fails."""
-    check_reach(plan.redis_url, plan.daemons, embedded=plan.embedded)
+    nothing, when a check fails. ``warn`` is told each warning of the checks as it is found
+    (default: logged), before a later check may fail."""
+    warnings = check_reach(plan.redis_url, plan.daemons, embedded=plan.embedded)
+    for warning in warnings:
+        warn(warning)
     action, run_id, message = run_decision(client, keys, new_run=plan.new_run)
     preflight(plan, timeout)
     if action == "new":
@@ -212,7 +238,7 @@ def launch(client: redis.Redis, keys: CrawlKeys, plan: Plan, *, by: str = "start
             action, message = "continue", f"continuing run {joined.run} of crawl {keys.crawl!r}"
         run_id = joined.run
     stem = f"{_safe(keys.crawl)}-{_safe(firing.replace('@', '-')) if firing else secrets.token_hex(4)}"
-    out = Launched(action, run_id, message)
+    out = Launched(action, run_id, message, warnings=warnings)
     for d, url in enumerate(plan.daemons):
         daemon = Daemon(url, timeout)
         for slot in range(plan.nodes_per_host):

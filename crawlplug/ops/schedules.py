@@ -22,6 +22,7 @@ Times missed while no control process ran are fired once when one runs again
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +36,8 @@ from ..seeds import zone
 from .jobs import refresh
 from .launch import Plan, launch
 
+#: The longest cron expression read (croniter's own parsing is given nothing longer).
+MAX_CRON = 200
 #: A schedule's name: it names its jobs on the daemons (their log files) too.
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
 
@@ -46,20 +49,35 @@ def _croniter() -> Any:
 
 
 def check_cron(expr: str, tz: str = "UTC") -> None:
-    """ConfigError unless ``expr`` is a cron expression of five fields, or six (seconds last)."""
-    fields = expr.split()
-    if len(fields) not in (5, 6) or not _croniter().is_valid(expr):
+    """ConfigError unless ``expr`` is a cron expression of five fields, or six (seconds last),
+    whose times do come (``0 0 31 2 *``, February 31st, never does), read in time zone ``tz``."""
+    fields = expr.split() if isinstance(expr, str) else []
+    if len(fields) not in (5, 6) or len(expr) > MAX_CRON or not _valid(expr):
         raise ConfigError(
-            f"--cron {expr!r} is not a cron expression: five fields (minute hour day month weekday, "
+            f"--cron {expr!r:.120} is not a cron expression: five fields (minute hour day month weekday, "
             "e.g. '0 2 * * *'), or six with seconds last (e.g. '* * * * * */5', every 5 seconds)"
         )
     zone(tz)
+    next_after(expr, tz, int(time.time() * 1000))
+
+
+def _valid(expr: str) -> bool:
+    try:
+        return bool(_croniter().is_valid(expr))
+    except Exception:  # noqa: BLE001 - croniter's own checks raise what they raise on odd text
+        return False
 
 
 def next_after(expr: str, tz: str, after_ms: int) -> int:
-    """The first time of ``expr`` strictly after ``after_ms`` (ms since the epoch)."""
+    """The first time of ``expr`` strictly after ``after_ms`` (ms since the epoch); ConfigError if
+    there is none (a date that never comes) or the expression is not one (a schedule written by
+    hand into Redis)."""
     start = datetime.fromtimestamp(after_ms / 1000, zone(tz))
-    return int(_croniter()(expr, start).get_next(datetime).timestamp() * 1000)
+    try:
+        return int(_croniter()(expr, start).get_next(datetime).timestamp() * 1000)
+    except Exception as exc:  # noqa: BLE001 - croniter raises CroniterError, ValueError, KeyError... on odd text
+        raise ConfigError(f"cron expression {expr!r:.120} gives no next time ({type(exc).__name__}: "
+                          f"{str(exc)[:120]})") from None  # fmt: skip
 
 
 def times_between(expr: str, tz: str, first_ms: int, now_ms: int, cap: int = 1000) -> int:
@@ -121,7 +139,11 @@ def fire(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any], due: int, *
                            "have not opened their spider yet"}  # fmt: skip
     new_run = not done and view.state not in ("none", "finished")
     try:
-        plan = Plan.from_dict(spec["plan"], new_run=new_run)
+        try:
+            plan = Plan.from_dict(spec["plan"], new_run=new_run)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a plan written by hand into Redis
+            raise ConfigError(f"the schedule's plan is not readable ({type(exc).__name__}: {exc}); "
+                              "add the schedule again") from None  # fmt: skip
         launched = launch(client, keys, plan, by=f"schedule {name}", firing=firing, fence=fence, timeout=timeout,
                           skip=frozenset(done))  # fmt: skip
     except (ConfigError, ScrapydError) as exc:

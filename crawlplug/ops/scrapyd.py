@@ -11,7 +11,6 @@ basic authentication and never shown (:attr:`Daemon.label`).
 from __future__ import annotations
 
 import base64
-import ipaddress
 import json
 import urllib.error
 import urllib.parse
@@ -21,6 +20,7 @@ from typing import Any
 
 from ..connection import mask_url
 from ..errors import ScrapydError
+from .addresses import is_loopback_host  # noqa: F401 - where launch.py and older callers find it
 
 #: Seconds a call to a daemon may take (schedule.json and listspiders.json start a Python
 #: process on the daemon to list its spiders: a few seconds).
@@ -41,18 +41,6 @@ def normalize(url: str) -> str:
     except ValueError:
         raise ScrapydError(f"{url!r} is not a Scrapyd URL: bad port") from None
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` names this machine only (localhost, 127.0.0.0/8, ::1). Names are not
-    resolved: any other name is taken as another machine."""
-    name = host.strip("[]").lower()
-    if name in ("localhost", "localhost.localdomain", "ip6-localhost") or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

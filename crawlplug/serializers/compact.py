@@ -242,6 +242,32 @@ def dump_json(out: dict[str, Any], *, compact: bool) -> bytes:
     return json.dumps(out, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity, which Python's json reads: no node writes them (allow_nan=False), and a
+    request read with one could not be stored again (a retry, a redirect)."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float; 1e999 (infinite) is refused like Infinity."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
+
+
+#: One decoder for every payload (json.loads with hooks would build one per call).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def load_json(data: bytes | bytearray | str) -> Any:
+    """A payload's JSON, read as json.loads reads bytes (UTF-8, -16 or -32), what :func:`dump_json`
+    writes; NaN, Infinity and numbers out of a float's range are a ValueError."""
+    if isinstance(data, (bytes, bytearray)):
+        data = data.decode(json.detect_encoding(data), "surrogatepass")
+    return _DECODER.decode(data)
+
+
 def payload_version(value: Any) -> int:
     """CRAWLPLUG_PAYLOAD_FORMAT as a version a node writes; :class:`ConfigError` if it is not one."""
     if type(value) is str and value.strip().isdigit():

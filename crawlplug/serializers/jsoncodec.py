@@ -33,7 +33,7 @@ from scrapy.utils.misc import load_object
 from .. import callbacks
 from ..defaults import default
 from ..errors import ConfigError, DecodeError, SerializationError, checked_number
-from . import compact, metacodecs, pagemethods  # noqa: F401 - pagemethods registers PageMethod's codec
+from . import compact, metacodecs, metakeys, pagemethods  # noqa: F401 - pagemethods registers PageMethod's codec
 
 #: The long-key format: what CRAWLPLUG_PAYLOAD_FORMAT = 1 writes, and crawlplug wrote before the compact one.
 FORMAT_VERSION = 1
@@ -219,6 +219,8 @@ class JsonSerializer:
                 value = request.meta
                 if value and any(str(k).startswith(PRIVATE_META_PREFIX) for k in value):
                     value = {k: v for k, v in value.items() if not str(k).startswith(PRIVATE_META_PREFIX)}
+                if value:
+                    value = metakeys.store(value, spider)  # keys naming code: only what the spider allows
             else:
                 value = getattr(request, key)
             if key in _DEFAULTS and value == _DEFAULTS[key] and (cls is None or key not in _SUBCLASS_DEFAULTS):
@@ -307,7 +309,7 @@ class JsonSerializer:
         """Decode a payload; anything wrong raises :class:`DecodeError`, nothing else."""
         self._check_size(data)
         try:
-            d = json.loads(data)
+            d = compact.load_json(data)
         except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
             if isinstance(data, bytes) and data.startswith(PICKLE_MAGIC):
                 raise DecodeError(
@@ -324,7 +326,7 @@ class JsonSerializer:
         names on (``crawlplug forget --from-dead``). DecodeError as :meth:`loads`."""
         self._check_size(data)
         try:
-            d = json.loads(data)
+            d = compact.load_json(data)
         except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
             raise DecodeError(f"payload is not JSON: {exc}") from None
         to_bytes = _unb64
@@ -334,6 +336,8 @@ class JsonSerializer:
             d = {k: v for k, v in d.items() if k not in ("callback", "errback", "xmeta")}
             if d.get("v") == CODECS_FORMAT_VERSION:
                 d["v"] = FORMAT_VERSION
+            if isinstance(d.get("meta"), dict):  # keys naming code: nothing to fingerprint, no spider to allow them
+                d["meta"] = metakeys.strip(d["meta"])
         return self._build(d, None, to_bytes)
 
     def _build(
@@ -389,6 +393,8 @@ class JsonSerializer:
             kwargs[key] = callbacks.resolve(spider, name, key)
         if "xmeta" in d:
             kwargs["meta"] = self._decode_codec_meta(d, spider)
+        if isinstance(kwargs.get("meta"), dict):
+            kwargs["meta"] = metakeys.read(kwargs["meta"], spider)  # keys naming code: only what the spider allows
         try:
             return request_cls(**kwargs)
         except (TypeError, ValueError, AttributeError, LookupError) as exc:

@@ -54,6 +54,8 @@ ALLOWED = frozenset({
 })  # fmt: skip
 #: Argument names refused without an opt-in: they name a file written or read on the node.
 PATH_ARGUMENTS = frozenset({"path"})
+#: Argument names of ``PageMethod.__init__`` itself: a stored kwargs naming one cannot build it.
+OWN_ARGUMENTS = frozenset({"method", "self"})
 #: The spider attribute naming the page methods (and spider methods) a spider allows besides ALLOWED.
 SPIDER_ATTRIBUTE = "crawlplug_page_methods"
 
@@ -124,6 +126,9 @@ class PageMethodCodec:
         args, kwargs = data.get("args", []), data.get("kwargs", {})
         if not isinstance(args, list) or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
             raise DecodeError("a stored PageMethod's args must be a list and its kwargs an object")
+        own = OWN_ARGUMENTS & set(kwargs)
+        if own:  # PageMethod(method, *args, **kwargs) would raise TypeError building it
+            raise DecodeError(f"a stored PageMethod's kwargs name {min(own)!r}, which is PageMethod's own argument")
         args = metacodecs.decode(args, spider, "PageMethod arguments")
         kwargs = metacodecs.decode(kwargs, spider, "PageMethod arguments")
         opted = allowed_names(spider)
@@ -137,14 +142,20 @@ class PageMethodCodec:
             method = getattr(spider, name, None)
             if not callable(method) or getattr(method, "__self__", None) is not spider:
                 raise DecodeError(f"a stored PageMethod names the spider method {name!r}, which the spider lacks")
-            return self.type(method, *args, **kwargs)
+            return self._built(method, args, kwargs)
         name = data["method"]
         if not isinstance(name, str):
             raise DecodeError("a stored PageMethod's method is not a name")
         reason = _refusal(name, kwargs, opted)
         if reason is not None:
             raise DecodeError(f"a stored request asks: {reason}")
-        return self.type(name, *args, **kwargs)
+        return self._built(name, args, kwargs)
+
+    def _built(self, method: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        try:
+            return self.type(method, *args, **kwargs)
+        except (TypeError, ValueError) as exc:  # a later PageMethod with arguments of its own
+            raise DecodeError(f"a stored PageMethod cannot be built: {exc}") from None
 
 
 if PageMethod is not None:

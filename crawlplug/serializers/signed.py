@@ -19,7 +19,7 @@ from typing import Any
 from scrapy import Request, Spider
 
 from ..errors import ConfigError, DecodeError, SerializationError
-from . import safepickle
+from . import metakeys, safepickle
 from .jsoncodec import (
     _DEFAULTS,
     _SUBCLASS_DEFAULTS,
@@ -110,6 +110,7 @@ class PickleSerializer(JsonSerializer):
                     continue
             elif key == "meta":
                 value = {k: v for k, v in request.meta.items() if not str(k).startswith(PRIVATE_META_PREFIX)}
+                value = metakeys.store(value, spider)  # keys naming code: only what the spider allows
             else:
                 value = getattr(request, key)
             if (key in _DEFAULTS and type(value) is type(_DEFAULTS[key]) and value == _DEFAULTS[key]

@@ -10,12 +10,17 @@ ranges and templates are expanded by :mod:`crawlplug.sites.starts`.
 
 :func:`validate` checks a parsed document against the schema (pydantic) and
 then what a schema cannot see (a link into an unknown step, a CSS selector
-cssselect cannot parse, a pipeline class that does not import); every problem
-is reported at once, each with the path of its key::
+cssselect cannot parse, a pipeline step the node does not list or that does not
+import); every problem is reported at once, each with the path of its key::
 
     invalid site definition cars.yaml:
       steps[1].links[0].to: no step named 'modle' (steps: brand, series, model)
       fields.price.type: Input should be 'str', 'int', 'float' or 'bool'
+
+Pipeline steps are class paths, and a definition is text anyone who can write to the
+Redis may store: a step must be listed in the node's ``CRAWLPLUG_SITE_PIPELINES``
+(the ``pipelines`` argument of :func:`validate`) before anything is imported, so a
+stored definition can make a node import only what its own settings name.
 
 Its size: the schema of a definition is one set of pydantic models with the checks that
 cross them (steps named by links, fields by pipelines); apart, a reader would lose what
@@ -27,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -49,6 +55,7 @@ from .starts import expand, var_values
 
 __all__ = [
     "NAME_RE",
+    "PIPELINES_SETTING",
     "FieldSpec",
     "LinkRule",
     "SiteDefinition",
@@ -64,6 +71,8 @@ __all__ = [
 #: Site, step and field names: they become parts of stat names (``site/<site>/step/<step>/pages``).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+#: The node-side list of the pipeline steps (class paths) a site definition may name.
+PIPELINES_SETTING = "CRAWLPLUG_SITE_PIPELINES"
 
 
 class _Model(BaseModel):
@@ -301,7 +310,7 @@ def expand_start_urls(site: SiteDefinition) -> list[tuple[str, str]]:
     return expand(site.start_urls, site.base_url, site.steps[0].name)
 
 
-def _cross_errors(site: SiteDefinition, check_imports: bool) -> list[tuple[str, str]]:
+def _cross_errors(site: SiteDefinition, check_imports: bool, pipelines: frozenset[str]) -> list[tuple[str, str]]:
     errors: list[tuple[str, str]] = []
     names = [s.name for s in site.steps]
     known = ", ".join(names)
@@ -339,19 +348,26 @@ def _cross_errors(site: SiteDefinition, check_imports: bool) -> list[tuple[str, 
                     hint = "" if site.base_url else " (relative start URLs need base_url)"
                     errors.append(("start_urls", f"{url!r} is not an absolute http(s) URL{hint}"))
                     break
-    if check_imports:
-        for i, path in enumerate(site.pipelines):
-            problem = _pipeline_problem(path)
-            if problem:
-                errors.append((f"pipelines[{i}]", problem))
+    for i, path in enumerate(site.pipelines):
+        problem = _pipeline_problem(path, pipelines, check_imports)
+        if problem:
+            errors.append((f"pipelines[{i}]", problem))
     return errors
 
 
-def _pipeline_problem(path: str) -> str | None:
+def _pipeline_problem(path: str, allowed: frozenset[str], check_imports: bool) -> str | None:
+    """Why pipeline step ``path`` cannot run here: not listed in the node's settings (then it
+    is never imported), or, when ``check_imports``, it does not import as an item pipeline."""
+    if path not in allowed:
+        return (f"{path!r:.200} is not a pipeline step this node allows: list it in {PIPELINES_SETTING} (a site "
+                "definition names only steps the nodes' settings list)")  # fmt: skip
+    if not check_imports:
+        return None
     try:
         obj = load_object(path)
-    except (ImportError, NameError, ValueError, AttributeError) as exc:
-        return f"cannot import {path!r}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - whatever a module raises at import is a definition error
+        return f"cannot import {path!r}: {exc}" if isinstance(exc, ImportError) else \
+            f"cannot import {path!r}: {type(exc).__name__}: {exc}"
     if not isinstance(obj, type) or not callable(getattr(obj, "process_item", None)):
         return f"{path!r} is not an item pipeline class (a class with process_item)"
     return None
@@ -386,11 +402,13 @@ def _pydantic_errors(exc: ValidationError) -> list[tuple[str, str]]:
 
 
 def validate(doc: Any, source: str = "<definition>", *, default_name: str | None = None,
-             check_imports: bool = True) -> SiteDefinition:  # fmt: skip
+             check_imports: bool = True, pipelines: Iterable[str] = ()) -> SiteDefinition:  # fmt: skip
     """A :class:`SiteDefinition` from a parsed document, or a ConfigError listing every problem.
 
-    ``default_name`` (a file's stem) names a definition that has no ``name``. Pipeline
-    class paths are imported unless ``check_imports`` is false.
+    ``default_name`` (a file's stem) names a definition that has no ``name``.
+    ``pipelines``: the steps the node allows (CRAWLPLUG_SITE_PIPELINES); a step not
+    among them is an error and is never imported. Listed steps are imported (any
+    exception an error of the definition) unless ``check_imports`` is false.
     """
     if not isinstance(doc, dict):
         raise ConfigError(f"invalid site definition {source}: the top level must be a mapping, not {type(doc).__name__}")
@@ -400,7 +418,7 @@ def validate(doc: Any, source: str = "<definition>", *, default_name: str | None
         site = SiteDefinition.model_validate(doc)
     except ValidationError as exc:
         raise ConfigError(_message(source, _pydantic_errors(exc))) from None
-    errors = _cross_errors(site, check_imports)
+    errors = _cross_errors(site, check_imports, frozenset(pipelines))
     if errors:
         raise ConfigError(_message(source, errors))
     return site
@@ -425,15 +443,17 @@ def parse_text(text: str, source: str = "<definition>") -> Any:
         raise ConfigError(f"{source}: not valid YAML/JSON{where}: {problem}") from None
 
 
-def load_file(path: str | Path, *, check_imports: bool = True) -> tuple[SiteDefinition, dict[str, Any]]:
-    """(definition, the document as written) of a ``.yaml``/``.yml``/``.json`` file."""
+def load_file(path: str | Path, *, check_imports: bool = True,
+              pipelines: Iterable[str] = ()) -> tuple[SiteDefinition, dict[str, Any]]:  # fmt: skip
+    """(definition, the document as written) of a ``.yaml``/``.yml``/``.json`` file; ``pipelines``
+    and ``check_imports`` as :func:`validate` takes them."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read site definition {path}: {exc.strerror or exc}") from None
     doc = parse_text(text, str(path))
-    site = validate(doc, str(path), default_name=path.stem, check_imports=check_imports)
+    site = validate(doc, str(path), default_name=path.stem, check_imports=check_imports, pipelines=pipelines)
     if "name" not in doc:
         doc = {"name": site.name, **doc}
     return site, doc

@@ -25,6 +25,7 @@ from scrapy.settings import Settings
 
 from ..errors import ConfigError, CrawlplugError
 from .definition import SiteDefinition, validate, version_of
+from .store import allowed_pipelines
 from .trial import explain
 
 __all__ = ["Fetched", "fetch", "main", "trial_settings", "try_definition"]
@@ -151,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         doc = request.get("definition")
         if request.get("base_url") and isinstance(doc, dict):
             doc = {**doc, "base_url": request["base_url"]}  # as -a base_url: relative start URLs go there
-        site = validate(doc, str(request.get("origin") or "the definition"))
+        project = get_project_settings()
+        site = validate(doc, str(request.get("origin") or "the definition"), pipelines=allowed_pipelines(project))
         result = try_definition(
-            site, request["url"], settings=get_project_settings(), version=version_of(doc),
+            site, request["url"], settings=project, version=version_of(doc),
             origin=str(request.get("origin") or "the definition"), step=request.get("step") or None,
             timeout=float(request.get("timeout") or TIMEOUT),
         )  # fmt: skip

@@ -53,7 +53,7 @@ from ..scheduler import enginehooks
 from . import outcomes as out
 from .definition import NAME_RE, version_of
 from .extract import CompiledSite
-from .store import SiteStore, load_named_file, sites_dir
+from .store import SiteStore, allowed_pipelines, load_named_file, sites_dir
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -182,10 +182,11 @@ class SiteSpider(scrapy.Spider):
                 stored = self.store.get(name)
             except REDIS_ERRORS as exc:
                 logger.warning("site %r: cannot read its definition from Redis (%s); trying %s", name, exc, directory)
+        pipelines = allowed_pipelines(self.crawler.settings)
         if stored is not None:
-            compiled = self._compile(stored.definition(), stored.version, "Redis", name)
+            compiled = self._compile(stored.definition(pipelines=pipelines), stored.version, "Redis", name)
         else:
-            found = load_named_file(directory, name)
+            found = load_named_file(directory, name, pipelines)
             if found is None:
                 where = "in Redis (crawlplug sites put FILE) nor " if self.store is not None else ""
                 raise ConfigError(f"no definition of site {name!r}: not {where}in {directory} "
@@ -225,7 +226,8 @@ class SiteSpider(scrapy.Spider):
                 stored = self.store.get(name)
                 if stored is None:
                     continue
-                new = self._compile(stored.definition(), stored.version, "Redis", name)
+                new = self._compile(stored.definition(pipelines=allowed_pipelines(self.crawler.settings)),
+                                    stored.version, "Redis", name)  # fmt: skip
             except REDIS_ERRORS as exc:
                 self._once(("refresh-redis",), logging.WARNING,
                            "site definitions: cannot check Redis for changes (%s); will retry", exc)  # fmt: skip
@@ -373,9 +375,11 @@ class SitePipeline:
 
     The SiteSpider adds it to ITEM_PIPELINES (order 100). Steps are built once
     with ``build_from_crawler`` and follow the definition in force: a step added
-    to a definition in Redis runs from the next item on. A step that raises
-    (other than DropItem) is counted as ``site/<site>/errors/<Exception>`` and
-    the item is dropped with the reason.
+    to a definition in Redis runs from the next item on. Only steps listed in
+    CRAWLPLUG_SITE_PIPELINES are ever loaded (the definition was validated against
+    that list; this checks again). A step that raises (other than DropItem) is
+    counted as ``site/<site>/errors/<Exception>`` and the item is dropped with the
+    reason.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -390,6 +394,8 @@ class SitePipeline:
     def _step(self, path: str) -> Any:
         step = self.steps.get(path)
         if step is None:
+            if path not in allowed_pipelines(self.crawler.settings):
+                raise ConfigError(f"pipeline step {path!r} is not listed in CRAWLPLUG_SITE_PIPELINES; not loaded")
             step = build_from_crawler(load_object(path), self.crawler)
             opener = getattr(step, "open_spider", None)
             if opener is not None:

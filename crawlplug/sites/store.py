@@ -20,22 +20,32 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from scrapy.utils.conf import closest_scrapy_cfg
 
+from ..config import setting
 from ..errors import ConfigError
 from ..frontier.store import text
-from .definition import NAME_RE, SiteDefinition, load_file, validate, version_of
+from .definition import NAME_RE, PIPELINES_SETTING, SiteDefinition, load_file, validate, version_of
 
-__all__ = ["SiteStore", "StoredSite", "find_file", "sites_dir", "sites_key"]
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+__all__ = ["SiteStore", "StoredSite", "allowed_pipelines", "find_file", "sites_dir", "sites_key"]
 
 logger = logging.getLogger(__name__)
 
 SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def allowed_pipelines(settings: BaseSettings) -> tuple[str, ...]:
+    """The pipeline steps a site definition may name here: CRAWLPLUG_SITE_PIPELINES."""
+    return tuple(str(p) for p in setting(settings, PIPELINES_SETTING, "getlist") or ())
 
 
 def sites_key(prefix: str = "crawlplug") -> str:
@@ -55,8 +65,9 @@ class StoredSite:
     source: str
     stored_at: float  # seconds since the epoch
 
-    def definition(self, *, check_imports: bool = True) -> SiteDefinition:
-        return validate(self.doc, f"{self.name!r} stored in Redis", check_imports=check_imports)
+    def definition(self, *, check_imports: bool = True, pipelines: Iterable[str] = ()) -> SiteDefinition:
+        """The definition, validated; ``pipelines``: the steps this node allows (CRAWLPLUG_SITE_PIPELINES)."""
+        return validate(self.doc, f"{self.name!r} stored in Redis", check_imports=check_imports, pipelines=pipelines)
 
 
 class SiteStore:
@@ -66,9 +77,11 @@ class SiteStore:
         self.client = client
         self.key = sites_key(prefix)
 
-    def put(self, doc: dict[str, Any], source: str = "", *, check_imports: bool = True) -> StoredSite:
-        """Validate ``doc`` and store it (replacing the site's previous definition)."""
-        site = validate(doc, source or "<definition>", check_imports=check_imports)
+    def put(self, doc: dict[str, Any], source: str = "", *, check_imports: bool = True,
+            pipelines: Iterable[str] = ()) -> StoredSite:  # fmt: skip
+        """Validate ``doc`` (``pipelines``: the steps allowed, CRAWLPLUG_SITE_PIPELINES) and store
+        it, replacing the site's previous definition."""
+        site = validate(doc, source or "<definition>", check_imports=check_imports, pipelines=pipelines)
         doc = {"name": site.name, **doc}
         stored = StoredSite(site.name, doc, version_of(doc), source, time.time())
         record = {"doc": doc, "version": stored.version, "source": source, "stored_at": stored.stored_at}
@@ -101,8 +114,8 @@ class SiteStore:
             record = json.loads(raw)
             return StoredSite(name, dict(record["doc"]), str(record["version"]), str(record.get("source", "")),
                               float(record.get("stored_at", 0)))  # fmt: skip
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"the stored definition of site {name!r} is not readable ({exc}); "
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+            raise ConfigError(f"the stored definition of site {name!r} is not readable ({str(exc)[:200]}); "
                               f"store it again with `crawlplug sites put`") from None  # fmt: skip
 
 
@@ -129,12 +142,13 @@ def find_file(directory: Path, name: str) -> Path | None:
     return None
 
 
-def load_named_file(directory: Path, name: str) -> tuple[SiteDefinition, dict[str, Any], Path] | None:
+def load_named_file(directory: Path, name: str,
+                    pipelines: Iterable[str] = ()) -> tuple[SiteDefinition, dict[str, Any], Path] | None:  # fmt: skip
     """The definition of site ``name`` from its file, None if there is no file."""
     path = find_file(directory, name)
     if path is None:
         return None
-    site, doc = load_file(path)
+    site, doc = load_file(path, pipelines=pipelines)
     if site.name != name:
         raise ConfigError(f"{path} defines site {site.name!r}, not {name!r}: rename the file or its name key")
     return site, doc, path
