@@ -93,3 +93,20 @@ def test_a_counter_of_the_wrong_kind_refuses_the_heartbeat_whole(r, name, value)
     r.hdel(K.stats, name)
     node.heartbeat([held.id], totals={name: 1})
     assert r.zscore(K.leases, held.id) >= deadline and _counter(r, name) == 1
+
+
+def test_an_admission_over_65536_buckets_of_the_compact_store_is_sent_in_parts(r):
+    """Each call names a bucket by two bytes: a bigger batch raised OverflowError (packed
+    before it was checked); the frontier now splits it, acks with the last part."""
+    import hashlib
+
+    from crawlplug.frontier.fphash import HashDedup, HashSpec
+
+    node = Frontier(r, K, node_id="n1", dedup=HashDedup(HashSpec(bits=20, fill=4)))
+    node.admit([(b"p" * 20, 0.0, b"parent")])
+    [parent] = node.pop(1)
+    items = [(hashlib.sha1(b"%d" % i).digest(), 0.0, b"x%d" % i) for i in range(70_000)]
+    result = node.admit(items, [parent.id])
+    assert result.flags == "1" * 70_000 and result.acked == 1
+    assert r.zcard(K.queue) == 70_000
+    assert node.record_seen([(hashlib.sha1(b"%d" % i).digest(), "") for i in range(69_990, 70_010)]) == "0" * 10 + "1" * 10

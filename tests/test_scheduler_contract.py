@@ -136,3 +136,23 @@ def test_enqueue_request_makes_no_call_of_its_own(redis_url, r):
         finally:
             scheduler.frontier.scripts = scripts
         assert calls == [], calls
+
+
+def test_leases_redis_lost_are_not_called_expired(redis_url, r, caplog):
+    """After a Redis restart that lost the pop of a lease this node renewed in time, the node
+    says so, not that it stalled past the lease timeout and other nodes took them."""
+    import logging
+
+    with open_scheduler(redis_url) as (scheduler, _):
+        scheduler.enqueue_request(scrapy.Request("http://site.test/a"))
+        assert scheduler.next_request() is not None
+        [lease_id] = [x.decode() for x in r.zrange(K.leases, 0, -1)]
+        # what a Redis that lost the pop holds: the request queued again, no lease
+        score = float(r.hget(K.leased, lease_id).split(b"|")[1])
+        r.zrem(K.leases, lease_id)
+        r.hdel(K.leased, lease_id)
+        r.zadd(K.queue, {lease_id: score})
+        with caplog.at_level(logging.WARNING, "crawlplug.scheduler"):
+            scheduler.liveness.heartbeat()
+        assert "Redis no longer holds 1 leases of this node, though it renewed them in time" in caplog.text
+        assert "stalled longer than" not in caplog.text

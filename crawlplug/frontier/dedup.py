@@ -55,6 +55,10 @@ class Dedup:
         """Every key holding dedup state (for purge and export)."""
         return [self.seen_key(keys)]
 
+    def most_per_call(self) -> int:
+        """The most requests one script call may carry (the frontier splits a bigger batch)."""
+        return 1 << 30
+
 
 class SetDedup(Dedup):
     """Exact: a set of raw 20-byte fingerprints."""

@@ -142,12 +142,17 @@ class HashDedup(Dedup):
                 at = index.get(name)
                 if at is None:
                     at = index[name] = len(names)
+                    if at > 0xFFFF:  # before to_bytes would raise OverflowError
+                        raise ValueError("too many fingerprints in one call for the compact store (65,536 buckets "
+                                         "at most): split the batch (Frontier.admit does, by most_per_call)")  # fmt: skip
                     names.append(name)
                 refs += at.to_bytes(2, "big")
             out.append(bytes(refs) + fingerprint)
-        if len(names) > 0xFFFF:
-            raise ValueError("too many fingerprints in one call for the compact store (65,535 buckets at most)")
         return names, out
+
+    def most_per_call(self) -> int:
+        """A call names each bucket by two bytes, and a fingerprint takes one bucket a generation."""
+        return 0x10000 // self.gens
 
     def observe(self, state: str) -> None:
         if state:

@@ -49,7 +49,7 @@ from .layout import claim_shards, parts, shard_of, stored_shards
 from .record import ResendLog
 from .results import Admission, AdmitResult, DeadLetter, Leased
 from .scripts import Scripts
-from .single import Frontier, log_went_back
+from .single import Frontier, admit_in_parts, log_went_back
 from .store import text
 
 logger = logging.getLogger(__name__)
@@ -233,14 +233,21 @@ class ShardedFrontier:
         return leased
 
     # -- admission and leasing -------------------------------------------------
+    def _most_per_call(self) -> int:
+        return min(f.dedup.most_per_call() for f in self.shards)
+
     def admit(
         self, items: Sequence[Admission], acks: Sequence[str] = (), events: Sequence[tuple[str, str]] = ()
     ) -> AdmitResult:
+        if len(items) > self._most_per_call():
+            return admit_in_parts(self.admit, items, acks, events, self._most_per_call())
         return self._admit(items, acks, events, 0)[0] or AdmitResult("", 0, 0)
 
     def admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
     ) -> tuple[AdmitResult | None, list[Leased]]:
+        if len(items) > self._most_per_call():  # a batch too big for one call: admitted in parts, then a pop
+            return admit_in_parts(self.admit, items, acks, events, self._most_per_call()), self.pop(n)
         result, leased = self._admit(items, acks, events, n)
         return (result if (items or acks or events) else None), leased
 

@@ -191,6 +191,9 @@ class Frontier:
         given back (:meth:`give_back_held`; their ids in the exception): the caller forgets
         them and the fingerprints it knew, and sends its requests again.
         """
+        most = self.dedup.most_per_call()
+        if len(items) > most:
+            return admit_in_parts(self.admit, items, acks, events, most)
         try:
             return self._admit(items, acks, events)
         except RolledBack as exc:
@@ -236,6 +239,9 @@ class Frontier:
         flag per item, "1" new, "0" seen. Called again only when the script changed
         nothing because a Bloom filter grew elsewhere (or its window turned), or for
         the rest of a batch that needed two new layers."""
+        most = self.dedup.most_per_call()
+        if len(items) > most:
+            return "".join(self.record_seen(items[i:i + most]) for i in range(0, len(items), most))
         done = ""
         for _ in range(12):
             rest = [arg for arg, _ in items[len(done):]]
@@ -526,6 +532,8 @@ class Frontier:
         of the lost reply expire). When the admission must be sent again (a Bloom filter
         grew, or needed two layers: "STALE", "PARTIAL"), the call leased nothing: the rest
         is admitted with :meth:`admit`, and then :meth:`pop` pops."""
+        if len(items) > self.dedup.most_per_call():  # a batch too big for one call: admitted in parts, then a pop
+            return admit_in_parts(self.admit, items, acks, events, self.dedup.most_per_call()), self.pop(n)
         try:
             return self._admit_and_pop(items, acks, n, events)
         except RolledBack as exc:
@@ -841,6 +849,29 @@ def _int(value: Any) -> int:
         return int(value)
     except ValueError:
         return 0
+
+
+def admit_in_parts(admit: Any, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]],
+                   most: int) -> AdmitResult:  # fmt: skip
+    """``admit`` over ``items`` in parts of ``most``, the acks and events with the last (never
+    before a request of the batch is stored). A part that fails after others went through
+    raises AdmissionIncomplete saying which requests are stored."""
+    done: AdmitResult | None = None
+    for start in range(0, len(items), most):
+        last = start + most >= len(items)
+        try:
+            result = admit(items[start:start + most], acks if last else (), events if last else ())
+        except AdmissionIncomplete as exc:
+            flags = (done.flags if done else "") + exc.flags
+            raise AdmissionIncomplete(flags + "-" * (len(items) - len(flags)), exc.cause, exc.acks_done, exc.acked,
+                                      exc.stale) from exc  # fmt: skip
+        except redis.RedisError as exc:
+            if done is None:
+                raise
+            raise AdmissionIncomplete(done.flags + "-" * (len(items) - start), exc) from exc
+        done = joined(done, result)
+    assert done is not None
+    return done
 
 
 def log_went_back(keys: CrawlKeys, given: int) -> None:

@@ -79,6 +79,7 @@ class Liveness:
         self.base: dict[str, int] = {}
         self.run_ended = False  # the run's end is recorded (finished): the node may close
         self._pages: deque[tuple[float, int]] = deque()  # (time, acked total), for pages/min
+        self._beat_ok = time.monotonic()  # when the last heartbeat went through
         self._last_poll = 0.0
 
     # -- the heartbeat --------------------------------------------------------------
@@ -110,16 +111,25 @@ class Liveness:
                 self.run_ended = True  # another node recorded the end: close with it
                 enginehooks.wake(self.crawler)
             self.check_lost()
+            beat_before, self._beat_ok = self._beat_ok, time.monotonic()
             if lost:
                 lost_set = set(lost)
                 self.batch.forget(lost_set)
                 self.entries.forget(lost_set)
                 self.report.count("crawlplug/lost_leases", len(lost))
-                logger.warning(
-                    "crawlplug: %d leases of this node expired (stalled longer than "
-                    "CRAWLPLUG_LEASE_TIMEOUT=%ss) and were given to other nodes",
-                    len(lost), self.config.lease_timeout,
-                )  # fmt: skip
+                if self._beat_ok - beat_before < self.config.lease_timeout:
+                    # renewed in time: no node reaped them; Redis lost the calls that made them
+                    logger.warning(
+                        "crawlplug: Redis no longer holds %d leases of this node, though it renewed them in time: "
+                        "it lost the calls that made them (a restart, a failover). Their requests are back in the "
+                        "queue and fetched again; this node does not acknowledge them", len(lost),
+                    )  # fmt: skip
+                else:
+                    logger.warning(
+                        "crawlplug: %d leases of this node expired (stalled longer than "
+                        "CRAWLPLUG_LEASE_TIMEOUT=%ss) and were given to other nodes",
+                        len(lost), self.config.lease_timeout,
+                    )  # fmt: skip
             self.entries.drain(self.enqueue)
             self.entries.fire_seeds(self.enqueue)
             if requeued:
