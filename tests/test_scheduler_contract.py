@@ -154,5 +154,5 @@ def test_leases_redis_lost_are_not_called_expired(redis_url, r, caplog):
         r.zadd(K.queue, {lease_id: score})
         with caplog.at_level(logging.WARNING, "crawlplug.scheduler"):
             scheduler.liveness.heartbeat()
-        assert "Redis no longer holds 1 leases of this node, though it renewed them in time" in caplog.text
+        assert "Redis no longer holds 1 leases of this node, though it renewed them in time (within 30.0s)" in caplog.text
         assert "stalled longer than" not in caplog.text

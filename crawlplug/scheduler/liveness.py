@@ -40,6 +40,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+LOST_BY_STALLING = ("crawlplug: %d leases of this node expired (stalled longer than CRAWLPLUG_LEASE_TIMEOUT=%ss) "
+                    "and were given to other nodes")  # fmt: skip
+LOST_IN_REDIS = ("crawlplug: Redis no longer holds %d leases of this node, though it renewed them in time (within "
+                 "%ss): it lost the calls that made them (a restart, a failover). Their requests are back in the "
+                 "queue and fetched again; this node does not acknowledge them")  # fmt: skip
+
 #: Seconds a draining run must stay empty before it ends, for workers (CRAWLPLUG_IDLE_CLOSE = 0)
 DRAIN_GRACE = 3.0
 
@@ -117,19 +123,9 @@ class Liveness:
                 self.batch.forget(lost_set)
                 self.entries.forget(lost_set)
                 self.report.count("crawlplug/lost_leases", len(lost))
-                if self._beat_ok - beat_before < self.config.lease_timeout:
-                    # renewed in time: no node reaped them; Redis lost the calls that made them
-                    logger.warning(
-                        "crawlplug: Redis no longer holds %d leases of this node, though it renewed them in time: "
-                        "it lost the calls that made them (a restart, a failover). Their requests are back in the "
-                        "queue and fetched again; this node does not acknowledge them", len(lost),
-                    )  # fmt: skip
-                else:
-                    logger.warning(
-                        "crawlplug: %d leases of this node expired (stalled longer than "
-                        "CRAWLPLUG_LEASE_TIMEOUT=%ss) and were given to other nodes",
-                        len(lost), self.config.lease_timeout,
-                    )  # fmt: skip
+                # renewed in time, they were reaped by no node: Redis lost the calls that made them
+                logger.warning(LOST_IN_REDIS if self._beat_ok - beat_before < self.config.lease_timeout
+                               else LOST_BY_STALLING, len(lost), self.config.lease_timeout)  # fmt: skip
             self.entries.drain(self.enqueue)
             self.entries.fire_seeds(self.enqueue)
             if requeued:
