@@ -159,6 +159,7 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
     stats = [node.stats() for node in started]
     pages = sum(int(s.get("response_received_count", 0)) for s in stats)
     roundtrips = sum(int(s.get("bench/redis_roundtrips", 0)) for s in stats)
+    node_cpu = sum(node.proc.cpu or 0.0 for node in started)  # each node's own CPU, user + system (wait4)
     commands = {key.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
                 for key, v in info.items() if key.startswith("cmdstat_") and isinstance(v, dict)}  # fmt: skip
     commands.pop("config|resetstat", None)
@@ -194,6 +195,7 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
             for name, (c, u) in sorted(commands.items(), key=lambda kv: -kv[1][1])
         },
         "roundtrips_per_page": per_page(roundtrips),
+        "node_cpu_ms_per_page": per_page(node_cpu * 1000),
         "slowlog_per_sha": {sha: {"calls": c, "usec": u} for sha, (c, u) in per_sha.items()},
         "slowlog_entries": len(entries),
         "foreign_cpu_busy": foreign, "redis_version": redis_proc.version, "notes": notes, "logs": str(run_dir),
@@ -272,6 +274,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2, help="rounds; medians are reported")
     parser.add_argument("--nodes", default="1,2", help="node counts, comma-separated")
     parser.add_argument("--baseline", default=BASELINE, help="the commit measured as today's crawlplug")
+    parser.add_argument("--tree", default=None, help="measure this commit's copy as 'crawlplug' (default: the "
+                                                     "working tree, which must then not change during the run)")
     parser.add_argument("--no-scrapy-redis", action="store_true")
     parser.add_argument("--no-breakdown", action="store_true", help="skip the SLOWLOG crawls (per-script times)")
     parser.add_argument("--no-instructions", action="store_true",
@@ -283,7 +287,7 @@ def main() -> int:
     workdir = ROOT / "bench" / "results" / f"redis_cpu-{time.strftime('%Y%m%d-%H%M%S')}"
     workdir.mkdir(parents=True)
     base = baseline_tree(args.baseline)
-    trees: dict[str, Path | None] = {CRAWLPLUG: None, BASE: base, SR: None}
+    trees: dict[str, Path | None] = {CRAWLPLUG: baseline_tree(args.tree) if args.tree else None, BASE: base, SR: None}
     node_counts = [int(x) for x in args.nodes.split(",") if x.strip()]
     combos = [(system, dedup, n) for n in node_counts for system, dedup in
               [(CRAWLPLUG, SET), (BASE, SET), (CRAWLPLUG, BLOOM), (BASE, BLOOM), (SR, SET)]
@@ -301,7 +305,8 @@ def main() -> int:
                 log(f"  {tag}: {res['pages']} pages, Redis {fmt(res['redis_us_per_page'])} us/page "
                     f"(net of idle {fmt(res['redis_us_per_page_net_of_idle'])}), EVALSHA "
                     f"{fmt(res['evalsha_us_per_page'])} us/page, {fmt(res['script_commands_per_page'])} script "
-                    f"commands/page, {fmt(res['roundtrips_per_page'], 3)} round trips/page, other load "
+                    f"commands/page, {fmt(res['roundtrips_per_page'], 3)} round trips/page, node CPU "
+                    f"{fmt(res['node_cpu_ms_per_page'], 2)} ms/page, other load "
                     f"{fmt((res['foreign_cpu_busy'] or 0) * 100, 0)}% {'; '.join(res['notes'])}")  # fmt: skip
         breakdown: list[dict[str, Any]] = []
         if not args.no_breakdown:
@@ -337,7 +342,8 @@ def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args:
 
     medians = {f"{s}|{d}|{n}": {field: med((s, d, n), field) for field in (
         "redis_us_per_page", "redis_us_per_page_net_of_idle", "evalsha_us_per_page", "evalsha_calls_per_page",
-        "script_commands_per_page", "script_commands_us_per_page", "roundtrips_per_page", "foreign_cpu_busy")}
+        "script_commands_per_page", "script_commands_us_per_page", "roundtrips_per_page", "node_cpu_ms_per_page",
+        "foreign_cpu_busy")}
         for (s, d, n) in groups}  # fmt: skip
     rows = []
     for (system, dedup, n) in sorted(groups, key=lambda k: (k[2], k[1], [CRAWLPLUG, BASE, SR].index(k[0]))):
@@ -353,12 +359,14 @@ def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args:
                      fmt(med((system, dedup, n), "evalsha_us_per_page")),
                      fmt(med((system, dedup, n), "evalsha_calls_per_page"), 2),
                      fmt(med((system, dedup, n), "script_commands_per_page")),
-                     fmt(med((system, dedup, n), "roundtrips_per_page"), 3), vs_base, vs_sr,
+                     fmt(med((system, dedup, n), "roundtrips_per_page"), 3),
+                     fmt(med((system, dedup, n), "node_cpu_ms_per_page"), 2), vs_base, vs_sr,
                      None if target is None else f"{target:.0f}: {'met' if us and us <= target else 'not met'}",
                      fmt((med((system, dedup, n), "foreign_cpu_busy") or 0) * 100, 0)])  # fmt: skip
     log("\nRedis CPU per crawled page (medians; Redis's own INFO cpu; pages = responses received)")
     log(table(["system", "nodes", "runs", "us/page", "net of idle", "EVALSHA us/pg", "EVALSHA/pg", "cmds in scripts/pg",
-               "round trips/pg", "vs baseline", "vs scrapy-redis", "target", "other load %"], rows))  # fmt: skip
+               "round trips/pg", "node CPU ms/pg", "vs baseline", "vs scrapy-redis", "target", "other load %"],
+              rows))  # fmt: skip
     # the commands scripts ran, per page, working tree beside the baseline (exact dedup, 1 node, medians)
     cmd_rows = []
     mine = groups.get((CRAWLPLUG, SET, 1), [])
