@@ -269,3 +269,35 @@ def test_a_roll_clears_the_store_and_the_crawl_keeps_using_it(r: redis.Redis) ->
     assert r.hget(KEYS.meta, "dedup_store") == b"hash"  # the store choice outlives the fingerprints
     assert _admit(df.frontier, fps[:20]) == "1" * 20  # told the store has one generation again
     assert df.frontier.dedup.gens == 1
+
+
+# -- the bucketing is the crawl's, whoever binds it and whenever (issue 32 item 5) ------------------
+
+
+def test_a_call_with_another_spec_is_answered_stale_and_follows_the_crawls(r):
+    """Two nodes with another CRAWLPLUG_DEDUP_CAPACITY look a fingerprint up in other buckets:
+    the second admitted the first's fingerprints as new. Its call is refused (STALE_SPEC,
+    nothing written), it follows the crawl's bucketing and calls again."""
+    a = Frontier(r, KEYS, node_id="a", dedup=HashDedup(HashSpec(bits=4)))
+    b = Frontier(r, KEYS, node_id="b", dedup=HashDedup(HashSpec(bits=8)))
+    fps = [hashlib.sha1(b"%d" % i).digest() for i in range(20)]
+    assert a.admit([(fp, 0.0, b"x") for fp in fps]).flags == "1" * 20
+    assert b.admit([(fp, 0.0, b"y") for fp in fps]).flags == "0" * 20
+    assert b.dedup.spec == HashSpec(bits=4)
+    assert r.zcard(KEYS.queue) == 20
+
+
+def test_the_spec_outlives_a_new_run_and_a_roll(r):
+    """A new run and `forget --roll` delete the store with the spec it held; the crawl's meta
+    keeps it, so a node bound after them buckets as the nodes bound before."""
+    from crawlplug.frontier import forgetting
+    from crawlplug.frontier.fphash import bind_hash_parts
+
+    first = Frontier(r, KEYS, node_id="a")
+    bind_hash_parts(first, HashSpec(bits=4))
+    first.admit([(hashlib.sha1(b"x").digest(), 0.0, b"x")])
+    for clear in (lambda: forgetting.roll(r, KEYS), lambda: r.delete(KEYS.key("fph"))):
+        clear()
+        later = Frontier(r, KEYS, node_id="b")
+        bind_hash_parts(later, HashSpec(bits=10))  # another CRAWLPLUG_DEDUP_CAPACITY
+        assert later.dedup.spec == HashSpec(bits=4), "the crawl's bucketing, not this node's"

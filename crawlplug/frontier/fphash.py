@@ -53,6 +53,9 @@ FILL = 96
 GROWTH_BITS = 2
 #: the field of the crawl's ``meta`` hash recording its exact store ("hash" or "set")
 STORE_FIELD = "dedup_store"
+#: the field of the crawl's ``meta`` hash recording the compact store's bucketing: kept
+#: across runs and rolls, which delete the store (and the "spec" it holds) with its buckets
+SPEC_FIELD = "fph_spec"
 STORES = ("hash", "set")
 
 
@@ -158,6 +161,16 @@ class HashDedup(Dedup):
         if state:
             self.gens = max(1, int(state))
 
+    def observe_spec(self, identity: str) -> None:
+        """The crawl buckets by ``identity`` (a call made with another was refused): follow it."""
+        try:
+            spec = HashSpec.parse(identity)
+        except ValueError:
+            raise ConfigError(f"the compact store's spec holds {identity!r}, not bits:fill:growth") from None
+        logger.info("crawlplug: the crawl buckets its fingerprints as %s (bits:fill:growth), not as this node did "
+                    "(%s): following the crawl's", identity, self.spec.identity())  # fmt: skip
+        self.spec, self.gens = spec, 1
+
     def forget(self) -> None:
         self.gens = 1
 
@@ -210,10 +223,15 @@ def bind_hash_parts(frontier: Any, spec: HashSpec) -> None:
 
 
 def _hash_part(part: Any, spec: HashSpec) -> HashDedup:
+    """The part's compact store, bucketed as the crawl recorded: its store's "spec", else the
+    crawl's ``meta`` (which outlives the store: a new run, a roll), else ``spec``, recorded in both."""
     strategy = HashDedup(spec)
-    key = strategy.seen_key(part.keys)
-    part.client.hsetnx(key, "spec", spec.identity())
-    raw = part.client.hmget(key, "spec", "gens")
+    key, meta = strategy.seen_key(part.keys), part.keys.base.meta
+    client = part.client
+    recorded = client.hget(key, "spec") or client.hget(meta, SPEC_FIELD) or spec.identity()
+    client.hsetnx(meta, SPEC_FIELD, recorded)
+    client.hsetnx(key, "spec", recorded)
+    raw = client.hmget(key, "spec", "gens")
     stored = text(raw[0]) if raw[0] is not None else spec.identity()
     if stored != spec.identity():
         logger.info("crawlplug: crawl %r buckets its fingerprints as %s (bits:fill:growth), not as this node's "

@@ -166,6 +166,9 @@ class Frontier:
         if raw[0] == b"STALE_GEN":
             self.dedup.observe_generation(int(raw[1]))  # type: ignore[attr-defined]
             return None
+        if raw[0] == b"STALE_SPEC":  # the compact store buckets by another spec: the crawl's
+            self.dedup.observe_spec(text(raw[1]))  # type: ignore[attr-defined]
+            return None
         if raw[0] == b"PARTIAL":
             self.dedup.observe(text(raw[2]))
             if args is not None and len(raw) == 3:

@@ -9,7 +9,8 @@
 local DD = {mode = "", seen = "", now = 0, default_ttl = 0}
 
 -- Mode "hash". ``seen`` is the store's hash: "spec" (the bucketing, written by the
--- client, or else by the first call), "gens" (the generation count), "count:<g>"
+-- client, or else by the first call: a call made with another is answered {"STALE_SPEC",
+-- spec}, having written nothing), "gens" (the generation count), "count:<g>"
 -- (fingerprints added to generation g). Its parameter is "<G> <spec>;<strip>,<capacity>;..."
 -- for generations 1..G,
 -- oldest first: a fingerprint's field in generation g is the fingerprint without its
@@ -28,7 +29,12 @@ local function hash_prepare(param, seen, first)
     n = n + 1
     DH.strips[n], DH.caps[n] = tonumber(strip), tonumber(cap)
   end
-  local held = tonumber(redis.call("HGET", seen, "gens") or "1")
+  local stored = redis.call("HMGET", seen, "gens", "spec")
+  -- a node bucketing by another spec (another CRAWLPLUG_DEDUP_CAPACITY, one bound before a
+  -- new run or a roll) would look each fingerprint up in the wrong bucket: it learns the
+  -- crawl's and calls again, as with another generation count
+  if stored[2] and stored[2] ~= spec then return {"STALE_SPEC", stored[2]} end
+  local held = tonumber(stored[1] or "1")
   if held ~= DH.gens or n ~= DH.gens then return {"STALE", tostring(held)} end
   DH.count = tonumber(redis.call("HGET", seen, "count:" .. DH.gens) or "0")
   return nil
