@@ -33,26 +33,35 @@ class ItemError(CrawlplugError, TypeError):
     """An item cannot be stored (not an item, or a value JSON cannot hold)."""
 
 
-class StaleEpoch(CrawlplugError, redis.exceptions.ResponseError):
+class ScriptRefusal(CrawlplugError, redis.exceptions.ResponseError):
+    """A script refused a node's call before any write, with an error reply that begins
+    with :attr:`PREFIX` (each kind converted once, where replies come in: :func:`script_error`)."""
+
+    PREFIX = ""
+
+    @classmethod
+    def check(cls, exc: BaseException) -> BaseException:
+        """``exc`` as this kind of refusal when its reply says so, else ``exc``."""
+        if isinstance(exc, redis.exceptions.ResponseError) and not isinstance(exc, cls):
+            text = str(exc)
+            if text.startswith(cls.PREFIX):
+                return cls(text)
+        return exc
+
+
+class StaleEpoch(ScriptRefusal):
     """A script refused a node's call: the crawl was reset, or began a new run, since the
     node joined it (lua/epoch.lua). Nothing was written; the node must join again."""
+
+    PREFIX = "STALE_EPOCH"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         parts = message.split()
         self.stored = parts[1] if len(parts) > 1 else None
 
-    @classmethod
-    def check(cls, exc: BaseException) -> BaseException:
-        """``exc`` as a StaleEpoch when it is a script's epoch refusal, else ``exc``."""
-        if isinstance(exc, redis.exceptions.ResponseError) and not isinstance(exc, cls):
-            text = str(exc)
-            if text.startswith("STALE_EPOCH"):
-                return cls(text)
-        return exc
 
-
-class RolledBack(CrawlplugError, redis.exceptions.ResponseError):
+class RolledBack(ScriptRefusal):
     """A script refused a node's call: Redis holds an older state than the node's last
     recorded call (lua/record.lua), so it went back in time (a restart from a snapshot, a
     failover to a replica that lagged, a restored backup) and may have lost what the node's
@@ -61,20 +70,13 @@ class RolledBack(CrawlplugError, redis.exceptions.ResponseError):
     so that those pages are fetched again; the caller forgets them, forgets the fingerprints
     it knew, and sends the rest of its call again."""
 
+    PREFIX = "ROLLBACK"
+
     def __init__(self, message: str, given_back: Sequence[str] = ()) -> None:
         super().__init__(message)
         parts = message.split()
         self.found = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
         self.given_back = list(given_back)
-
-    @classmethod
-    def check(cls, exc: BaseException) -> BaseException:
-        """``exc`` as a RolledBack when it is a script's rollback refusal, else ``exc``."""
-        if isinstance(exc, redis.exceptions.ResponseError) and not isinstance(exc, cls):
-            text = str(exc)
-            if text.startswith("ROLLBACK"):
-                return cls(text)
-        return exc
 
 
 class RunEnded(CrawlplugError):
