@@ -36,6 +36,10 @@ ADDON_COMPONENTS = (
 class Addon:
     """Swap Scrapy's in-memory scheduler and dupefilter for crawlplug's."""
 
+    def __repr__(self) -> str:
+        # Scrapy's "Enabled addons:" line prints the add-on objects: the name a project writes
+        return "crawlplug.Addon"
+
     def update_settings(self, settings: BaseSettings) -> None:
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, priority="addon")
