@@ -1,0 +1,100 @@
+"""A Scrapy user's first hour with crawlplug, as real ``scrapy crawl`` nodes of the demo
+project meet it (issue 34): a trial run with a limit does not block the next crawl typed
+at a terminal, while a supervisor's restart and any start after an operator's stop keep
+the run's end; a node that exits at once touches no feed file; a node's first lines say
+what it does, at INFO, with no WARNING for features not in use.
+
+Each test reuses its crawl for several assertions: nodes are the expensive part of the
+suite (tests/conftest.py, the ``crawl`` fixture; ``terminal=True`` gives a node a pty as
+its standard input and error).
+"""
+
+from __future__ import annotations
+
+import re
+
+from click.testing import CliRunner
+
+from crawlplug.cli import main
+from crawlplug.frontier import runs
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.single import Frontier
+
+from .support.nodes import wait_until
+
+FAST = {"CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4}
+SHOP = CrawlKeys("shop")
+
+
+def cli(redis_url: str, *args: str):
+    return CliRunner().invoke(main, ["--redis-url", redis_url, *args],
+                              env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None})  # fmt: skip
+
+
+def _reason(node) -> str:
+    found = re.findall(r"'finish_reason': '([a-z_]+)'", node.text())
+    assert found, node.text()[-3000:]
+    return found[-1]
+
+
+def _first_lines(node) -> list[str]:
+    """The node's log lines up to its first word on the run (joining, resuming, starting)."""
+    lines = []
+    for line in node.text().splitlines():
+        lines.append(line)
+        if re.search(r"crawlplug: node \S+ (joining|resuming|starting)", line):
+            break
+    return lines
+
+
+def test_a_limit_ends_a_trial_run_and_a_crawl_typed_at_a_terminal_begins_the_next(crawl, make_shop, redis_url, r,
+                                                                                    tmp_path):  # fmt: skip
+    shop = make_shop(items=40)
+    base = {"REDIS_URL": redis_url, **FAST}
+    # a trial run: 5 pages, then the run has ended by its limit
+    trial = crawl(args={"base_url": shop.url}, settings={**base, "CLOSESPIDER_PAGECOUNT": 5})
+    assert trial.wait(90) == 0, trial.text()[-3000:]
+    assert _reason(trial) == "closespider_pagecount"
+    assert runs.record(r, SHOP)["state"] == "limit"
+    # its first lines: what it does, at INFO; no WARNING for the Scrapyd job, node metrics or
+    # alerts from settings it does not use; the add-on by its name, not as a raw object
+    first = _first_lines(trial)
+    assert [line for line in first if " WARNING: " in line or " ERROR: " in line] == [], "\n".join(first)
+    assert "[crawlplug.Addon]" in trial.text() and "Addon object at" not in trial.text()
+    assert sum("crawlplug: node " in line and "starting run 1 of crawl 'shop'" in line for line in first) == 1
+    fetched = sum(shop.hits.values())
+
+    # a node restarted by a supervisor (standard input not a terminal) keeps the end: it
+    # exits 1 at once, says why and how to go on, and leaves the feed of the last run alone
+    feed = tmp_path / "items.jsonl"
+    feed.write_text('{"from": "the last run"}\n')
+    restarted = crawl(args={"base_url": shop.url}, settings=base, overwrite=True, items=feed)
+    assert restarted.wait(60) == 1, restarted.text()[-3000:]
+    said = restarted.text()
+    assert "run 1 of crawl 'shop' was ended by a limit (closespider_pagecount: 5 pages) at " in said, said[-3000:]
+    assert ("a node begins one itself when started at a terminal, or with -s CRAWLPLUG_NEW_RUN_AFTER_LIMIT=True "
+            "(this one: its standard input is not a terminal): this node exits") in said, said[-3000:]
+    assert feed.read_text() == '{"from": "the last run"}\n'
+    assert sum(shop.hits.values()) == fetched and runs.record(r, SHOP)["id"] == "1"
+
+    # the same `scrapy crawl` typed at a terminal is a crawl: it begins run 2. Held paused
+    # (the control hash outlives runs) until the operator stops that run
+    Frontier(r, SHOP).pause(by="the test")
+    typed = crawl(args={"base_url": shop.url}, settings=base, overwrite=True, items=feed, terminal=True)
+    wait_until(lambda: "starting run 2" in typed.text(), "the typed node to begin run 2", nodes=[typed])
+    assert re.search(r"crawlplug: node \S+ starting run 2 of crawl 'shop' \(run 1 ended by a limit at \d\d:\d\d, "
+                     r"fingerprints cleared\), as this node was started at a terminal "
+                     r"\(CRAWLPLUG_NEW_RUN_AFTER_LIMIT unset\); what run 1 left queued is dropped", typed.text())
+    res = cli(redis_url, "stop", "shop")
+    assert res.exit_code == 0, res.output
+    assert typed.wait(60) == 0, typed.text()[-3000:]
+    assert runs.record(r, SHOP)["state"] == "stopped"
+
+    # after an operator's stop, neither a terminal nor the setting begins a run
+    again = crawl(args={"base_url": shop.url}, settings={**base, "CRAWLPLUG_NEW_RUN_AFTER_LIMIT": True},
+                  overwrite=True, items=feed, terminal=True)  # fmt: skip
+    assert again.wait(60) == 1, again.text()[-3000:]
+    said = again.text()
+    assert "run 2 of crawl 'shop' was stopped by crawlplug stop" in said and "this node exits" in said, said[-3000:]
+    assert "CRAWLPLUG_NEW_RUN_AFTER_LIMIT" not in said
+    assert runs.record(r, SHOP)["id"] == "2" and sum(shop.hits.values()) == fetched
