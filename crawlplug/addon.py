@@ -11,14 +11,18 @@ if TYPE_CHECKING:
 ADDON_SETTINGS = {
     "SCHEDULER": "crawlplug.scheduler.Scheduler",
     "DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisSetDupeFilter",
+    # each node's Scrapy stats in Redis, and the crawl's: `crawlplug report`, null_rate alerts, the
+    # dashboard's per-node numbers; one stats.lua call per node every CRAWLPLUG_STATS_INTERVAL s
+    "STATS_CLASS": "crawlplug.stats.RedisStatsCollector",
 }
 
 
 #: Components the add-on adds: (setting, class path, order); a project disables one by
 #: setting it to None in that setting.
 ADDON_COMPONENTS = (
-    # crawl-wide error counts with sample URLs (crawlplug status, the dashboard)
-    ("DOWNLOADER_MIDDLEWARES", "crawlplug.errorsamples.ErrorSamplesMiddleware", 960),
+    # crawl-wide error counts with sample URLs (the dashboard's errors page): next to the engine,
+    # beside domainstats, so both count the failures of crawlplug.failures once retries are done
+    ("DOWNLOADER_MIDDLEWARES", "crawlplug.errorsamples.ErrorSamplesMiddleware", 26),
     # pages, items, errors and download time per host, as Scrapy stats (crawlplug report); next
     # to the engine, so it sees what is left of a request once retries and redirects are done
     ("DOWNLOADER_MIDDLEWARES", "crawlplug.domainstats.DomainStatsMiddleware", 25),
@@ -34,7 +38,7 @@ ADDON_COMPONENTS = (
 
 
 class Addon:
-    """Swap Scrapy's in-memory scheduler and dupefilter for crawlplug's."""
+    """Swap Scrapy's in-memory scheduler, dupefilter and stats collector for crawlplug's."""
 
     def __repr__(self) -> str:
         # Scrapy's "Enabled addons:" line prints the add-on objects: the name a project writes

@@ -82,7 +82,7 @@ def test_an_episode_fires_once_and_clears_once_and_the_cooldown_keeps_a_new_one_
 
 def test_each_metric_is_computed_from_the_crawl_in_redis(r):
     now = int(r.time()[0]) * 1000
-    r.hset(KEYS.stats, "acked", 10)
+    r.hset(KEYS.stats, mapping={"acked": 10, "errors": 3})  # the run's counters, as the heartbeats add them
     r.hset(KEYS.crawlstats, mapping={"downloader/exception_count": 2, "downloader/response_status_count/404": 1,
                                      "downloader/response_status_count/200": 9, "site/shop/field/price/missing": 1,
                                      "site/shop/field/price/filled": 3})  # fmt: skip
@@ -95,8 +95,10 @@ def test_each_metric_is_computed_from_the_crawl_in_redis(r):
     def value(metric: str, arg: str | None = None) -> float | None:
         return alerts.METRICS[metric][2](r, KEYS, snap, arg)
 
-    assert value("error_rate") == 0.3  # (2 exceptions + one 404) / 10 done
-    assert value("null_rate", "shop.price") == 0.25 and value("null_rate", "shop.name") == 0.0
+    assert value("error_rate") == 0.3  # 3 failed requests (the run's errors) / 10 done
+    assert value("null_rate", "shop.price") == 0.25
+    unknown = value("null_rate", "shop.name")
+    assert isinstance(unknown, alerts.Unknown) and "no item of site 'shop' counted for field 'name'" in unknown
     assert value("limit_reached") == 1.0
     assert 2.0 <= value("no_progress_minutes") < 2.2  # since the run started
     assert value("dead_letters_growth") == 2.0
@@ -108,7 +110,9 @@ def test_each_metric_is_computed_from_the_crawl_in_redis(r):
     r.hset(KEYS.run, "state", "finished")
     assert alerts.METRICS["limit_reached"][2](r, KEYS, alerts.status.snapshot(r, KEYS), None) == 0.0
     r.delete(KEYS.crawlstats)
-    assert alerts.METRICS["error_rate"][2](r, KEYS, alerts.status.snapshot(r, KEYS), None) is None  # no stats: unknown
+    bare = alerts.status.snapshot(r, KEYS)
+    assert alerts.METRICS["error_rate"][2](r, KEYS, bare, None) == 0.3, "no Scrapy stats needed: the run counts"
+    assert alerts.METRICS["null_rate"][2](r, KEYS, bare, "shop.price") == alerts.NO_SCRAPY_STATS
 
 
 # -- the CLI, against a real Redis ------------------------------------------------------------------
@@ -186,6 +190,33 @@ def test_one_leader_sends_each_change_once_and_a_deposed_one_writes_nothing(fres
     time.sleep(0.5)
     assert len(receiver.bodies()) == 2
     client.close()
+
+
+def test_a_rule_that_cannot_be_evaluated_shows_as_such_and_resumes_when_it_can(redis_url, r):
+    """A rule whose metric is unknown (no Scrapy stats in Redis, no item of the field yet) is
+    recorded and listed as unknown, with why, in `alerts list` and the dashboard's view; its
+    state resumes once the metric is known, and nothing is announced meanwhile."""
+    r.hset(KEYS.run, mapping={"id": 1, "state": "running", "epoch": "e"})
+    r.hset(KEYS.stats, mapping={"acked": 10, "errors": 1})
+    stored.put(r, KEYS, alerts.make_rule("nulls", "null_rate(shop.price) > 0.1", []))
+    stored.put(r, KEYS, alerts.make_rule("errors", "error_rate > 0.05", []))
+    evaluator = alerts.Evaluator(r, "one")
+    evaluator.tick()
+    states = stored.states(r, KEYS)
+    assert states["nulls"]["unknown"] == alerts.NO_SCRAPY_STATS and states["nulls"]["value"] is None
+    assert (states["errors"]["state"], states["errors"]["value"]) == ("firing", 0.1), "error_rate needs no stats"
+    res = cli(redis_url, "alerts", "list", "shop")
+    assert res.exit_code == 0, res.output
+    assert f"shop/nulls  null_rate(shop.price) > 0.1  unknown ({alerts.NO_SCRAPY_STATS})" in res.output, res.output
+    assert "shop/errors  error_rate > 0.05  firing, value 0.1" in res.output
+    shown = {row["id"]: row for row in alerts.view(r, KEYS)["rules"]}  # what /api/alerts serves
+    assert (shown["nulls"]["state"], shown["nulls"]["why"]) == ("unknown", alerts.NO_SCRAPY_STATS)
+    # items counted: it is evaluated, and holds
+    r.hset(KEYS.crawlstats, mapping={"site/shop/field/price/missing": 1, "site/shop/field/price/filled": 1})
+    evaluator.tick()
+    assert stored.states(r, KEYS)["nulls"]["state"] == "firing" and "unknown" not in stored.states(r, KEYS)["nulls"]
+    assert [e["rule"] for e in stored.events(r, KEYS)] == ["nulls", "errors"], "announced once known"
+    evaluator.release()
 
 
 def test_a_corrupt_alert_log_is_reported_and_the_other_crawls_still_alert(fresh_redis, receiver, caplog):

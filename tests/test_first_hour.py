@@ -11,14 +11,17 @@ its standard input and error).
 
 from __future__ import annotations
 
+import json
 import re
 
 from click.testing import CliRunner
 
+from crawlplug import errorsamples
 from crawlplug.cli import main
 from crawlplug.frontier import runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
+from crawlplug.ops import alerts
 
 from .support.nodes import wait_until
 
@@ -98,3 +101,47 @@ def test_a_limit_ends_a_trial_run_and_a_crawl_typed_at_a_terminal_begins_the_nex
     assert "run 2 of crawl 'shop' was stopped by crawlplug stop" in said and "this node exits" in said, said[-3000:]
     assert "CRAWLPLUG_NEW_RUN_AFTER_LIMIT" not in said
     assert runs.record(r, SHOP)["id"] == "2" and sum(shop.hits.values()) == fetched
+
+
+def test_one_definition_of_a_failure_and_reports_and_alerts_with_the_add_on_alone(crawl, make_shop, redis_url, r):
+    """The demo project turns crawlplug on with the add-on line only (no STATS_CLASS). A crawl
+    of the shop, which has no robots.txt, with one start entry of a page it does not have:
+    one failed request, counted as one by every view; robots.txt neither a page nor a
+    failure; the report has its node; the alert rules are evaluated, or shown as not."""
+    shop = make_shop(items=20)
+    pages = len(shop.shop.paths())
+    missing = f"{shop.url}/no-such-page"
+    res = cli(redis_url, "push", "--crawl", "shop", missing)
+    assert res.exit_code == 0, res.output
+    node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST, "ROBOTSTXT_OBEY": True,
+                                                         "CRAWLPLUG_STATS_INTERVAL": 0.5})  # fmt: skip
+    assert node.wait(90) == 0, node.text()[-3000:]
+    assert shop.hits["/robots.txt"] == 1, "fetched: the node obeys robots.txt"
+
+    status = json.loads(cli(redis_url, "status", "--crawl", "shop", "--json").output)
+    assert (status["done"], status["failed"]) == (pages + 1, 1)
+    since = json.loads(cli(redis_url, "status", "--crawl", "shop", "--since", "1h", "--json").output)["since"]
+    assert since["totals"]["errors"] == 1 and since["totals"]["done"] == pages + 1
+    text = cli(redis_url, "status", "--crawl", "shop", "--since", "1h").output
+    rows = text.split("history, since the crawl began", 1)[1].splitlines()[2:-1]
+    assert 1 <= len(rows) <= 2 and rows[0].split()[1] != "-", text  # no row of dashes before it began
+    assert [(e["kind"], e["count"], e["samples"]) for e in errorsamples.read(r, SHOP)] == [("http/404", 1, [missing])]
+
+    # `crawlplug report` with the add-on's stats collector: the node, its pages (not robots.txt)
+    got = json.loads(cli(redis_url, "report", "shop", "--json").output)
+    assert len(got["nodes"]) == 1, got
+    [total] = got["domains"]  # one node, one host: no total row
+    assert (total["pages"], total["errors"], total["errors_by_kind"]) == (pages + 1, 1, {"http/404": 1})
+    assert total["success_rate"] == round(pages / (pages + 1), 4)
+
+    # alert rules: error_rate from the run's counters; a null_rate of no item counted: unknown, said so
+    assert cli(redis_url, "alerts", "add", "shop", "--name", "errors", "--when", "error_rate > 0.01").exit_code == 0
+    assert cli(redis_url, "alerts", "add", "shop", "--name", "prices", "--when",
+               "null_rate(shop.price) > 0.1").exit_code == 0  # fmt: skip
+    evaluator = alerts.Evaluator(r, "test")
+    evaluator.tick()
+    evaluator.release()
+    listed = cli(redis_url, "alerts", "list", "shop").output
+    assert f"shop/errors  error_rate > 0.01  firing, value {round(1 / (pages + 1), 4):g}" in listed, listed
+    assert ("shop/prices  null_rate(shop.price) > 0.1  unknown (no item of site 'shop' counted for field 'price' "
+            "yet (is 'shop.price' right?))") in listed, listed

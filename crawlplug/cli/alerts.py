@@ -92,6 +92,8 @@ def alerts_list(redis_url: str | None, crawl: str | None, name: str | None, as_j
                 click.echo(f"  {crawl_name}/{rule['id']}: unreadable ({rule['unreadable']!r}): delete it")
                 continue
             value = f", value {rule['value']:g}" if isinstance(rule.get("value"), (int, float)) else ""
+            if rule.get("why"):  # its metric cannot be evaluated now
+                value = f" ({rule['why']})"
             click.echo(f"  {crawl_name}/{rule['id']}  {rule['when']}  {rule['state']}{value}  "
                        f"notify {len(rule.get('notify') or [])} URL(s), cooldown {rule.get('cooldown', 0):g} s")  # fmt: skip
         for event in got["events"][:5]:

@@ -12,7 +12,9 @@ expression, never eval) into a :class:`Condition`; the metrics are
 ``alerts`` duty (crawlplug.frontier.alerts: a lease with a fencing token), so one
 process at a time does, whichever of the control processes and dashboards runs.
 A rule's states: ``ok`` -> ``pending`` (the condition holds, not yet for its
-``for``) -> ``firing`` (announced once) -> ``ok`` (announced once: cleared). A new
+``for``) -> ``firing`` (announced once) -> ``ok`` (announced once: cleared), and
+``unknown`` while its metric cannot be evaluated (:class:`Unknown`: why is recorded and
+shown; the state it had resumes once the metric is known again, nothing is announced). A new
 episode that starts within the rule's cooldown of the last announcement fires
 quietly (recorded and shown, not sent), and so does its clearing. The state is
 recorded (lua/alert.lua) before the notification is sent: a leader that dies in
@@ -82,22 +84,31 @@ def _span(ms: int) -> str:
 
 # -- the metrics rules may watch: a fixed list -------------------------------------------------
 
-Metric = Callable[[redis.Redis, CrawlKeys, dict[str, Any], "str | None"], "float | None"]
+
+class Unknown(str):
+    """What a metric gives when it cannot be evaluated now: the reason, in words."""
 
 
-def _error_rate(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
-    if snap["failed"] is None:
-        return None  # no crawl-wide Scrapy stats (STATS_CLASS = crawlplug.stats.RedisStatsCollector)
+Metric = Callable[[redis.Redis, CrawlKeys, dict[str, Any], "str | None"], "float | Unknown"]
+
+#: Why a metric of the crawl-wide Scrapy stats cannot be evaluated when there are none.
+NO_SCRAPY_STATS = ("no crawl-wide Scrapy stats in Redis: the nodes keep them with STATS_CLASS = "
+                   "'crawlplug.stats.RedisStatsCollector', which the add-on sets unless the project "
+                   "names another")  # fmt: skip
+
+
+def _error_rate(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
+    # the run's errors counter, which every node's heartbeat adds to (crawlplug.failures)
     return round(snap["failed"] / snap["done"], 4) if snap["done"] else 0.0
 
 
-def _dead_growth(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
+def _dead_growth(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
     now = snap["now_ms"]
     sampled = [d for d in status.series_points(client, keys, now - 60_000, now, now)["dead"] if d is not None]
     return float(snap["dead"] - sampled[0]) if sampled else 0.0
 
 
-def _no_progress(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
+def _no_progress(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
     if snap["queued"] + snap["in_flight"] + snap["start_urls"] == 0:
         return 0.0
     now = snap["now_ms"]
@@ -110,42 +121,46 @@ def _no_progress(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg
     return round(max(0, now - last) / 60_000, 2)
 
 
-def _silent_nodes(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
+def _silent_nodes(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
     return float(sum(1 for node in snap["nodes"] if node["state"] != "live"))
 
 
-def _null_rate(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
+def _null_rate(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
     site, _, field = (arg or "").rpartition(".")
-    stats = snap["scrapy_stats"] or {}
+    stats = snap["scrapy_stats"]
+    if not stats:
+        return Unknown(NO_SCRAPY_STATS)
     counts = {what: int(stats.get(f"site/{site}/field/{field}/{what}", 0) or 0)
               for what in ("filled", "missing", "invalid", "default")}  # fmt: skip
     total = sum(counts.values())
-    return round(counts["missing"] / total, 4) if total else 0.0
+    if not total:
+        return Unknown(f"no item of site {site!r} counted for field {field!r} yet (is {arg!r} right?)")
+    return round(counts["missing"] / total, 4)
 
 
-def _limit_reached(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
+def _limit_reached(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
     return 1.0 if snap["run"].get("state") == "limit" else 0.0
 
 
-def _memory(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
+def _memory(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
     memory = snap["redis_memory"]
     if not memory:
-        return None  # INFO refused (an ACL user without it)
+        return Unknown("Redis refused INFO (an ACL user without it): its memory is not known")
     return round(float(memory.get("ratio") or 0.0) * 100, 1)
 
 
 #: name -> (what it is, the argument it takes or None, how it is computed).
 METRICS: dict[str, tuple[str, str | None, Metric]] = {
-    "error_rate": ("failures (the Scrapy stats crawlplug status counts as failed) per request done in the run; "
-                   "needs STATS_CLASS = crawlplug.stats.RedisStatsCollector", None, _error_rate),
+    "error_rate": ("failed requests (crawlplug status's failed: HTTP 400 and more, download errors after retries, "
+                   "callbacks that raised; robots.txt is no page) per request done in the run", None, _error_rate),
     "dead_letters_growth": ("dead letters added over the last minute (as the heartbeats sampled them)", None,
                             _dead_growth),
     "no_progress_minutes": ("minutes since a request last finished, while work is queued, in flight or waiting "
                             "in start_urls (0 when there is none)", None, _no_progress),
     "silent_nodes": ("nodes whose heartbeat is late (silent) or expired (dead, listed for an hour)", None,
                      _silent_nodes),
-    "null_rate": ("share of a site definition's items whose field was null: null_rate(SITE.FIELD)", "SITE.FIELD",
-                  _null_rate),
+    "null_rate": ("share of a site definition's items whose field was null: null_rate(SITE.FIELD); unknown "
+                  "until an item of it is counted", "SITE.FIELD", _null_rate),
     "limit_reached": ("1 when the run ended by a limit (run state 'limit'), else 0", None, _limit_reached),
     "redis_memory_percent": ("Redis memory used, % of maxmemory (0 when no maxmemory is set)", None, _memory),
 }  # fmt: skip
@@ -316,13 +331,16 @@ class Evaluator:
                            "delete it and add it again", rule_id, keys.crawl, exc)  # fmt: skip
                 continue
             value = METRICS[condition.metric][2](self.client, keys, snap, condition.arg)
-            if value is None:
-                self._once(f"{keys.crawl}/{rule_id}/none", "crawlplug alerts: rule %r of crawl %r: %s is unknown "
-                           "(%s)", rule_id, keys.crawl, condition.metric, METRICS[condition.metric][0])  # fmt: skip
-                continue
             last = states.get(rule_id, {})
+            if isinstance(value, Unknown):
+                self._once(f"{keys.crawl}/{rule_id}/unknown/{value}", "crawlplug alerts: rule %r of crawl %r cannot "
+                           "be evaluated: %s", rule_id, keys.crawl, value)  # fmt: skip
+                if last.get("unknown") != value and not self._record_unknown(lead, rule_id, last, value, snap):
+                    return
+                continue
             cooldown_ms = int(float(rule.get("cooldown", COOLDOWN)) * 1000)
             new, event = step(last, condition.holds(value), snap["now_ms"], condition.for_ms, cooldown_ms)
+            new.pop("unknown", None)
             new["value"] = value
             new["checked_ms"] = snap["now_ms"]
             record = None
@@ -355,6 +373,18 @@ class Evaluator:
                                    "(see Apprise's log above)", keys.crawl, rule_id)  # fmt: skip
 
 
+    def _record_unknown(self, lead: Leadership, rule_id: str, last: dict[str, Any], why: str,
+                        snap: dict[str, Any]) -> bool:  # fmt: skip
+        """Record that ``rule_id`` cannot be evaluated (``why``), its state otherwise kept; False
+        if this process no longer leads the crawl's alerts."""
+        state = {**last, "unknown": str(why), "value": None, "checked_ms": snap["now_ms"]}
+        if stored.record(lead, rule_id, state, None) == "deposed":
+            lead.fence = 0
+            logger.warning("crawlplug alerts %s: no longer leads the alerts of crawl %r", self.owner, lead.keys.crawl)
+            return False
+        return True
+
+
 def masked(url: str) -> str:
     """An Apprise URL as views show it: its scheme only (the rest holds tokens, passwords)."""
     scheme, sep, _ = url.partition("://")
@@ -369,8 +399,11 @@ def view(client: redis.Redis, keys: CrawlKeys, n: int = 20) -> dict[str, Any]:
     for rule_id, rule in stored.rules(client, keys).items():
         state = states.get(rule_id, {})
         shown = {**rule, "notify": [masked(u) for u in rule.get("notify") or []]}
-        rows.append({**shown, "state": state.get("state", "ok"), "since_ms": state.get("since"),
-                     "fired_ms": state.get("fired_ms"), "value": state.get("value"),
+        # a rule whose metric cannot be evaluated shows as such, with why; "held" is the state it keeps meanwhile
+        held = state.get("state", "ok")
+        unknown = state.get("unknown")
+        rows.append({**shown, "state": "unknown" if unknown else held, "why": unknown or None, "held": held,
+                     "since_ms": state.get("since"), "fired_ms": state.get("fired_ms"), "value": state.get("value"),
                      "checked_ms": state.get("checked_ms")})  # fmt: skip
-    return {"rules": rows, "active": [r for r in rows if r["state"] == "firing"],
+    return {"rules": rows, "active": [r for r in rows if r["held"] == "firing"],
             "events": stored.events(client, keys, n)}  # fmt: skip
