@@ -120,6 +120,10 @@ def test_each_metric_is_computed_from_the_crawl_in_redis(r):
 
 def test_alerts_add_list_delete_and_bad_input_stores_nothing(redis_url, r, receiver):
     res = cli(redis_url, "alerts", "add", "shop", "--when", "error_rate > 0.2 for 2m", "--notify", receiver.apprise_url())
+    assert res.exit_code == 1 and "no crawl 'shop' on this Redis" in res.output and "give --create" in res.output
+    assert stored.alerting_crawls(r) == [] and r.keys("*") == [], "refused: nothing stored, no crawl made"
+    res = cli(redis_url, "alerts", "add", "shop", "--when", "error_rate > 0.2 for 2m", "--notify", receiver.apprise_url(),
+              "--create")  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "added alert rule 'rule1' of crawl 'shop': error_rate > 0.2 for 2m" in res.output
     rule = stored.rules(r, KEYS)["rule1"]
@@ -244,7 +248,7 @@ def test_a_corrupt_alert_log_is_reported_and_the_other_crawls_still_alert(fresh_
 def test_every_node_killed_alerts_once_through_the_control_process(redis_url, r, crawl, make_shop, receiver,
                                                                     tmp_path: Path):  # fmt: skip
     shop = make_shop(items=400, delay=0.2)
-    res = cli(redis_url, "alerts", "add", "shop", "--when", "silent_nodes > 0 for 1s", "--name", "nodes",
+    res = cli(redis_url, "alerts", "add", "shop", "--create", "--when", "silent_nodes > 0 for 1s", "--name", "nodes",
               "--notify", receiver.apprise_url())  # fmt: skip
     assert res.exit_code == 0, res.output
     control = ControlProcess(redis_url, tmp_path / "control.log", ("--dashboard-url", "http://dash.example:8642/"))
@@ -295,7 +299,7 @@ def test_rules_in_the_settings_are_stored_by_the_nodes_and_a_bad_one_is_left_out
 @pytest.mark.e2e
 def test_a_run_ended_by_its_page_limit_alerts_once(redis_url, r, crawl, make_shop, receiver, tmp_path: Path):
     shop = make_shop(items=60)
-    res = cli(redis_url, "alerts", "add", "shop", "--when", "limit_reached", "--name", "limit",
+    res = cli(redis_url, "alerts", "add", "shop", "--create", "--when", "limit_reached", "--name", "limit",
               "--notify", receiver.apprise_url())  # fmt: skip
     assert res.exit_code == 0, res.output
     control = ControlProcess(redis_url, tmp_path / "control.log")

@@ -46,7 +46,8 @@ def run(*args: str, input: str | None = None, env: dict[str, str] | None = None)
     return CliRunner().invoke(main, list(args), input=input, env={**base, **(env or {})})
 
 
-def test_status_of_an_empty_crawl(redis_url):
+def test_status_of_an_empty_crawl(redis_url, r):
+    registry.register(r, KEYS)  # it exists (a command created it), with nothing stored yet
     res = run("status", "--redis-url", redis_url, "--crawl", KEYS.crawl)
     assert res.exit_code == 0, res.output
     assert "crawl 'clitest' on redis://127.0.0.1:" in res.output
