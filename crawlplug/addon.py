@@ -28,6 +28,8 @@ ADDON_COMPONENTS = (
     ("DOWNLOADER_MIDDLEWARES", "crawlplug.domainstats.DomainStatsMiddleware", 25),
     # drops the links of pages leased before the crawl was reset under a live node (crawlplug.frontier.runs)
     ("SPIDER_MIDDLEWARES", "crawlplug.scheduler.staleoutput.StaleOutputMiddleware", 10),
+    # the start URLs of Scrapy's default start() fetched once a run, not once per node start
+    ("SPIDER_MIDDLEWARES", "crawlplug.scheduler.startonce.StartOnceMiddleware", 20),
     # a node started through Scrapyd records its job (on only with CRAWLPLUG_SCRAPYD_JOB: crawlplug start)
     ("EXTENSIONS", "crawlplug.scrapydjob.ScrapydJob", 500),
     # the node's own /metrics (on only with CRAWLPLUG_METRICS_PORT; crawlplug.ops.metrics)

@@ -2,7 +2,9 @@
 project meet it (issue 34): a trial run with a limit does not block the next crawl typed
 at a terminal, while a supervisor's restart and any start after an operator's stop keep
 the run's end; a node that exits at once touches no feed file; a node's first lines say
-what it does, at INFO, with no WARNING for features not in use.
+what it does, at INFO, with no WARNING for features not in use; one definition of a
+failed request everywhere, reports and alerts with the add-on line alone; a plain
+spider's start URLs fetched once in a run, however many nodes start.
 
 Each test reuses its crawl for several assertions: nodes are the expensive part of the
 suite (tests/conftest.py, the ``crawl`` fixture; ``terminal=True`` gives a node a pty as
@@ -145,3 +147,25 @@ def test_one_definition_of_a_failure_and_reports_and_alerts_with_the_add_on_alon
     assert f"shop/errors  error_rate > 0.01  firing, value {round(1 / (pages + 1), 4):g}" in listed, listed
     assert ("shop/prices  null_rate(shop.price) > 0.1  unknown (no item of site 'shop' counted for field 'price' "
             "yet (is 'shop.price' right?))") in listed, listed
+
+
+def test_start_urls_of_the_default_start_are_fetched_once_in_a_run(crawl, make_shop, redis_url, r):
+    """A spider as `scrapy genspider` writes one (start_urls, Scrapy's default start()): a
+    second node that joins the run yields the start URL again, and it is not fetched again;
+    links back to it are duplicates too: done == seen == the site's pages."""
+    shop = make_shop(items=20, delay=0.05)
+    pages = len(shop.shop.paths())
+    plain = CrawlKeys("plain")
+    settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 2}
+    first = crawl("plain", args={"start_urls": f"{shop.url}/"}, settings=settings)
+    wait_until(lambda: shop.hits["/"] >= 1, "the start URL fetched", nodes=[first])
+    Frontier(r, plain).pause(by="the test, until the second node is in the run")
+    second = crawl("plain", args={"start_urls": f"{shop.url}/"}, settings=settings)
+    wait_until(lambda: "joining run 1 of crawl 'plain'" in second.text(), "the second node to join", nodes=[second])
+    Frontier(r, plain).resume()
+    for node in (first, second):
+        assert node.wait(90) == 0, node.text()[-3000:]
+    assert shop.hits["/"] == 1, "the start URL, yielded by both nodes, fetched once"
+    assert set(shop.hits) == shop.shop.paths() and max(shop.hits.values()) == 1
+    status = json.loads(cli(redis_url, "status", "--crawl", "plain", "--json").output)
+    assert (status["done"], status["seen"]) == (pages, pages)

@@ -107,6 +107,8 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
     bind = getattr(dupefilter, "bind", None)
     if bind is not None:
         bind(frontier)
+    if hasattr(dupefilter, "per_run_starts"):  # start URLs once a run, whatever earlier runs recorded
+        dupefilter.per_run_starts = joined.incremental
     _check_queue_kind(frontier, queue)
     return Joined(conn, frontier, joined, args, started, queue)
 
