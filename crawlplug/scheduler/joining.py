@@ -54,7 +54,7 @@ def join_args(config: SchedulerConfig, dupefilter: Any) -> dict[str, Any]:
     """The arguments of crawlplug.frontier.runs.join for this node (also when it joins again)."""
     return {
         "node_id": process_node_id(),
-        "ttl_ms": int(max(config.lease_timeout, 3 * config.heartbeat) * 1000),
+        "ttl_ms": int(3 * config.heartbeat * 1000),  # dead after 3 missed heartbeats (as the frontier's)
         "incremental": incremental(config, dupefilter),
         "worker": config.idle_close <= 0,
     }
