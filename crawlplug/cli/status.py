@@ -223,11 +223,13 @@ def status(redis_url: str | None, crawl: str | None, as_json: bool, watch: bool,
            count: int | None, since: str | None) -> None:  # fmt: skip
     """Counts, rate, ETA, counters and nodes of the crawl.
 
-    Queued and in-flight requests, pages done, fingerprints seen, dead
-    letters, failures (when the crawl keeps its Scrapy stats in Redis),
-    pages/min over the last minutes and the ETA at that rate, the counters of
-    the crawl, and each node with its rate, leases and heartbeat age (Redis
-    clock). --watch redraws it live; --json prints it for scripts.
+    Queued and in-flight requests, pages done, fingerprints seen, dead letters,
+    failed requests (HTTP 400 and more, download errors after retries, callbacks
+    that raised; robots.txt is no page), pages/min over the last minutes and the
+    ETA at that rate, the counters of the crawl, and each node with its rate,
+    leases and heartbeat age (Redis clock). --watch redraws it live; --json prints
+    it for scripts; --since adds the history of a range (from the crawl's beginning
+    if it began within it).
     """
     since_ms = crawl_history.parse_duration(since) if since is not None else None  # bad input: before connecting
     if since_ms is not None and watch:
