@@ -255,7 +255,9 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     # -- leases, liveness, termination ----------------------------------------
     "CRAWLPLUG_HEARTBEAT": (
         2.0,
-        "Seconds between heartbeats: renew this node's leases, reap dead nodes' leases.",
+        "Seconds between heartbeats: renew this node's leases, reap dead nodes' leases. A node that "
+        "missed 3 is declared dead: its leases' per-domain slots are freed then (the leases wait for "
+        "CRAWLPLUG_LEASE_TIMEOUT).",
     ),
     "CRAWLPLUG_LEASE_TIMEOUT": (
         30.0,
