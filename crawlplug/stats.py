@@ -174,7 +174,11 @@ class RedisStatsCollector(StatsCollector):
     def _not_joined(self) -> bool:
         """Whether crawlplug's Scheduler is this node's and joined no crawl (it failed at start,
         and the node closes). The engine opens its scheduler before the stats collector."""
-        scheduler = getattr(getattr(self._crawler, "engine", None), "scheduler", None)
+        engine = getattr(self._crawler, "engine", None)
+        # engine.scheduler is public since Scrapy 2.19; its slot's before (as enginehooks.scheduler)
+        scheduler = getattr(engine, "scheduler", None)
+        if scheduler is None:  # not `or`: a scheduler's truth is its len(), a Redis call
+            scheduler = getattr(getattr(engine, "_slot", None), "scheduler", None)
         ours = type(scheduler).__module__.startswith("crawlplug.scheduler")
         return ours and getattr(scheduler, "frontier", None) is None
 
