@@ -51,6 +51,9 @@ class ErrorSamplesMiddleware:
         self.counts: dict[str, int] = defaultdict(int)
         self.samples: dict[str, deque[str]] = defaultdict(lambda: deque(maxlen=SAMPLES))
         self.loop: LoopingCall | None = None
+        #: the crawl's Redis and keys, once the scheduler had them: the flush at close needs
+        #: them after the engine has let go of its scheduler
+        self.target: tuple[redis.Redis, CrawlKeys] | None = None
         crawler.signals.connect(self.spider_error, signal=signals.spider_error)
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
@@ -80,6 +83,7 @@ class ErrorSamplesMiddleware:
 
     # -- sending -------------------------------------------------------------------------
     def spider_opened(self, spider: Spider) -> None:
+        self._target()  # the scheduler has joined its crawl by now
         self.loop = LoopingCall(self.flush)
         self.loop.start(FLUSH_INTERVAL, now=False)
 
@@ -91,9 +95,9 @@ class ErrorSamplesMiddleware:
     def _target(self) -> tuple[redis.Redis, CrawlKeys] | None:
         scheduler = enginehooks.scheduler(self.crawler)
         frontier = getattr(scheduler, "frontier", None)
-        if frontier is None:
-            return None
-        return frontier.client, frontier.keys
+        if frontier is not None:
+            self.target = frontier.client, frontier.keys
+        return self.target
 
     def flush(self) -> None:
         if not self.counts:

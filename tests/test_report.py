@@ -83,6 +83,26 @@ def test_a_node_counts_pages_items_errors_and_time_per_host():
     assert dict(samples.counts) == {"http/404": 1, "download/TimeoutError": 1}
 
 
+def test_errors_found_last_reach_redis_at_close(r):
+    """The errors page's middleware sends what it counted since its last flush when the spider
+    closes, though the engine has let go of its scheduler by then (a crawl's last errors,
+    the 404s of start entries taken at its end, were lost)."""
+    from types import SimpleNamespace
+
+    from crawlplug import errorsamples
+
+    keys = CrawlKeys("closing")
+    crawler = get_crawler(Spider)
+    crawler.engine = SimpleNamespace(scheduler=SimpleNamespace(frontier=SimpleNamespace(client=r, keys=keys)))
+    samples = ErrorSamplesMiddleware.from_crawler(crawler)
+    samples.spider_opened(Spider("x"))
+    samples.process_response(*page("http://a.test/gone", 404), Spider("x"))
+    crawler.engine = SimpleNamespace(scheduler=None)  # the engine closed its slot before spider_closed
+    samples.spider_closed(Spider("x"))
+    assert [(e["kind"], e["count"], e["samples"]) for e in errorsamples.read(r, keys)] == [
+        ("http/404", 1, ["http://a.test/gone"])]
+
+
 # -- the report, from the stats nodes wrote to Redis ------------------------------------------------
 
 
