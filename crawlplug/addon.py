@@ -11,19 +11,25 @@ if TYPE_CHECKING:
 ADDON_SETTINGS = {
     "SCHEDULER": "crawlplug.scheduler.Scheduler",
     "DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisSetDupeFilter",
+    # each node's Scrapy stats in Redis, and the crawl's: `crawlplug report`, null_rate alerts, the
+    # dashboard's per-node numbers; one stats.lua call per node every CRAWLPLUG_STATS_INTERVAL s
+    "STATS_CLASS": "crawlplug.stats.RedisStatsCollector",
 }
 
 
 #: Components the add-on adds: (setting, class path, order); a project disables one by
 #: setting it to None in that setting.
 ADDON_COMPONENTS = (
-    # crawl-wide error counts with sample URLs (crawlplug status, the dashboard)
-    ("DOWNLOADER_MIDDLEWARES", "crawlplug.errorsamples.ErrorSamplesMiddleware", 960),
+    # crawl-wide error counts with sample URLs (the dashboard's errors page): next to the engine,
+    # beside domainstats, so both count the failures of crawlplug.failures once retries are done
+    ("DOWNLOADER_MIDDLEWARES", "crawlplug.errorsamples.ErrorSamplesMiddleware", 26),
     # pages, items, errors and download time per host, as Scrapy stats (crawlplug report); next
     # to the engine, so it sees what is left of a request once retries and redirects are done
     ("DOWNLOADER_MIDDLEWARES", "crawlplug.domainstats.DomainStatsMiddleware", 25),
     # drops the links of pages leased before the crawl was reset under a live node (crawlplug.frontier.runs)
     ("SPIDER_MIDDLEWARES", "crawlplug.scheduler.staleoutput.StaleOutputMiddleware", 10),
+    # the start URLs of Scrapy's default start() fetched once a run, not once per node start
+    ("SPIDER_MIDDLEWARES", "crawlplug.scheduler.startonce.StartOnceMiddleware", 20),
     # a node started through Scrapyd records its job (on only with CRAWLPLUG_SCRAPYD_JOB: crawlplug start)
     ("EXTENSIONS", "crawlplug.scrapydjob.ScrapydJob", 500),
     # the node's own /metrics (on only with CRAWLPLUG_METRICS_PORT; crawlplug.ops.metrics)
@@ -34,7 +40,11 @@ ADDON_COMPONENTS = (
 
 
 class Addon:
-    """Swap Scrapy's in-memory scheduler and dupefilter for crawlplug's."""
+    """Swap Scrapy's in-memory scheduler, dupefilter and stats collector for crawlplug's."""
+
+    def __repr__(self) -> str:
+        # Scrapy's "Enabled addons:" line prints the add-on objects: the name a project writes
+        return "crawlplug.Addon"
 
     def update_settings(self, settings: BaseSettings) -> None:
         for name, value in ADDON_SETTINGS.items():

@@ -131,6 +131,14 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Begin a new run when a node opens, whatever the state: the current run's queue, leases, "
         "fingerprints and counters are dropped, live nodes of it join the new run (set it on one node only).",
     ),
+    "CRAWLPLUG_NEW_RUN_AFTER_LIMIT": (
+        None,
+        "After a run ended by a crawl-wide limit (CLOSESPIDER_*), whether a node that starts begins a new run "
+        "(what the ended run left queued is dropped) instead of exiting. Unset: only a node started at a "
+        "terminal (standard input and error both are) and not as a Scrapyd job, as each `scrapy crawl` typed "
+        "by hand is a crawl; a supervisor, Scrapyd or a schedule restarting nodes does not undo the limit. "
+        "A run stopped by an operator (`crawlplug stop`) stays stopped whatever this says.",
+    ),
     "CRAWLPLUG_INCREMENTAL": (
         None,
         "Keep fingerprints across runs: a new run (after a finished one) crawls only URLs no earlier "
@@ -267,7 +275,9 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     # -- leases, liveness, termination ----------------------------------------
     "CRAWLPLUG_HEARTBEAT": (
         2.0,
-        "Seconds between heartbeats: renew this node's leases, reap dead nodes' leases.",
+        "Seconds between heartbeats: renew this node's leases, reap dead nodes' leases. A node that "
+        "missed 3 is declared dead: its leases' per-domain slots are freed then (the leases wait for "
+        "CRAWLPLUG_LEASE_TIMEOUT).",
     ),
     "CRAWLPLUG_LEASE_TIMEOUT": (
         30.0,

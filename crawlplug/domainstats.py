@@ -5,7 +5,7 @@ request's outcome once retries and redirects are done with it) and two signals c
 under ``domain/<host>/``:
 
 =====================================  ===============================================
-``domain/<host>/pages``                responses (any status)
+``domain/<host>/pages``                responses (any status) to pages of the crawl
 ``domain/<host>/ok``                   responses with a status below 400
 ``domain/<host>/latency_ms``           the sum of their download times (ms)
 ``domain/<host>/items``                items scraped from its pages
@@ -14,7 +14,11 @@ under ``domain/<host>/``:
                                        ``spider/<Exception>`` (a callback raised)
 =====================================  ===============================================
 
-so that a domain's success rate is ``ok / (pages + download errors)`` and its mean
+and every failure once more in ``crawlplug/failed`` (:data:`crawlplug.failures.FAILED`,
+the run's ``errors`` counter). What a failure is, and that a robots.txt fetch is no page,
+is :mod:`crawlplug.failures`' definition, the one every view counts by.
+
+So a domain's success rate is ``ok / (pages + download errors)`` and its mean
 response time ``latency_ms / pages`` (crawlplug.ops.report does the sums). With
 :class:`crawlplug.stats.RedisStatsCollector` they reach Redis with the node's other
 stats, every CRAWLPLUG_STATS_INTERVAL seconds: no round trip of their own. A node
@@ -27,11 +31,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider, signals
-from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
 from .config import setting
+from .failures import FAILED, exception_failure, not_a_page, response_failure, spider_failure
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -71,22 +75,29 @@ class DomainStatsMiddleware:
         self.stats.inc_value(f"{PREFIX}{domain}/{what}", count)
 
     # -- the downloader's side ---------------------------------------------------------
+    def _failed(self, domain: str, kind: str) -> None:
+        self._inc(domain, f"error/{kind}")
+        self.stats.inc_value(FAILED)
+
     def process_response(self, request: Request, response: Response, spider: Spider | None = None) -> Response:
+        if not_a_page(request):
+            return response  # robots.txt: not a page of the crawl
         domain = self.domain(response)
         self._inc(domain, "pages")
-        if response.status < 400:
+        failed = response_failure(request, response)
+        if failed is None:
             self._inc(domain, "ok")
         else:
-            self._inc(domain, f"error/http/{response.status}")
+            self._failed(domain, failed)
         latency = request.meta.get("download_latency")
         if isinstance(latency, (int, float)) and latency >= 0:
             self._inc(domain, "latency_ms", round(latency * 1000))
         return response
 
     def process_exception(self, request: Request, exception: BaseException, spider: Spider | None = None) -> None:
-        if isinstance(exception, IgnoreRequest):
-            return  # filtered (robots.txt, offsite), not a failed download
-        self._inc(self.domain(request), f"error/download/{type(exception).__name__}")
+        failed = exception_failure(request, exception)  # None: filtered (robots.txt, offsite), or robots.txt's own
+        if failed is not None:
+            self._failed(self.domain(request), failed)
 
     # -- the spider's side ---------------------------------------------------------------
     def item_scraped(self, item: Any, response: Response | None, spider: Spider) -> None:
@@ -95,4 +106,4 @@ class DomainStatsMiddleware:
 
     def spider_error(self, failure: Any, response: Response | None, spider: Spider) -> None:
         if isinstance(response, Response):
-            self._inc(self.domain(response), f"error/spider/{type(failure.value).__name__}")
+            self._failed(self.domain(response), spider_failure(failure))

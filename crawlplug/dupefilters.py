@@ -27,6 +27,7 @@ on any number of machines, agree on one crawl's fingerprints.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,11 @@ logger = logging.getLogger(__name__)
 #: Request.meta key overriding CRAWLPLUG_DEDUP_TTL (seconds) for one request.
 TTL_META = "crawlplug_dedup_ttl"
 
+#: Request.meta key of a start request fetched once in a run, by whichever node's start()
+#: yields it first (crawlplug.scheduler.startonce sets it on the requests of Scrapy's
+#: default start(); a custom start() opts a request in by setting it to True).
+START_ONCE_META = "crawlplug_start_once"
+
 
 class RedisSetDupeFilter(BaseDupeFilter):
     """Exact dedup of raw 20-byte request fingerprints: in the compact store (compact Redis
@@ -96,6 +102,9 @@ class RedisSetDupeFilter(BaseDupeFilter):
         #: what a sharded crawl routes a request by (the crawl's queue class), used on its own
         self._router: BaseQueue | None = None
         self._failing = False  # Redis failed the last check: said once, counted after
+        #: the crawl keeps fingerprints across runs (set by crawlplug's Scheduler when it joins):
+        #: a start request of START_ONCE_META is then recorded under a fingerprint of its run
+        self.per_run_starts = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisSetDupeFilter:
@@ -175,7 +184,16 @@ class RedisSetDupeFilter(BaseDupeFilter):
                     type(self).__name__, keys.crawl, conn.safe_url, settings.get("SCHEDULER"))  # fmt: skip
 
     def fingerprint(self, request: Request) -> bytes:
-        return self.fingerprinter.fingerprint(request)
+        """The request's fingerprint (``crawler.request_fingerprinter``'s). A start request
+        fetched once a run (START_ONCE_META) in a crawl that keeps fingerprints across runs
+        gets one derived from it and the run, so that each run fetches it once, whatever
+        the last runs recorded; in a crawl that starts each run without fingerprints its
+        own fingerprint does that, and links back to it are duplicates."""
+        fp = self.fingerprinter.fingerprint(request)
+        if self.per_run_starts and request.meta.get(START_ONCE_META):
+            run = getattr(self.frontier, "run_id", None)
+            fp = hashlib.sha1(b"crawlplug start of run %d\x00%s" % (run or 0, fp)).digest()
+        return fp
 
     def argument(self, request: Request) -> bytes:
         """The admission script's dedup argument for ``request``."""

@@ -81,11 +81,13 @@ class RolledBack(ScriptRefusal):
 
 class RunEnded(CrawlplugError):
     """The crawl's run ended by a limit or an operator and stays so (crawlplug.frontier.runs);
-    ``state`` is how it ended ("limit", "stopped"), a node's close reason."""
+    ``state`` is a node's close reason (the limit's, e.g. "closespider_pagecount", or
+    "stopped"); ``run_state`` the run's ("limit", "stopped", "draining")."""
 
-    def __init__(self, message: str, state: str = "stopped") -> None:
+    def __init__(self, message: str, state: str = "stopped", run_state: str = "") -> None:
         super().__init__(message)
         self.state = state
+        self.run_state = run_state or ("stopped" if state == "stopped" else "limit")
 class CorruptKey(CrawlplugError, redis.ResponseError):
     """A crawl key holds what crawlplug never writes there (a wrong type, a counter
     that is no integer): the script refused the whole call, having written nothing.

@@ -1,9 +1,13 @@
 """Errors of the whole crawl, by kind, with sample URLs, for the operators.
 
-A downloader middleware (the add-on enables it) counts, crawl-wide in Redis:
+A downloader middleware (the add-on enables it next to the engine, beside
+crawlplug.domainstats, so it sees what Scrapy made of a request once retries and
+redirects are done) counts the failed requests of :mod:`crawlplug.failures`' one
+definition, crawl-wide in Redis:
 
-* ``http/<status>``: responses with status 400 or more;
-* ``download/<ExceptionClass>``: downloads that failed (DNS, timeouts, ...);
+* ``http/<status>``: responses with status 400 or more (robots.txt is no page);
+* ``download/<ExceptionClass>``: downloads that failed after their retries (DNS,
+  timeouts, ...; a request a middleware filtered is none);
 * ``spider/<ExceptionClass>``: callbacks that raised.
 
 It keeps the last few URLs of each kind and sends counts and samples every
@@ -26,6 +30,7 @@ from scrapy.http import Response
 from twisted.internet.task import LoopingCall
 
 from .errors import REDIS_ERRORS
+from .failures import exception_failure, response_failure, spider_failure
 from .frontier.keys import CrawlKeys
 from .scheduler import enginehooks
 
@@ -46,6 +51,9 @@ class ErrorSamplesMiddleware:
         self.counts: dict[str, int] = defaultdict(int)
         self.samples: dict[str, deque[str]] = defaultdict(lambda: deque(maxlen=SAMPLES))
         self.loop: LoopingCall | None = None
+        #: the crawl's Redis and keys, once the scheduler had them: the flush at close needs
+        #: them after the engine has let go of its scheduler
+        self.target: tuple[redis.Redis, CrawlKeys] | None = None
         crawler.signals.connect(self.spider_error, signal=signals.spider_error)
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
@@ -60,18 +68,22 @@ class ErrorSamplesMiddleware:
         self.samples[kind].append(url[:500])
 
     def process_response(self, request: Request, response: Response, spider: Spider | None = None) -> Response:
-        if response.status >= 400:
-            self.record(f"http/{response.status}", response.url)
+        failed = response_failure(request, response)
+        if failed is not None:
+            self.record(failed, response.url)
         return response
 
     def process_exception(self, request: Request, exception: BaseException, spider: Spider | None = None) -> None:
-        self.record(f"download/{type(exception).__name__}", request.url)
+        failed = exception_failure(request, exception)
+        if failed is not None:
+            self.record(failed, request.url)
 
     def spider_error(self, failure: Any, response: Response, spider: Spider) -> None:
-        self.record(f"spider/{type(failure.value).__name__}", getattr(response, "url", "?"))
+        self.record(spider_failure(failure), getattr(response, "url", "?"))
 
     # -- sending -------------------------------------------------------------------------
     def spider_opened(self, spider: Spider) -> None:
+        self._target()  # the scheduler has joined its crawl by now
         self.loop = LoopingCall(self.flush)
         self.loop.start(FLUSH_INTERVAL, now=False)
 
@@ -83,9 +95,9 @@ class ErrorSamplesMiddleware:
     def _target(self) -> tuple[redis.Redis, CrawlKeys] | None:
         scheduler = enginehooks.scheduler(self.crawler)
         frontier = getattr(scheduler, "frontier", None)
-        if frontier is None:
-            return None
-        return frontier.client, frontier.keys
+        if frontier is not None:
+            self.target = frontier.client, frontier.keys
+        return self.target
 
     def flush(self) -> None:
         if not self.counts:

@@ -46,7 +46,7 @@ class ScrapydJob:
     def from_crawler(cls, crawler: Crawler) -> ScrapydJob:
         job_id = crawler.settings.get("CRAWLPLUG_SCRAPYD_JOB")
         if not job_id:
-            raise NotConfigured("no CRAWLPLUG_SCRAPYD_JOB: not a node started by crawlplug through Scrapyd")
+            raise NotConfigured  # not started by crawlplug through Scrapyd (no message: Scrapy would log a WARNING)
         ext = cls(crawler, str(job_id))
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)

@@ -1,6 +1,7 @@
 """Scrapy stats of every node in Redis, and of the whole crawl.
 
-Turn it on with ``STATS_CLASS = "crawlplug.stats.RedisStatsCollector"``. Each
+The add-on turns it on (``STATS_CLASS = "crawlplug.stats.RedisStatsCollector"``, at
+"addon" priority: a project's own STATS_CLASS wins). Each
 node keeps its stats in memory, as Scrapy's own collector does (``inc_value``
 runs many times per page), and every ``CRAWLPLUG_STATS_INTERVAL`` seconds, and
 once more at close, sends what changed in one script call (``lua/stats.lua``):
@@ -128,6 +129,8 @@ class RedisStatsCollector(StatsCollector):
         self._stats.clear()
 
     def open_spider(self, spider: Spider | None = None) -> None:
+        if self._not_joined():
+            return  # a node that exits at once (its run ended, no Redis) counts in no run's stats
         spider = spider or self._crawler.spider
         name = spider.name if spider is not None else self._crawler.spidercls.name
         try:
@@ -167,6 +170,17 @@ class RedisStatsCollector(StatsCollector):
         finally:
             if self._conn is not None:
                 self._conn.client.close()
+
+    def _not_joined(self) -> bool:
+        """Whether crawlplug's Scheduler is this node's and joined no crawl (it failed at start,
+        and the node closes). The engine opens its scheduler before the stats collector."""
+        engine = getattr(self._crawler, "engine", None)
+        # engine.scheduler is public since Scrapy 2.19; its slot's before (as enginehooks.scheduler)
+        scheduler = getattr(engine, "scheduler", None)
+        if scheduler is None:  # not `or`: a scheduler's truth is its len(), a Redis call
+            scheduler = getattr(getattr(engine, "_slot", None), "scheduler", None)
+        ours = type(scheduler).__module__.startswith("crawlplug.scheduler")
+        return ours and getattr(scheduler, "frontier", None) is None
 
     # -- Redis ---------------------------------------------------------------------
     def bind(self, client: redis.Redis, keys: CrawlKeys, node_id: str) -> None:

@@ -31,7 +31,7 @@ import redis
 
 from crawlplug.demo.shop import DemoShop, ShopServer, serve
 
-from .support.nodes import ROOT, SCRAPY, Node
+from .support.nodes import ROOT, SCRAPY, Node, tty_process
 from .support.servers import RedisServer, free_port, redisbloom_module
 
 __all__ = ["ROOT", "SCRAPY", "Node", "RedisServer", "free_port", "redisbloom_module"]
@@ -186,12 +186,17 @@ def crawl(tmp_path: Path) -> Iterator[callable]:
     counter = [0]
 
     def start(spider: str = "shop", *, args: dict[str, str] | None = None,
-              settings: dict[str, object] | None = None, env: dict[str, str] | None = None) -> Node:
+              settings: dict[str, object] | None = None, env: dict[str, str] | None = None,
+              terminal: bool = False, overwrite: bool = False, items: Path | None = None) -> Node:  # fmt: skip
+        """``terminal``: standard input and error are a terminal (a pty), as for a person who
+        typed `scrapy crawl`; else standard input is /dev/null, whatever pytest's is.
+        ``overwrite``: the feed is given with -O (Scrapy's "overwrite"), not -o; ``items``: the
+        feed file (default: one of its own)."""
         counter[0] += 1
         n = counter[0]
         log = tmp_path / f"node{n}.log"
-        items = tmp_path / f"node{n}.jsonl"
-        cmd = [SCRAPY, "crawl", spider, "-o", f"{items}:jsonlines", "-s", f"LOG_FILE={log}",
+        items = items or tmp_path / f"node{n}.jsonl"
+        cmd = [SCRAPY, "crawl", spider, "-O" if overwrite else "-o", f"{items}:jsonlines", "-s", f"LOG_FILE={log}",
                "-s", "LOG_LEVEL=INFO"]  # fmt: skip
         for key, value in (args or {}).items():
             cmd += ["-a", f"{key}={value}"]
@@ -200,8 +205,12 @@ def crawl(tmp_path: Path) -> Iterator[callable]:
         proc_env = dict(os.environ)
         proc_env.pop("REDIS_URL", None)
         proc_env.update(env or {})
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=proc_env, stdout=subprocess.DEVNULL,
-                                stderr=open(tmp_path / f"node{n}.err", "wb"))  # fmt: skip
+        err = tmp_path / f"node{n}.err"
+        if terminal:
+            proc = tty_process(cmd, cwd=ROOT, env=proc_env, output=err)
+        else:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=proc_env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=open(err, "wb"))  # fmt: skip
         node = Node(proc, log, items)
         nodes.append(node)
         return node

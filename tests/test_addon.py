@@ -23,6 +23,17 @@ def test_addon_turns_crawlplug_on():
     assert isinstance(crawler.get_addon(Addon), Addon)
 
 
+def test_addon_keeps_the_stats_in_redis_unless_the_project_names_a_collector():
+    """Reports, alerts and the dashboard's per-node numbers read the stats the nodes keep in
+    Redis: the add-on line alone turns the collector on; a project's own STATS_CLASS wins."""
+    s = get_crawler(settings_dict=dict(ADDONS)).settings
+    assert s["STATS_CLASS"] == "crawlplug.stats.RedisStatsCollector"
+    assert s.getpriority("STATS_CLASS") == SETTINGS_PRIORITIES["addon"]
+    own = get_crawler(settings_dict={**ADDONS, "STATS_CLASS": "scrapy.statscollectors.MemoryStatsCollector"})
+    assert own.settings["STATS_CLASS"] == "scrapy.statscollectors.MemoryStatsCollector"
+    assert repr(Addon()) == "crawlplug.Addon", "Scrapy's 'Enabled addons:' line prints it"
+
+
 def test_addon_by_class_object():
     crawler = get_crawler(settings_dict={"ADDONS": {Addon: 0}})
     assert crawler.settings["SCHEDULER"] == "crawlplug.scheduler.Scheduler"

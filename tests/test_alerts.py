@@ -190,7 +190,7 @@ def test_an_episode_fires_once_and_clears_once_and_the_cooldown_keeps_a_new_one_
 
 def test_each_metric_is_computed_from_the_crawl_in_redis(r):
     now = int(r.time()[0]) * 1000
-    r.hset(KEYS.stats, "acked", 10)
+    r.hset(KEYS.stats, mapping={"acked": 10, "errors": 3})  # the run's counters, as the heartbeats add them
     r.hset(KEYS.crawlstats, mapping={"downloader/exception_count": 2, "downloader/response_status_count/404": 1,
                                      "downloader/response_status_count/200": 9, "site/shop/field/price/missing": 1,
                                      "site/shop/field/price/filled": 3})  # fmt: skip
@@ -203,8 +203,10 @@ def test_each_metric_is_computed_from_the_crawl_in_redis(r):
     def value(metric: str, arg: str | None = None) -> float | None:
         return alerts.METRICS[metric][2](r, KEYS, snap, arg)
 
-    assert value("error_rate") == 0.3  # (2 exceptions + one 404) / 10 done
-    assert value("null_rate", "shop.price") == 0.25 and value("null_rate", "shop.name") == 0.0
+    assert value("error_rate") == 0.3  # 3 failed requests (the run's errors) / 10 done
+    assert value("null_rate", "shop.price") == 0.25
+    unknown = value("null_rate", "shop.name")
+    assert isinstance(unknown, alerts.Unknown) and "no item of site 'shop' counted for field 'name'" in unknown
     assert value("limit_reached") == 1.0
     assert 2.0 <= value("no_progress_minutes") < 2.2  # since the run started
     assert value("dead_letters_growth") == 2.0
@@ -216,7 +218,9 @@ def test_each_metric_is_computed_from_the_crawl_in_redis(r):
     r.hset(KEYS.run, "state", "finished")
     assert alerts.METRICS["limit_reached"][2](r, KEYS, alerts.status.snapshot(r, KEYS), None) == 0.0
     r.delete(KEYS.crawlstats)
-    assert alerts.METRICS["error_rate"][2](r, KEYS, alerts.status.snapshot(r, KEYS), None) is None  # no stats: unknown
+    bare = alerts.status.snapshot(r, KEYS)
+    assert alerts.METRICS["error_rate"][2](r, KEYS, bare, None) == 0.3, "no Scrapy stats needed: the run counts"
+    assert alerts.METRICS["null_rate"][2](r, KEYS, bare, "shop.price") == alerts.NO_SCRAPY_STATS
 
 
 # -- the CLI, against a real Redis ------------------------------------------------------------------
@@ -224,6 +228,10 @@ def test_each_metric_is_computed_from_the_crawl_in_redis(r):
 
 def test_alerts_add_list_delete_and_bad_input_stores_nothing(redis_url, r, receiver):
     res = cli(redis_url, "alerts", "add", "shop", "--when", "error_rate > 0.2 for 2m", "--notify", receiver.apprise_url())
+    assert res.exit_code == 1 and "no crawl 'shop' on this Redis" in res.output and "give --create" in res.output
+    assert stored.alerting_crawls(r) == [] and r.keys("*") == [], "refused: nothing stored, no crawl made"
+    res = cli(redis_url, "alerts", "add", "shop", "--when", "error_rate > 0.2 for 2m", "--notify", receiver.apprise_url(),
+              "--create")  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "added alert rule 'rule1' of crawl 'shop': error_rate > 0.2 for 2m" in res.output
     rule = stored.rules(r, KEYS)["rule1"]
@@ -297,6 +305,33 @@ def test_one_leader_sends_each_change_once_and_a_deposed_one_writes_nothing(fres
     client.close()
 
 
+def test_a_rule_that_cannot_be_evaluated_shows_as_such_and_resumes_when_it_can(redis_url, r):
+    """A rule whose metric is unknown (no Scrapy stats in Redis, no item of the field yet) is
+    recorded and listed as unknown, with why, in `alerts list` and the dashboard's view; its
+    state resumes once the metric is known, and nothing is announced meanwhile."""
+    r.hset(KEYS.run, mapping={"id": 1, "state": "running", "epoch": "e"})
+    r.hset(KEYS.stats, mapping={"acked": 10, "errors": 1})
+    stored.put(r, KEYS, alerts.make_rule("nulls", "null_rate(shop.price) > 0.1", []))
+    stored.put(r, KEYS, alerts.make_rule("errors", "error_rate > 0.05", []))
+    evaluator = alerts.Evaluator(r, "one")
+    evaluator.tick()
+    states = stored.states(r, KEYS)
+    assert states["nulls"]["unknown"] == alerts.NO_SCRAPY_STATS and states["nulls"]["value"] is None
+    assert (states["errors"]["state"], states["errors"]["value"]) == ("firing", 0.1), "error_rate needs no stats"
+    res = cli(redis_url, "alerts", "list", "shop")
+    assert res.exit_code == 0, res.output
+    assert f"shop/nulls  null_rate(shop.price) > 0.1  unknown ({alerts.NO_SCRAPY_STATS})" in res.output, res.output
+    assert "shop/errors  error_rate > 0.05  firing, value 0.1" in res.output
+    shown = {row["id"]: row for row in alerts.view(r, KEYS)["rules"]}  # what /api/alerts serves
+    assert (shown["nulls"]["state"], shown["nulls"]["why"]) == ("unknown", alerts.NO_SCRAPY_STATS)
+    # items counted: it is evaluated, and holds
+    r.hset(KEYS.crawlstats, mapping={"site/shop/field/price/missing": 1, "site/shop/field/price/filled": 1})
+    evaluator.tick()
+    assert stored.states(r, KEYS)["nulls"]["state"] == "firing" and "unknown" not in stored.states(r, KEYS)["nulls"]
+    assert [e["rule"] for e in stored.events(r, KEYS)] == ["nulls", "errors"], "announced once known"
+    evaluator.release()
+
+
 def test_a_corrupt_alert_log_is_reported_and_the_other_crawls_still_alert(fresh_redis, receiver, caplog):
     client = redis.Redis.from_url(fresh_redis.url)
     other = CrawlKeys("books")
@@ -322,7 +357,7 @@ def test_a_corrupt_alert_log_is_reported_and_the_other_crawls_still_alert(fresh_
 def test_every_node_killed_alerts_once_through_the_control_process(redis_url, r, crawl, make_shop, receiver,
                                                                     tmp_path: Path):  # fmt: skip
     shop = make_shop(items=400, delay=0.2)
-    res = cli(redis_url, "alerts", "add", "shop", "--when", "silent_nodes > 0 for 1s", "--name", "nodes",
+    res = cli(redis_url, "alerts", "add", "shop", "--create", "--when", "silent_nodes > 0 for 1s", "--name", "nodes",
               "--notify", receiver.apprise_url())  # fmt: skip
     assert res.exit_code == 0, res.output
     control = ControlProcess(redis_url, tmp_path / "control.log", ("--dashboard-url", "http://dash.example:8642/"))
@@ -373,7 +408,7 @@ def test_rules_in_the_settings_are_stored_by_the_nodes_and_a_bad_one_is_left_out
 @pytest.mark.e2e
 def test_a_run_ended_by_its_page_limit_alerts_once(redis_url, r, crawl, make_shop, receiver, tmp_path: Path):
     shop = make_shop(items=60)
-    res = cli(redis_url, "alerts", "add", "shop", "--when", "limit_reached", "--name", "limit",
+    res = cli(redis_url, "alerts", "add", "shop", "--create", "--when", "limit_reached", "--name", "limit",
               "--notify", receiver.apprise_url())  # fmt: skip
     assert res.exit_code == 0, res.output
     control = ControlProcess(redis_url, tmp_path / "control.log")

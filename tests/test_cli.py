@@ -46,7 +46,8 @@ def run(*args: str, input: str | None = None, env: dict[str, str] | None = None)
     return CliRunner().invoke(main, list(args), input=input, env={**base, **(env or {})})
 
 
-def test_status_of_an_empty_crawl(redis_url):
+def test_status_of_an_empty_crawl(redis_url, r):
+    registry.register(r, KEYS)  # it exists (a command created it), with nothing stored yet
     res = run("status", "--redis-url", redis_url, "--crawl", KEYS.crawl)
     assert res.exit_code == 0, res.output
     assert "crawl 'clitest' on redis://127.0.0.1:" in res.output
@@ -212,6 +213,7 @@ def test_embedded_start_url_stop(project_copy, monkeypatch):
         assert url.startswith("unix://") and str(project_copy) in url
         assert run("embedded", "url").output.strip() == url
         # with no --redis-url the commands use (and would start) this Redis
+        assert run("push", "--crawl", "shop", "http://example.com/").exit_code == 0
         status = run("status", "--crawl", "shop", "--json")
         assert status.exit_code == 0, status.output
         assert json.loads(status.output)["embedded"] is True
@@ -223,16 +225,16 @@ def test_embedded_start_url_stop(project_copy, monkeypatch):
 
 
 def test_a_command_that_starts_the_embedded_redis_says_so(project_copy, monkeypatch):
-    """`crawlplug status` with no Redis running starts the project's embedded one, which goes
-    on running after the command: said on stderr (stdout stays the status), once."""
+    """`crawlplug crawls` with no Redis running starts the project's embedded one, which goes
+    on running after the command: said on stderr (stdout stays the listing), once."""
     monkeypatch.chdir(project_copy)
     try:
-        first = run("status", "--crawl", "shop", "--json")
+        first = run("crawls", "--json")
         assert first.exit_code == 0, first.output
-        assert json.loads(first.stdout)["embedded"] is True
+        assert json.loads(first.stdout)["crawls"] == []
         assert first.stderr == (f"crawlplug: started the embedded Redis of {project_copy / '.crawlplug'}; it keeps "
                                 "running (`crawlplug embedded stop` stops it)\n")  # fmt: skip
-        again = run("status", "--crawl", "shop", "--json")
+        again = run("crawls", "--json")
         assert again.exit_code == 0 and again.stderr == "", "already running: nothing to say"
     finally:
         assert "Stopped" in run("embedded", "stop").output

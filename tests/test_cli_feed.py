@@ -229,9 +229,20 @@ def test_a_command_naming_an_unknown_crawl_says_so_and_lists_the_known_ones(redi
         res = cli(redis_url, *args)
         assert res.exit_code == 1 and "no crawl 'feedtest'" in res.output, (args, res.output)
     assert r.llen(KEYS.start_urls) == 0 and not r.exists(KEYS.control), "nothing was written"
-    # status says so too, but a status probe is no error
-    res = cli(redis_url, "status")
-    assert res.exit_code == 0 and "Known crawls: 'books', 'shop'" in res.output, res.output
+    # every read of it too: the status, its runs, its report, its items, its alert rules
+    for args in (["status"], ["status", "--json"], ["crawls", "show"], ["report"], ["items", "count"],
+                 ["alerts", "list"], ["stop"], ["limits"]):  # fmt: skip
+        res = cli(redis_url, *args)
+        assert res.exit_code == 1, (args, res.output)
+        assert "no crawl 'feedtest' on this Redis; known crawls: 'books', 'shop'" in res.output, (args, res.output)
+    # an alert rule on it is refused (it would never fire), unless the crawl is to be created
+    res = cli(redis_url, "alerts", "add", "--when", "silent_nodes > 0")
+    assert res.exit_code == 1 and "known crawls: 'books', 'shop'" in res.output and "give --create" in res.output
+    assert registry.known_crawls(r) == ["books", "shop"], "a refused command creates nothing"
+    res = cli(redis_url, "alerts", "add", "--when", "silent_nodes > 0", "--create", "--crawl", "early")
+    assert res.exit_code == 0 and "crawl 'early' is new: created it" in res.output, res.output
+    assert registry.known_crawls(r) == ["books", "early", "shop"]
+    assert cli(redis_url, "items", "count", "--key", "myspider:items").output.strip() == "0", "--key: no crawl"
     # a command that writes into a crawl that does not exist creates it, and says so
     res = cli(redis_url, "push", "http://example.com/x")
     assert res.exit_code == 0, res.output

@@ -160,6 +160,44 @@ def test_an_expired_lease_goes_back_to_its_domain_and_frees_its_slot(r, domains)
     assert r.hget(K.dstate, "b:k.test") == b"1"
 
 
+def test_a_dead_node_frees_its_domains_slots_before_its_leases_expire(r, domains):
+    """Declared dead after 3 missed heartbeats, a node's leases stop counting against their
+    domains at once, while the leases wait for their timeout: in that order in Redis, whose
+    state is read after each step (no time is asserted)."""
+    dying = Frontier(r, K, queue=DomainQueue(), node_id="dies", lease_timeout=1.0, heartbeat=0.02)
+    domains.configure({"s:*": "0 1"})
+    admit(dying, "k.test", ["a", "b", "c"], priority=3)
+    dying.heartbeat([])
+    [held] = pop_sent(dying, 5)
+    dying.heartbeat([held.id])
+    reaper = Frontier(r, K, queue=DomainQueue(), node_id="reaper", lease_timeout=30)
+    assert reaper.pop(5) == [], "the domain's one slot is the dying node's"
+    events = []
+
+    def step() -> None:
+        reaper.heartbeat([])
+        reaper.reap()
+        state = ("dies" in {m.decode() for m in r.zrange(K.nodes, 0, -1)}, r.zscore(K.leases, held.id) is not None,
+                 r.hget(K.dstate, "b:k.test"))  # fmt: skip
+        if not events or events[-1] != state:
+            events.append(state)
+        time.sleep(0.005)
+
+    while r.zscore(K.nodes, "dies") is not None:  # its heartbeat stopped: 3 beats of 20 ms
+        step()
+    step()
+    mine = reaper.pop(5)
+    assert payloads(mine) == ["k.test/b"], "the slot is free: a live node crawls the domain"
+    assert r.zscore(K.leases, held.id) is not None and r.hget(K.leased, held.id).endswith(b"|f")
+    assert int(r.hget(K.stats, "slots_freed")) == 1
+    while r.zscore(K.leases, held.id) is not None:  # its lease expires later, and is reaped then
+        step()
+    assert events[0] == (True, True, b"1") and events[1] == (False, True, None) and events[-1][1] is False, events
+    assert r.hget(K.dstate, "b:k.test") == b"1", "the reaped lease freed no slot twice: only mine counts"
+    reaper.admit([], acks=[mine[0].id])
+    assert payloads(reaper.pop(5)) == ["k.test/a"], "the dead node's request, back in the queue"
+
+
 def test_a_big_domain_does_not_starve_small_ones(frontier, domains):
     domains.configure({"s:*": "0 0"})
     admit(frontier, "big.test", [str(i) for i in range(200)])

@@ -141,3 +141,60 @@ def test_log_with_dupefilter_debug_logs_every_duplicate(r, caplog):
     assert len(messages) == 3
     assert all("http://example.com/" in m for m in messages)
     assert df.crawler.stats.get_value("dupefilter/filtered") == 3
+
+
+# -- start URLs once a run (crawlplug.scheduler.startonce) ---------------------------------------------
+
+
+def test_the_default_starts_are_deduplicated_once_a_run_and_a_custom_start_keeps_its_own():
+    import asyncio
+
+    from scrapy import Spider
+
+    from crawlplug.dupefilters import START_ONCE_META
+    from crawlplug.scheduler.startonce import StartOnceMiddleware, default_start
+
+    class Genspider(Spider):
+        name = "gen"
+        start_urls = ["http://example.com/", "http://example.com/b"]
+
+    class Login(Spider):
+        name = "login"
+
+        async def start(self):
+            yield Request("http://example.com/login", dont_filter=True)  # each node logs in
+            yield Request("http://example.com/catalog", dont_filter=True, meta={START_ONCE_META: True})
+            yield {"an": "item"}
+
+    async def through(spidercls):
+        crawler = get_crawler(spidercls)
+        crawler.spider = spidercls.from_crawler(crawler)
+        return [x async for x in StartOnceMiddleware.from_crawler(crawler).process_start(crawler.spider.start())]
+
+    assert default_start(Genspider()) and not default_start(Login())
+    gen = asyncio.run(through(Genspider))
+    assert [(x.url, x.dont_filter, x.meta) for x in gen] == [
+        (url, False, {START_ONCE_META: True, "allow_offsite": True}) for url in Genspider.start_urls]
+    login, catalog, item = asyncio.run(through(Login))
+    assert login.dont_filter and START_ONCE_META not in login.meta, "a custom start's request: per node"
+    assert not catalog.dont_filter and catalog.meta[START_ONCE_META] and item == {"an": "item"}
+
+
+def test_a_start_request_once_a_run_is_admitted_once_in_each_run_of_an_incremental_crawl(r):
+    """A crawl that keeps fingerprints (incremental) records a start request once a run under
+    a fingerprint of its run: the copy of another node is a duplicate, the next run fetches it
+    again; a crawl that clears them each run uses the request's own fingerprint."""
+    from crawlplug.dupefilters import START_ONCE_META
+
+    df = make_df(r)
+    start = Request("http://example.com/", meta={START_ONCE_META: True})
+    link = Request("http://example.com/")
+    assert df.fingerprint(start) == df.fingerprint(link), "not incremental: its own fingerprint"
+    df.per_run_starts = True
+    df.frontier.run_id = 1
+    assert df.request_seen(link) is False, "run 1 recorded the page (an incremental crawl keeps it)"
+    assert df.request_seen(start) is False, "the start request of run 1: fetched once in it"
+    assert df.request_seen(start) is True, "another node's copy"
+    df.frontier.run_id = 2
+    assert df.request_seen(start) is False and df.request_seen(start) is True, "run 2: once again"
+    assert df.request_seen(link) is True, "a link to it is still a duplicate"

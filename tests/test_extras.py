@@ -39,7 +39,7 @@ def test_core_and_command_work_without_the_extras(redis_url, shop):
     imports = "import crawlplug, crawlplug.scheduler, crawlplug.dupefilters, crawlplug.spiders, crawlplug.cli"
     proc = _run([sys.executable, "-c", imports], redis_url)
     assert proc.returncode == 0, proc.stderr
-    for args in (["--version"], ["crawls"], ["status", "--crawl", "shop"], ["push", "--crawl", "other", "http://example.com/"]):
+    for args in (["--version"], ["crawls"], ["push", "--crawl", "other", "http://example.com/"], ["status", "--crawl", "other"]):
         proc = _run([CRAWLPLUG, *args], redis_url)
         assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
     # a real crawl, with only the core installed (the demo project's spiders minus the site spider)

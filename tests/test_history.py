@@ -10,6 +10,8 @@ tests and the last one let the nodes' own heartbeats write it.
 from __future__ import annotations
 
 import json
+import re
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -243,16 +245,22 @@ def test_a_month_of_history_stays_in_bounded_memory(r):
 
 
 def test_status_since_prints_and_serves_the_history(r, redis_url):
+    """`status --since 1h` of a crawl that began 40 minutes ago: its rows start when it began,
+    none of dashes for the 20 minutes before it existed."""
     now = redis_ms(r)
-    _two_runs(r, HistoryAt(r), now)
+    t = _two_runs(r, HistoryAt(r), now)
     res = cli(redis_url, "status", "--crawl", "hist", "--since", "1h")
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    head = next(line for line in lines if line.startswith("history, last 1 h:"))
-    assert "135 pages, 52 items, 1 errors, 230 admitted; per 3 min (minute records)" in head, head
+    head = next(line for line in lines if line.startswith("history, "))
+    assert re.fullmatch(r"history, since the crawl began, 4[01]m\d\ds ago \(of the last 1 h asked\): 135 pages, "
+                        r"52 items, 1 errors, 230 admitted; per 2 min \(minute records\)", head), head
     table = lines[lines.index(head) + 1:]
     assert table[0].split() == ["from", "pages", "items", "errors", "admitted", "queued", "in", "flight", "dead", "nodes"]
-    assert sum(int(row.split()[1].replace(",", "")) for row in table[1:21] if row.split()[1] != "-") == 135
+    rows = table[1:-1]
+    assert rows[0].split()[0] == time.strftime("%H:%M", time.localtime(t["start1"] / 1000)), "the first row: it began"
+    assert rows[0].split()[1] != "-" and len(rows) <= 21
+    assert sum(int(row.split()[1].replace(",", "")) for row in rows if row.split()[1] != "-") == 135
     assert "pages/min" in table[-1]
 
     got = json.loads(cli(redis_url, "status", "--crawl", "hist", "--since", "1h", "--json").output)

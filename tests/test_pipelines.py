@@ -24,6 +24,7 @@ from scrapy.utils.test import get_crawler
 
 from crawlplug.cli import main
 from crawlplug.errors import ConfigError, ItemError
+from crawlplug.frontier import registry
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.pipelines import RedisItemPipeline, count_items, item_json, iter_items
 
@@ -238,6 +239,9 @@ def test_cli_count_and_export(fmt, r, redis_url, tmp_path):
 
 
 def test_cli_without_items(r, redis_url):
+    res = run("items", "count", "--redis-url", redis_url, "--crawl", KEYS.crawl)
+    assert res.exit_code == 1 and f"no crawl {KEYS.crawl!r} on this Redis" in res.output, "unknown: said, not 0"
+    registry.register(r, KEYS)  # the crawl exists (a node started it), with no items yet
     res = run("items", "count", "--redis-url", redis_url, "--crawl", KEYS.crawl)
     assert res.exit_code == 0 and res.output.strip() == "0"
     res = run("items", "export", "--redis-url", redis_url, "--crawl", KEYS.crawl)

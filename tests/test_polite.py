@@ -15,7 +15,9 @@ c. a big host does not hold up small ones: each small host is done before
    the big host is (the PriorityQueue order is printed for comparison);
 d. a robots.txt ``Crawl-delay`` acts as the host's delay (ROBOTSTXT_OBEY), and
    the delay still holds between request starts when every node first
-   fetches robots.txt from a slow host (d2).
+   fetches robots.txt from a slow host (d2);
+e. a node killed mid-download frees its host's slot once declared dead (3 missed
+   heartbeats), before its lease expires.
 
 The nodes of a crawl are started first and wait for a "go" file
 (``-a go_file=...``) before they yield their start URLs, so the crawl starts
@@ -28,6 +30,7 @@ ratio); the measured numbers are printed (``pytest -s``).
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +41,7 @@ from scrapy.exceptions import CloseSpider
 from scrapy.http import HtmlResponse, Request
 
 from spiders.multisite import MultiSiteSpider
-from tests.support.nodes import run_together
+from tests.support.nodes import run_together, wait_until
 from tests.support.politesite import (
     HostSite,
     PoliteSite,
@@ -326,3 +329,65 @@ def test_delay_holds_when_nodes_fetch_robots_txt_first(crawl, redis_url, tmp_pat
               f"{robots} robots.txt fetches, pages per node {per_node(nodes)}")  # fmt: skip
         assert gap >= 1 - TOLERANCE, f"two request starts of {host} only {gap:.3f} s apart (delay 1 s)"
 
+
+
+def test_a_killed_node_frees_its_domains_slot_before_its_lease_expires(crawl, redis_url, r, tmp_path):
+    """e. A node killed while it downloads from a host whose concurrency is 1: declared dead
+    after 3 missed heartbeats, its request stops holding the host's slot and the other node
+    crawls the host, while the killed node's lease waits for the lease timeout before it is
+    requeued. Asserted on the order of the states Redis went through, read in one
+    transaction at a time (no time is asserted); nothing is lost."""
+    from crawlplug.frontier.keys import CrawlKeys
+
+    host = loopback_hosts(1)[0]
+    keys = CrawlKeys("polite-dead")
+    with PoliteSite({host: HostSite(pages=5, latency=0.8)}) as site:
+        settings = {"REDIS_URL": redis_url, "CRAWLPLUG_CRAWL_ID": keys.crawl, **FAST, "CRAWLPLUG_LEASE_TIMEOUT": 4,
+                    "CRAWLPLUG_QUEUE_CLASS": DOMAIN_QUEUE, "CRAWLPLUG_DOMAIN_CONCURRENCY": 1,
+                    "CRAWLPLUG_DOMAIN_DELAY": 0, "CONCURRENT_REQUESTS": 1}  # fmt: skip
+        go = tmp_path / "go"
+        args = {"start_urls": ",".join(site.start_urls), "go_file": str(go)}
+        nodes = [crawl("multisite", args=args, settings=settings) for _ in range(2)]
+        for node in nodes:
+            wait_until(lambda node=node: "multisite: waiting for" in node.text(), "the nodes up", nodes=[node])
+        go.touch()
+
+        def holder() -> tuple[str, str] | None:
+            """(lease id, pid of its node) of a lease on the host whose download has not ended
+            (its record has no "|f": it holds the host's slot), once more pages are queued."""
+            for lease, info in r.hgetall(keys.leased).items():
+                node, *rest = info.decode().split("|")
+                if len(rest) == 3 and r.zcard(keys.dq) > 0:
+                    return lease.decode(), node.split(":")[1]
+            return None
+
+        wait_until(lambda: holder() is not None, "a node to hold the host's one slot, pages queued", nodes=nodes)
+        held, pid = holder()  # type: ignore[misc]
+        victim = next(n for n in nodes if str(n.proc.pid) == pid)
+        survivor = next(n for n in nodes if n is not victim)
+        victim.kill()
+        states: list[tuple[bool, bool, bool]] = []  # (victim registered, its lease held, the survivor holds one)
+        while True:
+            pipe = r.pipeline(transaction=True)
+            pipe.zrange(keys.nodes, 0, -1)
+            pipe.zscore(keys.leases, held)
+            pipe.hgetall(keys.leased)
+            registered, deadline, leased = pipe.execute()
+            state = (any(n.decode().split(":")[1] == pid for n in registered), deadline is not None,
+                     any(info.decode().split(":")[1] == str(survivor.proc.pid) and info.decode().count("|") >= 3
+                         for info in leased.values()))  # fmt: skip
+            if not states or states[-1] != state:
+                states.append(state)
+            if not state[1]:
+                break  # the lease expired and was reaped
+            assert survivor.proc.poll() is None, survivor.text()[-3000:]
+            time.sleep(0.02)
+        print(f"\n[polite] states after the kill (registered, its lease held, survivor on the host): {states}")
+        assert states[0] == (True, True, False), "killed while it held the host's one slot"
+        freed = (False, True, True)  # declared dead, its lease still held, the survivor crawling the host
+        assert freed in states, states
+        assert states.index(freed) < len(states) - 1 and not states[-1][1], "freed first, its lease reaped later"
+        assert survivor.wait(60) == 0, survivor.text()[-3000:]
+        assert int(r.hget(keys.stats, "slots_freed") or 0) >= 1
+        fetched = {(v.host, v.path) for v in site.pages()}
+        assert fetched == site.expected(), "nothing lost: the killed node's page was fetched again"

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import HtmlResponse
+from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.test import get_crawler
 from starlette.testclient import TestClient
 from twisted.internet.error import TimeoutError as TwistedTimeout
@@ -19,6 +20,8 @@ from twisted.python.failure import Failure
 
 from crawlplug.cli import main
 from crawlplug.domainstats import OTHER, DomainStatsMiddleware
+from crawlplug.errorsamples import ErrorSamplesMiddleware
+from crawlplug.failures import FAILED
 from crawlplug.frontier import runs, runstats
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.ops import history, report
@@ -50,6 +53,10 @@ def test_a_node_counts_pages_items_errors_and_time_per_host():
         assert mw.process_response(request, response, spider) is response
     mw.process_exception(Request("http://b.test/x"), TwistedTimeout(), spider)
     mw.process_exception(Request("http://b.test/robots"), IgnoreRequest(), spider)  # filtered: not an error
+    # robots.txt as RobotsTxtMiddleware fetches it: no page, its 404 (a site without one) no error
+    robots = Request("http://a.test/robots.txt", meta={"dont_obey_robotstxt": True}, callback=NO_CALLBACK)
+    mw.process_response(robots, HtmlResponse(robots.url, status=404, request=robots), spider)
+    mw.process_exception(robots, TwistedTimeout(), spider)
     _, response = page("http://a.test/1")
     crawler.signals.send_catch_log(signals.item_scraped, item={}, response=response, spider=spider)
     crawler.signals.send_catch_log(signals.item_scraped, item={}, response=response, spider=spider)
@@ -65,6 +72,35 @@ def test_a_node_counts_pages_items_errors_and_time_per_host():
         "domain/b.test/error/download/TimeoutError": 1,
         f"domain/{OTHER}/pages": 1, f"domain/{OTHER}/ok": 1, f"domain/{OTHER}/latency_ms": 20,
     }  # fmt: skip
+    # every failure once more, the count the run's errors sum (crawlplug.failures)
+    assert crawler.stats.get_value(FAILED) == 4, "404, 503, the timeout and the callback that raised"
+    # the errors page's middleware counts the same failures by the same definition
+    samples = ErrorSamplesMiddleware.from_crawler(crawler)
+    samples.process_response(robots, HtmlResponse(robots.url, status=404, request=robots), spider)
+    samples.process_exception(Request("http://b.test/robots"), IgnoreRequest(), spider)
+    samples.process_response(*page("http://a.test/2", 404), spider)
+    samples.process_exception(Request("http://b.test/x"), TwistedTimeout(), spider)
+    assert dict(samples.counts) == {"http/404": 1, "download/TimeoutError": 1}
+
+
+def test_errors_found_last_reach_redis_at_close(r):
+    """The errors page's middleware sends what it counted since its last flush when the spider
+    closes, though the engine has let go of its scheduler by then (a crawl's last errors,
+    the 404s of start entries taken at its end, were lost)."""
+    from types import SimpleNamespace
+
+    from crawlplug import errorsamples
+
+    keys = CrawlKeys("closing")
+    crawler = get_crawler(Spider)
+    crawler.engine = SimpleNamespace(scheduler=SimpleNamespace(frontier=SimpleNamespace(client=r, keys=keys)))
+    samples = ErrorSamplesMiddleware.from_crawler(crawler)
+    samples.spider_opened(Spider("x"))
+    samples.process_response(*page("http://a.test/gone", 404), Spider("x"))
+    crawler.engine = SimpleNamespace(scheduler=None)  # the engine closed its slot before spider_closed
+    samples.spider_closed(Spider("x"))
+    assert [(e["kind"], e["count"], e["samples"]) for e in errorsamples.read(r, keys)] == [
+        ("http/404", 1, ["http://a.test/gone"])]
 
 
 # -- the report, from the stats nodes wrote to Redis ------------------------------------------------

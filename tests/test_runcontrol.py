@@ -167,6 +167,70 @@ def test_stop_is_sticky_until_the_run_is_continued_or_a_new_one_asked_for(r):
     assert runs.join(r, keys, node_id="flusher", ttl_ms=10_000, want="new").run == 3
 
 
+def test_a_node_that_may_begin_after_a_limit_does_so_but_never_after_a_stop(r):
+    """want="after-limit" (a node started at a terminal, CRAWLPLUG_NEW_RUN_AFTER_LIMIT):
+    after a limit it begins the next run, recording the ended one's summary with its totals
+    when no node closed it; after a stop it exits as any node does."""
+    keys = CrawlKeys("trial")
+    node, joined = _node(r, keys)
+    control.apply(r, keys, joined.run, Limits(pages=2), by="n1")
+    node.admit([(bytes([i]) * 20, 0.0, _payload(i)) for i in range(5)])
+    node.admit([], [x.id for x in node.pop(2)])
+    node.heartbeat([])
+    assert node.run_state == "limit" and not r.hexists(keys.runs, "1"), "killed: no node closed it"
+    with pytest.raises(RunEnded) as ended:
+        runs.join(r, keys, node_id="restarted", ttl_ms=10_000)
+    assert (ended.value.state, ended.value.run_state) == ("closespider_pagecount", "limit")
+    typed = runs.join(r, keys, node_id="typed", ttl_ms=10_000, want="after-limit")
+    assert (typed.action, typed.run, typed.previous["state"], typed.previous["reason"]) == (
+        "new", 2, "limit", "closespider_pagecount")
+    summary = json.loads(r.hget(keys.runs, "1"))
+    assert (summary["state"], summary["pages"], summary["enqueued"]) == ("limit", 2, 5)
+    assert r.zcard(keys.queue) == 0, "what run 1 left queued is dropped"
+    assert runs.join(r, keys, node_id="other", ttl_ms=10_000, want="after-limit").action == "join"
+    # an operator's stop stays: no node undoes it
+    assert control.stop(r, keys, by="crawlplug stop (op)").ok
+    with pytest.raises(RunEnded) as stopped:
+        runs.join(r, keys, node_id="typed-again", ttl_ms=10_000, want="after-limit")
+    assert stopped.value.run_state == "stopped" and runs.record(r, keys)["id"] == "2"
+
+
+def test_whether_a_node_begins_a_new_run_after_a_limit(monkeypatch):
+    """CRAWLPLUG_NEW_RUN_AFTER_LIMIT as set; unset, only a node whose standard input and error
+    are terminals and that is no Scrapyd job."""
+    import os
+    import sys
+
+    from scrapy.utils.test import get_crawler
+
+    from crawlplug.scheduler.joining import new_run_after_limit
+
+    def decide(**settings):
+        found = new_run_after_limit(get_crawler(settings_dict=settings))
+        return found.begins, found.why
+
+    assert decide(CRAWLPLUG_NEW_RUN_AFTER_LIMIT=True) == (True, "CRAWLPLUG_NEW_RUN_AFTER_LIMIT=True")
+    assert decide(CRAWLPLUG_NEW_RUN_AFTER_LIMIT="False")[0] is False
+    assert decide() == (False, "its standard input is not a terminal"), "pytest's standard input is no terminal"
+    primary, secondary = os.openpty()
+    try:
+        with open(secondary, "r", closefd=False) as tty_in, open(secondary, "w", closefd=False) as tty_err:
+            monkeypatch.setattr(sys, "stdin", tty_in)
+            monkeypatch.setattr(sys, "stderr", tty_err)
+            assert decide() == (True, "started at a terminal")
+            assert decide(CRAWLPLUG_SCRAPYD_JOB="shop-1") == (False, "it is a Scrapyd job")
+            monkeypatch.setenv("SCRAPY_JOB", "abc")
+            assert decide()[0] is False
+            assert decide(CRAWLPLUG_NEW_RUN_AFTER_LIMIT=True)[0], "the setting wins"
+            monkeypatch.delenv("SCRAPY_JOB")
+            with open(os.devnull, "w") as null:
+                monkeypatch.setattr(sys, "stderr", null)
+                assert decide() == (False, "its standard error is not a terminal")
+    finally:
+        os.close(primary)
+        os.close(secondary)
+
+
 def test_a_drained_run_ends_stopped_when_its_queue_has_run_out(r):
     keys = CrawlKeys("drainable")
     node, joined = _node(r, keys)
@@ -291,6 +355,8 @@ def test_five_nodes_stop_at_a_crawl_wide_page_limit(crawl, make_shop, redis_url,
     assert late.wait(60) == 1
     assert "run 1 of crawl 'shop' was ended by a limit (closespider_pagecount: 300 pages) at " in late.text()
     assert "this node exits" in late.text() and sum(shop.hits.values()) == fetched
+    assert "-s CRAWLPLUG_NEW_RUN_AFTER_LIMIT=True (this one: its standard input is not a terminal)" in late.text()
+    assert not late.items.exists(), "a node that exits at once touches no feed file"
     # the operator raises the limit and continues the run: 30 more pages
     res = cli(redis_url, "continue", "shop")
     assert res.exit_code == 1 and "still reached" in res.output, res.output

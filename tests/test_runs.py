@@ -323,7 +323,7 @@ def test_crawls_lists_every_crawl_and_show_its_runs(crawl, make_shop, redis_url)
     rows = json.loads(cli(redis_url, "crawls", "--json").output)["crawls"]
     assert {r["crawl"]: r["state"] for r in rows} == {"legacy": "none", "shop": "finished"}
     res = cli(redis_url, "crawls", "show", "nosuch")
-    assert res.exit_code == 0 and "no run recorded" in res.output
+    assert res.exit_code == 1 and "no crawl 'nosuch' on this Redis; known crawls: 'legacy', 'shop'" in res.output
     res = cli(redis_url, "status", "--crawl", "shop")
     assert re.search(r"run 1: finished, started .*, ended .* \(finished\)", res.output), res.output
 

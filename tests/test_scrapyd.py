@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from crawlplug.cli import main
 from crawlplug.errors import ConfigError
-from crawlplug.frontier import jobs, runs
+from crawlplug.frontier import jobs, registry, runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.ops.jobs import open_jobs
 from crawlplug.ops.launch import check_reach
@@ -195,6 +195,10 @@ def test_a_daemon_without_the_spider_starts_nothing_anywhere(make_scrapyd, redis
     assert res.exit_code == 1 and "has no spider 'nosuchspider' in project 'default'" in res.output
     assert a.get("daemonstatus.json")["pending"] == b.get("daemonstatus.json")["pending"] == 0
     assert a.jobs()["finished"] == [] and jobs.all_jobs(r, CrawlKeys("nosuchspider")) == []
+    # a refused start creates no crawl: none is listed, none is scraped, none is known
+    assert registry.known_crawls(r) == [] and r.keys("*") == []
+    res = cli(redis_url, "status", "--crawl", "nosuchspider")
+    assert res.exit_code == 1 and "no crawl 'nosuchspider' on this Redis; known crawls: none" in res.output
 
 
 def test_an_egg_deployed_with_scrapyd_deploy_runs(make_scrapyd, make_shop, project_copy: Path, redis_url, tmp_path,

@@ -218,8 +218,10 @@ def test_wheel_in_a_fresh_venv_runs_a_two_node_crawl_of_a_startproject_project(v
         assert Path(imported).is_relative_to(site_packages), imported
         # the node's first line from crawlplug names the version (and, but in the node that
         # started the embedded Redis, the crawl)
-        lines = [line for line in log.splitlines() if "[crawlplug." in line]
+        lines = [line for line in log.splitlines() if re.match(r"\S+ \S+ \[crawlplug\.[\w.]+\] ", line)]
         assert lines and f"INFO: crawlplug {VERSION}: " in lines[0], lines[:3]
+        # the add-on by its name; no WARNING for the features a startproject project does not use
+        assert "[crawlplug.Addon]" in log and "WARNING: Disabled crawlplug" not in log
         assert any(f"INFO: crawlplug {VERSION}: crawl 'shop' on the embedded Redis" in line for line in lines[:2])
     # one node started the embedded Redis, the other joined it
     assert sum(f"crawlplug {VERSION}: started the embedded Redis" in log for log in logs) == 1

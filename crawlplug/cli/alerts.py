@@ -1,7 +1,7 @@
 """``crawlplug alerts``: alert rules of a crawl, evaluated by ``crawlplug control`` (and
 the dashboard), notified through Apprise.
 
-    crawlplug alerts add CRAWL --when "error_rate > 0.2 for 2m" --notify URL [--name N]
+    crawlplug alerts add CRAWL --when "error_rate > 0.2 for 2m" --notify URL [--name N] [--create]
     crawlplug alerts list [CRAWL] [--json]
     crawlplug alerts delete CRAWL NAME
 
@@ -17,6 +17,7 @@ import click
 
 from .. import defaults
 from ..frontier import alerts as stored
+from ..frontier import registry
 from ..frontier.keys import CrawlKeys
 from ..ops import alerts
 from ..ops.control import utc
@@ -52,13 +53,18 @@ def _free_name(have: dict[str, Any]) -> str:
 @click.option("--name", "rule_name", default=None, help="The rule's name (the same name replaces it; default rule<N>).")
 @click.option("--cooldown", type=click.FloatRange(min=0), default=defaults.SETTINGS["CRAWLPLUG_ALERT_COOLDOWN"][0],
               show_default=True, help="Seconds after a notification during which a new episode is not sent.")  # fmt: skip
+@click.option("--create", is_flag=True, help="CRAWL does not exist yet (its first node has not started): create it. "
+              "Without it a crawl unknown to this Redis is refused: a rule on a misspelt crawl never fires.")  # fmt: skip
 @friendly_errors
 def alerts_add(redis_url: str | None, crawl: str | None, name: str | None, when: str, notify: tuple[str, ...],
-               rule_name: str | None, cooldown: float) -> None:  # fmt: skip
+               rule_name: str | None, cooldown: float, create: bool) -> None:  # fmt: skip
     """Add an alert rule to CRAWL."""
     opts = options(redis_url, name or crawl)
     keys = crawl_keys(opts)
     target = connect(opts)
+    if not create and not registry.exists(target.client, keys):
+        fail(f"{registry.unknown_crawl_message(target.client, keys)}; to watch a crawl before its first node "
+             "starts, give --create")  # fmt: skip
     have = stored.rules(target.client, keys)
     rule = alerts.make_rule(rule_name or _free_name(have), when, list(notify), cooldown)
     if create_if_new(target, keys):
@@ -92,6 +98,8 @@ def alerts_list(redis_url: str | None, crawl: str | None, name: str | None, as_j
                 click.echo(f"  {crawl_name}/{rule['id']}: unreadable ({rule['unreadable']!r}): delete it")
                 continue
             value = f", value {rule['value']:g}" if isinstance(rule.get("value"), (int, float)) else ""
+            if rule.get("why"):  # its metric cannot be evaluated now
+                value = f" ({rule['why']})"
             click.echo(f"  {crawl_name}/{rule['id']}  {rule['when']}  {rule['state']}{value}  "
                        f"notify {len(rule.get('notify') or [])} URL(s), cooldown {rule.get('cooldown', 0):g} s")  # fmt: skip
         for event in got["events"][:5]:

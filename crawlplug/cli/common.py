@@ -176,18 +176,22 @@ def scrapy_project(spider: str) -> Project:
 Target = connection.Connection
 
 
-#: Commands that may name a crawl with no state on this Redis: those that write into it
-#: create it and say so; the items commands read keys a pipeline may use without a crawl.
+#: Commands that may name a crawl with no state on this Redis. Those that write into it create
+#: it, only once their own checks passed (a refused command creates nothing), and say so: the
+#: commands that create a crawl, with a node that joins it (docs/operations.md). Every other
+#: command that names an unknown crawl, to read it or change it, fails naming the known crawls.
 CRAWL_MAY_BE_NEW = frozenset({
-    "push", "seeds add", "domains set", "import", "migrate from-scrapy-redis", "dashboard", "crawls",
-    "crawls show", "embedded start", "embedded stop", "embedded url", "items count", "items export",
-    # says so in its report (and lists the known crawls), exit code 0: a status probe of a crawl
-    # about to start is not an error
-    "status",
+    # feed a crawl before (or while) its nodes run: they create it
+    "push", "seeds add", "domains set", "import", "migrate from-scrapy-redis",
     # start a crawl's nodes through Scrapyd, or schedule them: the first start creates the crawl
     "start", "schedule add",
-    # an alert rule may watch a crawl before its first node starts
+    # an alert rule may watch a crawl before its first node starts, with --create only (a
+    # rule on a misspelt crawl would never fire): the command checks it itself
     "alerts add",
+    # a dashboard started before the crawl's first node: it says the crawl does not exist yet
+    "dashboard",
+    # name no crawl
+    "crawls", "embedded start", "embedded stop", "embedded url",
 })  # fmt: skip
 
 

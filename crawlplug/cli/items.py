@@ -17,15 +17,16 @@ from typing import BinaryIO
 import click
 
 from ..pipelines import count_items, iter_items
-from .common import Target, connect, crawl_keys, fail, friendly_errors, main, options, shared_options
+from .common import Options, Target, connect, crawl_keys, fail, friendly_errors, main, options, shared_options
 
 _KEY_HELP = "Read this Redis key instead of the crawl's items key (when CRAWLPLUG_ITEMS_KEY is set)."
 
 
 def _items_key(redis_url: str | None, crawl: str | None, key: str | None) -> tuple[str, Target]:
     opts = options(redis_url, crawl)
-    name = key or crawl_keys(opts).items  # --key needs no --crawl
-    return name, connect(opts)
+    if key:  # --key needs no --crawl (a pipeline may write one without a crawl)
+        return key, connect(Options(opts.redis_url, None))
+    return crawl_keys(opts).items, connect(opts)  # an unknown crawl is refused, naming the known ones
 
 
 @click.group("items")

@@ -14,13 +14,13 @@ from typing import Any
 
 import click
 
+from ..frontier import registry
 from ..frontier.keys import CrawlKeys
 from ..ops import jobs as ops_jobs
 from ..ops.launch import launch
 from .common import (
     connect,
     crawl_keys,
-    create_if_new,
     fail,
     friendly_errors,
     main,
@@ -63,9 +63,12 @@ def start(redis_url: str | None, crawl: str | None, name: str | None, new_run: b
     opts, keys = _keys(name, crawl, redis_url)
     target = connect(opts)
     plan = make_plan(target, keys.crawl, kw, new_run=new_run)
-    created = create_if_new(target, keys)
+    new = not registry.exists(target.client, keys)
+    # launch checks first (the Redis reachable from every daemon, each daemon running the
+    # spider, the run's state) and raises having written nothing: a refused start creates nothing
     out = launch(target.client, keys, plan, by="start",
                  warn=lambda warning: click.echo(f"crawlplug: warning: {warning}", err=True))
+    created = new and registry.register(target.client, keys)  # its job records are its first keys
     if as_json:
         click.echo(json.dumps({"crawl": keys.crawl, "action": out.action, "run": out.run, "message": out.message,
                                "jobs": out.jobs, "refused": out.refused, "warnings": out.warnings}, indent=2,

@@ -53,7 +53,7 @@ def report(redis_url: str | None, crawl: str | None, crawl_name: str | None, run
     missing, invalid and defaulted counts.
 
     From the Scrapy stats the nodes keep in Redis (STATS_CLASS =
-    crawlplug.stats.RedisStatsCollector; site spiders turn it on): the current run's
+    crawlplug.stats.RedisStatsCollector, which the add-on sets): the current run's
     as they stand, an ended run's (--run) as they were when the next run began.
     """
     if as_json and as_csv:

@@ -40,9 +40,15 @@ def _status_report(target: Target, keys: CrawlKeys, since_ms: int | None = None)
     snap = crawl_status.snapshot(target.client, keys)
     past = None
     if since_ms is not None:
+        # from the crawl's beginning when it began within the range: no row before it
+        start = snap["now_ms"] - since_ms
+        began = crawl_history.began(target.client, keys)
+        later = began is not None and start < began < snap["now_ms"]
         # minute or hour records: items and errors too (the 10 s series has neither)
-        past = crawl_history.history(target.client, keys, since_ms=snap["now_ms"] - since_ms, until_ms=snap["now_ms"],
-                                     finest="minute")  # fmt: skip
+        past = crawl_history.history(target.client, keys, since_ms=began if later else start,
+                                     until_ms=snap["now_ms"], finest="minute")  # fmt: skip
+        if later:
+            past["began"], past["asked_seconds"] = began, since_ms // 1000
     return {
         "crawl": keys.crawl,
         "redis": target.safe_url,
@@ -136,8 +142,13 @@ def _history_lines(points: dict[str, Any]) -> list[str]:
     rows = crawl_history.rows(points)
     seconds = (points["until"] - points["since"]) // 1000
     totals = points["totals"]
-    head = (f"history, last {crawl_history.span(seconds) if seconds % 60 == 0 else crawl_status.duration(seconds)}: "
-            f"{totals['done']:,} pages, {totals['items']:,} items, {totals['errors']:,} errors, "
+    if points.get("began") is not None:  # the crawl began within the range asked: from then on
+        asked = points["asked_seconds"]
+        asked_text = crawl_history.span(asked) if asked % 60 == 0 else crawl_status.duration(asked)
+        over = f"since the crawl began, {crawl_status.duration(seconds)} ago (of the last {asked_text} asked)"
+    else:
+        over = f"last {crawl_history.span(seconds) if seconds % 60 == 0 else crawl_status.duration(seconds)}"
+    head = (f"history, {over}: {totals['done']:,} pages, {totals['items']:,} items, {totals['errors']:,} errors, "
             f"{totals['admitted']:,} admitted")  # fmt: skip
     if not rows or all(r["done"] is None for r in rows):
         return [head, "  (no record in this range: no node was running, or it ran before the history was kept)"]
@@ -212,11 +223,13 @@ def status(redis_url: str | None, crawl: str | None, as_json: bool, watch: bool,
            count: int | None, since: str | None) -> None:  # fmt: skip
     """Counts, rate, ETA, counters and nodes of the crawl.
 
-    Queued and in-flight requests, pages done, fingerprints seen, dead
-    letters, failures (when the crawl keeps its Scrapy stats in Redis),
-    pages/min over the last minutes and the ETA at that rate, the counters of
-    the crawl, and each node with its rate, leases and heartbeat age (Redis
-    clock). --watch redraws it live; --json prints it for scripts.
+    Queued and in-flight requests, pages done, fingerprints seen, dead letters,
+    failed requests (HTTP 400 and more, download errors after retries, callbacks
+    that raised; robots.txt is no page), pages/min over the last minutes and the
+    ETA at that rate, the counters of the crawl, and each node with its rate,
+    leases and heartbeat age (Redis clock). --watch redraws it live; --json prints
+    it for scripts; --since adds the history of a range (from the crawl's beginning
+    if it began within it).
     """
     since_ms = crawl_history.parse_duration(since) if since is not None else None  # bad input: before connecting
     if since_ms is not None and watch:

@@ -9,6 +9,7 @@ import socket
 
 import click
 
+from ..frontier import registry
 from .common import connect, crawl_keys, fail, friendly_errors, main, options, shared_options
 
 TOKEN_ENVVAR = "CRAWLPLUG_DASHBOARD_TOKEN"
@@ -89,6 +90,9 @@ def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int, al
     app = create_app(target.client, keys, token, target.safe_url, hosts=hosts, alerts_link=link)
     mode = "actions need the token" if token else f"read-only (set {TOKEN_ENVVAR} to allow actions)"
     click.echo(f"crawlplug dashboard of crawl {keys.crawl!r} on http://{shown}:{port}/  ({mode})", err=True)
+    if not registry.exists(target.client, keys):  # started before the crawl's first node, or misspelt
+        click.echo(f"note: {registry.unknown_crawl_message(target.client, keys)}: it shows the crawl once "
+                   "a node (or `crawlplug push`) creates it", err=True)  # fmt: skip
     if "*" in hosts:
         click.echo("warning: --allow-host '*': any Host header is answered (no DNS-rebinding protection)", err=True)
     else:

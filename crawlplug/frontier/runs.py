@@ -91,6 +91,7 @@ class Joined:
     incremental: bool = False
     waited: float = 0.0  #: seconds spent waiting for another node to begin the run
     at_ms: int = 0  #: when it joined (Redis clock)
+    why: str = ""  #: what let this node begin the run after one ended by a limit (CRAWLPLUG_NEW_RUN_AFTER_LIMIT)
 
 
 @dataclass
@@ -161,7 +162,9 @@ def join(
     """Join the crawl's run as node ``node_id``, resume it, or begin the next one.
 
     ``want="new"`` begins a new run whatever the state (CRAWLPLUG_FLUSH_ON_START:
-    the queue goes too). Raises :class:`~crawlplug.errors.RunEnded` when the run
+    the queue goes too); ``want="after-limit"`` begins one after a run ended by a limit
+    (CRAWLPLUG_NEW_RUN_AFTER_LIMIT, a node started at a terminal), as after a finished
+    one, but never after a stop. Raises :class:`~crawlplug.errors.RunEnded` when the run
     ended by a limit or an operator. Registers the crawl in the Redis's crawl
     registry. Waits (up to ``timeout`` s) while another node begins a run.
     """
@@ -186,7 +189,7 @@ def join(
             state = text(raw[3])
             summary = json_record(detail) or _ended_fields(record(client, keys))
             reason = (summary or {}).get("reason") if state == "limit" else "stopped"
-            raise RunEnded(ended_message(keys, run_id, state, summary), str(reason or state))
+            raise RunEnded(ended_message(keys, run_id, state, summary), str(reason or state), state)
         if action == "wait":
             if time.monotonic() - started > timeout:
                 raise ConfigError(
@@ -201,7 +204,9 @@ def join(
                         flush=begin_as == "new")  # fmt: skip
         started_raw = scripts.runstart(keys=[k.run, k.nodes, k.producers], args=[node_id, epoch, ttl_ms])
         if text(started_raw[0]) != "running":
-            begin_as = "auto"  # another node took the beginning over, or the crawl was reset: again
+            # another node took the beginning over, or the crawl was reset: again (a flush is not
+            # asked twice; a node that may begin after a limit still may)
+            begin_as = "auto" if begin_as == "new" else begin_as
             continue
         registry.register(client, keys)
         return Joined("new", run_id, epoch, previous=previous, cleared=cleared, incremental=incremental,
@@ -316,8 +321,9 @@ def begin(
         pipe.set(part.epoch, epoch)
     if parts[1:]:
         pipe.execute()
-    if previous is not None and flush and "pages" not in previous:
-        # a run cut short by CRAWLPLUG_FLUSH_ON_START: record what it had done
+    if previous is not None and "pages" not in previous and (flush or previous.get("state") == "limit"):
+        # a run cut short by CRAWLPLUG_FLUSH_ON_START, or one ended by a limit whose nodes
+        # all died before one closed: record what it had done
         previous.update(totals(client, parts))
         client.hset(keys.runs, str(previous.get("id")), json.dumps(previous, separators=(",", ":")))
     prev_id = previous.get("id") if previous else None

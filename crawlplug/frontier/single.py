@@ -65,8 +65,9 @@ class Frontier:
         self.dedup = _dedup(dedup)
         self.node_id = node_id or new_node_id()
         self.lease_ms = int(lease_timeout * 1000)
-        # a node is considered gone after it missed several heartbeats
-        self.node_ttl_ms = int(max(lease_timeout, 3 * heartbeat) * 1000)
+        # a node is declared dead after 3 missed heartbeats (reap.lua frees its per-domain
+        # slots then; its leases wait for lease_timeout)
+        self.node_ttl_ms = int(3 * heartbeat * 1000)
         self.heartbeat_ms = int(heartbeat * 1000)
         self.max_deliveries = max_deliveries
         self.scripts = scripts or Scripts(client)

@@ -65,7 +65,7 @@ class SettingsRules:
     def from_crawler(cls, crawler: Crawler) -> SettingsRules:
         entries = declared(crawler.settings.get("CRAWLPLUG_ALERTS") or [])
         if not entries:
-            raise NotConfigured("no CRAWLPLUG_ALERTS: no alert rules from the settings")
+            raise NotConfigured  # no message: Scrapy would log a WARNING for a feature not asked for
         ext = cls(crawler, entries)
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         return ext

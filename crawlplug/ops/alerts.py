@@ -15,7 +15,9 @@ rule is added and skipped, said once, when a stored one is read.
 ``alerts`` duty (crawlplug.frontier.alerts: a lease with a fencing token), so one
 process at a time does, whichever of the control processes and dashboards runs.
 A rule's states: ``ok`` -> ``pending`` (the condition holds, not yet for its
-``for``) -> ``firing`` (announced once) -> ``ok`` (announced once: cleared). A new
+``for``) -> ``firing`` (announced once) -> ``ok`` (announced once: cleared), and
+``unknown`` while its metric cannot be evaluated (:class:`Unknown`: why is recorded and
+shown; the state it had resumes once the metric is known again, nothing is announced). A new
 episode that starts within the rule's cooldown of the last announcement fires
 quietly (recorded and shown, not sent), and so does its clearing. The state is
 recorded (lua/alert.lua) before the notification is sent: a leader that dies in
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -37,98 +38,32 @@ from ..frontier.keys import CrawlKeys
 from ..frontier.schedules import Leadership
 from . import status
 from .alertgrammar import MAX_LENGTH, Condition, read
+from .alertmetrics import METRICS, NO_SCRAPY_STATS, RUN_END_STATES, WINDOWED, Unknown
 
-__all__ = ["COOLDOWN", "MAX_LENGTH", "METRICS", "Condition", "Evaluator", "check_url", "make_rule", "masked",
-           "message", "notify", "parse", "step", "view"]  # fmt: skip
+__all__ = [
+    "COOLDOWN",
+    "MAX_LENGTH",
+    "METRICS",
+    "NO_SCRAPY_STATS",
+    "RUN_END_STATES",
+    "WINDOWED",
+    "Condition",
+    "Evaluator",
+    "Unknown",
+    "check_url",
+    "make_rule",
+    "masked",
+    "message",
+    "notify",
+    "parse",
+    "step",
+    "view",
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
 #: Seconds after an announcement during which a new episode of the same rule is not sent.
 COOLDOWN = 300.0
-
-# -- the metrics rules may watch: a fixed list -------------------------------------------------
-
-Metric = Callable[[redis.Redis, CrawlKeys, dict[str, Any], "str | None"], "float | None"]
-
-
-def _error_rate(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
-    if snap["failed"] is None:
-        return None  # no crawl-wide Scrapy stats (STATS_CLASS = crawlplug.stats.RedisStatsCollector)
-    return round(snap["failed"] / snap["done"], 4) if snap["done"] else 0.0
-
-
-def _dead_growth(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
-    now = snap["now_ms"]
-    sampled = [d for d in status.series_points(client, keys, now - 60_000, now, now)["dead"] if d is not None]
-    return float(snap["dead"] - sampled[0]) if sampled else 0.0
-
-
-def _no_progress(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
-    if snap["queued"] + snap["in_flight"] + snap["start_urls"] == 0:
-        return 0.0
-    now = snap["now_ms"]
-    points = status.series_points(client, keys, now - status.SERIES_MS + status.BUCKET_MS, now, now)
-    done_at = [t for t, d in zip(points["t"], points["done"]) if d]
-    if done_at:
-        last = min(now, done_at[-1] + status.BUCKET_MS)
-    else:
-        last = snap["run"].get("started") or (now - status.SERIES_MS)
-    return round(max(0, now - last) / 60_000, 2)
-
-
-def _silent_nodes(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
-    return float(sum(1 for node in snap["nodes"] if node["state"] != "live"))
-
-
-def _null_rate(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
-    site, _, field = (arg or "").rpartition(".")
-    stats = snap["scrapy_stats"] or {}
-    counts = {what: int(stats.get(f"site/{site}/field/{field}/{what}", 0) or 0)
-              for what in ("filled", "missing", "invalid", "default")}  # fmt: skip
-    total = sum(counts.values())
-    return round(counts["missing"] / total, 4) if total else 0.0
-
-
-def _limit_reached(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
-    return 1.0 if snap["run"].get("state") == "limit" else 0.0
-
-
-#: The states a run ends in (crawlplug.frontier.runs), what run_end(STATE) takes.
-RUN_END_STATES = ("finished", "limit", "stopped", "interrupted")
-
-
-def _run_end(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
-    return 1.0 if snap["run"].get("state") == arg else 0.0
-
-
-def _memory(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | None:
-    memory = snap["redis_memory"]
-    if not memory:
-        return None  # INFO refused (an ACL user without it)
-    return round(float(memory.get("ratio") or 0.0) * 100, 1)
-
-
-#: name -> (what it is, the argument it takes or None, how it is computed).
-METRICS: dict[str, tuple[str, str | None, Metric]] = {
-    "error_rate": ("failures (the Scrapy stats crawlplug status counts as failed) per request done in the run; "
-                   "needs STATS_CLASS = crawlplug.stats.RedisStatsCollector", None, _error_rate),
-    "dead_letters_growth": ("dead letters added over the last minute (as the heartbeats sampled them)", None,
-                            _dead_growth),
-    "no_progress_minutes": ("minutes since a request last finished, while work is queued, in flight or waiting "
-                            "in start_urls (0 when there is none)", None, _no_progress),
-    "silent_nodes": ("nodes whose heartbeat is late (silent) or expired (dead, listed for an hour)", None,
-                     _silent_nodes),
-    "null_rate": ("share of a site definition's items whose field was null: null_rate(SITE.FIELD); "
-                  "null_rate(SITE.FIELD, 10m), over a window, parses but is not evaluated yet", "SITE.FIELD",
-                  _null_rate),
-    "limit_reached": ("1 when the run ended by a limit (run state 'limit'), else 0", None, _limit_reached),
-    "run_end": ("1 when the crawl's last run ended in STATE (finished, limit, stopped, interrupted), else 0: "
-                "run_end(STATE)", "STATE", _run_end),
-    "redis_memory_percent": ("Redis memory used, % of maxmemory (0 when no maxmemory is set)", None, _memory),
-}  # fmt: skip
-#: Metrics that take a window as a second argument (parsed; not evaluated yet).
-WINDOWED = frozenset({"null_rate"})
-
 
 def parse(text: str, *, max_length: int | None = MAX_LENGTH) -> Condition:
     """``text`` as a :class:`Condition`: its syntax (:func:`.alertgrammar.read`, text over
@@ -334,13 +269,15 @@ class Evaluator:
         """Evaluate one rule, record its state and send its notification; False once deposed."""
         keys = lead.keys
         value = METRICS[condition.metric][2](self.client, keys, snap, condition.arg)
-        if value is None:
-            self._once(f"{keys.crawl}/{rule_id}/none", "crawlplug alerts: rule %r of crawl %r: %s is unknown "
-                       "(%s)", rule_id, keys.crawl, condition.metric, METRICS[condition.metric][0])  # fmt: skip
-            return True
         last = states.get(rule_id, {})
+        if isinstance(value, Unknown) or value is None:  # recorded as unknown, with why: shown so, not "ok"
+            why = value if isinstance(value, Unknown) else Unknown(f"{condition.metric} is unknown")
+            self._once(f"{keys.crawl}/{rule_id}/unknown/{why}", "crawlplug alerts: rule %r of crawl %r cannot "
+                       "be evaluated: %s", rule_id, keys.crawl, why)  # fmt: skip
+            return last.get("unknown") == why or self._record_unknown(lead, rule_id, last, why, snap)
         cooldown_ms = int(float(rule.get("cooldown", COOLDOWN)) * 1000)
         new, event = step(last, condition.holds(value), snap["now_ms"], condition.for_ms, cooldown_ms)
+        new.pop("unknown", None)
         new["value"] = value
         new["checked_ms"] = snap["now_ms"]
         record = None
@@ -374,6 +311,18 @@ class Evaluator:
         return True
 
 
+    def _record_unknown(self, lead: Leadership, rule_id: str, last: dict[str, Any], why: str,
+                        snap: dict[str, Any]) -> bool:  # fmt: skip
+        """Record that ``rule_id`` cannot be evaluated (``why``), its state otherwise kept; False
+        if this process no longer leads the crawl's alerts."""
+        state = {**last, "unknown": str(why), "value": None, "checked_ms": snap["now_ms"]}
+        if stored.record(lead, rule_id, state, None) == "deposed":
+            lead.fence = 0
+            logger.warning("crawlplug alerts %s: no longer leads the alerts of crawl %r", self.owner, lead.keys.crawl)
+            return False
+        return True
+
+
 def masked(url: str) -> str:
     """An Apprise URL as views show it: its scheme only (the rest holds tokens, passwords)."""
     scheme, sep, _ = url.partition("://")
@@ -388,8 +337,11 @@ def view(client: redis.Redis, keys: CrawlKeys, n: int = 20) -> dict[str, Any]:
     for rule_id, rule in stored.rules(client, keys).items():
         state = states.get(rule_id, {})
         shown = {**rule, "notify": [masked(u) for u in rule.get("notify") or []]}
-        rows.append({**shown, "state": state.get("state", "ok"), "since_ms": state.get("since"),
-                     "fired_ms": state.get("fired_ms"), "value": state.get("value"),
+        # a rule whose metric cannot be evaluated shows as such, with why; "held" is the state it keeps meanwhile
+        held = state.get("state", "ok")
+        unknown = state.get("unknown")
+        rows.append({**shown, "state": "unknown" if unknown else held, "why": unknown or None, "held": held,
+                     "since_ms": state.get("since"), "fired_ms": state.get("fired_ms"), "value": state.get("value"),
                      "checked_ms": state.get("checked_ms")})  # fmt: skip
-    return {"rules": rows, "active": [r for r in rows if r["state"] == "firing"],
+    return {"rules": rows, "active": [r for r in rows if r["held"] == "firing"],
             "events": stored.events(client, keys, n)}  # fmt: skip

@@ -30,7 +30,7 @@ import redis
 
 from ..errors import ConfigError
 from ..frontier import history as records
-from ..frontier import runs
+from ..frontier import registry, runs
 from ..frontier.history import DAY_MS, HOUR_MS, MINUTE_MS
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
@@ -77,6 +77,16 @@ def choose_step(since_ms: int, until_ms: int, now_ms: int, *, run: int | None = 
     if since_ms >= now_ms - DAY_MS - MINUTE_MS:  # "the last 24 h" asked a moment ago: still minutes
         return "minute"
     return "hour"
+
+
+def began(client: redis.Redis, keys: CrawlKeys) -> int | None:
+    """When the crawl began on this Redis (ms): the earliest of its registration (its first
+    node, or the command that created it) and its runs' starts; None if it has neither.
+    A range of the history before it holds nothing to show."""
+    entry = registry.entry(client, keys) or {}
+    times = [t for t in (entry.get("created"), *(s.get("started") for s in runs.history(client, keys)))
+             if isinstance(t, int) and not isinstance(t, bool) and t > 0]  # fmt: skip
+    return min(times) if times else None
 
 
 def _run_summaries(client: redis.Redis, keys: CrawlKeys) -> dict[int, dict[str, Any]]:

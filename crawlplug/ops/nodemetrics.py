@@ -41,7 +41,7 @@ class NodeMetrics:
     def from_crawler(cls, crawler: Crawler) -> NodeMetrics:
         port = crawler.settings.get("CRAWLPLUG_METRICS_PORT")
         if port is None or port == "":
-            raise NotConfigured("no CRAWLPLUG_METRICS_PORT: this node serves no metrics")
+            raise NotConfigured  # no message: Scrapy would log a WARNING for a feature not asked for
         try:
             number = int(port)
         except ValueError:

@@ -9,8 +9,9 @@ status``, its JSON and the dashboard alike:
 * "live": heartbeat on time;
 * "silent for N s": no heartbeat for more than two intervals, its leases back in
   the queue when they expire (and the work that waits for them, :func:`held`);
-* "dead since T (N leases requeued)": its heartbeat expired; shown with its last
-  numbers for an hour.
+* "dead since T (N leases requeued)": its heartbeat expired (3 missed heartbeats:
+  reap.lua freed the per-domain slots of its leases then); while its leases have not
+  expired yet, when they go back to the queue; shown with its last numbers for an hour.
 """
 
 from __future__ import annotations
@@ -93,6 +94,9 @@ def _node(node_id: str, metrics: dict[str, str], deadline: int | None, grave: di
         info["dead_since_ms"] = since
         info["requeued"] = grave["requeued"] if grave else 0
         info["dead_lettered"] = grave["dead_lettered"] if grave else 0
+        back = ((seen_ms or since) + lease_ms - now_ms) / 1000
+        if back > 0 and info.get("leases"):  # declared dead before its leases expire
+            info["leases_back_in"] = round(back, 1)
     info["alive"] = info["state"] == "live"
     info["state_text"] = node_state_text(info, now_ms)
     return info
@@ -107,6 +111,9 @@ def node_state_text(node: dict[str, Any], now_ms: int) -> str:
         held = f"its {leases} leases go back to the queue in {node['leases_back_in']:.0f} s" if leases else "it holds no lease"
         return f"silent for {node['silent_for']:.0f} s (no heartbeat: stalled or dead); {held}"
     when = time.strftime("%H:%M:%S", time.localtime(node["dead_since_ms"] / 1000))
+    if node.get("leases_back_in") is not None:
+        return (f"dead since {when} (its {node['leases']} leases go back to the queue in "
+                f"{node['leases_back_in']:.0f} s; their domains' slots are free)")  # fmt: skip
     what = f"{node['requeued']} leases requeued"
     if node.get("dead_lettered"):
         what += f", {node['dead_lettered']} to the dead letters"
@@ -114,13 +121,17 @@ def node_state_text(node: dict[str, Any], now_ms: int) -> str:
 
 
 def held(node_list: list[dict[str, Any]], expired: int, live: int) -> dict[str, Any] | None:
-    """Work that waits for a lease to expire: held by silent nodes, or in expired leases
-    no live node is there to put back. None when nothing waits so."""
-    silent = [n for n in node_list if n["state"] == "silent" and n.get("leases")]
+    """Work that waits for a lease to expire: held by silent nodes or by dead ones whose
+    leases have not expired yet, or in expired leases no live node is there to put back.
+    None when nothing waits so."""
+    silent = [n for n in node_list if n["state"] in ("silent", "dead") and n.get("leases")
+              and n.get("leases_back_in") is not None]  # fmt: skip
     if silent:
         count = sum(int(n["leases"]) for n in silent)
         back = min(n["leases_back_in"] for n in silent)
-        who = "a silent node" if len(silent) == 1 else f"{len(silent)} silent nodes"
+        states = {n["state"] for n in silent}
+        kind = "silent" if states == {"silent"} else "dead" if states == {"dead"} else "silent or dead"
+        who = f"a {kind} node" if len(silent) == 1 else f"{len(silent)} {kind} nodes"
         return {"requests": count, "back_in": back,
                 "text": f"{count} requests held by {who}, back in the queue in {back:.0f} s"}  # fmt: skip
     if expired and not live:

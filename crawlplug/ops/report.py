@@ -237,8 +237,8 @@ def _note(out: dict[str, Any]) -> str | None:
     """Why a report is empty, in words (None when it is not)."""
     if not out["nodes"]:
         return ("no node stats for this run: the crawl's nodes keep their Scrapy stats in Redis only with "
-                "STATS_CLASS = 'crawlplug.stats.RedisStatsCollector' (site spiders turn it on), and write "
-                "them every CRAWLPLUG_STATS_INTERVAL seconds")  # fmt: skip
+                "STATS_CLASS = 'crawlplug.stats.RedisStatsCollector' (the add-on sets it, unless the project "
+                "names another collector), and write them every CRAWLPLUG_STATS_INTERVAL seconds")  # fmt: skip
     if not out["domains"] and not out["sites"]:
         return ("the nodes' stats hold no per-domain numbers: they are counted by "
                 "crawlplug.domainstats.DomainStatsMiddleware, which the add-on enables")  # fmt: skip

@@ -14,8 +14,11 @@ made here (:func:`rate_text`, :func:`eta`) or in :mod:`crawlplug.ops.nodes`.
   as the nodes' heartbeats sample it (reap.lua): how fast it shrank lately.
 * Nodes (:mod:`crawlplug.ops.nodes`): live, "silent" once a heartbeat is
   late, "dead" after it expired, with what became of its leases, for an hour.
-* Failures from the crawl-wide Scrapy stats when the crawl uses
-  :class:`crawlplug.stats.RedisStatsCollector`.
+* Failures: the run's ``errors`` counter, the failed requests as crawlplug.failures
+  defines them (HTTP 400 and more, download errors after retries, callbacks that
+  raised; robots.txt is no page), which every node adds with its heartbeat: the one
+  number ``status``, ``status --since``, the run summaries, the ``error_rate`` alert
+  and the metrics show.
 """
 
 from __future__ import annotations
@@ -45,8 +48,8 @@ ETA_MIN_AGE_MS = 2_000
 SERIES_MS = 3_600_000
 #: admit.lua: a crawl idle this long starts a new busy span.
 SPAN_GAP_MS = 60_000
-#: Scrapy stats counted as failures (crawl-wide), when the stats collector is in Redis.
-FAILURE_STATS = ("downloader/exception_count", "spider_exceptions/count", "item_dropped_count")
+#: The run's counter of failed requests (heartbeat.lua adds each node's crawlplug/failed to it).
+FAILED_COUNTER = "errors"
 
 
 
@@ -302,11 +305,7 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15,
     eta_info = eta(client, keys, now_ms, left, paused=paused is not None, live_nodes=live,
                    run_start_ms=r.run_start_ms)  # fmt: skip
     scrapy_stats = crawl_stats(client, keys)
-    failed = None
-    if scrapy_stats:
-        failed = sum(int(scrapy_stats.get(k, 0) or 0) for k in FAILURE_STATS)
-        failed += sum(int(v) for k, v in scrapy_stats.items()
-                      if k.startswith("downloader/response_status_count/") and k.rsplit("/", 1)[-1][:1] in "45")  # fmt: skip
+    failed = int(stats.get(FAILED_COUNTER, 0) or 0)
     return {
         "crawl": keys.crawl,
         "now_ms": now_ms,

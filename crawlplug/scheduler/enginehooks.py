@@ -99,7 +99,9 @@ def fail_at_start(crawler: Crawler, reason: str) -> None:
     none of them logs a traceback while closing). Scrapy's crawl command exits
     1 when a crawler ends without a spider (its "bootstrap failed" rule), so
     the spider reference is dropped once it is closed: a node that could not
-    join its crawl tells its supervisor.
+    join its crawl tells its supervisor. The feed exporter does not open its feeds:
+    a node that did not run touches no output file (``-O items.jsonl`` stays as the
+    last run left it; Scrapy would store an empty feed at close).
     """
 
     def spider_opened(spider: Spider) -> None:
@@ -108,6 +110,9 @@ def fail_at_start(crawler: Crawler, reason: str) -> None:
     def spider_closed(spider: Spider) -> None:
         crawler.spider = None  # type: ignore[assignment]
 
+    for ext in getattr(getattr(crawler, "extensions", None), "middlewares", ()):
+        if isinstance(ext, FeedExporter):
+            crawler.signals.disconnect(ext.open_spider, signal=signals.spider_opened)
     crawler.signals.connect(spider_opened, signal=signals.spider_opened, weak=False)
     crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
 

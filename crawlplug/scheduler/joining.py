@@ -12,13 +12,15 @@ node is in, and how it got there, in its first log lines.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__, connection, memory
 from ..config import setting
-from ..errors import ConfigError
+from ..errors import ConfigError, RunEnded
 from ..frontier import open_frontier, runs
 from ..frontier.dedup import Dedup
 from ..frontier.keys import CrawlKeys
@@ -52,7 +54,7 @@ def join_args(config: SchedulerConfig, dupefilter: Any) -> dict[str, Any]:
     """The arguments of crawlplug.frontier.runs.join for this node (also when it joins again)."""
     return {
         "node_id": process_node_id(),
-        "ttl_ms": int(max(config.lease_timeout, 3 * config.heartbeat) * 1000),
+        "ttl_ms": int(3 * config.heartbeat * 1000),  # dead after 3 missed heartbeats (as the frontier's)
         "incremental": incremental(config, dupefilter),
         "worker": config.idle_close <= 0,
     }
@@ -80,7 +82,16 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
     shards = setting(crawler.settings, "CRAWLPLUG_SHARDS", "getint")
     claim_shards(conn.client, keys, shards)
     args = join_args(config, dupefilter)
-    joined = runs.join(conn.client, keys, want="new" if config.flush_on_start else "auto", **args)
+    after_limit = new_run_after_limit(crawler)
+    want = "new" if config.flush_on_start else "after-limit" if after_limit.begins else "auto"
+    try:
+        joined = runs.join(conn.client, keys, want=want, **args)
+    except RunEnded as exc:
+        if exc.run_state != "limit":
+            raise
+        raise RunEnded(f"{exc}; {after_limit.said_on_exit()}", exc.state, exc.run_state) from None
+    if joined.action == "new" and (joined.previous or {}).get("state") == "limit":
+        joined.why = after_limit.said_on_begin()  # log_join says why this node began a run
 
     def build(q: BaseQueue) -> CrawlFrontier:
         return open_frontier(
@@ -97,8 +108,59 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
     bind = getattr(dupefilter, "bind", None)
     if bind is not None:
         bind(frontier)
+    if hasattr(dupefilter, "per_run_starts"):  # start URLs once a run, whatever earlier runs recorded
+        dupefilter.per_run_starts = joined.incremental
     _check_queue_kind(frontier, queue)
     return Joined(conn, frontier, joined, args, started, queue)
+
+
+#: The setting that lets a node begin a new run after a run ended by a limit.
+NEW_RUN_AFTER_LIMIT = "CRAWLPLUG_NEW_RUN_AFTER_LIMIT"
+
+
+@dataclass(frozen=True)
+class AfterLimit:
+    """Whether this node begins a new run after a run ended by a limit, and why (said in its
+    first lines, or in its exit line)."""
+
+    begins: bool
+    why: str  #: "CRAWLPLUG_NEW_RUN_AFTER_LIMIT=True", "started at a terminal", "it is a Scrapyd job", ...
+
+    def said_on_begin(self) -> str:
+        if self.why.startswith(NEW_RUN_AFTER_LIMIT):
+            return f"as {self.why}"
+        return f"as this node was {self.why} ({NEW_RUN_AFTER_LIMIT} unset)"
+
+    def said_on_exit(self) -> str:
+        return (f"a node begins one itself when started at a terminal, or with -s {NEW_RUN_AFTER_LIMIT}=True "
+                f"(this one: {self.why})")  # fmt: skip
+
+
+
+def new_run_after_limit(crawler: Crawler) -> AfterLimit:
+    """CRAWLPLUG_NEW_RUN_AFTER_LIMIT as set; unset, True for a node started interactively:
+    standard input and standard error are terminals (a person typed `scrapy crawl`), and it
+    is not a Scrapyd job (CRAWLPLUG_SCRAPYD_JOB, Scrapyd's ``_job`` spider argument, or the
+    SCRAPY_JOB variable older Scrapyd versions set). A supervisor, a schedule or Scrapyd
+    restarting nodes keeps the run's end (docs/runs.md)."""
+    value = crawler.settings.get(NEW_RUN_AFTER_LIMIT)
+    if value is not None and value != "":
+        begins = crawler.settings.getbool(NEW_RUN_AFTER_LIMIT)
+        return AfterLimit(begins, f"{NEW_RUN_AFTER_LIMIT}={begins}")
+    spider = getattr(crawler, "spider", None)
+    if crawler.settings.get("CRAWLPLUG_SCRAPYD_JOB") or getattr(spider, "_job", None) or os.environ.get("SCRAPY_JOB"):
+        return AfterLimit(False, "it is a Scrapyd job")
+    for name, stream in (("standard input", sys.stdin), ("standard error", sys.stderr)):
+        if not _isatty(stream):
+            return AfterLimit(False, f"its {name} is not a terminal")
+    return AfterLimit(True, "started at a terminal")
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return stream is not None and os.isatty(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # replaced by a test runner, or closed
+        return False
 
 
 def _warn_about_memory(client: Any) -> None:
@@ -185,6 +247,7 @@ def log_join(frontier: CrawlFrontier, j: runs.Joined, status: dict[str, Any], co
         else:
             why = "CRAWLPLUG_INCREMENTAL" if config.incremental else "its dedup forgets them by itself"
             kept = f", fingerprints kept ({why})"
-        logger.info("crawlplug: node %s starting run %d of crawl %r (%s%s)", node, j.run, crawl, before, kept)
+        why = f", {j.why}; what run {prev.get('id')} left queued is dropped" if j.why and prev else ""
+        logger.info("crawlplug: node %s starting run %d of crawl %r (%s%s)%s", node, j.run, crawl, before, kept, why)
     if j.waited > 1:
         logger.info("crawlplug: waited %.1fs for another node to begin the run", j.waited)

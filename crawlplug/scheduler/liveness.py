@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from scrapy import Request
 
 from ..errors import REDIS_ERRORS, ConfigError, RolledBack, RunEnded, StaleEpoch
+from ..failures import FAILED
 from ..frontier import runs
 from . import enginehooks
 from .leases import LEASE_META, Termination
@@ -56,7 +57,7 @@ class Liveness:
     #: Scrapy stats added to the run's counters with each heartbeat (crawlplug.frontier.runs summaries)
     RUN_COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {
         "items": ("item_scraped_count",),
-        "errors": ("spider_exceptions/count", "downloader/exception_count"),
+        "errors": (FAILED,),  # failed requests, as crawlplug.failures defines them (robots.txt is none)
         "spider_errors": ("spider_exceptions/count",),  # what CLOSESPIDER_ERRORCOUNT counts
     }
 

@@ -85,8 +85,8 @@ API = {
     "GET /api/fields": "extraction outcomes per site, step and field (Scrapy stats named site/<site>/...), "
                        "also as rows with a label ('price is null')",
     "GET /api/dead?n=50": "the newest dead letters: index, url, reason, time, deliveries",
-    "GET /api/alerts?n=20": "the crawl's alert rules with their state (ok, pending, firing), the active ones, and "
-                            "the recent events (fired, cleared)",
+    "GET /api/alerts?n=20": "the crawl's alert rules with their state (ok, pending, firing, or unknown with why: "
+                            "its metric cannot be evaluated), the active ones, and the recent events (fired, cleared)",
     "POST /api/pause": "pause the crawl (token)",
     "POST /api/resume": "resume the crawl (token)",
     "POST /api/stop": '{"drain": false}: stop the current run now, or ({"drain": true}) admit no new request '

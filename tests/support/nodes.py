@@ -3,9 +3,12 @@ top of the checkout), started by the ``crawl`` fixture."""
 
 from __future__ import annotations
 
+import os
+import pty
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +48,33 @@ class Node:
 
     def item_lines(self) -> list[str]:
         return self.items.read_text().splitlines() if self.items.exists() else []
+
+
+def tty_process(cmd: list[str], *, cwd: Path, env: dict[str, str], output: Path) -> subprocess.Popen[bytes]:
+    """``cmd`` with a pseudo-terminal as its standard input and error (standard output to
+    /dev/null), as when a person types it: what the pty receives is copied to ``output`` by
+    a thread, so the process never blocks on a full terminal."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=slave, stdout=subprocess.DEVNULL, stderr=slave)
+    finally:
+        os.close(slave)
+
+    def copy() -> None:
+        with open(output, "wb") as out:
+            while True:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: every process holding the terminal has exited
+                    break
+                if not chunk:
+                    break
+                out.write(chunk)
+                out.flush()
+        os.close(master)
+
+    threading.Thread(target=copy, daemon=True, name=f"pty-{proc.pid}").start()
+    return proc
 
 
 def run_together(nodes: Sequence[Node], go: Path, crawl_id: str, timeout: float) -> list[Node]:

@@ -17,7 +17,9 @@
 -- KEYS[11] epoch      str   the crawl's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] lease duration (ms)
--- ARGV[3] node time-to-live (ms) without a heartbeat
+-- ARGV[3] node time-to-live (ms) without a heartbeat (3 heartbeats: then reap.lua declares
+--         it dead); as a producer it lives as long as a lease (ARGV[2]), if longer: a
+--         node stalled in its start() must not let the crawl end under it
 -- ARGV[4] "1" if this node is still producing start requests, else "0"
 -- ARGV[5] "<caller> <c>": the node's last recorded admission (record.lua; "" checks
 --         nothing): a record older than it refuses the heartbeat with "ROLLBACK ...",
@@ -102,7 +104,7 @@ reset_statistic(nodekey) -- this node's metrics of the wrong type: written anew 
 first_write_allowed_when_full(nodekey)
 redis.call("ZADD", nodes, now + ttl_ms, node)
 if producing == "1" then
-  redis.call("ZADD", producers, now + ttl_ms, node)
+  redis.call("ZADD", producers, now + math.max(ttl_ms, lease_ms), node)
 else
   redis.call("ZREM", producers, node)
 end

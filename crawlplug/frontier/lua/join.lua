@@ -18,9 +18,11 @@
 -- KEYS[9] start_urls  list  } (start_urls of another type is not counted: guard.lua start_entries)
 -- ARGV[1] node id
 -- ARGV[2] node time-to-live (ms)
--- ARGV[3] "auto", or "new": begin a new run now whatever the state
+-- ARGV[3] "auto"; "new": begin a new run now whatever the state
 --         (CRAWLPLUG_FLUSH_ON_START; live nodes of the old one are refused by
---         the epoch guard and join again)
+--         the epoch guard and join again); "after-limit": as "auto", but a run
+--         ended by a limit is followed by a new one as a finished run is (a node
+--         started at a terminal, CRAWLPLUG_NEW_RUN_AFTER_LIMIT); never a stopped one
 -- ARGV[4] "1" if this node keeps fingerprints across runs (CRAWLPLUG_INCREMENTAL)
 -- ARGV[5] ms a node beginning a run has to clear the last one before another takes over
 -- ARGV[6] "1" if this node is a worker (CRAWLPLUG_IDLE_CLOSE = 0): a crawl
@@ -35,7 +37,7 @@
 --   "begin"   this node must clear what the last run leaves behind, then call
 --             runstart.lua; detail: JSON of the run it follows ("" if none)
 --   "wait"    another node is beginning run id; detail: that node; call again shortly
---   "ended"   the run ended by a limit or an operator and stays so; detail: its JSON
+--   "ended"   the run ended by a limit or an operator and stays so (for this node); detail: its JSON
 --
 -- uses: guard leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
@@ -144,8 +146,19 @@ if state == "running" then
   return {(work > 0 and live <= 0) and "resume" or "join", tonumber(run.id), epoch, "running", live}
 end
 
-if state == "finished" or run.next == "new" then -- next "new": `crawlplug new-run` after a stop or a limit
+-- next "new": `crawlplug new-run` after a stop or a limit; "after-limit": this node may begin
+-- the next run after a limit (not after a stop: an operator's stop is undone by an operator)
+if state == "finished" or run.next == "new" then
   return begin(redis.call("HGET", runs_key, run.id) or "")
+end
+if want == "after-limit" and state == "limit" then
+  local summary = redis.call("HGET", runs_key, run.id)
+  if not summary then -- no node closed it (all killed): what the run hash says; the caller adds its totals
+    summary = cjson.encode({id = tonumber(run.id), state = "limit", reason = run.reason, by = run.by,
+      started = tonumber(run.started), ended = tonumber(run.ended) or now})
+    redis.call("HSET", runs_key, run.id, summary)
+  end
+  return begin(summary)
 end
 
 -- ended by a limit or an operator: it stays ended until an operator says otherwise

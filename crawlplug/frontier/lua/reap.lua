@@ -1,6 +1,9 @@
 -- reap.lua: put expired leases back in the queue (their holder stopped
 -- renewing them: killed, frozen or cut off). Idempotent; any node may run it.
 -- A request delivered CRAWLPLUG_MAX_DELIVERIES times goes to the dead letters.
+-- A node whose heartbeat deadline passed (3 missed heartbeats) is declared dead
+-- here, and the per-domain slots of its leases are freed at once (below): its
+-- leases themselves wait for their lease timeout, as it may still be downloading.
 --
 -- KEYS[1] leases      zset  request id -> lease deadline (ms)
 -- KEYS[2] leased      hash  request id -> "node|score|deliveries[|domain]"
@@ -25,7 +28,8 @@
 --                           for an hour is deleted here
 -- ARGV[1] max deliveries
 -- ARGV[2] most leases to reap in this call
--- Returns {requeued, dead}.
+-- Returns {requeued, dead}; counts "slots_freed" in stats (leases of dead nodes whose
+-- per-domain slot was freed before they expired).
 -- A start_urls key of the wrong type (see starts.lua) leaves expired start-entry
 -- leases where they are (they cannot go back); every other lease is reaped.
 --
@@ -54,6 +58,28 @@ local now = redis_now_ms()
 local died = redis.call("ZRANGEBYSCORE", nodes, "-inf", now) -- for the graveyard, below
 redis.call("ZREMRANGEBYSCORE", nodes, "-inf", now)
 redis.call("ZREMRANGEBYSCORE", producers, "-inf", now)
+
+-- ---- the nodes declared dead now free their per-domain slots ----
+-- Their requests in flight stop counting against their domains' concurrency (and a
+-- request leased but not yet sent stops holding its domain's delay), so live nodes
+-- crawl those domains meanwhile; the leases stay until they expire (below, at a later
+-- call), marked "|f" like a lease whose download ended, so nothing frees a slot twice.
+-- Read only when a node died: one HGETALL of the leases held crawl-wide.
+if #died > 0 then
+  local dead_now = {}
+  for _, id in ipairs(died) do dead_now[id] = true end
+  local held = redis.call("HGETALL", leased)
+  local freed_slots = 0
+  for j = 1, #held, 2 do
+    local holder, _, _, domain, freed = lease_info(held[j + 1])
+    if dead_now[holder] and domain ~= "" and freed ~= "f" then
+      redis.call("HSET", leased, held[j], held[j + 1] .. "|f")
+      dq_end(domain, held[j], "", now)
+      freed_slots = freed_slots + 1
+    end
+  end
+  if freed_slots > 0 then redis.call("HINCRBY", stats, "slots_freed", freed_slots) end
+end
 
 local expired = redis.call("ZRANGEBYSCORE", leases, "-inf", now, "LIMIT", 0, limit)
 local starts = KEYS[14]

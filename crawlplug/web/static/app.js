@@ -277,7 +277,7 @@ async function alerts() {
     ? `firing: ${a.active.map(r => r.id).join(", ")}` : `no alert firing (${a.rules.length} rules)`;
   $("#alerts-active").className = a.active.length ? "held" : "muted";
   rows("alerts-table", a.rules.map(r => `<tr${r.state === "firing" ? ' class="warn"' : ""}><td>${esc(r.id)}</td>
-    <td><code>${esc(r.when || r.unreadable || "")}</code></td><td>${esc(r.state)}</td>
+    <td><code>${esc(r.when || r.unreadable || "")}</code></td><td>${esc(r.state)}${r.why ? `: ${esc(r.why)}` : ""}</td>
     <td class="num">${r.value === null || r.value === undefined ? "-" : esc(String(r.value))}</td>
     <td>${when(r.state === "firing" ? r.fired_ms : r.since_ms)}</td><td class="num">${fmt((r.notify || []).length)}</td></tr>`));
   rows("alert-events", a.events.map(e => `<tr${e.event === "fired" ? ' class="warn"' : ""}><td>${when(e.at)}</td>

@@ -1,0 +1,111 @@
+"""What alert rules watch: a fixed list of metrics, each computed from the crawl's status
+snapshot (:func:`crawlplug.ops.status.snapshot`, the numbers ``crawlplug status`` shows),
+or :class:`Unknown` with why when it cannot be computed now (crawlplug.ops.alerts reads
+rules and evaluates them over these)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from ..frontier.keys import CrawlKeys
+from . import status
+
+__all__ = ["METRICS", "NO_SCRAPY_STATS", "RUN_END_STATES", "WINDOWED", "Metric", "Unknown"]
+
+class Unknown(str):
+    """What a metric gives when it cannot be evaluated now: the reason, in words."""
+
+
+Metric = Callable[[redis.Redis, CrawlKeys, dict[str, Any], "str | None"], "float | Unknown"]
+
+#: Why a metric of the crawl-wide Scrapy stats cannot be evaluated when there are none.
+NO_SCRAPY_STATS = ("no crawl-wide Scrapy stats in Redis: the nodes keep them with STATS_CLASS = "
+                   "'crawlplug.stats.RedisStatsCollector', which the add-on sets unless the project "
+                   "names another")  # fmt: skip
+
+
+def _error_rate(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
+    # the run's errors counter, which every node's heartbeat adds to (crawlplug.failures)
+    return round(snap["failed"] / snap["done"], 4) if snap["done"] else 0.0
+
+
+def _dead_growth(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
+    now = snap["now_ms"]
+    sampled = [d for d in status.series_points(client, keys, now - 60_000, now, now)["dead"] if d is not None]
+    return float(snap["dead"] - sampled[0]) if sampled else 0.0
+
+
+def _no_progress(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
+    if snap["queued"] + snap["in_flight"] + snap["start_urls"] == 0:
+        return 0.0
+    now = snap["now_ms"]
+    points = status.series_points(client, keys, now - status.SERIES_MS + status.BUCKET_MS, now, now)
+    done_at = [t for t, d in zip(points["t"], points["done"]) if d]
+    if done_at:
+        last = min(now, done_at[-1] + status.BUCKET_MS)
+    else:
+        last = snap["run"].get("started") or (now - status.SERIES_MS)
+    return round(max(0, now - last) / 60_000, 2)
+
+
+def _silent_nodes(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
+    return float(sum(1 for node in snap["nodes"] if node["state"] != "live"))
+
+
+def _null_rate(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
+    site, _, field = (arg or "").rpartition(".")
+    stats = snap["scrapy_stats"]
+    if not stats:
+        return Unknown(NO_SCRAPY_STATS)
+    counts = {what: int(stats.get(f"site/{site}/field/{field}/{what}", 0) or 0)
+              for what in ("filled", "missing", "invalid", "default")}  # fmt: skip
+    total = sum(counts.values())
+    if not total:
+        return Unknown(f"no item of site {site!r} counted for field {field!r} yet (is {arg!r} right?)")
+    return round(counts["missing"] / total, 4)
+
+
+def _limit_reached(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
+    return 1.0 if snap["run"].get("state") == "limit" else 0.0
+
+
+#: The states a run ends in (crawlplug.frontier.runs), what run_end(STATE) takes.
+RUN_END_STATES = ("finished", "limit", "stopped", "interrupted")
+
+
+def _run_end(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
+    return 1.0 if snap["run"].get("state") == arg else 0.0
+
+
+def _memory(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
+    memory = snap["redis_memory"]
+    if not memory:
+        return Unknown("Redis refused INFO (an ACL user without it): its memory is not known")
+    return round(float(memory.get("ratio") or 0.0) * 100, 1)
+
+
+#: name -> (what it is, the argument it takes or None, how it is computed).
+METRICS: dict[str, tuple[str, str | None, Metric]] = {
+    "error_rate": ("failed requests (crawlplug status's failed: HTTP 400 and more, download errors after retries, "
+                   "callbacks that raised; robots.txt is no page) per request done in the run", None, _error_rate),
+    "dead_letters_growth": ("dead letters added over the last minute (as the heartbeats sampled them)", None,
+                            _dead_growth),
+    "no_progress_minutes": ("minutes since a request last finished, while work is queued, in flight or waiting "
+                            "in start_urls (0 when there is none)", None, _no_progress),
+    "silent_nodes": ("nodes whose heartbeat is late (silent) or expired (dead, listed for an hour)", None,
+                     _silent_nodes),
+    "null_rate": ("share of a site definition's items whose field was null: null_rate(SITE.FIELD); unknown "
+                  "until an item of it is counted; null_rate(SITE.FIELD, 10m), over a window, parses but is not "
+                  "evaluated yet", "SITE.FIELD", _null_rate),
+    "limit_reached": ("1 when the run ended by a limit (run state 'limit'), else 0", None, _limit_reached),
+    "run_end": ("1 when the crawl's last run ended in STATE (finished, limit, stopped, interrupted), else 0: "
+                "run_end(STATE)", "STATE", _run_end),
+    "redis_memory_percent": ("Redis memory used, % of maxmemory (0 when no maxmemory is set)", None, _memory),
+}  # fmt: skip
+#: Metrics that take a window as a second argument (parsed; not evaluated yet).
+WINDOWED = frozenset({"null_rate"})
+
+
