@@ -60,6 +60,7 @@ NAMES = (
     # limits lim_pages, lim_items, lim_errors, lim_timeout (ms since started); drain_by/_at; next
     "runs",  # hash: run id -> JSON summary of each ended run (started, ended, reason, pages, ...)
     "epoch",  # string: the crawl's epoch (in every part); a node's calls from another epoch are refused
+    "runfence",  # string: the highest fencing token of a node beginning a run that claimed this part (runclear.lua)
     # nodes found dead by reap.lua, shown as dead for an hour (crawlplug.ops.status): node id ->
     # "<declared dead ms, 0 in a shard> <last change ms> <its leases requeued> <dead-lettered>";
     # per shard, where its leases were reaped (the counts add up across shards)
@@ -84,7 +85,7 @@ NAMES = (
 #: tag keeps its own queue keys too: they hold the leases of start entries.
 SHARDED_NAMES = (
     "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "fph", "dead", "stats", "series",
-    "dq", "domains", "dstate", "dconf", "epoch", "graveyard",
+    "dq", "domains", "dstate", "dconf", "epoch", "graveyard", "runfence",
 )  # fmt: skip
 
 #: The per-domain queue's keys, in the order the scripts take them.

@@ -200,8 +200,12 @@ def join(
             continue
         # "begin": this node clears what the last run left behind, then the run runs
         previous = json_record(detail)
-        cleared = begin(client, keys, parts, epoch=epoch, previous=previous, incremental=incremental,
-                        flush=begin_as == "new")  # fmt: skip
+        try:
+            cleared = begin(client, keys, parts, epoch=epoch, previous=previous, incremental=incremental,
+                            flush=begin_as == "new", fence=int(raw[5]), scripts=scripts)  # fmt: skip
+        except Overtaken:  # it stalled past its grace and another node took the beginning over: join again
+            begin_as = "auto" if begin_as == "new" else begin_as
+            continue
         started_raw = scripts.runstart(keys=[k.run, k.nodes, k.producers], args=[node_id, epoch, ttl_ms])
         if text(started_raw[0]) != "running":
             # another node took the beginning over, or the crawl was reset: again (a flush is not
@@ -302,6 +306,11 @@ def _adopt_epoch(client: redis.Redis, parts: Sequence[CrawlKeys], epoch: str) ->
     pipe.execute()
 
 
+class Overtaken(Exception):
+    """A node beginning a run stalled past its grace and another took the beginning over:
+    its clearing was refused (lua/runclear.lua), having deleted nothing since."""
+
+
 def begin(
     client: redis.Redis,
     keys: CrawlKeys,
@@ -311,16 +320,29 @@ def begin(
     previous: dict[str, Any] | None,
     incremental: bool,
     flush: bool = False,
+    fence: int,
+    scripts: Scripts | None = None,
 ) -> bool:
     """Clear what the last run leaves behind, in every part; idempotent (a node that
     takes a stalled beginning over does it again). Returns whether fingerprints were
-    cleared. The shards get the new epoch first, so a node of the old state can write
-    nothing there any more; the crawl's own epoch was set by join.lua."""
-    pipe = client.pipeline(transaction=False)
-    for part in parts[1:]:
-        pipe.set(part.epoch, epoch)
-    if parts[1:]:
-        pipe.execute()
+    cleared. Every step is fenced by ``fence``, the token join.lua handed this beginning
+    (lua/runclear.lua): once another node took it over, this one deletes nothing more and
+    raises :class:`Overtaken`. Each part is claimed first, the shards taking the new epoch
+    in the same step, so a node of the old state can write nothing there any more; the
+    crawl's own epoch was set by join.lua."""
+    scripts = scripts or Scripts(client)
+
+    def fenced(part: CrawlKeys, action: str, *names: str, epoch_for: str = "") -> int:
+        out = scripts.runclear(keys=[part.key("runfence"), *names], args=[fence, action, epoch_for])
+        if text(out[0]) != "ok":
+            logger.warning("crawlplug: crawl %r: another node took over the beginning of its run (this one "
+                           "stalled past %.0f s): this node clears nothing and joins again", keys.crawl,
+                           BEGIN_GRACE_MS / 1000)  # fmt: skip
+            raise Overtaken
+        return int(out[1])
+
+    for i, part in enumerate(parts):
+        fenced(part, "claim", part.epoch, epoch_for=epoch if i > 0 else "")
     if previous is not None and "pages" not in previous and (flush or previous.get("state") == "limit"):
         # a run cut short by CRAWLPLUG_FLUSH_ON_START, or one ended by a limit whose nodes
         # all died before one closed: record what it had done
@@ -344,23 +366,11 @@ def begin(
                 doomed.append(key)
             elif name == "dead" and isinstance(prev_id, int) and prev_id > 0:
                 dead_to = part.key(f"dead:{prev_id}")
-        if dead_to is not None:
-            _keep_dead(client, part.dead, dead_to)
+        if dead_to is not None:  # the run's dead letters under dead:<run> (appended to a retried beginning's)
+            fenced(part, "dead", part.dead, dead_to)
         for i in range(0, len(doomed), 500):
-            client.unlink(*doomed[i:i + 500])
+            fenced(part, "unlink", *doomed[i:i + 500])
     return clear_dedup
-
-
-def _keep_dead(client: redis.Redis, source: str, target: str) -> None:
-    """The run's dead letters under ``dead:<run>`` (appended if a retried beginning moved some)."""
-    if client.renamenx(source, target):
-        return
-    letters = client.lrange(source, 0, -1)
-    pipe = client.pipeline(transaction=True)
-    if letters:
-        pipe.rpush(target, *letters)
-    pipe.delete(source)
-    pipe.execute()
 
 
 def totals(client: redis.Redis, parts: Sequence[CrawlKeys]) -> dict[str, int]:

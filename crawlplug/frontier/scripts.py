@@ -23,7 +23,8 @@ logger = logging.getLogger(__name__)
 
 NAMES = (
     "admit", "pop", "heartbeat", "renew", "reap", "release", "dead", "idle", "domainconf", "starts",
-    "join", "runstart", "finish", "domaintable", "leader", "firing", "alert", "seen", "forget", "history", "runctl",
+    "join", "runstart", "runclear", "finish", "domaintable", "leader", "firing", "alert", "seen", "forget", "history",
+    "runctl",
 )  # fmt: skip
 
 #: The shared pieces a script may name in its ``-- uses:`` header line, in the order they

@@ -35,7 +35,9 @@
 --   "join"    registered (node, producer) in the running run; detail: other live nodes
 --   "resume"  the same, but no node was live and work is left: an interrupted run
 --   "begin"   this node must clear what the last run leaves behind, then call
---             runstart.lua; detail: JSON of the run it follows ("" if none)
+--             runstart.lua; detail: JSON of the run it follows ("" if none); and a sixth
+--             element, the fencing token its clearing carries (runclear.lua): the run
+--             hash's "fence", one more at each beginning and at each takeover
 --   "wait"    another node is beginning run id; detail: that node; call again shortly
 --   "ended"   the run ended by a limit or an operator and stays so (for this node); detail: its JSON
 --
@@ -84,13 +86,14 @@ end
 -- caller clears what the last one leaves behind
 local function begin(previous)
   local id = last_id() + 1
+  local fence = (tonumber(run.fence) or 0) + 1 -- kept across runs: a token never handed out twice
   epoch = new_epoch
   redis.call("SET", epoch_key, epoch)
   redis.call("DEL", run_key)
   redis.call("HSET", run_key, "id", id, "epoch", epoch, "state", "starting", "starter", node,
     "deadline", now + grace, "incremental", incremental, "created", now,
-    "previous", previous and tostring(run.id or "") or "")
-  return {"begin", id, epoch, "starting", previous or ""}
+    "previous", previous and tostring(run.id or "") or "", "fence", fence)
+  return {"begin", id, epoch, "starting", previous or "", fence}
 end
 
 local state = run.state
@@ -116,10 +119,12 @@ end
 
 if state == "starting" then
   if tonumber(run.deadline or "0") < now then
-    -- its beginner died or stalled: take over (clearing is idempotent)
+    -- its beginner died or stalled: take over (clearing is idempotent), with a new fencing
+    -- token, so that the stalled one, when it wakes, clears nothing (runclear.lua)
     redis.call("HSET", run_key, "starter", node, "deadline", now + grace)
+    local fence = redis.call("HINCRBY", run_key, "fence", 1)
     local prev = run.previous and run.previous ~= "" and redis.call("HGET", runs_key, run.previous) or ""
-    return {"begin", tonumber(run.id), run.epoch, "starting", prev or ""}
+    return {"begin", tonumber(run.id), run.epoch, "starting", prev or "", fence}
   end
   return {"wait", tonumber(run.id), run.epoch, "starting", run.starter or ""}
 end
