@@ -57,14 +57,51 @@ def test_without_lanes_only_start_urls_is_read(r):
     assert r.llen(K.key("start_urls:high")) == 1, "a lane no node lists waits"
 
 
-def test_a_returned_entry_comes_back_through_start_urls(r):
-    """release.lua / reap.lua put an entry a node could not finish back at the head of start_urls."""
+def test_an_entry_given_back_returns_to_its_lane(r):
+    """release.lua / reap.lua put an entry a node could not finish back at the head of the list
+    it came from (issue 32: a lane's went to start_urls), for the lanes the caller reads."""
     f = frontier(r)
+    f.lanes = ("start_urls:high", "start_urls:low")
     f.push_starts(["h1", "h2"], "start_urls:high")
+    f.push_starts(["l1"], "start_urls:low")
     (lease, raw), _ = f.take_starts(2, None, LANES)
+    assert f.release([lease], unstarted=True) == 1
+    assert r.lrange(K.key("start_urls:high"), 0, -1) == [raw] and r.llen(K.start_urls) == 0
+    # reaped from a node that stopped: back in its lane too
+    stalled = Frontier(r, K, node_id="gone", lease_timeout=0.05, heartbeat=0.01)
+    [(gone, _)] = stalled.take_starts(1, None, ("start_urls:low",))
+    import time
+
+    time.sleep(0.1)
+    assert f.reap() == (1, 0)
+    assert r.lrange(K.key("start_urls:low"), 0, -1) == [b"l1"]
+
+
+def test_an_entry_of_a_lane_the_caller_does_not_read_returns_through_start_urls(r):
+    f = frontier(r)  # reads no lane
+    f.push_starts(["h1"], "start_urls:high")
+    (lease, raw), = f.take_starts(1, None, LANES)
     assert f.release([lease], unstarted=True) == 1
     assert r.lrange(K.start_urls, 0, -1) == [raw]
     assert taken(f, 1, lanes=start_keys(["start_urls:high"])) == ["h1"], "start_urls is read first when unlisted"
+
+
+def test_lanes_are_counted_by_status_peek_crawls_and_the_end_of_a_run(r):
+    """Entries waiting in a lane are start entries: a run does not finish under them, and
+    every reader counts them (issue 32: none did)."""
+    from crawlplug.frontier import runs, views
+
+    joined = runs.join(r, K, node_id="n", ttl_ms=10_000)
+    f = Frontier(r, K, node_id="n", epoch=joined.epoch)
+    f.lanes = ("start_urls:low",)
+    f.heartbeat([])  # no longer reading its start requests
+    f.push_starts(["l1", "l2"], "start_urls:low")
+    assert f.status()["start_urls"] == 2
+    assert f.idle_state()[0] == 2 and f.start_entries == 2
+    assert f.finish_run(joined.run)[0] == "busy", "the run does not finish under entries waiting in a lane"
+    assert views.head(r, K, 5).entries == ["l1", "l2"] and views.head(r, K, 5).entries_waiting == 2
+    [row] = [x for x in runs.crawl_rows(r, names=[K.crawl])]
+    assert row["start_entries"] == 2
 
 
 def test_scrapy_redis_keys_in_priority_order_each_read_by_its_type(r):

@@ -504,3 +504,31 @@ def test_payload_kinds_round_trip_exactly(a, b):
     move(a, b)
     assert sorted(b.hvals(K.requests)) == sorted(payloads)
 
+
+
+def test_lanes_move_with_their_entries_and_a_leased_one_goes_back_to_its_lane(a, b):
+    keys = CrawlKeys("laned")
+    f = Frontier(a, keys, node_id="node-a", lease_timeout=60)
+    f.push_starts(["http://example.com/h1", "http://example.com/h2"], "start_urls:high")
+    f.push_starts(["http://example.com/s1"])
+    taken = f.take_starts(1, lanes=("start_urls:high", "start_urls"))  # h1, in flight
+    assert [e for _, e in taken] == [b"http://example.com/h1"]
+
+    exported, imported, text = move(a, b, keys)
+    assert exported["start_entries"] == imported["start_entries"] == 3
+    assert "start_urls:high" not in exported["not_exported"] and "lanes" not in exported["not_exported"]
+    assert '"lane":"start_urls:high"' in text.replace(" ", "")
+    # the lane's entry in flight is first in its lane again, not moved to start_urls
+    assert b.lrange(keys.key("start_urls:high"), 0, -1) == [b"http://example.com/h1", b"http://example.com/h2"]
+    assert b.lrange(keys.start_urls, 0, -1) == [b"http://example.com/s1"]
+    assert b.smembers(keys.lanes) == {b"start_urls:high"}
+
+
+def test_an_import_refuses_a_start_entry_whose_lane_names_another_key(b):
+    header = {"type": "crawlplug-export", "version": 1, "crawl": "laned", "exported_at": "x",
+              "exported_at_ms": 0, "queue": "plain", "dedup": "none", "seq": 0}  # fmt: skip
+    records = [header, {"type": "start", "entry": "http://example.com/", "lane": "queue"},
+               {"type": "end", "records": 1, "counts": {}}]  # fmt: skip
+    with pytest.raises(TransferError, match="lane"):
+        import_crawl(b, CrawlKeys("laned"), io.StringIO("".join(json.dumps(r) + "\n" for r in records)))
+    assert crawl_keys(b, CrawlKeys("laned")) == []

@@ -46,6 +46,8 @@ class CrawlFrontier(Protocol):
     next_ready_ms: int
     #: requests waiting in the queue as the last pop saw them (-1: none seen yet)
     queued_seen: int
+    #: the start-entry lists the node reads besides start_urls (CRAWLPLUG_START_KEYS' lanes)
+    lanes: tuple[str, ...]
     start_entries: int
     paused: bool
     run_state: str

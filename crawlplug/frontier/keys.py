@@ -36,6 +36,7 @@ NAMES = (
     "nodes",  # zset: node id -> heartbeat deadline (ms)
     "producers",  # zset: node id -> deadline; nodes still reading their start requests
     "start_urls",  # list: start entries pushed by operators and the seed timer
+    "lanes",  # set: the crawl's other start-entry lists ("start_urls:<lane>"), as pushed or read (readers count them)
     "seeds",  # hash: seed id -> JSON spec (entry, schedule, last run)
     "seeds_due",  # zset: seed id -> next run (ms)
     "seedlock",  # string: the seed timer's lock (redis-py Lock)

@@ -47,7 +47,7 @@ from typing import Any
 import redis
 
 from ..errors import ConfigError, CorruptKey, RunEnded, StaleEpoch
-from . import registry, runstats
+from . import registry, runstats, views
 from .keys import CrawlKeys
 from .layout import claim_shards, parts
 from .scripts import Scripts
@@ -138,6 +138,12 @@ def _shard_work(client: redis.Redis, parts: Sequence[CrawlKeys]) -> int:
     return sum(int(x) for x in pipe.execute())
 
 
+def lane_keys(keys: CrawlKeys, lanes: Sequence[str]) -> list[str]:
+    """The keys of the crawl's lanes among ``lanes`` (start-entry list names: start_urls itself
+    has a place of its own in every script that takes these)."""
+    return [keys.key(name) for name in lanes if name != "start_urls"]
+
+
 def _holds_state(client: redis.Redis, parts: Sequence[CrawlKeys]) -> bool:
     """Whether any part holds fingerprints or counters (a crawl that ran before runs were recorded)."""
     pipe = client.pipeline(transaction=False)
@@ -158,6 +164,7 @@ def join(
     worker: bool = False,
     timeout: float = 120.0,
     scripts: Scripts | None = None,
+    lanes: Sequence[str] = (),
 ) -> Joined:
     """Join the crawl's run as node ``node_id``, resume it, or begin the next one.
 
@@ -175,7 +182,8 @@ def join(
     while True:
         parts = part_keys(client, keys)
         raw = scripts.join(
-            keys=[k.run, k.runs, k.epoch, k.nodes, k.producers, k.queue, k.dq, k.leases, k.start_urls],
+            keys=[k.run, k.runs, k.epoch, k.nodes, k.producers, k.queue, k.dq, k.leases, k.start_urls,
+                  *lane_keys(k, lanes)],
             args=[node_id, ttl_ms, begin_as, "1" if incremental else "0", BEGIN_GRACE_MS, "1" if worker else "0",
                   _shard_work(client, parts), "1" if _holds_state(client, parts) else "0", new_token()],
         )  # fmt: skip
@@ -403,6 +411,7 @@ def finish(
     epoch: int | str,
     reason: str = "finished",
     scripts: Scripts | None = None,
+    lanes: Sequence[str] = (),
 ) -> tuple[str, int | None]:
     """Record the run as finished if the crawl is done: ("finished", ended ms), ("busy", None)
     when work or a producer appeared, or (state, None) when it ended otherwise."""
@@ -410,7 +419,7 @@ def finish(
     k = keys
     summary = totals(client, part_keys(client, keys))
     raw = scripts.finish(
-        keys=[k.run, k.runs, k.producers, k.queue, k.dq, k.leases, k.start_urls, k.epoch],
+        keys=[k.run, k.runs, k.producers, k.queue, k.dq, k.leases, k.start_urls, *lane_keys(k, lanes), k.epoch],
         args=[node_id, run_id, reason, json.dumps(summary, separators=(",", ":")), str(epoch)],
     )
     state = text(raw[0])
@@ -457,10 +466,9 @@ def _work(client: redis.Redis, parts: Sequence[CrawlKeys]) -> int:
         pipe.zcard(k.queue)
         pipe.zcard(k.dq)
         pipe.zcard(k.leases)
-    pipe.llen(parts[0].start_urls)
     # a key of the wrong type (written by hand: the scripts refuse it and name it, `crawlplug
     # status` lists it) counts 0, so views still answer
-    return sum(_int(x) or 0 for x in pipe.execute(raise_on_error=False))
+    return sum(_int(x) or 0 for x in pipe.execute(raise_on_error=False)) + views.start_entries(client, parts[0])
 
 
 def history(client: redis.Redis, keys: CrawlKeys) -> list[dict[str, Any]]:
@@ -575,7 +583,6 @@ def crawl_rows(client: redis.Redis, prefix: str = "crawlplug", names: Iterable[s
             pipe.zcard(k.dq)
             pipe.zcard(k.leases)
             pipe.hget(k.stats, "acked")
-        pipe.llen(keys.start_urls)
         pipe.zcount(keys.nodes, f"({now}", "+inf")
         pipe.zrange(keys.nodes, -1, -1, withscores=True)
         raw = pipe.execute(raise_on_error=False)  # a key of the wrong type counts 0 (_work)
@@ -585,7 +592,8 @@ def crawl_rows(client: redis.Redis, prefix: str = "crawlplug", names: Iterable[s
             queued += (_int(q) or 0) + (_int(dq) or 0)
             in_flight += _int(leased) or 0
             done += _int(acked) or 0
-        starts, live, last_node = _int(raw[-3]) or 0, _int(raw[-2]) or 0, raw[-1]
+        live, last_node = _int(raw[-2]) or 0, raw[-1]
+        starts = views.start_entries(client, keys)  # start_urls and its lanes
         run = view(client, keys, live_nodes=live, work=queued + in_flight + starts)
         activity = [v for v in (run.started, run.ended) if v]
         if last_node and not isinstance(last_node, redis.ResponseError):

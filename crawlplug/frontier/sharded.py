@@ -135,6 +135,15 @@ class ShardedFrontier:
         return self.shards[0].dedup
 
     @property
+    def lanes(self) -> tuple[str, ...]:
+        """The start-entry lists this node reads besides start_urls (they live in the crawl's own keys)."""
+        return self.base.lanes
+
+    @lanes.setter
+    def lanes(self, value: tuple[str, ...]) -> None:
+        self.base.lanes = tuple(value)
+
+    @property
     def queued_seen(self) -> int:
         """Requests waiting in the shards' queues, as each shard's last pop saw them (-1: none seen)."""
         seen = [f.queued_seen for f in self.shards if f.queued_seen >= 0]

@@ -23,7 +23,7 @@ import redis
 
 from ..errors import AdmissionIncomplete, RolledBack, StaleEpoch
 from ..queues import BaseQueue, PriorityQueue
-from . import history, runs
+from . import history, runs, views
 from .dedup import Dedup, SetDedup
 from .keys import NAMES, CrawlKeys
 from .record import CallRecord
@@ -43,6 +43,7 @@ class Frontier:
 
     #: whether the crawl is split into shards (crawlplug.frontier.sharded): no, one key set
     sharded = False
+    NO_LANES: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -96,6 +97,9 @@ class Frontier:
         self.start_urls_kind = ""
         #: the run this node joined (crawlplug.frontier.runs; None: none): its history samples carry it
         self.run_id = run_id
+        #: the crawl's start-entry lists this node reads besides start_urls (its lanes,
+        #: CRAWLPLUG_START_KEYS): their entries count as work, and return there when given back
+        self.lanes = self.NO_LANES
         #: Redis's clock at the last heartbeat's reply (ms) and this process's monotonic
         #: clock then: the estimate of Redis's clock the history keys are named by
         self._clock: tuple[int, float] | None = None
@@ -410,18 +414,19 @@ class Frontier:
                 [self.node_id, self.lease_ms, self.record.check(), *lease_ids, self.epoch])  # fmt: skip
 
     def reap_call(self, limit: int = 1000) -> tuple[str, list[str], list[Any]]:
-        return ("reap", self._reap_keys, [self.max_deliveries, limit])
+        return ("reap", [*self._reap_keys, *runs.lane_keys(self.keys, self.lanes)], [self.max_deliveries, limit])
 
     def idle_call(self) -> tuple[str, list[str], list[Any]]:
         k = self.keys
-        return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls, k.control], [])
+        return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls, k.control, *runs.lane_keys(k, self.lanes)],
+                [])  # fmt: skip
 
     def release_call(self, ids: Sequence[str], *, unstarted: bool) -> tuple[str, list[str], list[Any]]:
         k = self.keys
         return (
             "release",
             [k.leases, k.leased, k.queue, k.deliveries, k.stats, *k.domain_keys(), k.requests, k.start_urls,
-             k.epoch],
+             *runs.lane_keys(k, self.lanes), k.epoch],
             [self.node_id, "1" if unstarted else "0", *ids, self.epoch],
         )
 
@@ -606,10 +611,14 @@ class Frontier:
 
     def push_starts(self, lines: Iterable[str | bytes], lane: str = "start_urls") -> int:
         """Append start entries (already validated) to the crawl's start_urls, or another of
-        its start-entry lists (``lane``, a name crawlplug.config.start_keys accepts); returns
-        the list's new length."""
+        its start-entry lists (``lane``, a name crawlplug.config.start_keys accepts, recorded
+        in the crawl's ``lanes`` so that readers count it); returns the list's new length."""
         lines = list(lines)
-        return int(self.client.rpush(self.keys.key(lane), *lines)) if lines else 0
+        if not lines:
+            return 0
+        if lane != "start_urls":
+            self.client.sadd(self.keys.lanes, lane)
+        return int(self.client.rpush(self.keys.key(lane), *lines))
     def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
         """Admit (fingerprint, request-or-score, payload) items: a convenience for tests and tools."""
         return self.admit([(fp, float(score), payload) for fp, score, payload in items])
@@ -733,7 +742,7 @@ class Frontier:
         """Record run ``run_id`` as ended if the crawl is done (lua/finish.lua): ("finished",
         ended ms), ("busy", None) when work or a producer appeared, or (state, None)."""
         return runs.finish(self.client, self.keys, node_id=self.node_id, run_id=run_id, epoch=self.epoch,
-                           reason=reason, scripts=self.scripts)  # fmt: skip
+                           reason=reason, scripts=self.scripts, lanes=self.lanes)  # fmt: skip
 
     def dedup_parts(self) -> list[Frontier]:
         """The frontiers holding this crawl's dedup state, each with its strategy: itself."""
@@ -810,6 +819,8 @@ class Frontier:
             for i, value in enumerate(raw)
         )
         seen += sum(_int(v) for f, v in hashed.items() if text(f).startswith("count:"))
+        if self.keys.shard is None:  # the crawl's lanes (start_urls:<lane>) are start entries too
+            starts = views.start_entries(self.client, self.keys) if not isinstance(raw[2], redis.ResponseError) else 0
         return {
             "corrupt": corrupt,
             "queued": queued + dqueued,

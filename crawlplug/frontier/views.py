@@ -132,9 +132,27 @@ class Head:
     entries_waiting: int
 
 
+def start_lists(client: redis.Redis, keys: CrawlKeys) -> list[str]:
+    """The crawl's start-entry lists: start_urls, then its lanes (start_urls:<lane>, as
+    pushed or read by a node: the ``lanes`` set), by name."""
+    try:
+        lanes = sorted(text(x) for x in client.smembers(keys.lanes))
+    except redis.ResponseError:  # a key of the wrong type: its scripts name it
+        lanes = []
+    return [keys.start_urls, *(keys.key(name) for name in lanes)]
+
+
+def start_entries(client: redis.Redis, keys: CrawlKeys) -> int:
+    """Start entries waiting in every start-entry list of the crawl (a list of another type counts 0)."""
+    pipe = client.pipeline(transaction=False)
+    for key in start_lists(client, keys):
+        pipe.llen(key)
+    return sum(int(x) for x in pipe.execute(raise_on_error=False) if not isinstance(x, Exception))
+
+
 def head(client: redis.Redis, keys: CrawlKeys, count: int) -> Head:
     """The first ``count`` requests of each part's queue (a sharded crawl: shard by shard),
-    and the first start entries waiting (read-only)."""
+    and the first start entries waiting, start_urls then its lanes (read-only)."""
     rows: list[tuple[str, bytes | None]] = []
     queued = 0
     for part in parts(client, keys):
@@ -144,8 +162,11 @@ def head(client: redis.Redis, keys: CrawlKeys, count: int) -> Head:
         for rid, payload in zip(ids, payloads):
             rows.append((rid if part.shard is None else f"{part.shard}.{rid}", payload))
         queued += client.zcard(part.queue) + client.zcard(part.dq)
-    entries = [text(x) for x in client.lrange(keys.start_urls, 0, count - 1)]
-    return Head(rows[:count], queued, entries, int(client.llen(keys.start_urls)))
+    entries: list[str] = []
+    for key in start_lists(client, keys):
+        if len(entries) < count:
+            entries += [text(x) for x in client.lrange(key, 0, count - 1 - len(entries))]
+    return Head(rows[:count], queued, entries, start_entries(client, keys))
 
 
 def start_entries_waiting(client: redis.Redis, keys: CrawlKeys, lane: str = "start_urls") -> int:

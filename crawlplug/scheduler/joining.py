@@ -57,6 +57,7 @@ def join_args(config: SchedulerConfig, dupefilter: Any) -> dict[str, Any]:
         "ttl_ms": int(3 * config.heartbeat * 1000),  # dead after 3 missed heartbeats (as the frontier's)
         "incremental": incremental(config, dupefilter),
         "worker": config.idle_close <= 0,
+        "lanes": config.start_keys,  # its lanes hold work too (start entries)
     }
 
 
@@ -105,6 +106,9 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
     if fallback is not None and frontier.queued_elsewhere(True):
         queue, frontier = fallback, build(fallback)  # the crawl's requests wait in a plain queue: finish it so
     frontier.run_id = joined.run  # the history samples it sends carry the run (crawlplug.frontier.history)
+    frontier.lanes = tuple(name for name in config.start_keys if name != "start_urls")
+    if frontier.lanes:  # readers (status, peek, crawls) count the lanes a node reads
+        conn.client.sadd(keys.lanes, *frontier.lanes)
     bind = getattr(dupefilter, "bind", None)
     if bind is not None:
         bind(frontier)

@@ -329,7 +329,7 @@ if nacks > 0 then
         dq_now = dq_now or redis_now_ms()
         dq_end(domain, id, freed, dq_now)
       end
-      if score == "start" then
+      if is_start(score) then
         starts_acked = starts_acked + 1 -- a start entry, not a page: not counted as done
       else
         acked = acked + 1

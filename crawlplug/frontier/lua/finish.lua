@@ -11,7 +11,8 @@
 -- KEYS[6] leases      zset  } checked by the caller just before: new work in
 -- KEYS[7] start_urls  list  } a shard needs a producer or a lease; start_urls of
 --                           another type is not counted: guard.lua start_entries)
--- KEYS[8] epoch       str   the crawl's epoch
+-- KEYS[8..last-1]     lists the crawl's lanes start_urls:<lane> the node reads: work too
+-- KEYS[last] epoch    str   the crawl's epoch
 -- ARGV[1] node id
 -- ARGV[2] run id the node is in
 -- ARGV[3] reason recorded ("finished")
@@ -51,7 +52,7 @@ local draining = run[2] == "draining"
 local now = redis_now_ms()
 local work = redis.call("ZCARD", KEYS[4]) + redis.call("ZCARD", KEYS[5]) + redis.call("ZCARD", KEYS[6])
 -- start entries waiting (start_entries: guard.lua) are work, unless the run drains
-if not draining then work = work + start_entries(KEYS[7]) end
+if not draining then work = work + start_entries(KEYS[7]) + lane_entries(8, #KEYS - 1) end
 local others = redis.call("ZCOUNT", producers, "(" .. now, "+inf")
 local mine = redis.call("ZSCORE", producers, node)
 if mine and tonumber(mine) > now then others = others - 1 end -- the caller is done producing

@@ -179,6 +179,13 @@ local function start_entries(key)
   return redis.call("LLEN", key)
 end
 
+-- start_entries over KEYS[first..last] (the crawl's lanes start_urls:<lane> a caller reads)
+local function lane_entries(first, last)
+  local n = 0
+  for k = first, last do n = n + start_entries(KEYS[k]) end
+  return n
+end
+
 -- the next free request id: INCR seq from ``floor`` at least (leases.lua's id_floor), skipping
 -- ids still in use (seq deleted by hand, or rolled back, must not make a new request
 -- overwrite a stored one)

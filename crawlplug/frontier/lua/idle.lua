@@ -6,6 +6,8 @@
 -- KEYS[4] dq         zset  the per-domain queue (see domains.lua)
 -- KEYS[5] start_urls list  start entries not yet taken by a node
 -- KEYS[6] control    hash  crawl-wide switches ("lost": Redis lost the crawl's data)
+-- KEYS[7..] lists           the crawl's lanes start_urls:<lane> the caller reads: their
+--                           entries are start entries too
 -- Returns {queued (requests and start entries), leased, live producers, start
 -- entries, lost, start_urls type}: lost is 1 once a node found the crawl's data
 -- gone (heartbeat.lua); start_urls type is "" for a list (or no key), else the
@@ -22,8 +24,8 @@ end
 
 local now = redis_now_ms()
 local kind = redis.call("TYPE", KEYS[5])["ok"]
-local starts = 0
-if kind == "list" then starts = redis.call("LLEN", KEYS[5]) end
+local starts = lane_entries(7, #KEYS)
+if kind == "list" then starts = starts + redis.call("LLEN", KEYS[5]) end
 if kind == "list" or kind == "none" then kind = "" end
 return {
   redis.call("ZCARD", KEYS[1]) + redis.call("ZCARD", KEYS[4]) + starts,

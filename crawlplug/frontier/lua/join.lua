@@ -16,6 +16,7 @@
 -- KEYS[7] dq          zset  } and start entries (for a sharded crawl the
 -- KEYS[8] leases      zset  } shards' are counted by the caller, ARGV[7])
 -- KEYS[9] start_urls  list  } (start_urls of another type is not counted: guard.lua start_entries)
+-- KEYS[10..] lists          } the crawl's lanes start_urls:<lane> the node reads
 -- ARGV[1] node id
 -- ARGV[2] node time-to-live (ms)
 -- ARGV[3] "auto"; "new": begin a new run now whatever the state
@@ -62,7 +63,7 @@ local raw = redis.call("HGETALL", run_key)
 local run = {}
 for i = 1, #raw, 2 do run[raw[i]] = raw[i + 1] end
 local work = redis.call("ZCARD", KEYS[6]) + redis.call("ZCARD", KEYS[7]) + redis.call("ZCARD", KEYS[8])
-  + start_entries(KEYS[9]) + shard_work
+  + start_entries(KEYS[9]) + lane_entries(10, #KEYS) + shard_work
 local live = redis.call("ZCOUNT", nodes, "(" .. now, "+inf")
 if redis.call("ZSCORE", nodes, node) and tonumber(redis.call("ZSCORE", nodes, node)) > now then
   live = live - 1

@@ -21,6 +21,34 @@ local function push_back_starts(starts, entries)
   redis.call("LPUSH", starts, unpack(reversed))
 end
 
+-- A start entry's lease record has the score "start" (taken from start_urls, or from a
+-- scrapy-redis key) or "start:<lane>" (from the crawl's lane start_urls:<lane>,
+-- CRAWLPLUG_START_KEYS): an entry given back returns to the list it came from.
+local function is_start(score)
+  return score ~= nil and string.sub(score, 1, 5) == "start"
+end
+
+-- start entries given back ({lane or false, entry} in order), each at the head of the list it
+-- came from: start_urls (``default``), or its lane's key among KEYS[first..last] (the lanes
+-- the caller reads); an entry of a lane not passed goes back to start_urls
+local function push_back_to_lanes(default, first, last, entries)
+  local key_of = {}
+  for k = first, last do
+    local lane = string.match(KEYS[k], ":start_urls:([^:]+)$")
+    if lane then key_of[lane] = KEYS[k] end
+  end
+  local groups, order = {}, {}
+  for _, e in ipairs(entries) do
+    local key = (e[1] and key_of[e[1]]) or default
+    if not groups[key] then
+      groups[key] = {}
+      order[#order + 1] = key
+    end
+    groups[key][#groups[key] + 1] = e[2]
+  end
+  for _, key in ipairs(order) do push_back_starts(key, groups[key]) end
+end
+
 local function redis_now_ms()
   local t = redis.call("TIME")
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

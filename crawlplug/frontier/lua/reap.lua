@@ -26,6 +26,9 @@
 --                           <leases requeued> <dead-lettered>": the nodes whose heartbeat
 --                           expired and what became of their leases; an entry unchanged
 --                           for an hour is deleted here
+-- KEYS[17..]         lists the crawl's lanes start_urls:<lane> the caller reads: an
+--                           expired lease of an entry of one (score "start:<lane>") returns
+--                           there, and their entries count as work left in the series
 -- ARGV[1] max deliveries
 -- ARGV[2] most leases to reap in this call
 -- Returns {requeued, dead}; counts "slots_freed" in stats (leases of dead nodes whose
@@ -93,13 +96,13 @@ local function fate(holder, i)
 end
 for _, id in ipairs(expired) do
   local holder, score, d, domain, freed = lease_info(redis.call("HGET", leased, id))
-  if score ~= "start" or starts_ok then
+  if not is_start(score) or starts_ok then
     redis.call("ZREM", leases, id)
     redis.call("HDEL", leased, id)
     local payload = redis.call("HGET", requests, id)
-    if payload and score == "start" then
-      -- a start entry whose node died before storing its requests: first in line again
-      returned[#returned + 1] = payload
+    if payload and is_start(score) then
+      -- a start entry whose node died before storing its requests: first in line again, in its list
+      returned[#returned + 1] = {string.match(score, "^start:(.+)$") or false, payload}
       redis.call("HDEL", requests, id)
       redis.call("HDEL", deliveries, id)
       restarted = restarted + 1
@@ -126,7 +129,7 @@ for _, id in ipairs(expired) do
 end
 if requeued > 0 then redis.call("HINCRBY", stats, "reaped", requeued) end
 if killed > 0 then redis.call("HINCRBY", stats, "dead", killed) end
-push_back_starts(starts, returned)
+push_back_to_lanes(starts, 17, #KEYS, returned)
 if restarted > 0 then redis.call("HINCRBY", stats, "start_returned", restarted) end
 
 -- forget series buckets older than an hour (360 buckets of 10 s), a few per call
@@ -137,7 +140,7 @@ local bucket = math.floor(now / 10000)
 local waiting, inflight = redis.call("ZCARD", queue) + redis.call("ZCARD", D.dq), redis.call("ZCARD", leases)
 -- start entries of a start_urls of the wrong type are not counted (LLEN would fail the
 -- script here, after the reaping above: not all-or-nothing)
-local entries = starts_ok and redis.call("LLEN", starts) or 0
+local entries = (starts_ok and redis.call("LLEN", starts) or 0) + lane_entries(17, #KEYS)
 redis.call("HSET", series,
   "q:" .. bucket, waiting,
   "f:" .. bucket, inflight,

@@ -11,7 +11,9 @@
 -- KEYS[6..9]          the per-domain queue: dq, domains, dstate, dconf
 -- KEYS[10] requests   hash  request id -> payload
 -- KEYS[11] start_urls list  a start entry's lease (score "start") returns here
--- KEYS[12] epoch      str   the part's epoch (epoch.lua)
+-- KEYS[12..last-1]    lists the crawl's lanes start_urls:<lane> the caller reads: an
+--                           entry of one (score "start:<lane>") returns there
+-- KEYS[last] epoch    str   the part's epoch (epoch.lua)
 -- ARGV[1] node id
 -- ARGV[2] "1" if the requests were never started (undo the delivery count)
 -- ARGV[3..] lease ids, and last the caller's epoch (epoch.lua)
@@ -47,15 +49,15 @@ for j = 3, NARGV do
   local id = ARGV[j]
   local info = redis.call("HGET", leased, id)
   local _, score, d, domain, freed = lease_info(info)
-  if info and string.sub(info, 1, #prefix) == prefix and (score ~= "start" or starts_ok) then
+  if info and string.sub(info, 1, #prefix) == prefix and (not is_start(score) or starts_ok) then
     -- the lease goes first: a write that frees memory, so that on a full Redis the
     -- requeue after it is not refused half-way (see guard.lua)
     redis.call("ZREM", leases, id)
     redis.call("HDEL", leased, id)
     d = tonumber(d) or 1
-    if score == "start" then
+    if is_start(score) then
       local entry = redis.call("HGET", KEYS[10], id)
-      if entry then returned[#returned + 1] = entry end
+      if entry then returned[#returned + 1] = {string.match(score, "^start:(.+)$") or false, entry} end
       redis.call("HDEL", KEYS[10], id)
       d = 0
     else
@@ -71,6 +73,6 @@ for j = 3, NARGV do
     released = released + 1
   end
 end
-push_back_starts(KEYS[11], returned)
+push_back_to_lanes(KEYS[11], 12, #KEYS - 1, returned)
 if released > 0 then redis.call("HINCRBY", stats, "released", released) end
 return released

@@ -15,7 +15,9 @@
 -- KEYS[4] leased      hash  request id -> "node|start|deliveries"
 -- KEYS[5] stats       hash  crawl-wide counters
 -- KEYS[6 .. 5+O]      lists the crawl's own start-entry keys (start_urls and its
---                     lanes start_urls:<name>), in priority order
+--                     lanes start_urls:<name>), in priority order; an entry of a lane
+--                     is leased with the score "start:<name>" (leases.lua), so that a
+--                     release or a reap puts it back there
 -- KEYS[6+O .. last-1] scrapy-redis's start URL keys (each a list, set or sorted
 --                     set, read as scrapy-redis does), in priority order
 -- KEYS[last] epoch    str   the crawl's epoch (epoch.lua)
@@ -44,7 +46,7 @@ end
 -- ---- end of the checks ----
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (SPOP, TIME before writes)
-local entries = {}
+local entries, lanes = {}, {}
 for k = first, last do
   local want = n - #entries
   if want <= 0 then break end
@@ -59,18 +61,22 @@ for k = first, last do
     more = redis.call("ZREVRANGE", key, 0, want - 1)
     if #more > 0 then redis.call("ZREMRANGEBYRANK", key, -#more, -1) end
   end
-  for _, e in ipairs(more) do entries[#entries + 1] = e end
+  local lane = k < first + own and string.match(key, ":start_urls:([^:]+)$") or nil
+  for _, e in ipairs(more) do
+    entries[#entries + 1] = e
+    lanes[#entries] = lane
+  end
 end
 if #entries == 0 then return {} end
 
 local now = redis_now_ms()
 local deadline, floor = now + lease_ms, now * 1000 -- ids from leases.lua's id_floor at least
 local out = {}
-for _, entry in ipairs(entries) do
+for j, entry in ipairs(entries) do
   local id = next_id(seq, requests, floor)
   redis.call("HSET", requests, id, entry)
   redis.call("ZADD", leases, deadline, id)
-  redis.call("HSET", leased, id, node .. "|start|1")
+  redis.call("HSET", leased, id, node .. "|" .. (lanes[j] and "start:" .. lanes[j] or "start") .. "|1")
   out[#out + 1] = id
   out[#out + 1] = entry
 end

@@ -15,6 +15,7 @@ without it: a truncated file is never taken for a whole one)::
     {"type": "request", "id": "...", "domain": "example.com", "rank": "1125899906842614", "payload": ...}
         (+ "deliveries": n when the request was delivered before, "leased": true when it was in flight)
     {"type": "start", "entry": "https://example.com/"}          start_urls, in list order
+    {"type": "start", "entry": "...", "lane": "start_urls:high"}  a lane's (the crawl's lanes set)
     {"type": "dead", "letter": "<JSON header>\\n<payload>"}
     {"type": "seed", "id": "...", "spec": "{...}", "due": 1748779200000 | null}
     {"type": "dconf" | "dstate" | "stats" | "crawlstats" | "run" | "runs", "fields": [[field, value], ...]}
@@ -33,7 +34,8 @@ What becomes of what:
 * queued requests keep their id and their place (score, or domain and rank);
 * leased (in-flight) requests are exported as queued ones: on import the work
   goes back to the queue, its delivery count kept (as when a lease is reaped);
-  a leased start entry goes back to the head of ``start_urls``;
+  a leased start entry goes back to the head of the list it came from
+  (``start_urls`` or its lane);
 * ``seq`` becomes the larger of the exported ``seq`` and the largest id, so
   new ids continue above every imported one;
 * the per-domain schedule (``domains``) is restored for domains that were

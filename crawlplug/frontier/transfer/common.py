@@ -20,7 +20,7 @@ _NOT_EXPORTED = ("nodes", "producers", "seedlock", "series", "items", "statnodes
 #: Every key name export_crawl reads (the rest of the crawl's keys are reported as not exported).
 _EXPORTED = (
     "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "seen_ttl", "dead", "stats",
-    "start_urls", "seeds", "seeds_due", "dq", "domains", "dstate", "dconf", "crawlstats", "bf", "run", "runs",
+    "start_urls", "lanes", "seeds", "seeds_due", "dq", "domains", "dstate", "dconf", "crawlstats", "bf", "run", "runs",
 )  # fmt: skip
 #: Keys that only mean something on the Redis they are on: the epoch (an import begins a new one),
 #: the lead of the crawl's schedules and its fencing token (crawlplug.frontier.schedules).

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 import redis
 
+from ...config import START_KEY
 from ..fphash import iter_fingerprints
 from ..keys import CrawlKeys
 from ..layout import parts
@@ -45,10 +46,20 @@ def _crawl_key_names(client: redis.Redis, keys: CrawlKeys) -> list[str]:
     return sorted({text(k)[cut:] for k in client.scan_iter(match=keys.pattern(), count=BATCH)})
 
 
-def _not_exported(names: list[str]) -> list[str]:
+def _lanes(client: redis.Redis, keys: CrawlKeys) -> list[str]:
+    """The crawl's lanes (``start_urls:<lane>``, its ``lanes`` set) that hold a list."""
+    names = sorted(text(x) for x in client.smembers(keys.lanes)) if client.type(keys.lanes) == b"set" else []
+    return [n for n in names if START_KEY.fullmatch(n) and n != "start_urls" and client.type(keys.key(n)) == b"list"]
+
+
+def _lane(name: str) -> dict[str, str]:
+    return {"lane": name} if name and name != "start_urls" else {}
+
+
+def _not_exported(names: list[str], lanes: set[str]) -> list[str]:
     out = set()
     for name in names:
-        if name in _EXPORTED or name in _LOCAL or name.startswith(("bloom", "fph")):
+        if name in _EXPORTED or name in _LOCAL or name in lanes or name.startswith(("bloom", "fph")):
             continue
         out.add(f"{name.split(':', 1)[0]}:*" if name.startswith(("node:", "reply:", "job:", "hist:", "runstats:"))
                 else name)  # fmt: skip
@@ -87,7 +98,8 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
     all_parts = parts(client, keys)
     shards = len(all_parts) - 1
     names = {p.tag: _crawl_key_names(client, p) for p in all_parts}
-    counts["not_exported"] = sorted({n for part_names in names.values() for n in _not_exported(part_names)})
+    lanes = set(_lanes(client, keys))
+    counts["not_exported"] = sorted({n for part_names in names.values() for n in _not_exported(part_names, lanes)})
     counts["live_nodes"] = int(client.zcount(keys.nodes, now + 1, "+inf"))
     domain_mode = any(n in part_names for part_names in names.values() for n in ("dq", "domains", "dconf"))
     header = {
@@ -150,7 +162,7 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
             emit({"type": "request", "id": rid, "domain": domain, "rank": rank}, payload, int(d or 0))
 
     # leases: in-flight work goes back to the queue on import
-    start_leases: list[tuple[str, bytes]] = []
+    start_leases: list[tuple[str, bytes, str]] = []
     for batch in _batches(client.hscan_iter(keys.leased, count=BATCH)):
         ids = [text(rid) for rid, _ in batch]
         found = client.hmget(keys.requests, ids)
@@ -160,9 +172,9 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
                 counts["orphans"] += 1
                 continue
             score, d = parts[1], int(parts[2]) if parts[2].isdigit() else 1
-            if score == "start":  # a start entry taken by a node: back to the head of start_urls
-                if payload is not None:
-                    start_leases.append((rid, payload))
+            if score == "start" or score.startswith("start:"):  # a start entry taken by a node:
+                if payload is not None:  # back to the head of the list it came from
+                    start_leases.append((rid, payload, f"start_urls:{score[6:]}" if score[6:] else ""))
                 continue
             domain = parts[3] if len(parts) > 3 and parts[3] not in ("", "f") else ""
             try:
@@ -180,15 +192,18 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
             counts["leased"] += counts["requests"] - before
 
     # start entries: leased ones first (reap.lua puts them back at the head), then the list
-    for _, entry in sorted(start_leases):
-        w.write({"type": "start", "entry": _enc(entry), "leased": True})
+    # (a lane's entries carry "lane": "start_urls:<lane>"; start_urls' none)
+    for _, entry, lane in sorted(start_leases):
+        w.write({"type": "start", "entry": _enc(entry), "leased": True, **_lane(lane)})
         counts["start_entries"] += 1
-    for key, kind, counter in ((keys.start_urls, "start", "start_entries"), (keys.dead, "dead", "dead")):
+    lists = [(keys.start_urls, "start", "start_entries", "")]
+    lists += [(keys.key(name), "start", "start_entries", name) for name in _lanes(client, keys)]
+    for key, kind, counter, lane in [*lists, (keys.dead, "dead", "dead", "")]:
         start = 0
         while True:
             chunk = client.lrange(key, start, start + BATCH - 1)
             for value in chunk:
-                w.write({"type": kind, ("entry" if kind == "start" else "letter"): _enc(value)})
+                w.write({"type": kind, ("entry" if kind == "start" else "letter"): _enc(value), **_lane(lane)})
                 counts[counter] += 1
             if len(chunk) < BATCH:
                 break

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 import redis
 
+from ...config import START_KEY
 from ...errors import TransferError
 from .. import runs
 from ..dedup import has_native_bloom
@@ -131,6 +132,8 @@ def _check(record: Any, plan: _Plan) -> None:
             raise ValueError(f"'deliveries' must be a non-negative integer, got {_short(d)}")
     elif kind == "start":
         _dec(record.get("entry"), "entry")
+        if "lane" in record and (not isinstance(record["lane"], str) or not START_KEY.fullmatch(record["lane"])):
+            raise ValueError(f"'lane' must name a start-entry list start_urls:<lane>, got {_short(record['lane'])}")
     elif kind == "dead":
         _dec(record.get("letter"), "letter")
     elif kind == "seed":
@@ -369,7 +372,10 @@ def _write(client: redis.Redis, keys: CrawlKeys, plan: _Plan, spool: IO[str]) ->
             counts["requests"] += 1
             counts["leased"] += bool(record.get("leased"))
         elif kind == "start":
-            pipe.rpush(cur.start_urls, _dec(record["entry"], "entry"))
+            lane = record.get("lane") or "start_urls"
+            pipe.rpush(cur.key(lane), _dec(record["entry"], "entry"))
+            if lane != "start_urls":
+                pipe.sadd(cur.lanes, lane)
             counts["start_entries"] += 1
         elif kind == "dead":
             pipe.rpush(cur.dead, _dec(record["letter"], "letter"))
