@@ -77,6 +77,9 @@ class RolledBack(ScriptRefusal):
         parts = message.split()
         self.found = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
         self.given_back = list(given_back)
+        #: the frontier already gave back what the node held for this refusal (a call made
+        #: inside another, e.g. admit-and-pop's own pop, met it first): not again
+        self.settled = False
 
 
 class RunEnded(CrawlplugError):

@@ -127,6 +127,20 @@ def test_an_admit_and_pop_after_a_rollback_leases_nothing_and_writes_nothing(r, 
     assert int(r.hget(K.stats, "enqueued")) == 2 and int(r.hget(K.stats, "leased")) == 1
 
 
+def test_a_pop_alone_after_a_rollback_names_the_leases_it_gave_back(r, node):
+    """admit_and_pop with nothing to admit is a pop: the refusal it meets is settled once,
+    naming the leases given back (a second settling named none, and the caller kept them)."""
+    node.admit([(fp("parent"), 0.0, b"parent"), (fp("other"), 0.0, b"other")])
+    [parent] = node.pop(1)
+    before = snapshot(r)
+    node.admit([(fp("link"), 0.0, b"link")])
+    restore(r, before)
+    with pytest.raises(RolledBack) as refused:
+        node.admit_and_pop([], [], 4)
+    assert refused.value.given_back == [parent.id]
+    assert payloads(r) == {b"parent": "queued", b"other": "queued"}
+
+
 def test_a_call_sent_again_after_its_reply_was_lost_is_no_rollback(r, node):
     """An admission whose reply was lost was recorded by Redis: sent again (Frontier's
     uncertain call), it is answered with its stored reply, not refused."""

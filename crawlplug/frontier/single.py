@@ -522,11 +522,17 @@ class Frontier:
 
     def went_back(self, exc: RolledBack) -> RolledBack:
         """Redis refused a call because it went back in time (``exc``): every lease given
-        back (:meth:`give_back_held`), and the error to raise, naming them."""
+        back (:meth:`give_back_held`), and the error to raise, naming them. Once per refusal:
+        one that a call inside this one met and settled already is raised as it is (a second
+        give-back would name none of the leases the first gave back)."""
+        if exc.settled:
+            return exc
         self.record.confirmed = exc.found  # what Redis has now: the next call is checked against it
         given = self.give_back_held()
         log_went_back(self.keys, len(given))
-        return RolledBack(str(exc), given)
+        out = RolledBack(str(exc), given)
+        out.settled = True
+        return out
 
     def admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
