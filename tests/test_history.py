@@ -289,3 +289,20 @@ def test_the_dashboard_serves_the_history_of_a_range_or_a_run(r):
         assert res.status_code == 400 and said in res.json()["error"], (query, res.text)
     runs_listed = app.get("/api/runs").json()
     assert [x["id"] for x in runs_listed["runs"]] == [1, 2] and runs_listed["kept"] == []
+
+
+def test_a_crawl_begun_in_the_range_shows_no_row_before_its_first_record():
+    """A crawl begins when its first node registers, which may be the minute before its
+    first record: that minute is no row of dashes in `status --since`."""
+    from crawlplug.cli.status import _history_lines
+
+    t0 = 1_700_000_040_000  # a minute boundary
+    points: dict = {"since": t0 + 58_000, "until": t0 + 60_000 + 9_000, "began": t0 + 58_000, "asked_seconds": 3600,
+                    "step": "minute", "step_seconds": 60, "t": [t0, t0 + 60_000],
+                    "totals": {"done": 32, "items": 20, "errors": 1, "admitted": 32}, "pages_per_min": [None, 32.0]}
+    for name, values in {"done": [None, 32], "admitted": [None, 32], "items": [None, 20], "errors": [None, 1],
+                         "queued": [None, 0], "in_flight": [None, 0], "dead": [None, 0], "nodes": [None, 1]}.items():
+        points[name] = values
+    lines = _history_lines(points)
+    rows = lines[2:-1]  # after the head and the column names, before the sparkline
+    assert len(rows) == 1 and rows[0].split()[1] == "32", lines

@@ -140,6 +140,10 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
 def _history_lines(points: dict[str, Any]) -> list[str]:
     """The --since section: totals over the range, a row per equal slice of it, a sparkline."""
     rows = crawl_history.rows(points)
+    if points.get("began") is not None:  # a crawl begun in the range: no row before its first record
+        # (it began when its first node registered, which may be a minute before its first record)
+        while len(rows) > 1 and rows[0]["done"] is None:
+            rows.pop(0)
     seconds = (points["until"] - points["since"]) // 1000
     totals = points["totals"]
     if points.get("began") is not None:  # the crawl began within the range asked: from then on
