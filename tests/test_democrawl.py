@@ -16,6 +16,7 @@ from crawlplug import embedded
 from crawlplug.demo import crawl as democrawl
 
 from .support.nodes import ROOT
+from .support.patience import patient
 
 
 def _row(summary: str, label: str) -> str:
@@ -65,7 +66,7 @@ def test_unreachable_redis_fails_cleanly():
 def _read_until(fd: int, marker: str, timeout: float) -> str:
     """Read a pseudo-terminal until ``marker`` shows (or the process closed it)."""
     out = b""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     while marker.encode() not in out:
         left = deadline - time.monotonic()
         if left <= 0:

@@ -40,6 +40,8 @@ from scrapy.extensions.feedexport import FileFeedStorage
 
 from crawlplug.frontier.keys import CrawlKeys
 
+from .support.patience import patient
+
 SETTINGS: dict[str, object] = {
     "CRAWLPLUG_HEARTBEAT": 0.5,
     "CRAWLPLUG_LEASE_TIMEOUT": 3,
@@ -110,7 +112,7 @@ def fetched(shop) -> int:
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, what: str, nodes=()) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     while not cond():
         for node in nodes:
             rc = node.proc.poll()
@@ -150,7 +152,7 @@ def final_stats(node) -> dict[str, Any]:
 
 def finish(nodes, timeout: float = 120) -> None:
     """Wait for ``nodes`` to exit; each must exit 0 with finish_reason 'finished'."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     for node in nodes:
         rc = node.wait(max(1.0, deadline - time.monotonic()))
         assert rc == 0, f"node exited {rc}:\n{node.text()[-3000:]}"

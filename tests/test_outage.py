@@ -28,6 +28,7 @@ from click.testing import CliRunner
 from crawlplug.cli import main
 from crawlplug.frontier.keys import CrawlKeys
 
+from .support.patience import patient
 from .support.servers import RedisServer, free_port
 
 KEYS = CrawlKeys("shop")
@@ -72,7 +73,7 @@ def _crash(server: RedisServer) -> None:
 
 
 def _wait_hits(shop, n: int, nodes, timeline: list[tuple[float, int]], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     while True:
         total = sum(shop.hits.values())
         timeline.append((time.monotonic(), total))

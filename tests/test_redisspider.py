@@ -23,11 +23,13 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import describe_payload
 
+from .support.patience import patient
+
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, what: str, nodes=()) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     while not cond():
         for node in nodes:
             rc = node.proc.poll()

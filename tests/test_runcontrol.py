@@ -31,6 +31,7 @@ from crawlplug.queues import DomainQueue
 from crawlplug.scheduler.politeness import choose
 
 from .support.fingerprints import recorded
+from .support.patience import patient
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1.5, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4}
 SHOP = CrawlKeys("shop")
@@ -57,7 +58,7 @@ def _live_nodes(r: redis.Redis, keys: CrawlKeys = SHOP) -> int:
 
 
 def _wait_for(predicate, what: str, timeout: float = 60.0, nodes=()) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     while not predicate():
         for node in nodes:
             assert node.proc.poll() is None, f"a node exited while waiting for {what}:\n{node.text()[-3000:]}"

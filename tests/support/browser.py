@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from .nodes import ROOT
+from .patience import patient
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -71,7 +72,7 @@ def until(driver: Any, check: Any, timeout: float, what: str) -> Any:
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    return WebDriverWait(driver, patient(timeout), poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
                          ).until(lambda d: check(d), message=f"waiting {timeout}s for {what}")  # fmt: skip
 
 

@@ -27,6 +27,7 @@ import redis
 
 from crawlplug.embedded import find_redis_server
 
+from .patience import patient
 from .servers import stop_process
 
 
@@ -67,7 +68,7 @@ def free_port(*, bus: bool = False) -> int:
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
     """Call ``predicate`` until it returns something truthy (its value), or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     last_exc: Exception | None = None
     while time.monotonic() < deadline:
         try:

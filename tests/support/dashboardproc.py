@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from .nodes import ROOT
+from .patience import patient
 from .servers import free_port
 
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
@@ -36,7 +37,7 @@ CRAWL_SETTINGS: dict[str, object] = {
 
 def wait_for(check: Callable[[], Any], timeout: float, what: str, step: float = 0.1) -> Any:
     """Call ``check`` until it returns something truthy (returned), at most ``timeout`` s."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     last: Any = None
     while True:
         last = check()

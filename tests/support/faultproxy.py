@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .patience import patient
+
 CHUNK = 1 << 16
 
 
@@ -140,7 +142,7 @@ class FaultProxy:
 
     def wait_resets(self, n: int, timeout: float) -> bool:
         """Until ``n`` resets were made (True), or ``timeout`` seconds passed (False)."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + patient(timeout)
         while self.resets < n:
             if time.monotonic() > deadline:
                 return False

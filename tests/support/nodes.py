@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from .patience import patient
+
 #: the checkout: the demo project's scrapy.cfg is here
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: the venv's scrapy command (the nodes import crawlplug from the venv's editable install)
@@ -32,7 +34,7 @@ class Node:
     items: Path
 
     def wait(self, timeout: float = 180) -> int:
-        return self.proc.wait(timeout)
+        return self.proc.wait(patient(timeout))
 
     def signal(self, sig: int) -> None:
         if self.proc.poll() is None:
@@ -89,7 +91,7 @@ def run_together(nodes: Sequence[Node], go: Path, crawl_id: str, timeout: float)
             assert time.monotonic() < deadline, "the nodes did not come up within 30 s"
             time.sleep(0.05)
     go.touch()
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     for node in nodes:
         try:
             rc = node.wait(max(1.0, deadline - time.monotonic()))
@@ -102,7 +104,7 @@ def run_together(nodes: Sequence[Node], go: Path, crawl_id: str, timeout: float)
 
 def wait_for_fetches(shop: Any, node: Node, fetches: int, timeout: float = 60) -> None:
     """Wait until the demo shop answered ``fetches`` requests, the node still running."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     while sum(shop.hits.values()) < fetches:
         assert node.proc.poll() is None, node.text()[-3000:]
         assert time.monotonic() < deadline
@@ -112,7 +114,7 @@ def wait_for_fetches(shop: Any, node: Node, fetches: int, timeout: float = 60) -
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0, nodes: Sequence[Node] = ()) -> None:
     """Wait until ``predicate()`` holds, failing if one of ``nodes`` exits meanwhile or
     ``timeout`` seconds pass (the nodes' last log lines then say why)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     while not predicate():
         for node in nodes:
             assert node.proc.poll() is None, f"a node exited while waiting for {what}:\n{node.text()[-3000:]}"

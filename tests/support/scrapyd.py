@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .nodes import ROOT
+from .patience import patient
 from .servers import free_port
 
 #: the venv's scrapyd command
@@ -102,7 +103,7 @@ class ScrapydDaemon:
 
 def wait_for(check: Any, timeout: float, what: str, every: float = 0.2) -> Any:
     """Poll ``check()`` until it returns something true; AssertionError naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     while True:
         value = check()
         if value:

@@ -17,6 +17,8 @@ import redis
 
 from crawlplug.embedded import find_redis_server
 
+from .patience import patient
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -82,7 +84,7 @@ def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
 def answers(client: redis.Redis, proc: subprocess.Popen, timeout: float = 20.0) -> bool:
     """Wait until the server ``proc`` started answers ``client``'s PING: False if it exited or
     ``timeout`` seconds passed first."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patient(timeout)
     while True:
         try:
             client.ping()
