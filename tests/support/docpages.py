@@ -1,0 +1,472 @@
+"""A page's shell sessions, run: the steps Sybil finds in a Markdown page, and the
+terminals they run in.
+
+`Sybil <https://sybil.readthedocs.io/>`_ lexes the page (its fenced blocks, its
+``<!-- skip: next -->`` comments, positions for the failure message) and hands each step
+to an evaluator here, in page order. A step is:
+
+* a ``sh`` block: commands a reader types into the terminal they are in, with the
+  unlabeled block right after it (blank lines between at most) as what they print;
+* a ``console`` block: ``host$ command`` lines, each followed by what it prints; each
+  host (``web1$``, ``redis1$``, ``$``) is a terminal of its own, on this machine;
+* an unlabeled block marked ``excerpt of terminal NAME`` or ``excerpt of file PATH``: lines
+  a background command logged (other lines between them);
+* a ``python``, ``ini`` or ``yaml`` block marked ``file PATH`` (save it as that file),
+  ``set PATH`` (its top-level assignments replace those of that Python file, or are added),
+  or ``in PATH`` (the file already has these lines: a page describing a template).
+
+Markers are HTML comments right before a block, invisible on the page, clauses separated
+by commas: ``<!-- doc-test: background, terminal 1 -->``:
+
+``background``
+    the commands keep running (a node, a daemon): sent to a terminal of their own, the
+    page goes on; their output block is an excerpt, waited for;
+``terminal NAME``
+    the terminal to type into (opened with the directory and environment of the page's
+    first one, as a reader opens one and activates the venv);
+``illustrative``
+    the output shown is an example, not compared (the commands must still succeed);
+``fails``
+    a command of the block exits non-zero, as its output shows (else a failing command
+    fails the page);
+``ended``
+    (an excerpt) wait until the terminal's commands ended;
+``as written``
+    no address of the page is rewritten to the test's loopback ones;
+``timeout N``
+    seconds the block may take (default 240).
+
+``<!-- skip: next "why" -->`` (Sybil's own) leaves the next step out, and
+``<!-- doc-test: run ... -->`` holds commands the page does not show (the test's set-up
+of what a page takes as given), run and checked to succeed.
+
+Every unlabeled block of a page run this way must be one of the above: a block of output
+that no command is paired with fails, so a page cannot drift by losing a command.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import textwrap
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sybil import Document, Example, Region, Sybil
+from sybil.parsers.markdown import SkipParser
+from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, RawFencedCodeBlockLexer
+
+from . import docmatch
+from .terminal import Terminal
+
+SHELLS = {"sh", "shell", "bash", "console"}
+FILES = {"python", "ini", "yaml", "toml"}
+DEFAULT_TIMEOUT = 240.0
+#: a console block's prompt: the host (``web1``, ``redis1``, none) and the command
+PROMPT = re.compile(r"^(?P<host>[\w-]*)\$ (?P<command>.*)$")
+
+
+@dataclass
+class Options:
+    """The clauses of a ``<!-- doc-test: ... -->`` marker."""
+
+    background: bool = False
+    terminal: str | None = None
+    illustrative: bool = False
+    fails: bool = False
+    ended: bool = False
+    as_written: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+    excerpt_of: str | None = None  # "terminal NAME" or "file PATH"
+    file_action: tuple[str, str] | None = None  # ("file" | "set" | "in", path)
+    hidden: str | None = None  # the commands of a `run` marker
+
+    @classmethod
+    def parse(cls, text: str, body: str = "") -> Options:
+        options = cls()
+        for clause in filter(None, (c.strip() for c in text.split(","))):
+            word, _, rest = clause.partition(" ")
+            rest = rest.strip()
+            if clause in ("background", "illustrative", "fails", "ended"):
+                setattr(options, clause, True)
+            elif clause == "as written":
+                options.as_written = True
+            elif word == "terminal" and rest:
+                options.terminal = clause
+            elif word == "timeout" and rest:
+                options.timeout = float(rest)
+            elif clause.startswith("excerpt of ") and rest:
+                options.excerpt_of = clause.removeprefix("excerpt of ").strip()
+            elif word in ("file", "set", "in") and rest:
+                options.file_action = (word, rest)
+            elif clause == "run":
+                options.hidden = textwrap.dedent(body).strip()
+            else:
+                raise ValueError(f"unknown doc-test marker clause {clause!r}")
+        return options
+
+
+@dataclass
+class Block:
+    """One fenced block: its info string, its text, and where it is."""
+
+    info: str
+    source: str
+    start: int
+    end: int
+
+    @property
+    def language(self) -> str:
+        return self.info.split()[0] if self.info.strip() else ""
+
+
+@dataclass
+class Step:
+    kind: str  # "commands", "excerpt", "file", "hidden", "orphan"
+    options: Options
+    block: Block | None = None
+    expected: str | None = None
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+
+_FENCES = RawFencedCodeBlockLexer(info_pattern=re.compile(r"(?P<info>[^\n]*)\n"))
+_MARKERS = DirectiveInHTMLCommentLexer(directive="doc-test", arguments=".*?")
+
+
+def _between_is_blank(text: str, start: int, end: int) -> bool:
+    return text[start:end].strip() == ""
+
+
+def _content(text: str, start: int, end: int) -> str:
+    """A fenced block's lines as written (Sybil's lexeme is dedented, and a table's indent
+    matters), less only the indent of its fence (a block inside a list item or a note)."""
+    indent = len(text[start:]) - len(text[start:].lstrip(" \t"))
+    first = text.index("\n", start) + 1
+    last = text.rfind("\n", 0, end) + 1
+    return "".join(line[indent:] if line[:indent].strip() == "" else line
+                   for line in text[first:last].splitlines(keepends=True))  # fmt: skip
+
+
+def parse_steps(document: Document) -> Iterable[Region]:
+    """Sybil's parser: the page's steps, one region each (a marker, its block and the
+    output block paired with it)."""
+    text = document.text
+    blocks = [Block(r.lexemes["info"].strip(), _content(text, r.start, r.end), r.start, r.end) for r in _FENCES(document)]
+    markers = []
+    for region in _MARKERS(document):
+        end = text.index("-->", region.end) + 3
+        markers.append((region.start, end, Options.parse(region.lexemes["arguments"], str(region.lexemes["source"]))))
+    used: set[int] = set()
+    for m_start, m_end, options in markers:
+        if options.hidden is not None:
+            yield Region(m_start, m_end, Step("hidden", options), evaluate)
+    for i, block in enumerate(blocks):
+        if i in used:
+            continue
+        marker = next(((s, o) for s, e, o in markers
+                       if o.hidden is None and e <= block.start and _between_is_blank(text, e, block.start)), None)
+        start, options = marker if marker else (block.start, Options())
+        end = block.end
+        step: Step | None = None
+        if block.language in SHELLS:
+            step = Step("commands", options, block)
+            after = blocks[i + 1] if i + 1 < len(blocks) else None
+            if block.language != "console" and after and not after.language and _between_is_blank(text, end, after.start):
+                step.expected = after.source
+                used.add(i + 1)
+                end = after.end
+        elif not block.language:
+            if options.excerpt_of:
+                step = Step("excerpt", options, block, block.source)
+            elif not options.illustrative:
+                step = Step("orphan", options, block)
+        elif block.language in FILES and options.file_action:
+            step = Step("file", options, block)
+        if step is not None:
+            yield Region(start, end, step, evaluate)
+
+
+def sybil() -> Sybil:
+    """Sybil with the parsers of a page's sessions (and its skip comments)."""
+    return Sybil(parsers=[parse_steps, SkipParser()])
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Session:
+    """The terminals of one page, in ``workdir``, with the test's rewrites: ``addresses``
+    (the page's hosts and ports -> the test's loopback ones), the one ``venv`` every page
+    uses (a page's ``python3 -m venv DIR`` links DIR to it) and the ``wheel`` (what a page's
+    ``pip install`` of crawlplug installs), ``hosts`` (a console prompt's host -> the
+    directory its terminal starts in)."""
+
+    workdir: Path
+    env: dict[str, str]
+    venv: Path
+    wheel: Path
+    addresses: dict[str, str] = field(default_factory=dict)
+    hosts: dict[str, Path] = field(default_factory=dict)
+    terminals: dict[str, Terminal] = field(default_factory=dict)
+    backgrounds: int = 0
+
+    def __post_init__(self) -> None:
+        self.logs = self.workdir / "terminals"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.main = self.open("main", self.workdir, self.env)
+
+    def open(self, name: str, cwd: Path, env: dict[str, str]) -> Terminal:
+        slug = re.sub(r"\W+", "-", name)
+        terminal = Terminal(name, cwd, env, log=self.logs / f"{len(self.terminals) + 1}-{slug}.log")
+        self.terminals[name] = terminal
+        return terminal
+
+    def terminal(self, name: str | None) -> Terminal:
+        """The terminal ``name`` (the page's first one for None), opened where the first one is."""
+        if name is None or name == "main":
+            return self.main
+        if name not in self.terminals:
+            cwd, env = self.state()
+            self.open(name, self.hosts.get(name, cwd), env)
+        return self.terminals[name]
+
+    def state(self) -> tuple[Path, dict[str, str]]:
+        """The first terminal's directory and exported environment, now."""
+        out = self.workdir / ".state"
+        self.main.run(f"pwd > {shlex.quote(str(out))}.cwd; env -0 > {shlex.quote(str(out))}", timeout=30)
+        env = dict(item.split("=", 1) for item in out.read_text().split("\0") if "=" in item)
+        return Path(Path(f"{out}.cwd").read_text().strip()), env
+
+    def rewrite(self, text: str, options: Options) -> str:
+        """The page's text with the test's addresses, venv and wheel put in."""
+        if not options.as_written:
+            for old, new in sorted(self.addresses.items(), key=lambda kv: -len(kv[0])):
+                text = text.replace(old, new)
+        return text
+
+    def commands(self, text: str, options: Options) -> str:
+        text = self.rewrite(text, options)
+        text = re.sub(r"\bpython3? -m venv (\S+)", lambda m: f"ln -sfn {shlex.quote(str(self.venv))} {m.group(1)}", text)
+        return "\n".join(self._pip(line) for line in text.split("\n"))
+
+    def _pip(self, line: str) -> str:
+        """A `pip install` of crawlplug (by name, a checkout's path, a wheel), with its
+        extras, becomes one of the test's wheel."""
+        if not re.search(r"\bpip3? install\b", line):
+            return line
+
+        def wheel(match: re.Match[str]) -> str:
+            return shlex.quote(f"{self.wheel}{match.group('extras') or ''}")
+
+        return re.sub(r"(?<![\w./~-])(['\"]?)(?:[\w./~-]*/)?crawlplug(?:-[\w.]+-py3-none-any\.whl)?"
+                      r"(?P<extras>\[[\w,]+\])?\1(?![\w./-])", wheel, line)  # fmt: skip
+
+    def close(self) -> None:
+        for terminal in reversed(list(self.terminals.values())):
+            terminal.close()
+
+
+def evaluate(example: Example) -> str | None:
+    """Sybil's evaluator of every step: None if it did what the page says, else why not."""
+    session: Session = example.namespace["session"]
+    step: Step = example.parsed
+    return {"commands": _commands, "excerpt": _excerpt, "file": _file, "hidden": _hidden,
+            "orphan": _orphan}[step.kind](session, step)  # fmt: skip
+
+
+def _orphan(session: Session, step: Step) -> str:
+    return ("a block of output that no command prints: put it right after its commands, or mark it "
+            "(excerpt of terminal NAME / file PATH, illustrative)")  # fmt: skip
+
+
+def _hidden(session: Session, step: Step) -> str | None:
+    result = session.main.run(session.commands(step.options.hidden or "", step.options), step.options.timeout)
+    if result.failed:
+        return f"the set-up commands failed: {result.failed}\n{result.output[-3000:]}"
+    return None
+
+
+def _commands(session: Session, step: Step) -> str | None:
+    assert step.block is not None
+    options = step.options
+    if step.block.language == "console":
+        return _console(session, step)
+    commands = session.commands(step.block.source, options)
+    expected = session.rewrite(step.expected, options) if step.expected is not None else None
+    if options.background:
+        session.backgrounds += 1
+        terminal = session.terminal(options.terminal or f"background {session.backgrounds}")
+        terminal.send(commands)
+        if expected is None or options.illustrative:
+            return None
+        return _wait_excerpt(terminal, expected, options.timeout)
+    return _check(session.terminal(options.terminal), commands, expected, options)
+
+
+def _check(terminal: Terminal, commands: str, expected: str | None, options: Options) -> str | None:
+    result = terminal.run(commands, options.timeout)
+    if result.failed and not options.fails:
+        failed = "\n".join(f"  exit {code}: {command}" for code, command in result.failed)
+        return f"a command failed:\n{failed}\nit printed:\n{result.output[-4000:]}"
+    if options.fails and not result.failed:
+        return f"the page says a command of this block fails (`fails`), and none did; they printed:\n{result.output}"
+    if expected is None or options.illustrative:
+        return None
+    why = docmatch.whole(expected, result.output)
+    deadline = time.monotonic() + 10  # a background job of the block may still be printing
+    while why and time.monotonic() < deadline:
+        time.sleep(0.5)
+        why = docmatch.whole(expected, terminal.output())
+    return why
+
+
+def _console(session: Session, step: Step) -> str | None:
+    """``host$ command`` lines, each with what follows it up to the next prompt as its output."""
+    assert step.block is not None
+    entries: list[tuple[str, list[str], list[str]]] = []  # host, command lines, output lines
+    for line in step.block.source.splitlines():
+        prompt = PROMPT.match(line)
+        if prompt and not (entries and entries[-1][1][-1].endswith("\\") and not entries[-1][2]):
+            entries.append((prompt.group("host"), [prompt.group("command")], []))
+        elif entries and entries[-1][1][-1].endswith("\\") and not entries[-1][2]:
+            entries[-1][1].append(line)
+        elif entries:
+            entries[-1][2].append(line)
+    if not entries:
+        return "a console block without a `host$ ` prompt"
+    options = step.options
+    if options.background and len(entries) > 1:
+        return "a background console block may hold one command only"
+    for host, command, output in entries:
+        name = host if host in session.hosts or host else None
+        commands = session.commands("\n".join(command), options)
+        expected = session.rewrite("\n".join(output), options) if "".join(output).strip() else None
+        if options.background:
+            session.backgrounds += 1
+            terminal = session.terminal(options.terminal or f"{host} background {session.backgrounds}")
+            terminal.send(commands)
+            return _wait_excerpt(terminal, expected, options.timeout) if expected and not options.illustrative else None
+        why = _check(session.terminal(name), commands, expected, options)
+        if why:
+            return f"{host}$ {command[0]}\n{why}"
+    return None
+
+
+def _wait_excerpt(terminal: Terminal, expected: str, timeout: float) -> str | None:
+    if terminal.wait_for(lambda out: docmatch.excerpt(expected, out) is None, timeout):
+        return None
+    return f"terminal {terminal.name!r}: " + (docmatch.excerpt(expected, terminal.output()) or "")
+
+
+def _excerpt(session: Session, step: Step) -> str | None:
+    options = step.options
+    expected = session.rewrite(step.expected or "", options)
+    source = options.excerpt_of or ""
+    if source.startswith("file "):
+        cwd, _ = session.state()
+        path = cwd / source.removeprefix("file ").strip()
+        deadline = time.monotonic() + options.timeout
+        while True:
+            text = path.read_text(errors="replace") if path.exists() else ""
+            why = docmatch.excerpt(expected, text)
+            if why is None or time.monotonic() > deadline:
+                return f"{path}: {why}" if why else None
+            time.sleep(0.5)
+    for name in (n.strip() for n in re.split(r"\band\b", source)):
+        if name not in session.terminals:
+            return f"no terminal {name!r} was opened before this excerpt"
+        terminal = session.terminals[name]
+        if options.ended:
+            try:
+                terminal.result(options.timeout)
+            except AssertionError as exc:
+                return str(exc)
+            why = docmatch.excerpt(expected, terminal.output())
+            if why:
+                return f"terminal {name!r}: {why}"
+        else:
+            why = _wait_excerpt(terminal, expected, options.timeout)
+            if why:
+                return why
+    return None
+
+
+def _file(session: Session, step: Step) -> str | None:
+    assert step.block is not None and step.options.file_action is not None
+    action, name = step.options.file_action
+    cwd, _ = session.state()
+    path = cwd / name
+    text = session.rewrite(step.block.source, step.options)
+    if action == "file":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return None
+    if not path.exists():
+        return f"{path} does not exist"
+    current = path.read_text()
+    if action == "in":
+        have = {line.strip() for line in current.splitlines()}
+        missing = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+                   and line.strip() not in have]  # fmt: skip
+        return f"{path} has no line {missing}" if missing else None
+    path.write_text(set_assignments(current, text))
+    return None
+
+
+def set_assignments(module: str, assignments: str) -> str:
+    """``module`` (Python source) with each top-level ``NAME = ...`` of ``assignments`` in
+    place of its own assignment of NAME, or added at the end."""
+    lines = module.splitlines(keepends=True)
+    tree = ast.parse(module)
+    for node in ast.parse(assignments).body:
+        if not isinstance(node, ast.Assign) or not all(isinstance(t, ast.Name) for t in node.targets):
+            raise ValueError(f"not an assignment: {ast.unparse(node)}")
+        names = {t.id for t in node.targets}  # type: ignore[attr-defined]
+        new = ast.get_source_segment(assignments, node) + "\n"  # type: ignore[operator]
+        old = next((n for n in tree.body if isinstance(n, ast.Assign)
+                    and {t.id for t in n.targets if isinstance(t, ast.Name)} & names), None)  # fmt: skip
+        if old is None:
+            lines.append(("\n" if lines and not lines[-1].endswith("\n") else "") + new)
+        else:
+            start, end = old.lineno - 1, old.end_lineno or old.lineno
+            lines[start:end] = [new] + [""] * (end - start - 1)
+        module = "".join(lines)
+        lines = module.splitlines(keepends=True)
+        tree = ast.parse(module)
+    return module
+
+
+def run_page(path: Path, session: Session) -> list[str]:
+    """Every step of the page at ``path``, in order, in ``session``; the reasons of the steps
+    skipped. The first step that does not do what the page says raises SybilFailure."""
+    from unittest import SkipTest
+
+    document = sybil().parse(path)
+    document.namespace["session"] = session
+    skipped = []
+    for example in document.examples():
+        try:
+            example.evaluate()
+        except SkipTest as exc:
+            skipped.append(f"line {example.line}: {exc}")
+    return skipped
+
+
+def environment(checkout_venv: Path, extra: dict[str, Any] | None = None) -> dict[str, str]:
+    """The environment of a reader's shell: PATH without this checkout's venv, no variable of
+    the test run (REDIS_URL, a Scrapy settings module, CRAWLPLUG_*) left in it."""
+    drop = ("PYTHONPATH", "VIRTUAL_ENV", "REDIS_URL", "PYTHONHOME", "PS1")
+    env = {k: v for k, v in os.environ.items()
+           if k not in drop and not k.startswith(("SCRAPY_", "CRAWLPLUG_", "PYTEST_"))}  # fmt: skip
+    paths = env.get("PATH", "").split(os.pathsep)
+    env["PATH"] = os.pathsep.join(p for p in paths if not Path(p).resolve().is_relative_to(checkout_venv.resolve()))
+    env["TERM"] = "dumb"
+    env.update({k: str(v) for k, v in (extra or {}).items()})
+    return env
