@@ -14,6 +14,7 @@ loopback; a ``web1$`` prompt is a terminal of its own on this machine.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import time
@@ -64,10 +65,11 @@ def _stop_embedded_servers(under: Path) -> None:
 
 
 @contextmanager
-def session(docs_install: tuple[Path, Path], workdir: Path, **kwargs: object) -> Iterator[Session]:
+def session(docs_install: tuple[Path, Path], workdir: Path, env: dict[str, str] | None = None,
+            **kwargs: object) -> Iterator[Session]:  # fmt: skip
     workdir.mkdir(parents=True, exist_ok=True)
     venv, wheel = docs_install
-    s = Session(workdir, environment(ROOT / ".venv"), venv, wheel, **kwargs)  # type: ignore[arg-type]
+    s = Session(workdir, environment(ROOT / ".venv", env), venv, wheel, **kwargs)  # type: ignore[arg-type]
     try:
         yield s
     finally:
@@ -86,3 +88,25 @@ def test_getting_started(docs_install, tmp_path):
     with session(docs_install, tmp_path / "gs",
                  addresses={"127.0.0.1:8000": f"127.0.0.1:{shop}", "--port 8000": f"--port {shop}"}) as s:  # fmt: skip
         _run(ROOT / "docs" / "getting-started.md", s)
+
+
+def _getting_started_spider(into: Path, shop: int) -> Path:
+    """The spider of Getting started, step 2, as a file (the tutorial says to save it),
+    crawling the demo shop on port ``shop``."""
+    text = (ROOT / "docs" / "getting-started.md").read_text()
+    match = re.search(r"<!-- doc-test: file shopcrawl/spiders/shop.py -->\n```python\n(.*?)```", text, re.DOTALL)
+    assert match, "Getting started has no spider saved as shopcrawl/spiders/shop.py"
+    path = into / "getting-started-spider.py"
+    path.write_text(match.group(1).replace("127.0.0.1:8000", f"127.0.0.1:{shop}"))
+    return path
+
+
+def test_tutorial(docs_install, tmp_path):
+    shop = free_port()
+    addresses = {"127.0.0.1:8000": f"127.0.0.1:{shop}", "--port 8000": f"--port {shop}",
+                 # the pid of the third node, as the status shows it
+                 "kill -9 19772": lambda s: f"kill -9 {s.pid_in('terminal 3')}"}  # fmt: skip
+    spider = _getting_started_spider(tmp_path, shop)
+    with session(docs_install, tmp_path / "tutorial", addresses=addresses,
+                 env={"DOCS_GETTING_STARTED_SPIDER": str(spider)}) as s:  # fmt: skip
+        _run(ROOT / "docs" / "tutorial.md", s)

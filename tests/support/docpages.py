@@ -52,7 +52,7 @@ import re
 import shlex
 import textwrap
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,7 +212,7 @@ class Session:
     env: dict[str, str]
     venv: Path
     wheel: Path
-    addresses: dict[str, str] = field(default_factory=dict)
+    addresses: dict[str, str | Callable[[Session], str]] = field(default_factory=dict)
     hosts: dict[str, Path] = field(default_factory=dict)
     terminals: dict[str, Terminal] = field(default_factory=dict)
     backgrounds: int = 0
@@ -248,8 +248,16 @@ class Session:
         """The page's text with the test's addresses, venv and wheel put in."""
         if not options.as_written:
             for old, new in sorted(self.addresses.items(), key=lambda kv: -len(kv[0])):
-                text = text.replace(old, new)
+                if old in text:
+                    text = text.replace(old, new if isinstance(new, str) else new(self))
         return text
+
+    def pid_in(self, name: str) -> int:
+        """The pid of the command running in terminal ``name`` (a child of its shell)."""
+        children = Path(f"/proc/{self.terminals[name].proc.pid}/task/{self.terminals[name].proc.pid}/children")
+        pids = children.read_text().split()
+        assert len(pids) == 1, f"terminal {name!r} runs {len(pids)} commands, not one: {pids}"
+        return int(pids[0])
 
     def commands(self, text: str, options: Options) -> str:
         text = self.rewrite(text, options)
@@ -378,6 +386,19 @@ def _excerpt(session: Session, step: Step) -> str | None:
             why = docmatch.excerpt(expected, text)
             if why is None or time.monotonic() > deadline:
                 return f"{path}: {why}" if why else None
+            time.sleep(0.5)
+    if re.search(r"\bor\b", source):  # any one of them
+        names = [n.strip() for n in re.split(r"\bor\b", source)]
+        missing = [n for n in names if n not in session.terminals]
+        if missing:
+            return f"no terminal {missing} was opened before this excerpt"
+        deadline = time.monotonic() + options.timeout
+        while True:
+            whys = [docmatch.excerpt(expected, session.terminals[n].output()) for n in names]
+            if None in whys:
+                return None
+            if time.monotonic() > deadline or not any(session.terminals[n].busy for n in names):
+                return f"in none of {names}: {whys[0]}"
             time.sleep(0.5)
     for name in (n.strip() for n in re.split(r"\band\b", source)):
         if name not in session.terminals:
