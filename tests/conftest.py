@@ -226,12 +226,14 @@ def crawl(tmp_path: Path) -> Iterator[callable]:
 
 @pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """crawlplug's sdist and wheel, built once per test session from a clean copy of the
-    checkout (tests/support/wheel.py): the wheel test and the docs' sessions install it."""
-    from .support.wheel import build, source_tree
+    """crawlplug's sdist and wheel (and the clean copy of the checkout they were built from,
+    ``source``), built once per test run (tests/support/wheel.py): the wheel test and the
+    docs' sessions install it. Under pytest-xdist the workers share one build, made by the
+    first that asks while the others wait on a lock in the run's temporary directory."""
+    from .support.wheel import shared_build
 
-    source = source_tree(tmp_path_factory.mktemp("source") / "crawlplug")
-    return build(source, tmp_path_factory.mktemp("dist"))
+    base = tmp_path_factory.getbasetemp()
+    return shared_build(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
 
 
 @pytest.fixture

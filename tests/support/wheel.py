@@ -4,6 +4,8 @@ environment of a user's shell that cannot see the checkout."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -55,6 +57,26 @@ def build(source: Path, out: Path) -> dict[str, Path]:
     (sdist,) = out.glob("crawlplug-*.tar.gz")
     (wheel,) = out.glob("crawlplug-*.whl")
     return {"sdist": sdist, "wheel": wheel}
+
+
+def shared_build(root: Path) -> dict[str, Path]:
+    """The build of this checkout kept in ``root/crawlplug-dist`` (``source``, ``sdist``,
+    ``wheel``): made by the first process that asks, under an exclusive lock on
+    ``root/crawlplug-dist.lock`` (pytest-xdist's workers share ``root``), and read from its
+    ``built.json`` by the others once it is there."""
+    out = root / "crawlplug-dist"
+    with open(root / "crawlplug-dist.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = out / "built.json"
+        if done.exists():
+            return {k: Path(v) for k, v in json.loads(done.read_text()).items()}
+        if out.exists():  # a build that died half-way
+            shutil.rmtree(out)
+        (out / "dist").mkdir(parents=True)
+        source = source_tree(out / "source" / "crawlplug")
+        built = {"source": source, **build(source, out / "dist")}
+        done.write_text(json.dumps({k: str(v) for k, v in built.items()}))
+        return built
 
 
 def make_venv(path: Path, *requirements: str | Path) -> Path:
