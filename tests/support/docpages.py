@@ -228,19 +228,24 @@ class Session:
         self.terminals[name] = terminal
         return terminal
 
-    def terminal(self, name: str | None) -> Terminal:
-        """The terminal ``name`` (the page's first one for None), opened where the first one is."""
+    def terminal(self, name: str | None, like: str | None = None) -> Terminal:
+        """The terminal ``name`` (the page's first one for None), opened where the first one
+        is (or where terminal ``like`` is: another terminal on the same host)."""
         if name is None or name == "main":
             return self.main
         if name not in self.terminals:
-            cwd, env = self.state()
-            self.open(name, self.hosts.get(name, cwd), env)
+            if like in self.terminals:
+                cwd, env = self.state(self.terminals[like])  # type: ignore[index]
+            else:
+                cwd, env = self.state()
+                cwd = self.hosts.get(name) or (self.hosts.get(like) if like else None) or cwd
+            self.open(name, cwd, env)
         return self.terminals[name]
 
-    def state(self) -> tuple[Path, dict[str, str]]:
-        """The first terminal's directory and exported environment, now."""
+    def state(self, of: Terminal | None = None) -> tuple[Path, dict[str, str]]:
+        """The directory and exported environment of terminal ``of`` (the first one), now."""
         out = self.workdir / ".state"
-        self.main.run(f"pwd > {shlex.quote(str(out))}.cwd; env -0 > {shlex.quote(str(out))}", timeout=30)
+        (of or self.main).run(f"pwd > {shlex.quote(str(out))}.cwd; env -0 > {shlex.quote(str(out))}", timeout=30)
         env = dict(item.split("=", 1) for item in out.read_text().split("\0") if "=" in item)
         return Path(Path(f"{out}.cwd").read_text().strip()), env
 
@@ -265,16 +270,18 @@ class Session:
         return "\n".join(self._pip(line) for line in text.split("\n"))
 
     def _pip(self, line: str) -> str:
-        """A `pip install` of crawlplug (by name, a checkout's path, a wheel), with its
-        extras, becomes one of the test's wheel."""
+        """A `pip install` of crawlplug (by name, a checkout's path or ``.``, a wheel), with
+        its extras, becomes one of the test's wheel."""
         if not re.search(r"\bpip3? install\b", line):
             return line
 
         def wheel(match: re.Match[str]) -> str:
             return shlex.quote(f"{self.wheel}{match.group('extras') or ''}")
 
-        return re.sub(r"(?<![\w./~-])(['\"]?)(?:[\w./~-]*/)?crawlplug(?:-[\w.]+-py3-none-any\.whl)?"
+        line = re.sub(r"(?<![\w./~-])(['\"]?)(?:[\w./~-]*/)?crawlplug(?:-[\w.]+-py3-none-any\.whl)?"
                       r"(?P<extras>\[[\w,]+\])?\1(?![\w./-])", wheel, line)  # fmt: skip
+        # the checkout the reader is in: `pip install .` or `pip install '.[web]'`
+        return re.sub(r"(?<=install )(['\"]?)\.(?P<extras>\[[\w,]+\])?\1(?=\s|$)", wheel, line)
 
     def close(self) -> None:
         for terminal in reversed(list(self.terminals.values())):
@@ -320,6 +327,9 @@ def _commands(session: Session, step: Step) -> str | None:
 
 def _check(terminal: Terminal, commands: str, expected: str | None, options: Options) -> str | None:
     result = terminal.run(commands, options.timeout)
+    if not options.fails and result.status not in (0, -1) and not result.failed:
+        # a failure bash's ERR trap does not report: in an && or || list, not its last command
+        result.failed.append((result.status, commands.strip().splitlines()[-1]))
     if result.failed and not options.fails:
         failed = "\n".join(f"  exit {code}: {command}" for code, command in result.failed)
         return f"a command failed:\n{failed}\nit printed:\n{result.output[-4000:]}"
@@ -358,7 +368,7 @@ def _console(session: Session, step: Step) -> str | None:
         expected = session.rewrite("\n".join(output), options) if "".join(output).strip() else None
         if options.background:
             session.backgrounds += 1
-            terminal = session.terminal(options.terminal or f"{host} background {session.backgrounds}")
+            terminal = session.terminal(options.terminal or f"{host} background {session.backgrounds}", like=name)
             terminal.send(commands)
             return _wait_excerpt(terminal, expected, options.timeout) if expected and not options.illustrative else None
         why = _check(session.terminal(name), commands, expected, options)
