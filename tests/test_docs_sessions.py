@@ -18,7 +18,7 @@ import re
 import shutil
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,7 +26,7 @@ import pytest
 
 from .support.docpages import Session, environment, run_page
 from .support.nodes import ROOT
-from .support.servers import free_port
+from .support.servers import RedisServer, free_port
 from .support.wheel import make_venv
 
 pytestmark = pytest.mark.e2e  # terminals, nodes, daemons
@@ -110,3 +110,68 @@ def test_tutorial(docs_install, tmp_path):
     with session(docs_install, tmp_path / "tutorial", addresses=addresses,
                  env={"DOCS_GETTING_STARTED_SPIDER": str(spider)}) as s:  # fmt: skip
         _run(ROOT / "docs" / "tutorial.md", s)
+
+
+def _shop(port: int | None = None) -> dict[str, str | Callable[[Session], str]]:
+    """The rewrites of the demo shop's port 8000 to a free one."""
+    port = port or free_port()
+    return {"127.0.0.1:8000": f"127.0.0.1:{port}", "--port 8000": f"--port {port}"}
+
+
+def test_readme(docs_install, tmp_path):
+    with session(docs_install, tmp_path / "readme", addresses=_shop()) as s:
+        _run(ROOT / "README.md", s)
+
+
+def test_alerts(docs_install, tmp_path):
+    with session(docs_install, tmp_path / "alerts") as s:
+        _run(ROOT / "docs" / "alerts.md", s)
+
+
+def test_metrics(docs_install, tmp_path):
+    control, dashboard = free_port(), free_port()
+    addresses = {**_shop(), "--metrics-port 9642": f"--metrics-port {control}", "127.0.0.1:9642": f"127.0.0.1:{control}",
+                 # the dashboard on loopback, not every interface, on a free port
+                 "--host 0.0.0.0": f"--host 127.0.0.1 --port {dashboard}", "0.0.0.0:8642": f"127.0.0.1:{dashboard}",
+                 "127.0.0.1:8642": f"127.0.0.1:{dashboard}", "example.org:8642": f"example.org:{dashboard}"}  # fmt: skip
+    with session(docs_install, tmp_path / "metrics", addresses=addresses) as s:
+        _run(ROOT / "docs" / "metrics.md", s)
+
+
+def test_scrapyd(docs_install, dist, tmp_path):
+    """Three machines on this one: ``redis1`` a Redis server of the test's, ``web1`` and
+    ``web2`` Scrapyd daemons on free ports (each with a scrapyd.conf naming its port, as
+    the page says to bind one), the project the demo project of the checkout; the shop
+    answers slowly enough (0.5 s a page) for the run to be running when the page stops it."""
+    venv, _ = docs_install
+    repo = tmp_path / "shop.git"  # what `git clone` of the project gets
+    repo.mkdir()
+    for name in ("scrapy.cfg", "settings", "spiders"):
+        source = dist["source"] / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, repo / name)
+    # Scrapy imports every spider of the project: the demo project's `site` needs crawlplug's [sites]
+    (repo / "requirements.txt").write_text("pydantic>=2.5\nPyYAML>=6.0\n")
+    web1, web2, shop = free_port(), free_port(), free_port()
+    (tmp_path / "redis").mkdir()
+    redis = RedisServer(free_port(), tmp_path / "redis").start()
+    machines = {name: tmp_path / name for name in ("web1", "redis1")}
+    for path in machines.values():
+        path.mkdir()
+    srv = machines["web1"] / "srv" / "shop"
+    srv.parent.mkdir()
+    addresses = {
+        "git clone https://git.example.com/crawlers/shop.git /srv/shop && cd /srv/shop":
+            f"cp -r {repo} {srv} && cd {srv} && "
+            f"printf '[scrapyd]\\nbind_address = 127.0.0.1\\nhttp_port = {web1}\\n' > scrapyd.conf",
+        "redis://10.0.0.5:6379/0": redis.url, "http://10.0.0.11:6800": f"http://127.0.0.1:{web1}",
+        "http://10.0.0.12:6800": f"http://127.0.0.1:{web2}", "https://shop.example.com": f"http://127.0.0.1:{shop}",
+    }  # fmt: skip
+    # the page's machines have crawlplug and Scrapyd on their PATH (web1's venv is the page's own)
+    env = {"PATH": f"{venv / 'bin'}{os.pathsep}{environment(ROOT / '.venv')['PATH']}", "DOCS_PROJECT": str(repo),
+           "DOCS_WEB2": str(tmp_path / "web2"), "DOCS_WEB2_PORT": str(web2)}  # fmt: skip
+    try:
+        with session(docs_install, tmp_path / "main", env=env, addresses=addresses, hosts=machines) as s:
+            s.main.run(f"python -m crawlplug.demo.shop --port {shop} --items 200 --delay 0.5 > shop.log 2>&1 &", 30)
+            _run(ROOT / "docs" / "scrapyd.md", s)
+    finally:
+        redis.stop()
