@@ -138,6 +138,16 @@ def test_metrics(docs_install, tmp_path):
         _run(ROOT / "docs" / "metrics.md", s)
 
 
+def test_run_control(docs_install, dist, tmp_path):
+    """From a checkout: the clean copy the wheel was built from stands for the clone."""
+    shop = free_port()
+    addresses = {**_shop(shop), "git clone <this repository> crawlplug": f"cp -r {dist['source']} crawlplug"}
+    # the demo project's spider crawls port 8000 unless told (the shop's rewritten port)
+    env = {"DEMO_SHOP_URL": f"http://127.0.0.1:{shop}"}
+    with session(docs_install, tmp_path / "rc", env=env, addresses=addresses) as s:
+        _run(ROOT / "docs" / "run-control.md", s)
+
+
 def test_scrapyd(docs_install, dist, tmp_path):
     """Three machines on this one: ``redis1`` a Redis server of the test's, ``web1`` and
     ``web2`` Scrapyd daemons on free ports (each with a scrapyd.conf naming its port, as
