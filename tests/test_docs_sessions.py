@@ -1,6 +1,6 @@
 """The pages' shell sessions, run as a reader runs them: README.md, Getting started, the
 tutorial, Run control, Scrapyd, Alerts and Metrics, each command in a terminal on this
-machine, its output compared with the page's (tests/support/docpages.py says how a page
+machine, its output compared with the page's (tests/support/docsteps.py says how a page
 marks what runs in the background, what is skipped, what is only illustrative).
 
 One venv for the whole test session, made from the wheel built from this checkout (a
