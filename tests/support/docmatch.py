@@ -96,9 +96,13 @@ def excerpt(expected: str, actual: str) -> str | None:
 def _diff(want: list[str], got: list[str]) -> str:
     """A unified diff, page against output, that leaves out the lines that matched."""
     shown_got = list(got)
-    # where a page's line matches the output's line at the same place, show the page's
-    # text on both sides, so that the diff points at the lines that really differ
-    for k, line in enumerate(want[: len(shown_got)]):
-        if line.strip() != "..." and _matches(line, shown_got[k]):
-            shown_got[k] = line
+    # where an output line matches the page's next line that it can (in order: an extra or
+    # a missing line shifts the rest), show the page's text on both sides, so that the diff
+    # points at the lines that really differ, not at a placeholder and what it stood for
+    k = 0
+    for j, line in enumerate(got):
+        for kk in range(k, len(want)):
+            if want[kk].strip() != "..." and _matches(want[kk], line):
+                shown_got[j], k = want[kk], kk + 1
+                break
     return "\n".join(difflib.unified_diff(want, shown_got, "the page", "the commands' output", lineterm="", n=2))
