@@ -11,6 +11,7 @@ from sybil import Document
 from .support import docmatch
 from .support.docpages import set_assignments
 from .support.docsteps import Options, parse_steps
+from .support.patience import patient
 
 
 def test_dots_in_a_line_stand_for_text_and_a_line_of_dots_for_lines():
@@ -49,7 +50,7 @@ def test_an_excerpt_finds_its_lines_in_order_among_others():
     ("background, terminal 1", "terminal", "terminal 1"),
     ("excerpt of terminal 1 and terminal 2, ended", "excerpt_of", "terminal 1 and terminal 2"),
     ("fails", "fails", True),
-    ("timeout 30", "timeout", 30.0),
+    ("timeout 30", "timeout", patient(30.0)),  # a wait, times CRAWLPLUG_TEST_PATIENCE
     ("set shopcrawl/settings.py", "file_action", ("set", "shopcrawl/settings.py")),
 ])  # fmt: skip
 def test_marker_clauses(marker, field, value):

@@ -56,6 +56,8 @@ from sybil import Document, Region
 from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, RawFencedCodeBlockLexer
 from sybil.typing import Evaluator
 
+from .patience import patient
+
 SHELLS = {"sh", "shell", "bash", "console"}
 FILES = {"python", "ini", "yaml", "toml"}
 DEFAULT_TIMEOUT = 120.0
@@ -73,7 +75,7 @@ class Options:
     fails: bool = False
     ended: bool = False
     as_written: bool = False
-    timeout: float = DEFAULT_TIMEOUT
+    timeout: float = patient(DEFAULT_TIMEOUT)  # times CRAWLPLUG_TEST_PATIENCE, as every wait of the tests
     excerpt_of: str | None = None  # "terminal NAME" or "file PATH"
     file_action: tuple[str, str] | None = None  # ("file" | "set" | "in", path)
     hidden: str | None = None  # the commands of a `run` marker
@@ -91,7 +93,7 @@ class Options:
             elif word == "terminal" and rest:
                 options.terminal = clause
             elif word == "timeout" and rest:
-                options.timeout = float(rest)
+                options.timeout = patient(float(rest))
             elif clause.startswith("excerpt of ") and rest:
                 options.excerpt_of = clause.removeprefix("excerpt of ").strip()
             elif word in ("file", "set", "in") and rest:
