@@ -39,10 +39,12 @@ __all__ = ["ROOT", "SCRAPY", "Node", "RedisServer", "free_port", "redisbloom_mod
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--redis-url", default=None, help="use this Redis instead of starting one")
+    parser.addoption("--docs-venv", default=None, metavar="DIR",
+                     help="the docs' sessions (tests/test_docs_sessions.py): keep their venv in DIR and use it again")  # fmt: skip
 
 
 #: fixtures that make a test end-to-end, or an integration test (see the module docstring)
-E2E_FIXTURES = frozenset({"crawl", "project_copy", "make_scrapyd"})
+E2E_FIXTURES = frozenset({"crawl", "project_copy", "make_scrapyd", "dist", "docs_install"})
 INTEGRATION_FIXTURES = frozenset({
     "cluster_deployment", "redis_cluster", "cluster_url", "cluster_client", "redis_sentinel",
     "fresh_redis", "bloom_redis", "shop", "make_shop",
@@ -220,6 +222,18 @@ def crawl(tmp_path: Path) -> Iterator[callable]:
         if node.proc.poll() is None:
             node.proc.kill()
             node.proc.wait(30)
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """crawlplug's sdist and wheel (and the clean copy of the checkout they were built from,
+    ``source``), built once per test run (tests/support/wheel.py): the wheel test and the
+    docs' sessions install it. Under pytest-xdist the workers share one build, made by the
+    first that asks while the others wait on a lock in the run's temporary directory."""
+    from .support.wheel import shared_build
+
+    base = tmp_path_factory.getbasetemp()
+    return shared_build(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
 
 
 @pytest.fixture

@@ -371,7 +371,7 @@ def test_five_nodes_stop_at_a_crawl_wide_page_limit(crawl, make_shop, redis_url,
     assert res.exit_code == 0 and "continues (limits: 330 pages)" in res.output, res.output
     more = crawl(args={"base_url": shop.url}, settings=settings)
     assert more.wait(60) == 0, more.text()[-3000:]
-    assert "joining run 1 of crawl 'shop'" in more.text() or "resuming interrupted run 1" in more.text()
+    assert "joining run 1 of crawl 'shop'" in more.text() or "resuming run 1" in more.text()
     assert "run 1 keeps the limits it has (330 pages)" in more.text()
     assert _reason(more) == "closespider_pagecount"
     assert 330 <= sum(shop.hits.values()) <= 330 + 16 and max(shop.hits.values()) == 1

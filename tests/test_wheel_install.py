@@ -6,7 +6,8 @@ Everywhere else the suite imports crawlplug from the checkout (pytest's ``python
 = .``, the editable install, ``scrapy crawl`` run in the checkout), which would hide a
 ``.lua`` script or a dashboard file missing from the wheel; here the nodes run from a
 directory that cannot see the checkout, and the test asserts they imported the wheel.
-The new venv's dependencies come from pip's cache after the first run.
+The new venv's dependencies come from pip's cache after the first run; the sdist and the
+wheel are built once per test session (tests/conftest.py ``dist``), for the docs' tests too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import crawlplug
 from crawlplug.demo.shop import DemoShop, serve
 
 from .support.nodes import ROOT
+from .support.wheel import clean_env, make_venv, run
 
 VERSION = crawlplug.__version__
 #: What the test adds to the generated project's settings.py: the whole of turning crawlplug on.
@@ -58,19 +60,8 @@ def guide_spider(base_url: str) -> str:
     return code.replace('"http://127.0.0.1:8000/"', f'"{base_url}/"') + SPIDER_TAIL
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
-    """The environment of a user's shell: nothing pointing at this checkout or its venv."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "REDIS_URL", "PYTHONHOME") and not k.startswith("SCRAPY_")}  # fmt: skip
-    env.update(extra)
-    return env
-
-
-def _run(cmd: list[str | Path], cwd: Path, timeout: float = 300, **kwargs: object) -> str:
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=_clean_env(), capture_output=True, text=True,
-                          timeout=timeout, check=False, **kwargs)  # type: ignore[call-overload]  # fmt: skip
-    assert proc.returncode == 0, f"{cmd} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
+_clean_env = clean_env
+_run = run
 
 
 def _package_files() -> set[str]:
@@ -78,36 +69,6 @@ def _package_files() -> set[str]:
     package = ROOT / "crawlplug"
     return {p.relative_to(ROOT).as_posix() for p in package.rglob("*")
             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}  # fmt: skip
-
-
-def _source_tree(dest: Path) -> Path:
-    """A copy of the checkout as a clean clone has it (plus files not yet committed, minus what
-    .gitignore ignores). Building in the checkout itself would reuse its crawlplug.egg-info,
-    whose SOURCES.txt setuptools adds to the sdist: a file the package configuration no
-    longer ships would still be shipped, and this test would not see it."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=False) if shutil.which("git") else None  # fmt: skip
-    if listed is None or listed.returncode != 0:  # not a git checkout (an unpacked sdist)
-        ignore = shutil.ignore_patterns("*.egg-info", "build", "dist", ".venv", "__pycache__", ".git", "site")
-        return Path(shutil.copytree(ROOT, dest, ignore=ignore))
-    for name in filter(None, listed.stdout.decode().split("\0")):
-        source = ROOT / name
-        if source.is_file():  # a file deleted but not yet committed is listed too
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
-    return dest
-
-
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """`python -m build` of a clean copy of the source: the sdist, and the wheel built from that
-    sdist (so a file the sdist lacks is missing from the wheel too)."""
-    source = _source_tree(tmp_path_factory.mktemp("source") / "crawlplug")
-    out = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "build", "--outdir", out, source], cwd=out)
-    (sdist,) = out.glob("crawlplug-*.tar.gz")
-    (wheel,) = out.glob("crawlplug-*.whl")
-    return {"sdist": sdist, "wheel": wheel}
 
 
 @pytest.mark.e2e  # starts processes of its own
@@ -141,11 +102,7 @@ def test_sdist_and_wheel_pass_twine_check_and_carry_every_package_file(dist):
 @pytest.fixture
 def venv(dist, tmp_path: Path) -> Path:
     """A fresh venv with only the wheel (and its dependencies) installed."""
-    path = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", path], cwd=tmp_path)
-    _run([path / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check", "-q", dist["wheel"]],
-         cwd=tmp_path, timeout=900)  # fmt: skip
-    return path
+    return make_venv(tmp_path / "venv", dist["wheel"])
 
 
 def _stop_embedded(venv: Path, project: Path) -> None:

@@ -229,7 +229,7 @@ def log_join(frontier: CrawlFrontier, j: runs.Joined, status: dict[str, Any], co
         others = f"{j.live_nodes} other node{'s' if j.live_nodes != 1 else ''}" if j.live_nodes else "no other node"
         logger.info("crawlplug: node %s joining run %d of crawl %r (%s, %s)", node, j.run, crawl, counts, others)
     elif j.action == "resume":
-        logger.info("crawlplug: node %s resuming interrupted run %d of crawl %r (%s; no node was running)",
+        logger.info("crawlplug: node %s resuming run %d of crawl %r (%s; no node was running)",
                     node, j.run, crawl, counts)  # fmt: skip
     else:
         prev = j.previous
