@@ -62,7 +62,7 @@ NAMES = (
     "runs",  # hash: run id -> JSON summary of each ended run (started, ended, reason, pages, ...)
     "epoch",  # string: the crawl's epoch (in every part); a node's calls from another epoch are refused
     "runfence",  # string: the highest fencing token of a node beginning a run that claimed this part (runclear.lua)
-    # nodes found dead by reap.lua, shown as dead for an hour (crawlplug.ops.status): node id ->
+    # nodes found dead by reap.lua, shown as dead until the next run, an hour at most (crawlplug.ops.status): node id ->
     # "<declared dead ms, 0 in a shard> <last change ms> <its leases requeued> <dead-lettered>";
     # per shard, where its leases were reaped (the counts add up across shards)
     "graveyard",

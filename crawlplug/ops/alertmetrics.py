@@ -95,8 +95,8 @@ METRICS: dict[str, tuple[str, str | None, Metric]] = {
                             _dead_growth),
     "no_progress_minutes": ("minutes since a request last finished, while work is queued, in flight or waiting "
                             "in start_urls (0 when there is none)", None, _no_progress),
-    "silent_nodes": ("nodes whose heartbeat is late (silent) or expired (dead, listed for an hour)", None,
-                     _silent_nodes),
+    "silent_nodes": ("nodes whose heartbeat is late (silent) or expired (dead, listed until the next run, an "
+                     "hour at most)", None, _silent_nodes),
     "null_rate": ("share of a site definition's items whose field was null: null_rate(SITE.FIELD); unknown "
                   "until an item of it is counted; null_rate(SITE.FIELD, 10m), over a window, parses but is not "
                   "evaluated yet", "SITE.FIELD", _null_rate),

@@ -52,7 +52,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "crawlplug_dead_letters": ("gauge", "Requests in the dead letters (it drops when they are requeued)"),
     "crawlplug_seen_fingerprints": ("gauge", "Fingerprints the duplicate filter holds"),
     "crawlplug_live_nodes": ("gauge", "Nodes whose heartbeat is on time"),
-    "crawlplug_node_up": ("gauge", "1 for a live node, 0 for a silent or dead one (listed for an hour)"),
+    "crawlplug_node_up": ("gauge", "1 for a live node, 0 for a silent or dead one (listed until the next run, an hour at most)"),
     "crawlplug_node_pages": ("counter", "Requests this node finished since it started"),
     "crawlplug_node_items": ("counter", "Items this node scraped (its Scrapy stats in Redis)"),
     "crawlplug_domain_queued_requests": ("gauge", "Requests of the domain waiting in the per-domain queue"),

@@ -11,7 +11,8 @@ status``, its JSON and the dashboard alike:
   the queue when they expire (and the work that waits for them, :func:`held`);
 * "dead since T (N leases requeued)": its heartbeat expired (3 missed heartbeats:
   reap.lua freed the per-domain slots of its leases then); while its leases have not
-  expired yet, when they go back to the queue; shown with its last numbers for an hour.
+  expired yet, when they go back to the queue; shown with its last numbers until the next run
+  begins, an hour at most.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ made here (:func:`rate_text`, :func:`eta`) or in :mod:`crawlplug.ops.nodes`.
 * The ETA comes from the work left (queued, in flight, start entries waiting)
   as the nodes' heartbeats sample it (reap.lua): how fast it shrank lately.
 * Nodes (:mod:`crawlplug.ops.nodes`): live, "silent" once a heartbeat is
-  late, "dead" after it expired, with what became of its leases, for an hour.
+  late, "dead" after it expired, with what became of its leases, until the next run begins (an
+  hour at most).
 * Failures: the run's ``errors`` counter, the failed requests as crawlplug.failures
   defines them (HTTP 400 and more, download errors after retries, callbacks that
   raised; robots.txt is no page), which every node adds with its heartbeat: the one

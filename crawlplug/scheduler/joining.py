@@ -91,8 +91,10 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
         if exc.run_state != "limit":
             raise
         raise RunEnded(f"{exc}; {after_limit.said_on_exit()}", exc.state, exc.run_state) from None
-    if joined.action == "new" and (joined.previous or {}).get("state") == "limit":
-        joined.why = after_limit.said_on_begin()  # log_join says why this node began a run
+    if joined.action == "new" and (joined.previous or {}).get("state") == "limit" and after_limit.begins:
+        # log_join says why this node began a run (one an operator began, `crawlplug new-run`
+        # or a schedule, and this node took up, is not this node's doing: nothing to say)
+        joined.why = after_limit.said_on_begin()
 
     def build(q: BaseQueue) -> CrawlFrontier:
         return open_frontier(

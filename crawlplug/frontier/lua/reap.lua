@@ -157,7 +157,7 @@ if upto > trimmed or redis.call("HEXISTS", series, "trimmed") == 0 then
 end
 
 -- the graveyard: nodes found dead (their heartbeat expired) and what became of their
--- leases, so `crawlplug status` and the dashboard show them as dead for an hour
+-- leases, so `crawlplug status` and the dashboard show them as dead until the next run (an hour at most)
 -- instead of dropping them; only written when a node died or a lease of one expired
 local graveyard = KEYS[16]
 if #died > 0 or next(fates) then
