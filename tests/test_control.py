@@ -5,6 +5,7 @@ once, and a process restarted across due times fires the missed ones once."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import sys
@@ -189,7 +190,10 @@ def test_two_control_processes_fire_each_time_once(make_scrapyd, make_shop, redi
     fires = schedules.fires(r, KEYS)
     dues = [f["due"] for f in fires]
     assert len(dues) == len(set(dues)), dues  # no time fired twice
-    assert all(b - a == 4000 for a, b in zip(sorted(dues), sorted(dues)[1:])), dues  # nor one skipped
+    # nor one skipped: each firing stands for its due time and the ones after it it found
+    # missed ("times": a leader late by more than the period, on a loaded machine, fires them once)
+    ordered = sorted(fires, key=lambda f: f["due"])
+    assert all(b["due"] - a["due"] == 4000 * a["times"] for a, b in itertools.pairwise(ordered)), ordered
     assert {f["state"] for f in fires} <= {"fired", "skipped"}
     fired = [f for f in fires if f["state"] == "fired"]
     assert fired and all(f["jobs"] == 1 for f in fired)
@@ -214,15 +218,17 @@ def test_a_control_process_restarted_across_due_times_fires_them_once(make_scrap
     wait_for(lambda: redis_ms(r) > missed_from + 3000 + 500, 20, "two due times to pass", every=0.1)
     down_until = redis_ms(r)
     again = controls()
-    wait_for(lambda: len(schedules.fires(r, KEYS)) >= 3, 30, "the catch-up firing and the one after it")
+    # (the first process may have fired more than once before its kill, on a loaded machine)
+    since_kill = lambda: [f for f in schedules.fires(r, KEYS) if f["due"] >= missed_from]
+    wait_for(lambda: len(since_kill()) >= 2, 30, "the catch-up firing and the one after it")
     again.stop()
-    fires = sorted(schedules.fires(r, KEYS), key=lambda f: f["due"])
-    catch_up = fires[1]
+    fires = sorted(since_kill(), key=lambda f: f["due"])
+    catch_up, after = fires[0], fires[1]
     assert catch_up["due"] == missed_from and catch_up["times"] >= 2  # the missed times, fired once
     assert catch_up["fence"] == 2  # by the new leader
     # nothing else fired for the times missed while no control process ran
     assert [f["due"] for f in fires if missed_from <= f["due"] <= down_until] == [missed_from]
-    assert fires[2]["due"] > down_until and fires[2]["times"] == 1
+    assert after["due"] > down_until and after["times"] == 1
     assert f"stands for {catch_up['times']} due times missed" in again.text()
     recorded = jobs.all_jobs(r, KEYS)
     assert sorted(_scrapyd_jobs(daemon)) == sorted(j["id"] for j in recorded)
