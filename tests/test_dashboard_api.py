@@ -375,7 +375,9 @@ def test_domains_view_and_delay_change(crawl, make_shop, redis_url, r):
     log = [t for t, _ in shop.hit_log if changed + 1 <= t <= changed + 3]
     gaps = [b - a for a, b in itertools.pairwise(log)]
     assert 5 <= len(log) <= 10, len(log)
-    assert min(gaps) > 0.2, gaps
+    # (the shop logs a hit when its handler runs: on a loaded machine that lags the request's
+    # sending by tens of ms either way; tests/test_polite.py measures the gap exactly)
+    assert min(gaps) > 0.15, gaps
 
     res = client.delete(f"/api/domains/{host}", headers=AUTH)
     assert res.status_code == 200 and res.json() == {"domain": host, "override": None}
