@@ -5,6 +5,11 @@ BIN    := $(VENV)/bin
 NODES  ?= 2
 ITEMS  ?= 2000
 PYTEST_ARGS ?=
+# make test's workers (pytest-xdist): most of the suite waits on nodes, servers and sites, so
+# more workers than cores pays; 0 runs it in this process
+TEST_WORKERS ?= 3
+# ... and each wait in the tests this many times as patient (tests/support/patience.py)
+TEST_PATIENCE ?= 3
 BENCH_ARGS ?=
 
 .PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-dedup bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-capacity bench-bloom-scale bench-scale bench-rollback bench-all lint docs docs-site clean
@@ -55,7 +60,7 @@ crawl: venv
 	$(BIN)/python -m crawlplug.demo.crawl --nodes $(NODES) --items $(ITEMS)
 
 test: venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	CRAWLPLUG_TEST_PATIENCE=$(TEST_PATIENCE) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # the unit tier (no process of its own, one Redis), with a tenth of each property test's examples
 test-fast: venv
