@@ -152,8 +152,9 @@ def test_scrapyd(docs_install, dist, tmp_path):
     """Three machines on this one: ``redis1`` a Redis server of the test's, ``web1`` and
     ``web2`` Scrapyd daemons on free ports (each with a scrapyd.conf naming its port, as
     the page says to bind one), the project the demo project of the checkout; the shop
-    is big and slow enough (2,000 items, 2 s a page: the four nodes would take a minute)
-    for the run to be running when the page stops it, on a quiet machine or a busy one."""
+    is big and slow enough (20,000 items, 2 s a page: the four nodes would take ten
+    minutes; 2,000 were done before the page's stop on the suite's workers) for the run
+    to be running when the page stops it, on a quiet machine or a busy one."""
     venv, _ = docs_install
     repo = tmp_path / "shop.git"  # what `git clone` of the project gets
     repo.mkdir()
@@ -182,7 +183,7 @@ def test_scrapyd(docs_install, dist, tmp_path):
            "DOCS_WEB2": str(tmp_path / "web2"), "DOCS_WEB2_PORT": str(web2)}  # fmt: skip
     try:
         with session(docs_install, tmp_path / "main", env=env, addresses=addresses, hosts=machines) as s:
-            s.main.run(f"python -m crawlplug.demo.shop --port {shop} --items 2000 --delay 2 > shop.log 2>&1 &", 30)
+            s.main.run(f"python -m crawlplug.demo.shop --port {shop} --items 20000 --delay 2 > shop.log 2>&1 &", 30)
             _run(ROOT / "docs" / "scrapyd.md", s)
     finally:
         redis.stop()
