@@ -46,6 +46,7 @@ from ..frontier.fphash import HashSpec, bind_hash_parts, migrate_set
 from ..frontier.interface import CrawlFrontier
 from ..frontier.keys import CrawlKeys
 from ..frontier.layout import claim_shards, stored_shards
+from ..frontier.nodes import live_of
 from ..frontier.sharded import open_frontier
 from ..queues import load_queue_class
 from ..serializers import serializer_from_settings
@@ -276,7 +277,7 @@ def seen_to_hash(redis_url: str | None, crawl: str | None, capacity: int | None,
     if not size:
         fail(f"crawl {keys.crawl!r} has no fingerprint set (`seen`): nothing to move")
     now_ms = int(client.time()[0]) * 1000
-    live = [n for n, deadline in frontier.status()["nodes"].items() if deadline > now_ms]
+    live = live_of(frontier.status()["nodes"], now_ms)
     if live:
         fail(f"crawl {keys.crawl!r} has {len(live)} live node(s) ({', '.join(sorted(live)[:3])}): stop them first")
     spec = HashSpec.for_capacity(capacity or max(1_000_000, 2 * size))

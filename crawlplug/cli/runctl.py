@@ -19,6 +19,7 @@ import click
 
 from ..frontier import control, runs
 from ..frontier.keys import CrawlKeys
+from ..frontier.nodes import live_nodes
 from ..frontier.sharded import open_frontier
 from ..frontier.store import redis_ms
 from ..ops import jobs as ops_jobs
@@ -46,7 +47,7 @@ def _target(redis_url: str | None, crawl: str | None, name: str | None) -> tuple
 
 
 def _live(target: Target, keys: CrawlKeys) -> int:
-    return int(target.client.zcount(keys.nodes, f"({redis_ms(target.client)}", "+inf"))
+    return live_nodes(target.client, keys)
 
 
 def _counts(target: Target, keys: CrawlKeys) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import click
 from ..frontier import registry, runs
 from ..frontier.fphash import store_info
 from ..frontier.keys import CrawlKeys
+from ..frontier.nodes import live_of
 from ..frontier.sharded import open_frontier
 from ..frontier.store import redis_ms
 from ..ops import history as crawl_history
@@ -296,7 +297,7 @@ def purge(redis_url: str | None, crawl: str | None, yes: bool) -> None:
 
 def _alive(target: Target, deadlines: dict[str, int]) -> list[str]:
     now_ms = redis_ms(target.client)
-    return [n for n, deadline in deadlines.items() if deadline > now_ms]
+    return live_of(deadlines, now_ms)
 
 
 @main.command("dedup-info")

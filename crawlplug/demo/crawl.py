@@ -46,6 +46,7 @@ from ..defaults import default
 from ..errors import CrawlplugError
 from ..frontier import CrawlFrontier, open_frontier
 from ..frontier.keys import CrawlKeys
+from ..frontier.nodes import is_live
 from ..frontier.store import redis_ms
 from ..ops import status
 from .shop import DemoShop, ShopServer, serve
@@ -157,7 +158,7 @@ def connect_frontier(url: str, is_embedded: bool) -> CrawlFrontier:
 def _live_nodes(frontier: CrawlFrontier) -> list[tuple[str, float]]:
     """(node id, seconds until its heartbeat expires) of nodes registered as live."""
     now_ms = redis_ms(frontier.client)
-    return [(n, (d - now_ms) / 1000) for n, d in frontier.status()["nodes"].items() if d > now_ms]
+    return [(n, (d - now_ms) / 1000) for n, d in frontier.status()["nodes"].items() if is_live(d, now_ms)]
 
 
 # -- the nodes ---------------------------------------------------------------------------

@@ -50,6 +50,8 @@ from ..errors import ConfigError, CorruptKey, RunEnded, StaleEpoch
 from . import registry, runstats, views
 from .keys import CrawlKeys
 from .layout import claim_shards, parts
+from .nodes import count_live
+from .nodes import live_nodes as count_live_nodes
 from .scripts import Scripts
 from .store import json_record, redis_ms, text
 
@@ -449,7 +451,7 @@ def view(client: redis.Redis, keys: CrawlKeys, *, live_nodes: int | None = None,
     state = raw.get("state", "?")
     if state == "running":
         if live_nodes is None:
-            live_nodes = int(client.zcount(keys.nodes, f"({redis_ms(client)}", "+inf"))
+            live_nodes = count_live_nodes(client, keys)
         if work is None:
             work = _work(client, part_keys(client, keys))
         if live_nodes == 0 and work > 0:
@@ -583,7 +585,7 @@ def crawl_rows(client: redis.Redis, prefix: str = "crawlplug", names: Iterable[s
             pipe.zcard(k.dq)
             pipe.zcard(k.leases)
             pipe.hget(k.stats, "acked")
-        pipe.zcount(keys.nodes, f"({now}", "+inf")
+        count_live(pipe, keys.nodes, now)
         pipe.zrange(keys.nodes, -1, -1, withscores=True)
         raw = pipe.execute(raise_on_error=False)  # a key of the wrong type counts 0 (_work)
         queued = in_flight = done = 0

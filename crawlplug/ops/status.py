@@ -31,6 +31,7 @@ import redis
 
 from ..frontier import runs, views
 from ..frontier.keys import CrawlKeys
+from ..frontier.nodes import live_of
 from ..frontier.sharded import open_frontier
 from ..frontier.store import redis_ms, text
 from ..memory import memory as redis_memory
@@ -298,7 +299,7 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15,
     stats = st["stats"]
     done = stats.get("acked", 0)
     left = st["queued"] + st["in_flight"] + st.get("start_urls", 0)
-    run = runs.view(client, keys, live_nodes=sum(1 for d in st["nodes"].values() if d > now_ms), work=left)
+    run = runs.view(client, keys, live_nodes=len(live_of(st["nodes"], now_ms)), work=left)
     r = rates(client, keys, now_ms, start_ms=start_ms, finished=left == 0)
     node_list = nodes(client, keys, st["nodes"], now_ms)
     live = sum(1 for n in node_list if n["state"] == "live")

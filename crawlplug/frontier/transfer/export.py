@@ -14,6 +14,7 @@ from ...config import START_KEY
 from ..fphash import iter_fingerprints
 from ..keys import CrawlKeys
 from ..layout import parts
+from ..nodes import live_nodes
 from ..store import rank_of, redis_ms, text
 from .common import (
     _EXPORTED,
@@ -100,7 +101,7 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
     names = {p.tag: _crawl_key_names(client, p) for p in all_parts}
     lanes = set(_lanes(client, keys))
     counts["not_exported"] = sorted({n for part_names in names.values() for n in _not_exported(part_names, lanes)})
-    counts["live_nodes"] = int(client.zcount(keys.nodes, now + 1, "+inf"))
+    counts["live_nodes"] = live_nodes(client, keys, now)
     domain_mode = any(n in part_names for part_names in names.values() for n in ("dq", "domains", "dconf"))
     header = {
         "type": FORMAT, "version": VERSION, "crawl": keys.crawl,
