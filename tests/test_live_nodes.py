@@ -1,6 +1,6 @@
 """The one live-node rule: a node is live while its heartbeat deadline is later than now,
 written once in Lua (lua/leases.lua's live_count and is_live) and once in Python
-(crawlplug.frontier.nodes), and used by every reader."""
+(crawlplug.crawl.nodes), and used by every reader."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 from importlib.resources import files
 from pathlib import Path
 
+from crawlplug.crawl.nodes import is_live, live_nodes, live_of
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.nodes import is_live, live_nodes, live_of
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = 1_700_000_000_000
@@ -42,9 +42,9 @@ def test_python_and_lua_agree_on_which_nodes_are_live(r):
 
 def test_the_rule_is_written_once_on_each_side():
     """No reader counts live nodes by hand: ZCOUNT of a deadline zset up to +inf stands in
-    lua/leases.lua and crawlplug/frontier/nodes.py only."""
+    lua/leases.lua and crawlplug/crawl/nodes.py only."""
     pattern = re.compile(r"zcount\([^)]*\+inf|ZCOUNT\"?,[^)]*\+inf", re.IGNORECASE)
-    allowed = {Path("crawlplug/frontier/lua/leases.lua"), Path("crawlplug/frontier/nodes.py")}
+    allowed = {Path("crawlplug/frontier/lua/leases.lua"), Path("crawlplug/crawl/nodes.py")}
     found = [
         f"{path.relative_to(ROOT)}:{n}"
         for path in sorted((ROOT / "crawlplug").rglob("*"))

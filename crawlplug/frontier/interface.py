@@ -3,7 +3,8 @@
 (:class:`crawlplug.frontier.sharded.ShardedFrontier`) both implement.
 
 The Scheduler's parts, the dupefilters, the operator library and the CLI are typed
-against :class:`CrawlFrontier` and never ask which of the two they hold:
+against :class:`CrawlFrontier` and never ask which of the two they hold (what a crawl is
+beside its data plane, its status, switches and runs, is :class:`crawlplug.crawl.Crawl`):
 :func:`crawlplug.frontier.open_frontier` builds the right one, :meth:`~CrawlFrontier.parts`
 names the key sets a crawl's frontier spans and :meth:`~CrawlFrontier.dedup_parts` the
 frontiers holding its dedup state. tests/unit/test_shape.py checks that both classes have
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from ..queues import BaseQueue
     from .dedup import Dedup
     from .keys import CrawlKeys
-    from .results import Admission, AdmitResult, DeadLetter, Leased
+    from .results import Admission, AdmitResult, Leased
     from .single import Frontier
 
 
@@ -87,17 +88,11 @@ class CrawlFrontier(Protocol):
     def dead_letter(self, lease_id: str, reason: str, **extra: Any) -> bool:
         """Move a leased request to the dead letters, with why."""
 
-    def dead_letters(self, start: int = 0, stop: int = -1) -> list[DeadLetter]:
-        """The dead letters, oldest first."""
-
     # -- start entries ----------------------------------------------------------------
     def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
                     lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
         """Lease up to ``n`` start entries from the crawl's ``lanes`` (start_urls alone by
         default), then scrapy-redis's ``legacy_key`` (one or several), in that order."""
-
-    def push_starts(self, lines: Iterable[str | bytes], lane: str = "start_urls") -> int:
-        """Add start entries to ``lane``; its new length."""
 
     # -- liveness -----------------------------------------------------------------------
     def heartbeat(self, lease_ids: Iterable[str], *, producing: bool = False,
@@ -115,34 +110,7 @@ class CrawlFrontier(Protocol):
     def idle_state(self) -> tuple[int, int, int]:
         """(queued, leased, start entries) over every part, to tell an idle crawl from a done one."""
 
-    def leave(self) -> None:
-        """Remove this node's record (its leases go back when they expire or are reaped)."""
-
-    def publish(self, **metrics: Any) -> None:
-        """Set fields of this node's record now."""
-
-    # -- the operators' switches, the run --------------------------------------------
-    def pause(self, by: str = "operator") -> bool: ...
-
-    def resume(self) -> bool: ...
-
-    def paused_info(self) -> dict[str, Any] | None: ...
-
-    def status(self) -> dict[str, Any]:
-        """Counts of the whole frontier, summed over every part."""
-
-    def counter(self, name: str) -> int:
-        """One of the run's counters in the crawl's own stats."""
-
-    def totals(self) -> dict[str, int]:
-        """The run's counters summed over every part."""
-
-    def finish_run(self, run_id: int, reason: str = "finished") -> tuple[str, int | None]:
-        """Record run ``run_id`` as ended if the crawl is done (lua/finish.lua)."""
-
-    def queued_elsewhere(self, domains: bool) -> int:
-        """Requests waiting in the other kind of queue than this node's."""
-
+    # -- the crawl as a whole (its control plane is crawlplug.crawl: status, switches, runs) --
     def purge(self) -> int:
         """Delete every key of the crawl's frontier; how many."""
 

@@ -41,13 +41,12 @@ from typing import Any, NoReturn
 import redis
 
 from ..errors import AdmissionIncomplete, ConfigError, RolledBack
-from . import runs
 from .domains import Domains
 from .interface import CrawlFrontier
 from .keys import CrawlKeys
 from .layout import claim_shards, parts, shard_of, stored_shards
 from .record import ResendLog
-from .results import Admission, AdmitResult, DeadLetter, Leased
+from .results import Admission, AdmitResult, Leased
 from .scripts import Scripts
 from .single import Frontier, admit_in_parts, log_went_back
 from .store import text
@@ -188,21 +187,6 @@ class ShardedFrontier:
 
     def parts(self) -> list[CrawlKeys]:
         return [self.keys, *(f.keys for f in self.shards)]
-
-    def publish(self, **metrics: Any) -> None:
-        self.base.publish(**metrics)
-
-    def queued_elsewhere(self, domains: bool) -> int:
-        return self.base.queued_elsewhere(domains) + sum(f.queued_elsewhere(domains) for f in self.shards)
-
-    def counter(self, name: str) -> int:
-        return self.base.counter(name)
-
-    def totals(self) -> dict[str, int]:
-        return runs.totals(self.client, self.parts())
-
-    def finish_run(self, run_id: int, reason: str = "finished") -> tuple[str, int | None]:
-        return self.base.finish_run(run_id, reason)
 
     def dedup_parts(self) -> list[Frontier]:
         return list(self.shards)
@@ -521,9 +505,6 @@ class ShardedFrontier:
                     lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
         return self.base.take_starts(n, legacy_key, lanes)
 
-    def push_starts(self, lines: Iterable[str | bytes], lane: str = "start_urls") -> int:
-        return self.base.push_starts(lines, lane)
-
     # -- leases ------------------------------------------------------------------
     def heartbeat(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
@@ -643,18 +624,6 @@ class ShardedFrontier:
         part, raw = self.split_id(lease_id)
         return self.part(part).dead_letter(raw, reason, shard=part, **extra)
 
-    def pause(self, by: str = "operator") -> bool:
-        return self.base.pause(by)
-
-    def resume(self) -> bool:
-        return self.base.resume()
-
-    def paused_info(self) -> dict[str, Any] | None:
-        return self.base.paused_info()
-
-    def leave(self) -> None:
-        self.base.leave()
-
     # -- views ---------------------------------------------------------------------
     def idle_state(self) -> tuple[int, int, int]:
         queued = leased = producers = 0
@@ -673,23 +642,6 @@ class ShardedFrontier:
 
     def __len__(self) -> int:
         return sum(len(f) for f in self.shards)
-
-    def status(self) -> dict[str, Any]:
-        """The crawl-wide counts: every shard's summed, nodes from the crawl's own keys."""
-        out = self.base.status()
-        out["shards"] = []
-        for f in self.shards:
-            st = f.status()
-            for name in ("queued", "domains", "in_flight", "seen", "dead"):
-                out[name] += st[name]
-            for name, value in st["stats"].items():
-                out["stats"][name] = out["stats"].get(name, 0) + value
-            out["shards"].append({"queued": st["queued"], "in_flight": st["in_flight"], "dead": st["dead"]})
-        return out
-
-    def dead_letters(self, start: int = 0, stop: int = -1) -> list[DeadLetter]:
-        letters = [x for f in (self.base, *self.shards) for x in f.dead_letters()]
-        return letters[start:None if stop == -1 else stop + 1]
 
     def purge(self) -> int:
         deleted = self.base.purge()

@@ -22,9 +22,9 @@ from typing import Any
 
 import redis
 
-from ..frontier import views
+from ..crawl import views
+from ..crawl.nodes import is_live
 from ..frontier.keys import CrawlKeys
-from ..frontier.nodes import is_live
 
 #: How long reap.lua keeps a dead node in the graveyard (and the views show it).
 GRAVEYARD_MS = 3_600_000

@@ -28,10 +28,11 @@ from typing import Any
 
 import redis
 
+from ..crawl import runs
+from ..crawl.nodes import live_nodes
 from ..errors import ConfigError, ScrapydError
-from ..frontier import jobs, runs, schedules
+from ..frontier import jobs, schedules
 from ..frontier.keys import CrawlKeys
-from ..frontier.nodes import live_nodes
 from ..frontier.store import redis_ms
 from ..seeds import zone
 from .jobs import refresh

@@ -1,14 +1,11 @@
 """A node alive in a crawl's run: heartbeat, reaping, pause, the end of the run.
 
-:class:`Liveness` owns what decides whether a node goes on: the run it joined
-(crawlplug.frontier.runs), the termination rule (the whole crawl empty for the
-grace period, then the end recorded in Redis in the step that lets every node
-close), an operator's pause, the counts the run sums up, and what the node does
-when the crawl was reset under it (join again, dropping the old state's work).
-The run's limits, stop and drain, as each heartbeat reports them, are the part of
-crawlplug.scheduler.runcontrol.
-The heartbeat renews every lease the node holds, publishes its metrics, and
-reaps the expired leases of nodes that died, in one round trip.
+:class:`Liveness` owns what decides whether a node goes on: the run it joined (crawlplug.crawl.runs), the
+termination rule (the whole crawl empty for the grace period, then the end recorded in Redis in the step that
+lets every node close), an operator's pause, the counts the run sums up, and what the node does when the crawl
+was reset under it (join again, dropping the old state's work). The run's limits, stop and drain, as each
+heartbeat reports them, are the part of crawlplug.scheduler.runcontrol. The heartbeat renews every lease the
+node holds, publishes its metrics, and reaps the expired leases of nodes that died, in one round trip.
 """
 
 from __future__ import annotations
@@ -23,9 +20,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy import Request
 
+from ..crawl import runs
 from ..errors import REDIS_ERRORS, ConfigError, RolledBack, RunEnded, StaleEpoch
 from ..failures import FAILED
-from ..frontier import runs
 from . import enginehooks
 from .leases import LEASE_META, Termination
 from .runcontrol import RunControl
@@ -34,6 +31,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from ..config import SchedulerConfig
+    from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
     from .batch import Batch
     from .entries import StartEntries
@@ -41,33 +39,31 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LOST_BY_STALLING = ("crawlplug: %d leases of this node expired (stalled longer than CRAWLPLUG_LEASE_TIMEOUT=%ss) "
-                    "and were given to other nodes")  # fmt: skip
+LOST_BY_STALLING = "crawlplug: %d leases of this node expired (stalled longer than CRAWLPLUG_LEASE_TIMEOUT=%ss) and were given to other nodes"
 LOST_IN_REDIS = ("crawlplug: Redis no longer holds %d leases of this node, though it renewed them in time (within "
                  "%ss): it lost the calls that made them (a restart, a failover). Their requests are back in the "
                  "queue and fetched again; this node does not acknowledge them")  # fmt: skip
 
-#: Seconds a draining run must stay empty before it ends, for workers (CRAWLPLUG_IDLE_CLOSE = 0)
-DRAIN_GRACE = 3.0
+DRAIN_GRACE = 3.0  #: seconds a draining run must stay empty before it ends, for workers (CRAWLPLUG_IDLE_CLOSE = 0)
 
 
 class Liveness:
     """Heartbeat, run, termination and pause of one node (module docstring)."""
 
-    #: Scrapy stats added to the run's counters with each heartbeat (crawlplug.frontier.runs summaries)
-    RUN_COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "items": ("item_scraped_count",),
-        "errors": (FAILED,),  # failed requests, as crawlplug.failures defines them (robots.txt is none)
-        "spider_errors": ("spider_exceptions/count",),  # what CLOSESPIDER_ERRORCOUNT counts
-    }
+    #: Scrapy stats added to the run's counters with each heartbeat (crawlplug.crawl.runs summaries)
+    #: (errors: failed requests as crawlplug.failures defines them, robots.txt none; spider_errors:
+    #: what CLOSESPIDER_ERRORCOUNT counts)
+    RUN_COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {"items": ("item_scraped_count",), "errors": (FAILED,),
+                                                        "spider_errors": ("spider_exceptions/count",)}  # fmt: skip
 
     def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, entries: StartEntries, *,
-                 config: SchedulerConfig, outage: Outage, reporter: Reporter, joined: runs.Joined,
+                 crawl: Crawl, config: SchedulerConfig, outage: Outage, reporter: Reporter, joined: runs.Joined,
                  join_args: dict[str, Any], started: float, enqueue: Callable[[Request], bool],
                  control: RunControl) -> None:  # fmt: skip
         self.crawler = crawler
         self.stats = crawler.stats
         self.frontier = frontier
+        self.crawl = crawl
         self.batch = batch
         self.entries = entries
         self.config = config
@@ -186,7 +182,7 @@ class Liveness:
             return
         self.batch.paused = paused
         with contextlib.suppress(*REDIS_ERRORS):  # shown at once, not at the next heartbeat
-            self.frontier.publish(paused=int(paused))
+            self.crawl.publish(self.frontier.node_id, paused=int(paused))
         if paused:
             given = self.batch.give_back_prefetched()
             logger.warning(
@@ -241,7 +237,7 @@ class Liveness:
             return True
         if not self.termination.finished():
             return False
-        state, _ = self.frontier.finish_run(self.joined.run)
+        state, _ = self.finish_run()
         if state == "finished":
             self.run_ended = True
             return True
@@ -332,7 +328,7 @@ class Liveness:
         self._observe(queued, leased, producers, local)
         try:
             if self.termination.finished() and not self.run_ended:
-                enqueued = self.batch.acked_total or self.frontier.totals()["enqueued"]
+                enqueued = self.batch.acked_total or self.crawl.totals()["enqueued"]
                 if self.entries.nothing_pushed(self.termination.grace, enqueued):
                     self.run_ended = True  # no end recorded, but nothing more to do here
                     return False
@@ -340,6 +336,11 @@ class Liveness:
         except REDIS_ERRORS as exc:
             self.outage.error(exc)
             return False
+
+    def finish_run(self) -> tuple[str, int | None]:
+        """Record the end of the run this node joined if the whole crawl is done (lua/finish.lua)."""
+        return self.crawl.finish_run(self.joined.run, node_id=self.frontier.node_id, epoch=self.frontier.epoch,
+                                     lanes=self.frontier.lanes)  # fmt: skip
 
     def record_end_on_close(self, reason: str) -> None:
         """Stopped (Ctrl-C, SIGTERM) while waiting out the idle grace with the whole crawl done:
@@ -353,7 +354,7 @@ class Liveness:
         queued, leased, producers = self.frontier.idle_state()
         if queued or leased or producers or self.batch.pending():
             return
-        state, _ = self.frontier.finish_run(self.joined.run)
+        state, _ = self.finish_run()
         if state == "finished":
             logger.info("crawlplug: run %d of crawl %r is finished (this node stopped while the whole crawl "
                         "was done, waiting out its idle grace)", self.joined.run, self.frontier.keys.crawl)  # fmt: skip

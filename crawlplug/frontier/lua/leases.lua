@@ -56,7 +56,7 @@ end
 
 -- The one live-node rule: a node (or a producer) is live while its deadline in the nodes
 -- (producers) zset is later than now; at or before now it is dead, and reap.lua removes
--- it. crawlplug/frontier/nodes.py is the same rule for Python readers.
+-- it. crawlplug/crawl/nodes.py is the same rule for Python readers.
 local function live_count(zset, now)
   return redis.call("ZCOUNT", zset, "(" .. now, "+inf")
 end

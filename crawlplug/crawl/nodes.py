@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .keys import CrawlKeys
-from .store import redis_ms
+from ..frontier.keys import CrawlKeys
+from ..frontier.store import redis_ms
 
 
 def is_live(deadline: float | None, now_ms: int) -> bool:

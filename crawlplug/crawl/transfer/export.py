@@ -1,4 +1,4 @@
-"""Export: a crawl's state written as JSON lines (the format is described in crawlplug.frontier.transfer)."""
+"""Export: a crawl's state written as JSON lines (the format is described in crawlplug.crawl.transfer)."""
 
 from __future__ import annotations
 
@@ -11,21 +11,12 @@ from typing import Any, TextIO
 import redis
 
 from ...config import START_KEY
-from ..fphash import iter_fingerprints
-from ..keys import CrawlKeys
-from ..layout import parts
+from ...frontier.fphash import iter_fingerprints
+from ...frontier.keys import CrawlKeys
+from ...frontier.layout import parts
+from ...frontier.store import rank_of, redis_ms, text
 from ..nodes import live_nodes
-from ..store import rank_of, redis_ms, text
-from .common import (
-    _EXPORTED,
-    _LOCAL,
-    BATCH,
-    FORMAT,
-    STRING_CHUNK,
-    VERSION,
-    _batches,
-    _enc,
-)
+from .common import _EXPORTED, _LOCAL, BATCH, FORMAT, STRING_CHUNK, VERSION, _batches, _enc
 
 # -- export -----------------------------------------------------------------------------
 
@@ -237,7 +228,7 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
             counts["domains"] += 1
     counts["stats"] += fields("stats", keys.stats)
     fields("crawlstats", keys.crawlstats)
-    if keys.shard is None:  # the crawl's runs (crawlplug.frontier.runs): the current one and the history
+    if keys.shard is None:  # the crawl's runs (crawlplug.crawl.runs): the current one and the history
         fields("run", keys.run, lambda f: f != b"epoch")
         fields("runs", keys.runs)
 
