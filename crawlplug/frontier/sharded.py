@@ -46,7 +46,7 @@ from .interface import CrawlFrontier
 from .keys import CrawlKeys
 from .layout import claim_shards, parts, shard_of, stored_shards
 from .record import ResendLog
-from .results import Admission, AdmitResult, Leased
+from .results import Admission, AdmitResult, Beat, Idle, Leased, Leases
 from .scripts import Scripts
 from .single import Frontier, admit_in_parts, log_went_back
 from .store import text
@@ -238,18 +238,18 @@ class ShardedFrontier:
 
     def admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
-    ) -> tuple[AdmitResult | None, list[Leased]]:
+    ) -> tuple[AdmitResult | None, Leases]:
         if len(items) > self._most_per_call():  # a batch too big for one call: admitted in parts, then a pop
             return admit_in_parts(self.admit, items, acks, events, self._most_per_call()), self.pop(n)
         result, leased = self._admit(items, acks, events, n)
         return (result if (items or acks or events) else None), leased
 
-    def pop(self, n: int) -> list[Leased]:
+    def pop(self, n: int) -> Leases:
         return self._admit((), (), (), n)[1]
 
     def _admit(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]], pop: int
-    ) -> tuple[AdmitResult | None, list[Leased]]:
+    ) -> tuple[AdmitResult | None, Leases]:
         by_shard: dict[int, list[int]] = {}
         for i, item in enumerate(items):
             by_shard.setdefault(self.route(item), []).append(i)
@@ -416,7 +416,8 @@ class ShardedFrontier:
             if failed is not None:
                 # every request of the batch is stored: only the acks not made are to send again
                 self._fail(failed, flags, acks_done, acked, stale, leased, incomplete=True)
-        return AdmitResult("".join(flags), acked, stale), leased
+        return AdmitResult("".join(flags), acked, stale), Leases(leased, next_ready_ms=self.next_ready_ms,
+                                                                 queued_seen=self.queued_seen)  # fmt: skip
 
     def _fail(self, error: Exception, flags: list[str], acks_done: list[str], acked: int, stale: int,
               leased: list[Leased], *, incomplete: bool = False) -> NoReturn:  # fmt: skip
@@ -524,13 +525,13 @@ class ShardedFrontier:
     def heartbeat_and_reap(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
         totals: dict[str, int] | None = None, limit: int = 1000,
-    ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
+    ) -> Beat:  # fmt: skip
         """:meth:`heartbeat` then :meth:`reap`, the calls of every shard sent together
         (a shard's renewal before its reap: same keys, same node, in call order)."""
         return self._beat(lease_ids, producing, metrics, totals, reap_limit=limit)
 
     def _beat(self, lease_ids: Iterable[str], producing: bool, metrics: dict[str, Any] | None,
-              totals: dict[str, int] | None, reap_limit: int | None) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
+              totals: dict[str, int] | None, reap_limit: int | None) -> Beat:  # fmt: skip
         """The heartbeat in the crawl's own keys, each shard's renewal of this node's leases
         and, with ``reap_limit``, every part's reap: one pipeline. (lost lease ids, reaped)."""
         groups = self._group_ids(lease_ids)
@@ -565,7 +566,8 @@ class ShardedFrontier:
             self.shards[p].record.done(shard_lost)
             lost += [f"{p}.{x}" for x in shard_lost]
         reaped = results[1 + len(shards):]
-        return lost, (sum(int(raw[0]) for raw in reaped), sum(int(raw[1]) for raw in reaped))
+        return Beat(lost, (sum(int(raw[0]) for raw in reaped), sum(int(raw[1]) for raw in reaped)),
+                    paused=self.paused, run_state=self.run_state, data_lost=self.base.data_lost)  # fmt: skip
 
     # -- when a part went back in time (crawlplug.frontier.record) -------------------------
     def went_back(self, rolled: dict[int, RolledBack]) -> RolledBack:
@@ -625,7 +627,7 @@ class ShardedFrontier:
         return self.part(part).dead_letter(raw, reason, shard=part, **extra)
 
     # -- views ---------------------------------------------------------------------
-    def idle_state(self) -> tuple[int, int, int]:
+    def idle_state(self) -> Idle:
         queued = leased = producers = 0
         results = self.scripts.run_many([f.idle_call() for f in (self.base, *self.shards)])
         for i, raw in enumerate(results):
@@ -638,7 +640,8 @@ class ShardedFrontier:
                 self.start_entries = int(raw[3])
                 self.base.data_lost = bool(int(raw[4]))
                 self.start_urls_kind = self.base.start_urls_kind = text(raw[5])
-        return queued, leased, producers
+        return Idle(queued, leased, producers, start_entries=self.start_entries, data_lost=self.base.data_lost,
+                    start_urls_kind=self.start_urls_kind)  # fmt: skip
 
     def __len__(self) -> int:
         return sum(len(f) for f in self.shards)

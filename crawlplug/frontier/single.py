@@ -27,7 +27,7 @@ from . import history
 from .dedup import Dedup, SetDedup
 from .keys import NAMES, CrawlKeys
 from .record import CallRecord
-from .results import Admission, AdmitResult, Leased, joined, leased_from, new_node_id
+from .results import Admission, AdmitResult, Beat, Idle, Leased, Leases, joined, leased_from, new_node_id
 from .scripts import Scripts
 from .store import redis_ms, text
 
@@ -268,7 +268,7 @@ class Frontier:
         extra, out = self._dedup_keys(args)
         return ("seen", [d.seen_key(k), *extra], [d.mode, d.param(), *out])
 
-    def pop(self, n: int) -> list[Leased]:
+    def pop(self, n: int) -> Leases:
         """Lease up to ``n`` requests to this node. A pop whose reply was lost is sent again
         first, by the same call id: it answers the leases it gave (pop.lua)."""
         keys, args = self._uncertain_pop or (self._pop_keys, self._pop_args(n))
@@ -289,7 +289,7 @@ class Frontier:
         self._uncertain_pop = None
         return self._popped(raw, args)
 
-    def _popped(self, raw: Sequence[Any], args: Sequence[Any]) -> list[Leased]:
+    def _popped(self, raw: Sequence[Any], args: Sequence[Any]) -> Leases:
         """A pop.lua reply to ``args``: the leases, and the call recorded if it leased any."""
         leased = self._leased(raw)
         if leased:
@@ -368,7 +368,7 @@ class Frontier:
 
     def _settle(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]
-    ) -> tuple[AdmitResult | None, list[Leased], Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]]:
+    ) -> tuple[AdmitResult | None, Leases, Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]]:
         """Before an admission: send the uncertain one again first if this one repeats it,
         exactly (with its pop, if it had one: admit.lua answers the leases it gave).
 
@@ -380,7 +380,7 @@ class Frontier:
         """
         uncertain, self._uncertain = self._uncertain, None
         if uncertain is None:
-            return None, [], items, acks, events
+            return None, Leases(), items, acks, events
         call, keys, args, n_items, n_acks, n_events = uncertain
         admission = [*args[:POP_AT], "", *args[POP_AT + 1:]]  # the call's admission alone
         repeated = (
@@ -388,11 +388,11 @@ class Frontier:
             and self._admit_args(items[:n_items], acks[:n_acks], events[:n_events], call) == admission
         )  # fmt: skip
         if not repeated:
-            return None, [], items, acks, events
+            return None, Leases(), items, acks, events
         raw = self._guarded(("admit", keys, args), n_items, n_acks, n_events, self.scripts.admit)
-        leased: list[Leased] = []
+        leased = Leases()
         if args[POP_AT]:  # {admission's reply, the leases its pop gave} (or the admission's alone)
-            leased = self._leased(raw[1]) if len(raw) > 1 else []
+            leased = self._leased(raw[1]) if len(raw) > 1 else Leases()
             raw = raw[0]
         result = self._result(raw, args, acks[:n_acks])
         if isinstance(result, AdmitResult):
@@ -487,19 +487,18 @@ class Frontier:
         self.record.done(lost)
         return lost
 
-    def _leased(self, raw: Sequence[Any]) -> list[Leased]:
+    def _leased(self, raw: Sequence[Any]) -> Leases:
         """A pop's reply: its leases (held from now on), and what it says of the queue."""
         self.queued_seen = int(raw[-1])
         raw = raw[:-1]
         if getattr(self.queue, "order", None) != "domain":
-            leased = leased_from(raw)
+            leased = Leases(leased_from(raw), queued_seen=self.queued_seen)
         else:
             # the per-domain queue: a report flag per request, and when its next domain is ready
             self.next_ready_ms = int(raw[-1])
-            leased = [
-                Leased(text(raw[i]), raw[i + 1], int(raw[i + 2]), text(raw[i + 3]))
-                for i in range(0, len(raw) - 1, 4)
-            ]
+            leased = Leases((Leased(text(raw[i]), raw[i + 1], int(raw[i + 2]), text(raw[i + 3]))
+                             for i in range(0, len(raw) - 1, 4)),
+                            next_ready_ms=self.next_ready_ms, queued_seen=self.queued_seen)  # fmt: skip
         self.record.took(x.id for x in leased)
         return leased
 
@@ -536,7 +535,7 @@ class Frontier:
 
     def admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
-    ) -> tuple[AdmitResult | None, list[Leased]]:
+    ) -> tuple[AdmitResult | None, Leases]:
         """:meth:`admit` then :meth:`pop`, in one round trip: one admit.lua call that pops
         after admitting (its ARGV[5]), so the two share one guard pass and one epoch check,
         and a key that refuses either refuses the call, which then changed nothing (a full
@@ -556,7 +555,7 @@ class Frontier:
 
     def _admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]]
-    ) -> tuple[AdmitResult | None, list[Leased]]:
+    ) -> tuple[AdmitResult | None, Leases]:
         before, replayed, items, acks, events = self._settle(items, acks, events)
         if replayed:  # the leases an uncertain admit-and-pop gave are this call's; the rest is admitted
             if not items and not acks and not events:
@@ -590,7 +589,7 @@ class Frontier:
                 return joined(before, result), self.pop(n)
             except redis.RedisError as exc:  # the admission stands: its leases wait for the next call
                 logger.debug("crawlplug: the pop after an admission failed (%s); the admission stands", exc)
-                return joined(before, result), []
+                return joined(before, result), Leases()
         return joined(before, result), self._leased(popped)
 
     def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
@@ -653,7 +652,7 @@ class Frontier:
     def heartbeat_and_reap(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
         totals: dict[str, int] | None = None, limit: int = 1000,
-    ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
+    ) -> Beat:  # fmt: skip
         """:meth:`heartbeat` then :meth:`reap`, and a history sample (crawlplug.frontier.history),
         in one round trip: (ids lost, (requeued, dead))."""
         out, reaped, sampled = self.scripts.pipelined([
@@ -667,7 +666,9 @@ class Frontier:
             if isinstance(raw, Exception):
                 raise raw
         self.history_sampled(sampled)
-        return self._beaten(out), (int(reaped[0]), int(reaped[1]))
+        lost = self._beaten(out)
+        return Beat(lost, (int(reaped[0]), int(reaped[1])), paused=self.paused, run_state=self.run_state,
+                    data_lost=self.data_lost)  # fmt: skip
 
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         """Give leases back to the queue now (closing node)."""
@@ -710,14 +711,16 @@ class Frontier:
         return bool(moved)
 
     # -- views ----------------------------------------------------------------
-    def idle_state(self) -> tuple[int, int, int]:
-        """(queued, leased, live producers) across the whole crawl."""
+    def idle_state(self) -> Idle:
+        """(queued, leased, live producers) across the whole crawl, with the start entries
+        waiting, whether its data was found lost and what start_urls holds if not a list."""
         _, keys, _ = self.idle_call()
         q, leased, producers, starts, lost, kind = self.scripts.idle(keys=keys, args=[])
         self.start_entries = int(starts)
         self.data_lost = bool(int(lost))
         self.start_urls_kind = text(kind)
-        return int(q), int(leased), int(producers)
+        return Idle(int(q), int(leased), int(producers), start_entries=self.start_entries, data_lost=self.data_lost,
+                    start_urls_kind=self.start_urls_kind)  # fmt: skip
 
     def __len__(self) -> int:
         pipe = self.client.pipeline(transaction=False)

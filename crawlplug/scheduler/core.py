@@ -148,7 +148,7 @@ class Scheduler(BaseScheduler):
             if key == self.frontier.keys.start_urls:
                 # what it holds and what to do with its entries (idle.lua tells the kind), said once
                 with contextlib.suppress(*REDIS_ERRORS):
-                    self.frontier.idle_state()
+                    self.liveness.note_idle(self.frontier.idle_state())
                     self.liveness.check_lost()
             self.report.once(f"corrupt:{key}", logging.ERROR,
                              "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
