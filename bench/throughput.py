@@ -27,6 +27,12 @@ demo project):
    items, a load whose four nodes fit a 2-CPU machine, to tell crawlplug's
    limits from the machine's. Each crawl reports how busy the machine's CPUs
    were between its first and last fetch.
+   With ``--baseline COMMIT``, crawlplug at that commit (a ``git archive`` copy,
+   bench.common.baseline_tree) is measured too, interleaved in every round, and its
+   CPU per page set beside the working tree's (``--tree COMMIT``: measure that commit's
+   copy instead of the working tree; ``--no-others``: leave stock Scrapy and
+   scrapy-redis out). For a change that must not cost CPU on the hot path:
+   ``--only instant --baseline main --no-others --runs 5 --runs2 0``.
 4. **Micro-benchmark** of the scheduler's public classes, in this process:
    admission and pop throughput of ``crawlplug.frontier.Frontier`` (batches of
    200 and 32), scrapy-redis's ``RFPDupeFilter`` + ``PriorityQueue`` and Scrapy's
@@ -86,7 +92,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +105,7 @@ from bench.common import (
     Node,
     RedisProc,
     SiteProc,
+    baseline_tree,
     expected_pages,
     foreign_load,
     install_signal_handlers,
@@ -123,9 +130,28 @@ class System:
     redis: bool
     settings: dict[str, Any]
     crawlplug: bool = False
+    #: a bench.common.baseline_tree whose crawlplug (and demo project) the nodes run (None: the working tree)
+    tree: Path | None = None
+
+
+#: --tree and --baseline (parse_args): the commits whose copies the crawlplug systems run
+TREES: dict[str, Path | None] = {"tree": None, "baseline": None}
+CP_BASE_SET = "baseline (set)"
+CP_BASE_BLOOM = "baseline (Bloom)"
 
 
 def systems() -> dict[str, System]:
+    """The systems measured; with ``--baseline``, crawlplug at that commit too (set and Bloom),
+    and with ``--tree``, the crawlplug systems run that commit's copy instead of the working tree."""
+    found = _systems()
+    out = {name: replace(s, tree=TREES["tree"]) if s.crawlplug else s for name, s in found.items()}
+    if TREES["baseline"] is not None:
+        out[CP_BASE_SET] = replace(found[CP_SET], name=CP_BASE_SET, tree=TREES["baseline"])
+        out[CP_BASE_BLOOM] = replace(found[CP_BLOOM], name=CP_BASE_BLOOM, tree=TREES["baseline"])
+    return out
+
+
+def _systems() -> dict[str, System]:
     return {
         STOCK: System(STOCK, False, {"ADDONS": "{}"}),
         SR: System(SR, True, {
@@ -279,7 +305,8 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
             frontier = _frontier(redis_proc.client)
             # every node's own start request ("/") is filtered: the nodes wait for work
             frontier.admit([(_fingerprint(start_request), 0.0, b"")])
-            nodes = [start_node(run_dir, f"node{i + 1}", site.url, settings) for i in range(c.nodes)]
+            nodes = [start_node(run_dir, f"node{i + 1}", site.url, settings, tree=c.system.tree)
+                     for i in range(c.nodes)]  # fmt: skip
             ready = wait_for(lambda: all("Spider opened" in n.text() or not n.proc.alive for n in nodes), 90, 0.1)
             if not ready or not all(n.proc.alive for n in nodes):
                 raise RuntimeError(f"the nodes did not start (logs in {run_dir})")
@@ -315,7 +342,8 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
                     n.proc.kill()
                     notes.append(f"{n.proc.name} did not stop on SIGTERM within 30 s")
         else:
-            nodes = [start_node(run_dir, f"node{i + 1}", site.url, settings) for i in range(c.nodes)]
+            nodes = [start_node(run_dir, f"node{i + 1}", site.url, settings, tree=c.system.tree)
+                     for i in range(c.nodes)]  # fmt: skip
             deadline = time.monotonic() + c.timeout
             for n in nodes:
                 if n.proc.wait(max(1.0, deadline - time.monotonic())) is None:
@@ -485,6 +513,23 @@ def fmt(value: float | None, spec: str = ".2f") -> str | None:
     return None if value is None else format(value, spec)
 
 
+def baseline_lines(summaries: list[dict[str, Any]]) -> list[str]:
+    """With --baseline: node CPU per page of the tree measured against the baseline's, per
+    dedup mode and node count (medians of the interleaved runs)."""
+    by = {(s["label"], s["nodes"]): s for s in summaries}
+    out = []
+    for mine, theirs in ((CP_SET, CP_BASE_SET), (CP_BLOOM, CP_BASE_BLOOM)):
+        for nodes in (1, 2):
+            a, b = by.get((mine, nodes)), by.get((theirs, nodes))
+            if a is None or b is None:
+                continue
+            out.append(f"   {mine}, {nodes} node(s) vs {theirs}: CPU s/1k pages {fmt(a['cpu_per_1000'])} vs "
+                       f"{fmt(b['cpu_per_1000'])} (x{fmt(ratio(a['cpu_per_1000'], b['cpu_per_1000']), '.3f')}), "
+                       f"crawl CPU s/1k {fmt(a['crawl_cpu_per_1000'])} vs {fmt(b['crawl_cpu_per_1000'])} "
+                       f"(x{fmt(ratio(a['crawl_cpu_per_1000'], b['crawl_cpu_per_1000']), '.3f')})")  # fmt: skip
+    return out
+
+
 def main_table(summaries: list[dict[str, Any]], stock: dict[str, Any] | None) -> str:
     headers = ["system", "nodes", "runs", "pages", "pages/s", "x stock", "CPU s/1k pages", "x stock",
                "crawl CPU s/1k", "x stock", "Redis RT/page", "Redis cmds/page", "server cmds/page",
@@ -510,6 +555,10 @@ def main_table(summaries: list[dict[str, Any]], stock: dict[str, Any] | None) ->
 def scenario_instant(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> dict[str, Any]:
     sy = systems()
     order = [sy[STOCK], sy[SR], sy[CP_SET], sy[CP_BLOOM]]
+    if CP_BASE_SET in sy:  # --baseline: its crawlplug beside this one's, interleaved in every round
+        order += [sy[CP_BASE_SET], sy[CP_BASE_BLOOM]]
+    if args.no_others:
+        order = [s for s in order if s.crawlplug]
     runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in order}
     for rnd in range(args.runs):
         log(f"instant site, 1 node, round {rnd + 1}/{args.runs} ({args.items} items)")
@@ -519,7 +568,7 @@ def scenario_instant(args: argparse.Namespace, workdir: Path, log: Callable[[str
     runs2: dict[str, list[dict[str, Any]]] = {}
     for rnd in range(args.runs2):
         log(f"instant site, 2 nodes, round {rnd + 1}/{args.runs2}")
-        for s in order[1:]:
+        for s in [s for s in order if s.name != STOCK]:
             c = Crawl(s, 2, args.items, 0.0, 16, timeout=args.crawl_timeout, label=s.name)
             runs2.setdefault(s.name, []).append(
                 run_crawl(c, workdir, f"instant-2n-{slug(s.name)}-r{rnd}", log)
@@ -1045,6 +1094,8 @@ def print_report(report: dict[str, Any]) -> None:
           f"(1 node: {report['params']['runs']} runs, 2 nodes: {report['params']['runs2']} runs); "
           "ratios to stock Scrapy, 1 node, same run")  # fmt: skip
         p(main_table(inst["summaries"], stock))
+        for line in baseline_lines(inst["summaries"]):
+            p(line)
         foreign = [r.get("foreign_cpu_busy") for rs in (*inst["runs"].values(), *inst["runs_2_nodes"].values())
                    for r in rs if r.get("foreign_cpu_busy") is not None]  # fmt: skip
         if foreign:
@@ -1204,7 +1255,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds after which disturbed crawls are no longer re-run (default 20 min, quick 6 min)")
     parser.add_argument("--crawl-timeout", type=float, default=240.0, help="seconds at most per crawl")
+    parser.add_argument("--baseline", default=None,
+                        help="also measure crawlplug at this commit (a git archive copy: bench.common.baseline_tree), "
+                             "interleaved with the working tree's in every round of the instant-site crawls")
+    parser.add_argument("--tree", default=None, help="measure this commit's copy as crawlplug (default: the working "
+                                                     "tree, which must then not change during the run)")
+    parser.add_argument("--no-others", action="store_true",
+                        help="instant-site crawls of crawlplug only (no stock Scrapy, no scrapy-redis)")
     args = parser.parse_args(argv)
+    TREES["baseline"] = baseline_tree(args.baseline) if args.baseline else None
+    TREES["tree"] = baseline_tree(args.tree) if args.tree else None
     quick = args.quick
     defaults = {
         "items": 1500 if quick else 5000,

@@ -26,7 +26,7 @@ ADDON_COMPONENTS = (
     # pages, items, errors and download time per host, as Scrapy stats (crawlplug report); next
     # to the engine, so it sees what is left of a request once retries and redirects are done
     ("DOWNLOADER_MIDDLEWARES", "crawlplug.domainstats.DomainStatsMiddleware", 25),
-    # drops the links of pages leased before the crawl was reset under a live node (crawlplug.frontier.runs)
+    # drops the links of pages leased before the crawl was reset under a live node (crawlplug.crawl.runs)
     ("SPIDER_MIDDLEWARES", "crawlplug.scheduler.staleoutput.StaleOutputMiddleware", 10),
     # the start URLs of Scrapy's default start() fetched once a run, not once per node start
     ("SPIDER_MIDDLEWARES", "crawlplug.scheduler.startonce.StartOnceMiddleware", 20),

@@ -153,7 +153,7 @@ class RedisSetDupeFilter(BaseDupeFilter):
         of REDIS_URL (else the embedded one), the crawl of CRAWLPLUG_CRAWL_ID (else the
         spider's name), its shards. Nothing to do when crawlplug's Scheduler bound it.
 
-        Joins no run (:mod:`crawlplug.frontier.runs`): a dupefilter on its own records
+        Joins no run (:mod:`crawlplug.crawl.runs`): a dupefilter on its own records
         fingerprints, nothing else; they stay until the crawl's dedup state is cleared
         (``crawlplug purge``, ``crawlplug forget``, or a crawlplug node beginning the
         crawl's next run)."""

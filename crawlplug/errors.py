@@ -83,7 +83,7 @@ class RolledBack(ScriptRefusal):
 
 
 class RunEnded(CrawlplugError):
-    """The crawl's run ended by a limit or an operator and stays so (crawlplug.frontier.runs);
+    """The crawl's run ended by a limit or an operator and stays so (crawlplug.crawl.runs);
     ``state`` is a node's close reason (the limit's, e.g. "closespider_pagecount", or
     "stopped"); ``run_state`` the run's ("limit", "stopped", "draining")."""
 

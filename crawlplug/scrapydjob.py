@@ -21,8 +21,9 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from . import connection
+from .crawl import runs
 from .errors import REDIS_ERRORS, ConfigError, RedisUnavailable
-from .frontier import jobs, runs
+from .frontier import jobs
 from .frontier.keys import CrawlKeys, crawl_keys
 from .frontier.results import process_node_id
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from crawlplug.crawl import Crawl
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 
@@ -140,7 +141,7 @@ def _start(project: Path, redis_url: str, site: str, start: str = "/", **setting
 
 def _balance(client: redis.Redis) -> dict[str, int]:
     keys = CrawlKeys("paths")
-    status = Frontier(client, keys).status()
+    status = Crawl.of(Frontier(client, keys)).status()
     stats = status["stats"]
     assert status["in_flight"] == 0, "no lease is left behind"
     assert client.hlen(keys.leased) == 0

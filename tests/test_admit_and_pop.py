@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import redis
 
+from crawlplug.crawl import control, runs
+from crawlplug.crawl.control import Limits
 from crawlplug.errors import CorruptKey, StaleEpoch
-from crawlplug.frontier import control, runs
 from crawlplug.frontier.bloom import BloomSpec
-from crawlplug.frontier.control import Limits
 from crawlplug.frontier.dedup import BloomDedup
 from crawlplug.frontier.fphash import HashDedup, HashSpec
 from crawlplug.frontier.keys import CrawlKeys

@@ -416,7 +416,7 @@ def test_a_run_ended_by_its_page_limit_alerts_once(redis_url, r, crawl, make_sho
         node = crawl(args={"base_url": shop.url}, settings={"CLOSESPIDER_PAGECOUNT": 10, "REDIS_URL": redis_url,
                                                             "CRAWLPLUG_HEARTBEAT": 0.5})  # fmt: skip
         assert node.wait(60) == 0, node.text()[-2000:]
-        assert r.hget(KEYS.run, "state") == b"limit"  # the run state crawlplug.frontier.runs records
+        assert r.hget(KEYS.run, "state") == b"limit"  # the run state crawlplug.crawl.runs records
         wait_for(receiver.bodies, 20, "the limit alert")
         time.sleep(1.5)
         [body] = receiver.bodies()

@@ -12,6 +12,7 @@ import pytest
 import redis
 from scrapy import Request
 
+from crawlplug.crawl import Crawl
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
@@ -76,7 +77,7 @@ def test_corrupt_queue_entries_go_to_dead_letters_and_the_crawl_goes_on(crawl, s
     text = node.text()
     assert "'finish_reason': 'finished'" in text
     assert "'crawlplug/undecodable': 5" in text
-    dead = frontier.dead_letters()
+    dead = Crawl.of(frontier).dead_letters()
     assert len(dead) == 5
     reasons = " | ".join(d.header["reason"] for d in dead)
     assert "not JSON" in reasons
@@ -85,7 +86,7 @@ def test_corrupt_queue_entries_go_to_dead_letters_and_the_crawl_goes_on(crawl, s
     assert "allow-list" in reasons
     assert "not crawlable" in reasons
     assert sorted(d.payload for d in dead) == sorted(entries)
-    status = frontier.status()
+    status = Crawl.of(frontier).status()
     assert status["queued"] == 0 and status["in_flight"] == 0
     assert status["stats"]["dead"] == 5
 
@@ -182,7 +183,7 @@ def test_a_node_dead_letters_a_start_entry_with_a_misspelt_key(crawl, shop, redi
     assert node.wait(120) == 0, node.text()[-3000:]
     assert not [t for t in shop.hits if "callbak" in t], "the misspelt key never reaches the site"
     assert shop.hits["/search/?q=lamp"] == 1, "a genuine extra key is a form field, as in scrapy-redis"
-    [letter] = Frontier(r, keys).dead_letters()
+    [letter] = Crawl.of(Frontier(r, keys)).dead_letters()
     assert letter.header["reason"].startswith(
         "invalid start entry: unknown key 'callbak': did you mean 'callback'?"), letter.header  # fmt: skip
     assert json.loads(letter.payload)["callbak"] == "parse_item", "the entry is kept as it was pushed"

@@ -25,6 +25,7 @@ import scrapy_redis.spiders
 from scrapy import Request
 
 from crawlplug import callbacks, starts
+from crawlplug.crawl import Crawl
 from crawlplug.errors import DecodeError, SerializationError
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
@@ -207,7 +208,7 @@ def test_the_allow_list_names_real_methods():
 
 
 def reasons(frontier: Frontier) -> dict[bytes, str]:
-    return {d.payload: d.header["reason"] for d in frontier.dead_letters()}
+    return {d.payload: d.header["reason"] for d in Crawl.of(frontier).dead_letters()}
 
 
 def test_hooks_and_helpers_named_by_payloads_are_dead_lettered_and_never_run(crawl, make_shop, redis_url):
@@ -292,6 +293,6 @@ def test_a_sitemap_spider_crawls_the_shop_on_two_nodes(crawl, make_shop, redis_u
     assert set(shop.hits) == shop.shop.item_paths() | shop.shop.sitemap_paths()
     assert max(shop.hits.values()) == 1
     frontier = Frontier(redis.Redis.from_url(redis_url), CrawlKeys("sitemapshop"))
-    assert frontier.dead_letters() == []
+    assert Crawl.of(frontier).dead_letters() == []
     # the sitemaps went through Redis: the crawl-wide stats count them with the items
-    assert int(frontier.status()["stats"]["enqueued"]) == len(shop.shop.sitemap_paths()) + shop.shop.items
+    assert int(Crawl.of(frontier).status()["stats"]["enqueued"]) == len(shop.shop.sitemap_paths()) + shop.shop.items

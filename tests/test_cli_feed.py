@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from crawlplug import starts
 from crawlplug.cli import main
+from crawlplug.crawl import Crawl
 from crawlplug.errors import DecodeError
 from crawlplug.frontier import registry
 from crawlplug.frontier.keys import CrawlKeys
@@ -192,7 +193,7 @@ def test_peek_shows_queued_requests_and_start_entries(redis_url, r):
         (os.urandom(20), 0.0, payload("http://example.com/low")),
         (os.urandom(20), -1.0, payload("http://example.com/post", method="POST")),
     ])  # fmt: skip
-    frontier.push_starts(["http://example.com/start1", "http://example.com/start2"])
+    Crawl.of(frontier).push_starts(["http://example.com/start1", "http://example.com/start2"])
     res = cli(redis_url, "peek")
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
@@ -209,7 +210,7 @@ def test_peek_shows_queued_requests_and_start_entries(redis_url, r):
     assert rows[0]["url"] == "http://example.com/high" and rows[0]["priority"] == 5
     assert rows[1] == {"start_entry": "http://example.com/start1"}
     assert len(rows) == 2
-    assert frontier.status()["queued"] == 3 and len(start_urls(r)) == 2
+    assert Crawl.of(frontier).status()["queued"] == 3 and len(start_urls(r)) == 2
 
 
 def test_peek_empty_crawl(redis_url, r):
@@ -221,7 +222,7 @@ def test_peek_empty_crawl(redis_url, r):
 
 def test_a_command_naming_an_unknown_crawl_says_so_and_lists_the_known_ones(redis_url, r):
     registry.register(r, CrawlKeys("shop"))
-    Frontier(r, CrawlKeys("books")).push_starts(["http://example.com/"])  # from before the registry
+    Crawl(r, CrawlKeys("books")).push_starts(["http://example.com/"])  # from before the registry
     res = cli(redis_url, "peek")
     assert res.exit_code == 1
     assert "no crawl 'feedtest' on this Redis; known crawls: 'books', 'shop'" in res.output
@@ -268,7 +269,7 @@ def _dead_letters(client, keys: CrawlKeys, urls: list[str]) -> Frontier:
 
 
 def _dead_urls(client, keys: CrawlKeys = KEYS) -> list[str]:
-    return [describe_payload(x.payload)["url"] for x in Frontier(client, keys).dead_letters()]
+    return [describe_payload(x.payload)["url"] for x in Crawl.of(Frontier(client, keys)).dead_letters()]
 
 
 def test_dead_drop_removes_exactly_the_chosen_indexes(redis_url, r):
@@ -311,7 +312,7 @@ def test_dead_requeue_then_a_crawl_fetches_it(redis_url, r, make_shop, crawl):
     _dead_letters(r, keys, [wanted, other])
     # an invalid start entry in the dead letters too: requeue keeps it dead
     frontier = Frontier(r, keys, node_id="test-node")
-    frontier.push_starts(["http://example.com/bad-entry"])
+    Crawl.of(frontier).push_starts(["http://example.com/bad-entry"])
     [(lease_id, _)] = frontier.take_starts(1)
     frontier.dead_letter(lease_id, "invalid start entry: test")
     res = cli(redis_url, "dead", "requeue", "0", "2", crawl="redisshop")
@@ -319,7 +320,7 @@ def test_dead_requeue_then_a_crawl_fetches_it(redis_url, r, make_shop, crawl):
     assert "requeued 1 dead letters" in res.stdout
     assert "[2] kept:" in res.stderr and "start entry" in res.stderr
     assert _dead_urls_or_raw(r, keys) == [other, "http://example.com/bad-entry"]
-    assert Frontier(r, keys).status()["queued"] == 1
+    assert Crawl.of(Frontier(r, keys)).status()["queued"] == 1
     # a RedisSpider node, no start entry: it crawls the requeued request and closes when done
     node = crawl("redisshop", settings={"REDIS_URL": redis_url, "CRAWLPLUG_IDLE_CLOSE": 2,
                                         "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5})  # fmt: skip
@@ -331,7 +332,7 @@ def test_dead_requeue_then_a_crawl_fetches_it(redis_url, r, make_shop, crawl):
 
 def _dead_urls_or_raw(client, keys: CrawlKeys) -> list[str]:
     out = []
-    for letter in Frontier(client, keys).dead_letters():
+    for letter in Crawl.of(Frontier(client, keys)).dead_letters():
         try:
             out.append(describe_payload(letter.payload)["url"])
         except (ValueError, TypeError):

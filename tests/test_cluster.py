@@ -35,6 +35,7 @@ from redis.crc import key_slot
 
 from crawlplug.cli import main
 from crawlplug.connection import client_from_url
+from crawlplug.crawl import Crawl
 from crawlplug.dupefilters import bloom_info
 from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.frontier.dedup import BloomDedup
@@ -173,13 +174,13 @@ def _sent(f: Frontier, leased: list) -> list[tuple]:
 
 
 def _status(f: Frontier) -> dict:
-    st = f.status()
+    st = Crawl.of(f).status()
     st["nodes"] = sorted(st["nodes"])  # deadlines are on the Redis clock
     return st
 
 
 def _letters(f: Frontier) -> list[tuple]:
-    return [({k: v for k, v in d.header.items() if k != "at"}, d.payload) for d in f.dead_letters()]
+    return [({k: v for k, v in d.header.items() if k != "at"}, d.payload) for d in Crawl.of(f).dead_letters()]
 
 
 ID = re.compile(r"\b\d{16}\b")
@@ -209,7 +210,7 @@ def scenario(client: Any, flavor: str) -> list[tuple[str, Any]]:
         return got
 
     # start entries, leased and acked with the admission of what they produced
-    trace.append(("push_starts", a.push_starts(["http://start.test/1", json.dumps({"url": "http://start.test/2"})])))
+    trace.append(("push_starts", Crawl.of(a).push_starts(["http://start.test/1", json.dumps({"url": "http://start.test/2"})])))
     starts = a.take_starts(5)
     trace.append(("take_starts", [(lease, raw) for lease, raw in starts]))
     res = a.admit(_items(a, list(range(30)), flavor), acks=[lease for lease, _ in starts])
@@ -272,7 +273,7 @@ def scenario(client: Any, flavor: str) -> list[tuple[str, Any]]:
         trace.append(("bloom layers", [(x["capacity"], x["added"]) for x in bloom_info(a.frontier, a.dedup.spec)["layers"]]))
     if flavor == "domain":
         trace.append(("domains", Domains(client, PARITY).table()))
-    a.leave()
+    Crawl.of(a).leave(a.node_id)
     trace.append(("keys", sorted((k.decode(), client.type(k).decode()) for k in client.scan_iter(match=PARITY.pattern()))))
     return trace
 
@@ -470,7 +471,7 @@ def test_two_node_crawl_on_the_cluster_fetches_every_page_once(crawl, make_shop,
         assert all(split), f"both nodes crawled: items per node {split}"
     items = [json.loads(line) for node in nodes for line in node.item_lines()]
     assert len(items) == len(shop.shop.item_paths())
-    status = Frontier(cluster_client, keys).status()
+    status = Crawl.of(Frontier(cluster_client, keys)).status()
     assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
     assert status["stats"]["acked"] == len(pages)
     if variant == "plain":

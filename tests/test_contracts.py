@@ -22,6 +22,7 @@ from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.test import get_crawler
 
+from crawlplug.crawl import Crawl
 from crawlplug.dupefilters import ExpiringDupeFilter, RedisBloomDupeFilter, RedisSetDupeFilter
 from crawlplug.frontier import CrawlFrontier, open_frontier
 from crawlplug.frontier.keys import CrawlKeys
@@ -114,7 +115,7 @@ class TestFrontierContract:
         assert all(node.df.request_seen(r) for r in reqs), "admission and the dupefilter disagree"
         other = backend.node("n2")
         assert other.admit(reqs[0]) == 0, "a second node's admission let a duplicate in"
-        assert backend.node("n3").frontier.status()["queued"] == 10
+        assert Crawl.of(backend.node("n3").frontier).status()["queued"] == 10
 
     def test_request_seen_records_for_admission(self, backend):
         node = backend.node("n1")
@@ -143,7 +144,7 @@ class TestFrontierContract:
         assert (queued, in_flight) == (0, 12)
         node.frontier.admit([], acks=[x.id for x in leased])
         assert node.frontier.idle_state()[:2] == (0, 0)
-        assert node.frontier.totals()["pages"] == 12
+        assert Crawl.of(node.frontier).totals()["pages"] == 12
 
     def test_released_leases_come_back_without_a_delivery(self, backend):
         node = backend.node("n1")
@@ -172,7 +173,7 @@ class TestFrontierContract:
         node.admit(*_requests(3))
         leased = _lease_all(node.frontier, 3)
         assert node.frontier.dead_letter(leased[0].id, "cannot be crawled") is True
-        dead = node.frontier.dead_letters()
+        dead = Crawl.of(node.frontier).dead_letters()
         assert [d.header.get("reason") for d in dead] == ["cannot be crawled"]
         assert node.frontier.idle_state()[:2] == (0, 2)
 
@@ -182,5 +183,5 @@ class TestFrontierContract:
         node.admit(*reqs)
         assert node.frontier.purge() > 0
         fresh = backend.node("n2")
-        assert fresh.frontier.status()["queued"] == 0
+        assert Crawl.of(fresh.frontier).status()["queued"] == 0
         assert fresh.admit(*reqs) == 5, "a purged crawl still knew its fingerprints"

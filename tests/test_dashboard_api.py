@@ -25,8 +25,8 @@ from crawlplug.cli import main as cli_main
 from crawlplug.cli import web as cli_web
 from crawlplug.cli.web import is_loopback
 from crawlplug.connection import client_from_url
+from crawlplug.crawl import Crawl, runs
 from crawlplug.demo.crawl import DashboardThread
-from crawlplug.frontier import runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
@@ -101,7 +101,7 @@ def push(redis_url: str, *urls: str) -> None:
 
 def test_reads_follow_a_two_node_crawl(crawl, make_shop, redis_url, r):
     """/api, /api/status, /api/history, /api/nodes and /api/errors during a real crawl of two
-    nodes, and /api/status equal to Frontier.status() once it is over."""
+    nodes, and /api/status equal to Crawl.status() once it is over."""
     shop = make_shop(items=SHOP_ITEMS, delay=SHOP_DELAY)
     client = TestClient(create_app(r, KEYS, None, "redis://test-label"), base_url="http://127.0.0.1")
     index = get(client, "/api")
@@ -127,11 +127,11 @@ def test_reads_follow_a_two_node_crawl(crawl, make_shop, redis_url, r):
     assert second["done"] > first["done"], (first["done"], second["done"])
     assert second["redis"] == "redis://test-label" and second["actions"] is False
     assert second["paused"] is None and second["crawl"] == "shop"
-    # ... and agree with Frontier.status() read just before and just after
+    # ... and agree with Crawl.status() read just before and just after
     frontier = Frontier(r, KEYS)
-    before = frontier.status()
+    before = Crawl.of(frontier).status()
     st = get(client, "/api/status")
-    after = frontier.status()
+    after = Crawl.of(frontier).status()
     assert before["stats"]["acked"] <= st["done"] <= after["stats"]["acked"]
     assert before["seen"] <= st["seen"] <= after["seen"]
     assert before["stats"]["enqueued"] <= st["counters"]["enqueued"] <= after["stats"]["enqueued"]
@@ -172,7 +172,7 @@ def test_reads_follow_a_two_node_crawl(crawl, make_shop, redis_url, r):
     finish(nodes)
     assert_fetched_once(shop, {f"/missing/{i}/" for i in range(3)})
     final = get(client, "/api/status")
-    status = frontier.status()
+    status = Crawl.of(frontier).status()
     assert (final["queued"], final["in_flight"], final["seen"], final["dead"], final["start_urls"]) == (
         status["queued"], status["in_flight"], status["seen"], status["dead"], status["start_urls"])
     assert final["counters"] == status["stats"]
@@ -224,7 +224,7 @@ def test_actions_need_a_configured_token(r):
     for method, path, body in ACTIONS:
         res = guarded.request(method, path, json=body, headers=AUTH)
         assert res.status_code == 200, (method, path, res.text)
-    assert Frontier(r, KEYS).paused_info() is None  # paused, then resumed
+    assert Crawl.of(Frontier(r, KEYS)).paused_info() is None  # paused, then resumed
     assert int(r.hget(KEYS.stats, "pauses")) == 1
 
 
@@ -538,7 +538,7 @@ def test_demo_dashboard_is_loopback_and_read_only(r, redis_url):
             wait_for(lambda: _answers(http), 20, "the demo dashboard to answer")
             assert http.get("/api/status").json()["actions"] is False
             assert http.post("/api/pause", headers=AUTH).status_code == 403
-        assert Frontier(r, KEYS).paused_info() is None
+        assert Crawl.of(Frontier(r, KEYS)).paused_info() is None
     finally:
         dash.stop()
 

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from crawlplug.cli import main as cli_main
 from crawlplug.cli import web as cli_web
+from crawlplug.crawl import Crawl
 from crawlplug.errors import ConfigError
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
@@ -57,7 +58,7 @@ def test_a_loopback_dashboard_refuses_other_hosts(redis_url, r, tmp_path):
                 assert "queued" not in res.text
             res = dash.http.post("/api/pause", headers={"Host": host, **AUTH})
             assert res.status_code == 400, host
-        assert Frontier(r, KEYS).paused_info() is None, "no refused request paused the crawl"
+        assert Crawl.of(Frontier(r, KEYS)).paused_info() is None, "no refused request paused the crawl"
         # the same action from an allowed host works: the refusals above were the Host check's
         assert dash.http.post("/api/pause", headers=AUTH).json()["paused"] is True
         # HTTP/1.0 without a Host header, and a malformed one

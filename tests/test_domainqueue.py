@@ -11,6 +11,7 @@ from redis.crc import key_slot
 from scrapy import Request
 from scrapy.settings import Settings
 
+from crawlplug.crawl import Crawl
 from crawlplug.errors import ConfigError
 from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
@@ -325,7 +326,7 @@ def test_two_nodes_crawl_the_shop_through_the_domain_queue_exactly_once(crawl, m
     assert set(hits) == shop.shop.paths()
     assert not {p: n for p, n in hits.items() if n > 1}
     client = redis.Redis.from_url(redis_url)
-    status = Frontier(client, CrawlKeys("shop")).status()
+    status = Crawl(client, CrawlKeys("shop")).status()
     assert (status["queued"], status["in_flight"], status["domains"]) == (0, 0, 0)
     busy = client.hgetall(CrawlKeys("shop").dstate)
     assert not [f for f in busy if f.startswith(b"b:")], busy  # every lease gave its slot back

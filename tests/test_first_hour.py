@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from crawlplug import errorsamples
 from crawlplug.cli import main
-from crawlplug.frontier import runs
+from crawlplug.crawl import Crawl, runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.ops import alerts
@@ -84,7 +84,7 @@ def test_a_limit_ends_a_trial_run_and_a_crawl_typed_at_a_terminal_begins_the_nex
 
     # the same `scrapy crawl` typed at a terminal is a crawl: it begins run 2. Held paused
     # (the control hash outlives runs) until the operator stops that run
-    Frontier(r, SHOP).pause(by="the test")
+    Crawl.of(Frontier(r, SHOP)).pause(by="the test")
     typed = crawl(args={"base_url": shop.url}, settings=base, overwrite=True, items=feed, terminal=True)
     wait_until(lambda: "starting run 2" in typed.text(), "the typed node to begin run 2", nodes=[typed])
     assert re.search(r"crawlplug: node \S+ starting run 2 of crawl 'shop' \(run 1 ended by a limit at \d\d:\d\d, "
@@ -159,10 +159,10 @@ def test_start_urls_of_the_default_start_are_fetched_once_in_a_run(crawl, make_s
     settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 2}
     first = crawl("plain", args={"start_urls": f"{shop.url}/"}, settings=settings)
     wait_until(lambda: shop.hits["/"] >= 1, "the start URL fetched", nodes=[first])
-    Frontier(r, plain).pause(by="the test, until the second node is in the run")
+    Crawl.of(Frontier(r, plain)).pause(by="the test, until the second node is in the run")
     second = crawl("plain", args={"start_urls": f"{shop.url}/"}, settings=settings)
     wait_until(lambda: "joining run 1 of crawl 'plain'" in second.text(), "the second node to join", nodes=[second])
-    Frontier(r, plain).resume()
+    Crawl.of(Frontier(r, plain)).resume()
     for node in (first, second):
         assert node.wait(90) == 0, node.text()[-3000:]
     assert shop.hits["/"] == 1, "the start URL, yielded by both nodes, fetched once"

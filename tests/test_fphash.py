@@ -177,7 +177,7 @@ def test_the_store_works_on_redis_cluster(cluster_client: object) -> None:
 def test_export_carries_every_fingerprint_and_import_keeps_them_exact(r: redis.Redis) -> None:
     import io
 
-    from crawlplug.frontier.transfer import export_crawl, import_crawl
+    from crawlplug.crawl.transfer import export_crawl, import_crawl
 
     source = CrawlKeys("fph-src")
     frontier = Frontier(r, source, dedup=HashDedup(HashSpec(bits=8, fill=2)))  # a byte stripped in each generation

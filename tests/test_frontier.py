@@ -11,6 +11,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from crawlplug.crawl import Crawl
 from crawlplug.frontier.keys import NAMES, CrawlKeys
 from crawlplug.frontier.scripts import source
 from crawlplug.frontier.single import Frontier
@@ -285,7 +286,7 @@ def test_heartbeat_and_reap_in_one_round_trip(r):
     assert lost == [] and reaped == (2, 0), "its own leases renewed before the reap"
     assert r.zcard(K.queue) == 2 and {p.id for p in theirs} == set(x.decode() for x in r.zrange(K.queue, 0, -1))
     assert r.hget(K.node("node-a"), "rps") == b"1"
-    a.pause()
+    Crawl.of(a).pause()
     assert b.heartbeat_and_reap([p.id for p in theirs])[0] == [p.id for p in theirs] and b.paused
 
 
@@ -347,7 +348,7 @@ def test_reap_dead_letters_after_max_deliveries(r):
     assert (second.id, second.deliveries) == (first.id, 2)
     time.sleep(0.3)
     assert f.reap() == (0, 1)
-    (letter,) = f.dead_letters()
+    (letter,) = Crawl.of(f).dead_letters()
     assert letter.payload == b"poison"
     assert letter.header["id"] == first.id
     assert letter.header["deliveries"] == 2
@@ -357,7 +358,7 @@ def test_reap_dead_letters_after_max_deliveries(r):
     assert r.hget(K.deliveries, first.id) is None
     assert r.zscore(K.queue, first.id) is None and r.zscore(K.leases, first.id) is None
     assert [p.payload for p in f.pop(5)] == [b"fine"], "other requests unaffected"
-    assert f.status()["dead"] == 1 and stats(r)["dead"] == 1
+    assert Crawl.of(f).status()["dead"] == 1 and stats(r)["dead"] == 1
 
 
 def test_dead_letter_moves_a_leased_request(r, frontier):
@@ -366,7 +367,7 @@ def test_dead_letter_moves_a_leased_request(r, frontier):
     assert not Frontier(r, K, node_id="node-b").dead_letter(lease.id, "not mine")
     assert r.llen(K.dead) == 0 and r.zscore(K.leases, lease.id) is not None
     assert frontier.dead_letter(lease.id, "DecodeError: bad", error="boom")
-    (letter,) = frontier.dead_letters()
+    (letter,) = Crawl.of(frontier).dead_letters()
     assert letter.payload == b"undecodable"
     assert letter.header["reason"] == "DecodeError: bad"
     assert letter.header["error"] == "boom"
@@ -380,7 +381,7 @@ def test_dead_letter_moves_a_leased_request(r, frontier):
 
 def test_unparseable_dead_letter_is_still_listed(r, frontier):
     r.rpush(K.dead, b"\xff\xfe not json")
-    (letter,) = frontier.dead_letters()
+    (letter,) = Crawl.of(frontier).dead_letters()
     assert letter.header["reason"] == "unparseable dead letter"
     assert letter.payload == b"\xff\xfe not json"
 
@@ -405,7 +406,7 @@ def test_status(r, frontier):
     frontier.admit([], acks=[a.id])
     frontier.dead_letter(b.id, "x")
     frontier.heartbeat([])
-    st = frontier.status()
+    st = Crawl.of(frontier).status()
     assert st["queued"] == 2
     assert st["in_flight"] == 0
     assert st["seen"] == 4
@@ -436,7 +437,7 @@ def test_purge_deletes_this_crawl_only(r):
     assert list(r.scan_iter(match=K.pattern())) == []
     assert {k: r.type(k) for k in r.scan_iter(match=other_keys.pattern())} == theirs_before
     assert r.get("unrelated") == b"1"
-    assert len(other) == 1 and other.status()["dead"] == 1
+    assert len(other) == 1 and Crawl.of(other).status()["dead"] == 1
     assert mine.purge() == 0
 
 

@@ -3,7 +3,7 @@ Frontier's public methods by hypothesis's RuleBasedStateMachine, against a plain
 Python model of what the crawl should hold.
 
 Three simulated nodes (one Frontier each, one node id each) join the crawl as a
-node does (crawlplug.frontier.runs.join: their calls carry the run's epoch), admit batches
+node does (crawlplug.crawl.runs.join: their calls carry the run's epoch), admit batches
 with duplicates, ``dont_filter`` requests, fingerprint-only records and redirects,
 pop, ack, release, dead-letter, take and push start entries; a node stalls (its
 last heartbeat gives its leases a short deadline, then it stops renewing), its
@@ -32,7 +32,7 @@ repaired (its content put back, or the key deleted where it held none) the model
 matches again.
 
 After a restart without its data every node's next call must be refused for its
-epoch; the node joins again (crawlplug.frontier.runs.rejoin), as the Scheduler does, and
+epoch; the node joins again (crawlplug.crawl.runs.rejoin), as the Scheduler does, and
 must say the data was lost; from then on the model is rebuilt from what survived
 (nothing), only the pairings above are checked, and the crawl must not read as
 finished while the loss stands.
@@ -73,8 +73,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from crawlplug.crawl import Crawl, runs
 from crawlplug.errors import AdmissionIncomplete, StaleEpoch
-from crawlplug.frontier import runs
 from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.frontier.dedup import BloomDedup, Dedup, SetDedup, TtlDedup
 from crawlplug.frontier.fphash import HashDedup, HashSpec, iter_fingerprints
@@ -151,8 +151,8 @@ class FrontierUnderTest:
     on the frontier, and every read of Redis the invariants make, goes through here.
 
     Each node joins the crawl as a node does (the shard count claimed, then
-    :func:`crawlplug.frontier.runs.join`), so its calls carry the epoch it joined; a call
-    refused for its epoch makes it join again (:func:`crawlplug.frontier.runs.rejoin`, which
+    :func:`crawlplug.crawl.runs.join`), so its calls carry the epoch it joined; a call
+    refused for its epoch makes it join again (:func:`crawlplug.crawl.runs.rejoin`, which
     tells a Redis that lost its data from a purge) and raises :class:`Rejoined`.
 
     Requests are identified by their payload (unique per admitted request), start
@@ -282,14 +282,14 @@ class FrontierUnderTest:
         return self._run(node, lambda: self.frontier(node).dead_letter(lease_id, "model test"))
 
     def push_starts(self, entries: list[str]) -> None:
-        self.frontier(NODES[0]).push_starts(entries)
+        Crawl.of(self.frontier(NODES[0])).push_starts(entries)
 
     def take_starts(self, node: str, n: int) -> list[tuple[str, str]]:
         return [(i, e.decode()) for i, e in self._run(node, lambda: self.frontier(node).take_starts(n))]
 
     def accept_loss(self) -> bool:
         """The operator accepts that Redis lost the crawl's data (`crawlplug resume`)."""
-        return self.frontier(NODES[0]).resume()
+        return Crawl.of(self.frontier(NODES[0])).resume()
 
     def finished(self, node: str) -> tuple[bool, tuple[int, int, int], bool]:
         """(whether the crawl reads as finished to ``node`` as the scheduler decides it:

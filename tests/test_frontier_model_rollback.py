@@ -48,8 +48,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from crawlplug.crawl import Crawl, runs
 from crawlplug.errors import AdmissionIncomplete, RolledBack
-from crawlplug.frontier import runs
 from crawlplug.frontier.dedup import Dedup, SetDedup
 from crawlplug.frontier.fphash import HashDedup, HashSpec
 from crawlplug.frontier.keys import CrawlKeys
@@ -260,7 +260,7 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
         if len(self.pushed) >= len(ROOT_HOSTS):
             return
         root = f"http://{ROOT_HOSTS[len(self.pushed)]}/"
-        self.nodes["a"].frontier.push_starts([root])
+        Crawl.of(self.nodes["a"].frontier).push_starts([root])
         self.pushed.append(root)
 
     #: what happens next: a node's action, an operator's push, or Redis saving a snapshot

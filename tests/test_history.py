@@ -18,9 +18,9 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from crawlplug.cli import main
+from crawlplug.crawl import runs
 from crawlplug.errors import ConfigError, StaleEpoch
 from crawlplug.frontier import history as records
-from crawlplug.frontier import runs
 from crawlplug.frontier.history import DAY_MS, HOUR_MS, MINUTE_MS
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards

@@ -21,6 +21,7 @@ import pytest
 import redis
 from scrapy import Request
 
+from crawlplug.crawl import Crawl
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import PICKLE_MAGIC, JsonSerializer
@@ -51,7 +52,7 @@ def sign(body: bytes, secret: str = SECRET) -> bytes:
 
 
 def reasons_by_payload(frontier: Frontier) -> dict[bytes, str]:
-    return {d.payload: d.header["reason"] for d in frontier.dead_letters()}
+    return {d.payload: d.header["reason"] for d in Crawl.of(frontier).dead_letters()}
 
 
 def test_every_kind_of_bad_entry_is_dead_lettered_and_the_whole_site_crawled(crawl, shop, redis_url, tmp_path):
@@ -134,12 +135,12 @@ def test_every_kind_of_bad_entry_is_dead_lettered_and_the_whole_site_crawled(cra
     assert f"'crawlplug/start_entries_invalid': {len(starts)}" in text
 
     dead = reasons_by_payload(frontier)
-    assert len(frontier.dead_letters()) == len(queue) + len(starts)
+    assert len(Crawl.of(frontier).dead_letters()) == len(queue) + len(starts)
     for payload, words in queue.items():
         assert words in dead[payload], (payload[:80], dead[payload])
     for line, words in starts.items():
         assert dead[line].startswith("invalid start entry: ") and words in dead[line], (line[:80], dead[line])
-    status = frontier.status()
+    status = Crawl.of(frontier).status()
     assert (status["queued"], status["in_flight"], status["start_urls"]) == (0, 0, 0)
     assert status["stats"]["dead"] == len(queue) + len(starts)
 

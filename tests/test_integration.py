@@ -7,8 +7,8 @@ import signal
 
 import redis
 
+from crawlplug.crawl import Crawl
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from tests.support.nodes import wait_for_fetches
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 1, "CRAWLPLUG_LEASE_TIMEOUT": 10}
@@ -43,7 +43,7 @@ def test_two_nodes_share_one_crawl(crawl, shop, redis_url):
         assert "'finish_reason': 'finished'" in node.text()
     # both nodes did real work: the crawl was shared, not done by one of them
     assert all(node.item_lines() for node in nodes), [len(n.item_lines()) for n in nodes]
-    status = Frontier(redis.Redis.from_url(redis_url), CrawlKeys("shop")).status()
+    status = Crawl(redis.Redis.from_url(redis_url), CrawlKeys("shop")).status()
     assert status["queued"] == 0 and status["in_flight"] == 0
     assert status["seen"] == len(shop.shop.paths())
 
@@ -59,7 +59,7 @@ def test_resume_after_sigterm(crawl, make_shop, redis_url):
     fetched = sum(shop.hits.values())
     assert fetched < len(shop.shop.paths())
     client = redis.Redis.from_url(redis_url)
-    status = Frontier(client, CrawlKeys("shop")).status()
+    status = Crawl(client, CrawlKeys("shop")).status()
     assert status["in_flight"] == 0, "a graceful stop gives its leases back"
     assert status["queued"] > 0
     second = crawl(args={"base_url": shop.url}, settings=settings)

@@ -14,6 +14,7 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from crawlplug.crawl import Crawl
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.sharded import open_frontier
 from crawlplug.ops import metrics
@@ -77,7 +78,7 @@ def test_metrics_scraped_during_a_real_crawl_agree_with_redis(redis_url, r: redi
         assert one(during, "crawlplug_queued_requests", crawl="shop") + one(during, "crawlplug_in_flight_requests",
                                                                              crawl="shop") > 0  # fmt: skip
         # a scrape while nothing moves: pause the crawl, wait for what is in flight to end
-        open_frontier(r, KEYS).pause(by="test")
+        Crawl.of(open_frontier(r, KEYS)).pause(by="test")
         wait_for(lambda: r.zcard(KEYS.leases) == 0, 30, "the requests in flight to end")
 
         def settled() -> bool:  # every node's heartbeat and stats flush after the last ack
@@ -87,8 +88,8 @@ def test_metrics_scraped_during_a_real_crawl_agree_with_redis(redis_url, r: redi
             return acked == per_node and 0 < items == int(r.hget(KEYS.crawlstats, "item_scraped_count") or 0)
 
         wait_for(settled, 20, "the nodes' heartbeats and stats to catch up")
-        wait_for(lambda: open_frontier(r, KEYS).status()["nodes"] and all(
-            int(r.hget(KEYS.node(n), "paused") or 0) for n in open_frontier(r, KEYS).status()["nodes"]), 20,
+        wait_for(lambda: Crawl.of(open_frontier(r, KEYS)).status()["nodes"] and all(
+            int(r.hget(KEYS.node(n), "paused") or 0) for n in Crawl.of(open_frontier(r, KEYS)).status()["nodes"]), 20,
             "both nodes to say they are paused")  # fmt: skip
         time.sleep(1.5)  # one more heartbeat and stats flush each
         from_dash = scrape(f"{dash.url}/metrics")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from crawlplug.crawl import Crawl
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.sharded import ShardedFrontier, claim_shards, open_frontier
 
@@ -68,7 +69,7 @@ def finish_with_crawlplug(crawl, shop, redis_url, first, client, shards: int = 1
     keys = CrawlKeys("shop")
     frontier = open_frontier(client, keys)
     assert isinstance(frontier, ShardedFrontier) == (shards > 1)
-    status = frontier.status()
+    status = Crawl.of(frontier).status()
     assert status["queued"] == queued
 
     second = crawl(args={"base_url": shop.url},
@@ -91,7 +92,7 @@ def finish_with_crawlplug(crawl, shop, redis_url, first, client, shards: int = 1
     assert fetched_by_scrapy_redis and set(fetched_by_scrapy_redis) < site.paths()
     # the home page (the spider's start request, seen by scrapy-redis) was filtered by the old set
     assert "'crawlplug/scrapy_redis_seen':" in log
-    status = open_frontier(client, keys).status()
+    status = Crawl.of(open_frontier(client, keys)).status()
     assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
     return hits
 

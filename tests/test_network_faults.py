@@ -30,6 +30,7 @@ import redis
 from scrapy import Request
 
 from crawlplug.connection import client_from_url
+from crawlplug.crawl import Crawl
 from crawlplug.errors import AdmissionIncomplete, RolledBack
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.scripts import source
@@ -327,8 +328,8 @@ def test_a_sharded_admission_whose_reply_was_lost_is_sent_again_first_and_counte
     proxies[0].reset_reply(ADMIT_SHA, times=2)  # the batch's pipeline, and the client's retry of it
     with pytest.raises((redis.ConnectionError, AdmissionIncomplete)):
         frontier.admit(children, [parent])
-    assert proxies[0].resets == 2 and frontier.totals().get("enqueued") == 5, "the lost calls ran, once"
+    assert proxies[0].resets == 2 and Crawl.of(frontier).totals().get("enqueued") == 5, "the lost calls ran, once"
     result = frontier.admit([*children, (_fp(9), 0.0, _payload(9), "", hosts[1])], [parent])
     assert (result.flags, result.acked, result.stale) == ("11111", 1, 0)
-    totals = frontier.totals()
+    totals = Crawl.of(frontier).totals()
     assert (totals["enqueued"], totals["filtered"], totals["pages"]) == (6, 0, 1), totals

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from crawlplug.crawl import Crawl
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from tests.support.importmarker import MARKER_ENV
@@ -96,7 +97,7 @@ def test_planted_meta_keys_that_name_code_or_paths_run_nothing_and_are_dead_lett
         assert not har.exists(), "a payload's context options wrote a file"
         assert not {"/page/91/", "/page/92/", "/page/93/", "/page/94/"} & set(site.hits), dict(site.hits)
         assert {item["quote"] for item in map(json.loads, node.item_lines()) if "quote" in item} == site.quotes()
-        dead = {d.payload: (d.header["reason"], d.header.get("deliveries")) for d in frontier.dead_letters()}
+        dead = {d.payload: (d.header["reason"], d.header.get("deliveries")) for d in Crawl.of(frontier).dead_letters()}
         assert len(dead) == len(queue), dead
         for payload, words in queue.items():
             reason, deliveries = dead[payload]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import redis
 
+from crawlplug.crawl import Crawl
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import describe_payload
@@ -75,7 +76,7 @@ def test_two_redisshop_nodes_crawl_a_pushed_site_once(crawl, make_shop, redis_ur
     assert len(items) == len(site.item_paths())
     print(f"\n[redisshop] {len(hits)} pages; items per node: {[len(n.item_lines()) for n in nodes]}")
     client = redis.Redis.from_url(redis_url)
-    status = Frontier(client, CrawlKeys("redisshop")).status()
+    status = Crawl(client, CrawlKeys("redisshop")).status()
     assert (status["queued"], status["in_flight"], status["start_urls"]) == (0, 0, 0)
     assert status["stats"]["start_taken"] == 1
     client.close()
@@ -97,7 +98,7 @@ def test_idle_worker_picks_up_a_pushed_url_quickly(crawl, make_shop, redis_url, 
     for i in range(3):
         path = f"/probe/{i}"  # a 404: fetched, and nothing follows from it
         t0 = time.monotonic()
-        frontier.push_starts([shop.url + path])
+        Crawl.of(frontier).push_starts([shop.url + path])
         wait_until(lambda p=path: p in shop.hits, 10, f"the fetch of {path}", [node])
         first_hit = next(t for t, p in shop.hit_log if p == path)
         latencies.append(first_hit - t0)
@@ -124,7 +125,7 @@ def test_kill_9_while_holding_start_leases_loses_no_entry(crawl, make_shop, redi
                 "CRAWLPLUG_IDLE_CLOSE": 2, "REDIS_START_URLS_BATCH_SIZE": 4}  # fmt: skip
     urls = [f"{shop.url}/item/{i}/" for i in range(1, 11)]
     paths = {f"/item/{i}/" for i in range(1, 11)}
-    Frontier(client, keys).push_starts(urls)
+    Crawl.of(Frontier(client, keys)).push_starts(urls)
 
     first = crawl("slowstart", args={"sleep": 5}, settings=settings)
 
@@ -148,7 +149,7 @@ def test_kill_9_while_holding_start_leases_loses_no_entry(crawl, make_shop, redi
     # the killed node fetched nothing, so each entry was crawled once, by the second node
     assert all(n == 1 for n in hits.values()), f"{hits}\n{second.text()[-2500:]}"
     assert {item["url"] for item in items_of([second])} == set(urls)
-    status = Frontier(client, keys).status()
+    status = Crawl.of(Frontier(client, keys)).status()
     assert (status["queued"], status["in_flight"], status["start_urls"]) == (0, 0, 0)
     assert status["stats"]["start_returned"] == 4, status["stats"]
     assert client.hlen(keys.requests) == 0 and client.llen(keys.dead) == 0
@@ -164,7 +165,7 @@ def test_sigterm_while_holding_start_leases_gives_them_back_at_once(crawl, make_
     settings = {"REDIS_URL": redis_url, "CRAWLPLUG_LEASE_TIMEOUT": 60, "CRAWLPLUG_HEARTBEAT": 1,
                 "CRAWLPLUG_IDLE_CLOSE": 2, "REDIS_START_URLS_BATCH_SIZE": 4}  # fmt: skip
     urls = [f"{shop.url}/item/{i}/" for i in range(1, 7)]
-    Frontier(client, keys).push_starts(urls)
+    Crawl.of(Frontier(client, keys)).push_starts(urls)
     first = crawl("slowstart", args={"sleep": 1.5}, settings=settings)
     wait_until(lambda: client.zcard(keys.leases) > 0, 30, "the node to lease start entries", [first])
     first.signal(signal.SIGTERM)

@@ -19,10 +19,11 @@ from twisted.internet.error import TimeoutError as TwistedTimeout
 from twisted.python.failure import Failure
 
 from crawlplug.cli import main
+from crawlplug.crawl import runs
 from crawlplug.domainstats import OTHER, DomainStatsMiddleware
 from crawlplug.errorsamples import ErrorSamplesMiddleware
 from crawlplug.failures import FAILED
-from crawlplug.frontier import runs, runstats
+from crawlplug.frontier import runstats
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.ops import history, report
 from crawlplug.stats import RedisStatsCollector

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import redis
 
+from crawlplug.crawl import runs
 from crawlplug.errors import CorruptKey
-from crawlplug.frontier import runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 

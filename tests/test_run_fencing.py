@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from crawlplug.frontier import runs
+from crawlplug.crawl import runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards
 

@@ -1,4 +1,4 @@
-"""Run control (crawlplug.frontier.control, crawlplug.scheduler.runcontrol): Scrapy's
+"""Run control (crawlplug.crawl.control, crawlplug.scheduler.runcontrol): Scrapy's
 CLOSESPIDER_* limits mean the whole run, a per-domain page cap, and an operator's stop,
 drain, continue and new run.
 
@@ -22,9 +22,9 @@ from click.testing import CliRunner
 from scrapy.settings import Settings
 
 from crawlplug.cli import main
+from crawlplug.crawl import Crawl, control, runs
+from crawlplug.crawl.control import Limits
 from crawlplug.errors import ConfigError, CorruptKey, RunEnded
-from crawlplug.frontier import control, runs
-from crawlplug.frontier.control import Limits
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue
@@ -249,9 +249,9 @@ def test_a_drained_run_ends_stopped_when_its_queue_has_run_out(r):
         runs.join(r, keys, node_id="late", ttl_ms=10_000)
     leased = node.pop(5)
     assert len(leased) == 2, "a draining run crawls what is queued"
-    assert node.finish_run(joined.run) == ("busy", None)
+    assert Crawl.of(node).finish_run(joined.run, node_id=node.node_id, epoch=node.epoch, lanes=node.lanes) == ("busy", None)
     node.admit([], [x.id for x in leased])
-    state, ended = node.finish_run(joined.run)
+    state, ended = Crawl.of(node).finish_run(joined.run, node_id=node.node_id, epoch=node.epoch, lanes=node.lanes)
     assert state == "stopped" and ended
     summary = json.loads(r.hget(keys.runs, "1"))
     assert (summary["state"], summary["reason"], summary["by"], summary["drained"]) == ("stopped", "stopped",
@@ -333,11 +333,11 @@ def test_five_nodes_stop_at_a_crawl_wide_page_limit(crawl, make_shop, redis_url,
     """Five nodes, CLOSESPIDER_PAGECOUNT=300 each, a 2,001-page shop: 300 pages in all."""
     shop = make_shop(items=1900)
     assert len(shop.shop.paths()) == 2001
-    Frontier(r, SHOP).pause(by="the test, until all five are up")  # so that they start together
+    Crawl.of(Frontier(r, SHOP)).pause(by="the test, until all five are up")  # so that they start together
     settings = {"REDIS_URL": redis_url, **FAST, "CLOSESPIDER_PAGECOUNT": 300}
     nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(5)]
     _wait_for(lambda: r.zcard(SHOP.nodes) == 5, "five live nodes", nodes=nodes)
-    Frontier(r, SHOP).resume()
+    Crawl.of(Frontier(r, SHOP)).resume()
     for node in nodes:
         assert node.wait(120) == 0, node.text()[-3000:]
     fetched = sum(shop.hits.values())
@@ -391,7 +391,7 @@ def test_stop_ends_the_run_on_every_node_and_stays_stopped(crawl, make_shop, red
         assert node.wait(30) == 0, node.text()[-3000:]
         assert _reason(node) == "stopped"
         assert "was stopped by crawlplug stop (" in node.text()
-    st = Frontier(r, SHOP).status()
+    st = Crawl.of(Frontier(r, SHOP)).status()
     assert st["in_flight"] == 0 and st["queued"] > 0, "unstarted leases given back, the rest still queued"
     stopped_at = Counter(shop.hits)
     assert max(stopped_at.values()) == 1
@@ -425,7 +425,7 @@ def test_a_drain_admits_nothing_new_and_crawls_what_is_queued(crawl, make_shop, 
     text = node.text()
     assert "is draining (by crawlplug stop --drain (" in text
     assert "'crawlplug/drained':" in text, "links found while draining were not admitted"
-    st = Frontier(r, SHOP).status()
+    st = Crawl.of(Frontier(r, SHOP)).status()
     assert (st["queued"], st["in_flight"]) == (0, 0), "the queue ran out"
     assert len(shop.hits) < len(shop.shop.paths()), "the rest of the shop was never admitted"
     assert sum(shop.hits.values()) == st["stats"]["acked"], "every page admitted was crawled, once"

@@ -1,4 +1,4 @@
-"""Crawl runs (crawlplug.frontier.runs): a finished crawl started again is crawled again, a
+"""Crawl runs (crawlplug.crawl.runs): a finished crawl started again is crawled again, a
 reset reaches every live node, and every crawl in a Redis can be listed.
 
 Real `scrapy crawl` nodes of the demo project against the demo shop on loopback;
@@ -20,8 +20,9 @@ import redis
 from click.testing import CliRunner
 
 from crawlplug.cli import main
+from crawlplug.crawl import Crawl, runs
 from crawlplug.errors import CorruptKey, StaleEpoch
-from crawlplug.frontier import open_frontier, registry, runs
+from crawlplug.frontier import open_frontier, registry
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards
 from crawlplug.frontier.single import Frontier
@@ -313,7 +314,7 @@ def test_crawls_lists_every_crawl_and_show_its_runs(crawl, make_shop, redis_url)
     client = redis.Redis.from_url(redis_url)
     _wait_ok(crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST}))
     # a crawl made before the registry existed: keys, no registry entry, no run record
-    Frontier(client, CrawlKeys("legacy")).push_starts(["http://example.com/"])
+    Crawl(client, CrawlKeys("legacy")).push_starts(["http://example.com/"])
     res = cli(redis_url, "crawls")
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[0].startswith("2 crawls on redis://")
@@ -332,7 +333,7 @@ def test_dead_letters_of_an_earlier_run_are_kept_under_it(crawl, make_shop, redi
     shop = make_shop(items=20)
     client = redis.Redis.from_url(redis_url)
     settings = {"REDIS_URL": redis_url, **FAST}
-    Frontier(client, SHOP).push_starts(["ftp://not-crawlable.example/"])  # dead-lettered by the node
+    Crawl.of(Frontier(client, SHOP)).push_starts(["ftp://not-crawlable.example/"])  # dead-lettered by the node
     registry.register(client, SHOP)
     _wait_ok(crawl(args={"base_url": shop.url}, settings=settings))
     assert cli(redis_url, "dead", "list", "--crawl", "shop").output.startswith("1 dead letters in crawl 'shop'")
@@ -409,7 +410,7 @@ def test_runs_on_a_redis_cluster(crawl, make_shop, cluster_url, cluster_client):
     assert "starting run 2 of crawl 'shop' (run 1 finished at" in _run_line(second)
     assert set(_fetched_since(shop, before)) == shop.shop.paths()
     for name in ("legacy-a", "legacy-b", "legacy-c"):  # their keys land on different primaries
-        Frontier(cluster_client, CrawlKeys(name)).push_starts(["http://example.com/"])
+        Crawl(cluster_client, CrawlKeys(name)).push_starts(["http://example.com/"])
     res = cli(cluster_url, "crawls", "--json")
     assert res.exit_code == 0, res.output
     rows = {r["crawl"]: r for r in json.loads(res.output)["crawls"]}

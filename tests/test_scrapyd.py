@@ -17,8 +17,9 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from crawlplug.cli import main
+from crawlplug.crawl import runs
 from crawlplug.errors import ConfigError
-from crawlplug.frontier import jobs, registry, runs
+from crawlplug.frontier import jobs, registry
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.ops.jobs import open_jobs
 from crawlplug.ops.launch import check_reach

@@ -40,6 +40,7 @@ import time
 import pytest
 
 from crawlplug.connection import client_from_url
+from crawlplug.crawl import Crawl
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 
@@ -102,7 +103,7 @@ def _crawl_through_a_failover(crawl, make_shop, setup, hold: float, at: float = 
     item_urls = [item["url"] for item in items]
     client = client_from_url(setup.url)
     try:
-        status = Frontier(client, keys).status()
+        status = Crawl.of(Frontier(client, keys)).status()
     finally:
         client.close()
     # writes the nodes saw acknowledged that the promoted replica never got

@@ -25,6 +25,7 @@ from click.testing import CliRunner
 from redis.crc import key_slot
 
 from crawlplug.cli import main
+from crawlplug.crawl import Crawl
 from crawlplug.demo.shop import DemoShop, serve
 from crawlplug.errors import AdmissionIncomplete, ConfigError, CorruptKey
 from crawlplug.frontier.bloom import BloomSpec
@@ -83,7 +84,7 @@ def test_requests_go_to_their_domains_shard_and_duplicates_are_found_by_any_node
     for i, part in enumerate(parts(client, K)[1:]):
         urls = [describe_payload(p)["url"] for p in client.hvals(part.requests)]
         assert urls and {u.split("/")[2] for u in urls} == {h for h in hosts if shard_of(h, N) == i}
-    assert a.status()["queued"] == 120 and len(a) == 120
+    assert Crawl.of(a).status()["queued"] == 120 and len(a) == 120
     assert client.zcard(K.queue) == 0, "nothing in the crawl's own queue"
 
 
@@ -129,7 +130,7 @@ def test_an_ack_waits_until_every_shard_stored_its_children(client, broken_key):
     client.delete(broken)
     result = a.admit(children[1:], [parent.id])  # the node retries what is not done, and the ack
     assert (result.flags, result.acked) == ("1", 1)
-    status = a.status()
+    status = Crawl.of(a).status()
     assert (status["queued"], status["in_flight"]) == (2, 0)
     assert status["stats"].get("filtered", 0) == 0, "nothing counted as a duplicate of itself"
 
@@ -184,13 +185,13 @@ def test_the_heartbeat_and_the_reap_go_together_in_every_shard(client):
 def test_start_entries_and_their_acks_cross_shards(client):
     a = sharded(client)
     hosts = hosts_per_shard()
-    a.push_starts([f"http://{hosts[0]}/", f"http://{hosts[1]}/"])
+    Crawl.of(a).push_starts([f"http://{hosts[0]}/", f"http://{hosts[1]}/"])
     taken = a.take_starts(2)
     assert [e for _, e in taken] == [f"http://{hosts[0]}/".encode(), f"http://{hosts[1]}/".encode()]
     assert a.idle_state()[1] == 2, "start leases count as in flight"
     result = a.admit([item(hosts[0], "x"), item(hosts[1], "y")], [lease for lease, _ in taken])
     assert result.flags == "11"
-    status = a.status()
+    status = Crawl.of(a).status()
     assert (status["queued"], status["in_flight"], status["stats"].get("start_acked")) == (2, 0, 2)
 
 
@@ -201,10 +202,10 @@ def test_release_and_dead_letters_find_their_shard(client):
     held = a.pop(4)
     assert a.dead_letter(held[0].id, "test reason")
     assert a.release([x.id for x in held[1:]], unstarted=True) == 3
-    letters = a.dead_letters()
+    letters = Crawl.of(a).dead_letters()
     assert [x.header["reason"] for x in letters] == ["test reason"]
     assert letters[0].header["shard"] == int(held[0].id.split(".")[0])
-    status = a.status()
+    status = Crawl.of(a).status()
     assert (status["queued"], status["in_flight"], status["dead"]) == (3, 0, 1)
 
 
@@ -314,7 +315,7 @@ def test_two_nodes_crawl_eight_hosts_over_four_shards_on_one_redis(crawl, sites,
     nodes = [crawl("multisite", args={"start_urls": _start_urls(sites)}, settings=settings) for _ in range(2)]
     _finish(nodes)
     pages = _check_every_page_once(sites)
-    status = open_frontier(r, CrawlKeys("multisite")).status()
+    status = Crawl(r, CrawlKeys("multisite")).status()
     assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
     assert status["stats"]["acked"] == pages
     per_shard = [int(r.hget(k.stats, "acked") or 0) for k in parts(r, CrawlKeys("multisite"))[1:]]
@@ -336,7 +337,7 @@ def test_two_nodes_crawl_over_four_shards_on_the_cluster(crawl, sites, cluster_u
     _finish(nodes)
     pages = _check_every_page_once(sites)
     keys = CrawlKeys("multisite")
-    status = open_frontier(cluster_client, keys).status()
+    status = Crawl.of(open_frontier(cluster_client, keys)).status()
     assert (status["queued"], status["in_flight"], status["dead"], status["stats"]["acked"]) == (0, 0, 0, pages)
     # where the crawl lives: its own tag and four shard tags, over all three primaries
     names = [k.decode() for k in cluster_client.scan_iter(match=keys.shards_pattern())]
@@ -371,7 +372,7 @@ def test_a_killed_node_loses_nothing_on_a_sharded_crawl(crawl, redis_url, r):
         victim.kill()
         _finish([survivor])
         _check_every_page_once(servers, allowed_twice=held)
-        status = open_frontier(r, keys).status()
+        status = Crawl.of(open_frontier(r, keys)).status()
         assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
         assert status["stats"].get("reaped", 0) >= held > 0
         print(f"\nkilled a node holding {held} leases over {N} shards; reaped {status['stats'].get('reaped')}")
@@ -441,7 +442,7 @@ def test_cli_and_dashboard_add_the_shards_up(request, where):
     assert res.output.startswith("2 dead letters") and res.output.count("broken on purpose") == 2
     res = _cli("dead", "requeue", "1", *common)
     assert res.exit_code == 0, res.output
-    assert a.status()["queued"] == 19 and a.status()["dead"] == 1
+    assert Crawl.of(a).status()["queued"] == 19 and Crawl.of(a).status()["dead"] == 1
 
     web = TestClient(create_app(client, K), base_url="http://127.0.0.1")
     status = web.get("/api/status").json()
@@ -471,7 +472,7 @@ def test_a_sharded_crawl_stopped_on_one_redis_finishes_on_another(crawl, redis_u
             time.sleep(0.05)
         first.signal(signal.SIGTERM)
         assert first.wait(60) == 0, first.text()[-3000:]
-        before = open_frontier(r, keys).status()
+        before = Crawl.of(open_frontier(r, keys)).status()
         assert before["queued"] > 0 and before["in_flight"] == 0
 
         path = tmp_path / "multisite.jsonl"
@@ -482,7 +483,7 @@ def test_a_sharded_crawl_stopped_on_one_redis_finishes_on_another(crawl, redis_u
         res = _cli("import", str(path), "--redis-url", fresh_redis.url)
         assert res.exit_code == 0, res.output
         target = redis.Redis.from_url(fresh_redis.url)
-        after = open_frontier(target, keys).status()
+        after = Crawl.of(open_frontier(target, keys)).status()
         assert isinstance(open_frontier(target, keys), ShardedFrontier)
         assert [s["queued"] for s in after["shards"]] == [s["queued"] for s in before["shards"]]
         blooms = sorted(k for k in r.scan_iter(match=keys.shards_pattern()) if b":bloom:1:" in k)
@@ -493,7 +494,7 @@ def test_a_sharded_crawl_stopped_on_one_redis_finishes_on_another(crawl, redis_u
         second = crawl("multisite", args=args, settings={"REDIS_URL": fresh_redis.url, **settings})
         _finish([second])
         _check_every_page_once(servers)
-        status = open_frontier(target, keys).status()
+        status = Crawl.of(open_frontier(target, keys)).status()
         assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
         # the imported crawl keeps its shard count: a node configured otherwise is refused
         with pytest.raises(ConfigError, match=f"split into {N} shards"):
@@ -507,21 +508,21 @@ def test_a_sharded_crawl_stopped_on_one_redis_finishes_on_another(crawl, redis_u
 def test_a_sharded_export_keeps_leases_starts_and_dead_letters_in_their_parts(r, fresh_redis):
     import io
 
-    from crawlplug.frontier.transfer import TransferError, export_crawl, import_crawl
+    from crawlplug.crawl.transfer import TransferError, export_crawl, import_crawl
 
     a = sharded(r)
     hosts = hosts_per_shard()
     a.admit([item(hosts[s], j) for s in range(N) for j in range(3)])
     held = a.pop(8)
     a.dead_letter(held[0].id, "kept for the operator")
-    a.push_starts(["http://start.example/"])
+    Crawl.of(a).push_starts(["http://start.example/"])
     out = io.StringIO()
     counts = export_crawl(r, K, out)
     assert (counts["requests"], counts["leased"], counts["dead"], counts["start_entries"]) == (11, 7, 1, 1)
     target = redis.Redis.from_url(fresh_redis.url)
     import_crawl(target, K, out.getvalue().splitlines())
     b = open_frontier(target, K)
-    status = b.status()
+    status = Crawl.of(b).status()
     assert (status["queued"], status["in_flight"], status["dead"], status["start_urls"]) == (11, 0, 1, 1)
     assert status["shards"] == [{"queued": 3 - (held[0].id.startswith(f"{i}.")), "in_flight": 0,
                                  "dead": int(held[0].id.startswith(f"{i}."))} for i in range(N)]  # fmt: skip

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from crawlplug.cli import main
 from crawlplug.config import SchedulerConfig, start_keys
+from crawlplug.crawl import Crawl
 from crawlplug.errors import ConfigError, CorruptKey
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
@@ -38,12 +39,12 @@ def taken(f: Frontier, n: int, legacy: Any = None, lanes: Any = LANES) -> list[s
 
 def test_entries_come_from_the_first_non_empty_key_and_a_batch_fills_from_the_next(r):
     f = frontier(r)
-    f.push_starts(["low1", "low2"], "start_urls:low")
-    f.push_starts(["mid1"])
-    f.push_starts(["high1", "high2", "high3"], "start_urls:high")
+    Crawl.of(f).push_starts(["low1", "low2"], "start_urls:low")
+    Crawl.of(f).push_starts(["mid1"])
+    Crawl.of(f).push_starts(["high1", "high2", "high3"], "start_urls:high")
     assert taken(f, 2) == ["high1", "high2"], "only the first key while it has entries"
     assert taken(f, 3) == ["high3", "mid1", "low1"], "then the next ones, in order, to fill the batch"
-    f.push_starts(["high4"], "start_urls:high")
+    Crawl.of(f).push_starts(["high4"], "start_urls:high")
     assert taken(f, 5) == ["high4", "low2"], "a new high entry goes before the rest of low"
     assert taken(f, 5) == []
     assert int(r.hget(K.stats, "start_taken")) == 7
@@ -51,8 +52,8 @@ def test_entries_come_from_the_first_non_empty_key_and_a_batch_fills_from_the_ne
 
 def test_without_lanes_only_start_urls_is_read(r):
     f = frontier(r)
-    f.push_starts(["a"])
-    f.push_starts(["h"], "start_urls:high")
+    Crawl.of(f).push_starts(["a"])
+    Crawl.of(f).push_starts(["h"], "start_urls:high")
     assert taken(f, 5, lanes=()) == ["a"]
     assert r.llen(K.key("start_urls:high")) == 1, "a lane no node lists waits"
 
@@ -62,8 +63,8 @@ def test_an_entry_given_back_returns_to_its_lane(r):
     it came from (issue 32: a lane's went to start_urls), for the lanes the caller reads."""
     f = frontier(r)
     f.lanes = ("start_urls:high", "start_urls:low")
-    f.push_starts(["h1", "h2"], "start_urls:high")
-    f.push_starts(["l1"], "start_urls:low")
+    Crawl.of(f).push_starts(["h1", "h2"], "start_urls:high")
+    Crawl.of(f).push_starts(["l1"], "start_urls:low")
     (lease, raw), _ = f.take_starts(2, None, LANES)
     assert f.release([lease], unstarted=True) == 1
     assert r.lrange(K.key("start_urls:high"), 0, -1) == [raw] and r.llen(K.start_urls) == 0
@@ -79,7 +80,7 @@ def test_an_entry_given_back_returns_to_its_lane(r):
 
 def test_an_entry_of_a_lane_the_caller_does_not_read_returns_through_start_urls(r):
     f = frontier(r)  # reads no lane
-    f.push_starts(["h1"], "start_urls:high")
+    Crawl.of(f).push_starts(["h1"], "start_urls:high")
     (lease, raw), = f.take_starts(1, None, LANES)
     assert f.release([lease], unstarted=True) == 1
     assert r.lrange(K.start_urls, 0, -1) == [raw]
@@ -89,16 +90,16 @@ def test_an_entry_of_a_lane_the_caller_does_not_read_returns_through_start_urls(
 def test_lanes_are_counted_by_status_peek_crawls_and_the_end_of_a_run(r):
     """Entries waiting in a lane are start entries: a run does not finish under them, and
     every reader counts them (issue 32: none did)."""
-    from crawlplug.frontier import runs, views
+    from crawlplug.crawl import runs, views
 
     joined = runs.join(r, K, node_id="n", ttl_ms=10_000)
     f = Frontier(r, K, node_id="n", epoch=joined.epoch)
     f.lanes = ("start_urls:low",)
     f.heartbeat([])  # no longer reading its start requests
-    f.push_starts(["l1", "l2"], "start_urls:low")
-    assert f.status()["start_urls"] == 2
+    Crawl.of(f).push_starts(["l1", "l2"], "start_urls:low")
+    assert Crawl.of(f).status()["start_urls"] == 2
     assert f.idle_state()[0] == 2 and f.start_entries == 2
-    assert f.finish_run(joined.run)[0] == "busy", "the run does not finish under entries waiting in a lane"
+    assert Crawl.of(f).finish_run(joined.run, node_id=f.node_id, epoch=f.epoch, lanes=f.lanes)[0] == "busy", "the run does not finish under entries waiting in a lane"
     assert views.head(r, K, 5).entries == ["l1", "l2"] and views.head(r, K, 5).entries_waiting == 2
     [row] = [x for x in runs.crawl_rows(r, names=[K.crawl])]
     assert row["start_entries"] == 2
@@ -109,7 +110,7 @@ def test_scrapy_redis_keys_in_priority_order_each_read_by_its_type(r):
     r.rpush("spider:urgent", "u1")
     r.sadd("spider:normal", "n1", "n2")
     r.zadd("spider:later", {"z-low": 1, "z-high": 9})
-    f.push_starts(["own"], "start_urls:high")
+    Crawl.of(f).push_starts(["own"], "start_urls:high")
     got = taken(f, 10, legacy=["spider:urgent", "spider:normal", "spider:later"])
     assert got[:2] == ["own", "u1"], "the crawl's own keys first, then scrapy-redis's in order"
     assert sorted(got[2:4]) == ["n1", "n2"] and got[4:] == ["z-high", "z-low"]
@@ -118,7 +119,7 @@ def test_scrapy_redis_keys_in_priority_order_each_read_by_its_type(r):
 
 def test_a_corrupt_lane_refuses_the_take_and_changes_nothing(r):
     f = frontier(r)
-    f.push_starts(["a"])
+    Crawl.of(f).push_starts(["a"])
     r.set(K.key("start_urls:low"), "not a list")
     with pytest.raises(CorruptKey, match="start_urls:low"):
         f.take_starts(5, None, LANES)
@@ -127,7 +128,7 @@ def test_a_corrupt_lane_refuses_the_take_and_changes_nothing(r):
 
 def test_purge_deletes_the_lanes(r):
     f = frontier(r)
-    f.push_starts(["x"], "start_urls:high")
+    Crawl.of(f).push_starts(["x"], "start_urls:high")
     f.purge()
     assert not r.exists(K.key("start_urls:high"))
 

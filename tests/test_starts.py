@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from scrapy import FormRequest, Request
 
 from crawlplug import starts
+from crawlplug.crawl import Crawl
 from crawlplug.errors import DecodeError
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
@@ -435,7 +436,7 @@ def _start_urls(client) -> list[str]:
 def test_take_starts_leases_entries(r):
     node = _frontier(r, "node-a")
     urls = [f"http://example.com/{i}" for i in range(5)]
-    assert node.push_starts(urls) == 5
+    assert Crawl.of(node).push_starts(urls) == 5
     taken = node.take_starts(3)
     assert [raw.decode() for _, raw in taken] == urls[:3], "taken from the head, in order"
     ids = [lease_id for lease_id, _ in taken]
@@ -447,7 +448,7 @@ def test_take_starts_leases_entries(r):
         assert r.hget(KEYS.leased, lease_id).decode() == "node-a|start|1"
         assert r.hget(KEYS.requests, lease_id) == raw
     assert int(r.hget(KEYS.stats, "start_taken")) == 3
-    assert node.status()["in_flight"] == 3 and node.status()["start_urls"] == 2
+    assert Crawl.of(node).status()["in_flight"] == 3 and Crawl.of(node).status()["start_urls"] == 2
     # another node takes the rest, and then there is nothing left
     other = _frontier(r, "node-b")
     assert [raw.decode() for _, raw in other.take_starts(10)] == urls[3:]
@@ -456,7 +457,7 @@ def test_take_starts_leases_entries(r):
 
 def test_acked_start_lease_is_gone_for_good(r):
     node = _frontier(r, "node-a", lease_timeout=0.2)
-    node.push_starts(["http://example.com/0"])
+    Crawl.of(node).push_starts(["http://example.com/0"])
     [(lease_id, _)] = node.take_starts(5)
     # the admission that stores the entry's request acks the lease
     result = node.admit([(b"", 0.0, b'{"url": "http://example.com/0"}')], acks=[lease_id])
@@ -472,12 +473,12 @@ def test_acked_start_lease_is_gone_for_good(r):
 def test_expired_start_leases_return_to_the_head_in_order(r):
     node = _frontier(r, "node-a", lease_timeout=0.3)
     urls = [f"http://example.com/{i}" for i in range(6)]
-    node.push_starts(urls)
+    Crawl.of(node).push_starts(urls)
     taken = node.take_starts(4)
     assert len(taken) == 4
     assert node.reap() == (0, 0), "not expired yet"
     assert _start_urls(r) == urls[4:]
-    node.push_starts(["http://example.com/late"])
+    Crawl.of(node).push_starts(["http://example.com/late"])
     time.sleep(0.4)
     reaper = _frontier(r, "node-b")
     requeued, dead = reaper.reap()
@@ -494,7 +495,7 @@ def test_expired_start_leases_return_to_the_head_in_order(r):
 def test_expired_start_lease_never_goes_dead(r):
     """A start entry re-taken and expired more often than max_deliveries stays a start entry."""
     node = Frontier(r, KEYS, node_id="n", lease_timeout=0.1, heartbeat=0.02, max_deliveries=2)
-    node.push_starts(["http://example.com/x"])
+    Crawl.of(node).push_starts(["http://example.com/x"])
     for _ in range(4):
         assert len(node.take_starts(1)) == 1
         time.sleep(0.15)
@@ -504,7 +505,7 @@ def test_expired_start_lease_never_goes_dead(r):
 
 def test_renewed_start_leases_are_not_reaped(r):
     node = _frontier(r, "node-a", lease_timeout=0.5)
-    node.push_starts(["http://example.com/0", "http://example.com/1"])
+    Crawl.of(node).push_starts(["http://example.com/0", "http://example.com/1"])
     ids = [lease_id for lease_id, _ in node.take_starts(2)]
     for _ in range(4):
         time.sleep(0.2)
@@ -516,7 +517,7 @@ def test_renewed_start_leases_are_not_reaped(r):
 def test_release_puts_start_entries_back_at_the_head_in_order(r):
     node = _frontier(r, "node-a")
     urls = [f"http://example.com/{i}" for i in range(5)]
-    node.push_starts(urls)
+    Crawl.of(node).push_starts(urls)
     ids = [lease_id for lease_id, _ in node.take_starts(3)]
     # another node's release does nothing to them
     assert _frontier(r, "node-b").release(ids, unstarted=True) == 0
@@ -532,7 +533,7 @@ LEGACY = "starts:start_urls"
 
 def test_legacy_list_is_read_after_ours(r):
     node = _frontier(r, "n")
-    node.push_starts(["http://ours.example/1", "http://ours.example/2"])
+    Crawl.of(node).push_starts(["http://ours.example/1", "http://ours.example/2"])
     r.rpush(LEGACY, "http://legacy.example/1", "http://legacy.example/2", "http://legacy.example/3")
     first = [raw.decode() for _, raw in node.take_starts(3, LEGACY)]
     assert first == ["http://ours.example/1", "http://ours.example/2", "http://legacy.example/1"]
@@ -545,7 +546,7 @@ def test_legacy_list_is_read_after_ours(r):
 
 def test_legacy_set_is_read_after_ours(r):
     node = _frontier(r, "n")
-    node.push_starts(["http://ours.example/1"])
+    Crawl.of(node).push_starts(["http://ours.example/1"])
     legacy = {f"http://legacy.example/{i}" for i in range(4)}
     r.sadd(LEGACY, *legacy)
     first = [raw.decode() for _, raw in node.take_starts(3, LEGACY)]
@@ -560,7 +561,7 @@ def test_legacy_zset_is_read_highest_score_first(r):
     node = _frontier(r, "n")
     r.zadd(LEGACY, {"http://legacy.example/low": 1, "http://legacy.example/high": 10,
                     "http://legacy.example/mid": 5})  # fmt: skip
-    node.push_starts(["http://ours.example/1"])
+    Crawl.of(node).push_starts(["http://ours.example/1"])
     got = [raw.decode() for _, raw in node.take_starts(3, LEGACY)]
     assert got == ["http://ours.example/1", "http://legacy.example/high", "http://legacy.example/mid"]
     assert [x.decode() for x in r.zrange(LEGACY, 0, -1)] == ["http://legacy.example/low"]
@@ -583,7 +584,7 @@ def test_legacy_key_of_another_type_is_ignored(r):
     node = _frontier(r, "n")
     r.set(LEGACY, "http://not-a-list.example/")
     r.hset("starts:hash", "a", "http://x.example/")
-    node.push_starts(["http://ours.example/1"])
+    Crawl.of(node).push_starts(["http://ours.example/1"])
     assert [raw.decode() for _, raw in node.take_starts(5, LEGACY)] == ["http://ours.example/1"]
     assert node.take_starts(5, "starts:hash") == []
     assert r.get(LEGACY) == b"http://not-a-list.example/"
@@ -596,7 +597,7 @@ def test_taken_entries_build_requests_for_a_spider(r):
         "http://shop.test/",
         '{"url": "http://shop.test/item/3/", "callback": "parse_item", "priority": 4}',
     )]  # fmt: skip
-    node.push_starts(lines)
+    Crawl.of(node).push_starts(lines)
     spider = ShopSpider(base_url="http://shop.test")
     built = [starts.build(starts.parse(raw), spider) for _, raw in node.take_starts(5)]
     assert [(q.url, q.callback, q.priority) for q in built] == [

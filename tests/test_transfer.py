@@ -1,4 +1,4 @@
-"""`crawlplug export` / `crawlplug import` (crawlplug.frontier.transfer): a crawl moved between two real Redis servers.
+"""`crawlplug export` / `crawlplug import` (crawlplug.crawl.transfer): a crawl moved between two real Redis servers.
 
 Server A is the suite's Redis, server B a private one (``fresh_redis``). Each
 crawl state is built with the real components (Frontier admission, pops,
@@ -28,12 +28,13 @@ from scrapy.utils.request import fingerprint
 from scrapy.utils.test import get_crawler
 
 from crawlplug.cli import main
+from crawlplug.crawl import Crawl
+from crawlplug.crawl.transfer import TransferError, export_crawl, import_crawl
 from crawlplug.dupefilters import ExpiringDupeFilter, RedisBloomDupeFilter
 from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.store import rank_of
-from crawlplug.frontier.transfer import TransferError, export_crawl, import_crawl
 from crawlplug.queues import DomainQueue
 from crawlplug.seeds import Seeds, make_seed
 from crawlplug.serializers import JsonSerializer, describe_payload
@@ -92,7 +93,7 @@ def build_plain(client: redis.Redis):
     leased = f.pop(4)
     assert f.dead_letter(leased[0].id, "undecodable", detail="a test")
     assert f.release([leased[1].id], unstarted=False) == 1  # queued again, delivered once
-    f.push_starts(["http://example.com/s1", '{"url":"http://example.com/s2","priority":5}', "http://example.com/s3"])
+    Crawl.of(f).push_starts(["http://example.com/s1", '{"url":"http://example.com/s2","priority":5}', "http://example.com/s3"])
     started = f.take_starts(1)  # a start entry in flight
     Seeds(client, K).add(make_seed("http://example.com/daily", every="1d"))
     return f, items, leased, started
@@ -474,9 +475,9 @@ def test_a_crawl_stopped_on_one_redis_finishes_on_another(crawl, make_shop, redi
     assert res.exit_code == 0, res.output
     res = cli(fresh_redis.url, "import", str(path), crawl=None)
     assert res.exit_code == 0, res.output
-    status = Frontier(redis.Redis.from_url(fresh_redis.url), shop_keys).status()
+    status = Crawl(redis.Redis.from_url(fresh_redis.url), shop_keys).status()
     assert status["queued"] > 0 and status["in_flight"] == 0
-    assert status["seen"] == Frontier(redis.Redis.from_url(redis_url), shop_keys).status()["seen"]
+    assert status["seen"] == Crawl(redis.Redis.from_url(redis_url), shop_keys).status()["seen"]
 
     second = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": fresh_redis.url, **FAST})
     assert second.wait(180) == 0, second.text()[-3000:]
@@ -509,8 +510,8 @@ def test_payload_kinds_round_trip_exactly(a, b):
 def test_lanes_move_with_their_entries_and_a_leased_one_goes_back_to_its_lane(a, b):
     keys = CrawlKeys("laned")
     f = Frontier(a, keys, node_id="node-a", lease_timeout=60)
-    f.push_starts(["http://example.com/h1", "http://example.com/h2"], "start_urls:high")
-    f.push_starts(["http://example.com/s1"])
+    Crawl.of(f).push_starts(["http://example.com/h1", "http://example.com/h2"], "start_urls:high")
+    Crawl.of(f).push_starts(["http://example.com/s1"])
     taken = f.take_starts(1, lanes=("start_urls:high", "start_urls"))  # h1, in flight
     assert [e for _, e in taken] == [b"http://example.com/h1"]
 

@@ -3,7 +3,7 @@
     crawlplug crawls [--json]              # name, run and state, queued, done, nodes, last activity
     crawlplug crawls show CRAWL [--json]   # its runs: started, ended, reason, pages, items, errors
 
-Thin commands over :mod:`crawlplug.frontier.runs`; registered on ``crawlplug.cli.main``.
+Thin commands over :mod:`crawlplug.crawl.runs`; registered on ``crawlplug.cli.main``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
+from ..crawl import runs
 from ..errors import ConfigError
-from ..frontier import jobs, runs
+from ..frontier import jobs
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
 from ..ops import jobs as ops_jobs

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ..frontier import views
+from ..crawl import views
 from ..frontier.sharded import open_domains
 from .common import (
     connect,

@@ -13,8 +13,8 @@ import click
 
 from .. import starts
 from ..config import start_key
+from ..crawl import Crawl, views
 from ..errors import ConfigError, DecodeError
-from ..frontier import open_frontier, views
 from ..frontier.store import redis_ms
 from ..seeds import Seeds, make_seed
 from ..serializers import describe_payload
@@ -93,7 +93,7 @@ def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: 
     keys = crawl_keys(opts)
     target = connect(opts)
     created = bool(valid) and create_if_new(target, keys)
-    waiting = (open_frontier(target.client, keys).push_starts(valid, lane) if valid
+    waiting = (Crawl(target.client, keys).push_starts(valid, lane) if valid
                else views.start_entries_waiting(target.client, keys, lane))  # fmt: skip
     where = "" if lane == "start_urls" else f" {lane}"
     click.echo(f"pushed {len(valid)} start entries to crawl {keys.crawl!r}{where} ({waiting} waiting"
@@ -286,7 +286,7 @@ def pause(redis_url: str | None, crawl: str | None) -> None:
     opts = options(redis_url, crawl)
     keys = crawl_keys(opts)
     target = connect(opts)
-    changed = open_frontier(target.client, keys).pause(by="crawlplug pause")
+    changed = Crawl(target.client, keys).pause(by="crawlplug pause")
     click.echo(f"crawl {keys.crawl!r} {'paused' if changed else 'was already paused'}")
 
 
@@ -299,10 +299,10 @@ def resume(redis_url: str | None, crawl: str | None) -> None:
     opts = options(redis_url, crawl)
     keys = crawl_keys(opts)
     target = connect(opts)
-    frontier = open_frontier(target.client, keys)
+    crawl = Crawl(target.client, keys)
     lost = views.lost(target.client, keys)
-    paused = frontier.paused_info() is not None
-    frontier.resume()
+    paused = crawl.paused_info() is not None
+    crawl.resume()
     if lost:
         click.echo(f"crawl {keys.crawl!r}: the loss of its data is accepted; it may finish again")
     click.echo(f"crawl {keys.crawl!r} {'resumed' if paused else 'was not paused'}")

@@ -22,8 +22,9 @@ from scrapy import Request
 
 from .. import starts
 from ..config import setting
+from ..crawl import Crawl
 from ..errors import DecodeError
-from ..frontier import forgetting, open_frontier
+from ..frontier import forgetting
 from ..queues import load_queue_class, route
 from ..serializers import JsonSerializer, metakeys
 from .common import (
@@ -58,11 +59,11 @@ def _given(urls: tuple[str, ...], file: TextIO | None) -> list[tuple[str, Reques
     return out
 
 
-def _dead(frontier: Any) -> tuple[list[tuple[str, Request]], int]:
+def _dead(crawl: Crawl) -> tuple[list[tuple[str, Request]], int]:
     """(where, request) of each dead letter whose payload is a JSON request, and how many are not."""
     reader = JsonSerializer(max_payload_bytes=0)
     out, unreadable = [], 0
-    for i, letter in enumerate(frontier.dead_letters()):
+    for i, letter in enumerate(crawl.dead_letters()):
         try:
             out.append((f"dead letter {i}", reader.loads_unbound(letter.payload)))
         except DecodeError:
@@ -115,7 +116,7 @@ def forget(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file
         click.echo(f"crawlplug: note: {note}", err=True)
     candidates = _given(urls, file)
     if from_dead:
-        dead, unreadable = _dead(open_frontier(target.client, keys))
+        dead, unreadable = _dead(Crawl(target.client, keys))
         candidates += dead
         if unreadable:
             click.echo(f"crawlplug: note: {unreadable} dead letters are not JSON requests: left out", err=True)

@@ -40,6 +40,8 @@ from ..compat.legacy import FINGERPRINT_FUNCTIONS, ScrapyRedisSeen
 from ..compat.migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
 from ..compat.names import SCRAPY_REDIS_KEYS
 from ..config import setting
+from ..crawl import Crawl
+from ..crawl.nodes import live_of
 from ..dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
 from ..frontier.dedup import Dedup
 from ..frontier.fphash import HashSpec, bind_hash_parts, migrate_set
@@ -216,7 +218,7 @@ def _show_plan(spider: str, source: connection.Connection, sk: SourceKeys, inv: 
     click.echo(f"  {sk.dupefilter.ljust(width)}  {inv.fingerprints} fingerprints")
     click.echo(f"  {sk.start_urls.ljust(width)}  {names.get(inv.start_type, inv.start_type)}, "
                f"{inv.start_entries} start entries")  # fmt: skip
-    st = frontier.status()
+    st = Crawl.of(frontier).status()
     click.echo(f"into crawlplug crawl {frontier.keys.crawl!r} on {target.safe_url} "
                f"({type(frontier.queue).__name__}, {frontier.dedup.mode} dedup): "
                f"{st['queued']} queued, {st['in_flight']} in flight, {st['seen']} seen now")  # fmt: skip
@@ -276,7 +278,7 @@ def seen_to_hash(redis_url: str | None, crawl: str | None, capacity: int | None,
     if not size:
         fail(f"crawl {keys.crawl!r} has no fingerprint set (`seen`): nothing to move")
     now_ms = int(client.time()[0]) * 1000
-    live = [n for n, deadline in frontier.status()["nodes"].items() if deadline > now_ms]
+    live = live_of(Crawl.of(frontier).status()["nodes"], now_ms)
     if live:
         fail(f"crawl {keys.crawl!r} has {len(live)} live node(s) ({', '.join(sorted(live)[:3])}): stop them first")
     spec = HashSpec.for_capacity(capacity or max(1_000_000, 2 * size))

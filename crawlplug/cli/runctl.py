@@ -6,7 +6,7 @@
     crawlplug limits CRAWL [--pages N --items N --errors N --timeout S --domain-pages N]
 
 Not to be mixed up with ``pause`` / ``resume``, which hold every node of a run that goes
-on. Thin commands over :mod:`crawlplug.frontier.control`; registered on
+on. Thin commands over :mod:`crawlplug.crawl.control`; registered on
 ``crawlplug.cli.main``.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 
 import click
 
-from ..frontier import control, runs
+from ..crawl import Crawl, control, runs
+from ..crawl.nodes import live_nodes
 from ..frontier.keys import CrawlKeys
-from ..frontier.sharded import open_frontier
 from ..frontier.store import redis_ms
 from ..ops import jobs as ops_jobs
 from .common import Target, connect, crawl_keys, fail, friendly_errors, main, options, shared_options, when
@@ -46,7 +46,7 @@ def _target(redis_url: str | None, crawl: str | None, name: str | None) -> tuple
 
 
 def _live(target: Target, keys: CrawlKeys) -> int:
-    return int(target.client.zcount(keys.nodes, f"({redis_ms(target.client)}", "+inf"))
+    return live_nodes(target.client, keys)
 
 
 def _counts(target: Target, keys: CrawlKeys) -> dict[str, Any]:
@@ -117,7 +117,7 @@ def stop(redis_url: str | None, crawl: str | None, name: str | None, drain: bool
         hint = {"finished": "it is finished", "limit": f"it ended by a limit{_ended_how(target, keys)}",
                 "starting": "a node is beginning it: try again in a moment"}.get(out.state, out.state)  # fmt: skip
         fail(f"run {out.run} of crawl {crawl_name!r} was not stopped: {hint}")
-    st = open_frontier(target.client, keys).status()
+    st = Crawl(target.client, keys).status()
     live = _live(target, keys)
     one = live == 1
     nodes = f"{live} live node{'' if one else 's'}"
@@ -168,7 +168,7 @@ def continue_(redis_url: str | None, crawl: str | None, name: str | None, **limi
         hint = {"running": "it is running", "finished": "it is finished: a node that starts begins a new run",
                 "starting": "a node is beginning it"}.get(out.state, out.state)  # fmt: skip
         fail(f"run {out.run} of crawl {crawl_name!r} has nothing to continue: {hint}")
-    queued = open_frontier(target.client, keys).status()["queued"]
+    queued = Crawl(target.client, keys).status()["queued"]
     live = _live(target, keys)
     nodes = (f"{live} live node{'s' if live != 1 else ''} go on (admitting new requests again if it was draining)"
              if live else "no node is live: start nodes, they join it")  # fmt: skip

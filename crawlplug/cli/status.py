@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
-from ..frontier import registry, runs
+from ..crawl import Crawl, runs
+from ..crawl.nodes import live_of
+from ..frontier import registry
 from ..frontier.fphash import store_info
 from ..frontier.keys import CrawlKeys
 from ..frontier.sharded import open_frontier
@@ -274,7 +276,7 @@ def purge(redis_url: str | None, crawl: str | None, yes: bool) -> None:
     opts = options(redis_url, crawl)
     keys = crawl_keys(opts)
     target = connect(opts)
-    st = open_frontier(target.client, keys).status()
+    st = Crawl(target.client, keys).status()
     live = len(_alive(target, st["nodes"]))
     what = (f"crawl {keys.crawl!r} on {target.safe_url} ({st['queued']} queued, {st['in_flight']} in flight, "
             f"{st['seen']} seen, {st['dead']} dead, and the history of its runs)")  # fmt: skip
@@ -296,7 +298,7 @@ def purge(redis_url: str | None, crawl: str | None, yes: bool) -> None:
 
 def _alive(target: Target, deadlines: dict[str, int]) -> list[str]:
     now_ms = redis_ms(target.client)
-    return [n for n, deadline in deadlines.items() if deadline > now_ms]
+    return live_of(deadlines, now_ms)
 
 
 @main.command("dedup-info")

@@ -4,8 +4,8 @@
     crawlplug --redis-url redis://new:6379/0 import shop.jsonl      # the crawl named in the file
     crawlplug import shop.jsonl --crawl shop2 --replace --yes       # another name, over an old one
 
-Thin commands over :func:`crawlplug.frontier.transfer.export_crawl` and
-:func:`~crawlplug.frontier.transfer.import_crawl` (the format is described there).
+Thin commands over :func:`crawlplug.crawl.transfer.export_crawl` and
+:func:`~crawlplug.crawl.transfer.import_crawl` (the format is described there).
 Importing this module adds the commands to ``crawlplug.cli.main``.
 """
 
@@ -19,10 +19,10 @@ from typing import Any, TextIO
 
 import click
 
+from ..crawl import views
+from ..crawl.transfer import export_crawl, import_crawl, read_header
 from ..errors import ConfigError
-from ..frontier import views
 from ..frontier.keys import CrawlKeys
-from ..frontier.transfer import export_crawl, import_crawl, read_header
 from .common import connect, fail, friendly_errors, main, options, shared_options
 
 

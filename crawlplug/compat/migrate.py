@@ -55,6 +55,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from .. import callbacks
+from ..crawl import Crawl
 from ..errors import (
     ConfigError,
     DecodeError,
@@ -445,7 +446,7 @@ class ScrapyRedisMigration:
         for chunk in chunks:
             report.start_entries += len(chunk)
             if not dry_run:
-                self.frontier.push_starts(chunk)
+                Crawl.of(self.frontier).push_starts(chunk)
 
 
 def _named_noop(name: str) -> Any:

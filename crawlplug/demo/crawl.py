@@ -42,6 +42,8 @@ from urllib.parse import urlsplit
 import redis
 
 from .. import connection, embedded
+from ..crawl import Crawl
+from ..crawl.nodes import is_live
 from ..defaults import default
 from ..errors import CrawlplugError
 from ..frontier import CrawlFrontier, open_frontier
@@ -157,7 +159,7 @@ def connect_frontier(url: str, is_embedded: bool) -> CrawlFrontier:
 def _live_nodes(frontier: CrawlFrontier) -> list[tuple[str, float]]:
     """(node id, seconds until its heartbeat expires) of nodes registered as live."""
     now_ms = redis_ms(frontier.client)
-    return [(n, (d - now_ms) / 1000) for n, d in frontier.status()["nodes"].items() if d > now_ms]
+    return [(n, (d - now_ms) / 1000) for n, d in Crawl.of(frontier).status()["nodes"].items() if is_live(d, now_ms)]
 
 
 # -- the nodes ---------------------------------------------------------------------------
@@ -272,7 +274,7 @@ def _progress(start: float, server: ShopServer, site_pages: int, items: int,
     got = sum(n.item_count() for n in nodes)
     running = sum(1 for n in nodes if n.proc.poll() is None)
     try:
-        st = frontier.status()
+        st = Crawl.of(frontier).status()
         queue = f"queued {st['queued']:>6}  in flight {st['in_flight']:>4}"
     except redis.RedisError:
         queue = "queue unavailable (Redis error)"

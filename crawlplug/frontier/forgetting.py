@@ -24,9 +24,8 @@ from dataclasses import dataclass
 import redis
 
 from .fphash import forget_hashed
-from .keys import CrawlKeys
+from .keys import DEDUP_NAMES, DEDUP_PREFIXES, CrawlKeys
 from .layout import parts, shard_of
-from .runs import DEDUP_NAMES, DEDUP_PREFIXES
 from .scripts import Scripts
 from .store import text
 

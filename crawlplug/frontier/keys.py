@@ -6,6 +6,7 @@ which touches several of them, runs on one Redis Cluster slot.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -55,8 +56,8 @@ NAMES = (
     "items",  # list or stream: scraped items as JSON (crawlplug.pipelines.RedisItemPipeline)
     "meta",  # hash: the crawl's fixed layout ("shards" -> N), checked by every node at start, and its
     # exact store ("dedup_store" -> "hash" | "set", crawlplug.frontier.fphash.choose_store)
-    # crawl runs (crawlplug.frontier.runs; lua/join.lua, runstart.lua, finish.lua, epoch.lua) and their
-    # control (crawlplug.frontier.control; lua/runctl.lua)
+    # crawl runs (crawlplug.crawl.runs; lua/join.lua, runstart.lua, finish.lua, epoch.lua) and their
+    # control (crawlplug.crawl.control; lua/runctl.lua)
     "run",  # hash: the current run: id, epoch, state, started, ended, reason, by, incremental; its
     # limits lim_pages, lim_items, lim_errors, lim_timeout (ms since started); drain_by/_at; next
     "runs",  # hash: run id -> JSON summary of each ended run (started, ended, reason, pages, ...)
@@ -149,6 +150,11 @@ class CrawlKeys:
         """The per-domain queue's keys, in the order the scripts take them."""
         return [self.key(n) for n in DOMAIN_NAMES]
 
+    def lane_keys(self, lanes: Sequence[str]) -> list[str]:
+        """The keys of the crawl's lanes among ``lanes`` (start-entry list names: start_urls itself
+        has a place of its own in every script that takes these)."""
+        return [self.key(name) for name in lanes if name != "start_urls"]
+
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this crawl (of this shard, for a shard's keys)."""
         return f"{self.tag}:*"
@@ -161,6 +167,14 @@ class CrawlKeys:
         if name in NAMES:
             return self.key(name)
         raise AttributeError(name)
+
+
+#: Dedup state (key names after a part's ``<tag>:``), kept across runs only by an incremental
+#: crawl (crawlplug.crawl.runs), forgotten by name (crawlplug.frontier.forgetting).
+DEDUP_NAMES = frozenset({"seen", "seen_ttl", "bf", "bloom", "fph"})
+#: Name prefixes of dedup state (Bloom layers and generations, scrapy-redis's fingerprint copy,
+#: the compact store's buckets).
+DEDUP_PREFIXES = ("bloom:", "seen:", "fph:")
 
 
 def crawl_keys(settings: Any, spider_name: str) -> CrawlKeys:

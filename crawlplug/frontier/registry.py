@@ -85,7 +85,7 @@ def exists(client: redis.Redis, keys: CrawlKeys) -> bool:
 
 def mark_purged(client: redis.Redis, keys: CrawlKeys) -> None:
     """Record that the crawl is being purged now (``crawlplug purge``): a node refused by its
-    epoch afterwards tells a purge from data lost (crawlplug.frontier.runs.vanished)."""
+    epoch afterwards tells a purge from data lost (crawlplug.crawl.runs.vanished)."""
     record = entry(client, keys) or {}
     record["purged_at"] = redis_ms(client)
     client.hset(registry_key(keys.prefix), keys.crawl, json.dumps(record, separators=(",", ":")))

@@ -6,7 +6,7 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,3 +92,56 @@ def leased_from(raw: Sequence[Any]) -> list[Leased]:
     return [
         Leased(text(raw[i]), raw[i + 1], int(raw[i + 2])) for i in range(0, len(raw), 3)
     ]
+
+
+class Leases(list[Leased]):
+    """A pop's leases, with what the pop saw of the queue: a result value, so that the node
+    keeps what it needs of it (crawlplug.scheduler.batch.Batch) and the frontier keeps none.
+
+    ``next_ready_ms``: the per-domain queue's ms until its next domain is due (-1: none
+    waiting, or another queue order); ``queued_seen``: requests waiting as the pop saw them
+    (-1: no part was asked)."""
+
+    def __init__(self, leased: Iterable[Leased] = (), *, next_ready_ms: int = -1, queued_seen: int = -1) -> None:
+        super().__init__(leased)
+        self.next_ready_ms = next_ready_ms
+        self.queued_seen = queued_seen
+
+
+class Beat(tuple):
+    """What a heartbeat (with its reap) answers: ``(lost, (requeued, dead))``, unpacked as
+    before, plus the crawl's state it read: ``paused`` (an operator's pause), ``run_state``
+    (crawlplug.crawl.runs; "" before a run), ``data_lost`` (a node found the crawl's data lost)."""
+
+    lost: list[str]
+    reaped: tuple[int, int]
+    paused: bool
+    run_state: str
+    data_lost: bool
+
+    def __new__(cls, lost: list[str], reaped: tuple[int, int], *, paused: bool, run_state: str,  # noqa: PYI034
+                data_lost: bool) -> Beat:  # fmt: skip
+        self = super().__new__(cls, (lost, reaped))
+        self.lost, self.reaped = lost, reaped
+        self.paused, self.run_state, self.data_lost = paused, run_state, data_lost
+        return self
+
+
+class Idle(tuple):
+    """What idle.lua reads over every part: ``(queued, leased, producers)``, unpacked as
+    before, plus ``start_entries`` (waiting in start_urls and the lanes), ``data_lost`` and
+    ``start_urls_kind`` (the type start_urls holds when it is not a list, else "")."""
+
+    queued: int
+    leased: int
+    producers: int
+    start_entries: int
+    data_lost: bool
+    start_urls_kind: str
+
+    def __new__(cls, queued: int, leased: int, producers: int, *, start_entries: int, data_lost: bool,  # noqa: PYI034
+                start_urls_kind: str) -> Idle:  # fmt: skip
+        self = super().__new__(cls, (queued, leased, producers))
+        self.queued, self.leased, self.producers = queued, leased, producers
+        self.start_entries, self.data_lost, self.start_urls_kind = start_entries, data_lost, start_urls_kind
+        return self

@@ -1,6 +1,6 @@
 """The Scrapy stats of the nodes of ended runs, kept for reports (``crawlplug report --run R``).
 
-A new run starts without the last one's node records (crawlplug.frontier.runs.begin).
+A new run starts without the last one's node records (crawlplug.crawl.runs.begin).
 Just before they go, the stats each node wrote in the run that ends (``node:<id>:stats``,
 crawlplug.stats.RedisStatsCollector) are copied to ``runstats:<run>``: a hash, node id ->
 JSON object of its stats as stored (text). The last :data:`KEEP` runs are kept; a

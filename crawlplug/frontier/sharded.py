@@ -41,13 +41,12 @@ from typing import Any, NoReturn
 import redis
 
 from ..errors import AdmissionIncomplete, ConfigError, RolledBack
-from . import runs
 from .domains import Domains
 from .interface import CrawlFrontier
 from .keys import CrawlKeys
 from .layout import claim_shards, parts, shard_of, stored_shards
 from .record import ResendLog
-from .results import Admission, AdmitResult, DeadLetter, Leased
+from .results import Admission, AdmitResult, Beat, Idle, Leased, Leases
 from .scripts import Scripts
 from .single import Frontier, admit_in_parts, log_went_back
 from .store import text
@@ -189,21 +188,6 @@ class ShardedFrontier:
     def parts(self) -> list[CrawlKeys]:
         return [self.keys, *(f.keys for f in self.shards)]
 
-    def publish(self, **metrics: Any) -> None:
-        self.base.publish(**metrics)
-
-    def queued_elsewhere(self, domains: bool) -> int:
-        return self.base.queued_elsewhere(domains) + sum(f.queued_elsewhere(domains) for f in self.shards)
-
-    def counter(self, name: str) -> int:
-        return self.base.counter(name)
-
-    def totals(self) -> dict[str, int]:
-        return runs.totals(self.client, self.parts())
-
-    def finish_run(self, run_id: int, reason: str = "finished") -> tuple[str, int | None]:
-        return self.base.finish_run(run_id, reason)
-
     def dedup_parts(self) -> list[Frontier]:
         return list(self.shards)
 
@@ -254,18 +238,18 @@ class ShardedFrontier:
 
     def admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
-    ) -> tuple[AdmitResult | None, list[Leased]]:
+    ) -> tuple[AdmitResult | None, Leases]:
         if len(items) > self._most_per_call():  # a batch too big for one call: admitted in parts, then a pop
             return admit_in_parts(self.admit, items, acks, events, self._most_per_call()), self.pop(n)
         result, leased = self._admit(items, acks, events, n)
         return (result if (items or acks or events) else None), leased
 
-    def pop(self, n: int) -> list[Leased]:
+    def pop(self, n: int) -> Leases:
         return self._admit((), (), (), n)[1]
 
     def _admit(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]], pop: int
-    ) -> tuple[AdmitResult | None, list[Leased]]:
+    ) -> tuple[AdmitResult | None, Leases]:
         by_shard: dict[int, list[int]] = {}
         for i, item in enumerate(items):
             by_shard.setdefault(self.route(item), []).append(i)
@@ -432,7 +416,8 @@ class ShardedFrontier:
             if failed is not None:
                 # every request of the batch is stored: only the acks not made are to send again
                 self._fail(failed, flags, acks_done, acked, stale, leased, incomplete=True)
-        return AdmitResult("".join(flags), acked, stale), leased
+        return AdmitResult("".join(flags), acked, stale), Leases(leased, next_ready_ms=self.next_ready_ms,
+                                                                 queued_seen=self.queued_seen)  # fmt: skip
 
     def _fail(self, error: Exception, flags: list[str], acks_done: list[str], acked: int, stale: int,
               leased: list[Leased], *, incomplete: bool = False) -> NoReturn:  # fmt: skip
@@ -521,9 +506,6 @@ class ShardedFrontier:
                     lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
         return self.base.take_starts(n, legacy_key, lanes)
 
-    def push_starts(self, lines: Iterable[str | bytes], lane: str = "start_urls") -> int:
-        return self.base.push_starts(lines, lane)
-
     # -- leases ------------------------------------------------------------------
     def heartbeat(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
@@ -543,13 +525,13 @@ class ShardedFrontier:
     def heartbeat_and_reap(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
         totals: dict[str, int] | None = None, limit: int = 1000,
-    ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
+    ) -> Beat:  # fmt: skip
         """:meth:`heartbeat` then :meth:`reap`, the calls of every shard sent together
         (a shard's renewal before its reap: same keys, same node, in call order)."""
         return self._beat(lease_ids, producing, metrics, totals, reap_limit=limit)
 
     def _beat(self, lease_ids: Iterable[str], producing: bool, metrics: dict[str, Any] | None,
-              totals: dict[str, int] | None, reap_limit: int | None) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
+              totals: dict[str, int] | None, reap_limit: int | None) -> Beat:  # fmt: skip
         """The heartbeat in the crawl's own keys, each shard's renewal of this node's leases
         and, with ``reap_limit``, every part's reap: one pipeline. (lost lease ids, reaped)."""
         groups = self._group_ids(lease_ids)
@@ -584,7 +566,8 @@ class ShardedFrontier:
             self.shards[p].record.done(shard_lost)
             lost += [f"{p}.{x}" for x in shard_lost]
         reaped = results[1 + len(shards):]
-        return lost, (sum(int(raw[0]) for raw in reaped), sum(int(raw[1]) for raw in reaped))
+        return Beat(lost, (sum(int(raw[0]) for raw in reaped), sum(int(raw[1]) for raw in reaped)),
+                    paused=self.paused, run_state=self.run_state, data_lost=self.base.data_lost)  # fmt: skip
 
     # -- when a part went back in time (crawlplug.frontier.record) -------------------------
     def went_back(self, rolled: dict[int, RolledBack]) -> RolledBack:
@@ -643,20 +626,8 @@ class ShardedFrontier:
         part, raw = self.split_id(lease_id)
         return self.part(part).dead_letter(raw, reason, shard=part, **extra)
 
-    def pause(self, by: str = "operator") -> bool:
-        return self.base.pause(by)
-
-    def resume(self) -> bool:
-        return self.base.resume()
-
-    def paused_info(self) -> dict[str, Any] | None:
-        return self.base.paused_info()
-
-    def leave(self) -> None:
-        self.base.leave()
-
     # -- views ---------------------------------------------------------------------
-    def idle_state(self) -> tuple[int, int, int]:
+    def idle_state(self) -> Idle:
         queued = leased = producers = 0
         results = self.scripts.run_many([f.idle_call() for f in (self.base, *self.shards)])
         for i, raw in enumerate(results):
@@ -669,27 +640,11 @@ class ShardedFrontier:
                 self.start_entries = int(raw[3])
                 self.base.data_lost = bool(int(raw[4]))
                 self.start_urls_kind = self.base.start_urls_kind = text(raw[5])
-        return queued, leased, producers
+        return Idle(queued, leased, producers, start_entries=self.start_entries, data_lost=self.base.data_lost,
+                    start_urls_kind=self.start_urls_kind)  # fmt: skip
 
     def __len__(self) -> int:
         return sum(len(f) for f in self.shards)
-
-    def status(self) -> dict[str, Any]:
-        """The crawl-wide counts: every shard's summed, nodes from the crawl's own keys."""
-        out = self.base.status()
-        out["shards"] = []
-        for f in self.shards:
-            st = f.status()
-            for name in ("queued", "domains", "in_flight", "seen", "dead"):
-                out[name] += st[name]
-            for name, value in st["stats"].items():
-                out["stats"][name] = out["stats"].get(name, 0) + value
-            out["shards"].append({"queued": st["queued"], "in_flight": st["in_flight"], "dead": st["dead"]})
-        return out
-
-    def dead_letters(self, start: int = 0, stop: int = -1) -> list[DeadLetter]:
-        letters = [x for f in (self.base, *self.shards) for x in f.dead_letters()]
-        return letters[start:None if stop == -1 else stop + 1]
 
     def purge(self) -> int:
         deleted = self.base.purge()

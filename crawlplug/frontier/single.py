@@ -23,11 +23,11 @@ import redis
 
 from ..errors import AdmissionIncomplete, RolledBack, StaleEpoch
 from ..queues import BaseQueue, PriorityQueue
-from . import history, runs, views
+from . import history
 from .dedup import Dedup, SetDedup
 from .keys import NAMES, CrawlKeys
 from .record import CallRecord
-from .results import Admission, AdmitResult, DeadLetter, Leased, joined, leased_from, new_node_id
+from .results import Admission, AdmitResult, Beat, Idle, Leased, Leases, joined, leased_from, new_node_id
 from .scripts import Scripts
 from .store import redis_ms, text
 
@@ -88,14 +88,14 @@ class Frontier:
         self.start_entries = 0
         #: whether an operator paused the crawl, at the last heartbeat
         self.paused = False
-        #: the run's state at the last heartbeat (crawlplug.frontier.runs; "" before one)
+        #: the run's state at the last heartbeat (crawlplug.crawl.runs; "" before one)
         self.run_state = ""
         #: whether a node found the crawl's data lost (control "lost"), at the last
         #: heartbeat or idle_state(): the crawl must then not read as finished
         self.data_lost = False
         #: the type start_urls holds when it is not a list ("" if it is one, or absent)
         self.start_urls_kind = ""
-        #: the run this node joined (crawlplug.frontier.runs; None: none): its history samples carry it
+        #: the run this node joined (crawlplug.crawl.runs; None: none): its history samples carry it
         self.run_id = run_id
         #: the crawl's start-entry lists this node reads besides start_urls (its lanes,
         #: CRAWLPLUG_START_KEYS): their entries count as work, and return there when given back
@@ -119,7 +119,7 @@ class Frontier:
     @property
     def epoch(self) -> str:
         """The epoch this frontier's calls carry (lua/epoch.lua): the run a node joined
-        (crawlplug.frontier.runs); "" checks nothing (operator tools, tests). Another epoch
+        (crawlplug.crawl.runs); "" checks nothing (operator tools, tests). Another epoch
         is another state of the crawl: what the node held and its call record are of the old one."""
         return self._epoch
 
@@ -268,7 +268,7 @@ class Frontier:
         extra, out = self._dedup_keys(args)
         return ("seen", [d.seen_key(k), *extra], [d.mode, d.param(), *out])
 
-    def pop(self, n: int) -> list[Leased]:
+    def pop(self, n: int) -> Leases:
         """Lease up to ``n`` requests to this node. A pop whose reply was lost is sent again
         first, by the same call id: it answers the leases it gave (pop.lua)."""
         keys, args = self._uncertain_pop or (self._pop_keys, self._pop_args(n))
@@ -289,7 +289,7 @@ class Frontier:
         self._uncertain_pop = None
         return self._popped(raw, args)
 
-    def _popped(self, raw: Sequence[Any], args: Sequence[Any]) -> list[Leased]:
+    def _popped(self, raw: Sequence[Any], args: Sequence[Any]) -> Leases:
         """A pop.lua reply to ``args``: the leases, and the call recorded if it leased any."""
         leased = self._leased(raw)
         if leased:
@@ -368,7 +368,7 @@ class Frontier:
 
     def _settle(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]
-    ) -> tuple[AdmitResult | None, list[Leased], Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]]:
+    ) -> tuple[AdmitResult | None, Leases, Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]]:
         """Before an admission: send the uncertain one again first if this one repeats it,
         exactly (with its pop, if it had one: admit.lua answers the leases it gave).
 
@@ -380,7 +380,7 @@ class Frontier:
         """
         uncertain, self._uncertain = self._uncertain, None
         if uncertain is None:
-            return None, [], items, acks, events
+            return None, Leases(), items, acks, events
         call, keys, args, n_items, n_acks, n_events = uncertain
         admission = [*args[:POP_AT], "", *args[POP_AT + 1:]]  # the call's admission alone
         repeated = (
@@ -388,11 +388,11 @@ class Frontier:
             and self._admit_args(items[:n_items], acks[:n_acks], events[:n_events], call) == admission
         )  # fmt: skip
         if not repeated:
-            return None, [], items, acks, events
+            return None, Leases(), items, acks, events
         raw = self._guarded(("admit", keys, args), n_items, n_acks, n_events, self.scripts.admit)
-        leased: list[Leased] = []
+        leased = Leases()
         if args[POP_AT]:  # {admission's reply, the leases its pop gave} (or the admission's alone)
-            leased = self._leased(raw[1]) if len(raw) > 1 else []
+            leased = self._leased(raw[1]) if len(raw) > 1 else Leases()
             raw = raw[0]
         result = self._result(raw, args, acks[:n_acks])
         if isinstance(result, AdmitResult):
@@ -414,11 +414,11 @@ class Frontier:
                 [self.node_id, self.lease_ms, self.record.check(), *lease_ids, self.epoch])  # fmt: skip
 
     def reap_call(self, limit: int = 1000) -> tuple[str, list[str], list[Any]]:
-        return ("reap", [*self._reap_keys, *runs.lane_keys(self.keys, self.lanes)], [self.max_deliveries, limit])
+        return ("reap", [*self._reap_keys, *self.keys.lane_keys(self.lanes)], [self.max_deliveries, limit])
 
     def idle_call(self) -> tuple[str, list[str], list[Any]]:
         k = self.keys
-        return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls, k.control, *runs.lane_keys(k, self.lanes)],
+        return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls, k.control, *k.lane_keys(self.lanes)],
                 [])  # fmt: skip
 
     def release_call(self, ids: Sequence[str], *, unstarted: bool) -> tuple[str, list[str], list[Any]]:
@@ -426,7 +426,7 @@ class Frontier:
         return (
             "release",
             [k.leases, k.leased, k.queue, k.deliveries, k.stats, *k.domain_keys(), k.requests, k.start_urls,
-             *runs.lane_keys(k, self.lanes), k.epoch],
+             *k.lane_keys(self.lanes), k.epoch],
             [self.node_id, "1" if unstarted else "0", *ids, self.epoch],
         )
 
@@ -487,19 +487,18 @@ class Frontier:
         self.record.done(lost)
         return lost
 
-    def _leased(self, raw: Sequence[Any]) -> list[Leased]:
+    def _leased(self, raw: Sequence[Any]) -> Leases:
         """A pop's reply: its leases (held from now on), and what it says of the queue."""
         self.queued_seen = int(raw[-1])
         raw = raw[:-1]
         if getattr(self.queue, "order", None) != "domain":
-            leased = leased_from(raw)
+            leased = Leases(leased_from(raw), queued_seen=self.queued_seen)
         else:
             # the per-domain queue: a report flag per request, and when its next domain is ready
             self.next_ready_ms = int(raw[-1])
-            leased = [
-                Leased(text(raw[i]), raw[i + 1], int(raw[i + 2]), text(raw[i + 3]))
-                for i in range(0, len(raw) - 1, 4)
-            ]
+            leased = Leases((Leased(text(raw[i]), raw[i + 1], int(raw[i + 2]), text(raw[i + 3]))
+                             for i in range(0, len(raw) - 1, 4)),
+                            next_ready_ms=self.next_ready_ms, queued_seen=self.queued_seen)  # fmt: skip
         self.record.took(x.id for x in leased)
         return leased
 
@@ -536,7 +535,7 @@ class Frontier:
 
     def admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
-    ) -> tuple[AdmitResult | None, list[Leased]]:
+    ) -> tuple[AdmitResult | None, Leases]:
         """:meth:`admit` then :meth:`pop`, in one round trip: one admit.lua call that pops
         after admitting (its ARGV[5]), so the two share one guard pass and one epoch check,
         and a key that refuses either refuses the call, which then changed nothing (a full
@@ -556,7 +555,7 @@ class Frontier:
 
     def _admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]]
-    ) -> tuple[AdmitResult | None, list[Leased]]:
+    ) -> tuple[AdmitResult | None, Leases]:
         before, replayed, items, acks, events = self._settle(items, acks, events)
         if replayed:  # the leases an uncertain admit-and-pop gave are this call's; the rest is admitted
             if not items and not acks and not events:
@@ -590,7 +589,7 @@ class Frontier:
                 return joined(before, result), self.pop(n)
             except redis.RedisError as exc:  # the admission stands: its leases wait for the next call
                 logger.debug("crawlplug: the pop after an admission failed (%s); the admission stands", exc)
-                return joined(before, result), []
+                return joined(before, result), Leases()
         return joined(before, result), self._leased(popped)
 
     def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
@@ -615,16 +614,6 @@ class Frontier:
         self.record.took(lease_id for lease_id, _ in taken)
         return taken
 
-    def push_starts(self, lines: Iterable[str | bytes], lane: str = "start_urls") -> int:
-        """Append start entries (already validated) to the crawl's start_urls, or another of
-        its start-entry lists (``lane``, a name crawlplug.config.start_keys accepts, recorded
-        in the crawl's ``lanes`` so that readers count it); returns the list's new length."""
-        lines = list(lines)
-        if not lines:
-            return 0
-        if lane != "start_urls":
-            self.client.sadd(self.keys.lanes, lane)
-        return int(self.client.rpush(self.keys.key(lane), *lines))
     def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
         """Admit (fingerprint, request-or-score, payload) items: a convenience for tests and tools."""
         return self.admit([(fp, float(score), payload) for fp, score, payload in items])
@@ -663,7 +652,7 @@ class Frontier:
     def heartbeat_and_reap(
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
         totals: dict[str, int] | None = None, limit: int = 1000,
-    ) -> tuple[list[str], tuple[int, int]]:  # fmt: skip
+    ) -> Beat:  # fmt: skip
         """:meth:`heartbeat` then :meth:`reap`, and a history sample (crawlplug.frontier.history),
         in one round trip: (ids lost, (requeued, dead))."""
         out, reaped, sampled = self.scripts.pipelined([
@@ -677,7 +666,9 @@ class Frontier:
             if isinstance(raw, Exception):
                 raise raw
         self.history_sampled(sampled)
-        return self._beaten(out), (int(reaped[0]), int(reaped[1]))
+        lost = self._beaten(out)
+        return Beat(lost, (int(reaped[0]), int(reaped[1])), paused=self.paused, run_state=self.run_state,
+                    data_lost=self.data_lost)  # fmt: skip
 
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         """Give leases back to the queue now (closing node)."""
@@ -688,67 +679,10 @@ class Frontier:
         self.record.done(ids)
         return released
 
-    def pause(self, by: str = "operator") -> bool:
-        """Pause the crawl: every node stops taking requests (within a heartbeat) and
-        finishes what it holds. False if it was already paused."""
-        k = self.keys
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hsetnx(k.control, "paused", json.dumps({"by": by, "at": self.redis_ms()}))
-        pipe.hincrby(k.stats, "pauses", 1)
-        return bool(pipe.execute()[0])
-
-    def resume(self) -> bool:
-        """Resume a paused crawl, and accept that Redis lost its data if a node found it
-        so (control "lost", set by heartbeat.lua); False if neither was set."""
-        return bool(self.client.hdel(self.keys.control, "paused", "lost"))
-
-    def paused_info(self) -> dict[str, Any] | None:
-        raw = self.client.hget(self.keys.control, "paused")
-        if raw is None:
-            return None
-        try:
-            info = json.loads(raw)
-            return info if isinstance(info, dict) else {"by": "?"}
-        except ValueError:
-            return {"by": "?"}
-
     # -- the node's records, runs --------------------------------------------------
     def parts(self) -> list[CrawlKeys]:
         """The key sets holding this crawl's frontier: its own (a sharded crawl: then each shard's)."""
         return [self.keys]
-
-    def queued_elsewhere(self, domains: bool) -> int:
-        """Requests waiting in the other kind of queue than this node's (``domains``: it uses
-        the per-domain queue), over every part; a key of the wrong type counts none."""
-        total = 0
-        for k in self.parts():
-            try:
-                total += int(self.client.zcard(k.queue if domains else k.dq))
-            except redis.ResponseError:  # a key of the wrong type: the scripts name it
-                pass
-        return total
-
-    def publish(self, **metrics: Any) -> None:
-        """Set fields of this node's record at once (not waiting for the next heartbeat)."""
-        self.client.hset(self.keys.node(self.node_id), mapping=metrics)
-
-    def counter(self, name: str) -> int:
-        """One of the run's counters in the crawl's own stats (start_taken, items, ...)."""
-        value = self.client.hget(self.keys.stats, name)
-        try:
-            return int(value or 0)
-        except ValueError:
-            return 0
-
-    def totals(self) -> dict[str, int]:
-        """The run's counters summed over every part (crawlplug.frontier.runs.totals)."""
-        return runs.totals(self.client, self.parts())
-
-    def finish_run(self, run_id: int, reason: str = "finished") -> tuple[str, int | None]:
-        """Record run ``run_id`` as ended if the crawl is done (lua/finish.lua): ("finished",
-        ended ms), ("busy", None) when work or a producer appeared, or (state, None)."""
-        return runs.finish(self.client, self.keys, node_id=self.node_id, run_id=run_id, epoch=self.epoch,
-                           reason=reason, scripts=self.scripts, lanes=self.lanes)  # fmt: skip
 
     def dedup_parts(self) -> list[Frontier]:
         """The frontiers holding this crawl's dedup state, each with its strategy: itself."""
@@ -759,15 +693,6 @@ class Frontier:
         forget = getattr(self.dedup, "forget", None)
         if forget is not None:
             forget()
-
-    def leave(self) -> None:
-        """Unregister this node (graceful close)."""
-        k = self.keys
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zrem(k.nodes, self.node_id)
-        pipe.zrem(k.producers, self.node_id)
-        pipe.hset(k.node(self.node_id), "closed", self.redis_ms())
-        pipe.execute()
 
     def redis_ms(self) -> int:
         """Redis's clock (ms): every time a crawl shows or compares, whatever the node's clock says."""
@@ -786,61 +711,22 @@ class Frontier:
         return bool(moved)
 
     # -- views ----------------------------------------------------------------
-    def idle_state(self) -> tuple[int, int, int]:
-        """(queued, leased, live producers) across the whole crawl."""
+    def idle_state(self) -> Idle:
+        """(queued, leased, live producers) across the whole crawl, with the start entries
+        waiting, whether its data was found lost and what start_urls holds if not a list."""
         _, keys, _ = self.idle_call()
         q, leased, producers, starts, lost, kind = self.scripts.idle(keys=keys, args=[])
         self.start_entries = int(starts)
         self.data_lost = bool(int(lost))
         self.start_urls_kind = text(kind)
-        return int(q), int(leased), int(producers)
+        return Idle(int(q), int(leased), int(producers), start_entries=self.start_entries, data_lost=self.data_lost,
+                    start_urls_kind=self.start_urls_kind)  # fmt: skip
 
     def __len__(self) -> int:
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(self.keys.queue)
         pipe.zcard(self.keys.dq)
         return sum(pipe.execute())
-
-    def status(self) -> dict[str, Any]:
-        """Counts and crawl-wide counters (read-only)."""
-        k = self.keys
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(k.queue)
-        pipe.zcard(k.dq)
-        pipe.llen(k.start_urls)
-        pipe.zcard(k.domains)
-        pipe.zcard(k.leases)
-        pipe.scard(k.seen)  # set dedup; other strategies report through their dupefilter
-        pipe.llen(k.dead)
-        pipe.hgetall(k.stats)
-        pipe.zrange(k.nodes, 0, -1, withscores=True)
-        pipe.hgetall(k.key("fph"))  # the compact store (fphash): its generations' counts
-        names = [k.queue, k.dq, k.start_urls, k.domains, k.leases, k.seen, k.dead, k.stats, k.nodes, k.key("fph")]
-        raw = pipe.execute(raise_on_error=False)
-        # a key of the wrong type (written by hand) is reported, not raised: status is
-        # what an operator runs to find out what is wrong
-        corrupt = {name: str(value) for name, value in zip(names, raw) if isinstance(value, redis.ResponseError)}
-        queued, dqueued, starts, domains, leased, seen, dead, stats, nodes, hashed = (
-            ({} if i in (7, 9) else [] if i == 8 else 0) if isinstance(value, redis.ResponseError) else value
-            for i, value in enumerate(raw)
-        )
-        seen += sum(_int(v) for f, v in hashed.items() if text(f).startswith("count:"))
-        if self.keys.shard is None:  # the crawl's lanes (start_urls:<lane>) are start entries too
-            starts = views.start_entries(self.client, self.keys) if not isinstance(raw[2], redis.ResponseError) else 0
-        return {
-            "corrupt": corrupt,
-            "queued": queued + dqueued,
-            "start_urls": starts,
-            "domains": domains,
-            "in_flight": leased,
-            "seen": seen,
-            "dead": dead,
-            "stats": {text(a): _int(b) for a, b in stats.items()},
-            "nodes": {text(n): int(s) for n, s in nodes},
-        }
-
-    def dead_letters(self, start: int = 0, stop: int = -1) -> list[DeadLetter]:
-        return [DeadLetter.parse(x) for x in self.client.lrange(self.keys.dead, start, stop)]
 
     def purge(self) -> int:
         """Delete every key of this crawl; returns how many were deleted."""
@@ -863,13 +749,6 @@ def _dedup(dedup: str | Dedup) -> Dedup:
     if dedup == "none":
         return Dedup()
     raise ValueError(f"unknown dedup mode {dedup!r}; pass a crawlplug.frontier.dedup strategy")
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        return 0
 
 
 def admit_in_parts(admit: Any, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]],

@@ -6,6 +6,6 @@ do, as functions over a Redis client and a crawl's keys.
 * :mod:`.dead` dead letters: list, requeue, drop.
 
 Export and import write every storage format of the frontier: they live with it
-(crawlplug.frontier.transfer). Reads of the frontier's keys go through
-crawlplug.frontier.views.
+(crawlplug.crawl.transfer). Reads of the frontier's keys go through
+crawlplug.crawl.views.
 """

@@ -72,7 +72,7 @@ def _limit_reached(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], a
     return 1.0 if snap["run"].get("state") == "limit" else 0.0
 
 
-#: The states a run ends in (crawlplug.frontier.runs), what run_end(STATE) takes.
+#: The states a run ends in (crawlplug.crawl.runs), what run_end(STATE) takes.
 RUN_END_STATES = ("finished", "limit", "stopped", "interrupted")
 
 

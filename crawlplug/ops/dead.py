@@ -9,8 +9,8 @@ import redis
 from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 
+from ..crawl import views
 from ..errors import CrawlplugError
-from ..frontier import views
 from ..frontier.keys import CrawlKeys
 from ..frontier.results import DeadLetter
 from ..frontier.sharded import open_frontier

@@ -28,9 +28,10 @@ from typing import Any
 
 import redis
 
+from ..crawl import runs
 from ..errors import ConfigError
 from ..frontier import history as records
-from ..frontier import registry, runs
+from ..frontier import registry
 from ..frontier.history import DAY_MS, HOUR_MS, MINUTE_MS
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
@@ -41,7 +42,7 @@ STEPS = {"10s": status.BUCKET_MS, "minute": MINUTE_MS, "hour": HOUR_MS}
 #: What each point holds: counts over its step, then gauges at its end.
 COUNTS = ("done", "admitted", "items", "errors")
 GAUGES = ("queued", "in_flight", "dead", "nodes")
-#: The summary fields of a run (crawlplug.frontier.runs.totals) for each record counter.
+#: The summary fields of a run (crawlplug.crawl.runs.totals) for each record counter.
 _SUMMARY = {"acked": "pages", "enqueued": "enqueued", "items": "items", "errors": "errors"}
 
 _UNITS = {"s": 1000, "m": MINUTE_MS, "h": HOUR_MS, "d": DAY_MS, "w": 7 * DAY_MS}

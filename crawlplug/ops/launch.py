@@ -17,7 +17,7 @@ checks, and refuses with the reason:
   begin the next one themselves (their own settings decide whether it is
   incremental); a run ended by a limit or an operator stays ended unless the
   operator asks for a new run (``new_run``), which is begun here
-  (crawlplug.frontier.newrun) before any node starts.
+  (crawlplug.crawl.newrun) before any node starts.
 
 Each job is recorded in Redis (crawlplug.frontier.jobs) before the daemon is asked,
 so a daemon that answers late or never is still known and shown.
@@ -36,10 +36,11 @@ from typing import Any
 import redis
 
 from ..connection import mask_url, validate_url
+from ..crawl import runs
+from ..crawl.newrun import begin_new_run
 from ..errors import ConfigError, ScrapydError
-from ..frontier import jobs, runs
+from ..frontier import jobs
 from ..frontier.keys import CrawlKeys
-from ..frontier.newrun import begin_new_run
 from ..frontier.store import redis_ms
 from .addresses import is_loopback_host, local_address, resolves_here_to_loopback
 from .scrapyd import Daemon

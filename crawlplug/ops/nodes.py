@@ -22,7 +22,8 @@ from typing import Any
 
 import redis
 
-from ..frontier import views
+from ..crawl import views
+from ..crawl.nodes import is_live
 from ..frontier.keys import CrawlKeys
 
 #: How long reap.lua keeps a dead node in the graveyard (and the views show it).
@@ -79,7 +80,7 @@ def _node(node_id: str, metrics: dict[str, str], deadline: int | None, grave: di
         info["uptime"] = max(0.0, ((seen_ms or now_ms) - info["started"]) / 1000)
     beat_ms = info.get("heartbeat_ms") if isinstance(info.get("heartbeat_ms"), int) else DEFAULT_HEARTBEAT_MS
     lease_ms = info.get("lease_ms") if isinstance(info.get("lease_ms"), int) else DEFAULT_LEASE_MS
-    if deadline is not None and deadline > now_ms:
+    if is_live(deadline, now_ms):
         info["expires_in"] = (deadline - now_ms) / 1000
         late = age is not None and age * 1000 > LATE_BEATS * beat_ms
         info["state"] = "silent" if late else "live"

@@ -31,9 +31,10 @@ from typing import Any
 
 import redis
 
+from ..crawl import runs
 from ..domainstats import PREFIX as DOMAIN_PREFIX
 from ..errors import ConfigError
-from ..frontier import runs, runstats
+from ..frontier import runstats
 from ..frontier.keys import CrawlKeys
 from ..stats import decode, node_stats
 

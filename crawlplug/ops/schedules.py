@@ -28,8 +28,10 @@ from typing import Any
 
 import redis
 
+from ..crawl import runs
+from ..crawl.nodes import live_nodes
 from ..errors import ConfigError, ScrapydError
-from ..frontier import jobs, runs, schedules
+from ..frontier import jobs, schedules
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
 from ..seeds import zone
@@ -127,7 +129,7 @@ def fire(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any], due: int, *
     firing = f"{name}@{due}"
     done = {j["id"] for j in jobs.with_firing(client, keys, firing)} if adopted else set()
     view = runs.view(client, keys)
-    live = int(client.zcount(keys.nodes, f"({redis_ms(client)}", "+inf"))
+    live = live_nodes(client, keys)
     if not done and view.state in ("running", "starting") and live > 0:
         return {"state": "skipped", "run": view.id,
                 "why": f"run {view.id} still runs with {live} live node{'s' if live != 1 else ''}"}  # fmt: skip

@@ -29,9 +29,9 @@ from typing import Any
 
 import redis
 
-from ..frontier import runs, views
+from ..crawl import Crawl, runs, views
+from ..crawl.nodes import live_of
 from ..frontier.keys import CrawlKeys
-from ..frontier.sharded import open_frontier
 from ..frontier.store import redis_ms, text
 from ..memory import memory as redis_memory
 from ..stats import crawl_stats
@@ -291,18 +291,18 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15,
              start_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
     """The crawl's state now: see the module docstring. ``start_ms``: the run's start,
     when the caller knows it (rates are taken since then)."""
-    frontier = open_frontier(client, keys)
-    st = frontier.status()
+    crawl = Crawl(client, keys)
+    st = crawl.status()
     now_ms = redis_ms(client)
     series = _series(client, keys, now_ms, history_minutes)
     stats = st["stats"]
     done = stats.get("acked", 0)
     left = st["queued"] + st["in_flight"] + st.get("start_urls", 0)
-    run = runs.view(client, keys, live_nodes=sum(1 for d in st["nodes"].values() if d > now_ms), work=left)
+    run = runs.view(client, keys, live_nodes=len(live_of(st["nodes"], now_ms)), work=left)
     r = rates(client, keys, now_ms, start_ms=start_ms, finished=left == 0)
     node_list = nodes(client, keys, st["nodes"], now_ms)
     live = sum(1 for n in node_list if n["state"] == "live")
-    paused = frontier.paused_info()
+    paused = crawl.paused_info()
     eta_info = eta(client, keys, now_ms, left, paused=paused is not None, live_nodes=live,
                    run_start_ms=r.run_start_ms)  # fmt: skip
     scrapy_stats = crawl_stats(client, keys)

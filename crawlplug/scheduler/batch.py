@@ -85,6 +85,8 @@ class Batch:
         #: requests waiting in Redis as the last pop or idle poll saw them (this node's
         #: has_pending_requests and len, with no call of their own)
         self.queued_seen = 0
+        #: ms until the per-domain queue's next domain is due, as the last pop saw it (-1: none waiting)
+        self.next_ready_ms = -1
         self._wake_call: Any = None
         #: other holders of this node's leases (start entries), told what Redis no longer lets it keep
         self.lease_holders: list[Callable[[set[str]], None]] = []
@@ -220,8 +222,8 @@ class Batch:
         self.buffered.clear()
         if result is not None:
             self._account(batch, result)
-        if pop:
-            self.queued_seen = max(0, self.frontier.queued_seen)
+        if pop and leased.queued_seen >= 0:  # what the pop saw (crawlplug.frontier.results.Leases)
+            self.queued_seen, self.next_ready_ms = leased.queued_seen, leased.next_ready_ms
         if leased:
             self.prefetched.extend(leased)
             self.report.count("crawlplug/leased", len(leased))
@@ -308,7 +310,7 @@ class Batch:
     def _pause(self) -> float:
         """Seconds before asking Redis for work again after an empty pop."""
         poll = self.config.poll_interval
-        wait = self.frontier.next_ready_ms / 1000 if self.domain_queue else -1.0
+        wait = self.next_ready_ms / 1000 if self.domain_queue else -1.0
         if wait < 0 or wait >= poll:
             return poll
         if self._wake_call is None or not self._wake_call.active():

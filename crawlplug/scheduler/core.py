@@ -55,6 +55,7 @@ from .politeness import Choice, Politeness, choose
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class Scheduler(BaseScheduler):
         self.config = config or SchedulerConfig()
         self.report = Reporter(crawler.stats)
         self.frontier: CrawlFrontier = None
+        self.crawl: Crawl = None  #: the control plane over the frontier's parts (joining.Joined.crawl)
         self.conn: Any = None
         self.batch: Batch | None = None
         self.entries: StartEntries | None = None
@@ -133,12 +135,12 @@ class Scheduler(BaseScheduler):
             logger.error("crawlplug: %s", exc)
             enginehooks.fail_at_start(self.crawler, reason)
             return
-        self.conn, self.frontier, self.queue = node.conn, node.frontier, node.queue
+        self.conn, self.frontier, self.queue, self.crawl = node.conn, node.frontier, node.queue, node.crawl
         self._build(spider, node)
         assert self.batch is not None and self.liveness is not None
         joining.log_where(self.conn, self.frontier.keys, self.crawler.settings)
         try:
-            status = self.frontier.status()
+            status = self.crawl.status()
         except REDIS_ERRORS as exc:  # the heartbeat below says what is wrong, once
             status = {"queued": 0, "in_flight": 0, "seen": 0, "nodes": {}, "corrupt": {}}
             logger.debug("crawlplug: could not read the crawl's status at start: %s", exc)
@@ -146,7 +148,7 @@ class Scheduler(BaseScheduler):
             if key == self.frontier.keys.start_urls:
                 # what it holds and what to do with its entries (idle.lua tells the kind), said once
                 with contextlib.suppress(*REDIS_ERRORS):
-                    self.frontier.idle_state()
+                    self.liveness.note_idle(self.frontier.idle_state())
                     self.liveness.check_lost()
             self.report.once(f"corrupt:{key}", logging.ERROR,
                              "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
@@ -179,7 +181,7 @@ class Scheduler(BaseScheduler):
         batch = self.batch = Batch(self.crawler, self.frontier, dupefilter=self.df, serializer=self.serializer,
                                    queue=self.queue, config=self.config, outage=outage, reporter=self.report)  # fmt: skip
         seeds = Seeds(node.conn.client, self.frontier.keys) if self.config.seeds else None
-        self.entries = StartEntries(self.crawler, self.frontier, batch, serializer=self.serializer,
+        self.entries = StartEntries(self.crawler, self.frontier, batch, crawl=node.crawl, serializer=self.serializer,
                                     config=self.config, outage=outage, reporter=self.report, seeds=seeds)  # fmt: skip
         batch.spider = self.entries.spider = spider
         limits, crawl_wide = self._limits
@@ -187,7 +189,7 @@ class Scheduler(BaseScheduler):
                                         crawl_wide=crawl_wide)  # fmt: skip
         control.take_over()  # before spider_opened: Scrapy's CloseSpider counts no limit the run counts
         self.liveness = Liveness(
-            self.crawler, self.frontier, batch, self.entries, config=self.config, outage=outage,
+            self.crawler, self.frontier, batch, self.entries, crawl=node.crawl, config=self.config, outage=outage,
             reporter=self.report, joined=node.joined, join_args=node.join_args, started=node.started,
             enqueue=self.enqueue_request, control=control,
         )  # fmt: skip
@@ -223,11 +225,11 @@ class Scheduler(BaseScheduler):
                 self.report.count("crawlplug/released", released)
                 logger.info("crawlplug: gave %d unfinished requests back to the queue", released)
             self.liveness.record_end_on_close(reason)
-            self.frontier.leave()
+            self.crawl.leave(self.frontier.node_id)
         except StaleEpoch:
             logger.info("crawlplug: the crawl was reset while this node closed: it had nothing to give back")
             with contextlib.suppress(*REDIS_ERRORS):
-                self.frontier.leave()
+                self.crawl.leave(self.frontier.node_id)
         except REDIS_ERRORS as exc:
             logger.error(
                 "crawlplug: could not hand back this node's leases (%s); they return to the queue "

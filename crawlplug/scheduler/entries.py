@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from ..config import SchedulerConfig
+    from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
     from .batch import Batch
     from .outage import Outage, Reporter
@@ -37,10 +38,12 @@ START_META = "_crawlplug_start"
 class StartEntries:
     """The start entries this node holds, and the seed timer it runs."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, serializer: Any, config: SchedulerConfig,
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, crawl: Crawl, serializer: Any,
+                 config: SchedulerConfig,
                  outage: Outage, reporter: Reporter, seeds: Any = None) -> None:  # fmt: skip
         self.crawler = crawler
         self.frontier = frontier
+        self.crawl = crawl
         self.batch = batch
         self.serializer = serializer
         self.config = config
@@ -174,7 +177,7 @@ class StartEntries:
         """A crawl fed by start entries that never got one is not finished: said so once, closed."""
         keys = self.frontier.keys
         try:
-            taken = self.frontier.counter("start_taken")
+            taken = self.crawl.counter("start_taken")
         except REDIS_ERRORS:
             return False
         if taken or enqueued_total:

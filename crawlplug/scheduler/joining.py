@@ -2,7 +2,7 @@
 
 :func:`join_crawl` does what a node does before it takes a request: it checks the
 Redis (reachable, the grants crawlplug needs, an eviction policy that may delete
-crawl keys, its memory), joins the crawl's run (crawlplug.frontier.runs: join,
+crawl keys, its memory), joins the crawl's run (crawlplug.crawl.runs: join,
 resume, or begin the next one), builds the frontier through the one factory
 (:func:`crawlplug.frontier.open_frontier`) with the run's epoch, and refuses a
 queue class that does not match the crawl's. :func:`log_join` says which run the
@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__, connection, memory
 from ..config import setting
+from ..crawl import Crawl, runs
 from ..errors import ConfigError, RunEnded
-from ..frontier import open_frontier, runs
+from ..frontier import open_frontier
 from ..frontier.dedup import Dedup
 from ..frontier.keys import CrawlKeys
 from ..frontier.results import process_node_id
@@ -48,10 +49,11 @@ class Joined:
     join_args: dict[str, Any]
     started: float  #: when the node joined (Redis clock, seconds)
     queue: BaseQueue  #: the queue the node uses (the politeness fallback if the crawl was queued by it)
+    crawl: Crawl  #: the crawl's control plane over the frontier's parts (status, totals, the end of a run)
 
 
 def join_args(config: SchedulerConfig, dupefilter: Any) -> dict[str, Any]:
-    """The arguments of crawlplug.frontier.runs.join for this node (also when it joins again)."""
+    """The arguments of crawlplug.crawl.runs.join for this node (also when it joins again)."""
     return {
         "node_id": process_node_id(),
         "ttl_ms": int(3 * config.heartbeat * 1000),  # dead after 3 missed heartbeats (as the frontier's)
@@ -105,7 +107,7 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
         )  # fmt: skip
 
     frontier = build(queue)
-    if fallback is not None and frontier.queued_elsewhere(True):
+    if fallback is not None and _crawl(conn, frontier).queued_elsewhere(True):
         queue, frontier = fallback, build(fallback)  # the crawl's requests wait in a plain queue: finish it so
     frontier.run_id = joined.run  # the history samples it sends carry the run (crawlplug.frontier.history)
     frontier.lanes = tuple(name for name in config.start_keys if name != "start_urls")
@@ -116,8 +118,14 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
         bind(frontier)
     if hasattr(dupefilter, "per_run_starts"):  # start URLs once a run, whatever earlier runs recorded
         dupefilter.per_run_starts = joined.incremental
-    _check_queue_kind(frontier, queue)
-    return Joined(conn, frontier, joined, args, started, queue)
+    crawl = _crawl(conn, frontier)
+    _check_queue_kind(frontier, crawl, queue)
+    return Joined(conn, frontier, joined, args, started, queue, crawl)
+
+
+def _crawl(conn: connection.Connection, frontier: CrawlFrontier) -> Crawl:
+    """The control plane of the crawl ``frontier`` is part of, over the same parts."""
+    return Crawl(conn.client, frontier.keys, parts=frontier.parts(), scripts=getattr(frontier, "scripts", None))
 
 
 #: The setting that lets a node begin a new run after a run ended by a limit.
@@ -181,11 +189,11 @@ def _warn_about_memory(client: Any) -> None:
                        "refuses new requests and this node waits", mem["ratio"] * 100, mem["max"])  # fmt: skip
 
 
-def _check_queue_kind(frontier: CrawlFrontier, queue: BaseQueue) -> None:
+def _check_queue_kind(frontier: CrawlFrontier, crawl: Crawl, queue: BaseQueue) -> None:
     """Refuse to run one crawl with the per-domain queue and a plain one at once:
     requests waiting in the other kind would never be crawled."""
     domains = queue.order == "domain"
-    waiting = frontier.queued_elsewhere(domains)
+    waiting = crawl.queued_elsewhere(domains)
     if waiting:
         used, ours = ("a plain queue", "DomainQueue") if domains else ("DomainQueue", "a plain queue")
         raise ConfigError(

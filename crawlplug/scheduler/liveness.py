@@ -1,14 +1,15 @@
 """A node alive in a crawl's run: heartbeat, reaping, pause, the end of the run.
 
-:class:`Liveness` owns what decides whether a node goes on: the run it joined
-(crawlplug.frontier.runs), the termination rule (the whole crawl empty for the
-grace period, then the end recorded in Redis in the step that lets every node
-close), an operator's pause, the counts the run sums up, and what the node does
-when the crawl was reset under it (join again, dropping the old state's work).
-The run's limits, stop and drain, as each heartbeat reports them, are the part of
-crawlplug.scheduler.runcontrol.
-The heartbeat renews every lease the node holds, publishes its metrics, and
-reaps the expired leases of nodes that died, in one round trip.
+:class:`Liveness` owns what decides whether a node goes on: the run it joined (crawlplug.crawl.runs), the
+termination rule (the whole crawl empty for the grace period, then the end recorded in Redis in the step that
+lets every node close), an operator's pause, the counts the run sums up, and what the node does when the crawl
+was reset under it (join again, dropping the old state's work). The run's limits, stop and drain, as each
+heartbeat reports them, are the part of crawlplug.scheduler.runcontrol. The heartbeat renews every lease the
+node holds, publishes its metrics, and reaps the expired leases of nodes that died, in one round trip.
+
+Its size: it keeps what each heartbeat and idle read answered (crawlplug.frontier.results.Beat and Idle,
+state the frontier no longer holds) beside the rule that ends a run; the end of a run (``crawl_done``,
+``record_end_on_close``, ``_observe``) is the part to cut out next.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy import Request
 
+from ..crawl import runs
 from ..errors import REDIS_ERRORS, ConfigError, RolledBack, RunEnded, StaleEpoch
 from ..failures import FAILED
-from ..frontier import runs
+from ..frontier.results import Idle
 from . import enginehooks
 from .leases import LEASE_META, Termination
 from .runcontrol import RunControl
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from ..config import SchedulerConfig
+    from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
     from .batch import Batch
     from .entries import StartEntries
@@ -41,33 +44,31 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LOST_BY_STALLING = ("crawlplug: %d leases of this node expired (stalled longer than CRAWLPLUG_LEASE_TIMEOUT=%ss) "
-                    "and were given to other nodes")  # fmt: skip
+LOST_BY_STALLING = "crawlplug: %d leases of this node expired (stalled longer than CRAWLPLUG_LEASE_TIMEOUT=%ss) and were given to other nodes"
 LOST_IN_REDIS = ("crawlplug: Redis no longer holds %d leases of this node, though it renewed them in time (within "
                  "%ss): it lost the calls that made them (a restart, a failover). Their requests are back in the "
                  "queue and fetched again; this node does not acknowledge them")  # fmt: skip
 
-#: Seconds a draining run must stay empty before it ends, for workers (CRAWLPLUG_IDLE_CLOSE = 0)
-DRAIN_GRACE = 3.0
+DRAIN_GRACE = 3.0  #: seconds a draining run must stay empty before it ends, for workers (CRAWLPLUG_IDLE_CLOSE = 0)
 
 
 class Liveness:
     """Heartbeat, run, termination and pause of one node (module docstring)."""
 
-    #: Scrapy stats added to the run's counters with each heartbeat (crawlplug.frontier.runs summaries)
-    RUN_COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "items": ("item_scraped_count",),
-        "errors": (FAILED,),  # failed requests, as crawlplug.failures defines them (robots.txt is none)
-        "spider_errors": ("spider_exceptions/count",),  # what CLOSESPIDER_ERRORCOUNT counts
-    }
+    #: Scrapy stats added to the run's counters with each heartbeat (crawlplug.crawl.runs summaries)
+    #: (errors: failed requests as crawlplug.failures defines them, robots.txt none; spider_errors:
+    #: what CLOSESPIDER_ERRORCOUNT counts)
+    RUN_COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {"items": ("item_scraped_count",), "errors": (FAILED,),
+                                                        "spider_errors": ("spider_exceptions/count",)}  # fmt: skip
 
     def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, entries: StartEntries, *,
-                 config: SchedulerConfig, outage: Outage, reporter: Reporter, joined: runs.Joined,
+                 crawl: Crawl, config: SchedulerConfig, outage: Outage, reporter: Reporter, joined: runs.Joined,
                  join_args: dict[str, Any], started: float, enqueue: Callable[[Request], bool],
                  control: RunControl) -> None:  # fmt: skip
         self.crawler = crawler
         self.stats = crawler.stats
         self.frontier = frontier
+        self.crawl = crawl
         self.batch = batch
         self.entries = entries
         self.config = config
@@ -85,6 +86,9 @@ class Liveness:
         #: counts what is new of it, so a beat sent again counts nothing twice)
         self.base: dict[str, int] = {}
         self.run_ended = False  # the run's end is recorded (finished): the node may close
+        #: what the last heartbeat or idle read said: the crawl's data found lost; what idle.lua read
+        self.data_lost = False
+        self.idle = Idle(0, 0, 0, start_entries=0, data_lost=False, start_urls_kind="")
         self._pages: deque[tuple[float, int]] = deque()  # (time, acked total), for pages/min
         self._beat_ok = time.monotonic()  # when the last heartbeat went through
         self._last_poll = 0.0
@@ -99,7 +103,7 @@ class Liveness:
             lease_ids = list(dict.fromkeys([*self.batch.held(), *self.entries.leases]))
             totals = {name: value - self.base.get(name, 0) for name, value in self.counts().items()}
             # the reap rides with the heartbeat (one round trip: each one blocks the reactor)
-            lost, (requeued, dead) = self.frontier.heartbeat_and_reap(
+            beat = self.frontier.heartbeat_and_reap(
                 lease_ids,
                 producing=self.still_producing(),
                 metrics={
@@ -112,9 +116,11 @@ class Liveness:
                 },
                 totals=totals,
             )
-            self._follow_pause(self.frontier.paused)
-            self._follow_run(self.control.follow(self.frontier.run_state))
-            if self.frontier.run_state == "finished" and not self.run_ended:
+            lost, (requeued, dead) = beat
+            self.data_lost = beat.data_lost
+            self._follow_pause(beat.paused)
+            self._follow_run(self.control.follow(beat.run_state))
+            if beat.run_state == "finished" and not self.run_ended:
                 self.run_ended = True  # another node recorded the end: close with it
                 enginehooks.wake(self.crawler)
             self.check_lost()
@@ -186,7 +192,7 @@ class Liveness:
             return
         self.batch.paused = paused
         with contextlib.suppress(*REDIS_ERRORS):  # shown at once, not at the next heartbeat
-            self.frontier.publish(paused=int(paused))
+            self.crawl.publish(self.frontier.node_id, paused=int(paused))
         if paused:
             given = self.batch.give_back_prefetched()
             logger.warning(
@@ -213,24 +219,29 @@ class Liveness:
         While the run drains, start entries waiting are no work: no node takes them."""
         self.check_lost()
         if self.batch.draining:
-            queued = max(0, queued - self.frontier.start_entries)
+            queued = max(0, queued - self.idle.start_entries)
         waiting = self.termination.empty_since is not None
-        self.termination.observe(queued, leased, producers, local_pending=local or self.frontier.data_lost)
+        self.termination.observe(queued, leased, producers, local_pending=local or self.data_lost)
         if self.termination.empty_since is not None and not waiting and not self.termination.worker_mode:
             logger.info("crawlplug: nothing queued or in flight in crawl %r; closing in %.4g s unless work "
                         "comes (CRAWLPLUG_IDLE_CLOSE: time for other nodes' requests to arrive)",
                         self.frontier.keys.crawl, self.termination.grace)  # fmt: skip
 
+    def note_idle(self, idle: Idle) -> Idle:
+        """Keep what an idle read (idle.lua) said beside its counts: start entries waiting, data lost."""
+        self.idle, self.data_lost = idle, idle.data_lost
+        return idle
+
     def check_lost(self) -> None:
         """Redis lost the crawl's data, or start_urls is of the wrong type: say so once."""
-        if self.frontier.data_lost:
+        if self.data_lost:
             self.report.once("data-lost", logging.ERROR,
                              "crawlplug: Redis lost crawl %r's data (its keys vanished: a restart without "
                              "persistence, a flush, a failover to an empty replica). What was queued or in "
                              "flight then is gone; the crawl will not end as 'finished' while this stands. Push "
                              "its start URLs again, then `crawlplug resume --crawl %s` to accept the loss",
                              self.frontier.keys.crawl, self.frontier.keys.crawl)  # fmt: skip
-        kind = self.frontier.start_urls_kind
+        kind = self.idle.start_urls_kind
         if kind:
             self.report.wrong_start_urls(self.frontier.keys.start_urls, kind)
 
@@ -241,7 +252,7 @@ class Liveness:
             return True
         if not self.termination.finished():
             return False
-        state, _ = self.frontier.finish_run(self.joined.run)
+        state, _ = self.finish_run()
         if state == "finished":
             self.run_ended = True
             return True
@@ -265,13 +276,13 @@ class Liveness:
             if (batch.idle and not batch.paused and not batch.pending()
                     and now - self._last_poll >= self.config.poll_interval):  # fmt: skip
                 self._last_poll = now
-                queued, leased, producers = self.frontier.idle_state()
-                batch.queued_seen = max(0, queued - self.frontier.start_entries)  # requests, not entries
-                if self.frontier.start_entries:
+                queued, leased, producers = self.note_idle(self.frontier.idle_state())
+                batch.queued_seen = max(0, queued - self.idle.start_entries)  # requests, not entries
+                if self.idle.start_entries:
                     self.entries.drain(self.enqueue)
                 self._observe(queued, leased, producers, bool(batch.book) or bool(self.entries.leases))
                 if batch.draining:
-                    queued = max(0, queued - self.frontier.start_entries)  # waiting entries: not taken now
+                    queued = max(0, queued - self.idle.start_entries)  # waiting entries: not taken now
                 if queued:
                     batch.nothing_until = 0.0
                     enginehooks.wake(self.crawler)
@@ -287,7 +298,7 @@ class Liveness:
         Redis did not answer (the outage rule decides what follows)."""
         try:
             self.batch.flush()
-            return self.frontier.idle_state()
+            return self.note_idle(self.frontier.idle_state())
         except REDIS_ERRORS as exc:
             self.outage.error(exc)
             return None
@@ -332,7 +343,7 @@ class Liveness:
         self._observe(queued, leased, producers, local)
         try:
             if self.termination.finished() and not self.run_ended:
-                enqueued = self.batch.acked_total or self.frontier.totals()["enqueued"]
+                enqueued = self.batch.acked_total or self.crawl.totals()["enqueued"]
                 if self.entries.nothing_pushed(self.termination.grace, enqueued):
                     self.run_ended = True  # no end recorded, but nothing more to do here
                     return False
@@ -340,6 +351,11 @@ class Liveness:
         except REDIS_ERRORS as exc:
             self.outage.error(exc)
             return False
+
+    def finish_run(self) -> tuple[str, int | None]:
+        """Record the end of the run this node joined if the whole crawl is done (lua/finish.lua)."""
+        return self.crawl.finish_run(self.joined.run, node_id=self.frontier.node_id, epoch=self.frontier.epoch,
+                                     lanes=self.frontier.lanes)  # fmt: skip
 
     def record_end_on_close(self, reason: str) -> None:
         """Stopped (Ctrl-C, SIGTERM) while waiting out the idle grace with the whole crawl done:
@@ -350,10 +366,10 @@ class Liveness:
         if (self.run_ended or self.termination.worker_mode or self.termination.empty_since is None
                 or reason == "finished"):  # fmt: skip
             return
-        queued, leased, producers = self.frontier.idle_state()
+        queued, leased, producers = self.note_idle(self.frontier.idle_state())
         if queued or leased or producers or self.batch.pending():
             return
-        state, _ = self.frontier.finish_run(self.joined.run)
+        state, _ = self.finish_run()
         if state == "finished":
             logger.info("crawlplug: run %d of crawl %r is finished (this node stopped while the whole crawl "
                         "was done, waiting out its idle grace)", self.joined.run, self.frontier.keys.crawl)  # fmt: skip
@@ -395,7 +411,7 @@ class Liveness:
         self.frontier.forget_dedup_layers()  # what it knew of a Bloom filter's layers only grows: wrong now
         self.frontier.epoch = joined.epoch
         self.frontier.run_id = joined.run
-        self.frontier.data_lost = self.frontier.data_lost or lost
+        self.data_lost = self.data_lost or lost
         self.termination = Termination(self.config.idle_close)
         try:
             self.control.apply(self.joined.run)

@@ -23,9 +23,9 @@ from scrapy import Request
 from scrapy.settings import SETTINGS_PRIORITIES
 
 from ..config import is_set, scope, setting
+from ..crawl.control import CAP_SETTINGS
 from ..errors import REDIS_ERRORS, ConfigError, CorruptKey
 from ..frontier import Domains
-from ..frontier.control import CAP_SETTINGS
 from ..queues import BaseQueue, PriorityQueue, domain_limits, load_queue_class
 
 if TYPE_CHECKING:

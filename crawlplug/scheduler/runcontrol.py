@@ -4,7 +4,7 @@ With ``CRAWLPLUG_LIMITS = "crawl"`` (the default) Scrapy's ``CLOSESPIDER_PAGECOU
 ``_ITEMCOUNT``, ``_ERRORCOUNT`` and ``_TIMEOUT`` mean the whole run, every node
 together: :class:`RunControl` takes them over from Scrapy's CloseSpider extension
 (which would count this node alone), writes them to the run
-(:func:`crawlplug.frontier.control.apply`) and says so in the node's first lines.
+(:func:`crawlplug.crawl.control.apply`) and says so in the node's first lines.
 Redis enforces them (lua/pop.lua, lua/heartbeat.lua); this part follows the run's
 state that each heartbeat brings back:
 
@@ -23,9 +23,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..config import scope
+from ..crawl import control, runs
+from ..crawl.control import LIMITS, Limits
 from ..errors import REDIS_ERRORS
-from ..frontier import control, runs
-from ..frontier.control import LIMITS, Limits
 from . import enginehooks
 
 if TYPE_CHECKING:

@@ -37,11 +37,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import errorsamples
+from ..crawl import Crawl, control
+from ..crawl import runs as frontier_runs
 from ..errors import CrawlplugError
-from ..frontier import control, runstats
-from ..frontier import runs as frontier_runs
+from ..frontier import runstats
 from ..frontier.keys import CrawlKeys
-from ..frontier.sharded import open_domains, open_frontier
+from ..frontier.sharded import open_domains
 from ..frontier.store import redis_ms
 from ..ops import alerts as crawl_alerts
 from ..ops import dead, metrics, status
@@ -192,7 +193,7 @@ class Dashboard:
         return JSONResponse(body, status_code=code)
 
     def nodes(self, request: Request) -> JSONResponse:
-        st = open_frontier(self.client, self.keys).status()
+        st = Crawl(self.client, self.keys).status()
         rows = status.nodes(self.client, self.keys, st["nodes"], redis_ms(self.client))
         return JSONResponse({"nodes": annotate_nodes(self.client, self.keys, rows)})
 
@@ -232,14 +233,14 @@ class Dashboard:
         denied = self._authorized(request)
         if denied:
             return denied
-        changed = open_frontier(self.client, self.keys).pause(by="dashboard")
+        changed = Crawl(self.client, self.keys).pause(by="dashboard")
         return JSONResponse({"paused": True, "changed": changed})
 
     def resume(self, request: Request) -> JSONResponse:
         denied = self._authorized(request)
         if denied:
             return denied
-        changed = open_frontier(self.client, self.keys).resume()
+        changed = Crawl(self.client, self.keys).resume()
         return JSONResponse({"paused": False, "changed": changed})
 
     async def stop(self, request: Request) -> JSONResponse:

@@ -53,9 +53,8 @@ local now = redis_now_ms()
 local work = redis.call("ZCARD", KEYS[4]) + redis.call("ZCARD", KEYS[5]) + redis.call("ZCARD", KEYS[6])
 -- start entries waiting (start_entries: guard.lua) are work, unless the run drains
 if not draining then work = work + start_entries(KEYS[7]) + lane_entries(8, #KEYS - 1) end
-local others = redis.call("ZCOUNT", producers, "(" .. now, "+inf")
-local mine = redis.call("ZSCORE", producers, node)
-if mine and tonumber(mine) > now then others = others - 1 end -- the caller is done producing
+local others = live_count(producers, now)
+if is_live(producers, node, now) then others = others - 1 end -- the caller is done producing
 if work > 0 or others > 0 then return {"busy"} end
 
 local state, by = "finished", node

@@ -10,7 +10,7 @@
 --                           "lost": a node found Redis had lost the crawl's data
 -- KEYS[7] stats       hash  the run's counters
 -- KEYS[8] run         hash  the current run (join.lua), with its crawl-wide limits
---                           (lim_pages, lim_items, lim_errors, lim_timeout: crawlplug.frontier.control)
+--                           (lim_pages, lim_items, lim_errors, lim_timeout: crawlplug.crawl.control)
 -- KEYS[9] counted     hash  "<node>|<counter>" -> the node's total of that counter the
 --                           run's counters hold (a run's state: a new run starts without)
 -- KEYS[10] reply      str   the node's call record (record.lua): checked, and kept alive
@@ -124,7 +124,7 @@ for i, name in ipairs(names) do -- what is new since the totals counted (the hea
   end
 end
 
--- the run's crawl-wide limits (CLOSESPIDER_*, crawl-wide: crawlplug.frontier.control)
+-- the run's crawl-wide limits (CLOSESPIDER_*, crawl-wide: crawlplug.crawl.control)
 do
   local run = redis.call("HMGET", KEYS[8], "state", "lim_pages", "lim_items", "lim_errors", "lim_timeout", "started")
   if run[1] == "running" or run[1] == "draining" then

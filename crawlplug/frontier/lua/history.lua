@@ -63,7 +63,7 @@ local function count(i)
   return math.max(0, math.floor(tonumber(counters[i] or "0") or 0)) -- a hand-written text counts 0
 end
 local live = "-"
-if base then live = tostring(redis.call("ZCOUNT", KEYS[8], "(" .. now, "+inf")) end
+if base then live = tostring(live_count(KEYS[8], now)) end
 local rest = string.format("%d %d %d %d %d %d %d %s", count(1), count(2), count(3), count(4),
   redis.call("ZCARD", KEYS[4]) + redis.call("ZCARD", KEYS[5]), redis.call("ZCARD", KEYS[6]),
   redis.call("LLEN", KEYS[7]), live)

@@ -30,7 +30,7 @@ if kind == "list" or kind == "none" then kind = "" end
 return {
   redis.call("ZCARD", KEYS[1]) + redis.call("ZCARD", KEYS[4]) + starts,
   redis.call("ZCARD", KEYS[2]),
-  redis.call("ZCOUNT", KEYS[3], "(" .. now, "+inf"),
+  live_count(KEYS[3], now),
   starts,
   redis.call("HEXISTS", KEYS[6], "lost"),
   kind,

@@ -64,10 +64,8 @@ local run = {}
 for i = 1, #raw, 2 do run[raw[i]] = raw[i + 1] end
 local work = redis.call("ZCARD", KEYS[6]) + redis.call("ZCARD", KEYS[7]) + redis.call("ZCARD", KEYS[8])
   + start_entries(KEYS[9]) + lane_entries(10, #KEYS) + shard_work
-local live = redis.call("ZCOUNT", nodes, "(" .. now, "+inf")
-if redis.call("ZSCORE", nodes, node) and tonumber(redis.call("ZSCORE", nodes, node)) > now then
-  live = live - 1
-end
+local live = live_count(nodes, now)
+if is_live(nodes, node, now) then live = live - 1 end
 
 local function register()
   redis.call("ZADD", nodes, now + ttl, node)

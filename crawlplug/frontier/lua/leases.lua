@@ -54,6 +54,18 @@ local function redis_now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The one live-node rule: a node (or a producer) is live while its deadline in the nodes
+-- (producers) zset is later than now; at or before now it is dead, and reap.lua removes
+-- it. crawlplug/crawl/nodes.py is the same rule for Python readers.
+local function live_count(zset, now)
+  return redis.call("ZCOUNT", zset, "(" .. now, "+inf")
+end
+
+local function is_live(zset, member, now)
+  local deadline = redis.call("ZSCORE", zset, member)
+  return deadline ~= false and deadline ~= nil and tonumber(deadline) > now
+end
+
 -- The lowest request id a script may hand out now: Redis's clock in ms times 1000. Ids
 -- come from seq (admit.lua, starts.lua), but never below this: after Redis went back in
 -- time (a restart from a snapshot, a failover to a replica that lagged) seq holds an older

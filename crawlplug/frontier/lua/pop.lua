@@ -25,10 +25,10 @@
 --         too, so that a corrupt key that makes the admission refuse makes the
 --         pop refuse as well, and the call changes nothing
 -- KEYS[last - 2] reply str   the node's call record (record.lua)
--- KEYS[last - 1] run  hash  the current run (crawlplug.frontier.runs): a run ended by a
+-- KEYS[last - 1] run  hash  the current run (crawlplug.crawl.runs): a run ended by a
 --                     limit or stopped by an operator leases nothing, and its crawl-wide
 --                     limits (lim_pages, lim_items, lim_errors, lim_timeout ms since
---                     "started"; crawlplug.frontier.control) are checked against the
+--                     "started"; crawlplug.crawl.control) are checked against the
 --                     counters in KEYS[6]: a page limit leases at most what is left of it
 --                     after the pages done and the leases held. Absent (a shard, a
 --                     frontier driven without runs): no limit

@@ -41,7 +41,7 @@ local function pop_spec(spec)
   return spec
 end
 
--- the run's state and crawl-wide limits (crawlplug.frontier.control): read only, so before
+-- the run's state and crawl-wide limits (crawlplug.crawl.control): read only, so before
 -- the first write; nil, or the refusal of a run key of the wrong type
 local function pop_read_run()
   local run = redis.pcall("HMGET", P.run, "state", "lim_pages", "lim_items", "lim_errors", "lim_timeout", "started")

@@ -1,5 +1,5 @@
 -- runclear.lua: the clearing of one part of a crawl (its own keys, or a shard's) by the
--- node beginning a run, fenced by the run it belongs to (crawlplug/frontier/runs.py begin).
+-- node beginning a run, fenced by the run it belongs to (crawlplug/crawl/runs.py begin).
 --
 -- join.lua hands the node that begins a run a fencing token: the run hash's "fence", one
 -- more at each beginning and at each takeover of a stalled one. Before it clears a part,

@@ -2,7 +2,7 @@
 -- crawl-wide limits, a stop, a drain, continuing a run that was stopped or
 -- ended by a limit, asking for a new run after one, the summary of an ended
 -- run. Each checks the run's state and changes it in one atomic step
--- (crawlplug.frontier.control); the limits themselves are enforced where the
+-- (crawlplug.crawl.control); the limits themselves are enforced where the
 -- work happens: pop.lua leases nothing past them, heartbeat.lua ends the run
 -- when one is reached.
 --

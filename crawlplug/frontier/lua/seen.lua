@@ -28,7 +28,7 @@
 -- needed a second new layer in this call: the keys flags covers are recorded, call
 -- again with the rest and the new layer's keys.
 --
--- No epoch: a dupefilter used on its own joins no run (crawlplug/frontier/runs.py);
+-- No epoch: a dupefilter used on its own joins no run (crawlplug/crawl/runs.py);
 -- its fingerprints live as long as the crawl's dedup state does.
 --
 -- uses: guard leases bloom dedup   (the pieces put in front of this script: crawlplug/frontier/scripts.py)

@@ -1,6 +1,6 @@
 """A run's control: its crawl-wide limits, and an operator's stop, drain, continue or new run.
 
-A run (crawlplug.frontier.runs) carries its own limits in its ``run`` hash:
+A run (crawlplug.crawl.runs) carries its own limits in its ``run`` hash:
 ``lim_pages``, ``lim_items``, ``lim_errors`` and ``lim_timeout`` (ms since the run
 began). Nodes write their ``CLOSESPIDER_*`` settings there when they join, only the
 limits the run has none of yet (:func:`apply`), so the run keeps the limits it began
@@ -39,11 +39,11 @@ from typing import Any
 import redis
 
 from ..errors import ConfigError
+from ..frontier.keys import CrawlKeys
+from ..frontier.scripts import Scripts
+from ..frontier.sharded import open_domains
+from ..frontier.store import text
 from . import runs
-from .keys import CrawlKeys
-from .scripts import Scripts
-from .sharded import open_domains
-from .store import text
 
 #: limit name -> (run hash field, the Scrapy setting it takes the meaning of, close reason)
 LIMITS: dict[str, tuple[str, str, str]] = {

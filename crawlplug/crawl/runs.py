@@ -11,7 +11,7 @@ before it in ``runs``. A run is
   ``finished`` (never inferred later from an empty queue);
 * ``limit`` / ``stopped``: ended by a crawl-wide limit or by an operator (``draining``
   on the way: the nodes admit nothing new and crawl what is queued); such a run stays
-  ended until an operator continues it or starts a new one (crawlplug.frontier.control).
+  ended until an operator continues it or starts a new one (crawlplug.crawl.control).
 
 A node that starts (:func:`join`, ``lua/join.lua``, atomic) joins the running
 run, resumes an interrupted one, or begins the next run after a finished one:
@@ -47,11 +47,14 @@ from typing import Any
 import redis
 
 from ..errors import ConfigError, CorruptKey, RunEnded, StaleEpoch
-from . import registry, runstats, views
-from .keys import CrawlKeys
-from .layout import claim_shards, parts
-from .scripts import Scripts
-from .store import json_record, redis_ms, text
+from ..frontier import registry, runstats
+from ..frontier.keys import DEDUP_NAMES, DEDUP_PREFIXES, CrawlKeys
+from ..frontier.layout import claim_shards, parts
+from ..frontier.scripts import Scripts
+from ..frontier.store import json_record, redis_ms, text
+from . import views
+from .nodes import count_live
+from .nodes import live_nodes as count_live_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +70,6 @@ RUN_STATE_NAMES = frozenset({
     "queue", "requests", "leases", "leased", "deliveries", "dq", "domains", "dstate",
     "stats", "counted", "errors", "crawlstats", "statnodes", "producers", "graveyard",
 })  # fmt: skip
-#: Dedup state, kept across runs only by an incremental crawl.
-DEDUP_NAMES = frozenset({"seen", "seen_ttl", "bf", "bloom", "fph"})
-#: Name prefixes of dedup state (Bloom layers and generations, scrapy-redis's fingerprint copy,
-#: the compact store's buckets).
-DEDUP_PREFIXES = ("bloom:", "seen:", "fph:")
 #: Name prefixes of per-node records (live metrics, Scrapy stats), of the run that ends.
 NODE_PREFIX = "node:"
 
@@ -139,9 +137,8 @@ def _shard_work(client: redis.Redis, parts: Sequence[CrawlKeys]) -> int:
 
 
 def lane_keys(keys: CrawlKeys, lanes: Sequence[str]) -> list[str]:
-    """The keys of the crawl's lanes among ``lanes`` (start-entry list names: start_urls itself
-    has a place of its own in every script that takes these)."""
-    return [keys.key(name) for name in lanes if name != "start_urls"]
+    """The keys of the crawl's lanes among ``lanes`` (crawlplug.frontier.keys.CrawlKeys.lane_keys)."""
+    return keys.lane_keys(lanes)
 
 
 def _holds_state(client: redis.Redis, parts: Sequence[CrawlKeys]) -> bool:
@@ -449,7 +446,7 @@ def view(client: redis.Redis, keys: CrawlKeys, *, live_nodes: int | None = None,
     state = raw.get("state", "?")
     if state == "running":
         if live_nodes is None:
-            live_nodes = int(client.zcount(keys.nodes, f"({redis_ms(client)}", "+inf"))
+            live_nodes = count_live_nodes(client, keys)
         if work is None:
             work = _work(client, part_keys(client, keys))
         if live_nodes == 0 and work > 0:
@@ -583,7 +580,7 @@ def crawl_rows(client: redis.Redis, prefix: str = "crawlplug", names: Iterable[s
             pipe.zcard(k.dq)
             pipe.zcard(k.leases)
             pipe.hget(k.stats, "acked")
-        pipe.zcount(keys.nodes, f"({now}", "+inf")
+        count_live(pipe, keys.nodes, now)
         pipe.zrange(keys.nodes, -1, -1, withscores=True)
         raw = pipe.execute(raise_on_error=False)  # a key of the wrong type counts 0 (_work)
         queued = in_flight = done = 0

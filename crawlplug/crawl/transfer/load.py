@@ -1,4 +1,4 @@
-"""Import: an export file validated whole, then written (the format is described in crawlplug.frontier.transfer).
+"""Import: an export file validated whole, then written (the format is described in crawlplug.crawl.transfer).
 
 Its size: one reader of one format, a check per record type and a writer per key; split,
 the checks would sit apart from the writes they guard.
@@ -19,14 +19,14 @@ import redis
 
 from ...config import START_KEY
 from ...errors import TransferError
+from ...frontier.dedup import has_native_bloom
+from ...frontier.domains import Domains
+from ...frontier.fphash import STORE_FIELD, HashDedup, HashSpec, bind_hash_parts
+from ...frontier.keys import CrawlKeys
+from ...frontier.layout import claim_shards
+from ...frontier.single import Frontier
+from ...frontier.store import text
 from .. import runs
-from ..dedup import has_native_bloom
-from ..domains import Domains
-from ..fphash import STORE_FIELD, HashDedup, HashSpec, bind_hash_parts
-from ..keys import CrawlKeys
-from ..layout import claim_shards
-from ..single import Frontier
-from ..store import text
 from .common import BATCH, FORMAT, VERSION, _b64, _batches, _dec, _short
 
 # -- import: validation ------------------------------------------------------------------

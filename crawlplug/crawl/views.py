@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import redis
 
-from .keys import CrawlKeys
-from .layout import parts
-from .store import parse_dq_member, text
+from ..frontier.keys import CrawlKeys
+from ..frontier.layout import parts
+from ..frontier.store import parse_dq_member, text
 
 _TOMBSTONE = "__crawlplug_removed__"
 
@@ -30,7 +30,7 @@ def _dead_key(part: CrawlKeys, run: int | None) -> str:
 def dead_entries(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -> list[tuple[str, int, bytes]]:
     """Every dead letter as (its list, its index there, the letter): the crawl's own list,
     then each shard's; `crawlplug dead list` numbers them in this order. ``run``: those
-    of an earlier run (crawlplug.frontier.runs keeps them under ``dead:<run>``)."""
+    of an earlier run (crawlplug.crawl.runs keeps them under ``dead:<run>``)."""
     out = []
     for part in parts(client, keys):
         key = _dead_key(part, run)

@@ -1,6 +1,6 @@
 """An operator begins a crawl's next run, with no node running (``crawlplug start
 --new-run``, a scheduled run): the same step a node takes with
-``CRAWLPLUG_FLUSH_ON_START`` (crawlplug.frontier.runs.join with ``want="new"``),
+``CRAWLPLUG_FLUSH_ON_START`` (crawlplug.crawl.runs.join with ``want="new"``),
 taken by the operator's tool in a node's stead, which then leaves at once.
 
 The run it replaces keeps its summary (written here if its end wrote none): a
@@ -16,10 +16,10 @@ import json
 
 import redis
 
+from ..frontier.keys import CrawlKeys
+from ..frontier.results import new_node_id
+from ..frontier.store import redis_ms
 from . import runs
-from .keys import CrawlKeys
-from .results import new_node_id
-from .store import redis_ms
 
 
 def begin_new_run(client: redis.Redis, keys: CrawlKeys, *, by: str, reason: str,

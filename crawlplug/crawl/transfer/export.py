@@ -1,4 +1,4 @@
-"""Export: a crawl's state written as JSON lines (the format is described in crawlplug.frontier.transfer)."""
+"""Export: a crawl's state written as JSON lines (the format is described in crawlplug.crawl.transfer)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,12 @@ from typing import Any, TextIO
 import redis
 
 from ...config import START_KEY
-from ..fphash import iter_fingerprints
-from ..keys import CrawlKeys
-from ..layout import parts
-from ..store import rank_of, redis_ms, text
-from .common import (
-    _EXPORTED,
-    _LOCAL,
-    BATCH,
-    FORMAT,
-    STRING_CHUNK,
-    VERSION,
-    _batches,
-    _enc,
-)
+from ...frontier.fphash import iter_fingerprints
+from ...frontier.keys import CrawlKeys
+from ...frontier.layout import parts
+from ...frontier.store import rank_of, redis_ms, text
+from ..nodes import live_nodes
+from .common import _EXPORTED, _LOCAL, BATCH, FORMAT, STRING_CHUNK, VERSION, _batches, _enc
 
 # -- export -----------------------------------------------------------------------------
 
@@ -100,7 +92,7 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
     names = {p.tag: _crawl_key_names(client, p) for p in all_parts}
     lanes = set(_lanes(client, keys))
     counts["not_exported"] = sorted({n for part_names in names.values() for n in _not_exported(part_names, lanes)})
-    counts["live_nodes"] = int(client.zcount(keys.nodes, now + 1, "+inf"))
+    counts["live_nodes"] = live_nodes(client, keys, now)
     domain_mode = any(n in part_names for part_names in names.values() for n in ("dq", "domains", "dconf"))
     header = {
         "type": FORMAT, "version": VERSION, "crawl": keys.crawl,
@@ -236,7 +228,7 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
             counts["domains"] += 1
     counts["stats"] += fields("stats", keys.stats)
     fields("crawlstats", keys.crawlstats)
-    if keys.shard is None:  # the crawl's runs (crawlplug.frontier.runs): the current one and the history
+    if keys.shard is None:  # the crawl's runs (crawlplug.crawl.runs): the current one and the history
         fields("run", keys.run, lambda f: f != b"epoch")
         fields("runs", keys.runs)
 
