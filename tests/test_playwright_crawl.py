@@ -43,7 +43,9 @@ def _launch_options() -> dict[str, object]:
 
 def test_a_javascript_page_is_crawled_with_its_page_methods_read_back_from_redis(crawl, redis_url):
     launch = _launch_options()
-    with JsSite(pages=3, per_page=2, delay_ms=500) as site:
+    # the quotes come 2 s after the page: a control page read without the wait has none yet, even
+    # when a loaded machine renders slowly (at 0.5 s, one read on the suite's workers had both)
+    with JsSite(pages=3, per_page=2, delay_ms=2000) as site:
         node = crawl("jsquotes", args={"base_url": site.url, "refused": "1", "control": "1"},
                      settings={"REDIS_URL": redis_url, "PLAYWRIGHT_LAUNCH_OPTIONS": json.dumps(launch), **FAST})
         assert node.wait(120) == 0, node.text()[-3000:]
