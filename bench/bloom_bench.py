@@ -80,7 +80,11 @@ from crawlplug.dupefilters import bloom_info
 from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.frontier.dedup import BloomDedup, Dedup, SetDedup
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
+
+try:  # the tree measured may be older than crawlplug.frontier.core
+    from crawlplug.frontier.core import Frontier
+except ImportError:
+    from crawlplug.frontier.single import Frontier
 from tests.support.servers import RedisServer, free_port
 
 P = 0.001

@@ -86,7 +86,11 @@ from crawlplug.connection import client_from_url
 from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.frontier.dedup import BloomDedup, bloom_info, has_native_bloom, prepare_bloom
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
+
+try:  # the tree measured may be older than crawlplug.frontier.core
+    from crawlplug.frontier.core import Frontier
+except ImportError:
+    from crawlplug.frontier.single import Frontier
 
 #: log2(e): an optimal Bloom filter spends log2(e) * log2(1/p) bits per item
 OPTIMAL_BITS_PER_ITEM = 1.4427

@@ -54,7 +54,7 @@ beside the drivers' to show how close the simulation is (``--sent`` and
 ``--pages-per-call`` skip it, or override what it measured).
 
 **Sharded** (``--cluster``, default on): the working tree's crawlplug with
-CRAWLPLUG_SHARDS = ``--shards`` (ShardedFrontier) over a real 3-primary Redis Cluster
+CRAWLPLUG_SHARDS = ``--shards`` (crawlplug.frontier.core.Frontier over shards) over a real 3-primary Redis Cluster
 (tests/support/clusters.py), each page's links on its own site but ``--offsite``
 (10 %) on random ones of ``--hosts`` sites: each primary's CPU seconds per page, how
 evenly the work splits (max / mean over the primaries), and the node count the

@@ -141,7 +141,10 @@ def seed_links(links: Links, n: int) -> list[tuple[bytes, str, bytes]]:
 def run_crawlplug(cfg: dict[str, Any]) -> dict[str, Any]:
     from crawlplug.connection import client_from_url
     from crawlplug.frontier.keys import CrawlKeys
-    from crawlplug.frontier.sharded import open_frontier
+    try:  # the tree measured may be older than crawlplug.frontier.core
+        from crawlplug.frontier.core import open_frontier
+    except ImportError:
+        from crawlplug.frontier.sharded import open_frontier
 
     client = client_from_url(cfg["url"])
     keys = CrawlKeys(cfg["crawl"])

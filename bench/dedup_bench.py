@@ -50,7 +50,10 @@ def _child(case: dict[str, Any]) -> None:
 
     import crawlplug
     from crawlplug.frontier.keys import CrawlKeys
-    from crawlplug.frontier.single import Frontier
+    try:  # the tree measured may be older than crawlplug.frontier.core
+        from crawlplug.frontier.core import Frontier
+    except ImportError:
+        from crawlplug.frontier.single import Frontier
 
     client = redis.Redis(port=case["port"], socket_timeout=600)
     keys = CrawlKeys("bench")

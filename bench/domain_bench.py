@@ -34,7 +34,11 @@ from common import RedisProc
 
 from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
+
+try:  # the tree measured may be older than crawlplug.frontier.core
+    from crawlplug.frontier.core import Frontier
+except ImportError:
+    from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue, PriorityQueue
 
 PAYLOAD = b'{"v":1,"url":"https://%s/page/%d","callback":"parse_item"}'

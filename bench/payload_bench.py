@@ -119,7 +119,10 @@ def child_queue(redis_url: str, domain_queue: bool) -> dict[str, Any]:
     import redis
 
     from crawlplug.frontier.keys import CrawlKeys
-    from crawlplug.frontier.single import Frontier
+    try:  # the tree measured may be older than crawlplug.frontier.core
+        from crawlplug.frontier.core import Frontier
+    except ImportError:
+        from crawlplug.frontier.single import Frontier
     from crawlplug.queues import DomainQueue, PriorityQueue
     from crawlplug.serializers import JsonSerializer
     from spiders.shop import ShopSpider

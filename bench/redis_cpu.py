@@ -210,7 +210,10 @@ import glob, json, os, subprocess, sys, time
 import redis
 from scrapy import Request
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
+try:  # the tree measured may be older than crawlplug.frontier.core
+    from crawlplug.frontier.core import Frontier
+except ImportError:
+    from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 port, out, n, b = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), 5
 proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, "--instr-atstart=no",

@@ -40,8 +40,15 @@ sys.path.insert(0, str(ROOT))
 
 from crawlplug.connection import client_from_url
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.sharded import ShardedFrontier, claim_shards
-from crawlplug.frontier.single import Frontier
+
+try:  # the tree measured may be older than crawlplug.frontier.core
+    from crawlplug.frontier.core import ShardedFrontier, claim_shards
+except ImportError:
+    from crawlplug.frontier.sharded import ShardedFrontier, claim_shards
+try:  # the tree measured may be older than crawlplug.frontier.core
+    from crawlplug.frontier.core import Frontier
+except ImportError:
+    from crawlplug.frontier.single import Frontier
 from tests.support.clusters import RedisCluster3
 
 PAYLOAD = b'{"v":1,"url":"https://%s/page/%d","callback":"parse_item"}'

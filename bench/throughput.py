@@ -198,7 +198,10 @@ def _seed_request(url: str, callback: str, **kwargs: Any) -> tuple[Any, Any]:
 
 def _frontier(client: Any) -> Any:
     from crawlplug.frontier.keys import CrawlKeys
-    from crawlplug.frontier.single import Frontier
+    try:  # the tree measured may be older than crawlplug.frontier.core
+        from crawlplug.frontier.core import Frontier
+    except ImportError:
+        from crawlplug.frontier.single import Frontier
 
     return Frontier(client, CrawlKeys(CRAWL))
 
@@ -729,7 +732,10 @@ def scenario_micro(args: argparse.Namespace, workdir: Path, log: Callable[[str],
     from scrapy.utils.request import RequestFingerprinter
 
     from crawlplug.frontier.keys import CrawlKeys
-    from crawlplug.frontier.single import Frontier
+    try:  # the tree measured may be older than crawlplug.frontier.core
+        from crawlplug.frontier.core import Frontier
+    except ImportError:
+        from crawlplug.frontier.single import Frontier
     from crawlplug.queues import PriorityQueue as CpPriority
     from crawlplug.serializers import JsonSerializer
     from spiders.shop import ShopSpider

@@ -23,8 +23,8 @@ import pytest
 import redis
 
 from crawlplug.crawl import Crawl
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 
 from .support.nodes import SCRAPY
 

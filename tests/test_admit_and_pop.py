@@ -17,10 +17,10 @@ from crawlplug.crawl import control, runs
 from crawlplug.crawl.control import Limits
 from crawlplug.errors import CorruptKey, StaleEpoch
 from crawlplug.frontier.bloom import BloomSpec
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import BloomDedup
 from crawlplug.frontier.fphash import HashDedup, HashSpec
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue, FifoQueue
 
 from .support.scriptspy import AdmitSpy
@@ -118,9 +118,9 @@ def test_a_call_sent_again_answers_its_admission_and_the_leases_it_gave(r):
 def test_a_pop_sent_again_answers_the_leases_it_gave(r):
     f = Frontier(r, K, node_id="node-a", queue=FifoQueue)
     f.admit([(fp(i), 0, payload(i)) for i in range(4)])
-    keys, args = f._pop_keys, f._pop_args(2)
+    keys, args = f.base._pop_keys, f.base._pop_args(2)
     lost = f.scripts.pop(keys=keys, args=args)  # ran; its reply never reached the node
-    f._uncertain_pop = (keys, args)
+    f.base._uncertain_pop = (keys, args)
     leased = f.pop(2)
     assert [x.id for x in leased] == [x.decode() for x in lost[:-1][0::3]], "the same leases"
     assert stats(r)["leased"] == 2 and r.zcard(K.queue) == 2

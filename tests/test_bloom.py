@@ -50,9 +50,9 @@ from crawlplug.frontier.bloom import (
     positions,
     slices_and_bits,
 )
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import BloomDedup, TtlDedup
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 
 from .support.fuzz import examples
 from .support.scriptspy import AdmitSpy

@@ -11,9 +11,9 @@ from scrapy.utils.test import get_crawler
 from crawlplug.dupefilters import RedisBloomDupeFilter
 from crawlplug.errors import ConfigError
 from crawlplug.frontier.bloom import BloomSpec
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import BloomDedup
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 
 
 def _admit(frontier: Frontier, fps: list[bytes]) -> str:

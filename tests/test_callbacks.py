@@ -27,8 +27,8 @@ from scrapy import Request
 from crawlplug import callbacks, starts
 from crawlplug.crawl import Crawl
 from crawlplug.errors import DecodeError, SerializationError
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer, describe_payload
 from crawlplug.sites.spider import SiteSpider
 from spiders.redisrules import RedisRulesSpider

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 import crawlplug
 from crawlplug.cli import main
 from crawlplug.frontier import registry
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 
 from .support.nodes import ROOT

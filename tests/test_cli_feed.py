@@ -24,8 +24,8 @@ from crawlplug.cli import main
 from crawlplug.crawl import Crawl
 from crawlplug.errors import DecodeError
 from crawlplug.frontier import registry
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.seeds import Seeds, make_seed
 from crawlplug.serializers import JsonSerializer, describe_payload
 

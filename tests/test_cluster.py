@@ -38,10 +38,10 @@ from crawlplug.connection import client_from_url
 from crawlplug.crawl import Crawl
 from crawlplug.dupefilters import bloom_info
 from crawlplug.frontier.bloom import BloomSpec
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import BloomDedup
 from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.pipelines import count_items
 from crawlplug.queues import DomainQueue, PriorityQueue
 from crawlplug.serializers import JsonSerializer

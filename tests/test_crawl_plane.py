@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 from crawlplug.crawl import Crawl, runs
+from crawlplug.frontier.core import Frontier, open_frontier
 from crawlplug.frontier.interface import CrawlFrontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards, shard_of
-from crawlplug.frontier.sharded import ShardedFrontier, open_frontier
 
 N = 3
 #: what a crawl is beside its data plane: the control plane's, not the frontier's
@@ -35,7 +35,7 @@ def test_a_crawl_is_read_and_switched_without_a_frontier(r):
     keys = CrawlKeys("plane")
     _clean(r, keys)
     claim_shards(r, keys, N)
-    node = ShardedFrontier(r, keys, shards=N, node_id="node-a")
+    node = Frontier(r, keys, shards=N, node_id="node-a")
     hosts = _hosts()
     node.admit([(f"{h}/{j}".encode().ljust(20, b"_"), 0.0, json.dumps({"url": f"http://{h}/{j}"}).encode(), "", h)
                 for h in hosts for j in range(2)])  # fmt: skip

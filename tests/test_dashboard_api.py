@@ -27,8 +27,8 @@ from crawlplug.cli.web import is_loopback
 from crawlplug.connection import client_from_url
 from crawlplug.crawl import Crawl, runs
 from crawlplug.demo.crawl import DashboardThread
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 from crawlplug.web import API, create_app
 

@@ -17,8 +17,8 @@ from crawlplug.cli import main as cli_main
 from crawlplug.cli import web as cli_web
 from crawlplug.crawl import Crawl
 from crawlplug.errors import ConfigError
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.web import allowed_hosts, host_pattern
 
 from .support.dashboardproc import HOSTS_ENVVAR, start_dashboard

@@ -13,9 +13,9 @@ from scrapy.settings import Settings
 
 from crawlplug.crawl import Crawl
 from crawlplug.errors import ConfigError
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue, domain_limits, registered_domain
 
 K = CrawlKeys("dq")

@@ -10,8 +10,8 @@ from scrapy import Request
 from scrapy.utils.test import get_crawler
 
 from crawlplug.dupefilters import RedisSetDupeFilter
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 
 from .support.fingerprints import recorded
 

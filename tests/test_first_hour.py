@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from crawlplug import errorsamples
 from crawlplug.cli import main
 from crawlplug.crawl import Crawl, runs
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.ops import alerts
 
 from .support.nodes import wait_until

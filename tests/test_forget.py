@@ -26,10 +26,10 @@ from scrapy.utils.test import get_crawler
 from crawlplug.cli import main
 from crawlplug.frontier import open_frontier, registry
 from crawlplug.frontier.bloom import BloomSpec
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import BloomDedup, TtlDedup
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards
-from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 
 from .support.nodes import ROOT

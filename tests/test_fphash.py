@@ -23,10 +23,10 @@ from scrapy.utils.test import get_crawler
 from crawlplug.dupefilters import RedisSetDupeFilter
 from crawlplug.errors import CorruptKey
 from crawlplug.frontier import open_frontier
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import SetDedup
 from crawlplug.frontier.fphash import HashDedup, HashSpec, hash_info
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 
 from .support.servers import RedisServer, free_port
 

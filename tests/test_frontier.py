@@ -12,9 +12,9 @@ import redis
 from redis.crc import key_slot
 
 from crawlplug.crawl import Crawl
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import NAMES, CrawlKeys
 from crawlplug.frontier.scripts import source
-from crawlplug.frontier.single import Frontier
 from crawlplug.queues import FifoQueue
 
 K = CrawlKeys("crawl")

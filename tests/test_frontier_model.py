@@ -76,11 +76,11 @@ from hypothesis.stateful import (
 from crawlplug.crawl import Crawl, runs
 from crawlplug.errors import AdmissionIncomplete, StaleEpoch
 from crawlplug.frontier.bloom import BloomSpec
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import BloomDedup, Dedup, SetDedup, TtlDedup
 from crawlplug.frontier.fphash import HashDedup, HashSpec, iter_fingerprints
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.sharded import ShardedFrontier, claim_shards, shard_of
-from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.layout import claim_shards, shard_of
 from crawlplug.queues import DomainQueue, PriorityQueue
 
 from .support.servers import RedisServer, free_port
@@ -189,7 +189,7 @@ class FrontierUnderTest:
             "epoch": self.joined[node].epoch,
         }
         if self.config.sharded:
-            return ShardedFrontier(self.client, K, shards=SHARDS, dedup_factory=self._dedup, **kwargs)
+            return Frontier(self.client, K, shards=SHARDS, dedup_factory=self._dedup, **kwargs)
         return Frontier(self.client, K, dedup=self._dedup(), **kwargs)
 
     def _join_args(self, node: str) -> dict[str, Any]:

@@ -50,11 +50,11 @@ from hypothesis.stateful import (
 
 from crawlplug.crawl import Crawl, runs
 from crawlplug.errors import AdmissionIncomplete, RolledBack
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import Dedup, SetDedup
 from crawlplug.frontier.fphash import HashDedup, HashSpec
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.sharded import ShardedFrontier, claim_shards
-from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.layout import claim_shards
 from crawlplug.queues import DomainQueue, PriorityQueue
 
 from .support.rollback import Snapshot, restore, snapshot
@@ -162,7 +162,7 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
                                   "node_id": f"node-{name}", "lease_timeout": LEASE, "heartbeat": LEASE / 4,
                                   "epoch": epoch}  # fmt: skip
         if self.config.sharded:
-            return ShardedFrontier(self.client, K, shards=SHARDS, dedup_factory=self._dedup, **kwargs)
+            return Frontier(self.client, K, shards=SHARDS, dedup_factory=self._dedup, **kwargs)
         return Frontier(self.client, K, dedup=self._dedup(), **kwargs)
 
     def teardown(self) -> None:

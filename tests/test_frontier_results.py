@@ -10,10 +10,10 @@ import json
 import pytest
 
 from crawlplug.crawl import Crawl, runs
+from crawlplug.frontier.core import open_frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards
 from crawlplug.frontier.results import Beat, Idle, Leases
-from crawlplug.frontier.sharded import open_frontier
 
 
 @pytest.mark.parametrize("shards", [1, 3])

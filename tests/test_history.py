@@ -21,11 +21,10 @@ from crawlplug.cli import main
 from crawlplug.crawl import runs
 from crawlplug.errors import ConfigError, StaleEpoch
 from crawlplug.frontier import history as records
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.history import DAY_MS, HOUR_MS, MINUTE_MS
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards
-from crawlplug.frontier.sharded import ShardedFrontier
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.store import redis_ms
 from crawlplug.ops import history
 from crawlplug.web import create_app
@@ -91,7 +90,7 @@ def test_every_part_of_a_sharded_crawl_is_sampled_and_summed(client):
     """On one Redis and on a 3-primary cluster (each shard's keys under its own hash tag)."""
     r = client
     claim_shards(r, K, 3)
-    frontier = ShardedFrontier(r, K, shards=3, node_id="a")
+    frontier = Frontier(r, K, shards=3, node_id="a")
     frontier.admit([(*payload(i), "", f"site{i}.test") for i in range(9)])
     frontier.pop(4)
     frontier.heartbeat_and_reap([])
@@ -107,7 +106,7 @@ def test_every_part_of_a_sharded_crawl_is_sampled_and_summed(client):
 def test_a_sample_named_for_another_hour_writes_nothing(r):
     frontier = Frontier(r, K, node_id="a")
     now = redis_ms(r)
-    name, keys, args = frontier.history_call(now - 2 * HOUR_MS)  # a clock estimate 2 h off
+    name, keys, args = frontier.base.history_call(now - 2 * HOUR_MS)  # a clock estimate 2 h off
     reply = frontier.scripts.history(keys=keys, args=args)
     assert reply[1] == 0 and abs(int(reply[0]) - now) < 5_000
     assert history_keys(r) == {}

@@ -22,8 +22,8 @@ import redis
 from scrapy import Request
 
 from crawlplug.crawl import Crawl
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import PICKLE_MAGIC, JsonSerializer
 
 from .support.nodes import ROOT, SCRAPY

@@ -15,8 +15,8 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from crawlplug.crawl import Crawl
+from crawlplug.frontier.core import open_frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.sharded import open_frontier
 from crawlplug.ops import metrics
 from crawlplug.stats import node_stats
 

@@ -34,8 +34,8 @@ from crawlplug.compat.legacy import (
     scrapy_request_fingerprint,
 )
 from crawlplug.compat.migrate import MigrationError
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.queues import PriorityQueue
 from crawlplug.serializers import JsonSerializer, describe_payload
 from crawlplug.serializers.safepickle import RefusedGlobal, restricted_loads

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from crawlplug.crawl import Crawl
+from crawlplug.frontier.core import open_frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.sharded import ShardedFrontier, claim_shards, open_frontier
+from crawlplug.frontier.layout import claim_shards
 
 from .support.nodes import ROOT
 
@@ -68,7 +69,7 @@ def finish_with_crawlplug(crawl, shop, redis_url, first, client, shards: int = 1
     assert client.exists("shop:requests:migrated")
     keys = CrawlKeys("shop")
     frontier = open_frontier(client, keys)
-    assert isinstance(frontier, ShardedFrontier) == (shards > 1)
+    assert frontier.sharded == (shards > 1) and len(frontier.parts()) == (shards + 1 if shards > 1 else 1)
     status = Crawl.of(frontier).status()
     assert status["queued"] == queued
 

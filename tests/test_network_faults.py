@@ -32,9 +32,9 @@ from scrapy import Request
 from crawlplug.connection import client_from_url
 from crawlplug.crawl import Crawl
 from crawlplug.errors import AdmissionIncomplete, RolledBack
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.scripts import source
-from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 
 from .support.faultproxy import FaultProxy
@@ -318,10 +318,11 @@ def test_a_sharded_admission_whose_reply_was_lost_is_sent_again_first_and_counte
     """A sharded crawl's admissions go in one pipeline over the shards: when its replies are
     lost and the retry fails too, the next batch sends each shard's lost call again first,
     exactly (issue 32: it counted its requests as duplicates of themselves, and its acks stale)."""
-    from crawlplug.frontier.sharded import ShardedFrontier, shard_of
+    from crawlplug.frontier.core import Frontier
+    from crawlplug.frontier.layout import shard_of
 
     hosts = {shard_of(h, 2): h for h in (f"h{i}.test" for i in range(20))}
-    frontier = ShardedFrontier(client_from_url(proxies[0].url), KEYS, shards=2, node_id="node-a")
+    frontier = Frontier(client_from_url(proxies[0].url), KEYS, shards=2, node_id="node-a")
     frontier.admit([(_fp(0), 0.0, _payload(0), "", hosts[0])])
     parent = frontier.pop(1)[0].id
     children = [(_fp(i), 0.0, _payload(i), "", hosts[i % 2]) for i in range(1, 5)]

@@ -25,7 +25,7 @@ from starlette.testclient import TestClient
 from crawlplug.cli import main
 from crawlplug.demo.shop import DemoShop, serve
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.sharded import parts
+from crawlplug.frontier.layout import parts
 from crawlplug.ops.status import rates, snapshot
 from crawlplug.web import create_app
 

@@ -22,8 +22,8 @@ import redis
 from scrapy.utils.request import fingerprint
 
 from crawlplug.crawl.transfer import export_crawl, import_crawl
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import COMPACT_VERSION, FORMAT_VERSION, JsonSerializer, describe_payload
 from spiders.shop import ShopSpider
 from tests.support.nodes import wait_for_fetches, wait_until

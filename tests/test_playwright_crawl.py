@@ -22,8 +22,8 @@ import pytest
 import redis
 
 from crawlplug.crawl import Crawl
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from tests.support.importmarker import MARKER_ENV
 from tests.support.jssite import JsSite, chromium
 

@@ -7,8 +7,8 @@ import redis
 from scrapy import Request
 
 from crawlplug.errors import ConfigError
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.queues import (
     BaseQueue,
     FifoQueue,

@@ -20,8 +20,8 @@ from pathlib import Path
 import redis
 
 from crawlplug.crawl import Crawl
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import describe_payload
 
 from .support.patience import patient

@@ -10,8 +10,8 @@ import redis
 
 from crawlplug.crawl import runs
 from crawlplug.errors import CorruptKey
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 
 K = CrawlKeys("resends")
 

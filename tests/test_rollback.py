@@ -19,9 +19,9 @@ import pytest
 import redis
 
 from crawlplug.errors import AdmissionIncomplete, RolledBack
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.sharded import ShardedFrontier, shard_of
-from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.layout import shard_of
 from crawlplug.queues import FifoQueue
 
 from .support.rollback import restore, snapshot
@@ -146,10 +146,10 @@ def test_a_call_sent_again_after_its_reply_was_lost_is_no_rollback(r, node):
     uncertain call), it is answered with its stored reply, not refused."""
     node.admit([(fp("parent"), 0.0, b"parent")])
     [parent] = node.pop(1)
-    call = node.admit_call([(fp("a"), 0.0, b"a")], [parent.id])
+    call = node.base.admit_call([(fp("a"), 0.0, b"a")], [parent.id])
     raw = node.scripts.admit(keys=call[1], args=call[2])  # the script ran; the node never read the reply
     assert raw[0] == b"1"
-    node._uncertain = (call[2][3], call[1], call[2], 1, 1, 0)
+    node.base.uncertain = (call[2][3], call[1], call[2], 1, 1, 0)
     result = node.admit([(fp("a"), 0.0, b"a")], [parent.id])
     assert (result.flags, result.acked) == ("1", 1), "the stored reply, once"
     assert payloads(r) == {b"a": "queued"}
@@ -175,7 +175,7 @@ def test_a_new_run_is_no_rollback(r, node):
     node.epoch = "e2"
     r.set(K.epoch, "e2")
     assert node.admit([(fp("y"), 0.0, b"y")]).flags == "1"
-    assert node.record.held == {}
+    assert node.base.record.held == {}
 
 
 # -- a sharded crawl: one shard goes back alone (a Redis Cluster primary) ----------------------
@@ -184,11 +184,11 @@ SHARDS = 2
 HOSTS = {shard_of(h, SHARDS): h for h in (f"h{i}.test" for i in range(20))}
 
 
-def sharded(r: redis.Redis, window: float = 300.0) -> ShardedFrontier:
-    return ShardedFrontier(r, K, shards=SHARDS, node_id="node-a", resend_window=window)
+def sharded(r: redis.Redis, window: float = 300.0) -> Frontier:
+    return Frontier(r, K, shards=SHARDS, node_id="node-a", resend_window=window)
 
 
-def _parent_in_0_links_in_1(r: redis.Redis, f: ShardedFrontier):
+def _parent_in_0_links_in_1(r: redis.Redis, f: Frontier):
     """A parent leased from shard 0, then its links admitted to shard 1 with its ack (the
     ack waits for shard 1 to store them, then goes to shard 0): a snapshot of shard 1 first."""
     f.admit([(fp("parent"), 0.0, b"parent", "", HOSTS[0])])

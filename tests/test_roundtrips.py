@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from scrapy import Request
 
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.scripts import NAMES, Scripts
-from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 
 # commands the scripts run inside Redis (counted by commandstats too, but no round trip)

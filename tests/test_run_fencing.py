@@ -20,7 +20,7 @@ K = CrawlKeys("fenced")
 
 @pytest.mark.parametrize("shards", [1, 2])
 def test_a_node_that_stalled_beginning_a_run_clears_nothing_of_the_run_another_began(r, monkeypatch, shards):
-    from crawlplug.frontier.sharded import open_frontier
+    from crawlplug.frontier.core import open_frontier
 
     claim_shards(r, K, shards)
     first = runs.join(r, K, node_id="a", ttl_ms=10_000)

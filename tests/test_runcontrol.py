@@ -25,8 +25,8 @@ from crawlplug.cli import main
 from crawlplug.crawl import Crawl, control, runs
 from crawlplug.crawl.control import Limits
 from crawlplug.errors import ConfigError, CorruptKey, RunEnded
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.queues import DomainQueue
 from crawlplug.scheduler.politeness import choose
 
@@ -126,12 +126,13 @@ def test_items_errors_and_time_end_the_run_at_a_heartbeat(r):
 def test_a_sharded_crawl_counts_its_pages_through_the_heartbeat(r):
     """The shards' own counters are not in the crawl's keys: nodes add their acks with each
     heartbeat (shard_acked), and the page limit ends the run there."""
-    from crawlplug.frontier.sharded import ShardedFrontier, claim_shards
+    from crawlplug.frontier.core import Frontier
+    from crawlplug.frontier.layout import claim_shards
 
     keys = CrawlKeys("sharded-limit")
     claim_shards(r, keys, 2)
     joined = runs.join(r, keys, node_id="n1", ttl_ms=10_000)
-    node = ShardedFrontier(r, keys, shards=2, node_id="n1", epoch=joined.epoch)
+    node = Frontier(r, keys, shards=2, node_id="n1", epoch=joined.epoch)
     control.apply(r, keys, joined.run, Limits(pages=10), by="n1")
     node.heartbeat([], totals={"shard_acked": 9})
     assert node.run_state == "running"

@@ -23,9 +23,9 @@ from crawlplug.cli import main
 from crawlplug.crawl import Crawl, runs
 from crawlplug.errors import CorruptKey, StaleEpoch
 from crawlplug.frontier import open_frontier, registry
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards
-from crawlplug.frontier.single import Frontier
 
 from .support.nodes import SCRAPY
 from .support.nodes import wait_until as _wait_for
@@ -266,7 +266,8 @@ def test_calls_of_an_old_epoch_are_refused_whole(r):
         "admit (with an ack)": lambda: node.admit([(b"h" * 20, 0.0, b"{}")], acks=[leased[0].id]),
         "pop": lambda: node.pop(5),
         "heartbeat": lambda: node.heartbeat([leased[0].id]),
-        "renew": lambda: node.renew([leased[0].id]),
+        "renew": lambda: node.scripts.renew(keys=node.base.renew_call([leased[0].id])[1],
+                                            args=node.base.renew_call([leased[0].id])[2]),
         "release": lambda: node.release([leased[0].id], unstarted=True),
         "dead letter": lambda: node.dead_letter(leased[0].id, "why"),
         "start entries": lambda: node.take_starts(5),
@@ -423,7 +424,7 @@ def test_runs_on_a_redis_cluster(crawl, make_shop, cluster_url, cluster_client):
 def test_a_redis_that_lost_its_data_is_not_taken_for_a_reset(crawl, make_shop, fresh_redis, shards):
     """Redis restarted empty under a live node: not a purge. The node says Redis lost the
     crawl's data and does not finish the crawl until an operator accepts the loss (sharded,
-    the rejoin used to fail on ShardedFrontier.data_lost, a read-only property)."""
+    the rejoin used to fail on Frontier.data_lost, a read-only property)."""
     shop = make_shop(items=300, delay=0.01)
     settings = {"REDIS_URL": fresh_redis.url, **FAST, "CONCURRENT_REQUESTS": 2, "CRAWLPLUG_SHARDS": shards}
     node = crawl(args={"base_url": shop.url}, settings=settings)

@@ -36,8 +36,8 @@ from crawlplug.connection import (
 )
 from crawlplug.demo import crawl as democrawl
 from crawlplug.errors import RedisUnavailable
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.serializers import JsonSerializer
 from crawlplug.web import create_app
 

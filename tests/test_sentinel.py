@@ -41,8 +41,8 @@ import pytest
 
 from crawlplug.connection import client_from_url
 from crawlplug.crawl import Crawl
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 
 from .support.fingerprints import recorded
 

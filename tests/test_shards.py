@@ -29,16 +29,10 @@ from crawlplug.crawl import Crawl
 from crawlplug.demo.shop import DemoShop, serve
 from crawlplug.errors import AdmissionIncomplete, ConfigError, CorruptKey
 from crawlplug.frontier.bloom import BloomSpec
+from crawlplug.frontier.core import Frontier, open_frontier
 from crawlplug.frontier.dedup import BloomDedup
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.sharded import (
-    ShardedFrontier,
-    claim_shards,
-    open_frontier,
-    parts,
-    shard_of,
-)
-from crawlplug.frontier.single import Frontier
+from crawlplug.frontier.layout import claim_shards, parts, shard_of
 from crawlplug.queues import DomainQueue
 from crawlplug.serializers import describe_payload
 
@@ -64,9 +58,9 @@ def item(host: str, n: object, score: float = 0.0) -> tuple[bytes, float, bytes,
     return (fp(f"{host}/{n}"), score, json.dumps({"url": f"http://{host}/{n}"}).encode(), "", host)
 
 
-def sharded(client: Any, node: str = "node-a", **kwargs: Any) -> ShardedFrontier:
+def sharded(client: Any, node: str = "node-a", **kwargs: Any) -> Frontier:
     claim_shards(client, K, N)
-    return ShardedFrontier(client, K, shards=N, node_id=node, **kwargs)
+    return Frontier(client, K, shards=N, node_id=node, **kwargs)
 
 
 @pytest.fixture(params=["one-redis", pytest.param("cluster", marks=pytest.mark.integration)])
@@ -243,7 +237,8 @@ def test_the_shard_count_is_fixed_for_a_crawls_life(r):
     with pytest.raises(ConfigError, match="already has requests"):
         claim_shards(r, other, 3)
     claim_shards(r, other, 1)
-    assert isinstance(open_frontier(r, K), ShardedFrontier) and isinstance(open_frontier(r, other), Frontier)
+    assert open_frontier(r, K).sharded and not open_frontier(r, other).sharded
+    assert len(open_frontier(r, K).parts()) == 5 and open_frontier(r, other).parts() == [other]
 
 
 def test_purge_deletes_every_shard(r):
@@ -484,7 +479,7 @@ def test_a_sharded_crawl_stopped_on_one_redis_finishes_on_another(crawl, redis_u
         assert res.exit_code == 0, res.output
         target = redis.Redis.from_url(fresh_redis.url)
         after = Crawl.of(open_frontier(target, keys)).status()
-        assert isinstance(open_frontier(target, keys), ShardedFrontier)
+        assert isinstance(open_frontier(target, keys), Frontier)
         assert [s["queued"] for s in after["shards"]] == [s["queued"] for s in before["shards"]]
         blooms = sorted(k for k in r.scan_iter(match=keys.shards_pattern()) if b":bloom:1:" in k)
         assert len({k.split(b"}")[0] for k in blooms}) >= 2, "the hosts went to several shards"
@@ -544,9 +539,10 @@ def test_a_call_refused_in_a_corrupt_shard_changes_nothing_there(r):
     import hashlib
 
     from crawlplug.errors import AdmissionIncomplete
+    from crawlplug.frontier.core import open_frontier
     from crawlplug.frontier.dedup import SetDedup
     from crawlplug.frontier.keys import CrawlKeys
-    from crawlplug.frontier.sharded import open_frontier, shard_of
+    from crawlplug.frontier.layout import shard_of
 
     f = open_frontier(r, CrawlKeys("cshard"), shards=2, dedup_factory=SetDedup, node_id="n1",
                       lease_timeout=30.0, heartbeat=2.0)  # fmt: skip

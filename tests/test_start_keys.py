@@ -21,8 +21,8 @@ from crawlplug.cli import main
 from crawlplug.config import SchedulerConfig, start_keys
 from crawlplug.crawl import Crawl
 from crawlplug.errors import ConfigError, CorruptKey
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.spiders import legacy_keys
 
 K = CrawlKeys("lanes")

@@ -27,8 +27,8 @@ from scrapy import FormRequest, Request
 from crawlplug import starts
 from crawlplug.crawl import Crawl
 from crawlplug.errors import DecodeError
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.starts import MAX_ENTRY_BYTES, StartEntry
 
 ROOT = Path(__file__).resolve().parents[1]

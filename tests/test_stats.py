@@ -16,8 +16,8 @@ from redis.retry import Retry
 from scrapy.utils.test import get_crawler
 
 from crawlplug.cli import main
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.stats import (
     RedisStatsCollector,
     crawl_stats,

@@ -31,9 +31,9 @@ from crawlplug.cli import main
 from crawlplug.crawl import Crawl
 from crawlplug.crawl.transfer import TransferError, export_crawl, import_crawl
 from crawlplug.dupefilters import ExpiringDupeFilter, RedisBloomDupeFilter
+from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.single import Frontier
 from crawlplug.frontier.store import rank_of
 from crawlplug.queues import DomainQueue
 from crawlplug.seeds import Seeds, make_seed

@@ -7,7 +7,7 @@ import json
 import click
 
 from ..crawl import views
-from ..frontier.sharded import open_domains
+from ..frontier.core import open_domains
 from .common import (
     connect,
     crawl_keys,

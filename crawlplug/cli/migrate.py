@@ -43,12 +43,12 @@ from ..config import setting
 from ..crawl import Crawl
 from ..crawl.nodes import live_of
 from ..dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
+from ..frontier.core import open_frontier
 from ..frontier.dedup import Dedup
 from ..frontier.fphash import HashSpec, bind_hash_parts, migrate_set
 from ..frontier.interface import CrawlFrontier
 from ..frontier.keys import CrawlKeys
 from ..frontier.layout import claim_shards, stored_shards
-from ..frontier.sharded import open_frontier
 from ..queues import load_queue_class
 from ..serializers import serializer_from_settings
 from .common import (

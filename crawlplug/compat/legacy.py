@@ -288,7 +288,7 @@ class ScrapyRedisSeen:
             return
         self._sentinel_arg = self.strategy.argument(SENTINEL)  # type: ignore[attr-defined]
         # the marker must be in the dedup state before any request maps to it: in
-        # every shard's, for a sharded crawl (crawlplug.frontier.sharded), as any shard may get it
+        # every shard's, for a sharded crawl (crawlplug.frontier.core), as any shard may get it
         for part in frontier.dedup_parts():
             part.admit([(part.dedup.argument(SENTINEL), 0.0, b"")])
         logger.info(

@@ -62,7 +62,7 @@ from ..errors import (
     MigrationError,
     SerializationError,
 )
-from ..frontier.single import Frontier
+from ..frontier.core import Frontier
 from ..queues import BaseQueue
 from ..serializers import JsonSerializer
 from ..serializers.safepickle import RefusedGlobal, restricted_loads
@@ -356,7 +356,7 @@ class ScrapyRedisMigration:
             if not request.dont_filter and self.frontier.dedup.mode != "none":
                 arg = self.frontier.dedup.argument(self.fingerprinter.fingerprint(request))
             domain = self.queue.domain(request)
-            # the 5th field routes it to its shard in a sharded crawl (crawlplug.frontier.sharded), as the scheduler does
+            # the 5th field routes it to its shard in a sharded crawl (crawlplug.frontier.core), as the scheduler does
             route = domain or urlparse_cached(request).hostname or request.url
             batch.append((arg, self.queue.score(request), payload, domain, route))
             if len(batch) >= BATCH:

@@ -39,9 +39,9 @@ from typing import Any
 import redis
 
 from ..errors import ConfigError
+from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
 from ..frontier.scripts import Scripts
-from ..frontier.sharded import open_domains
 from ..frontier.store import text
 from . import runs
 

@@ -19,7 +19,7 @@ class Domains:
     """The per-domain queue's schedule and limits of one crawl (read and steer).
 
     ``parts``: the key sets holding the schedule, the shards' for a sharded crawl
-    (crawlplug.frontier.sharded.open_domains); each shard keeps its own copy of the limits.
+    (crawlplug.frontier.core.open_domains); each shard keeps its own copy of the limits.
     """
 
     def __init__(self, client: redis.Redis, keys: CrawlKeys, parts: Sequence[CrawlKeys] | None = None) -> None:

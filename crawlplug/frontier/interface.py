@@ -1,17 +1,16 @@
-"""What a crawl frontier offers: the data plane of one crawl (admit, lease, ack, reap), as
-the single frontier (:class:`crawlplug.frontier.single.Frontier`) and the sharded one
-(:class:`crawlplug.frontier.sharded.ShardedFrontier`) both implement it.
+"""What a node calls on a crawl's frontier: the data plane of one crawl (admit, lease, ack,
+reap) as :class:`crawlplug.frontier.core.Frontier` implements it, over one part or over N
+shards alike.
 
 :class:`CrawlFrontier` is what a node calls on its hot path, fifteen members: who it is
 (keys, node id, epoch, run, lanes, dedup strategy, parts) and the calls that return what
 they found as result values (crawlplug.frontier.results: a pop's :class:`Leases` with the
 next ready time and the queue size seen, a heartbeat's :class:`Beat` with the run's state
 and the pause, an idle read's :class:`Idle` with the start entries waiting), so that the
-frontier leaves no state for the node to read after a call. :class:`FrontierTools` adds
-what the node's setup, the dupefilters, the migration and the tests use beside it. What a
+frontier leaves no state for the node to read after a call. The node's setup, the
+dupefilters used on their own, the migration and the tests use the class itself. What a
 crawl is beside its data plane (status, switches, runs) is :class:`crawlplug.crawl.Crawl`.
-:func:`crawlplug.frontier.open_frontier` builds the right frontier; tests/test_shape.py
-checks that both classes have every member of both Protocols with the same parameters.
+:func:`crawlplug.frontier.open_frontier` builds a node's frontier.
 
 Time is Redis's clock in milliseconds throughout (crawlplug.frontier.store.redis_ms), so
 nodes with skewed clocks agree on what expired.
@@ -23,13 +22,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    import redis
-
-    from ..queues import BaseQueue
     from .dedup import Dedup
     from .keys import CrawlKeys
     from .results import Admission, AdmitResult, Beat, Idle, Leases
-    from .single import Frontier
 
 
 @runtime_checkable
@@ -93,45 +88,3 @@ class CrawlFrontier(Protocol):
 
     def parts(self) -> list[CrawlKeys]:
         """The key sets holding this crawl's frontier: its own, then each shard's."""
-
-
-@runtime_checkable
-class FrontierTools(CrawlFrontier, Protocol):
-    """What the node's setup, the dupefilters used on their own, the migration, export and
-    import and the tests use beside the hot path."""
-
-    client: redis.Redis
-    queue: BaseQueue
-    lease_ms: int
-    max_deliveries: int
-    #: True for a frontier split into shards (CRAWLPLUG_SHARDS > 1)
-    sharded: bool
-
-
-    def pop(self, n: int) -> Leases:
-        """Lease up to ``n`` requests due now."""
-
-
-    def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
-        """Admit requests made outside a crawl (the CLI's push, an import)."""
-
-
-    def heartbeat(self, lease_ids: Iterable[str], *, producing: bool = False,
-                  metrics: dict[str, Any] | None = None, totals: dict[str, int] | None = None) -> list[str]:  # fmt: skip
-        """Renew this node's record and its leases; the ids it no longer holds."""
-
-
-    def reap(self, limit: int = 1000) -> tuple[int, int]:
-        """Give back the leases of nodes that stopped renewing: (requests, start entries)."""
-
-
-    def purge(self) -> int:
-        """Delete every key of the crawl's frontier; how many."""
-
-
-    def dedup_parts(self) -> list[Frontier]:
-        """The frontiers holding this crawl's dedup state, each with its strategy."""
-
-
-    def forget_dedup_layers(self) -> None:
-        """The crawl was reset: forget what was known of a Bloom filter's layers."""

@@ -1,6 +1,6 @@
 """A crawl's shard layout: how many parts its frontier has (``CRAWLPLUG_SHARDS``, recorded
 in the crawl's ``meta`` hash by the first node), which part a domain belongs to, and the
-key sets of every part. The sharded frontier (crawlplug.frontier.sharded), the runs and the
+key sets of every part. The sharded frontier (crawlplug.frontier.core), the runs and the
 views all read it from here.
 """
 

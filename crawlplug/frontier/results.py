@@ -13,8 +13,9 @@ from typing import Any
 from .store import text
 
 #: One request to admit: fingerprint (b"" = never deduplicated), score, payload,
-#: optionally its domain ("" or absent = the plain queue; DomainQueue sets it), and for a
-#: sharded crawl the domain or host that routes it to a shard (crawlplug.frontier.sharded).
+#: optionally its domain ("" or absent = the plain queue; DomainQueue sets it), and the
+#: request's URL (or host), which routes it to a shard of a sharded crawl (the frontier's
+#: own choice: crawlplug.frontier.core.route_key; an unsharded crawl's ignores it).
 Admission = tuple[bytes, float, bytes] | tuple[bytes, float, bytes, str] | tuple[bytes, float, bytes, str, str]
 
 
@@ -82,7 +83,7 @@ class DeadLetter:
 
 
 def joined(first: AdmitResult | None, then: AdmitResult) -> AdmitResult:
-    """One result for an admission sent in two calls (crawlplug.frontier.single.Frontier._settle)."""
+    """One result for an admission sent in two calls (crawlplug.frontier.part.Part.settle)."""
     if first is None:
         return then
     return AdmitResult(first.flags + then.flags, first.acked + then.acked, first.stale + then.stale)

@@ -228,8 +228,15 @@ class Scripts:
         one pipeline per node, in call order within a node, the nodes one after the other.
 
         Returns each call's result, or the exception it met, in call order: a failed
-        call (a node down, out of memory) does not hide what the others did.
+        call (a node down, out of memory) does not hide what the others did. One call goes
+        out as one EVALSHA, without a pipeline's cost on the node (an unsharded crawl's).
         """
+        if len(calls) == 1:
+            name, keys, args = calls[0]
+            try:
+                return [_Script(self._scripts[name], self)(keys=keys, args=args)]
+            except (redis.exceptions.RedisError, *_cluster_errors()) as exc:
+                return [exc]
         groups: dict[str, tuple[Any, list[int]]] = {}
         cluster = _is_cluster(self.client)
         for i, (_, keys, _) in enumerate(calls):

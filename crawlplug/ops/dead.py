@@ -11,9 +11,9 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from ..crawl import views
 from ..errors import CrawlplugError
+from ..frontier.core import open_frontier
 from ..frontier.keys import CrawlKeys
 from ..frontier.results import DeadLetter
-from ..frontier.sharded import open_frontier
 from ..queues import DomainQueue, PriorityQueue
 from ..serializers import describe_payload
 

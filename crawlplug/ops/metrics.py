@@ -27,8 +27,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ..errors import REDIS_ERRORS
 from ..frontier import alerts as stored_alerts
+from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
-from ..frontier.sharded import open_domains
 from ..stats import node_stats
 from . import status
 

@@ -33,7 +33,6 @@ from ..errors import (
     SerializationError,
 )
 from ..frontier import Admission, AdmitResult, Leased
-from ..queues import route
 from . import enginehooks
 from .leases import LEASE_META, LeaseBook
 
@@ -181,13 +180,10 @@ class Batch:
             for error in enginehooks.flush_feeds(self.crawler):
                 self.report.once(f"feedflush:{error}", logging.WARNING,
                                  "crawlplug: could not flush a feed file: %s", error)  # fmt: skip
-        if self.frontier.sharded:
-            # routed by domain (DomainQueue's key), else by host: one site, one shard
-            items: list[Admission] = [
-                (fp, score, payload, domain, route(request, domain)) for request, fp, score, payload, domain in batch
-            ]  # type: ignore[misc]
-        else:
-            items = [(fp, score, payload, domain) for _, fp, score, payload, domain in batch]
+        # the URL rides along: a sharded crawl's frontier routes by it (crawlplug.frontier.core.route_key)
+        items: list[Admission] = [
+            (fp, score, payload, domain, request.url) for request, fp, score, payload, domain in batch
+        ]  # type: ignore[misc]
         try:
             if pop:
                 result, leased = self.frontier.admit_and_pop(items, acks, pop, events)

@@ -25,8 +25,8 @@ from ..errors import ConfigError, RunEnded
 from ..frontier import open_frontier
 from ..frontier.dedup import Dedup
 from ..frontier.keys import CrawlKeys
+from ..frontier.layout import claim_shards
 from ..frontier.results import process_node_id
-from ..frontier.sharded import claim_shards
 from ..frontier.store import redis_ms
 
 if TYPE_CHECKING:

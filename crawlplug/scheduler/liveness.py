@@ -163,7 +163,7 @@ class Liveness:
                 value = get(stat, 0)
                 total += int(value) if isinstance(value, (int, float)) else 0
             out[name] = total
-        if self.frontier.sharded:
+        if len(self.frontier.parts()) > 1:
             out["shard_acked"] = self.batch.acked_total
         return out
 

@@ -41,8 +41,8 @@ from ..crawl import Crawl, control
 from ..crawl import runs as frontier_runs
 from ..errors import CrawlplugError
 from ..frontier import runstats
+from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
-from ..frontier.sharded import open_domains
 from ..frontier.store import redis_ms
 from ..ops import alerts as crawl_alerts
 from ..ops import dead, metrics, status

@@ -19,12 +19,12 @@ import redis
 
 from ...config import START_KEY
 from ...errors import TransferError
+from ...frontier.core import Frontier
 from ...frontier.dedup import has_native_bloom
 from ...frontier.domains import Domains
 from ...frontier.fphash import STORE_FIELD, HashDedup, HashSpec, bind_hash_parts
 from ...frontier.keys import CrawlKeys
 from ...frontier.layout import claim_shards
-from ...frontier.single import Frontier
 from ...frontier.store import text
 from .. import runs
 from .common import BATCH, FORMAT, VERSION, _b64, _batches, _dec, _short

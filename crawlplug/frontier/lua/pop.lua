@@ -19,7 +19,7 @@
 --         node's call record (KEYS[last - 2], record.lua) is checked and kept
 -- ARGV[6], ARGV[7] (optional) the dedup mode and parameter of an admission
 --         pipelined just before this pop (a sharded crawl's admit-and-pop, per shard:
---         crawlplug.frontier.sharded; one part's is one admit.lua call with its pop), whose dedup
+--         crawlplug.frontier.core; one part's is one admit.lua call with its pop), whose dedup
 --         keys, seq and series are then KEYS[11], KEYS[12], KEYS[13] and
 --         KEYS[14..] (admit.lua's KEYS[1], [4], [13], [16..]): they are checked
 --         too, so that a corrupt key that makes the admission refuse makes the

@@ -17,7 +17,7 @@
 -- trace of those children, so the call is refused before any write, with
 --   ROLLBACK <n found> <c>: ...
 -- (crawlplug.errors.RolledBack): the node gives back every lease it holds, forgets the
--- fingerprints it knew, and calls again without the check (crawlplug.frontier.single).
+-- fingerprints it knew, and calls again without the check (crawlplug.frontier.core).
 --
 -- The record lives REPLY_MS past the node's last admission or heartbeat (each renews it):
 -- a node that stopped is forgotten, a live one never is (a record that expired under a

@@ -1,14 +1,19 @@
-"""The Redis side of one crawl: admission, leases, acks, reaping, status.
+"""One part of a crawl's frontier: the calls on one key set (a crawl's own keys, or one
+shard's), as the Lua scripts of :mod:`crawlplug.frontier.scripts` take them, and what
+their replies say.
 
-A :class:`Frontier` knows nothing of Scrapy's engine: it moves opaque
-payloads between the queue, the leases and the dead letters through the Lua
-scripts of :mod:`crawlplug.frontier.scripts`. The Scheduler drives it; tests and the
-operator command use it directly.
+A :class:`Part` builds each script call (admission, pop, renewal, heartbeat, reap,
+release, idle read, history sample), reads its reply, and keeps what is this node's in
+this key set: its call record (record.py: the ids that tell it Redis went back in time,
+the leases it holds), the admission whose reply was lost (sent again, first, by the next
+one) and the pop whose reply was lost. It decides nothing across parts:
+:class:`crawlplug.frontier.core.Frontier` drives one part (an unsharded crawl) or N + 1
+(a sharded one) with the same code. Its value types are crawlplug.frontier.results, its
+formats crawlplug.frontier.store.
 
-Its size: :class:`Frontier` is the whole crawlplug.frontier.interface.CrawlFrontier,
-about forty short methods that each build or read one script call; its value types are
-crawlplug.frontier.results, its formats crawlplug.frontier.store, the per-domain view
-crawlplug.frontier.domains.
+Its size: about thirty short methods, each building one script call or reading one reply
+(their key and argument lists mirror the scripts'), and the rules for an admission or a
+pop whose reply was lost (:meth:`Part.settle`), which only a part can apply.
 """
 
 from __future__ import annotations
@@ -27,22 +32,22 @@ from . import history
 from .dedup import Dedup, SetDedup
 from .keys import NAMES, CrawlKeys
 from .record import CallRecord
-from .results import Admission, AdmitResult, Beat, Idle, Leased, Leases, joined, leased_from, new_node_id
+from .results import Admission, AdmitResult, Leased, Leases, joined, leased_from, new_node_id
 from .scripts import Scripts
 from .store import redis_ms, text
 
 logger = logging.getLogger(__name__)
 
 #: admit.lua's ARGV[POP_AT + 1]: the pop made after the admission in the same call
-#: ("" none: :meth:`Frontier._admit_args`; :meth:`Frontier.admit_and_pop` fills it in)
+#: ("" none: :meth:`Part._admit_args`; :meth:`Part.admit_pop_call` fills it in)
 POP_AT = 4
 POP_ARG = "{n} {lease_ms} {order}"
 
-class Frontier:
-    """Queue, leases and dedup of crawl ``keys`` on ``client``."""
 
-    #: whether the crawl is split into shards (crawlplug.frontier.sharded): no, one key set
-    sharded = False
+class Part:
+    """The calls on one key set ``keys`` of a crawl's frontier, on ``client``, with its
+    queue kind and dedup strategy, as node ``node_id``."""
+
     NO_LANES: tuple[str, ...] = ()
 
     def __init__(
@@ -75,26 +80,15 @@ class Frontier:
         #: the ids of its admissions, the last one Redis recorded, the leases it holds: what
         #: tells it that Redis went back in time, and what it then gives back (record.py)
         self.record = CallRecord()
-        #: the admission whose reply was lost or refused (sent again, first, with its id: see
-        #: _settle), as (call id, keys, args, number of items, of acks, of events)
-        self._uncertain: tuple[str, list[str], list[Any], int, int, int] | None = None
+        #: the admission whose reply was lost (sent again, first, with its id: see
+        #: settle), as (call id, keys, args, number of items, of acks, of events)
+        self.uncertain: tuple[str, list[str], list[Any], int, int, int] | None = None
         self._epoch = str(epoch)
         k = keys
         #: ms until the next domain is ready, from the last pop (DomainQueue; -1: unknown)
         self.next_ready_ms = -1
         #: requests waiting in the queue, as the last pop saw them (-1: none seen yet)
         self.queued_seen = -1
-        #: start entries waiting in start_urls, at the last idle_state()
-        self.start_entries = 0
-        #: whether an operator paused the crawl, at the last heartbeat
-        self.paused = False
-        #: the run's state at the last heartbeat (crawlplug.crawl.runs; "" before one)
-        self.run_state = ""
-        #: whether a node found the crawl's data lost (control "lost"), at the last
-        #: heartbeat or idle_state(): the crawl must then not read as finished
-        self.data_lost = False
-        #: the type start_urls holds when it is not a list ("" if it is one, or absent)
-        self.start_urls_kind = ""
         #: the run this node joined (crawlplug.crawl.runs; None: none): its history samples carry it
         self.run_id = run_id
         #: the crawl's start-entry lists this node reads besides start_urls (its lanes,
@@ -109,7 +103,7 @@ class Frontier:
         self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk, k.reply(self.node_id),
                           k.run, k.epoch]  # fmt: skip
         #: a pop whose reply was lost: (keys, args), sent again first by the next pop (its
-        #: leases come back, pop.lua's replay, instead of waiting to expire)
+        #: leases come back, pop.lua's replay, instead of waiting to expire): pop_call, read_pop
         self._uncertain_pop: tuple[list[str], list[Any]] | None = None
         self._reap_keys = [
             k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers, *dk,
@@ -159,7 +153,7 @@ class Frontier:
         arguments it sends (Dedup.call_keys)."""
         return self.dedup.call_keys(self.keys, arguments)
 
-    def _result(self, raw: Sequence[Any], args: Sequence[Any] | None = None,
+    def read_admission(self, raw: Sequence[Any], args: Sequence[Any] | None = None,
                 acks: Sequence[str] = ()) -> AdmitResult | str | None:  # fmt: skip
         """The script's answer: a result, None to call again (Bloom filter grew
         elsewhere), or the flags of a partial batch (Bloom filter grew twice). ``args``:
@@ -188,29 +182,14 @@ class Frontier:
     def admit(
         self, items: Sequence[Admission], acks: Sequence[str] = (), events: Sequence[tuple[str, str]] = ()
     ) -> AdmitResult:
-        """Store new requests (deduplicated) and ack finished leases, atomically.
-
-        An item is (dedup argument, score, payload); the dedup argument comes
-        from the strategy (``dedup.argument(fingerprint)``), b"" never filters.
-        The acks happen in the call that stores the last item of the batch.
-
-        Raises :class:`~crawlplug.errors.RolledBack` when Redis went back in time past this
-        node's last recorded call: nothing was written, and every lease the node held was
-        given back (:meth:`give_back_held`; their ids in the exception): the caller forgets
-        them and the fingerprints it knew, and sends its requests again.
-        """
+        """Store ``items`` (deduplicated) and make ``acks`` in this part, the acks in the call
+        that stores the last item: an uncertain admission this one repeats is sent again
+        first (:meth:`settle`), and the call again while a Bloom filter grows elsewhere.
+        Raises what the script raised (a RolledBack as it is: the frontier gives back)."""
         most = self.dedup.most_per_call()
         if len(items) > most:
             return admit_in_parts(self.admit, items, acks, events, most)
-        try:
-            return self._admit(items, acks, events)
-        except RolledBack as exc:
-            raise self.went_back(exc) from None
-
-    def _admit(
-        self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]
-    ) -> AdmitResult:
-        before, replayed, items, acks, events = self._settle(items, acks, events)
+        before, replayed, items, acks, events = self.settle(items, acks, events)
         if replayed:  # an uncertain admit-and-pop's leases, not asked for now: back to the queue
             self.release([x.id for x in replayed], unstarted=True)
         if before is not None and not items and not acks and not events:
@@ -229,7 +208,7 @@ class Frontier:
                 if stored:  # an earlier call (sent again, or before a Bloom layer) stored its part
                     raise AdmissionIncomplete(stored + "-" * len(rest), exc) from exc
                 raise
-            result = self._result(raw, call[2], acks)
+            result = self.read_admission(raw, call[2], acks)
             if isinstance(result, AdmitResult):
                 result.flags = done + result.flags
                 return joined(before, result)
@@ -256,7 +235,7 @@ class Frontier:
             if not rest:
                 return done
             _, keys, args = self.seen_call(rest)
-            result = self._result(self.scripts.seen(keys=keys, args=args))
+            result = self.read_admission(self.scripts.seen(keys=keys, args=args))
             if isinstance(result, AdmitResult):
                 return done + result.flags
             done += result or ""
@@ -268,30 +247,18 @@ class Frontier:
         extra, out = self._dedup_keys(args)
         return ("seen", [d.seen_key(k), *extra], [d.mode, d.param(), *out])
 
-    def pop(self, n: int) -> Leases:
-        """Lease up to ``n`` requests to this node. A pop whose reply was lost is sent again
-        first, by the same call id: it answers the leases it gave (pop.lua)."""
-        keys, args = self._uncertain_pop or (self._pop_keys, self._pop_args(n))
-        try:
-            raw = self.scripts.pop(keys=keys, args=args)
-        except RolledBack as exc:
-            self._uncertain_pop = None
-            raise self.went_back(exc) from None
-        except StaleEpoch:
-            self._uncertain_pop = None
-            raise
-        except (redis.ConnectionError, redis.TimeoutError):  # it may have run: its reply was lost
-            self._uncertain_pop = (keys, args)
-            raise
-        except redis.RedisError:  # refused (a corrupt key): it wrote nothing
-            self._uncertain_pop = None
-            raise
+    def read_pop(self, raw: Any, call: tuple[str, list[str], list[Any]]) -> Leases:
+        """A pop.lua reply to ``call`` (or the error it met, raised): the leases, and the call
+        recorded if it leased any. A reply lost (the connection broke) may be of a pop that
+        ran: the next :meth:`pop_call` sends it again by the same id, and pop.lua answers
+        the leases it gave, instead of their waiting to expire."""
+        _, keys, args = call
+        if isinstance(raw, Exception):
+            lost = isinstance(raw, (redis.ConnectionError, redis.TimeoutError)) and keys == self._pop_keys
+            self._uncertain_pop = (keys, args) if lost else None
+            raise raw
         self._uncertain_pop = None
-        return self._popped(raw, args)
-
-    def _popped(self, raw: Sequence[Any], args: Sequence[Any]) -> Leases:
-        """A pop.lua reply to ``args``: the leases, and the call recorded if it leased any."""
-        leased = self._leased(raw)
+        leased = self.read_leases(raw)
         if leased:
             self.record.recorded(args[4])
         return leased
@@ -312,7 +279,7 @@ class Frontier:
         args = [*self._pop_args(n)[:-1], self.dedup.mode, self.dedup.param(), self.epoch]
         return ("pop", keys, args)
 
-    # -- the calls, for a sharded crawl to pipeline over its shards (crawlplug.frontier.sharded) --
+    # -- the calls, for a sharded crawl to pipeline over its shards (crawlplug.frontier.core) --
     def admit_call(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = ()
     ) -> tuple[str, list[str], list[Any]]:
@@ -350,12 +317,12 @@ class Frontier:
         try:
             raw = run(keys=keys, args=args)
         except (redis.ConnectionError, redis.TimeoutError):  # it may have run: its reply was lost
-            self._uncertain = (args[3], keys, args, n_items, n_acks, n_events)
+            self.uncertain = (args[3], keys, args, n_items, n_acks, n_events)
             raise
         except redis.RedisError:  # refused (a corrupt key, a full Redis, another epoch): it wrote nothing
-            self._uncertain = None
+            self.uncertain = None
             raise
-        self._uncertain = None
+        self.uncertain = None
         return raw
 
     def note_uncertain(self, call: tuple[str, list[str], list[Any]], exc: BaseException, n_items: int, n_acks: int,
@@ -364,9 +331,9 @@ class Frontier:
         ``exc``: if its reply may have been lost, the next admission sends it again first."""
         if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
             _, keys, args = call
-            self._uncertain = (args[3], keys, args, n_items, n_acks, n_events)
+            self.uncertain = (args[3], keys, args, n_items, n_acks, n_events)
 
-    def _settle(
+    def settle(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]
     ) -> tuple[AdmitResult | None, Leases, Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]]:
         """Before an admission: send the uncertain one again first if this one repeats it,
@@ -378,7 +345,7 @@ class Frontier:
         count as duplicates when sent again under a new id (counted wrong, nothing lost),
         and its pop's leases expire.
         """
-        uncertain, self._uncertain = self._uncertain, None
+        uncertain, self.uncertain = self.uncertain, None
         if uncertain is None:
             return None, Leases(), items, acks, events
         call, keys, args, n_items, n_acks, n_events = uncertain
@@ -392,9 +359,9 @@ class Frontier:
         raw = self._guarded(("admit", keys, args), n_items, n_acks, n_events, self.scripts.admit)
         leased = Leases()
         if args[POP_AT]:  # {admission's reply, the leases its pop gave} (or the admission's alone)
-            leased = self._leased(raw[1]) if len(raw) > 1 else Leases()
+            leased = self.read_leases(raw[1]) if len(raw) > 1 else Leases()
             raw = raw[0]
-        result = self._result(raw, args, acks[:n_acks])
+        result = self.read_admission(raw, args, acks[:n_acks])
         if isinstance(result, AdmitResult):
             return result, leased, items[n_items:], acks[n_acks:], events[n_events:]
         if result is None:  # a Bloom filter grew elsewhere: that call changed nothing
@@ -403,8 +370,11 @@ class Frontier:
         return AdmitResult(result, 0, 0), leased, items[len(result):], acks, events
 
     def pop_call(self, n: int, *, after_admit: bool = False) -> tuple[str, list[str], list[Any]]:
+        """A pop of ``n``: the one whose reply was lost, if any, sent again as it was."""
         if after_admit:
             return self._pop_after_admit_call(n)
+        if self._uncertain_pop is not None:
+            return ("pop", *self._uncertain_pop)
         return ("pop", self._pop_keys, self._pop_args(n))
 
     def renew_call(self, lease_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
@@ -480,14 +450,7 @@ class Frontier:
             return
         self._history_failed = False
 
-    def renew(self, lease_ids: Sequence[str]) -> list[str]:
-        """Renew leases without a heartbeat (a shard's leases); return the ids lost."""
-        _, keys, args = self.renew_call(lease_ids)
-        lost = [text(x) for x in self.scripts.renew(keys=keys, args=args)] if lease_ids else []
-        self.record.done(lost)
-        return lost
-
-    def _leased(self, raw: Sequence[Any]) -> Leases:
+    def read_leases(self, raw: Sequence[Any]) -> Leases:
         """A pop's reply: its leases (held from now on), and what it says of the queue."""
         self.queued_seen = int(raw[-1])
         raw = raw[:-1]
@@ -519,79 +482,6 @@ class Frontier:
                                "again then", len(ids), exc)  # fmt: skip
         return ids
 
-    def went_back(self, exc: RolledBack) -> RolledBack:
-        """Redis refused a call because it went back in time (``exc``): every lease given
-        back (:meth:`give_back_held`), and the error to raise, naming them. Once per refusal:
-        one that a call inside this one met and settled already is raised as it is (a second
-        give-back would name none of the leases the first gave back)."""
-        if exc.settled:
-            return exc
-        self.record.confirmed = exc.found  # what Redis has now: the next call is checked against it
-        given = self.give_back_held()
-        log_went_back(self.keys, len(given))
-        out = RolledBack(str(exc), given)
-        out.settled = True
-        return out
-
-    def admit_and_pop(
-        self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
-    ) -> tuple[AdmitResult | None, Leases]:
-        """:meth:`admit` then :meth:`pop`, in one round trip: one admit.lua call that pops
-        after admitting (its ARGV[5]), so the two share one guard pass and one epoch check,
-        and a key that refuses either refuses the call, which then changed nothing (a full
-        Redis refuses it at its first write: nothing is leased either).
-
-        A call whose reply was lost is kept uncertain as the admission alone (its pop is
-        not sent again: redis-py's own retry of the same call pops afresh, and the leases
-        of the lost reply expire). When the admission must be sent again (a Bloom filter
-        grew, or needed two layers: "STALE", "PARTIAL"), the call leased nothing: the rest
-        is admitted with :meth:`admit`, and then :meth:`pop` pops."""
-        if len(items) > self.dedup.most_per_call():  # a batch too big for one call: admitted in parts, then a pop
-            return admit_in_parts(self.admit, items, acks, events, self.dedup.most_per_call()), self.pop(n)
-        try:
-            return self._admit_and_pop(items, acks, n, events)
-        except RolledBack as exc:
-            raise self.went_back(exc) from None
-
-    def _admit_and_pop(
-        self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]]
-    ) -> tuple[AdmitResult | None, Leases]:
-        before, replayed, items, acks, events = self._settle(items, acks, events)
-        if replayed:  # the leases an uncertain admit-and-pop gave are this call's; the rest is admitted
-            if not items and not acks and not events:
-                return before, replayed
-            try:
-                return joined(before, self._admit(items, acks, events)), replayed
-            except redis.RedisError as exc:
-                self.release([x.id for x in replayed], unstarted=True)
-                raise AdmissionIncomplete((before.flags if before else "") + "-" * len(items), exc) from exc
-        if not items and not acks and not events:
-            return before, self.pop(n)
-
-        name, keys, args = self.admit_call(items, acks, events)
-        call = (name, keys, self._with_pop(args, n))
-        try:
-            raw = self._guarded(call, len(items), len(acks), len(events), self.scripts.admit)
-        except RolledBack:
-            raise
-        except redis.RedisError as exc:
-            if before is not None and before.flags:
-                raise AdmissionIncomplete(before.flags + "-" * len(items), exc) from exc
-            raise
-        result = self._result(raw[0], call[2], acks)
-        popped = raw[1] if len(raw) > 1 else None
-        if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish the batch alone
-            done = result or ""
-            result = self._admit(items[len(done):], acks, events)
-            result.flags = done + result.flags
-        if popped is None:
-            try:
-                return joined(before, result), self.pop(n)
-            except redis.RedisError as exc:  # the admission stands: its leases wait for the next call
-                logger.debug("crawlplug: the pop after an admission failed (%s); the admission stands", exc)
-                return joined(before, result), Leases()
-        return joined(before, result), self._leased(popped)
-
     def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
                     lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
         """Lease up to ``n`` start entries: [(lease id, raw entry)]. Ack a lease
@@ -614,61 +504,19 @@ class Frontier:
         self.record.took(lease_id for lease_id, _ in taken)
         return taken
 
-    def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
-        """Admit (fingerprint, request-or-score, payload) items: a convenience for tests and tools."""
-        return self.admit([(fp, float(score), payload) for fp, score, payload in items])
-
-    # -- leases -------------------------------------------------------------
-    def heartbeat(
-        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
-        totals: dict[str, int] | None = None,
-    ) -> list[str]:
-        """Mark this node alive, renew its leases, count its ``totals`` in the run's counters (what
-        is new since they were counted: sent again, a beat counts nothing twice);
-        return the ids it lost. :attr:`paused` and :attr:`run_state` follow the reply."""
-        _, keys, args = self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, totals=totals)
-        try:
-            out = self.scripts.heartbeat(keys=keys, args=args)
-        except RolledBack as exc:
-            raise self.went_back(exc) from None
-        return self._beaten(out)
-
-    def _beaten(self, out: Sequence[Any]) -> list[str]:
-        """A heartbeat's reply: the state it reads, and the ids this node lost."""
+    def read_beat(self, out: Sequence[Any]) -> tuple[list[str], bool, str, bool]:
+        """A heartbeat's reply: the ids this node lost, whether the crawl is paused, the run's
+        state, whether a node found the crawl's data lost."""
         self.note_clock(int(out[0]))
-        self.paused = bool(int(out[1]))
-        self.run_state = text(out[2])
-        self.data_lost = bool(int(out[3]))
         lost = [text(x) for x in out[4:]]
         self.record.done(lost)
+        return lost, bool(int(out[1])), text(out[2]), bool(int(out[3]))
+
+    def read_renewal(self, out: Sequence[Any]) -> list[str]:
+        """A renewal's reply (renew.lua): the ids this node lost in this part."""
+        lost = [text(x) for x in out]
+        self.record.done(lost)
         return lost
-
-    def reap(self, limit: int = 1000) -> tuple[int, int]:
-        """Requeue expired leases (dead-lettering over-delivered ones): (requeued, dead)."""
-        _, keys, args = self.reap_call(limit)
-        requeued, dead = self.scripts.reap(keys=keys, args=args)
-        return int(requeued), int(dead)
-
-    def heartbeat_and_reap(
-        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
-        totals: dict[str, int] | None = None, limit: int = 1000,
-    ) -> Beat:  # fmt: skip
-        """:meth:`heartbeat` then :meth:`reap`, and a history sample (crawlplug.frontier.history),
-        in one round trip: (ids lost, (requeued, dead))."""
-        out, reaped, sampled = self.scripts.pipelined([
-            self.heartbeat_call(lease_ids, producing=producing, metrics=metrics, totals=totals),
-            self.reap_call(limit),
-            self.history_call(),
-        ])  # fmt: skip
-        if isinstance(out, RolledBack):
-            raise self.went_back(out)
-        for raw in (out, reaped):
-            if isinstance(raw, Exception):
-                raise raw
-        self.history_sampled(sampled)
-        lost = self._beaten(out)
-        return Beat(lost, (int(reaped[0]), int(reaped[1])), paused=self.paused, run_state=self.run_state,
-                    data_lost=self.data_lost)  # fmt: skip
 
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         """Give leases back to the queue now (closing node)."""
@@ -678,15 +526,6 @@ class Frontier:
         released = int(self.scripts.release(keys=keys, args=args))
         self.record.done(ids)
         return released
-
-    # -- the node's records, runs --------------------------------------------------
-    def parts(self) -> list[CrawlKeys]:
-        """The key sets holding this crawl's frontier: its own (a sharded crawl: then each shard's)."""
-        return [self.keys]
-
-    def dedup_parts(self) -> list[Frontier]:
-        """The frontiers holding this crawl's dedup state, each with its strategy: itself."""
-        return [self]
 
     def forget_dedup_layers(self) -> None:
         """The crawl was reset: what the dedup strategy knew of a Bloom filter's layers is wrong."""
@@ -709,18 +548,6 @@ class Frontier:
         )
         self.record.done((lease_id,))
         return bool(moved)
-
-    # -- views ----------------------------------------------------------------
-    def idle_state(self) -> Idle:
-        """(queued, leased, live producers) across the whole crawl, with the start entries
-        waiting, whether its data was found lost and what start_urls holds if not a list."""
-        _, keys, _ = self.idle_call()
-        q, leased, producers, starts, lost, kind = self.scripts.idle(keys=keys, args=[])
-        self.start_entries = int(starts)
-        self.data_lost = bool(int(lost))
-        self.start_urls_kind = text(kind)
-        return Idle(int(q), int(leased), int(producers), start_entries=self.start_entries, data_lost=self.data_lost,
-                    start_urls_kind=self.start_urls_kind)  # fmt: skip
 
     def __len__(self) -> int:
         pipe = self.client.pipeline(transaction=False)

@@ -1,34 +1,45 @@
-"""One crawl's frontier split into shards (``CRAWLPLUG_SHARDS``), for Redis Cluster.
+"""A crawl's frontier: the data plane of one crawl (admit, lease, ack, reap) as one
+:class:`Frontier` over its parts, one part for a crawl on one Redis, N + 1 for a crawl
+split into N shards (``CRAWLPLUG_SHARDS``, for Redis Cluster).
 
-A crawl's keys share one hash tag so that each Lua script runs on one slot:
-that makes the whole crawl one slot of one primary. ``CRAWLPLUG_SHARDS = N``
-splits the frontier (queue, payloads, leases, dedup, per-domain schedule,
-dead letters, counters) into N parts, each under its own hash tag
-(:meth:`crawlplug.frontier.keys.CrawlKeys.shard_keys`), and routes every request by a
-hash of its domain. The same URL always lands in the same shard, so
-"deduplicate and store" stays one atomic script inside that shard.
+A crawl's keys share one hash tag so that each Lua script runs on one slot: that makes
+the whole crawl one slot of one primary. ``CRAWLPLUG_SHARDS = N`` splits the frontier
+(queue, payloads, leases, dedup, per-domain schedule, dead letters, counters) into N
+parts, each under its own hash tag (:meth:`crawlplug.frontier.keys.CrawlKeys.shard_keys`),
+and the frontier routes every request by its domain (or host: :func:`route_key`). The same
+URL always lands in the same shard, so "deduplicate and store" stays one atomic script
+inside that shard. What stays under the crawl's own tag: the nodes and their heartbeats,
+the operators' switches, start entries (and their leases), seeds, Scrapy stats and items.
+Lease ids of a shard carry it (``"2.0000000000000042"``); an unsharded crawl's, and start
+entries', do not.
 
-What stays under the crawl's own tag: the nodes and their heartbeats, the
-operators' switches, start entries (and their leases), seeds, Scrapy stats and
-items. :class:`ShardedFrontier` offers :class:`~crawlplug.frontier.Frontier`'s
-interface over these N + 1 parts; lease ids carry their shard (``"2.0000000000000042"``).
+Each call is built by the parts it touches (:class:`crawlplug.frontier.part.Part`: one
+key set's script calls and what their replies say) and sent in one round trip
+(:meth:`crawlplug.frontier.scripts.Scripts.run_many`); with one part, that is one script
+call, as it always was.
 
-The invariant that a request is acknowledged only after its children are
-stored holds across shards: an ack rides in the admission script of its own
-shard when every child of the batch goes to that shard (the common case:
-most links stay on their site), and otherwise waits for a second call made
-only after every shard stored its part of the batch.
+The invariant that a request is acknowledged only after its children are stored holds
+across shards: an ack rides in the admission script of its own shard when every child of
+the batch goes to that shard (every ack, unsharded; most, sharded: most links stay on
+their site), and otherwise waits for a second call made only after every shard stored its
+part of the batch.
 
-Each shard may go back in time on its own (a Redis Cluster primary restarted from its
-snapshot, or replaced by a replica that lagged), after the page's own shard took its ack.
-Every shard keeps each node's call record (lua/record.lua), checked by the node's
-admissions and heartbeats there: a shard found to have gone back gets again what the
-node admitted to it within ``resend_window`` seconds (crawlplug.frontier.record.ResendLog),
-and the node gives back every lease it holds, as an unsharded crawl's does.
+Any part may go back in time on its own (a Redis restarted from its snapshot, a Redis
+Cluster primary replaced by a replica that lagged). Every part keeps each node's call
+record (lua/record.lua), checked by the node's admissions and heartbeats there: the node
+then gives back every lease it holds, in every part, and a shard found to have gone back
+gets again what the node admitted to it within ``resend_window`` seconds
+(crawlplug.frontier.record.ResendLog; unsharded, the node's own buffer sent again covers
+it, as the Scheduler does).
 
-Its size: :class:`ShardedFrontier` implements the whole
-crawlplug.frontier.interface.CrawlFrontier over N + 1 parts; the shard layout is
-crawlplug.frontier.layout.
+Time is Redis's clock in milliseconds throughout (crawlplug.frontier.store.redis_ms), so
+nodes with skewed clocks agree on what expired.
+
+Its size: the one implementation of crawlplug.frontier.interface.CrawlFrontier, for one
+part and N alike (it replaced two classes kept in step by a test); most of it is
+:meth:`Frontier._admit`, the one place an admission, its acks and its pops are planned
+over the parts, sent in one round trip and read back, with what a lost reply, a growing
+Bloom filter, a refused part and a rollback mean for each.
 """
 
 from __future__ import annotations
@@ -37,47 +48,57 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import redis
 
 from ..errors import AdmissionIncomplete, ConfigError, RolledBack
+from .dedup import Dedup
 from .domains import Domains
-from .interface import CrawlFrontier
 from .keys import CrawlKeys
-from .layout import claim_shards, parts, shard_of, stored_shards
+from .layout import parts, shard_of, stored_shards
+from .part import Part, admit_in_parts, log_went_back
 from .record import ResendLog
 from .results import Admission, AdmitResult, Beat, Idle, Leased, Leases
 from .scripts import Scripts
-from .single import Frontier, admit_in_parts, log_went_back
 from .store import text
 
 logger = logging.getLogger(__name__)
 
-# the crawl's shard layout is crawlplug.frontier.layout's; its names stay importable from here
-__all__ = ["BASE", "ShardedFrontier", "claim_shards", "open_domains", "open_frontier", "parts", "shard_of",
-           "stored_shards"]  # fmt: skip
-
-#: a part index for the crawl's own keys (start entries); shards are 0..N-1
+#: a part index for the crawl's own keys in a sharded crawl (start entries); shards are 0..N-1
 BASE = -1
+
+Call = tuple[str, list[str], list[Any]]
 
 
 def open_frontier(client: redis.Redis, keys: CrawlKeys, *, shards: int | None = None, dedup_factory: Any = None,
-                  **kwargs: Any) -> CrawlFrontier:  # fmt: skip
-    """The one place a frontier is built: sharded if the crawl is (``shards``, else the count
-    the crawl recorded), each part's dedup strategy from ``dedup_factory`` (default: the
-    exact set). The Scheduler, the tools and the dashboard all build theirs here."""
+                  **kwargs: Any) -> Frontier:  # fmt: skip
+    """The one place a node's frontier is built: over as many shards as the crawl has
+    (``shards``, else the count the crawl recorded, else one), each part's dedup strategy
+    from ``dedup_factory`` (default: the exact set). The Scheduler, the tools and the
+    dashboard all build theirs here."""
     n = shards or stored_shards(client, keys) or 1
-    if n > 1:
-        return ShardedFrontier(client, keys, shards=n, dedup_factory=dedup_factory, **kwargs)
-    kwargs.pop("resend_window", None)  # one part: a rollback loses no ack of another part's children
-    return Frontier(client, keys, dedup=dedup_factory() if dedup_factory else kwargs.pop("dedup", "set"), **kwargs)
+    return Frontier(client, keys, shards=n, dedup_factory=dedup_factory, **kwargs)
 
 
-class ShardedFrontier:
-    """:class:`~crawlplug.frontier.Frontier`'s interface over a crawl split into ``shards``."""
+def route_key(item: Admission) -> str:
+    """What routes an admission to its shard: its per-domain queue's key (4th field), else
+    the host of its URL (5th: the request's URL, or a host), else that field as it is.
+    One site, one shard; a dupefilter on its own routes alike (crawlplug.queues.route)."""
+    domain = item[3] if len(item) > 3 else ""  # type: ignore[misc]
+    if domain:
+        return domain
+    where = item[4] if len(item) > 4 else ""  # type: ignore[misc]
+    if "://" in where:
+        return urlsplit(where).hostname or where
+    if not where:
+        raise ValueError("a sharded crawl needs each request's domain or URL to route it (the scheduler gives it)")
+    return where
 
-    #: whether the crawl is split into shards: yes
-    sharded = True
+
+class Frontier:
+    """The frontier of crawl ``keys`` on ``client`` over ``shards`` parts (one: unsharded)."""
+
     #: how long a shard that ran dry is left out of pops (this node's own admissions
     #: to it bring it back at once; other nodes' within this time)
     SKIP_EMPTY = 0.5
@@ -89,53 +110,78 @@ class ShardedFrontier:
         client: redis.Redis,
         keys: CrawlKeys,
         *,
-        shards: int,
-        dedup: Any = "set",
+        shards: int = 1,
+        dedup: str | Dedup = "set",
         dedup_factory: Any = None,
         node_id: str | None = None,
         epoch: int | str = "",
         resend_window: float = 300.0,
         **kwargs: Any,
     ) -> None:
-        if shards < 2:
-            raise ConfigError("a sharded frontier needs CRAWLPLUG_SHARDS of 2 or more")
+        if shards < 1:
+            raise ConfigError(f"CRAWLPLUG_SHARDS must be 1 or more, got {shards}")
         self.client = client
         self.keys = keys
         self.n = shards
-        self.scripts = Scripts(client)
-        # the crawl's own keys: nodes, control, start entries and their leases
-        self.base = Frontier(client, keys, dedup="none", node_id=node_id, scripts=self.scripts, epoch=epoch,
-                             **kwargs)
+        #: whether the crawl is split into shards (CRAWLPLUG_SHARDS > 1)
+        self.sharded = shards > 1
+        self._scripts = Scripts(client)
+        strategy = (lambda: dedup_factory()) if dedup_factory else (lambda: dedup)
+        if not self.sharded:
+            # one key set: the crawl's own, holding its requests and dedup state too
+            self.base = Part(client, keys, dedup=strategy(), node_id=node_id, scripts=self._scripts, epoch=epoch,
+                             **kwargs)  # fmt: skip
+            self.shards = [self.base]
+        else:
+            # the crawl's own keys: nodes, control, start entries and their leases
+            self.base = Part(client, keys, dedup="none", node_id=node_id, scripts=self._scripts, epoch=epoch,
+                             **kwargs)  # fmt: skip
+            self.shards = [
+                Part(client, keys.shard_keys(i, shards), node_id=self.base.node_id, scripts=self._scripts,
+                     dedup=strategy(), epoch=epoch, **kwargs)
+                for i in range(shards)
+            ]  # fmt: skip
+        #: every distinct part, the crawl's own first
+        self.all_parts = [self.base] if not self.sharded else [self.base, *self.shards]
+        #: the part index lease ids without a shard name
+        self._own = BASE if self.sharded else 0
         self.node_id = self.base.node_id
-        self.shards = [
-            Frontier(
-                client, keys.shard_keys(i, shards), node_id=self.node_id, scripts=self.scripts,
-                dedup=dedup_factory() if dedup_factory else dedup, epoch=epoch, **kwargs,
-            )
-            for i in range(shards)
-        ]  # fmt: skip
         self.queue = self.shards[0].queue
         self.lease_ms = self.base.lease_ms
         self.max_deliveries = self.base.max_deliveries
+        #: what the last calls saw (also in their results): for readers and tests
         self.next_ready_ms = -1
         self.start_entries = 0
         self.paused = False
         self.run_state = ""
+        self.data_lost = False
         self.start_urls_kind = ""
         self._rr = 0
         self._dry_until = [0.0] * shards
         self._shares_last: dict[int, int] = {}
         #: what this node admitted to each shard lately, sent again to a shard that went back
-        self.resend = [ResendLog(resend_window) for _ in range(shards)]
+        self.resend = [ResendLog(resend_window) for _ in range(shards)] if self.sharded else []
 
-    # -- routing ---------------------------------------------------------------
+    # -- who it is ---------------------------------------------------------------
     @property
-    def dedup(self) -> Any:
+    def scripts(self) -> Scripts:
+        """The registered scripts every part calls (a test may wrap them: every part then uses that)."""
+        return self._scripts
+
+    @scripts.setter
+    def scripts(self, value: Scripts) -> None:
+        self._scripts = value
+        for part in self.all_parts:
+            part.scripts = value
+
+    @property
+    def dedup(self) -> Dedup:
+        """The dedup strategy of the crawl's parts."""
         return self.shards[0].dedup
 
     @property
     def lanes(self) -> tuple[str, ...]:
-        """The start-entry lists this node reads besides start_urls (they live in the crawl's own keys)."""
+        """The start-entry lists this node reads besides start_urls (in the crawl's own keys)."""
         return self.base.lanes
 
     @lanes.setter
@@ -144,12 +190,13 @@ class ShardedFrontier:
 
     @property
     def queued_seen(self) -> int:
-        """Requests waiting in the shards' queues, as each shard's last pop saw them (-1: none seen)."""
+        """Requests waiting in the queues, as each part's last pop saw them (-1: none seen)."""
         seen = [f.queued_seen for f in self.shards if f.queued_seen >= 0]
         return sum(seen) if seen else -1
 
     @property
     def epoch(self) -> str:
+        """The epoch every call carries (lua/epoch.lua): the run a node joined; "" checks nothing."""
         return self.base.epoch
 
     @epoch.setter
@@ -157,7 +204,7 @@ class ShardedFrontier:
         if str(value) != self.base.epoch:
             for log in self.resend:  # what it admitted was of the old state
                 log.clear()
-        for part in (self.base, *self.shards):
+        for part in self.all_parts:
             part.epoch = str(value)
 
     @property
@@ -166,61 +213,54 @@ class ShardedFrontier:
 
     @run_id.setter
     def run_id(self, value: int | None) -> None:
-        for part in (self.base, *self.shards):
+        for part in self.all_parts:
             part.run_id = value
 
-    @property
-    def data_lost(self) -> bool:
-        return self.base.data_lost
-
-    @data_lost.setter
-    def data_lost(self, value: bool) -> None:
-        self.base.data_lost = value
-
-    @property
-    def start_urls_kind(self) -> str:
-        return self.base.start_urls_kind
-
-    @start_urls_kind.setter
-    def start_urls_kind(self, value: str) -> None:
-        self.base.start_urls_kind = value
-
     def parts(self) -> list[CrawlKeys]:
-        return [self.keys, *(f.keys for f in self.shards)]
+        """The key sets holding this crawl's frontier: its own, then each shard's."""
+        return [f.keys for f in self.all_parts]
 
-    def dedup_parts(self) -> list[Frontier]:
+    def dedup_parts(self) -> list[Part]:
+        """The parts holding this crawl's dedup state, each with its strategy."""
         return list(self.shards)
 
     def forget_dedup_layers(self) -> None:
+        """The crawl was reset: what the strategies knew of a Bloom filter's layers is wrong."""
         for f in self.shards:
             f.forget_dedup_layers()
 
-    def part(self, index: int) -> Frontier:
+    def part(self, index: int) -> Part:
         return self.base if index == BASE else self.shards[index]
 
     def split_id(self, lease_id: str) -> tuple[int, str]:
         """(part, id in that part) of a lease id."""
+        if not self.sharded:
+            return 0, lease_id
         head, dot, rest = lease_id.partition(".")
         if not dot:
             return BASE, lease_id
         return int(head), rest
 
     def route(self, item: Admission) -> int:
-        """The shard of an admission: by its route (5th field), else its domain (4th)."""
-        key = item[4] if len(item) > 4 else (item[3] if len(item) > 3 else "")  # type: ignore[misc]
-        if not key:
-            raise ValueError("a sharded crawl needs each request's domain to route it (the scheduler gives it)")
-        return shard_of(key, self.n)
+        """The shard of an admission (:func:`route_key`)."""
+        return shard_of(route_key(item), self.n) if self.sharded else 0
 
     def _group_ids(self, ids: Iterable[str]) -> dict[int, list[str]]:
+        if not self.sharded:
+            ids = list(ids)
+            return {0: ids} if ids else {}
         out: dict[int, list[str]] = {}
         for lease_id in ids:
             part, raw = self.split_id(lease_id)
             out.setdefault(part, []).append(raw)
         return out
 
+    def _named(self, part: int, ids: Sequence[str]) -> list[str]:
+        """Lease ids of ``part`` as the caller names them (a shard's with its number)."""
+        return list(ids) if part == self._own or part == BASE else [f"{part}.{x}" for x in ids]
+
     def _wrap(self, part: int, leased: list[Leased]) -> list[Leased]:
-        if part != BASE:
+        if part != self._own and part != BASE:
             for x in leased:
                 x.id = f"{part}.{x.id}"
         return leased
@@ -232,6 +272,16 @@ class ShardedFrontier:
     def admit(
         self, items: Sequence[Admission], acks: Sequence[str] = (), events: Sequence[tuple[str, str]] = ()
     ) -> AdmitResult:
+        """Store new requests (deduplicated) and ack finished leases, the acks only once every
+        child is stored. An item is (dedup argument, score, payload[, domain[, URL or host]]);
+        the dedup argument comes from the strategy (``dedup.argument(fingerprint)``), b""
+        never filters.
+
+        Raises :class:`~crawlplug.errors.RolledBack` when Redis went back in time past this
+        node's last recorded call: nothing was written, and every lease the node held was
+        given back (their ids in the exception): the caller forgets them and the
+        fingerprints it knew, and sends its requests again; AdmissionIncomplete when some
+        parts stored theirs and others failed, saying which."""
         if len(items) > self._most_per_call():
             return admit_in_parts(self.admit, items, acks, events, self._most_per_call())
         return self._admit(items, acks, events, 0)[0] or AdmitResult("", 0, 0)
@@ -239,20 +289,34 @@ class ShardedFrontier:
     def admit_and_pop(
         self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
     ) -> tuple[AdmitResult | None, Leases]:
+        """:meth:`admit`, then lease up to ``n`` requests, in one round trip: in each part
+        that admits and is asked for leases, one admit.lua call that pops after admitting
+        (one guard pass and one epoch check; a key refusing either refuses the call, which
+        then changed nothing), the other parts' pops beside it."""
         if len(items) > self._most_per_call():  # a batch too big for one call: admitted in parts, then a pop
             return admit_in_parts(self.admit, items, acks, events, self._most_per_call()), self.pop(n)
         result, leased = self._admit(items, acks, events, n)
         return (result if (items or acks or events) else None), leased
 
     def pop(self, n: int) -> Leases:
+        """Lease up to ``n`` requests due now."""
         return self._admit((), (), (), n)[1]
+
+    def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
+        """Admit (fingerprint, score, payload) items made outside a crawl (the CLI's push, an import)."""
+        if self.sharded:
+            raise TypeError("a sharded crawl routes requests by domain: use admit() with (fp, score, payload, domain)")
+        return self.admit([(fp, float(score), payload) for fp, score, payload in items])
 
     def _admit(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]], pop: int
     ) -> tuple[AdmitResult | None, Leases]:
-        by_shard: dict[int, list[int]] = {}
-        for i, item in enumerate(items):
-            by_shard.setdefault(self.route(item), []).append(i)
+        if self.sharded:
+            by_shard: dict[int, list[int]] = {}
+            for i, item in enumerate(items):
+                by_shard.setdefault(self.route(item), []).append(i)
+        else:
+            by_shard = {0: list(range(len(items)))} if items else {}
         ack_parts = self._group_ids(acks)
         event_parts: dict[int, list[tuple[str, str]]] = {}
         for lease_id, kind in events:
@@ -268,10 +332,9 @@ class ShardedFrontier:
         leased: list[Leased] = []
         # a part whose last admission's reply was lost gets it again first, exactly (answered as
         # it was, its pop's leases too: admit.lua), then the rest of its share of this batch
-        sent_again: dict[int, int] = {}  # part -> its items that call covered
-        for part in [p for p in dict.fromkeys([*by_shard, *now_acks, *event_parts]) if self.part(p)._uncertain]:
+        for part in [p for p in dict.fromkeys([*by_shard, *now_acks, *event_parts]) if self.part(p).uncertain]:
             indexes = by_shard.get(part, [])
-            before, replayed, rest, rest_acks, rest_events = self.part(part)._settle(
+            before, replayed, rest, rest_acks, rest_events = self.part(part).settle(
                 [items[i] for i in indexes], now_acks.get(part, ()), event_parts.get(part, ()))  # fmt: skip
             if before is None:
                 continue
@@ -282,19 +345,18 @@ class ShardedFrontier:
             acks_done += self._named(part, now_acks.get(part, ())[:len(now_acks.get(part, ())) - len(rest_acks)])
             leased += self._wrap(part, replayed)
             by_shard[part] = indexes[done:]
-            sent_again[part] = done
             if part in now_acks:
                 now_acks[part] = list(rest_acks)
             if part in event_parts:
                 event_parts[part] = list(rest_events)
 
-        calls: list[tuple[str, list[str], list[Any]]] = []
+        calls: list[Call] = []
         plan: list[tuple[str, int]] = []
         asked: set[int] = set()
-        share_of = dict(self._shares(pop, asked))
-        parts = [p for p in dict.fromkeys([*by_shard, *now_acks, *event_parts])
-                 if by_shard.get(p) or now_acks.get(p) or event_parts.get(p)]  # fmt: skip
-        for part in parts:
+        share_of = dict(self._shares(pop - len(leased) if pop else 0, asked))
+        todo = [p for p in dict.fromkeys([*by_shard, *now_acks, *event_parts])
+                if by_shard.get(p) or now_acks.get(p) or event_parts.get(p)]  # fmt: skip
+        for part in todo:
             part_items = [items[i] for i in by_shard.get(part, ())]
             args = (part_items, now_acks.get(part, ()), event_parts.get(part, ()))
             if part != BASE and part in share_of:
@@ -308,7 +370,7 @@ class ShardedFrontier:
         # a pop in a shard that admits in this call, or gets its acks after it, refuses with
         # the admission on a corrupt key: it takes nothing there (a pop that ran would have
         # leased, and then given back, in a part the call is refused in)
-        admitting = set(parts) | set(later_acks)
+        admitting = set(todo) | set(later_acks)
         for shard, share in share_of.items():
             if ("admit+pop", shard) not in plan:
                 calls.append(self.shards[shard].pop_call(share, after_admit=shard in admitting))
@@ -320,14 +382,16 @@ class ShardedFrontier:
         waits: list[int] = []
         for (kind, part), call, raw in zip(plan, calls, results):
             frontier = self.part(part)
+            if kind == "pop":
+                try:
+                    leased += self._took(part, frontier.read_pop(raw, call), waits)
+                except RolledBack as exc:
+                    rolled[part] = exc
+                except redis.RedisError as exc:
+                    error = error or exc
+                continue
             if isinstance(raw, RolledBack):
                 rolled[part] = raw
-                continue
-            if kind == "pop":
-                if isinstance(raw, Exception):
-                    error = error or raw
-                    continue
-                leased += self._took(part, frontier._popped(raw, call[2]), waits)
                 continue
             part_items = [items[i] for i in by_shard.get(part, ())]
             part_acks, part_events = now_acks.get(part, ()), event_parts.get(part, ())
@@ -338,13 +402,15 @@ class ShardedFrontier:
                 continue
             if kind == "admit+pop":  # {admission's reply, pop's reply}, or the admission's alone
                 if len(raw) > 1:
-                    leased += self._took(part, frontier._leased(raw[1]), waits)
+                    leased += self._took(part, frontier.read_leases(raw[1]), waits)
+                else:  # the admission must be sent again: the pop did not run, asked below
+                    asked.discard(part)
                 raw = raw[0]
             try:
-                result = frontier._result(raw, call[2], part_acks)
+                result = frontier.read_admission(raw, call[2], part_acks)
                 if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish this part alone
                     done = result or ""
-                    result = frontier._admit(part_items[len(done):], part_acks, part_events)
+                    result = frontier.admit(part_items[len(done):], part_acks, part_events)
                     result.flags = done + result.flags
             except RolledBack as exc:
                 rolled[part] = exc
@@ -359,7 +425,7 @@ class ShardedFrontier:
                 continue
             for i, flag in zip(by_shard.get(part, ()), result.flags):
                 flags[i] = flag
-            if part != BASE:
+            if self.sharded and part != BASE:
                 self.resend[part].add(call[2][3], [item for item, f in zip(part_items, result.flags) if f == "1"])
                 if "1" in result.flags:
                     self._dry_until[part] = 0.0
@@ -371,20 +437,20 @@ class ShardedFrontier:
         if error is not None:
             self._fail(error, flags, acks_done, acked, stale, leased)
         # a pop smaller than the number of shards asked only some of them: if those ran
-        # dry, ask the others now (the dry ones are skipped for a moment after this)
+        # dry, ask the others now (the dry ones are skipped for a moment after this); a
+        # part whose admission was sent again (a Bloom filter grew) is asked now
         while pop and len(leased) < pop and len(asked) < self.n:
             shares = self._shares(pop - len(leased), asked)
             if not shares:
                 break
             pops = [self.shards[s].pop_call(k, after_admit=s in admitting) for s, k in shares]
             for (shard, _), call, raw in zip(shares, pops, self.scripts.run_many(pops)):
-                if isinstance(raw, RolledBack):
-                    rolled[shard] = raw
-                    continue
-                if isinstance(raw, Exception):
-                    error = error or raw
-                    continue
-                leased += self._took(shard, self.shards[shard]._popped(raw, call[2]), waits)
+                try:
+                    leased += self._took(shard, self.shards[shard].read_pop(raw, call), waits)
+                except RolledBack as exc:
+                    rolled[shard] = exc
+                except redis.RedisError as exc:
+                    error = error or exc
             if rolled:
                 error = self.went_back(rolled)
             if error is not None:  # what the others took goes back, with what was taken before
@@ -399,9 +465,9 @@ class ShardedFrontier:
                     if isinstance(raw, Exception):
                         self.part(p).note_uncertain(call, raw, 0, len(part_acks), 0)
                         raise raw
-                    result = self.part(p)._result(raw, call[2], part_acks)
+                    result = self.part(p).read_admission(raw, call[2], part_acks)
                     if not isinstance(result, AdmitResult):  # a Bloom filter grew elsewhere: again
-                        result = self.part(p)._admit((), part_acks, ())
+                        result = self.part(p).admit((), part_acks, ())
                 except RolledBack as exc:
                     rolled[p] = exc
                     continue
@@ -427,14 +493,12 @@ class ShardedFrontier:
         went back in time: every lease was given back already, these too.)"""
         if not isinstance(error, RolledBack):
             self._give_back(leased)
+        else:  # given back with the rest; the caller never had them, so they are not named to it
+            mine = {x.id for x in leased}
+            error.given_back = [x for x in error.given_back if x not in mine]
         if incomplete or any(flags) or acks_done:
             raise AdmissionIncomplete("".join(f or "-" for f in flags), error, acks_done, acked, stale) from error
         raise error
-
-    @staticmethod
-    def _named(part: int, ids: Sequence[str]) -> list[str]:
-        """Lease ids of ``part`` as the caller names them (with their shard)."""
-        return list(ids) if part == BASE else [f"{part}.{x}" for x in ids]
 
     def _shares(self, n: int, asked: set[int]) -> list[tuple[int, int]]:
         """Split a pop of ``n`` over shards not yet ``asked`` in this call, in rotation,
@@ -442,6 +506,12 @@ class ShardedFrontier:
         self._shares_last = {}
         if n <= 0:
             return []
+        if not self.sharded:
+            if 0 in asked:
+                return []
+            asked.add(0)
+            self._shares_last = {0: n}
+            return [(0, n)]
         now = time.monotonic()
         order = [(self._rr + j) % self.n for j in range(self.n) if (self._rr + j) % self.n not in asked]
         live = [s for s in order if self._dry_until[s] <= now] or order
@@ -475,8 +545,12 @@ class ShardedFrontier:
             logger.debug("crawlplug: could not give back %d leases now; they expire", len(leased))
 
     def record_seen(self, items: Sequence[tuple[bytes, str]]) -> str:
-        """Each (dedup argument, route) checked and recorded in its route's shard, where the
-        Scheduler's admissions record it: one ``seen.lua`` call per shard, sent at once."""
+        """Check and record (dedup argument, route) items storing no request, each in one
+        step (``lua/seen.lua``), in the route's shard, where the Scheduler's admissions
+        record it: a dupefilter used on its own. One call per shard, sent at once; a flag
+        per item, "1" new, "0" seen. (One part has no use for the route.)"""
+        if not self.sharded:
+            return self.base.record_seen(items)
         by_shard: dict[int, list[int]] = {}
         for i, (_, route) in enumerate(items):
             if not route:
@@ -489,7 +563,7 @@ class ShardedFrontier:
             if isinstance(raw, Exception):
                 raise raw
             frontier, indexes = self.shards[shard], by_shard[shard]
-            result = frontier._result(raw)
+            result = frontier.read_admission(raw)
             if isinstance(result, AdmitResult):
                 got = result.flags
             else:  # the Bloom filter grew: this shard alone, again
@@ -499,11 +573,11 @@ class ShardedFrontier:
                 flags[i] = flag
         return "".join(flags)
 
-    def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
-        raise TypeError("a sharded crawl routes requests by domain: use admit() with (fp, score, payload, domain)")
-
     def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
                     lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
+        """Lease up to ``n`` start entries from the crawl's ``lanes`` (start_urls alone by
+        default), then scrapy-redis's ``legacy_key`` (one or several), in that order:
+        [(lease id, raw entry)], acked with the admission of the requests made from it."""
         return self.base.take_starts(n, legacy_key, lanes)
 
     # -- leases ------------------------------------------------------------------
@@ -511,11 +585,15 @@ class ShardedFrontier:
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
         totals: dict[str, int] | None = None,
     ) -> list[str]:
-        return self._beat(lease_ids, producing, metrics, totals, reap_limit=None)[0]
+        """Mark this node alive, renew its leases, count its ``totals`` in the run's counters
+        (what is new since they were counted: sent again, a beat counts nothing twice);
+        return the ids it lost."""
+        return self._beat(lease_ids, producing, metrics, totals, reap_limit=None).lost
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
+        """Requeue expired leases (dead-lettering over-delivered ones) in every part: (requeued, dead)."""
         requeued = dead = 0
-        for raw in self.scripts.run_many([f.reap_call(limit) for f in (self.base, *self.shards)]):
+        for raw in self.scripts.run_many([f.reap_call(limit) for f in self.all_parts]):
             if isinstance(raw, Exception):
                 raise raw
             requeued += int(raw[0])
@@ -526,21 +604,22 @@ class ShardedFrontier:
         self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
         totals: dict[str, int] | None = None, limit: int = 1000,
     ) -> Beat:  # fmt: skip
-        """:meth:`heartbeat` then :meth:`reap`, the calls of every shard sent together
-        (a shard's renewal before its reap: same keys, same node, in call order)."""
+        """:meth:`heartbeat`, then :meth:`reap` and a history sample (crawlplug.frontier.history)
+        of every part, in one round trip (a shard's renewal before its reap: same keys, same
+        node, in call order)."""
         return self._beat(lease_ids, producing, metrics, totals, reap_limit=limit)
 
     def _beat(self, lease_ids: Iterable[str], producing: bool, metrics: dict[str, Any] | None,
               totals: dict[str, int] | None, reap_limit: int | None) -> Beat:  # fmt: skip
         """The heartbeat in the crawl's own keys, each shard's renewal of this node's leases
-        and, with ``reap_limit``, every part's reap: one pipeline. (lost lease ids, reaped)."""
+        and, with ``reap_limit``, every part's reap and history sample: one pipeline."""
         groups = self._group_ids(lease_ids)
-        calls = [self.base.heartbeat_call(groups.get(BASE, ()), producing=producing, metrics=metrics,
+        calls = [self.base.heartbeat_call(groups.get(self._own, ()), producing=producing, metrics=metrics,
                                           totals=totals)]  # fmt: skip
         # each shard holding leases of this node, or its record (lua/record.lua: did it go back in time?)
-        shards = [p for p in range(self.n) if p in groups or self.shards[p].record.confirmed]
+        shards = [p for p in range(self.n) if p in groups or self.shards[p].record.confirmed] if self.sharded else []
         calls += [self.shards[p].renew_call(groups.get(p, ())) for p in shards]
-        everyone = (self.base, *self.shards)
+        everyone = self.all_parts
         sampled: list[Any] = []
         if reap_limit is not None:
             calls += [f.reap_call(reap_limit) for f in everyone]
@@ -550,7 +629,7 @@ class ShardedFrontier:
         results = self.scripts.run_many(calls)
         if reap_limit is not None:
             results, sampled = results[:-len(everyone)], results[-len(everyone):]
-        rolled = {p: raw for p, raw in zip([BASE, *shards], results) if isinstance(raw, RolledBack)}
+        rolled = {p: raw for p, raw in zip([self._own, *shards], results) if isinstance(raw, RolledBack)}
         if rolled:
             raise self.went_back(rolled)
         for raw in results:
@@ -558,16 +637,12 @@ class ShardedFrontier:
                 raise raw
         for reply in sampled:
             self.base.history_sampled(reply)
-        lost = self.base._beaten(results[0])
-        self.paused = self.base.paused
-        self.run_state = self.base.run_state
+        lost, self.paused, self.run_state, self.data_lost = self.base.read_beat(results[0])
         for p, raw in zip(shards, results[1:1 + len(shards)]):
-            shard_lost = [text(x) for x in raw]
-            self.shards[p].record.done(shard_lost)
-            lost += [f"{p}.{x}" for x in shard_lost]
+            lost += [f"{p}.{x}" for x in self.shards[p].read_renewal(raw)]
         reaped = results[1 + len(shards):]
         return Beat(lost, (sum(int(raw[0]) for raw in reaped), sum(int(raw[1]) for raw in reaped)),
-                    paused=self.paused, run_state=self.run_state, data_lost=self.base.data_lost)  # fmt: skip
+                    paused=self.paused, run_state=self.run_state, data_lost=self.data_lost)  # fmt: skip
 
     # -- when a part went back in time (crawlplug.frontier.record) -------------------------
     def went_back(self, rolled: dict[int, RolledBack]) -> RolledBack:
@@ -575,18 +650,23 @@ class ShardedFrontier:
         node holds, in every part, is given back (a lost admission in one shard may be of
         any page's children); each shard that went back gets again what this node admitted
         to it since the last call it still has (:class:`~crawlplug.frontier.record.ResendLog`).
-        Returns the error to raise, naming the leases given back."""
+        Returns the error to raise, naming the leases given back: once per refusal (one a
+        call inside this one met and settled already is returned as it is)."""
+        first = next(iter(rolled.values()))
+        if all(exc.settled for exc in rolled.values()):
+            return first
         for index, exc in rolled.items():
             self.part(index).record.confirmed = exc.found  # what it has now: the next call is checked against it
         given: list[str] = []
-        for index in (BASE, *range(self.n)):
+        for index in ([self._own] if not self.sharded else [BASE, *range(self.n)]):
             given += self._named(index, self.part(index).give_back_held())
         for index, exc in sorted(rolled.items()):
             log_went_back(self.part(index).keys, len(given))
-            if index != BASE:
+            if self.sharded and index != BASE:
                 self._resend_to(index, exc.found)
-        first = next(iter(rolled.values()))
-        return RolledBack(str(first), given)
+        out = RolledBack(str(first), given)
+        out.settled = True
+        return out
 
     def _resend_to(self, shard: int, found: int) -> None:
         """Admit again in ``shard`` what this node admitted there after its call ``found``."""
@@ -610,6 +690,7 @@ class ShardedFrontier:
                        "were missing there)", len(items), shard, result.admitted)  # fmt: skip
 
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
+        """Give leases back to the queue now (``unstarted``: without counting a delivery)."""
         groups = self._group_ids(ids)
         if not groups:
             return 0
@@ -623,13 +704,19 @@ class ShardedFrontier:
         return total
 
     def dead_letter(self, lease_id: str, reason: str, **extra: Any) -> bool:
+        """Move a leased request to the dead letters, with why (a shard's letter names its shard)."""
         part, raw = self.split_id(lease_id)
-        return self.part(part).dead_letter(raw, reason, shard=part, **extra)
+        if self.sharded:
+            extra["shard"] = part
+        return self.part(part).dead_letter(raw, reason, **extra)
 
     # -- views ---------------------------------------------------------------------
     def idle_state(self) -> Idle:
+        """(queued, leased, live producers) over every part, with the start entries waiting,
+        whether the crawl's data was found lost and what start_urls holds if not a list: to
+        tell an idle crawl from a done one."""
         queued = leased = producers = 0
-        results = self.scripts.run_many([f.idle_call() for f in (self.base, *self.shards)])
+        results = self.scripts.run_many([f.idle_call() for f in self.all_parts])
         for i, raw in enumerate(results):
             if isinstance(raw, Exception):
                 raise raw
@@ -638,19 +725,17 @@ class ShardedFrontier:
             producers += int(raw[2])
             if i == 0:
                 self.start_entries = int(raw[3])
-                self.base.data_lost = bool(int(raw[4]))
-                self.start_urls_kind = self.base.start_urls_kind = text(raw[5])
-        return Idle(queued, leased, producers, start_entries=self.start_entries, data_lost=self.base.data_lost,
+                self.data_lost = bool(int(raw[4]))
+                self.start_urls_kind = text(raw[5])
+        return Idle(queued, leased, producers, start_entries=self.start_entries, data_lost=self.data_lost,
                     start_urls_kind=self.start_urls_kind)  # fmt: skip
 
     def __len__(self) -> int:
         return sum(len(f) for f in self.shards)
 
     def purge(self) -> int:
-        deleted = self.base.purge()
-        for f in self.shards:
-            deleted += f.purge()
-        return deleted
+        """Delete every key of the crawl's frontier, in every part; how many."""
+        return sum(f.purge() for f in self.all_parts)
 
 
 def open_domains(client: redis.Redis, keys: CrawlKeys) -> Domains:
