@@ -87,9 +87,19 @@ class Crawl:
         lines = list(lines)
         if not lines:
             return 0
+        # the lane recorded and its entries pushed together (MULTI/EXEC, one round trip: the
+        # crawl's keys share one slot), so no reader sees entries in a lane it does not count
+        pipe = self.client.pipeline(transaction=True)
         if lane != "start_urls":
-            self.client.sadd(self.keys.lanes, lane)
-        return int(self.client.rpush(self.keys.key(lane), *lines))
+            pipe.sadd(self.keys.lanes, lane)
+        pipe.rpush(self.keys.key(lane), *lines)
+        return int(pipe.execute()[-1])
+
+    def add_lanes(self, names: Sequence[str]) -> None:
+        """Record start-entry lists a node reads besides start_urls, so that readers (status,
+        peek, crawls) count their entries as work."""
+        if names:
+            self.client.sadd(self.keys.lanes, *names)
 
     # -- a node's record in the registry of nodes --------------------------------------
     def publish(self, node_id: str, **metrics: Any) -> None:

@@ -47,7 +47,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, NoReturn
+from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
@@ -94,6 +95,37 @@ def route_key(item: Admission) -> str:
     if not where:
         raise ValueError("a sharded crawl needs each request's domain or URL to route it (the scheduler gives it)")
     return where
+
+
+@dataclass
+class _Plan:
+    """Which part of the crawl gets which items (their indexes), acks and events of a call."""
+
+    by_part: dict[int, list[int]]
+    now_acks: dict[int, list[str]]
+    later_acks: dict[int, list[str]]
+    event_parts: dict[int, list[tuple[str, str]]]
+
+    def touched(self) -> list[int]:
+        return list(dict.fromkeys([*self.by_part, *self.now_acks, *self.event_parts]))
+
+    def share(self, items: Sequence[Admission], part: int
+              ) -> tuple[list[Admission], Sequence[str], Sequence[tuple[str, str]]]:  # fmt: skip
+        return [items[i] for i in self.by_part.get(part, ())], self.now_acks.get(part, ()), self.event_parts.get(part, ())
+
+
+@dataclass
+class _Tally:
+    """What one call over the parts did so far: each item's flag ("" not stored yet), the acks
+    made (as the caller names them), the leases taken, the parts found gone back, the first error."""
+
+    flags: list[str]
+    acked: int = 0
+    stale: int = 0
+    acks_done: list[str] = field(default_factory=list)
+    leased: list[Leased] = field(default_factory=list)
+    rolled: dict[int, RolledBack] = field(default_factory=dict)
+    error: Exception | None = None
 
 
 class Frontier:
@@ -311,193 +343,209 @@ class Frontier:
     def _admit(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]], pop: int
     ) -> tuple[AdmitResult | None, Leases]:
+        """One admission with its acks and events, and a pop of ``pop``, over the parts: what
+        was lost before is sent again first, then one round trip (each part's admission, with
+        its pop where it has one), more pops if the shards asked ran dry, and the acks that
+        had to wait for other shards' children last."""
+        plan = self._route(items, acks, events)
+        tally = _Tally([""] * len(items))
+        self._settle(items, plan, tally)
+        waits: list[int] = []
+        admitting, asked = self._first_round(items, plan, pop, tally, waits)
+        # a pop smaller than the number of shards asked only some of them: if those ran
+        # dry, ask the others now (the dry ones are skipped for a moment after this); a
+        # part whose admission was sent again (a Bloom filter grew) is asked now
+        while pop and len(tally.leased) < pop and len(asked) < self.n:
+            if not self._pop_more(pop - len(tally.leased), asked, admitting, tally, waits):
+                break
+        self.next_ready_ms = min(waits) if waits else -1
+        if plan.later_acks:
+            self._ack_later(plan.later_acks, tally)
+        return AdmitResult("".join(tally.flags), tally.acked, tally.stale), Leases(
+            tally.leased, next_ready_ms=self.next_ready_ms, queued_seen=self.queued_seen)  # fmt: skip
+
+    def _route(self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]) -> _Plan:
+        """Which part gets which items, acks and events; an ack rides with its part's items
+        only if no other part gets items (every child of its page stored first)."""
         if self.sharded:
-            by_shard: dict[int, list[int]] = {}
+            by_part: dict[int, list[int]] = {}
             for i, item in enumerate(items):
-                by_shard.setdefault(self.route(item), []).append(i)
+                by_part.setdefault(self.route(item), []).append(i)
         else:
-            by_shard = {0: list(range(len(items)))} if items else {}
+            by_part = {0: list(range(len(items)))} if items else {}
         ack_parts = self._group_ids(acks)
         event_parts: dict[int, list[tuple[str, str]]] = {}
         for lease_id, kind in events:
             part, raw = self.split_id(lease_id)
             event_parts.setdefault(part, []).append((raw, kind))
-        # an ack may ride with its shard's items only if no other shard gets items
-        now_acks = {p: a for p, a in ack_parts.items() if set(by_shard) <= {p}}
+        now_acks = {p: a for p, a in ack_parts.items() if set(by_part) <= {p}}
         later_acks = {p: a for p, a in ack_parts.items() if p not in now_acks}
+        return _Plan(by_part, now_acks, later_acks, event_parts)
 
-        flags = [""] * len(items)
-        acked = stale = 0
-        acks_done: list[str] = []  # the acks made (acknowledged or found stale), as the caller named them
-        leased: list[Leased] = []
-        # a part whose last admission's reply was lost gets it again first, exactly (answered as
-        # it was, its pop's leases too: admit.lua), then the rest of its share of this batch
-        for part in [p for p in dict.fromkeys([*by_shard, *now_acks, *event_parts]) if self.part(p).uncertain]:
-            indexes = by_shard.get(part, [])
+    def _settle(self, items: Sequence[Admission], plan: _Plan, tally: _Tally) -> None:
+        """A part whose last admission's reply was lost gets it again first, exactly (answered
+        as it was, its pop's leases too: admit.lua); the plan keeps the rest of its share."""
+        for part in [p for p in plan.touched() if self.part(p).uncertain]:
+            indexes, part_acks = plan.by_part.get(part, []), plan.now_acks.get(part, ())
             before, replayed, rest, rest_acks, rest_events = self.part(part).settle(
-                [items[i] for i in indexes], now_acks.get(part, ()), event_parts.get(part, ()))  # fmt: skip
+                [items[i] for i in indexes], part_acks, plan.event_parts.get(part, ()))  # fmt: skip
             if before is None:
                 continue
             done = len(indexes) - len(rest)
             for i, flag in zip(indexes[:done], before.flags):
-                flags[i] = flag
-            acked, stale = acked + before.acked, stale + before.stale
-            acks_done += self._named(part, now_acks.get(part, ())[:len(now_acks.get(part, ())) - len(rest_acks)])
-            leased += self._wrap(part, replayed)
-            by_shard[part] = indexes[done:]
-            if part in now_acks:
-                now_acks[part] = list(rest_acks)
-            if part in event_parts:
-                event_parts[part] = list(rest_events)
+                tally.flags[i] = flag
+            tally.acked, tally.stale = tally.acked + before.acked, tally.stale + before.stale
+            tally.acks_done += self._named(part, part_acks[:len(part_acks) - len(rest_acks)])
+            tally.leased += self._wrap(part, replayed)
+            plan.by_part[part] = indexes[done:]
+            if part in plan.now_acks:
+                plan.now_acks[part] = list(rest_acks)
+            if part in plan.event_parts:
+                plan.event_parts[part] = list(rest_events)
 
+    def _first_round(self, items: Sequence[Admission], plan: _Plan, pop: int, tally: _Tally,
+                     waits: list[int]) -> tuple[set[int], set[int]]:  # fmt: skip
+        """Each part's admission (with its share of the pop: admit.lua pops after admitting, one
+        guard pass for both, and a key refusing either refuses the call there) and the other
+        shards' pops, in one round trip, read back. Returns the parts admitting in this call
+        and the shards asked for leases."""
         calls: list[Call] = []
-        plan: list[tuple[str, int]] = []
+        kinds: list[tuple[str, int]] = []
         asked: set[int] = set()
-        share_of = dict(self._shares(pop - len(leased) if pop else 0, asked))
-        todo = [p for p in dict.fromkeys([*by_shard, *now_acks, *event_parts])
-                if by_shard.get(p) or now_acks.get(p) or event_parts.get(p)]  # fmt: skip
+        share_of = dict(self._shares(pop - len(tally.leased) if pop else 0, asked))
+        todo = [p for p in plan.touched()
+                if plan.by_part.get(p) or plan.now_acks.get(p) or plan.event_parts.get(p)]  # fmt: skip
         for part in todo:
-            part_items = [items[i] for i in by_shard.get(part, ())]
-            args = (part_items, now_acks.get(part, ()), event_parts.get(part, ()))
+            args = plan.share(items, part)
             if part != BASE and part in share_of:
-                # the shard's admission and its pop in one call (admit.lua's pop): one guard
-                # pass for both, and a key refusing either refuses the call there
                 calls.append(self.part(part).admit_pop_call(*args, share_of[part]))
-                plan.append(("admit+pop", part))
+                kinds.append(("admit+pop", part))
             else:
                 calls.append(self.part(part).admit_call(*args))
-                plan.append(("admit", part))
+                kinds.append(("admit", part))
         # a pop in a shard that admits in this call, or gets its acks after it, refuses with
         # the admission on a corrupt key: it takes nothing there (a pop that ran would have
         # leased, and then given back, in a part the call is refused in)
-        admitting = set(todo) | set(later_acks)
+        admitting = set(todo) | set(plan.later_acks)
         for shard, share in share_of.items():
-            if ("admit+pop", shard) not in plan:
+            if ("admit+pop", shard) not in kinds:
                 calls.append(self.shards[shard].pop_call(share, after_admit=shard in admitting))
-                plan.append(("pop", shard))
-        results = self.scripts.run_many(calls) if calls else []
-
-        error: Exception | None = None
-        rolled: dict[int, RolledBack] = {}  # parts found gone back in time
-        waits: list[int] = []
-        for (kind, part), call, raw in zip(plan, calls, results):
-            frontier = self.part(part)
+                kinds.append(("pop", shard))
+        for (kind, part), call, raw in zip(kinds, calls, self.scripts.run_many(calls) if calls else []):
             if kind == "pop":
-                try:
-                    leased += self._took(part, frontier.read_pop(raw, call), waits)
-                except RolledBack as exc:
-                    rolled[part] = exc
-                except redis.RedisError as exc:
-                    error = error or exc
+                self._read_pop(part, call, raw, tally, waits)
                 continue
-            if isinstance(raw, RolledBack):
-                rolled[part] = raw
-                continue
-            part_items = [items[i] for i in by_shard.get(part, ())]
-            part_acks, part_events = now_acks.get(part, ()), event_parts.get(part, ())
-            if isinstance(raw, Exception):
-                # a reply lost may be of a call that ran: sent again first by the next batch
-                frontier.note_uncertain(call, raw, len(part_items), len(part_acks), len(part_events))
-                error = error or raw
-                continue
-            if kind == "admit+pop":  # {admission's reply, pop's reply}, or the admission's alone
-                if len(raw) > 1:
-                    leased += self._took(part, frontier.read_leases(raw[1]), waits)
-                else:  # the admission must be sent again: the pop did not run, asked below
+            if kind == "admit+pop" and not isinstance(raw, Exception):
+                if len(raw) > 1:  # {admission's reply, pop's reply}
+                    tally.leased += self._took(part, self.part(part).read_leases(raw[1]), waits)
+                else:  # the admission's alone: it must be sent again, the pop did not run (asked again)
                     asked.discard(part)
                 raw = raw[0]
+            self._read_admission(items, plan, part, call, raw, tally)
+        self._raise_if_failed(tally)
+        return admitting, asked
+
+    def _read_admission(self, items: Sequence[Admission], plan: _Plan, part: int, call: Call, raw: Any,
+                        tally: _Tally) -> None:  # fmt: skip
+        """One part's admission reply (or the error it met) into ``tally``."""
+        frontier = self.part(part)
+        part_items, part_acks, part_events = plan.share(items, part)
+        if isinstance(raw, RolledBack):
+            tally.rolled[part] = raw
+            return
+        if isinstance(raw, Exception):
+            # a reply lost may be of a call that ran: sent again first by the next batch
+            frontier.note_uncertain(call, raw, len(part_items), len(part_acks), len(part_events))
+            tally.error = tally.error or raw
+            return
+        try:
+            result = frontier.read_admission(raw, call[2], part_acks)
+            if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish this part alone
+                done = result or ""
+                result = frontier.admit(part_items[len(done):], part_acks, part_events)
+                result.flags = done + result.flags
+        except RolledBack as exc:
+            tally.rolled[part] = exc
+            return
+        except AdmissionIncomplete as exc:  # the filter grew, then the rest failed (no ack made)
+            for i, flag in zip(plan.by_part.get(part, ()), exc.flags):
+                tally.flags[i] = "" if flag == "-" else flag
+            tally.error = tally.error or exc.cause
+            return
+        except (redis.RedisError, RuntimeError) as exc:
+            tally.error = tally.error or exc
+            return
+        for i, flag in zip(plan.by_part.get(part, ()), result.flags):
+            tally.flags[i] = flag
+        if self.sharded and part != BASE:
+            self.resend[part].add(call[2][3], [item for item, f in zip(part_items, result.flags) if f == "1"])
+            if "1" in result.flags:
+                self._dry_until[part] = 0.0
+        tally.acked += result.acked
+        tally.stale += result.stale
+        tally.acks_done += self._named(part, part_acks)
+
+    def _read_pop(self, shard: int, call: Call, raw: Any, tally: _Tally, waits: list[int]) -> None:
+        """One shard's pop reply (or the error it met) into ``tally``."""
+        try:
+            tally.leased += self._took(shard, self.shards[shard].read_pop(raw, call), waits)
+        except RolledBack as exc:
+            tally.rolled[shard] = exc
+        except redis.RedisError as exc:
+            tally.error = tally.error or exc
+
+    def _pop_more(self, n: int, asked: set[int], admitting: set[int], tally: _Tally, waits: list[int]) -> bool:
+        """Pop ``n`` more from shards not asked yet in this call; False if there are none."""
+        shares = self._shares(n, asked)
+        if not shares:
+            return False
+        pops = [self.shards[s].pop_call(k, after_admit=s in admitting) for s, k in shares]
+        for (shard, _), call, raw in zip(shares, pops, self.scripts.run_many(pops)):
+            self._read_pop(shard, call, raw, tally, waits)
+        self._raise_if_failed(tally)
+        return True
+
+    def _ack_later(self, later_acks: dict[int, list[str]], tally: _Tally) -> None:
+        """Every child of the batch is stored: the parents are acknowledged in their parts."""
+        calls = [self.part(p).admit_call((), a, ()) for p, a in later_acks.items()]
+        for (p, part_acks), call, raw in zip(later_acks.items(), calls, self.scripts.run_many(calls)):
             try:
-                result = frontier.read_admission(raw, call[2], part_acks)
-                if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish this part alone
-                    done = result or ""
-                    result = frontier.admit(part_items[len(done):], part_acks, part_events)
-                    result.flags = done + result.flags
+                if isinstance(raw, Exception):
+                    self.part(p).note_uncertain(call, raw, 0, len(part_acks), 0)
+                    raise raw
+                result = self.part(p).read_admission(raw, call[2], part_acks)
+                if not isinstance(result, AdmitResult):  # a Bloom filter grew elsewhere: again
+                    result = self.part(p).admit((), part_acks, ())
             except RolledBack as exc:
-                rolled[part] = exc
-                continue
-            except AdmissionIncomplete as exc:  # the filter grew, then the rest failed (no ack made)
-                for i, flag in zip(by_shard.get(part, ()), exc.flags):
-                    flags[i] = "" if flag == "-" else flag
-                error = error or exc.cause
+                tally.rolled[p] = exc
                 continue
             except (redis.RedisError, RuntimeError) as exc:
-                error = error or exc
+                tally.error = tally.error or exc
                 continue
-            for i, flag in zip(by_shard.get(part, ()), result.flags):
-                flags[i] = flag
-            if self.sharded and part != BASE:
-                self.resend[part].add(call[2][3], [item for item, f in zip(part_items, result.flags) if f == "1"])
-                if "1" in result.flags:
-                    self._dry_until[part] = 0.0
-            acked += result.acked
-            stale += result.stale
-            acks_done += self._named(part, part_acks)
-        if rolled:
-            error = self.went_back(rolled)
-        if error is not None:
-            self._fail(error, flags, acks_done, acked, stale, leased)
-        # a pop smaller than the number of shards asked only some of them: if those ran
-        # dry, ask the others now (the dry ones are skipped for a moment after this); a
-        # part whose admission was sent again (a Bloom filter grew) is asked now
-        while pop and len(leased) < pop and len(asked) < self.n:
-            shares = self._shares(pop - len(leased), asked)
-            if not shares:
-                break
-            pops = [self.shards[s].pop_call(k, after_admit=s in admitting) for s, k in shares]
-            for (shard, _), call, raw in zip(shares, pops, self.scripts.run_many(pops)):
-                try:
-                    leased += self._took(shard, self.shards[shard].read_pop(raw, call), waits)
-                except RolledBack as exc:
-                    rolled[shard] = exc
-                except redis.RedisError as exc:
-                    error = error or exc
-            if rolled:
-                error = self.went_back(rolled)
-            if error is not None:  # what the others took goes back, with what was taken before
-                self._fail(error, flags, acks_done, acked, stale, leased)
-        self.next_ready_ms = min(waits) if waits else -1
-        if later_acks:
-            # every child of the batch is stored: the parents may be acknowledged
-            calls = [self.part(p).admit_call((), a, ()) for p, a in later_acks.items()]
-            failed: Exception | None = None
-            for (p, part_acks), call, raw in zip(later_acks.items(), calls, self.scripts.run_many(calls)):
-                try:
-                    if isinstance(raw, Exception):
-                        self.part(p).note_uncertain(call, raw, 0, len(part_acks), 0)
-                        raise raw
-                    result = self.part(p).read_admission(raw, call[2], part_acks)
-                    if not isinstance(result, AdmitResult):  # a Bloom filter grew elsewhere: again
-                        result = self.part(p).admit((), part_acks, ())
-                except RolledBack as exc:
-                    rolled[p] = exc
-                    continue
-                except (redis.RedisError, RuntimeError) as exc:
-                    failed = failed or exc
-                    continue
-                acked += result.acked
-                stale += result.stale
-                acks_done += self._named(p, part_acks)
-            if rolled:
-                failed = self.went_back(rolled)
-            if failed is not None:
-                # every request of the batch is stored: only the acks not made are to send again
-                self._fail(failed, flags, acks_done, acked, stale, leased, incomplete=True)
-        return AdmitResult("".join(flags), acked, stale), Leases(leased, next_ready_ms=self.next_ready_ms,
-                                                                 queued_seen=self.queued_seen)  # fmt: skip
+            tally.acked += result.acked
+            tally.stale += result.stale
+            tally.acks_done += self._named(p, part_acks)
+        # every request of the batch is stored: only the acks not made are to send again
+        self._raise_if_failed(tally, incomplete=True)
 
-    def _fail(self, error: Exception, flags: list[str], acks_done: list[str], acked: int, stale: int,
-              leased: list[Leased], *, incomplete: bool = False) -> NoReturn:  # fmt: skip
-        """A call that met ``error`` in some part: what its pops took goes back, and if other
-        parts stored requests or made acks (or ``incomplete``), AdmissionIncomplete says
-        which, so that a retry sends only the rest and counts none of it twice. (A part that
-        went back in time: every lease was given back already, these too.)"""
+    def _raise_if_failed(self, tally: _Tally, *, incomplete: bool = False) -> None:
+        """A call that met an error in some part: if parts went back in time, every lease is
+        given back first (:meth:`went_back`); what this call's pops took goes back; and if
+        other parts stored requests or made acks (or ``incomplete``), AdmissionIncomplete
+        says which, so that a retry sends only the rest and counts none of it twice."""
+        if tally.rolled:
+            tally.error = self.went_back(tally.rolled)
+        error = tally.error
+        if error is None:
+            return
         if not isinstance(error, RolledBack):
-            self._give_back(leased)
+            self._give_back(tally.leased)
         else:  # given back with the rest; the caller never had them, so they are not named to it
-            mine = {x.id for x in leased}
+            mine = {x.id for x in tally.leased}
             error.given_back = [x for x in error.given_back if x not in mine]
-        if incomplete or any(flags) or acks_done:
-            raise AdmissionIncomplete("".join(f or "-" for f in flags), error, acks_done, acked, stale) from error
+        if incomplete or any(tally.flags) or tally.acks_done:
+            raise AdmissionIncomplete("".join(f or "-" for f in tally.flags), error, tally.acks_done, tally.acked,
+                                      tally.stale) from error  # fmt: skip
         raise error
 
     def _shares(self, n: int, asked: set[int]) -> list[tuple[int, int]]:

@@ -185,8 +185,8 @@ class Scheduler(BaseScheduler):
                                     config=self.config, outage=outage, reporter=self.report, seeds=seeds)  # fmt: skip
         batch.spider = self.entries.spider = spider
         limits, crawl_wide = self._limits
-        control = runcontrol.RunControl(self.crawler, self.frontier, batch, reporter=self.report, limits=limits,
-                                        crawl_wide=crawl_wide)  # fmt: skip
+        control = runcontrol.RunControl(self.crawler, self.frontier, batch, crawl=node.crawl, reporter=self.report,
+                                        limits=limits, crawl_wide=crawl_wide)  # fmt: skip
         control.take_over()  # before spider_opened: Scrapy's CloseSpider counts no limit the run counts
         self.liveness = Liveness(
             self.crawler, self.frontier, batch, self.entries, crawl=node.crawl, config=self.config, outage=outage,
@@ -197,7 +197,8 @@ class Scheduler(BaseScheduler):
         if self.queue.order == "domain":
             if not settings.getbool("AUTOTHROTTLE_ENABLED"):
                 enginehooks.no_local_delay(self.crawler)  # the per-domain queue spaces the crawl's requests
-            politeness = Politeness(self.crawler, self.frontier, self.queue, outage=outage, reporter=self.report)
+            politeness = Politeness(self.crawler, self.frontier, self.queue, crawl=node.crawl, outage=outage,
+                                    reporter=self.report)  # fmt: skip
             politeness.configure()
             self.crawler.signals.connect(batch.sent, signal=signals.request_reached_downloader)
             self.crawler.signals.connect(batch.downloaded, signal=signals.request_left_downloader)

@@ -111,14 +111,13 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
         queue, frontier = fallback, build(fallback)  # the crawl's requests wait in a plain queue: finish it so
     frontier.run_id = joined.run  # the history samples it sends carry the run (crawlplug.frontier.history)
     frontier.lanes = tuple(name for name in config.start_keys if name != "start_urls")
-    if frontier.lanes:  # readers (status, peek, crawls) count the lanes a node reads
-        conn.client.sadd(keys.lanes, *frontier.lanes)
+    crawl = _crawl(conn, frontier)
+    crawl.add_lanes(frontier.lanes)  # readers (status, peek, crawls) count the lanes a node reads
     bind = getattr(dupefilter, "bind", None)
     if bind is not None:
         bind(frontier)
     if hasattr(dupefilter, "per_run_starts"):  # start URLs once a run, whatever earlier runs recorded
         dupefilter.per_run_starts = joined.incremental
-    crawl = _crawl(conn, frontier)
     _check_queue_kind(frontier, crawl, queue)
     return Joined(conn, frontier, joined, args, started, queue, crawl)
 

@@ -384,7 +384,7 @@ class Liveness:
         try:
             # a purge or a loss took the crawl's shard count with it: claimed again
             shards = max(1, len(self.frontier.parts()) - 1)
-            joined, lost = runs.rejoin(self.frontier.client, self.frontier.keys, exc, self.joined,
+            joined, lost = runs.rejoin(self.crawl.client, self.frontier.keys, exc, self.joined,
                                        shards=shards, **self.join_args)  # fmt: skip
         except RunEnded as rexc:
             logger.error("crawlplug: %s: this node closes", rexc)

@@ -31,6 +31,7 @@ from ..queues import BaseQueue, PriorityQueue, domain_limits, load_queue_class
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
     from ..queues import BaseQueue
     from .outage import Outage, Reporter
@@ -125,14 +126,14 @@ def _in_force(settings: Any) -> str:
 class Politeness:
     """A node's writes to the crawl-wide per-domain limits."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, queue: BaseQueue, *, outage: Outage,
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, queue: BaseQueue, *, crawl: Crawl, outage: Outage,
                  reporter: Reporter) -> None:  # fmt: skip
         self.crawler = crawler
         self.queue = queue
         self.outage = outage
         self.report = reporter
         parts = frontier.parts()
-        self.domains = Domains(frontier.client, frontier.keys, parts[1:] or parts)
+        self.domains = Domains(crawl.client, frontier.keys, parts[1:] or parts)
 
     def configure(self) -> None:
         """The limits of this node's settings, and the host->domain key (for tools that requeue)."""

@@ -31,6 +31,7 @@ from . import enginehooks
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
     from .batch import Batch
     from .outage import Reporter
@@ -50,10 +51,11 @@ def from_settings(settings: Any) -> tuple[Limits, bool]:
 class RunControl:
     """The run's limits as this node applies them, and what it does when the run ends or drains."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, reporter: Reporter,
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, crawl: Crawl, reporter: Reporter,
                  limits: Limits, crawl_wide: bool) -> None:  # fmt: skip
         self.crawler = crawler
         self.frontier = frontier
+        self.crawl = crawl  #: the crawl's control plane (its run record and limits)
         self.batch = batch
         self.report = reporter
         self.limits = limits  #: this node's CLOSESPIDER_* settings
@@ -90,8 +92,8 @@ class RunControl:
                 logger.info("crawlplug: limits: per node (CRAWLPLUG_LIMITS='node'): %s this node alone, as in "
                             "Scrapy", self._settings_text("count"))  # fmt: skip
             return
-        outcome = control.apply(self.frontier.client, self.frontier.keys, run_id, self.limits,
-                                by=self.frontier.node_id, scripts=self.frontier.scripts)  # fmt: skip
+        outcome = control.apply(self.crawl.client, self.crawl.keys, run_id, self.limits,
+                                by=self.frontier.node_id, scripts=self.crawl.scripts)  # fmt: skip
         if outcome.outcome != "ok":
             logger.debug("crawlplug: the run's limits were not written (%s, run %s)", outcome.outcome, outcome.run)
             return
@@ -131,7 +133,7 @@ class RunControl:
     def end(self, state: str) -> None:
         """The run ended by a limit or was stopped: no new lease, unstarted leases back, in-flight
         requests finished, then the node closes with the run's reason."""
-        record = runs.record(self.frontier.client, self.frontier.keys)
+        record = runs.record(self.crawl.client, self.crawl.keys)
         reason = record.get("reason") or state
         self.ending = reason
         self.batch.closing = True
@@ -164,7 +166,7 @@ class RunControl:
 
     def _drain(self) -> None:
         self.draining = self.batch.draining = True
-        record = runs.record(self.frontier.client, self.frontier.keys)
+        record = runs.record(self.crawl.client, self.crawl.keys)
         logger.warning("crawlplug: run %d of crawl %r is draining (by %s): this node admits "
                        "no new requests, crawls what is queued, and closes with 'stopped' when the queue has run out",
                        self.run_id, self.frontier.keys.crawl, record.get("drain_by", "an operator"))  # fmt: skip
@@ -182,7 +184,7 @@ class RunControl:
         if not self.ending:
             return
         try:
-            control.record_summary(self.frontier.client, self.frontier.keys, self.run_id, scripts=self.frontier.scripts)
+            control.record_summary(self.crawl.client, self.crawl.keys, self.run_id, scripts=self.crawl.scripts)
         except REDIS_ERRORS as exc:
             logger.debug("crawlplug: could not update the summary of run %d: %s", self.run_id, exc)
 
