@@ -225,6 +225,28 @@ def test_domain_queue_on_shards_keeps_each_domains_schedule_in_one_shard(client)
     assert {x.id.split(".")[0] for x in leased} == {"0", "1", "2", "3"}
 
 
+def test_the_frontier_routes_by_the_requests_url_as_a_dupefilter_on_its_own_does(r):
+    """The frontier chooses each request's shard itself from the URL the Scheduler passes (or
+    a DomainQueue's domain, or a host given as it is), the same shard crawlplug.queues.route
+    gives a dupefilter used on its own, so both find a fingerprint in one shard; an
+    unsharded frontier needs no route at all."""
+    from scrapy import Request
+
+    from crawlplug.queues import route
+
+    f = Frontier(r, CrawlKeys("routing"), shards=4, node_id="n")
+    urls = [f"http://shop{i}.test:80{i % 3}/p/{i}?q={i}" for i in range(40)] + ["https://[::1]:8443/x"]
+    for url in urls:
+        assert f.route((b"", 0.0, b"", "", url)) == shard_of(route(Request(url)), 4), url
+        assert f.route((b"", 0.0, b"", "", url)) == f.route((b"", 0.0, b"", "", route(Request(url))))
+    assert f.route((b"", 0.0, b"", "shop3.test", urls[0])) == shard_of("shop3.test", 4), "the domain first"
+    assert len({f.route((b"", 0.0, b"", "", url)) for url in urls}) == 4, "spread over every shard"
+    with pytest.raises(ValueError, match="route"):
+        f.route((b"", 0.0, b""))
+    one = Frontier(r, CrawlKeys("routing-one"))
+    assert one.admit([(fp(1), 0.0, b"{}")]).flags == "1", "one part: no route needed"
+
+
 def test_the_shard_count_is_fixed_for_a_crawls_life(r):
     claim_shards(r, K, 4)
     claim_shards(r, K, 4)

@@ -233,11 +233,15 @@ class Frontier:
 
     @epoch.setter
     def epoch(self, value: int | str) -> None:
+        """A node joined a run (again or anew): what it admitted and held was of the old state,
+        and what the parts knew of a Bloom filter's layers is learnt again from the first
+        admission's reply (a reset crawl's filter is smaller than it was)."""
         if str(value) != self.base.epoch:
             for log in self.resend:  # what it admitted was of the old state
                 log.clear()
         for part in self.all_parts:
             part.epoch = str(value)
+        self.forget_dedup_layers()
 
     @property
     def run_id(self) -> int | None:

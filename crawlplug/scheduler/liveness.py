@@ -408,8 +408,7 @@ class Liveness:
         self.termination.empty_since = None
         self.run_ended = False
         self.base = self.counts()  # what this node did before belongs to the old state
-        self.frontier.forget_dedup_layers()  # what it knew of a Bloom filter's layers only grows: wrong now
-        self.frontier.epoch = joined.epoch
+        self.frontier.epoch = joined.epoch  # (the frontier forgets what it knew of a Bloom filter's layers)
         self.frontier.run_id = joined.run
         self.data_lost = self.data_lost or lost
         self.termination = Termination(self.config.idle_close)
