@@ -8,7 +8,7 @@ in a crawler's; the crawlers are real ``scrapy crawl shop`` processes of the
 demo project):
 
 1. **Instant site, one node** (``--delay 0``, 5,000 items = 5,251 pages,
-   CONCURRENT_REQUESTS=16), ``--runs`` rounds, systems interleaved within a
+   CONCURRENT_REQUESTS=16, ``--concurrency``), ``--runs`` rounds, systems interleaved within a
    round (stock, scrapy-redis, crawlplug-set, crawlplug-bloom, stock, ...);
    medians are reported, ratios are taken against stock Scrapy's median of
    the same run. Then the same systems (but stock) with **two nodes**.
@@ -559,17 +559,21 @@ def scenario_instant(args: argparse.Namespace, workdir: Path, log: Callable[[str
         order += [sy[CP_BASE_SET], sy[CP_BASE_BLOOM]]
     if args.no_others:
         order = [s for s in order if s.crawlplug]
+    if args.no_bloom:
+        order = [s for s in order if s.name not in (CP_BLOOM, CP_BASE_BLOOM)]
+    if args.no_scrapy_redis:
+        order = [s for s in order if s.name != SR]
     runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in order}
     for rnd in range(args.runs):
         log(f"instant site, 1 node, round {rnd + 1}/{args.runs} ({args.items} items)")
         for s in order:
-            c = Crawl(s, 1, args.items, 0.0, 16, timeout=args.crawl_timeout)
+            c = Crawl(s, 1, args.items, 0.0, args.concurrency, timeout=args.crawl_timeout)
             runs[s.name].append(run_crawl(c, workdir, f"instant-1n-{slug(s.name)}-r{rnd}", log))
     runs2: dict[str, list[dict[str, Any]]] = {}
     for rnd in range(args.runs2):
         log(f"instant site, 2 nodes, round {rnd + 1}/{args.runs2}")
         for s in [s for s in order if s.name != STOCK]:
-            c = Crawl(s, 2, args.items, 0.0, 16, timeout=args.crawl_timeout, label=s.name)
+            c = Crawl(s, 2, args.items, 0.0, args.concurrency, timeout=args.crawl_timeout, label=s.name)
             runs2.setdefault(s.name, []).append(
                 run_crawl(c, workdir, f"instant-2n-{slug(s.name)}-r{rnd}", log)
             )
@@ -1090,7 +1094,7 @@ def print_report(report: dict[str, Any]) -> None:
         stock = next((s for s in inst["summaries"] if s["label"] == STOCK), None)
         p()
         p(f"1. Demo shop answering instantly, {report['params']['items']} items "
-          f"({report['params']['pages']} pages), CONCURRENT_REQUESTS=16 per node; medians "
+          f"({report['params']['pages']} pages), CONCURRENT_REQUESTS={report['params'].get('concurrency', 16)} per node; medians "
           f"(1 node: {report['params']['runs']} runs, 2 nodes: {report['params']['runs2']} runs); "
           "ratios to stock Scrapy, 1 node, same run")  # fmt: skip
         p(main_table(inst["summaries"], stock))
@@ -1260,6 +1264,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "interleaved with the working tree's in every round of the instant-site crawls")
     parser.add_argument("--tree", default=None, help="measure this commit's copy as crawlplug (default: the working "
                                                      "tree, which must then not change during the run)")
+    parser.add_argument("--concurrency", type=int, default=16,
+                        help="CONCURRENT_REQUESTS (and per domain) of each node of the instant-site crawls")
+    parser.add_argument("--no-bloom", action="store_true",
+                        help="instant-site crawls: leave crawlplug's Bloom variants out (exact dedup only)")
+    parser.add_argument("--no-scrapy-redis", action="store_true", help="instant-site crawls: leave scrapy-redis out")
     parser.add_argument("--no-others", action="store_true",
                         help="instant-site crawls of crawlplug only (no stock Scrapy, no scrapy-redis)")
     args = parser.parse_args(argv)
@@ -1303,6 +1312,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment(),
         "params": {
             "items": args.items, "pages": expected_pages(args.items), "runs": args.runs, "runs2": args.runs2,
+            "concurrency": args.concurrency,
             "links_items": args.links_items, "scale_items": args.scale_items, "scale_delay": args.scale_delay,
             "scale_concurrency": args.scale_concurrency, "scale_runs": args.scale_runs,
             "micro_n": args.micro_n, "micro_n_scrapy_redis": args.micro_n_sr,
