@@ -27,7 +27,7 @@ demo project):
    items, a load whose four nodes fit a 2-CPU machine, to tell crawlplug's
    limits from the machine's. Each crawl reports how busy the machine's CPUs
    were between its first and last fetch.
-   With ``--baseline COMMIT``, crawlplug at that commit (a ``git archive`` copy,
+   With ``--baseline COMMIT`` (and ``--baseline2``), crawlplug at that commit (a ``git archive`` copy,
    bench.common.baseline_tree) is measured too, interleaved in every round, and its
    CPU per page set beside the working tree's (``--tree COMMIT``: measure that commit's
    copy instead of the working tree; ``--no-others``: leave stock Scrapy and
@@ -135,9 +135,11 @@ class System:
 
 
 #: --tree and --baseline (parse_args): the commits whose copies the crawlplug systems run
-TREES: dict[str, Path | None] = {"tree": None, "baseline": None}
+TREES: dict[str, Path | None] = {"tree": None, "baseline": None, "baseline2": None}
 CP_BASE_SET = "baseline (set)"
 CP_BASE_BLOOM = "baseline (Bloom)"
+CP_BASE2_SET = "baseline2 (set)"
+CP_BASE2_BLOOM = "baseline2 (Bloom)"
 
 
 def systems() -> dict[str, System]:
@@ -148,6 +150,9 @@ def systems() -> dict[str, System]:
     if TREES["baseline"] is not None:
         out[CP_BASE_SET] = replace(found[CP_SET], name=CP_BASE_SET, tree=TREES["baseline"])
         out[CP_BASE_BLOOM] = replace(found[CP_BLOOM], name=CP_BASE_BLOOM, tree=TREES["baseline"])
+    if TREES["baseline2"] is not None:
+        out[CP_BASE2_SET] = replace(found[CP_SET], name=CP_BASE2_SET, tree=TREES["baseline2"])
+        out[CP_BASE2_BLOOM] = replace(found[CP_BLOOM], name=CP_BASE2_BLOOM, tree=TREES["baseline2"])
     return out
 
 
@@ -518,7 +523,8 @@ def baseline_lines(summaries: list[dict[str, Any]]) -> list[str]:
     dedup mode and node count (medians of the interleaved runs)."""
     by = {(s["label"], s["nodes"]): s for s in summaries}
     out = []
-    for mine, theirs in ((CP_SET, CP_BASE_SET), (CP_BLOOM, CP_BASE_BLOOM)):
+    for mine, theirs in ((CP_SET, CP_BASE_SET), (CP_BLOOM, CP_BASE_BLOOM), (CP_SET, CP_BASE2_SET),
+                         (CP_BLOOM, CP_BASE2_BLOOM)):  # fmt: skip
         for nodes in (1, 2):
             a, b = by.get((mine, nodes)), by.get((theirs, nodes))
             if a is None or b is None:
@@ -557,10 +563,12 @@ def scenario_instant(args: argparse.Namespace, workdir: Path, log: Callable[[str
     order = [sy[STOCK], sy[SR], sy[CP_SET], sy[CP_BLOOM]]
     if CP_BASE_SET in sy:  # --baseline: its crawlplug beside this one's, interleaved in every round
         order += [sy[CP_BASE_SET], sy[CP_BASE_BLOOM]]
+    if CP_BASE2_SET in sy:  # --baseline2: a second one, as the first
+        order += [sy[CP_BASE2_SET], sy[CP_BASE2_BLOOM]]
     if args.no_others:
         order = [s for s in order if s.crawlplug]
     if args.no_bloom:
-        order = [s for s in order if s.name not in (CP_BLOOM, CP_BASE_BLOOM)]
+        order = [s for s in order if s.name not in (CP_BLOOM, CP_BASE_BLOOM, CP_BASE2_BLOOM)]
     if args.no_scrapy_redis:
         order = [s for s in order if s.name != SR]
     runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in order}
@@ -1262,6 +1270,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--baseline", default=None,
                         help="also measure crawlplug at this commit (a git archive copy: bench.common.baseline_tree), "
                              "interleaved with the working tree's in every round of the instant-site crawls")
+    parser.add_argument("--baseline2", default=None,
+                        help="a second baseline commit, measured as --baseline's (e.g. the tree before a change and "
+                             "main, beside the working tree)")
     parser.add_argument("--tree", default=None, help="measure this commit's copy as crawlplug (default: the working "
                                                      "tree, which must then not change during the run)")
     parser.add_argument("--concurrency", type=int, default=16,
@@ -1273,6 +1284,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="instant-site crawls of crawlplug only (no stock Scrapy, no scrapy-redis)")
     args = parser.parse_args(argv)
     TREES["baseline"] = baseline_tree(args.baseline) if args.baseline else None
+    TREES["baseline2"] = baseline_tree(args.baseline2) if args.baseline2 else None
     TREES["tree"] = baseline_tree(args.tree) if args.tree else None
     quick = args.quick
     defaults = {
@@ -1312,7 +1324,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment(),
         "params": {
             "items": args.items, "pages": expected_pages(args.items), "runs": args.runs, "runs2": args.runs2,
-            "concurrency": args.concurrency,
+            "concurrency": args.concurrency, "baseline": args.baseline, "baseline2": args.baseline2, "tree": args.tree,
             "links_items": args.links_items, "scale_items": args.scale_items, "scale_delay": args.scale_delay,
             "scale_concurrency": args.scale_concurrency, "scale_runs": args.scale_runs,
             "micro_n": args.micro_n, "micro_n_scrapy_redis": args.micro_n_sr,
