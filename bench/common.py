@@ -444,15 +444,20 @@ def baseline_env(tree: Path | None, env: dict[str, str] | None = None) -> dict[s
 
 
 def start_node(workdir: Path, name: str, site_url: str, settings: dict[str, Any], *,
-               spider: str = "shop", profile: Path | None = None, tree: Path | None = None) -> Node:  # fmt: skip
+               spider: str = "shop", profile: Path | None = None, tree: Path | None = None,
+               wrapper: list[str] | None = None) -> Node:  # fmt: skip
     """One ``scrapy crawl`` node of the demo project; ``tree``: a :func:`baseline_tree` whose
-    crawlplug (and demo project) it runs instead of the working tree's."""
+    crawlplug (and demo project) it runs instead of the working tree's; ``profile``: run it
+    under cProfile, writing there; ``wrapper``: a command the node's runs under (a sampling
+    profiler: ``["py-spy", "record", ..., "--"]``)."""
     log = workdir / f"{name}.log"
     all_settings = {"LOG_LEVEL": "INFO", "LOG_FILE": str(log), "TELNETCONSOLE_ENABLED": False,
                     "EXTENSIONS": json.dumps(PROBE), **settings}  # fmt: skip
     cmd = [SCRAPY, "crawl", spider, "-a", f"base_url={site_url}"]
     if profile is not None:
         cmd = [sys.executable, "-m", "cProfile", "-o", str(profile), *cmd]
+    if wrapper:
+        cmd = [*wrapper, *cmd]
     for key, value in all_settings.items():
         cmd += ["-s", f"{key}={value}"]
     env = baseline_env(tree)

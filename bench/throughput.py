@@ -8,7 +8,7 @@ in a crawler's; the crawlers are real ``scrapy crawl shop`` processes of the
 demo project):
 
 1. **Instant site, one node** (``--delay 0``, 5,000 items = 5,251 pages,
-   CONCURRENT_REQUESTS=16), ``--runs`` rounds, systems interleaved within a
+   CONCURRENT_REQUESTS=16, ``--concurrency``), ``--runs`` rounds, systems interleaved within a
    round (stock, scrapy-redis, crawlplug-set, crawlplug-bloom, stock, ...);
    medians are reported, ratios are taken against stock Scrapy's median of
    the same run. Then the same systems (but stock) with **two nodes**.
@@ -27,7 +27,7 @@ demo project):
    items, a load whose four nodes fit a 2-CPU machine, to tell crawlplug's
    limits from the machine's. Each crawl reports how busy the machine's CPUs
    were between its first and last fetch.
-   With ``--baseline COMMIT``, crawlplug at that commit (a ``git archive`` copy,
+   With ``--baseline COMMIT`` (and ``--baseline2``), crawlplug at that commit (a ``git archive`` copy,
    bench.common.baseline_tree) is measured too, interleaved in every round, and its
    CPU per page set beside the working tree's (``--tree COMMIT``: measure that commit's
    copy instead of the working tree; ``--no-others``: leave stock Scrapy and
@@ -135,9 +135,11 @@ class System:
 
 
 #: --tree and --baseline (parse_args): the commits whose copies the crawlplug systems run
-TREES: dict[str, Path | None] = {"tree": None, "baseline": None}
+TREES: dict[str, Path | None] = {"tree": None, "baseline": None, "baseline2": None}
 CP_BASE_SET = "baseline (set)"
 CP_BASE_BLOOM = "baseline (Bloom)"
+CP_BASE2_SET = "baseline2 (set)"
+CP_BASE2_BLOOM = "baseline2 (Bloom)"
 
 
 def systems() -> dict[str, System]:
@@ -148,6 +150,9 @@ def systems() -> dict[str, System]:
     if TREES["baseline"] is not None:
         out[CP_BASE_SET] = replace(found[CP_SET], name=CP_BASE_SET, tree=TREES["baseline"])
         out[CP_BASE_BLOOM] = replace(found[CP_BLOOM], name=CP_BASE_BLOOM, tree=TREES["baseline"])
+    if TREES["baseline2"] is not None:
+        out[CP_BASE2_SET] = replace(found[CP_SET], name=CP_BASE2_SET, tree=TREES["baseline2"])
+        out[CP_BASE2_BLOOM] = replace(found[CP_BLOOM], name=CP_BASE2_BLOOM, tree=TREES["baseline2"])
     return out
 
 
@@ -521,7 +526,8 @@ def baseline_lines(summaries: list[dict[str, Any]]) -> list[str]:
     dedup mode and node count (medians of the interleaved runs)."""
     by = {(s["label"], s["nodes"]): s for s in summaries}
     out = []
-    for mine, theirs in ((CP_SET, CP_BASE_SET), (CP_BLOOM, CP_BASE_BLOOM)):
+    for mine, theirs in ((CP_SET, CP_BASE_SET), (CP_BLOOM, CP_BASE_BLOOM), (CP_SET, CP_BASE2_SET),
+                         (CP_BLOOM, CP_BASE2_BLOOM)):  # fmt: skip
         for nodes in (1, 2):
             a, b = by.get((mine, nodes)), by.get((theirs, nodes))
             if a is None or b is None:
@@ -560,19 +566,25 @@ def scenario_instant(args: argparse.Namespace, workdir: Path, log: Callable[[str
     order = [sy[STOCK], sy[SR], sy[CP_SET], sy[CP_BLOOM]]
     if CP_BASE_SET in sy:  # --baseline: its crawlplug beside this one's, interleaved in every round
         order += [sy[CP_BASE_SET], sy[CP_BASE_BLOOM]]
+    if CP_BASE2_SET in sy:  # --baseline2: a second one, as the first
+        order += [sy[CP_BASE2_SET], sy[CP_BASE2_BLOOM]]
     if args.no_others:
         order = [s for s in order if s.crawlplug]
+    if args.no_bloom:
+        order = [s for s in order if s.name not in (CP_BLOOM, CP_BASE_BLOOM, CP_BASE2_BLOOM)]
+    if args.no_scrapy_redis:
+        order = [s for s in order if s.name != SR]
     runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in order}
     for rnd in range(args.runs):
         log(f"instant site, 1 node, round {rnd + 1}/{args.runs} ({args.items} items)")
         for s in order:
-            c = Crawl(s, 1, args.items, 0.0, 16, timeout=args.crawl_timeout)
+            c = Crawl(s, 1, args.items, 0.0, args.concurrency, timeout=args.crawl_timeout)
             runs[s.name].append(run_crawl(c, workdir, f"instant-1n-{slug(s.name)}-r{rnd}", log))
     runs2: dict[str, list[dict[str, Any]]] = {}
     for rnd in range(args.runs2):
         log(f"instant site, 2 nodes, round {rnd + 1}/{args.runs2}")
         for s in [s for s in order if s.name != STOCK]:
-            c = Crawl(s, 2, args.items, 0.0, 16, timeout=args.crawl_timeout, label=s.name)
+            c = Crawl(s, 2, args.items, 0.0, args.concurrency, timeout=args.crawl_timeout, label=s.name)
             runs2.setdefault(s.name, []).append(
                 run_crawl(c, workdir, f"instant-2n-{slug(s.name)}-r{rnd}", log)
             )
@@ -1096,7 +1108,7 @@ def print_report(report: dict[str, Any]) -> None:
         stock = next((s for s in inst["summaries"] if s["label"] == STOCK), None)
         p()
         p(f"1. Demo shop answering instantly, {report['params']['items']} items "
-          f"({report['params']['pages']} pages), CONCURRENT_REQUESTS=16 per node; medians "
+          f"({report['params']['pages']} pages), CONCURRENT_REQUESTS={report['params'].get('concurrency', 16)} per node; medians "
           f"(1 node: {report['params']['runs']} runs, 2 nodes: {report['params']['runs2']} runs); "
           "ratios to stock Scrapy, 1 node, same run")  # fmt: skip
         p(main_table(inst["summaries"], stock))
@@ -1264,12 +1276,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--baseline", default=None,
                         help="also measure crawlplug at this commit (a git archive copy: bench.common.baseline_tree), "
                              "interleaved with the working tree's in every round of the instant-site crawls")
+    parser.add_argument("--baseline2", default=None,
+                        help="a second baseline commit, measured as --baseline's (e.g. the tree before a change and "
+                             "main, beside the working tree)")
     parser.add_argument("--tree", default=None, help="measure this commit's copy as crawlplug (default: the working "
                                                      "tree, which must then not change during the run)")
+    parser.add_argument("--concurrency", type=int, default=16,
+                        help="CONCURRENT_REQUESTS (and per domain) of each node of the instant-site crawls")
+    parser.add_argument("--no-bloom", action="store_true",
+                        help="instant-site crawls: leave crawlplug's Bloom variants out (exact dedup only)")
+    parser.add_argument("--no-scrapy-redis", action="store_true", help="instant-site crawls: leave scrapy-redis out")
     parser.add_argument("--no-others", action="store_true",
                         help="instant-site crawls of crawlplug only (no stock Scrapy, no scrapy-redis)")
     args = parser.parse_args(argv)
     TREES["baseline"] = baseline_tree(args.baseline) if args.baseline else None
+    TREES["baseline2"] = baseline_tree(args.baseline2) if args.baseline2 else None
     TREES["tree"] = baseline_tree(args.tree) if args.tree else None
     quick = args.quick
     defaults = {
@@ -1309,6 +1330,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment(),
         "params": {
             "items": args.items, "pages": expected_pages(args.items), "runs": args.runs, "runs2": args.runs2,
+            "concurrency": args.concurrency, "baseline": args.baseline, "baseline2": args.baseline2, "tree": args.tree,
             "links_items": args.links_items, "scale_items": args.scale_items, "scale_delay": args.scale_delay,
             "scale_concurrency": args.scale_concurrency, "scale_runs": args.scale_runs,
             "micro_n": args.micro_n, "micro_n_scrapy_redis": args.micro_n_sr,

@@ -45,6 +45,8 @@ __all__ = ["OTHER", "PREFIX", "DomainStatsMiddleware"]
 PREFIX = "domain/"
 #: Where the hosts past CRAWLPLUG_REPORT_DOMAINS are counted.
 OTHER = "(other)"
+#: Most netlocs whose counted host a node remembers (a broad crawl meets more; those are parsed each time).
+_NETLOCS_KEPT = 10_000
 
 
 class DomainStatsMiddleware:
@@ -54,6 +56,8 @@ class DomainStatsMiddleware:
         self.stats = crawler.stats
         self.max_domains = max_domains
         self.domains: set[str] = set()
+        #: URL netloc -> the host it counts under (``.hostname`` is parsed once per netloc)
+        self._by_netloc: dict[str, str] = {}
         crawler.signals.connect(self.item_scraped, signal=signals.item_scraped)
         crawler.signals.connect(self.spider_error, signal=signals.spider_error)
 
@@ -62,14 +66,25 @@ class DomainStatsMiddleware:
         return cls(crawler, int(setting(crawler.settings, "CRAWLPLUG_REPORT_DOMAINS", "getint")))
 
     def domain(self, target: Request | Response) -> str:
-        """The host counted for ``target``; OTHER once this node counts max_domains of them."""
-        host = (urlparse_cached(target).hostname or "").lower() or "(none)"
+        """The host counted for ``target``; OTHER once this node counts max_domains of them.
+
+        Give it the request where there is one: the downloader's middlewares have parsed its
+        URL already (urlparse_cached keeps it), a response's would be parsed for this alone."""
+        parts = urlparse_cached(target)
+        counted = self._by_netloc.get(parts.netloc)
+        if counted is not None:
+            return counted
+        host = (parts.hostname or "").lower() or "(none)"
         if host in self.domains:
-            return host
-        if len(self.domains) >= self.max_domains:
-            return OTHER
-        self.domains.add(host)
-        return host
+            counted = host
+        elif len(self.domains) >= self.max_domains:
+            counted = OTHER  # for good: the set of hosts counted by name only grows
+        else:
+            self.domains.add(host)
+            counted = host
+        if len(self._by_netloc) < _NETLOCS_KEPT:
+            self._by_netloc[parts.netloc] = counted
+        return counted
 
     def _inc(self, domain: str, what: str, count: int = 1) -> None:
         self.stats.inc_value(f"{PREFIX}{domain}/{what}", count)
@@ -82,7 +97,7 @@ class DomainStatsMiddleware:
     def process_response(self, request: Request, response: Response, spider: Spider | None = None) -> Response:
         if not_a_page(request):
             return response  # robots.txt: not a page of the crawl
-        domain = self.domain(response)
+        domain = self.domain(request)  # the response's URL is the request's
         self._inc(domain, "pages")
         failed = response_failure(request, response)
         if failed is None:
@@ -102,8 +117,8 @@ class DomainStatsMiddleware:
     # -- the spider's side ---------------------------------------------------------------
     def item_scraped(self, item: Any, response: Response | None, spider: Spider) -> None:
         if isinstance(response, Response):
-            self._inc(self.domain(response), "items")
+            self._inc(self.domain(response.request or response), "items")
 
     def spider_error(self, failure: Any, response: Response | None, spider: Spider) -> None:
         if isinstance(response, Response):
-            self._failed(self.domain(response), spider_failure(failure))
+            self._failed(self.domain(response.request or response), spider_failure(failure))

@@ -43,10 +43,12 @@ import logging
 import math
 import re
 import time
+import warnings
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import redis
+from scrapy.exceptions import ScrapyDeprecationWarning
 from scrapy.statscollectors import StatsCollector, StatsT
 from twisted.internet.task import LoopingCall
 
@@ -78,6 +80,15 @@ class RedisStatsCollector(StatsCollector):
     #: (for datetimes "min" is the earliest, "max" the latest). Extend it in a subclass.
     AGGREGATE: ClassVar[dict[str, str]] = {"start_time": _MIN, "finish_time": _MAX, "elapsed_time_seconds": _MAX}
 
+    # Scrapy's StatsCollector.__getattribute__ runs for every attribute read, the collector's
+    # own ``self._stats`` included: it tries a ``_cached_<name>`` attribute first (an
+    # AttributeError raised and caught for every private name) and hands out its public methods
+    # wrapped in a shim that warns about a ``spider`` argument. With the dozens of stats calls a
+    # page makes (``inc_value`` alone ~21: the downloader stats, depth, the scheduler's and the
+    # per-domain counters), that was ~100 hook calls a page. Plain attribute reads here; the
+    # methods warn about ``spider`` themselves (:func:`_spider_arg`).
+    __getattribute__ = object.__getattribute__
+
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         self.interval = float(setting(crawler.settings, "CRAWLPLUG_STATS_INTERVAL", "getfloat"))
@@ -96,12 +107,26 @@ class RedisStatsCollector(StatsCollector):
         self.mirror_key: str | None = None
 
     # -- Scrapy's interface: in memory, and remember what changed ---------------------
+    def get_value(self, key: str, default: Any = None, spider: Spider | None = None) -> Any:
+        if spider is not None:
+            _spider_arg("get_value")
+        return self._stats.get(key, default)
+
+    def get_stats(self, spider: Spider | None = None) -> StatsT:
+        if spider is not None:
+            _spider_arg("get_stats")
+        return self._stats
+
     def set_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
+        if spider is not None:
+            _spider_arg("set_value")
         self._stats[key] = value
         self._how[key] = "set"
         self._dirty.add(key)
 
     def set_stats(self, stats: StatsT, spider: Spider | None = None) -> None:
+        if spider is not None:
+            _spider_arg("set_stats")
         self._dirty.update(self._stats)
         self._stats = stats
         for key in stats:
@@ -109,26 +134,36 @@ class RedisStatsCollector(StatsCollector):
         self._dirty.update(stats)
 
     def inc_value(self, key: str, count: int = 1, start: int = 0, spider: Spider | None = None) -> None:
+        if spider is not None:
+            _spider_arg("inc_value")
         d = self._stats
         d[key] = d.setdefault(key, start) + count
         self._how[key] = "inc"
         self._dirty.add(key)
 
     def max_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
+        if spider is not None:
+            _spider_arg("max_value")
         self._stats[key] = max(self._stats.setdefault(key, value), value)
         self._how[key] = "max"
         self._dirty.add(key)
 
     def min_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
+        if spider is not None:
+            _spider_arg("min_value")
         self._stats[key] = min(self._stats.setdefault(key, value), value)
         self._how[key] = "min"
         self._dirty.add(key)
 
     def clear_stats(self, spider: Spider | None = None) -> None:
+        if spider is not None:
+            _spider_arg("clear_stats")
         self._dirty.update(self._stats)
         self._stats.clear()
 
     def open_spider(self, spider: Spider | None = None) -> None:
+        if spider is not None:
+            _spider_arg("open_spider")
         if self._not_joined():
             return  # a node that exits at once (its run ended, no Redis) counts in no run's stats
         spider = spider or self._crawler.spider
@@ -152,6 +187,8 @@ class RedisStatsCollector(StatsCollector):
 
     def close_spider(self, spider: Spider | None = None, reason: str | None = None) -> None:
         """Send the final stats (finish_time, finish_reason) and dump them; never raises."""
+        if spider is not None:
+            _spider_arg("close_spider")
         try:
             if self._loop is not None and self._loop.running:
                 self._loop.stop()
@@ -262,6 +299,17 @@ class RedisStatsCollector(StatsCollector):
                 "and sent at the next flush",
                 exc, len(self._dirty),
             )  # fmt: skip
+
+
+def _spider_arg(method: str) -> None:
+    """Scrapy's warning for a ``spider`` passed to a stats method (its StatsCollector's shim,
+    which RedisStatsCollector does without), pointing at the caller of ``method``."""
+    warnings.warn(
+        f"Passing a 'spider' argument to RedisStatsCollector.{method}() is deprecated and "
+        "the argument will be removed in a future Scrapy version.",
+        category=ScrapyDeprecationWarning,
+        stacklevel=3,
+    )
 
 
 # -- values as text, and back ------------------------------------------------------------

@@ -7,12 +7,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import urllib.parse
 
 from click.testing import CliRunner
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import HtmlResponse
 from scrapy.http.request import NO_CALLBACK
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.test import get_crawler
 from starlette.testclient import TestClient
 from twisted.internet.error import TimeoutError as TwistedTimeout
@@ -82,6 +84,32 @@ def test_a_node_counts_pages_items_errors_and_time_per_host():
     samples.process_response(*page("http://a.test/2", 404), spider)
     samples.process_exception(Request("http://b.test/x"), TwistedTimeout(), spider)
     assert dict(samples.counts) == {"http/404": 1, "download/TimeoutError": 1}
+
+
+def test_a_page_is_counted_without_parsing_its_url_again(monkeypatch):
+    """Counting a page runs for every page: it reads the host of the request's URL, which the
+    downloader's middlewares have parsed already, not a parse of the response's of its own."""
+    crawler = get_crawler(Spider, settings_dict={"CRAWLPLUG_REPORT_DOMAINS": 5})
+    mw = DomainStatsMiddleware.from_crawler(crawler)
+    pages = [page(f"http://shop.test/item/{i}", 200, 0.01) for i in range(3)] + [page("http://B.test:81/", 200, 0.02)]
+    for request, _ in pages:
+        urlparse_cached(request)  # as Scrapy's offsite, proxy and cookies middlewares do before
+    parsed: list[str] = []
+    real = urllib.parse.urlsplit
+
+    def counting(url: str, *args: object, **kwargs: object) -> urllib.parse.SplitResult:
+        parsed.append(url)
+        return real(url, *args, **kwargs)
+
+    monkeypatch.setattr(urllib.parse, "urlsplit", counting)
+    for request, response in pages:
+        mw.process_response(request, response)
+        crawler.signals.send_catch_log(signals.item_scraped, item={}, response=response, spider=None)
+    assert parsed == []
+    stats = {k: v for k, v in crawler.stats.get_stats().items() if k.startswith("domain/")}
+    assert stats == {"domain/shop.test/pages": 3, "domain/shop.test/ok": 3, "domain/shop.test/latency_ms": 30,
+                     "domain/shop.test/items": 3, "domain/b.test/pages": 1, "domain/b.test/ok": 1,
+                     "domain/b.test/latency_ms": 20, "domain/b.test/items": 1}  # fmt: skip
 
 
 def test_errors_found_last_reach_redis_at_close(r):

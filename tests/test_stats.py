@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
+import warnings
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from click.testing import CliRunner
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from scrapy.exceptions import ScrapyDeprecationWarning
 from scrapy.utils.test import get_crawler
 
 from crawlplug.cli import main
@@ -113,6 +117,46 @@ def test_removed_stats_leave_the_sums(r):
     b.set_stats({"pages": 10, "other": 1})
     assert b.flush()
     assert crawl_stats(r, KEYS)["pages"] == 10 and crawl_stats(r, KEYS)["other"] == 1
+
+
+def _python_calls(call: Any, *args: Any) -> list[str]:
+    """The Python functions that running ``call(*args)`` enters (the profiler's "call" events)."""
+    seen: list[str] = []
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            seen.append(frame.f_code.co_qualname)
+
+    sys.setprofile(hook)
+    try:
+        call(*args)
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_a_stats_call_is_one_python_call():
+    """A stats call runs many times a page: it enters its method and nothing else, not Scrapy's
+    StatsCollector.__getattribute__ (once per attribute read) nor its ``spider``-argument shim."""
+    stats = RedisStatsCollector(get_crawler(settings_dict={"STATS_DUMP": False}))
+    stats.inc_value("warm")
+    assert _python_calls(stats.inc_value, "pages") == ["RedisStatsCollector.inc_value"]
+    assert _python_calls(stats.max_value, "depth", 3) == ["RedisStatsCollector.max_value"]
+    assert _python_calls(stats.get_value, "pages") == ["RedisStatsCollector.get_value"]
+    assert stats.get_stats() == {"warm": 1, "pages": 1, "depth": 3}
+
+
+def test_a_spider_argument_still_warns():
+    stats = RedisStatsCollector(get_crawler(settings_dict={"STATS_DUMP": False}))
+    spider = object()
+    for call in (lambda: stats.inc_value("pages", spider=spider), lambda: stats.set_value("x", 1, spider),
+                 lambda: stats.max_value("m", 2, spider=spider), lambda: stats.get_value("x", None, spider)):
+        with pytest.warns(ScrapyDeprecationWarning, match="'spider' argument to RedisStatsCollector"):
+            call()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stats.inc_value("pages")  # without one: no warning
+    assert stats.get_value("pages") == 2 and stats.get_value("x") == 1 and stats.get_value("m") == 2
 
 
 def test_values_as_text_and_back():
