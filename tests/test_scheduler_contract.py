@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -156,3 +157,33 @@ def test_leases_redis_lost_are_not_called_expired(redis_url, r, caplog):
             scheduler.liveness.heartbeat()
         assert "Redis no longer holds 1 leases of this node, though it renewed them in time (within 30.0s)" in caplog.text
         assert "stalled longer than" not in caplog.text
+
+
+def test_a_busy_downloader_with_a_slot_free_waits_and_then_leases_for_several(redis_url, r):
+    """Coalescing (issue 37): while most of the downloader is busy, a slot or two freed make no
+    call to Redis; once a quarter of a pop's worth is free, one call leases for all of them
+    (and carries what finished meanwhile). A downloader with little in flight is never kept
+    waiting, and a freed slot waits Batch.COALESCE at most."""
+    with open_scheduler(redis_url, CONCURRENT_REQUESTS=32) as (scheduler, engine):
+        for i in range(80):
+            scheduler.enqueue_request(scrapy.Request(f"http://site.test/{i}"))
+        scheduler.batch.flush()
+        assert scheduler.batch.least_pop == 8
+        engine.downloader.total_concurrency = 32
+        engine.downloader.active = {f"busy{i}" for i in range(30)}  # 2 free
+        r.config_resetstat()
+        assert scheduler.next_request() is None, "2 slots free of 32, 30 busy: no call yet"
+        assert "cmdstat_evalsha" not in r.info("commandstats"), "nothing sent to Redis"
+        assert r.zcard(K.queue) == 80, "the work is still there"
+        engine.downloader.active = {f"busy{i}" for i in range(20)}  # 12 free
+        got = [scheduler.next_request() for _ in range(12)]
+        assert all(got), "12 requests for the 12 free slots"
+        assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == 1, "leased in one call"
+        engine.downloader.active = {"busy0", "busy1"}  # 30 free, 2 busy: no waiting
+        assert scheduler.next_request() is not None
+        engine.downloader.active = {f"busy{i}" for i in range(7)}  # 25 free
+        engine.downloader.active |= {f"more{i}" for i in range(24)}  # 1 free, 31 busy
+        scheduler.batch.prefetched.clear()
+        assert scheduler.next_request() is None, "1 free, 31 busy: waits"
+        time.sleep(scheduler.batch.COALESCE * 3)  # past the most a slot waits
+        assert scheduler.next_request() is not None, "then leases for the one slot"

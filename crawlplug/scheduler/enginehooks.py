@@ -63,10 +63,16 @@ def start_running(crawler: Crawler) -> bool:
 
 def free_download_slots(crawler: Crawler, most: int) -> int:
     """How many requests the downloader would take now (at least 1, at most ``most``)."""
+    free, _ = download_slots(crawler, most)
+    return max(1, min(most, free))
+
+
+def download_slots(crawler: Crawler, most: int) -> tuple[int, int]:
+    """(free, busy) slots of the downloader now (``most`` free when it cannot be told)."""
     downloader = getattr(crawler.engine, "downloader", None)
     total = getattr(downloader, "total_concurrency", most)
     active = len(getattr(downloader, "active", ()))
-    return max(1, min(most, total - active))
+    return total - active, active
 
 
 def flush_feeds(crawler: Crawler) -> list[str]:
