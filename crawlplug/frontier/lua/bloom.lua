@@ -39,7 +39,14 @@ local function bloom_setup(param, first_key)
       end
       filter.layers[#filter.layers + 1] = layer
     end
-    filter.n = tonumber(redis.call("HGET", filter.meta, "layers") or "0")
+    -- what guard_bloom_meta read of it (its check, before any write), else read now
+    local read = GUARDED[filter.meta]
+    filter.read = type(read) == "table" and read or nil
+    if filter.read then
+      filter.n = tonumber(filter.read[1] or "0")
+    else
+      filter.n = tonumber(redis.call("HGET", filter.meta, "layers") or "0")
+    end
     -- the current filter needs one spare layer beyond those that exist
     local usable = #filter.layers - (f == 2 and 1 or 0)
     if filter.n > usable then stale = true end
@@ -142,7 +149,11 @@ end
 -- the current layer's count, read once per call
 local function bloom_start()
   local current = B.filters[1]
-  B.current_count = tonumber(redis.call("HGET", current.meta, "count:" .. current.n) or "0")
+  if current.read and current.read[1] then -- count:<layers>, as guard_bloom_meta read it
+    B.current_count = tonumber(current.read[2] or "0")
+  else
+    B.current_count = tonumber(redis.call("HGET", current.meta, "count:" .. current.n) or "0")
+  end
   B.added = 0
 end
 

@@ -29,14 +29,20 @@ local function hash_prepare(param, seen, first)
     n = n + 1
     DH.strips[n], DH.caps[n] = tonumber(strip), tonumber(cap)
   end
-  local stored = redis.call("HMGET", seen, "gens", "spec")
+  -- what guard_bloom_meta read of the store (its check, before any write), else read now
+  local read = GUARDED[seen]
+  local stored = type(read) == "table" and read or redis.call("HMGET", seen, "gens", "spec")
   -- a node bucketing by another spec (another CRAWLPLUG_DEDUP_CAPACITY, one bound before a
   -- new run or a roll) would look each fingerprint up in the wrong bucket: it learns the
   -- crawl's and calls again, as with another generation count
   if stored[2] and stored[2] ~= spec then return {"STALE_SPEC", stored[2]} end
   local held = tonumber(stored[1] or "1")
   if held ~= DH.gens or n ~= DH.gens then return {"STALE", tostring(held)} end
-  DH.count = tonumber(redis.call("HGET", seen, "count:" .. DH.gens) or "0")
+  if type(read) == "table" and (read[1] or "1") == tostring(DH.gens) then
+    DH.count = tonumber(read[3] or "0") -- the same field count:<gens>, as guard_bloom_meta read it
+  else
+    DH.count = tonumber(redis.call("HGET", seen, "count:" .. DH.gens) or "0")
+  end
   return nil
 end
 

@@ -19,7 +19,14 @@
 -- What a check costs counts: the crawl's hot scripts (admit, pop) run it on every call,
 -- and every command a script sends costs about a microsecond of conversions whatever it
 -- does. So a check is one cheap command (CHEAP_CHECK), and a read a script needs anyway
--- before its first write may be the check itself (epoch.lua's GET, checked_hmget).
+-- before its first write may be the check itself (epoch.lua's GET, checked_hmget,
+-- checked_read, guard_bloom_meta's reads of the dedup state): that read is sent with
+-- redis.pcall, and a key of the wrong type is refused with the same error as the typed
+-- check's (refused_kind), never left to fail as a bare WRONGTYPE that names no key. Only
+-- a read that runs on every path of the script before its first write may stand for the
+-- check: a key whose first access is a write, a read after a write or a read on some
+-- paths only keeps its typed check (a failed command does not undo earlier writes). A
+-- read made first sets GUARDED[key], and guard() then skips the key.
 
 --: the counters of the stats hash that scripts increment (HINCRBY)
 local COUNTERS = {"enqueued", "filtered", "acked", "start_acked", "stale_acks", "leased", "redelivered",
@@ -52,10 +59,22 @@ local function refused_kind(key, want)
   return corrupt_reply(key, "holds a " .. redis.call("TYPE", key)["ok"] .. ", not a " .. want)
 end
 
+-- redis.call(cmd, key, ...) when the key holds what a command of ``kind`` reads ("hash",
+-- "zset", ...): its reply, and the key guarded; else nil and the refusal of the key (as
+-- guard() refuses it). For a read a script needs before its first write, on every path:
+-- it is then the key's check (the header above).
+local function checked_read(kind, cmd, key, ...)
+  local out = redis.pcall(cmd, key, ...)
+  if type(out) == "table" and out.err then return nil, refused_kind(key, kind) end
+  GUARDED[key] = GUARDED[key] or true
+  return out
+end
+
 local function guard(spec)
   for _, item in ipairs(spec) do
     local key, kind = item[1], item[2]
-    if kind ~= "any" and GUARDED[key] == nil then
+    -- item.read: the key's first access is a read guard_bloom_meta makes (its check)
+    if kind ~= "any" and not item.read and GUARDED[key] == nil then
       if kind == "int" then
         local value = redis.pcall("GET", key)
         if type(value) == "table" then return refused_kind(key, "string") end
@@ -93,7 +112,7 @@ end
 -- bucket hashes KEYS[first_extra..last_extra] (none when last_extra is nil); appended to spec
 local function dedup_spec(spec, mode, seen, param, first_extra, last_extra)
   if mode == "hash" then
-    spec[#spec + 1] = {seen, "hash", store = true}
+    spec[#spec + 1] = {seen, "hash", store = true, read = true}
     for key = first_extra, last_extra or 0 do spec[#spec + 1] = {KEYS[key], "hash"} end
   elseif mode == "set" then
     spec[#spec + 1] = {seen, "set"}
@@ -108,7 +127,7 @@ local function dedup_spec(spec, mode, seen, param, first_extra, last_extra)
       if first_line then
         first_line = false
       else
-        spec[#spec + 1] = {KEYS[key], "hash", meta = true}
+        spec[#spec + 1] = {KEYS[key], "hash", meta = true, read = true}
         key = key + 1
         for _, _, _, chunks in string.gmatch(line, "(%d+),(%d+),(%d+),(%d+),(%d+)") do
           for _ = 1, tonumber(chunks) do
@@ -123,30 +142,42 @@ local function dedup_spec(spec, mode, seen, param, first_extra, last_extra)
 end
 
 -- a Bloom filter's layer counts ("layers", "count:<n>"), and mode "hash"'s generation
--- count and its newest generation's count ("gens", "count:<gens>"), must be integers
+-- count and its newest generation's count ("gens", "count:<gens>"), must be integers.
+-- These reads are the first access of those hashes on every path, before any write (the
+-- items' ``read``: guard() makes no typed check of them), so they are their type check
+-- too. What they read is kept in GUARDED[key] ({gens, spec, count} for the store,
+-- {layers, count} for a filter's hash) for dedup.lua and bloom.lua, which would read it
+-- again otherwise.
 local function guard_bloom_meta(spec)
   for _, item in ipairs(spec) do
-    if item.store then
-      local gens = redis.call("HGET", item[1], "gens")
+    local key = item[1]
+    if item.store and type(GUARDED[key]) ~= "table" then
+      local stored, refused = checked_read("hash", "HMGET", key, "gens", "spec")
+      if refused then return refused end
+      local gens = stored[1]
       if gens and not is_integer(gens) then
-        return corrupt_reply(item[1], "field gens holds " .. shown(gens) .. ", not an integer")
+        return corrupt_reply(key, "field gens holds " .. shown(gens) .. ", not an integer")
       end
-      local count = redis.call("HGET", item[1], "count:" .. (gens or "1"))
+      local count = redis.call("HGET", key, "count:" .. (gens or "1"))
       if count and not is_integer(count) then
-        return corrupt_reply(item[1], "field count:" .. (gens or "1") .. " holds " .. shown(count) .. ", not an integer")
+        return corrupt_reply(key, "field count:" .. (gens or "1") .. " holds " .. shown(count) .. ", not an integer")
       end
+      GUARDED[key] = {gens, stored[2], count}
     end
-    if item.meta then
-      local layers = redis.call("HGET", item[1], "layers")
+    if item.meta and type(GUARDED[key]) ~= "table" then
+      local layers, refused = checked_read("hash", "HGET", key, "layers")
+      if refused then return refused end
       if layers and not is_integer(layers) then
-        return corrupt_reply(item[1], "field layers holds " .. shown(layers) .. ", not an integer")
+        return corrupt_reply(key, "field layers holds " .. shown(layers) .. ", not an integer")
       end
+      local count
       if layers then
-        local count = redis.call("HGET", item[1], "count:" .. layers)
+        count = redis.call("HGET", key, "count:" .. layers)
         if count and not is_integer(count) then
-          return corrupt_reply(item[1], "field count:" .. layers .. " holds " .. shown(count) .. ", not an integer")
+          return corrupt_reply(key, "field count:" .. layers .. " holds " .. shown(count) .. ", not an integer")
         end
       end
+      GUARDED[key] = {layers, count}
     end
   end
   return nil

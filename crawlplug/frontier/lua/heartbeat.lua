@@ -69,10 +69,17 @@ end
 -- the totals this node reports, and what the run's counters and counted hold of them: each an
 -- integer that an addition cannot overflow (guard.lua's is_integer: 18 characters at most)
 local names, fields, totals, stored, held = {}, {}, {}, {}, {}
+-- reads made on every path before the first write are the checks of their keys (guard.lua's
+-- checked_read): the run (its state and limits, below: nothing here writes it before it is
+-- read), the records of the leases renewed (when there are any) and, when counters come,
+-- what counted holds of them
+local run, infos
 do
-  local refused = guard({{nodes, "zset"}, {leases, "zset"}, {leased, "hash"}, {nodekey, "any"},
-                         {producers, "zset"}, {KEYS[6], "hash"}, {KEYS[7], "counters"}, {KEYS[8], "hash"},
-                         {counted, "hash"}})
+  local refused
+  run, refused = checked_read("hash", "HMGET", KEYS[8], "state", "lim_pages", "lim_items", "lim_errors",
+                              "lim_timeout", "started")
+  if refused then return refused end
+  infos, refused = renew_read(leased, 8 + 2 * m + 2 * c, NARGV)
   if refused then return refused end
   for j = 8 + 2 * m, 7 + 2 * m + 2 * c, 2 do
     if not is_integer(ARGV[j + 1]) then
@@ -83,7 +90,14 @@ do
     totals[#totals + 1] = tonumber(ARGV[j + 1])
   end
   if #names > 0 then
-    stored = redis.call("HMGET", counted, unpack(fields))
+    stored, refused = checked_read("hash", "HMGET", counted, unpack(fields))
+    if refused then return refused end
+  end
+  refused = guard({{nodes, "zset"}, {leases, "zset"}, {leased, "hash"}, {nodekey, "any"},
+                   {producers, "zset"}, {KEYS[6], "hash"}, {KEYS[7], "counters"}, {KEYS[8], "hash"},
+                   {counted, "hash"}})
+  if refused then return refused end
+  if #names > 0 then
     held = redis.call("HMGET", KEYS[7], unpack(names))
     for i, name in ipairs(names) do
       if stored[i] and not is_integer(stored[i]) then
@@ -126,7 +140,6 @@ end
 
 -- the run's crawl-wide limits (CLOSESPIDER_*, crawl-wide: crawlplug.crawl.control)
 do
-  local run = redis.call("HMGET", KEYS[8], "state", "lim_pages", "lim_items", "lim_errors", "lim_timeout", "started")
   if run[1] == "running" or run[1] == "draining" then
     local pages, items, errors = tonumber(run[2]) or 0, tonumber(run[3]) or 0, tonumber(run[4]) or 0
     local timeout, started = tonumber(run[5]) or 0, tonumber(run[6])
@@ -150,4 +163,4 @@ end
 local out = {now, redis.call("HEXISTS", KEYS[6], "paused"), redis.call("HGET", KEYS[8], "state") or "",
              redis.call("HEXISTS", KEYS[6], "lost")}
 record_renew(reply)
-return renew_leases(leases, leased, node, now, lease_ms, 8 + 2 * m + 2 * c, NARGV, out)
+return renew_leases(leases, infos, node, now, lease_ms, 8 + 2 * m + 2 * c, NARGV, out)

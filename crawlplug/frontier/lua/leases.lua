@@ -81,13 +81,23 @@ local function id_floor()
   return redis_now_ms() * 1000
 end
 
+-- the lease records renew_leases needs (ARGV[from..upto] in leased), read before the
+-- script's first write as the check of leased (guard.lua's checked_hmget): the records, or
+-- nil and the refusal of a leased of the wrong type; {} with no ids (leased then needs
+-- guard()'s check)
+local function renew_read(leased, from, upto)
+  if upto < from then return {} end
+  local infos = checked_hmget(leased, ARGV, from, upto)
+  if not infos then return nil, refused_kind(leased, "hash") end
+  return infos
+end
+
 -- renew this node's leases named by ARGV[from..upto] to now + lease_ms, and append to out
 -- the ids it no longer holds (reaped after it stalled, or leased to another node since):
--- one HMGET and one ZADD for all of them (guard.lua's hmget, variadic)
-local function renew_leases(leases, leased, node, now, lease_ms, from, upto, out)
+-- one ZADD for all of them (guard.lua's variadic), from their records ``infos`` (renew_read's)
+local function renew_leases(leases, infos, node, now, lease_ms, from, upto, out)
   if upto < from then return out end
   local prefix = node .. "|"
-  local infos = hmget(leased, ARGV, from, upto)
   local until_s = string.format("%d", now + lease_ms) -- formatted once, not once a lease
   local renewed = {}
   for j = from, upto do

@@ -43,22 +43,30 @@ local leases, leased, queue, deliveries, requests, dead, stats, nodes, producers
 local max_deliveries, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 dq_keys(10)
 
+pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
+local now = redis_now_ms()
+
 -- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
 local starts_ok = redis.call("TYPE", KEYS[14])["ok"]
 starts_ok = starts_ok == "list" or starts_ok == "none"
+-- the nodes that died (for the graveyard, below) and the leases expired: reads made on
+-- every path before the first write, so they are the checks of nodes and leases
+-- (guard.lua's checked_read). Nothing below writes leases before the expired are taken.
+local died, expired
 do
-  local refused = guard({{leases, "zset"}, {leased, "hash"}, {queue, "zset"}, {deliveries, "hash"},
-                         {requests, "hash"}, {dead, "list"}, {stats, "counters"}, {nodes, "zset"},
-                         {producers, "zset"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"},
-                         {D.conf, "hash"}, {KEYS[15], "any"}, {KEYS[16], "any"}}) -- statistics: below
+  local refused
+  died, refused = checked_read("zset", "ZRANGEBYSCORE", nodes, "-inf", now)
+  if refused then return refused end
+  expired, refused = checked_read("zset", "ZRANGEBYSCORE", leases, "-inf", now, "LIMIT", 0, limit)
+  if refused then return refused end
+  refused = guard({{leased, "hash"}, {queue, "zset"}, {deliveries, "hash"},
+                   {requests, "hash"}, {dead, "list"}, {stats, "counters"},
+                   {producers, "zset"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"},
+                   {D.conf, "hash"}, {KEYS[15], "any"}, {KEYS[16], "any"}}) -- statistics: below
   if refused then return refused end
 end
 -- ---- end of the checks ----
 
-pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
-local now = redis_now_ms()
-
-local died = redis.call("ZRANGEBYSCORE", nodes, "-inf", now) -- for the graveyard, below
 redis.call("ZREMRANGEBYSCORE", nodes, "-inf", now)
 redis.call("ZREMRANGEBYSCORE", producers, "-inf", now)
 
@@ -84,7 +92,6 @@ if #died > 0 then
   if freed_slots > 0 then redis.call("HINCRBY", stats, "slots_freed", freed_slots) end
 end
 
-local expired = redis.call("ZRANGEBYSCORE", leases, "-inf", now, "LIMIT", 0, limit)
 local starts = KEYS[14]
 local requeued, killed, restarted = 0, 0, 0
 local returned = {}

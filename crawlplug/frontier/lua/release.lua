@@ -33,6 +33,13 @@ do local stale = epoch_guard() if stale then return stale end end -- epoch.lua: 
 -- ---- all or nothing (guard.lua): every key and counter checked before the first write ----
 local starts_ok = redis.call("TYPE", KEYS[11])["ok"]
 starts_ok = starts_ok == "list" or starts_ok == "none"
+-- the records of the leases named, read in one HMGET before the first write: the check of
+-- leased when there are any (guard.lua's checked_hmget), guard()'s otherwise
+local infos = {}
+if NARGV >= 3 then
+  infos = checked_hmget(leased, ARGV, 3, NARGV)
+  if not infos then return refused_kind(leased, "hash") end
+end
 do
   local refused = guard({{leases, "zset"}, {leased, "hash"}, {queue, "zset"}, {deliveries, "hash"},
                          {stats, "counters"}, {D.dq, "zset"}, {D.domains, "zset"}, {D.state, "hash"},
@@ -45,11 +52,13 @@ pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before
 local now = redis_now_ms()
 local released = 0
 local returned = {}
+local handled = {} -- an id named twice is released once, as reading it again would find it gone
 for j = 3, NARGV do
   local id = ARGV[j]
-  local info = redis.call("HGET", leased, id)
-  local _, score, d, domain, freed = lease_info(info)
+  local info = not handled[id] and infos[j - 2]
+  local _, score, d, domain, freed = lease_info(info or nil)
   if info and string.sub(info, 1, #prefix) == prefix and (not is_start(score) or starts_ok) then
+    handled[id] = true
     -- the lease goes first: a write that frees memory, so that on a full Redis the
     -- requeue after it is not refused half-way (see guard.lua)
     redis.call("ZREM", leases, id)

@@ -26,8 +26,13 @@ do -- record.lua: this shard went back in time past this node's last recorded ad
   if refused then return refused end
 end
 -- ---- all or nothing (guard.lua): every key checked before the first write ----
+-- the records of the leases named: read first, the check of leased when there are any
+local infos
 do
-  local refused = guard({{leases, "zset"}, {leased, "hash"}})
+  local refused
+  infos, refused = renew_read(leased, 4, NARGV)
+  if refused then return refused end
+  refused = guard({{leases, "zset"}, {leased, "hash"}})
   if refused then return refused end
 end
 -- ---- end of the checks ----
@@ -37,4 +42,4 @@ local now = redis_now_ms()
 
 first_write_allowed_when_full(leased)
 record_renew(KEYS[3])
-return renew_leases(leases, leased, node, now, lease_ms, 4, NARGV, {})
+return renew_leases(leases, infos, node, now, lease_ms, 4, NARGV, {})
