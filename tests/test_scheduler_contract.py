@@ -163,12 +163,12 @@ def test_a_busy_downloader_with_a_slot_free_waits_and_then_leases_for_several(re
     """Coalescing (issue 37): while most of the downloader is busy, a slot or two freed make no
     call to Redis; once a quarter of a pop's worth is free, one call leases for all of them
     (and carries what finished meanwhile). A downloader with little in flight is never kept
-    waiting, and a freed slot waits Batch.COALESCE at most."""
+    waiting, and a freed slot waits PopPacing.WAIT at most."""
     with open_scheduler(redis_url, CONCURRENT_REQUESTS=32) as (scheduler, engine):
         for i in range(80):
             scheduler.enqueue_request(scrapy.Request(f"http://site.test/{i}"))
         scheduler.batch.flush()
-        assert scheduler.batch.least_pop == 8
+        assert scheduler.batch.pacing.least == 8
         engine.downloader.total_concurrency = 32
         engine.downloader.active = {f"busy{i}" for i in range(30)}  # 2 free
         r.config_resetstat()
@@ -185,5 +185,5 @@ def test_a_busy_downloader_with_a_slot_free_waits_and_then_leases_for_several(re
         engine.downloader.active |= {f"more{i}" for i in range(24)}  # 1 free, 31 busy
         scheduler.batch.prefetched.clear()
         assert scheduler.next_request() is None, "1 free, 31 busy: waits"
-        time.sleep(scheduler.batch.COALESCE * 3)  # past the most a slot waits
+        time.sleep(scheduler.batch.pacing.WAIT * 3)  # past the most a slot waits
         assert scheduler.next_request() is not None, "then leases for the one slot"

@@ -34,7 +34,7 @@ from ..errors import (
 )
 from ..frontier import Admission, AdmitResult, Leased
 from . import enginehooks
-from .leases import LEASE_META, LeaseBook
+from .leases import LEASE_META, LeaseBook, PopPacing
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -53,9 +53,6 @@ Buffered = tuple[Request, bytes, float, bytes, str]
 
 class Batch:
     """Admission buffer, acks, reports and prefetched leases of one node (module docstring)."""
-
-    #: seconds a freed downloader slot waits at most for more to free (coalescing pops)
-    COALESCE = 0.02
 
     def __init__(self, crawler: Crawler, frontier: CrawlFrontier, *, dupefilter: Any, serializer: Any, queue: BaseQueue,
                  config: SchedulerConfig, outage: Outage, reporter: Reporter) -> None:  # fmt: skip
@@ -84,11 +81,7 @@ class Batch:
         self.draining = False  # an operator drains the run: no new requests admitted (runcontrol)
         self.closing = False  # the run ended (a limit, a stop): no new leases, the node closes
         self.nothing_until = 0.0  # after an empty pop: when to ask Redis again
-        #: the fewest free downloader slots a pop is made for while the downloader is busy
-        #: (a quarter of what a pop may lease: 8 of CRAWLPLUG_PREFETCH 32 at 64 concurrent
-        #: requests, 4 at Scrapy's default 16; 1, never deferring, at 7 or fewer)
-        self.least_pop = max(1, min(config.prefetch, crawler.settings.getint("CONCURRENT_REQUESTS")) // 4)
-        self.deferred_until = float("inf")  # a pop deferred for more free slots is made by then
+        self.pacing = PopPacing(config.prefetch, crawler.settings.getint("CONCURRENT_REQUESTS"))
         #: requests waiting in Redis as the last pop or idle poll saw them (this node's
         #: has_pending_requests and len, with no call of their own)
         self.queued_seen = 0
@@ -287,18 +280,9 @@ class Batch:
             return None
         if not self.prefetched and time.monotonic() >= self.nothing_until:
             free, busy = enginehooks.download_slots(self.crawler, self.config.prefetch)
-            now = time.monotonic()
-            if 0 < free < self.least_pop and busy >= self.least_pop and now < self.deferred_until:
-                # the downloader is busy and only a slot or two are free: one call a moment
-                # later leases for several slots and carries the pages finished meanwhile (a
-                # page's acks and links coalesced with the next pages'), where a call per
-                # freed slot would cost Redis and this node a round trip each. The next
-                # response to finish asks again; a slot waits COALESCE at most.
-                if self.deferred_until == float("inf"):
-                    self.deferred_until = now + self.COALESCE
+            if self.pacing.wait(free, busy):  # a slot or two free of a busy downloader: wait for more
                 self.report.count("crawlplug/pops_deferred")
                 return None
-            self.deferred_until = float("inf")
             self.flush(pop=max(1, min(self.config.prefetch, free)))
             if not self.prefetched:
                 # nothing ready: let the idle poll find new work instead of

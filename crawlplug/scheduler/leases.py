@@ -2,7 +2,8 @@
 idle check that decides when every node may close.
 
 The Redis side (renewal, reaping, requeue) is in the Lua scripts; this module
-keeps the local bookkeeping the heartbeat sends and the termination rule:
+keeps the local bookkeeping the heartbeat sends, when a pop is worth a call
+(:class:`PopPacing`), and the termination rule:
 the crawl is finished when no request is queued, no lease is held anywhere
 and no node is still reading its start requests, continuously for the grace
 period.
@@ -67,3 +68,31 @@ class Termination:
         if self.worker_mode or self.empty_since is None:
             return False
         return time.monotonic() - self.empty_since >= self.grace
+
+
+class PopPacing:
+    """When a pop is worth its round trip. While the downloader is busy and only a slot or two
+    are free, one call a moment later leases for several slots and carries the pages finished
+    meanwhile (their acks and links coalesced with the next pages'), where a call per freed
+    slot costs Redis and the node a round trip each. The next response to finish asks again;
+    a freed slot waits :attr:`WAIT` at most, and a downloader with little in flight never."""
+
+    #: seconds a freed downloader slot waits at most for more to free
+    WAIT = 0.02
+
+    def __init__(self, prefetch: int, concurrency: int) -> None:
+        #: the fewest free slots a pop is made for while the downloader is busy (a quarter of
+        #: what a pop may lease: 8 of CRAWLPLUG_PREFETCH 32 at 64 concurrent requests, 4 at
+        #: Scrapy's default 16; 1, never waiting, at 7 or fewer)
+        self.least = max(1, min(prefetch, concurrency) // 4)
+        self.until = float("inf")  # a pop put off is made by then
+
+    def wait(self, free: int, busy: int) -> bool:
+        """Whether to put off the pop for ``free`` slots with ``busy`` requests in flight."""
+        now = time.monotonic()
+        if 0 < free < self.least and busy >= self.least and now < self.until:
+            if self.until == float("inf"):
+                self.until = now + self.WAIT
+            return True
+        self.until = float("inf")
+        return False
