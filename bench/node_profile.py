@@ -1,7 +1,7 @@
 """Where a node's CPU per page goes: cProfile of one ``scrapy crawl`` node, two trees side by side.
 
     .venv/bin/python bench/node_profile.py [--base 5ee3ff1] [--tree COMMIT] [--items 5000]
-                                           [--concurrency 64] [--runs 1] [--top 40] [--out DIR]
+                                           [--concurrency 64] [--runs 1] [--bloom] [--top 40] [--out DIR]
 
 Each run crawls the demo shop (``--items`` items, served on loopback by its own process)
 with one node of the demo project on a fresh ``redis-server``, once per tree (interleaved
@@ -72,6 +72,8 @@ def run_one(tree: Path | None, label: str, args: argparse.Namespace, workdir: Pa
         "CONCURRENT_REQUESTS_PER_DOMAIN": args.concurrency,
         "CRAWLPLUG_IDLE_CLOSE": 0.5,
         "REDIS_URL": redis_proc.url,
+        **({"DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter", "CRAWLPLUG_BLOOM_CAPACITY": 100_000}
+           if args.bloom else {}),
     }
     node = start_node(run_dir, "node1", site.url, settings, profile=None if args.spy else prof, tree=tree,
                       wrapper=wrapper)  # fmt: skip
@@ -160,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--items", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--bloom", action="store_true", help="Bloom dedup (RedisBloomDupeFilter, capacity 100,000), "
+                                                             "as bench/redis_cpu.py's Bloom crawls")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--spy", action="store_true", help="sample with py-spy (pip install py-spy into the venv) "
