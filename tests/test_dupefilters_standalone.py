@@ -25,6 +25,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import shard_of
 
 from .support.fingerprints import exact_store_exists, recorded
+from .support.monitor import monitored
 
 CRAWL = "solo"
 K = CrawlKeys(CRAWL)
@@ -62,18 +63,7 @@ def scheduler_frontier(kind: str, redis_url: str, **settings: Any) -> Any:
 
 def commands_sent(r: redis.Redis, action: Any) -> list[str]:
     """The commands clients sent while ``action`` ran (MONITOR; a script's own commands left out)."""
-    marker = redis.Redis(connection_pool=redis.ConnectionPool(**r.connection_pool.connection_kwargs))
-    marker.ping()  # connected before: its handshake is not counted
-    with r.monitor() as monitor:
-        action()
-        marker.echo("crawlplug-test-end")
-        sent = []
-        for line in monitor.listen():
-            if line["command"].startswith("ECHO") and "crawlplug-test-end" in line["command"]:
-                return sent
-            if line.get("client_type") != "lua":
-                sent.append(line["command"].split()[0].upper())
-    raise AssertionError("unreachable")
+    return [words[0].upper() for lua, words in monitored(r, action) if not lua]
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

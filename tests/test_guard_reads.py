@@ -23,6 +23,8 @@ from crawlplug.frontier.fphash import HashDedup, HashSpec
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.queues import FifoQueue
 
+from .support.monitor import monitored
+
 K = CrawlKeys("guardreads")
 
 
@@ -41,19 +43,7 @@ def item(f: Frontier, n: int | str) -> tuple[bytes, float, bytes]:
 
 def script_commands(r: redis.Redis, action: Callable[[], Any]) -> list[tuple[str, str]]:
     """(command, first argument) of every command scripts sent while ``action`` ran (MONITOR)."""
-    marker = redis.Redis(connection_pool=redis.ConnectionPool(**r.connection_pool.connection_kwargs))
-    marker.ping()
-    with r.monitor() as monitor:
-        action()
-        marker.echo("crawlplug-test-end")
-        sent = []
-        for line in monitor.listen():
-            if line["command"].startswith("ECHO") and "crawlplug-test-end" in line["command"]:
-                return sent
-            if line.get("client_type") == "lua":
-                words = line["command"].split()
-                sent.append((words[0].upper(), words[1] if len(words) > 1 else ""))
-    raise AssertionError("unreachable")
+    return [(words[0].upper(), words[1] if len(words) > 1 else "") for lua, words in monitored(r, action) if lua]
 
 
 WRITES = frozenset({"SET", "INCR", "HSET", "HSETNX", "HDEL", "HINCRBY", "ZADD", "ZREM", "ZREMRANGEBYSCORE", "RPUSH",
