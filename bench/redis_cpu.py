@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/redis_cpu.py [--items 3000] [--runs 2] [--nodes 1,2]
                                         [--baseline d7f69e2] [--no-breakdown] [--out FILE]
+                                        [--remote-delay-ms 1]
 
 Every crawl is a real crawl: ``scrapy crawl shop`` nodes of the demo project (one, then
 two) against the demo shop served on loopback by its own process (``--items`` items, about
@@ -31,6 +32,12 @@ What is reported, per crawl:
 * the load of other processes on the machine meanwhile (2 cores shared: CPU counters are
   disturbed less than wall clock, but a loaded machine still inflates them; compare
   ratios within the run).
+
+With ``--remote-delay-ms N``, every round also crawls with crawlplug (exact dedup) reaching
+its Redis through bench/delayproxy.py, N ms each way (a process of its own, so its CPU
+counts against neither side): the pages/s of those crawls against the loopback ones' is the
+remote-Redis ratio (a node's calls block its reactor for a round trip each, so fewer calls
+a page keep it near 1).
 
 Then, unless ``--no-instructions`` (or valgrind is missing), the number that a loaded machine
 does not move: the instructions the Redis server executes per page in a fixed admit-and-pop
@@ -77,6 +84,7 @@ from bench.common import (
     start_node,
     table,
 )
+from bench.delayproxy import DelayProxyProc
 
 CRAWLPLUG, BASE, SR = "crawlplug", "baseline", "scrapy-redis"
 SET, BLOOM = "exact", "Bloom"
@@ -114,8 +122,9 @@ def script_names(tree: Path | None) -> dict[str, str]:
 
 
 def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: str, *, tree: Path | None,
-          slowlog: bool = False, timeout: float = 600.0) -> dict[str, Any]:  # fmt: skip
-    """One crawl on a fresh redis-server; its Redis counters per page."""
+          slowlog: bool = False, timeout: float = 600.0, delay_ms: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    """One crawl on a fresh redis-server; its Redis counters per page. ``delay_ms``: the nodes
+    reach Redis through bench/delayproxy.py, that many milliseconds each way."""
     run_dir = workdir / tag
     run_dir.mkdir(parents=True)
     redis_proc = RedisProc(run_dir)
@@ -133,8 +142,10 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
     sampler = CpuSampler(0.2)
     sampler.start()
     cpu0, began = cpu_of(client.info("cpu")), time.monotonic()
-    settings = {"CONCURRENT_REQUESTS": 16, "CONCURRENT_REQUESTS_PER_DOMAIN": 16, "REDIS_URL": redis_proc.url,
-                **settings_of(system, dedup)}  # fmt: skip
+    proxy = DelayProxyProc(run_dir, redis_proc.port, delay_ms) if delay_ms > 0 else None
+    proxy_ping = proxy.ping_ms() if proxy else None
+    settings = {"CONCURRENT_REQUESTS": 16, "CONCURRENT_REQUESTS_PER_DOMAIN": 16,
+                "REDIS_URL": proxy.url if proxy else redis_proc.url, **settings_of(system, dedup)}  # fmt: skip
     started = [start_node(run_dir, f"node{i + 1}", site.url, settings, tree=tree) for i in range(nodes)]
     status = "done"
     deadline = time.monotonic() + timeout
@@ -155,8 +166,11 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
     entries = client.slowlog_get(10_000_000) if slowlog else []
     hits = site.hits()
     site.stop()
+    if proxy is not None:
+        proxy.stop()
     redis_proc.stop()
     stats = [node.stats() for node in started]
+    elapsed = max([float(s.get("elapsed_time_seconds", 0) or 0) for s in stats] or [0.0])
     pages = sum(int(s.get("response_received_count", 0)) for s in stats)
     roundtrips = sum(int(s.get("bench/redis_roundtrips", 0)) for s in stats)
     node_cpu = sum(node.proc.cpu or 0.0 for node in started)  # each node's own CPU, user + system (wait4)
@@ -195,6 +209,7 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
             for name, (c, u) in sorted(commands.items(), key=lambda kv: -kv[1][1])
         },
         "roundtrips_per_page": per_page(roundtrips),
+        "pages_per_s": pages / elapsed if elapsed else None, "delay_ms": delay_ms, "proxy_ping_ms": proxy_ping,
         "node_cpu_ms_per_page": per_page(node_cpu * 1000),
         "slowlog_per_sha": {sha: {"calls": c, "usec": u} for sha, (c, u) in per_sha.items()},
         "slowlog_entries": len(entries),
@@ -283,6 +298,9 @@ def main() -> int:
     parser.add_argument("--no-breakdown", action="store_true", help="skip the SLOWLOG crawls (per-script times)")
     parser.add_argument("--no-instructions", action="store_true",
                         help="skip the callgrind count of instructions per page (needs valgrind; ~2 min)")
+    parser.add_argument("--remote-delay-ms", type=float, default=0.0,
+                        help="also crawl (crawlplug, exact dedup) with Redis this many ms away each way, through "
+                             "bench/delayproxy.py, in every round: the remote-Redis ratio of pages/s")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "redis_cpu.json")
     args = parser.parse_args()
     install_signal_handlers()
@@ -298,8 +316,19 @@ def main() -> int:
     log(f"Redis CPU per page: {args.items} items ({expected_pages(args.items)} pages), {args.runs} rounds of "
         f"{len(combos)} crawls; baseline {args.baseline}; logs in {workdir}")  # fmt: skip
     results: list[dict[str, Any]] = []
+    remote: list[dict[str, Any]] = []
     try:
         for round_no in range(args.runs):
+            for n in node_counts if args.remote_delay_ms > 0 else ():
+                tag = f"r{round_no + 1}-remote-{n}n"
+                res = crawl(CRAWLPLUG, SET, n, args.items, workdir, tag, tree=trees[CRAWLPLUG],
+                            delay_ms=args.remote_delay_ms)  # fmt: skip
+                res["round"] = round_no + 1
+                remote.append(res)
+                log(f"  {tag}: {res['pages']} pages, {fmt(res['pages_per_s'])} pages/s with Redis "
+                    f"{args.remote_delay_ms:g} ms away each way (a PING {fmt(res['proxy_ping_ms'], 2)} ms), "
+                    f"{fmt(res['roundtrips_per_page'], 3)} round trips/page, "
+                    f"node CPU {fmt(res['node_cpu_ms_per_page'], 2)} ms/page {'; '.join(res['notes'])}")  # fmt: skip
             for system, dedup, n in combos:
                 tag = f"r{round_no + 1}-{system}-{dedup}-{n}n".replace(" ", "")
                 res = crawl(system, dedup, n, args.items, workdir, tag, tree=trees[system])
@@ -329,12 +358,12 @@ def main() -> int:
                 counted[system] = instructions(trees[system], workdir, system)
     finally:
         kill_all()
-    report(results, breakdown, args, log, counted)
+    report(results, breakdown, args, log, counted, remote)
     return 0
 
 
 def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args: Any, log: Any,
-           counted: dict[str, Any] | None = None) -> None:  # fmt: skip
+           counted: dict[str, Any] | None = None, remote: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
     for res in results:
         if res["status"] == "done" and res["pages"]:
@@ -400,8 +429,20 @@ def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args:
             f"{mine['instructions_per_page'] / theirs['instructions_per_page']:.2f}x")  # fmt: skip
     elif counted:
         log(f"\nInstructions per page: not counted ({counted})")
+    remote_rows = []
+    for n in sorted({r["nodes"] for r in remote or ()}):
+        near = median([r["pages_per_s"] for r in groups.get((CRAWLPLUG, SET, n), []) if r.get("pages_per_s")])
+        far_runs = [r for r in remote or () if r["nodes"] == n and r["status"] == "done" and r.get("pages_per_s")]
+        far = median([r["pages_per_s"] for r in far_runs])
+        remote_rows.append([n, len(far_runs), fmt(near), fmt(far), fmt(far / near, 2) if far and near else None,
+                            fmt(median([r["roundtrips_per_page"] for r in far_runs]), 3)])  # fmt: skip
+    if remote_rows:
+        log(f"\nRedis {args.remote_delay_ms:g} ms away each way (bench/delayproxy.py), crawlplug exact, medians: "
+            "pages/s against loopback's (target: at least 0.95x)")
+        log(table(["nodes", "runs", "loopback pages/s", "remote pages/s", "ratio", "round trips/pg"], remote_rows))
     out = {
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "remote": remote or [],
         "instructions_per_page": counted,
         "args": {k: str(v) for k, v in vars(args).items()},
         "targets_us_per_page": TARGETS,

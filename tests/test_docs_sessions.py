@@ -26,10 +26,14 @@ import pytest
 
 from .support.docpages import Session, environment, run_page
 from .support.nodes import ROOT
+from .support.patience import patient
 from .support.servers import RedisServer, free_port
 from .support.wheel import make_venv
 
-pytestmark = pytest.mark.e2e  # terminals, nodes, daemons
+# terminals, nodes, daemons; a page such as run-control.md runs a dozen crawls (about two
+# minutes on a quiet machine), so the suite's 300 s per test is stretched as every wait is
+# (CRAWLPLUG_TEST_PATIENCE: 3 on CI's three workers, where one such page once took longer)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(patient(300))]
 
 
 @pytest.fixture(scope="session")
