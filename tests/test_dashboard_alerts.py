@@ -17,7 +17,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.registry import register
 from crawlplug.ops import alerts
 
-from .support.browser import browser, fresh, screenshot, severe_logs, skip_without_chromium, until
+from .support.browser import browser, fresh, screenshot, severe_logs, skip_without_chromium, table, until
 from .support.dashboardproc import start_dashboard, wait_for
 from .support.webhook import WebhookReceiver
 
@@ -56,7 +56,7 @@ def test_the_dashboard_evaluates_alerts_and_shows_them(fresh_redis, receiver, br
         until(browser, lambda d: d.find_element(By.ID, "alerts").is_displayed(), 10, "the Alerts page")
         fresh(browser)
         assert browser.find_element(By.ID, "alerts-active").text == "firing: memory"
-        cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#alert-events tbody td")]
+        cells = [cell for row in table(browser, "alert-events") for cell in row]
         assert cells[1:5] == ["memory", "fired", str(got["events"][0]["value"]), "sent"]
         assert "redis_memory_percent > 0 for 1s" in browser.find_element(By.ID, "alerts-table").text
         assert severe_logs(browser) == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from .support.browser import browser, number, refreshed, screenshot, severe_logs, skip_without_chromium, until
+from .support.browser import browser, number, refreshed, screenshot, severe_logs, skip_without_chromium, table, until
 from .support.dashboardproc import CRAWL_SETTINGS, SHOP_DELAY, SHOP_ITEMS, start_dashboard
 
 skip_without_chromium()
@@ -22,8 +22,7 @@ __all__ = ["browser"]  # the fixture, imported for the tests here
 
 
 def node_rows(driver) -> list[list[str]]:
-    rows = driver.find_elements(By.CSS_SELECTOR, "#nodes-table tbody tr")
-    return [[td.text for td in row.find_elements(By.TAG_NAME, "td")] for row in rows]
+    return table(driver, "nodes-table")
 
 
 def test_dashboard_in_chromium_during_a_crawl(browser, crawl, make_shop, redis_url, tmp_path):

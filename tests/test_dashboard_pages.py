@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from crawlplug.cli import main
 
-from .support.browser import browser, fresh, number, screenshot, severe_logs, skip_without_chromium, until
+from .support.browser import browser, fresh, number, screenshot, severe_logs, skip_without_chromium, table, until
 from .support.dashboardproc import start_dashboard, wait_for
 from .support.nodes import ROOT
 
@@ -55,11 +55,6 @@ def tab(driver, name: str) -> None:
     driver.find_element(By.CSS_SELECTOR, f'nav a[href="#{name}"]').click()
     until(driver, lambda d: d.find_element(By.ID, name).is_displayed(), 5, f"the {name} page")
     fresh(driver)
-
-
-def table(driver, table_id: str) -> list[list[str]]:
-    rows = driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr")
-    return [[td.text for td in row.find_elements(By.TAG_NAME, "td")] for row in rows]
 
 
 def chart(driver, chart_id: str) -> dict[str, str]:

@@ -62,6 +62,16 @@ def number(driver: Any, selector: str) -> int | None:
     return int(digits) if digits else None
 
 
+def table(driver: Any, table_id: str) -> list[list[str]]:
+    """The table's body cells as shown, read in one script: a page that redraws the table between
+    two WebDriver calls would leave the second holding a detached (stale) row."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]),"
+        " tr => Array.from(tr.querySelectorAll('td'), td => td.innerText.trim()))",
+        f"#{table_id} tbody tr",
+    )
+
+
 def refreshed(driver: Any) -> int:
     """When the page last finished a refresh (ms, the browser's clock; 0: never)."""
     return int(driver.execute_script("return document.body.dataset.refreshed || '0'"))
