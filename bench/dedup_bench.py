@@ -6,9 +6,10 @@ random 20-byte fingerprints through the real ``Frontier.admit`` path (admit.lua,
 of ``--batch`` fingerprints, a page's links, empty payloads: a fingerprint recorded, no
 request stored), in a child process:
 
-* ``hash``: the working tree's compact store at its default CRAWLPLUG_DEDUP_CAPACITY
-  (1,000,000; bigger crawls grow by generations);
-* ``hash-sized``: the compact store sized for N (CRAWLPLUG_DEDUP_CAPACITY = N: one generation);
+* ``hash``: the working tree's compact store with no setting (begun with one bucket, split as it grows);
+* ``hash-sized``: the compact store begun with the buckets N fill (CRAWLPLUG_DEDUP_CAPACITY = N);
+* ``hash-gens``: the compact store by generations as crawls began it before splitting
+  (CRAWLPLUG_DEDUP_CAPACITY's old default, 1,000,000: bigger crawls add generations);
 * ``set-baseline``: today's crawlplug (the commit before issue 26, bench.common.BASELINE,
   imported from a git-archive copy: bench.common.baseline_tree) and its set of raw fingerprints;
 * ``scrapy-redis``: scrapy-redis's RFPDupeFilter set, 40-char hex SHA-1 digests (SADD of
@@ -62,9 +63,14 @@ def _child(case: dict[str, Any]) -> None:
 
         dedup: Any = SetDedup()
     else:
-        from crawlplug.frontier.fphash import HashDedup, HashSpec
+        from crawlplug.frontier import fphash
 
-        dedup = HashDedup(HashSpec.for_capacity(case["capacity"]))
+        split = getattr(fphash, "SplitSpec", None)  # a tree before the splitting store has generations only
+        if case["kind"] == "hash-gens" or split is None:
+            spec: Any = fphash.HashSpec.for_capacity(case["capacity"] or 1_000_000)
+        else:
+            spec = split.for_capacity(case["capacity"])
+        dedup = fphash.HashDedup(spec)
     frontier = Frontier(client, keys, dedup=dedup, node_id="bench")
     frontier.admit([])  # loads the scripts: not the store's memory
     print(json.dumps({"ready": True}), flush=True)
@@ -79,7 +85,7 @@ def _child(case: dict[str, Any]) -> None:
         done += k
     seconds = time.perf_counter() - t0
     out = {"seconds": seconds, "filtered": filtered, "crawlplug": str(Path(crawlplug.__file__).parent),
-           "generations": getattr(dedup, "gens", None)}  # fmt: skip
+           "generations": getattr(dedup, "gens", None), "level": getattr(dedup, "level", None)}  # fmt: skip
     print(json.dumps(out), flush=True)
 
 
@@ -195,7 +201,7 @@ def render(rows: list[dict[str, Any]]) -> str:
         by = {r["kind"]: r for r in rows if r["n"] == n}
         base = by.get("set-baseline")
         srd = by.get("scrapy-redis")
-        for kind in ("hash", "hash-sized", "set-baseline", "scrapy-redis"):
+        for kind in ("hash", "hash-sized", "hash-gens", "set-baseline", "scrapy-redis"):
             r = by.get(kind)
             if r is None:
                 continue
@@ -207,7 +213,8 @@ def render(rows: list[dict[str, Any]]) -> str:
                 f"{r['admit_per_s']:,.0f}",
                 f"{r['admit_per_s'] / base['admit_per_s']:.2f}" if base and kind != "scrapy-redis" else "-",
                 f"{r['redis_cpu_us_per_url']:.2f}",
-                (f"{r['buckets']} x {r['mean_fill']:.1f}, max {r['largest']}, >128: {r['over_128']}, gens {r['generations']}"
+                (f"{r['buckets']} x {r['mean_fill']:.1f}, max {r['largest']}, >128: {r['over_128']}, "
+                 + (f"gens {r['generations']}" if kind == "hash-gens" or r.get("level") is None else f"level {r['level']}")
                  if "buckets" in r else ""),
             ])  # fmt: skip
     lines.append(table(["URLs", "store", "B/URL used_memory", "B/URL MEMORY USAGE", "vs set", "vs scrapy-redis",
@@ -235,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in [int(float(x)) for x in args.sizes.split(",")]:
         for kind in args.kinds.split(","):
-            case = {"n": n, "kind": kind, "batch": args.batch, "capacity": n if kind == "hash-sized" else 1_000_000}
+            case = {"n": n, "kind": kind, "batch": args.batch, "capacity": n if kind == "hash-sized" else None}
             row = run_case(case, binary, tree)
             rows.append(row)
             print(f"  {kind} {n:.0e}: {row['used_memory_per_url']:.1f} B/URL, {row['admit_per_s']:,.0f}/s", flush=True)

@@ -226,10 +226,10 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "(`crawlplug migrate seen-to-hash` moves a set).",
     ),
     "CRAWLPLUG_DEDUP_CAPACITY": (
-        1_000_000,
-        "RedisSetDupeFilter with CRAWLPLUG_DEDUP_STORE='hash': URLs the compact store's first generation "
-        "of buckets holds (set it to the expected crawl size); bigger crawls add generations of 4x the buckets, "
-        "one more lookup a URL each.",
+        None,
+        "RedisSetDupeFilter with CRAWLPLUG_DEDUP_STORE='hash': a new crawl's compact store begins with one "
+        "bucket and splits buckets as it grows (one lookup a URL at any size); a number of URLs begins it "
+        "with the buckets that many fill (fewer splits for a crawl known to be large).",
     ),
     "CRAWLPLUG_BLOOM_CAPACITY": (
         10_000_000,

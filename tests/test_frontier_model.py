@@ -78,7 +78,8 @@ from crawlplug.errors import AdmissionIncomplete, StaleEpoch
 from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import BloomDedup, Dedup, SetDedup, TtlDedup
-from crawlplug.frontier.fphash import HashDedup, HashSpec, iter_fingerprints
+from crawlplug.frontier.fpadmin import iter_fingerprints
+from crawlplug.frontier.fphash import HashDedup, HashSpec, SplitSpec
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards, shard_of
 from crawlplug.queues import DomainQueue, PriorityQueue
@@ -115,7 +116,7 @@ def host(url: str) -> str:
 
 @dataclass(frozen=True)
 class Config:
-    dedup: str  # "set", "hash", "ttl", "bloom"
+    dedup: str  # "set", "hash" (splitting buckets), "hashgen" (by generations), "ttl", "bloom"
     domains: bool  # DomainQueue, else PriorityQueue
     sharded: bool
 
@@ -130,7 +131,8 @@ CONFIGS = [
     Config("set", True, False),
     Config("set", False, True),
     Config("bloom", True, True),
-    Config("hash", True, True),  # the compact store, 2 buckets first: its generations grow within a run
+    Config("hash", True, True),  # the compact store, 2 a bucket: buckets split and levels rise within a run
+    Config("hashgen", False, False),  # the compact store of crawls begun by generations: 2 buckets first
 ]
 
 
@@ -172,6 +174,8 @@ class FrontierUnderTest:
         if self.config.dedup == "ttl":
             return TtlDedup(3600)
         if self.config.dedup == "hash":
+            return HashDedup(SplitSpec(fill=2))
+        if self.config.dedup == "hashgen":
             return HashDedup(HashSpec(bits=1, fill=4))
         return SetDedup()
 
@@ -348,7 +352,7 @@ class FrontierUnderTest:
             if self.config.dedup in ("set", "ttl"):
                 out["seen"] |= set(next(replies))
         out["start_urls"] = [x.decode() for x in next(replies)]
-        if self.config.dedup == "hash":  # the compact store's fingerprints, whole again
+        if self.config.dedup in ("hash", "hashgen"):  # the compact store's fingerprints, whole again
             for part in parts:
                 for batch in iter_fingerprints(self.client, part):
                     out["seen"] |= set(batch)
@@ -365,7 +369,7 @@ class FrontierUnderTest:
     def key(self, name: str, shard: int | None) -> str:
         part = self.part_keys(shard)
         if name == "seen":
-            return {"set": part.seen, "hash": part.key("fph"), "ttl": part.key("seen_ttl"),
+            return {"set": part.seen, "hash": part.key("fph"), "hashgen": part.key("fph"), "ttl": part.key("seen_ttl"),
                     "bloom": f"{part.tag}:bloom:meta"}[self.config.dedup]  # fmt: skip
         return part.key(name)
 
@@ -1113,7 +1117,7 @@ class FrontierModel(RuleBasedStateMachine):
         assert set(by_payload) == known, f"stored but not in the model: {set(by_payload) - known}"
         assert v["dead"] == self.dead, "dead letters"
         assert v["start_urls"] == self.start_list, "start entries"
-        if self.config.dedup in ("set", "hash", "ttl"):
+        if self.config.dedup in ("set", "hash", "hashgen", "ttl"):
             assert v["seen"] == {fingerprint(u) for u in self.seen}, "recorded fingerprints"
         for name in ("enqueued", "filtered", "acked", "start_acked", "stale_acks", "reaped", "dead",
                      "start_taken", "start_returned"):  # fmt: skip

@@ -52,7 +52,7 @@ from crawlplug.crawl import Crawl, runs
 from crawlplug.errors import AdmissionIncomplete, RolledBack
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import Dedup, SetDedup
-from crawlplug.frontier.fphash import HashDedup, HashSpec
+from crawlplug.frontier.fphash import HashDedup, SplitSpec
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards
 from crawlplug.queues import DomainQueue, PriorityQueue
@@ -155,7 +155,7 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
             self.nodes[name].frontier = self._build(name, joined.epoch)
 
     def _dedup(self) -> Dedup:
-        return HashDedup(HashSpec(bits=1, fill=4)) if self.config.dedup == "hash" else SetDedup()
+        return HashDedup(SplitSpec(fill=2)) if self.config.dedup == "hash" else SetDedup()
 
     def _build(self, name: str, epoch: str) -> Any:
         kwargs: dict[str, Any] = {"queue": DomainQueue() if self.config.domains else PriorityQueue(),

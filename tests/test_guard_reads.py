@@ -19,7 +19,7 @@ from crawlplug.errors import CorruptKey
 from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import BloomDedup
-from crawlplug.frontier.fphash import HashDedup, HashSpec
+from crawlplug.frontier.fphash import HashDedup, HashSpec, SplitSpec
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.queues import FifoQueue
 
@@ -62,7 +62,8 @@ def snapshot(r: redis.Redis) -> dict[bytes, bytes | None]:
 
 
 def frontier(r: redis.Redis, store: str = "hash") -> Frontier:
-    dedup = BloomDedup(BloomSpec(50, 0.01)) if store == "bloom" else HashDedup(HashSpec(bits=1))
+    dedup = {"bloom": lambda: BloomDedup(BloomSpec(50, 0.01)), "hashgen": lambda: HashDedup(HashSpec(bits=1)),
+             "hash": lambda: HashDedup(SplitSpec())}[store]()  # fmt: skip
     return Frontier(r, K, node_id="node-a", dedup=dedup, queue=FifoQueue)
 
 
@@ -128,12 +129,18 @@ def test_a_key_checked_by_its_read_still_refuses_the_whole_call_naming_it(r, cra
     assert snapshot(r) == before, f"{case}: the refused call wrote"
 
 
-def test_the_compact_stores_state_is_read_once_a_call(r, crawl):
-    """The store's generation count and newest count: read by the guard's check, used again
-    by dedup.lua (not read twice)."""
-    (held,) = [lease.id for lease in crawl.pop(1)]
-    sent = script_commands(r, lambda: _admit(crawl, [held]))
-    assert [cmd for cmd, k in sent if k == K.fph] == ["HMGET", "HGET", "HINCRBY"]
+@pytest.mark.parametrize("store, expected", [("hash", ["HMGET", "HINCRBY"]), ("hashgen", ["HMGET", "HGET", "HINCRBY"])])
+def test_the_compact_stores_state_is_read_once_a_call(r, store, expected):
+    """The store's state (splitting: level, next and count in one HMGET; by generations, the
+    generation count, then the newest one's count): read by the guard's check, used again by
+    dedup.lua (not read twice), then its count written."""
+    for key in r.scan_iter(match=K.pattern()):
+        r.delete(key)
+    f = frontier(r, store)
+    f.admit([item(f, 1), item(f, 2)])
+    (held,) = [lease.id for lease in f.pop(1)]
+    sent = script_commands(r, lambda: _admit(f, [held]))
+    assert [cmd for cmd, k in sent if k == K.fph] == expected
 
 
 def test_a_bloom_filters_layer_count_is_its_check_and_read_once(r):

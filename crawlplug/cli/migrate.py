@@ -45,7 +45,8 @@ from ..crawl.nodes import live_of
 from ..dupefilters import ExpiringDupeFilter, RedisSetDupeFilter
 from ..frontier.core import open_frontier
 from ..frontier.dedup import Dedup
-from ..frontier.fphash import HashSpec, bind_hash_parts, migrate_set
+from ..frontier.fpadmin import migrate_set
+from ..frontier.fphash import SplitSpec, bind_hash_parts
 from ..frontier.interface import CrawlFrontier
 from ..frontier.keys import CrawlKeys
 from ..frontier.layout import claim_shards, stored_shards
@@ -255,8 +256,8 @@ def _show_report(report: Report, sk: SourceKeys, keys: CrawlKeys, target: connec
 @migrate_group.command("seen-to-hash")
 @shared_options(envvar=False)
 @click.option("--capacity", type=int, default=None,
-              help="URLs the compact store's first generation holds. Default: twice the set's size, "
-                   "at least CRAWLPLUG_DEDUP_CAPACITY's default.")
+              help="URLs the compact store is begun with buckets for (it splits buckets as it grows). "
+                   "Default: the set's size.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (needed when not run in a terminal).")
 @click.option("--dry-run", is_flag=True, help="Say what would be moved; change nothing.")
 @friendly_errors
@@ -281,9 +282,9 @@ def seen_to_hash(redis_url: str | None, crawl: str | None, capacity: int | None,
     live = live_of(Crawl.of(frontier).status()["nodes"], now_ms)
     if live:
         fail(f"crawl {keys.crawl!r} has {len(live)} live node(s) ({', '.join(sorted(live)[:3])}): stop them first")
-    spec = HashSpec.for_capacity(capacity or max(1_000_000, 2 * size))
+    spec = SplitSpec.for_capacity(capacity or size)
     click.echo(f"crawl {keys.crawl!r}: {size} fingerprints in its set, in {len(parts)} part(s); compact store "
-               f"of {1 << spec.bits} buckets in its first generation")  # fmt: skip
+               f"begun with {1 << spec.level} buckets (split as it grows)")  # fmt: skip
     if dry_run:
         click.echo("dry run: nothing changed")
         return

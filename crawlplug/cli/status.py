@@ -12,7 +12,7 @@ from ..crawl import Crawl, runs
 from ..crawl.nodes import live_of
 from ..frontier import registry
 from ..frontier.core import open_frontier
-from ..frontier.fphash import store_info
+from ..frontier.fpadmin import store_info
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
 from ..ops import history as crawl_history

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import redis
 
-from .fphash import forget_hashed
+from .fpadmin import forget_hashed
 from .keys import DEDUP_NAMES, DEDUP_PREFIXES, CrawlKeys
 from .layout import parts, shard_of
 from .scripts import Scripts

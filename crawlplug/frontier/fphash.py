@@ -12,20 +12,33 @@ plus its share of its bucket's key, still exact (no false positives: the whole
 fingerprint is compared). Short buckets also keep each lookup short (a listpack is
 searched field by field).
 
-Sizing and growth, by generations: the first generation has the fewest power-of-two
-buckets that hold ``capacity`` (the expected crawl size, ``CRAWLPLUG_DEDUP_CAPACITY``)
-at a mean of :data:`FILL` fingerprints a bucket, and takes ``FILL * buckets``. The script
-that records them (``lua/dedup.lua``) then starts a new generation with four times the
-buckets, and so on: a fingerprint is checked in every generation (one ``HEXISTS`` each)
-and added to the newest (``HSETNX``). At a mean of 96 a bucket (Poisson), about one bucket
-in 1,300 passes 128 fields (none comes near 512); a bucket past the server's limit is
-converted to Redis's ordinary hash table (about three times the bytes): :func:`hash_info`
-reports how many. A crawl sized right has one generation, one command a URL, as the set
-had.
+Sizing and growth, by splitting buckets (linear hashing, the default of a new crawl): the
+store begins with one bucket (2^level, level 0; ``CRAWLPLUG_DEDUP_CAPACITY`` may begin it
+larger) and, whenever it holds more than :data:`SPLIT_FILL` fingerprints a bucket, splits
+the next bucket in turn: bucket ``next`` of ``level`` becomes buckets ``2 next`` and ``2 next
++ 1`` of level + 1 (its fields moved by their next bit), and once every bucket of a level
+is split the level goes up. A fingerprint's bucket is the top ``level`` bits of its first
+four bytes, or the top level + 1 bits where that bucket is already split: one lookup a
+URL at any size, and buckets between :data:`SPLIT_FILL` and twice that full, so a crawl
+of 5,000 URLs takes about a hundred keys and one of 10^7 about 200,000. A split moves one
+bucket (HKEYS, two HSETs, a DEL) about once per :data:`SPLIT_FILL` new fingerprints; the
+script splits only buckets whose keys the call names, so a node is told when splits are
+due and names them in its next call. At most twice :data:`SPLIT_FILL` a bucket on average
+before a level goes up (96), so about one bucket in 1,300 passes 128 fields.
 
-In Redis (one crawl part's keys): ``fph`` (hash) "spec" the bucketing, "gens" the
-generation count, "count:<g>" fingerprints added to generation g; ``fph:<g>:<bucket
-hex>`` (hash) generation g's buckets. Every bucket key a call touches is passed in KEYS.
+By generations (crawls whose store began before splitting, a spec "bits:fill:growth", kept
+as they are): the first generation has the fewest power-of-two buckets that hold
+``capacity`` at a mean of :data:`FILL` fingerprints a bucket, and takes ``FILL * buckets``;
+then a new generation with four times the buckets, and so on: a fingerprint is checked in
+every generation (one ``HEXISTS`` each) and added to the newest (``HSETNX``). A bucket past
+the server's limit is converted to Redis's ordinary hash table (about three times the
+bytes): :func:`hash_info` reports how many.
+
+In Redis (one crawl part's keys): ``fph`` (hash) "spec" the bucketing; splitting:
+"level", "next" (the next bucket of the level to split), "count" (fingerprints held);
+``fph:<level>:<bucket hex>`` (hash) the buckets. By generations: "gens" the generation
+count, "count:<g>" fingerprints added to generation g; ``fph:<g>:<bucket hex>`` generation
+g's buckets. Every bucket key a call touches is passed in KEYS.
 """
 
 from __future__ import annotations
@@ -57,6 +70,17 @@ STORE_FIELD = "dedup_store"
 #: across runs and rolls, which delete the store (and the "spec" it holds) with its buckets
 SPEC_FIELD = "fph_spec"
 STORES = ("hash", "set")
+#: the mean fingerprints a bucket holds past which the splitting store splits one: buckets
+#: then hold between SPLIT_FILL and 2 * SPLIT_FILL (96, as a full generation's) on average
+SPLIT_FILL = 48
+#: a splitting store's levels stop at 31 (2^31 buckets): a bucket's bits come from the
+#: fingerprint's first four bytes
+MAX_LEVEL = 31
+#: the most splits one call makes (each names three keys): a batch that makes more due (a big
+#: push of start URLs) leaves buckets fuller for the next calls, which split them in turn
+WINDOW = 16
+#: a bucket reference a call leaves empty (the bucket at that level was not named)
+NO_BUCKET = 0xFFFF
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,43 @@ class HashSpec:
         return self.fill << self.gen_bits(generation)
 
 
+@dataclass(frozen=True)
+class SplitSpec:
+    """The bucketing of a crawl's splitting store: it begins at ``level`` (2^level buckets)
+    and splits a bucket whenever it holds more than ``fill`` fingerprints a bucket."""
+
+    fill: int = SPLIT_FILL
+    level: int = 0
+
+    @classmethod
+    def for_capacity(cls, capacity: int | None = None) -> SplitSpec:
+        """Begun with one bucket, or with the buckets ``capacity`` URLs fill (fewer splits
+        for a crawl known to be large; a small crawl then takes more keys than it needs)."""
+        if capacity is None:
+            return cls()
+        if capacity < 1:
+            raise ConfigError(f"CRAWLPLUG_DEDUP_CAPACITY must be a positive number of URLs, got {capacity}")
+        return cls(level=min(24, max(0, math.ceil(math.log2(capacity / SPLIT_FILL)))))
+
+    def identity(self) -> str:
+        return f"split:{self.fill}:{self.level}"
+
+
+Spec = HashSpec | SplitSpec
+
+
+def parse_spec(identity: str) -> Spec:
+    """A compact store's bucketing from what its crawl recorded: "split:<fill>:<level>" or,
+    by generations, "bits:fill:growth" (ValueError otherwise)."""
+    if identity.startswith("split:"):
+        _, fill, level = identity.split(":")
+        spec = SplitSpec(int(fill), int(level))
+        if spec.fill < 1 or not 0 <= spec.level <= MAX_LEVEL:
+            raise ValueError(identity)
+        return spec
+    return HashSpec.parse(identity)
+
+
 class HashDedup(Dedup):
     """Exact: full fingerprints in compact hashes, by generations (this module's docstring).
 
@@ -98,11 +159,16 @@ class HashDedup(Dedup):
 
     mode = "hash"
 
-    def __init__(self, spec: HashSpec) -> None:
+    def __init__(self, spec: Spec) -> None:
         self.spec = spec
         #: generations (of buckets) the crawl has, learnt from the script's replies; not named
         #: "generations", which for a Bloom filter means forgetting windows (scheduler.joining)
         self.gens = 1
+        #: a splitting store's level, next bucket to split and splits due, as the script last
+        #: told (another node's splits since are learnt from the next reply)
+        self.level = spec.level if isinstance(spec, SplitSpec) else 0
+        self.next = 0
+        self.due = 0
 
     def seen_key(self, keys: CrawlKeys) -> str:
         return keys.key("fph")
@@ -119,6 +185,8 @@ class HashDedup(Dedup):
         return fingerprint[self.spec.gen_bits(generation) // 8:]
 
     def param(self) -> str:
+        if isinstance(self.spec, SplitSpec):
+            return f"S {self.level} {self.next} {self._window()} {self.spec.identity()}"
         gens = range(1, self.gens + 1)
         return f"{self.gens} {self.spec.identity()}" + "".join(f";{self.spec.gen_bits(g) // 8},{self.spec.capacity(g)}" for g in gens)
 
@@ -127,7 +195,54 @@ class HashDedup(Dedup):
             raise ValueError(f"a fingerprint of {len(fingerprint)} bytes is too short for the compact store (4 or more)")
         return fingerprint
 
+    def _window(self) -> int:
+        """The buckets, from ``next`` on, whose split a call names (the splits due, within the level)."""
+        if not self.due or self.level >= MAX_LEVEL:
+            return 0
+        return min(self.due, WINDOW, (1 << self.level) - self.next)
+
+    def _split_keys(self, keys: CrawlKeys, arguments: Sequence[bytes]) -> tuple[list[str], list[bytes]]:
+        """A call's keys for the splitting store: first the buckets of the splits it names
+        (each: the bucket and its two halves), then each fingerprint's bucket at the level
+        and, where it is split or may be by now, at the next: two bytes each, NO_BUCKET for none."""
+        level, nxt = self.level, self.next
+        window = self._window()
+        low, high = f"{keys.tag}:fph:{level}:", f"{keys.tag}:fph:{level + 1}:"
+        names: list[str] = []
+        for b in range(nxt, nxt + window):
+            names += [f"{low}{b:x}", f"{high}{2 * b:x}", f"{high}{2 * b + 1:x}"]
+        index = {name: i for i, name in enumerate(names)}
+        # a bucket past this may have been split by another node since the last reply: both named
+        margin = nxt + window + 4
+        shift = 32 - level
+        none = NO_BUCKET.to_bytes(2, "big")
+        out: list[bytes] = []
+        for fingerprint in arguments:
+            if not fingerprint:  # dont_filter
+                out.append(fingerprint)
+                continue
+            top = int.from_bytes(fingerprint[:4], "big")
+            bucket = top >> shift
+            refs = []
+            for wanted, name in ((bucket >= nxt, f"{low}{bucket:x}"),
+                                 (bucket < margin, f"{high}{top >> (shift - 1):x}")):  # fmt: skip
+                if not wanted:
+                    refs.append(none)
+                    continue
+                at = index.get(name)
+                if at is None:
+                    at = index[name] = len(names)
+                    if at >= NO_BUCKET:
+                        raise ValueError("too many fingerprints in one call for the compact store (65,535 buckets "
+                                         "at most): split the batch (Frontier.admit does, by most_per_call)")  # fmt: skip
+                    names.append(name)
+                refs.append(at.to_bytes(2, "big"))
+            out.append(refs[0] + refs[1] + fingerprint)
+        return names, out
+
     def call_keys(self, keys: CrawlKeys, arguments: Sequence[bytes]) -> tuple[list[str], list[bytes]]:
+        if isinstance(self.spec, SplitSpec):
+            return self._split_keys(keys, arguments)
         # the hot path of every admission: bucket_key and bucket, inlined (each generation's
         # key prefix and shift once per call)
         gens = [(f"{keys.tag}:fph:{g}:", 32 - self.spec.gen_bits(g)) for g in range(1, self.gens + 1)]
@@ -154,35 +269,60 @@ class HashDedup(Dedup):
         return names, out
 
     def most_per_call(self) -> int:
-        """A call names each bucket by two bytes, and a fingerprint takes one bucket a generation."""
+        """A call names each bucket by two bytes, and a fingerprint takes one bucket a
+        generation (two buckets, splitting: at its level and the next, the splits' keys besides)."""
+        if isinstance(self.spec, SplitSpec):
+            return (NO_BUCKET - 3 * WINDOW) // 2
         return 0x10000 // self.gens
 
     def observe(self, state: str) -> None:
-        if state:
+        if not state:
+            return
+        if isinstance(self.spec, SplitSpec):
+            level, nxt, due = (int(x) for x in state.split())
+            self.level, self.next, self.due = level, nxt, due
+        else:
             self.gens = max(1, int(state))
+
+    def observe_stored(self, raw: Sequence[Any]) -> None:
+        """Learn the store's state from its hash's "gens", "level", "next", "count" (None: not yet)."""
+        gens, level, nxt, count = (text(x) if x is not None else None for x in raw)
+        if not isinstance(self.spec, SplitSpec):
+            self.observe(gens or "")
+            return
+        self.level = int(level) if level is not None else self.spec.level
+        self.next = int(nxt or 0)
+        self.due = split_due(int(count or 0), self.spec.fill, self.level, self.next)
 
     def observe_spec(self, identity: str) -> None:
         """The crawl buckets by ``identity`` (a call made with another was refused): follow it."""
         try:
-            spec = HashSpec.parse(identity)
+            spec = parse_spec(identity)
         except ValueError:
-            raise ConfigError(f"the compact store's spec holds {identity!r}, not bits:fill:growth") from None
-        logger.info("crawlplug: the crawl buckets its fingerprints as %s (bits:fill:growth), not as this node did "
+            raise ConfigError(f"the compact store's spec holds {identity!r}, not split:fill:level "
+                              "or bits:fill:growth") from None  # fmt: skip
+        logger.info("crawlplug: the crawl buckets its fingerprints as %s, not as this node did "
                     "(%s): following the crawl's", identity, self.spec.identity())  # fmt: skip
-        self.spec, self.gens = spec, 1
+        self.spec = spec
+        self.forget()
 
     def forget(self) -> None:
-        self.gens = 1
+        self.gens, self.next, self.due = 1, 0, 0
+        self.level = self.spec.level if isinstance(self.spec, SplitSpec) else 0
 
     def bucket_pattern(self, keys: CrawlKeys) -> str:
         return f"{self.seen_key(keys)}:*"
 
 
-def _bucket_names(client: Any, keys: CrawlKeys) -> list[str]:
-    return [text(x) for x in client.scan_iter(match=f"{keys.key('fph')}:*", count=1000)]
+def split_due(count: int, fill: int, level: int, nxt: int) -> int:
+    """Splits a store of ``count`` fingerprints at ``level`` and ``next`` is due: the buckets
+    it lacks for a mean of at most ``fill`` (as dedup.lua's split_due)."""
+    if level >= MAX_LEVEL:
+        return 0
+    return max(0, -(-count // fill) - ((1 << level) + nxt))
 
 
-def choose_store(frontier: Any, wanted: str, spec: HashSpec) -> None:
+def choose_store(frontier: Any, wanted: str, spec: Spec) -> None:
     """Give every part of ``frontier`` the exact store its crawl uses: the one recorded in
     the crawl's ``meta`` hash; else, for a crawl whose fingerprint set (``seen``) exists,
     the set (said in one log line: ``crawlplug migrate seen-to-hash`` moves it); else ``wanted``.
@@ -215,196 +355,37 @@ def choose_store(frontier: Any, wanted: str, spec: HashSpec) -> None:
         part.dedup = SetDedup() if store == "set" else _hash_part(part, spec)
 
 
-def bind_hash_parts(frontier: Any, spec: HashSpec) -> None:
+def bind_hash_parts(frontier: Any, spec: Spec) -> None:
     """Give every part of ``frontier`` the compact store, bucketed as its crawl recorded
     (else as ``spec``, recorded now)."""
     for part in frontier.dedup_parts():
         part.dedup = _hash_part(part, spec)
 
 
-def _hash_part(part: Any, spec: HashSpec) -> HashDedup:
+def _hash_part(part: Any, spec: Spec) -> HashDedup:
     """The part's compact store, bucketed as the crawl recorded: its store's "spec", else the
     crawl's ``meta`` (which outlives the store: a new run, a roll), else ``spec``, recorded in both."""
-    strategy = HashDedup(spec)
-    key, meta = strategy.seen_key(part.keys), part.keys.base.meta
+    key, meta = HashDedup(spec).seen_key(part.keys), part.keys.base.meta
     client = part.client
     recorded = client.hget(key, "spec") or client.hget(meta, SPEC_FIELD) or spec.identity()
     client.hsetnx(meta, SPEC_FIELD, recorded)
     client.hsetnx(key, "spec", recorded)
-    raw = client.hmget(key, "spec", "gens")
+    raw = client.hmget(key, "spec", "gens", "level", "next", "count")
     stored = text(raw[0]) if raw[0] is not None else spec.identity()
     if stored != spec.identity():
-        logger.info("crawlplug: crawl %r buckets its fingerprints as %s (bits:fill:growth), not as this node's "
+        logger.info("crawlplug: crawl %r buckets its fingerprints as %s, not as this node's "
                     "CRAWLPLUG_DEDUP_CAPACITY would (%s): following the crawl's", part.keys.crawl, stored,
                     spec.identity())  # fmt: skip
         try:
-            strategy = HashDedup(HashSpec.parse(stored))
+            spec = parse_spec(stored)
         except ValueError:
-            raise ConfigError(f"crawl key {key} field spec holds {stored!r}, not bits:fill:growth") from None
-    strategy.observe(text(raw[1]) if raw[1] is not None else "")
+            raise ConfigError(f"crawl key {key} field spec holds {stored!r}, not split:fill:level "
+                              "or bits:fill:growth") from None  # fmt: skip
+    strategy = HashDedup(spec)
+    try:
+        strategy.observe_stored(raw[1:])
+    except ValueError:
+        raise CorruptKey(f"CORRUPT crawl key {key}: gens, level, next or count is not an integer "
+                         f"({[text(x) if x is not None else None for x in raw[1:]]}); see docs/faults.md", key) from None
     return strategy
 
-
-def hash_info(frontier: Any, *, memory: bool = True) -> dict[str, Any]:
-    """The bucket distribution of a crawl's compact store, over every part: buckets, mean
-    fill, how many are past the compact limit (and the bytes those take, MEMORY USAGE),
-    fingerprints by generation. SCAN and one HLEN a bucket: O(buckets), not for the hot path."""
-    buckets = fingerprints = over = over_bytes = total_bytes = 0
-    limit = 128
-    largest = 0
-    by_gen: dict[int, int] = {}
-    for part in frontier.dedup_parts():
-        client, keys = part.client, part.keys
-        meta = {text(k): text(v) for k, v in client.hgetall(keys.key("fph")).items()}
-        for name, value in meta.items():
-            if name.startswith("count:"):
-                by_gen[int(name[6:])] = by_gen.get(int(name[6:]), 0) + int(value)
-        limit = _entries_limit(client)
-        names = _bucket_names(client, keys)
-        for start in range(0, len(names), 1000):
-            chunk = names[start:start + 1000]
-            pipe = client.pipeline(transaction=False)
-            for name in chunk:
-                pipe.hlen(name)
-                if memory:
-                    pipe.memory_usage(name, samples=0)
-            raw = pipe.execute()
-            step = 2 if memory else 1
-            for i in range(len(chunk)):
-                n = int(raw[i * step])
-                size = int(raw[i * step + 1] or 0) if memory else 0
-                buckets += 1
-                fingerprints += n
-                largest = max(largest, n)
-                total_bytes += size
-                if n > limit:
-                    over += 1
-                    over_bytes += size
-    return {
-        "store": "hash", "buckets": buckets, "fingerprints": fingerprints,
-        "mean_fill": fingerprints / buckets if buckets else 0.0, "largest": largest,
-        "compact_limit": limit, "over_limit": over, "over_limit_bytes": over_bytes,
-        "memory_bytes": total_bytes, "generations": dict(sorted(by_gen.items())),
-    }  # fmt: skip
-
-
-def _entries_limit(client: Any) -> int:
-    """The server's compact-hash entry limit (128 unless configured), if CONFIG is allowed."""
-    for name in ("hash-max-listpack-entries", "hash-max-ziplist-entries"):
-        try:
-            got = client.config_get(name)
-        except Exception:  # noqa: BLE001 - CONFIG refused by an ACL, or a cluster: the default
-            return 128
-        if got:
-            value = next(iter(got.values()))
-            return int(value)
-    return 128
-
-
-def iter_fingerprints(client: Any, keys: CrawlKeys, batch: int = 1000) -> Any:
-    """Every fingerprint of one part's compact store, whole again (the stripped bytes are
-    the bucket's leading bits), ``batch`` at a time: what export writes."""
-    raw_spec = client.hget(keys.key("fph"), "spec")
-    if raw_spec is None:
-        return
-    spec = HashSpec.parse(text(raw_spec))
-    out: list[bytes] = []
-    for name in _bucket_names(client, keys):
-        generation, bucket = name.rsplit(":", 2)[-2:]
-        bits = spec.gen_bits(int(generation))
-        strip = bits // 8
-        prefix = (int(bucket, 16) >> (bits - 8 * strip)).to_bytes(strip, "big") if strip else b""
-        for field in client.hkeys(name):
-            out.append(prefix + field)
-            if len(out) >= batch:
-                yield out
-                out = []
-    if out:
-        yield out
-
-
-def forget_hashed(client: Any, keys: CrawlKeys, fingerprints: Sequence[bytes]) -> str:
-    """Remove ``fingerprints`` from one part's compact store, from every generation, in one
-    transaction (MULTI/EXEC: every key under the part's hash tag); a flag per fingerprint,
-    "1" removed, "0" not recorded. The generations' counts go down by what was removed. A
-    bucket key of another type is refused, naming it, before anything is removed."""
-    raw = client.hmget(keys.key("fph"), "spec", "gens")
-    if raw[0] is None or not fingerprints:
-        return "0" * len(fingerprints)
-    strategy = HashDedup(HashSpec.parse(text(raw[0])))
-    strategy.observe(text(raw[1]) if raw[1] is not None else "")
-    gens = range(1, strategy.gens + 1)
-    targets = [[(strategy.bucket_key(keys, g, strategy.bucket(fp, g)), strategy.field(fp, g)) for g in gens]
-               for fp in fingerprints]  # fmt: skip
-    pipe = client.pipeline(transaction=False)
-    names = sorted({name for per_fp in targets for name, _ in per_fp})
-    for name in names:
-        pipe.type(name)
-    for name, kind in zip(names, pipe.execute()):
-        if text(kind) not in ("hash", "none"):
-            raise CorruptKey(f"CORRUPT crawl key {name} holds a {text(kind)}, not a hash: nothing was done "
-                             "(repair or delete the key; see docs/faults.md)", name)  # fmt: skip
-    pipe = client.pipeline(transaction=True)
-    for per_fp in targets:
-        for name, field in per_fp:
-            pipe.hdel(name, field)
-    removed = pipe.execute()
-    flags = []
-    by_gen: dict[int, int] = {}
-    for n, _ in enumerate(fingerprints):
-        hits = removed[n * len(gens):(n + 1) * len(gens)]
-        flags.append("1" if any(hits) else "0")
-        for g, hit in zip(gens, hits):
-            if hit:
-                by_gen[g] = by_gen.get(g, 0) + 1
-    if by_gen:
-        pipe = client.pipeline(transaction=True)
-        for g, count in by_gen.items():
-            pipe.hincrby(keys.key("fph"), f"count:{g}", -count)
-        pipe.execute()
-    return "".join(flags)
-
-
-def migrate_set(frontier: Any, *, batch: int = 1000) -> dict[str, int]:
-    """Move a crawl's fingerprint set (``seen``, in every part) into the compact store and
-    record that the crawl uses it (``meta`` field dedup_store). ``frontier``'s parts must
-    have :class:`HashDedup` strategies. Copies through the admission's own check-and-record
-    (``lua/seen.lua``), then records the store, then deletes the set: stopped part-way, the
-    crawl still uses its set, whole, and running it again finishes. Run it with the crawl's
-    nodes stopped (a node still bound to the set would go on writing there). Returns the
-    fingerprints copied and already in the store."""
-    parts = frontier.dedup_parts()
-    if not all(isinstance(p.dedup, HashDedup) for p in parts):
-        raise ConfigError("migrate_set needs a frontier whose parts use the compact store (HashDedup)")
-    copied = already = 0
-    for part in parts:
-        for chunk in _chunks(part.client.sscan_iter(part.keys.seen, count=batch), batch):
-            flags = part.record_seen([(fp, "") for fp in chunk])
-            copied += flags.count("1")
-            already += flags.count("0")
-    base = parts[0].keys.base
-    parts[0].client.hset(base.meta, STORE_FIELD, "hash")
-    for part in parts:
-        part.client.delete(part.keys.seen)
-    return {"copied": copied, "already": already}
-
-
-def _chunks(values: Any, size: int) -> Any:
-    chunk: list[bytes] = []
-    for value in values:
-        chunk.append(value)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def store_info(frontier: Any) -> dict[str, Any]:
-    """What the crawl's exact fingerprint store holds (``crawlplug dedup-info``): the compact
-    store's buckets (:func:`hash_info`), or the set's size, whichever store the crawl has."""
-    parts = frontier.dedup_parts()
-    client, base = parts[0].client, parts[0].keys.base
-    if client.hget(base.meta, STORE_FIELD) == b"hash" or any(p.client.exists(p.keys.key("fph")) for p in parts):
-        return hash_info(frontier)
-    return {"store": "set", "fingerprints": sum(int(p.client.scard(p.keys.seen)) for p in parts)}

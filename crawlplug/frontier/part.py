@@ -570,9 +570,9 @@ def _dedup(dedup: str | Dedup) -> Dedup:
     if dedup == "set":
         return SetDedup()
     if dedup == "hash":
-        from .fphash import HashDedup, HashSpec  # noqa: PLC0415 - fphash builds on this module's Dedup
+        from .fphash import HashDedup, SplitSpec  # noqa: PLC0415 - fphash builds on this module's Dedup
 
-        return HashDedup(HashSpec.for_capacity(1_000_000))
+        return HashDedup(SplitSpec())
     if dedup == "none":
         return Dedup()
     raise ValueError(f"unknown dedup mode {dedup!r}; pass a crawlplug.frontier.dedup strategy")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import redis
 
-from crawlplug.frontier.fphash import iter_fingerprints
+from crawlplug.frontier.fpadmin import iter_fingerprints
 from crawlplug.frontier.keys import CrawlKeys
 
 

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 import redis
 
 from ...config import START_KEY
-from ...frontier.fphash import iter_fingerprints
+from ...frontier.fpadmin import iter_fingerprints
 from ...frontier.keys import CrawlKeys
 from ...frontier.layout import parts
 from ...frontier.store import rank_of, redis_ms, text

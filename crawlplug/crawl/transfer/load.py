@@ -22,7 +22,7 @@ from ...errors import TransferError
 from ...frontier.core import Frontier
 from ...frontier.dedup import has_native_bloom
 from ...frontier.domains import Domains
-from ...frontier.fphash import STORE_FIELD, HashDedup, HashSpec, bind_hash_parts
+from ...frontier.fphash import STORE_FIELD, HashDedup, bind_hash_parts, parse_spec
 from ...frontier.keys import CrawlKeys
 from ...frontier.layout import claim_shards
 from ...frontier.store import text
@@ -156,9 +156,9 @@ def _check(record: Any, plan: _Plan) -> None:
             _hex(fp, f"fingerprint {i}")
         if "hash_spec" in record:  # the compact store's (crawlplug.frontier.fphash)
             try:
-                HashSpec.parse(_need(record, "hash_spec", str))
+                parse_spec(_need(record, "hash_spec", str))
             except ValueError:
-                raise ValueError(f"hash_spec {record['hash_spec']!r} is not bits:fill:growth") from None
+                raise ValueError(f"hash_spec {record['hash_spec']!r} is not split:fill:level or bits:fill:growth") from None
     elif kind == "seen_ttl":
         for i, entry in enumerate(_need(record, "entries", list)):
             if not isinstance(entry, list) or len(entry) != 2:
@@ -396,8 +396,8 @@ def _write(client: redis.Redis, keys: CrawlKeys, plan: _Plan, spool: IO[str]) ->
             schedule.setdefault(part, {})[record["domain"]] = record.get("next")
         elif kind == "seen" and record["hex"] and "hash_spec" in record:
             # the compact store: recorded as admission records them (seen.lua), and the crawl told to keep it
-            store = Frontier(client, cur, dedup=HashDedup(HashSpec.parse(record["hash_spec"])))
-            bind_hash_parts(store, HashSpec.parse(record["hash_spec"]))
+            store = Frontier(client, cur, dedup=HashDedup(parse_spec(record["hash_spec"])))
+            bind_hash_parts(store, parse_spec(record["hash_spec"]))
             store.record_seen([(bytes.fromhex(x), "") for x in record["hex"]])
             client.hset(keys.base.meta, STORE_FIELD, "hash")
             counts["fingerprints"] += len(record["hex"])

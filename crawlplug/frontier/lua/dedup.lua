@@ -21,7 +21,115 @@ local DD = {mode = "", seen = "", now = 0, default_ttl = 0}
 -- in generation g, then the fingerprint.
 local DH = {gens = 0, spec = "", strips = {}, caps = {}, first = 0, count = 0, added = 0}
 
+-- Mode "hash" by splitting buckets (a spec "split:<fill>:<level>", crawlplug/frontier/fphash.py):
+-- the store's hash holds "level", "next" (the level's next bucket to split), "count"; bucket
+-- b of level l is the hash ``fph:<l>:<b hex>``, b the top l bits of the fingerprint's first
+-- four bytes, its field the fingerprint less its first floor(l / 8) bytes. A fingerprint
+-- whose bucket at the level is below "next" is in its bucket of level + 1. The parameter is
+-- "S <level> <next> <W> <spec>", as the caller last learnt them: KEYS[first..first+3W-1]
+-- name W buckets from <next> on, each with its two halves of level + 1, which the call may
+-- split; a dedup argument is two bytes (big-endian) naming the fingerprint's bucket at
+-- <level> (0 = KEYS[first]), two naming its bucket at <level> + 1 (65535: not named),
+-- then the fingerprint. A caller at another level is answered {"STALE", state}, having
+-- written nothing; a fingerprint whose bucket it did not name ends the call (PARTIAL:
+-- the caller sends the rest again). The state is "<level> <next> <splits due>".
+local DS = {on = false, fill = 0, level = 0, called = 0, next = 0, count = 0, added = 0, first = 0,
+            win0 = 0, wins = 0, spec = "", stored = false, moved = false}
+local MAX_LEVEL = 31
+
+local function split_due()
+  if DS.level >= MAX_LEVEL then return 0 end
+  local due = math.ceil(DS.count / DS.fill) - (2 ^ DS.level + DS.next)
+  return due > 0 and due or 0
+end
+
+local function split_state()
+  return DS.level .. " " .. DS.next .. " " .. split_due()
+end
+
+-- the top ``bits`` bits of the fingerprint's first four bytes (the argument's bytes at..at+3)
+local function top_bits(dkey, at, bits)
+  if bits == 0 then return 0 end
+  local a, b, c, d = string.byte(dkey, at, at + 3)
+  return math.floor((((a * 256 + b) * 256 + c) * 256 + d) / 2 ^ (32 - bits))
+end
+
+local function hset_all(key, pairs)
+  for i = 1, #pairs, 7000 do -- unpack's stack: at most a few thousand arguments a call
+    redis.call("HSET", key, unpack(pairs, i, math.min(i + 6999, #pairs)))
+  end
+end
+
+-- bucket ``parent`` of ``level`` into ``low`` and ``high`` of level + 1 by its fields' next
+-- bit (bit ``level`` of the fingerprint: its field's first byte holds it)
+local function split_bucket(parent, low, high, level)
+  local mask, drop = 2 ^ (7 - level % 8), level % 8 == 7 -- a whole byte more fixed: dropped
+  local halves = {{}, {}}
+  for _, field in ipairs(redis.call("HKEYS", parent)) do
+    local half = halves[math.floor(string.byte(field, 1) / mask) % 2 + 1]
+    half[#half + 1] = drop and string.sub(field, 2) or field
+    half[#half + 1] = ""
+  end
+  if #halves[1] > 0 then hset_all(low, halves[1]) end
+  if #halves[2] > 0 then hset_all(high, halves[2]) end
+  redis.call("DEL", parent)
+end
+
+local function split_prepare(param, seen, first)
+  local level, nxt, wins, spec = string.match(param, "^S (%d+) (%d+) (%d+) (%S+)$")
+  DS.on, DS.first, DS.spec, DS.added, DS.moved = true, first, spec, 0, false
+  DS.called, DS.win0, DS.wins = tonumber(level), tonumber(nxt), tonumber(wins)
+  DS.fill = tonumber(string.match(spec, "^split:(%d+):"))
+  -- what guard_bloom_meta read of the store: {gens, spec, count, level, next}
+  local read = GUARDED[seen]
+  if type(read) ~= "table" then read = redis.call("HMGET", seen, "gens", "spec", "count", "level", "next") end
+  if read[2] and read[2] ~= spec then return {"STALE_SPEC", read[2]} end
+  DS.stored = read[4] and true or false -- (a missing field reads as false)
+  DS.level = tonumber(read[4] or string.match(spec, ":(%d+)$"))
+  DS.next, DS.count = tonumber(read[5] or "0"), tonumber(read[3] or "0")
+  if DS.level ~= DS.called then return {"STALE", split_state()} end
+  -- the splits due whose buckets the call names, before any fingerprint is looked up
+  local size = 2 ^ DS.level
+  while DS.level < MAX_LEVEL and DS.count > DS.fill * (size + DS.next) do
+    local i = DS.next - DS.win0
+    if i < 0 or i >= DS.wins then break end -- not named: the reply says they are due
+    local k = first + 3 * i
+    split_bucket(KEYS[k], KEYS[k + 1], KEYS[k + 2], DS.level)
+    DS.next, DS.moved = DS.next + 1, true
+    if DS.next == size then -- the level is split: the next one begins (its buckets are the halves)
+      DS.level, DS.next = DS.level + 1, 0
+      break
+    end
+  end
+  return nil
+end
+
+-- 1 if new (and recorded), 0 if held; nil when its bucket was not named
+local function split_add(dkey)
+  local at = 1 -- its bucket at the caller's level, else at the next
+  if DS.level > DS.called or top_bits(dkey, 5, DS.level) < DS.next then at = 3 end
+  local hi, lo = string.byte(dkey, at, at + 1)
+  if hi == 255 and lo == 255 then return nil end
+  local level = DS.called + (at == 3 and 1 or 0)
+  if redis.call("HSETNX", KEYS[DS.first + hi * 256 + lo], string.sub(dkey, 5 + math.floor(level / 8)), "") == 0 then
+    return 0
+  end
+  DS.added = DS.added + 1
+  return 1
+end
+
+local function split_finish(seen)
+  if DS.added > 0 then DS.count = redis.call("HINCRBY", seen, "count", DS.added) end
+  if DS.moved or (DS.added > 0 and not DS.stored) then
+    redis.call("HSET", seen, "spec", DS.spec, "level", DS.level, "next", DS.next)
+  end
+  DS.added, DS.moved, DS.stored = 0, false, true
+  return split_state()
+end
+
 local function hash_prepare(param, seen, first)
+  if string.sub(param, 1, 2) == "S " then return split_prepare(param, seen, first) end
+  DS.on = false
   local g, spec, rest = string.match(param, "^(%d+) ([^;]+)(.*)$")
   DH.gens, DH.spec, DH.first, DH.added = tonumber(g), spec, first, 0
   local n = 0
@@ -123,7 +231,10 @@ local function dedup_add(dkey)
     redis.call("ZADD", seen, DD.now + ttl, fp)
     return 1
   end
-  if mode == "hash" then return hash_add(dkey) end
+  if mode == "hash" then
+    if DS.on then return split_add(dkey) end
+    return hash_add(dkey)
+  end
   if mode == "bloom" then return bloom_add(dkey) end
   return 1
 end
@@ -133,6 +244,9 @@ end
 -- else "".
 local function dedup_finish()
   if DD.mode == "bloom" then return bloom_counts() end
-  if DD.mode == "hash" then return hash_finish(DD.seen) end
+  if DD.mode == "hash" then
+    if DS.on then return split_finish(DD.seen) end
+    return hash_finish(DD.seen)
+  end
   return ""
 end

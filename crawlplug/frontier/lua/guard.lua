@@ -142,27 +142,33 @@ local function dedup_spec(spec, mode, seen, param, first_extra, last_extra)
 end
 
 -- a Bloom filter's layer counts ("layers", "count:<n>"), and mode "hash"'s generation
--- count and its newest generation's count ("gens", "count:<gens>"), must be integers.
+-- count and its newest generation's count ("gens", "count:<gens>"), or, splitting, its
+-- "count", "level" and "next", must be integers.
 -- These reads are the first access of those hashes on every path, before any write (the
 -- items' ``read``: guard() makes no typed check of them), so they are their type check
--- too. What they read is kept in GUARDED[key] ({gens, spec, count} for the store,
+-- too. What they read is kept in GUARDED[key] ({gens, spec, count, level, next} for the store,
 -- {layers, count} for a filter's hash) for dedup.lua and bloom.lua, which would read it
 -- again otherwise.
 local function guard_bloom_meta(spec)
   for _, item in ipairs(spec) do
     local key = item[1]
     if item.store and type(GUARDED[key]) ~= "table" then
-      local stored, refused = checked_read("hash", "HMGET", key, "gens", "spec")
+      local stored, refused = checked_read("hash", "HMGET", key, "gens", "spec", "count", "level", "next")
       if refused then return refused end
-      local gens = stored[1]
-      if gens and not is_integer(gens) then
-        return corrupt_reply(key, "field gens holds " .. shown(gens) .. ", not an integer")
+      for i, field in ipairs({"gens", "spec", "count", "level", "next"}) do
+        if i ~= 2 and stored[i] and not is_integer(stored[i]) then
+          return corrupt_reply(key, "field " .. field .. " holds " .. shown(stored[i]) .. ", not an integer")
+        end
       end
-      local count = redis.call("HGET", key, "count:" .. (gens or "1"))
-      if count and not is_integer(count) then
-        return corrupt_reply(key, "field count:" .. (gens or "1") .. " holds " .. shown(count) .. ", not an integer")
+      local count = stored[3] -- a splitting store's; by generations, its newest generation's
+      if not (stored[2] and string.sub(stored[2], 1, 6) == "split:") then
+        local gens = stored[1] or "1"
+        count = redis.call("HGET", key, "count:" .. gens)
+        if count and not is_integer(count) then
+          return corrupt_reply(key, "field count:" .. gens .. " holds " .. shown(count) .. ", not an integer")
+        end
       end
-      GUARDED[key] = {gens, stored[2], count}
+      GUARDED[key] = {stored[1], stored[2], count, stored[4], stored[5]}
     end
     if item.meta and type(GUARDED[key]) ~= "table" then
       local layers, refused = checked_read("hash", "HGET", key, "layers")

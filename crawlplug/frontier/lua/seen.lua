@@ -57,8 +57,8 @@ local flags = {}
 for i = first, #ARGV do
   local dkey = ARGV[i]
   local new = dedup_add(dkey)
-  if new == nil then -- the Bloom filter needs a layer whose keys we were not given
-    return {"PARTIAL", table.concat(flags), bloom_counts()}
+  if new == nil then -- a Bloom layer or a bucket whose keys we were not given (dedup.lua)
+    return {"PARTIAL", table.concat(flags), dedup_finish()}
   end
   flags[#flags + 1] = tostring(new)
 end
