@@ -165,6 +165,31 @@ def test_a_corrupt_split_state_or_half_refuses_the_call_having_written_nothing(r
     assert {k: r.dump(k) for k in r.scan_iter(match=KEYS.pattern())} == before
 
 
+def test_a_buckets_lookup_is_its_check_and_refuses_a_corrupt_one_having_written_nothing(r: redis.Redis) -> None:
+    """A splitting store's buckets get no typed check from the guard: each fingerprint's
+    lookup (HEXISTS, among the call's reads before its first write) is its bucket's check,
+    and a URL seen before costs that one command."""
+    dedup = HashDedup(SplitSpec())
+    frontier = Frontier(r, KEYS, dedup=dedup)
+    fps = _fps(300, "lookup")
+    assert _admit(frontier, fps) == "1" * 300 and dedup.level == 2
+    old = fps[:17]
+    sent = [words for by_lua, words in monitored(r, lambda: frontier.admit([(fp, 0, b"p") for fp in old]))
+            if by_lua and ":fph:" in " ".join(words)]  # fmt: skip
+    assert [w[0].strip('"').upper() for w in sent] == ["HEXISTS"] * 17, sent
+    bad, *others = _fps(20, "corrupt")
+    bad_key = home(dedup, bad, dedup.level, dedup.next)[0]
+    good = next(fp for fp in others if home(dedup, fp, dedup.level, dedup.next)[0] != bad_key)
+    r.delete(bad_key)
+    r.set(bad_key, "by hand")
+    before = {k: r.dump(k) for k in r.scan_iter(match=KEYS.pattern())}
+    with pytest.raises(CorruptKey, match=bad_key):
+        frontier.admit([(good, 0, b"p"), (bad, 0, b"p")])
+    with pytest.raises(CorruptKey, match=bad_key):
+        frontier.record_seen([(good, ""), (bad, "")])  # seen.lua: the same check
+    assert {k: r.dump(k) for k in r.scan_iter(match=KEYS.pattern())} == before
+
+
 def test_store_stays_compact_and_keeps_every_generation(server: redis.Redis) -> None:
     """A crawl whose store began by generations (before splitting) keeps them."""
     dedup = HashDedup(HashSpec(bits=3))  # 8 buckets, 768 fingerprints, then 32, 128, ...

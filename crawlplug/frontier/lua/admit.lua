@@ -211,6 +211,13 @@ do
   if popping then pop_spec(spec) end
   local refused = guard(dedup_spec(spec, mode, seen, param, FIRST_EXTRA, #KEYS - 1)) or guard_bloom_meta(spec)
   if refused then return refused end
+  local j = first_item - 4
+  refused = dedup_check(mode, param, seen, FIRST_EXTRA, function() -- dedup.lua: the lookups made here
+    j = j + 4
+    if j + 3 <= NARGV then return ARGV[j] end
+  end)
+  if refused and refused.err then return refused end
+  if refused then return popping and {refused} or refused end -- changed nothing: the caller calls again
   if popping then
     refused = pop_read_run()
     if refused then return refused end

@@ -33,8 +33,8 @@ local DH = {gens = 0, spec = "", strips = {}, caps = {}, first = 0, count = 0, a
 -- then the fingerprint. A caller at another level is answered {"STALE", state}, having
 -- written nothing; a fingerprint whose bucket it did not name ends the call (PARTIAL:
 -- the caller sends the rest again). The state is "<level> <next> <splits due>".
-local DS = {on = false, fill = 0, level = 0, called = 0, next = 0, count = 0, added = 0, first = 0,
-            win0 = 0, wins = 0, spec = "", stored = false, moved = false}
+local DS = {on = false, ready = false, fill = 0, level = 0, called = 0, next = 0, count = 0, added = 0,
+            first = 0, win0 = 0, wins = 0, spec = "", stored = false, moved = false}
 local MAX_LEVEL = 31
 
 local function split_due()
@@ -75,7 +75,25 @@ local function split_bucket(parent, low, high, level)
   redis.call("DEL", parent)
 end
 
-local function split_prepare(param, seen, first)
+-- where ``dkey``'s fingerprint is now: the index of its bucket in KEYS (nil: not named) and
+-- the level of that bucket
+local function split_home(dkey)
+  local at = 1 -- its bucket at the caller's level, else at the next
+  if DS.level > DS.called or top_bits(dkey, 5, DS.level) < DS.next then at = 3 end
+  local hi, lo = string.byte(dkey, at, at + 1)
+  if hi == 255 and lo == 255 then return nil, 0 end
+  return DS.first + hi * 256 + lo, DS.called + (at == 3 and 1 or 0)
+end
+
+-- The reads of a splitting store's call, before its first write (no writes here): the
+-- store's state (what guard_bloom_meta read), then each fingerprint looked up in its
+-- bucket. That lookup (HEXISTS, sent with pcall) is the bucket's type check (guard.lua's
+-- dedup_spec leaves these keys to it): a bucket of another type refuses the call having
+-- written nothing. ``dkeys`` is a function giving the call's dedup arguments in turn.
+-- Returns nil, or a reply: the caller's to call again ({"STALE", state}, {"STALE_SPEC",
+-- spec}), or a refusal.
+local HELD = {} -- dedup argument -> true when the store holds its fingerprint
+local function split_ready(param, seen, first, dkeys)
   local level, nxt, wins, spec = string.match(param, "^S (%d+) (%d+) (%d+) (%S+)$")
   DS.on, DS.first, DS.spec, DS.added, DS.moved = true, first, spec, 0, false
   DS.called, DS.win0, DS.wins = tonumber(level), tonumber(nxt), tonumber(wins)
@@ -88,7 +106,27 @@ local function split_prepare(param, seen, first)
   DS.level = tonumber(read[4] or string.match(spec, ":(%d+)$"))
   DS.next, DS.count = tonumber(read[5] or "0"), tonumber(read[3] or "0")
   if DS.level ~= DS.called then return {"STALE", split_state()} end
-  -- the splits due whose buckets the call names, before any fingerprint is looked up
+  DS.ready = true
+  for dkey in dkeys do
+    if dkey ~= "" and HELD[dkey] == nil then
+      local k, lvl = split_home(dkey)
+      if k then
+        local held, refused = checked_read("hash", "HEXISTS", KEYS[k], string.sub(dkey, 5 + math.floor(lvl / 8)))
+        if refused then return refused end
+        HELD[dkey] = held == 1
+      end
+    end
+  end
+  return nil
+end
+
+-- the splits due whose buckets the call names, before any fingerprint is recorded (the
+-- store's state and lookups were read by split_ready, among the call's checks)
+local function split_prepare(param, seen, first)
+  if not DS.ready then
+    local again = split_ready(param, seen, first, function() return nil end)
+    if again then return again end
+  end
   local size = 2 ^ DS.level
   while DS.level < MAX_LEVEL and DS.count > DS.fill * (size + DS.next) do
     local i = DS.next - DS.win0
@@ -104,16 +142,24 @@ local function split_prepare(param, seen, first)
   return nil
 end
 
--- 1 if new (and recorded), 0 if held; nil when its bucket was not named
+-- 1 if new (and recorded), 0 if held; nil when its bucket was not named. Its lookup was
+-- made by split_ready; one it could not make (its bucket not named then) is made here,
+-- in a bucket this call's splits wrote (a half the guard checked), or not at all (nil).
 local function split_add(dkey)
-  local at = 1 -- its bucket at the caller's level, else at the next
-  if DS.level > DS.called or top_bits(dkey, 5, DS.level) < DS.next then at = 3 end
-  local hi, lo = string.byte(dkey, at, at + 1)
-  if hi == 255 and lo == 255 then return nil end
-  local level = DS.called + (at == 3 and 1 or 0)
-  if redis.call("HSETNX", KEYS[DS.first + hi * 256 + lo], string.sub(dkey, 5 + math.floor(level / 8)), "") == 0 then
-    return 0
+  local held = HELD[dkey]
+  if held then return 0 end
+  local k, level = split_home(dkey)
+  if not k then return nil end
+  local field = string.sub(dkey, 5 + math.floor(level / 8))
+  if held == nil then
+    if redis.call("HSETNX", KEYS[k], field, "") == 0 then
+      HELD[dkey] = true
+      return 0
+    end
+  else
+    redis.call("HSET", KEYS[k], field, "")
   end
+  HELD[dkey] = true -- the same fingerprint again in this call is held
   DS.added = DS.added + 1
   return 1
 end
@@ -187,6 +233,17 @@ local function hash_finish(seen)
     end
   end
   return tostring(DH.gens)
+end
+
+-- The reads a dedup mode makes among a call's checks, before its first write: mode "hash"
+-- splitting looks each fingerprint up (split_ready); other modes none. ``dkeys``: a
+-- function giving the call's dedup arguments in turn. Returns nil, or the reply to return
+-- (a refusal, or the caller's to call again), having written nothing.
+local function dedup_check(mode, param, seen, first_extra, dkeys)
+  if mode == "hash" and string.sub(param, 1, 2) == "S " then
+    return split_ready(param, seen, first_extra, dkeys)
+  end
+  return nil
 end
 
 -- Get ready to check fingerprints of ``mode`` in key ``seen`` (``param``: the mode's

@@ -113,7 +113,12 @@ end
 local function dedup_spec(spec, mode, seen, param, first_extra, last_extra)
   if mode == "hash" then
     spec[#spec + 1] = {seen, "hash", store = true, read = true}
-    for key = first_extra, last_extra or 0 do spec[#spec + 1] = {KEYS[key], "hash"} end
+    -- splitting ("S <level> <next> <W> ..."): the W buckets to split and their halves are
+    -- checked here; a fingerprint's bucket by its lookup (dedup.lua split_ready, a read
+    -- among the checks). By generations every bucket is checked here.
+    local window = string.match(param, "^S %d+ %d+ (%d+) ")
+    local typed = window and first_extra + 3 * tonumber(window) - 1 or last_extra or 0
+    for key = first_extra, last_extra or 0 do spec[#spec + 1] = {KEYS[key], "hash", read = key > typed} end
   elseif mode == "set" then
     spec[#spec + 1] = {seen, "set"}
   elseif mode == "ttl" then

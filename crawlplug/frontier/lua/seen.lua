@@ -41,6 +41,12 @@ do
   local spec = dedup_spec({}, mode, seen, param, 2, #KEYS)
   local refused = guard(spec) or guard_bloom_meta(spec)
   if refused then return refused end
+  local j = first - 1
+  refused = dedup_check(mode, param, seen, 2, function() -- dedup.lua: the lookups made here
+    j = j + 1
+    return ARGV[j]
+  end)
+  if refused then return refused end
 end
 -- ---- end of the checks ----
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
