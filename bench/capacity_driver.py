@@ -63,7 +63,15 @@ def make_dedup(name: str, cfg: dict[str, Any]) -> Any:
         from crawlplug.frontier.bloom import BloomSpec
 
         return dd.BloomDedup(BloomSpec(int(cfg["bloom_capacity"]), float(cfg["bloom_error_rate"])))
-    # a strategy added later (issue 26's exact "hash" store), wherever in crawlplug.frontier it lives
+    if name == "hash":  # the compact store as the tree's dupefilter builds it by default
+        try:
+            from crawlplug.frontier import fphash
+        except ImportError:
+            fphash = None
+        if fphash is not None:
+            split = getattr(fphash, "SplitSpec", None)  # a tree before the splitting store: generations
+            return fphash.HashDedup(split() if split else fphash.HashSpec.for_capacity(1_000_000))
+    # a strategy added later, wherever in crawlplug.frontier it lives
     import importlib
     import pkgutil
 
