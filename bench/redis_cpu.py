@@ -121,6 +121,16 @@ def script_names(tree: Path | None) -> dict[str, str]:
     return dict(json.loads(out))
 
 
+def ping_cost_us(client: Any, idle_rate: float, n: int = 5000) -> float:
+    """Redis CPU of one PING, a round trip each (not pipelined), net of the server's idle
+    CPU over the time they took: what any call costs Redis before it does anything."""
+    cpu0, t0 = cpu_of(client.info("cpu")), time.monotonic()
+    for _ in range(n):
+        client.ping()
+    spent = cpu_of(client.info("cpu")) - cpu0 - idle_rate * (time.monotonic() - t0)
+    return max(0.0, spent) / n * 1e6
+
+
 def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: str, *, tree: Path | None,
           slowlog: bool = False, timeout: float = 600.0, delay_ms: float = 0.0) -> dict[str, Any]:  # fmt: skip
     """One crawl on a fresh redis-server; its Redis counters per page. ``delay_ms``: the nodes
@@ -163,6 +173,7 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
     info = client.info("all")
     cpu = cpu_of(info) - cpu0
     ended = time.time()
+    ping_us = ping_cost_us(client, idle_rate)
     entries = client.slowlog_get(10_000_000) if slowlog else []
     hits = site.hits()
     site.stop()
@@ -209,6 +220,8 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
             for name, (c, u) in sorted(commands.items(), key=lambda kv: -kv[1][1])
         },
         "roundtrips_per_page": per_page(roundtrips),
+        # the floor: what the round trips alone would cost Redis, each as dear as a PING
+        "ping_us": ping_us, "floor_us_per_page": per_page(roundtrips * ping_us),
         "pages_per_s": pages / elapsed if elapsed else None, "delay_ms": delay_ms, "proxy_ping_ms": proxy_ping,
         "node_cpu_ms_per_page": per_page(node_cpu * 1000),
         "slowlog_per_sha": {sha: {"calls": c, "usec": u} for sha, (c, u) in per_sha.items()},
@@ -375,7 +388,7 @@ def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args:
     medians = {f"{s}|{d}|{n}": {field: med((s, d, n), field) for field in (
         "redis_us_per_page", "redis_us_per_page_net_of_idle", "evalsha_us_per_page", "evalsha_calls_per_page",
         "script_commands_per_page", "script_commands_us_per_page", "roundtrips_per_page", "node_cpu_ms_per_page",
-        "foreign_cpu_busy")}
+        "foreign_cpu_busy", "ping_us", "floor_us_per_page")}
         for (s, d, n) in groups}  # fmt: skip
     rows = []
     for (system, dedup, n) in sorted(groups, key=lambda k: (k[2], k[1], [CRAWLPLUG, BASE, SR].index(k[0]))):
@@ -395,6 +408,11 @@ def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args:
                      fmt(med((system, dedup, n), "node_cpu_ms_per_page"), 2), vs_base, vs_sr,
                      None if target is None else f"{target:.0f}: {'met' if us and us <= target else 'not met'}",
                      fmt((med((system, dedup, n), "foreign_cpu_busy") or 0) * 100, 0)])  # fmt: skip
+    for (system, dedup, n) in sorted(groups):
+        floor, ping = med((system, dedup, n), "floor_us_per_page"), med((system, dedup, n), "ping_us")
+        if floor is not None:
+            log(f"  floor {system} ({dedup}, {n} node(s)): {fmt(floor)} us/page = a PING's {fmt(ping, 1)} us x "
+                f"{fmt(med((system, dedup, n), 'roundtrips_per_page'), 3)} round trips/page")  # fmt: skip
     log("\nRedis CPU per crawled page (medians; Redis's own INFO cpu; pages = responses received)")
     log(table(["system", "nodes", "runs", "us/page", "net of idle", "EVALSHA us/pg", "EVALSHA/pg", "cmds in scripts/pg",
                "round trips/pg", "node CPU ms/pg", "vs baseline", "vs scrapy-redis", "target", "other load %"],

@@ -39,10 +39,10 @@ def test_script_calls_per_page_on_the_demo_shop(crawl, shop, r, redis_url):
     top_level = evalsha + sum(n for name, n in stats.items()
                               if name not in SCRIPT_ONLY | {"evalsha"} and name not in script_calls)  # fmt: skip
     assert stats.get("info", 0) <= 5, stats  # a few per node, whatever the number of pages
-    # each script is loaded once (the server had none): all of them at the first NOSCRIPT, in one
-    # pipeline (crawlplug.frontier.scripts.Scripts.load_all), the one that met NOSCRIPT loaded
-    # before them; and the stats collector's own (crawlplug/stats.py, which the add-on sets) at its
-    # first flush; no SCRIPT EXISTS before every pipeline
+    # each script the crawl calls is loaded once, at its first call's NOSCRIPT (the server had
+    # none; crawlplug.frontier.scripts.Scripts.load), and the stats collector's own
+    # (crawlplug/stats.py, which the add-on sets) at its first flush; no SCRIPT EXISTS before
+    # every pipeline
     assert sum(script_calls.values()) <= len(NAMES) + 1 + 1, stats
     assert not script_calls.get("script|exists"), stats
     print(f"\n{top_level} top-level commands for {pages} pages: {top_level / pages:.2f} (INFO {stats.get('info', 0)}); "
@@ -58,3 +58,21 @@ def test_pipelined_scripts_survive_a_script_flush(r):
     result, leased = frontier.admit_and_pop([(b"b" * 20, 0.0, payload)], [], 5)
     assert result.admitted == 1 and len(leased) == 2
     assert isinstance(frontier.scripts, Scripts)
+
+
+def test_a_redis_holds_the_scripts_its_crawls_call_not_all_of_them(r):
+    """Each script is loaded at its first call: a Redis is not given the script cache of all
+    of crawlplug's scripts (about 390 KB) for the few a crawl calls."""
+    r.script_flush()
+    frontier = Frontier(r, CrawlKeys("lazy"))
+    payload = JsonSerializer().dumps(Request("http://example.com/"), None)
+    frontier.admit([(b"a" * 20, 0.0, payload)])
+    scripts = frontier.scripts._scripts
+    loaded = dict(zip(scripts, r.script_exists(*[s.sha for s in scripts.values()])))
+    assert loaded["admit"] and sum(loaded.values()) == 1, loaded
+    r.script_flush()
+    r.script_load(scripts["pop"].script)  # a server holding one script of a pipeline and not the other
+    calls = [frontier.base.admit_call([(b"c" * 20, 0.0, payload)], []), frontier.base.pop_call(5)]
+    admitted, popped = frontier.scripts.pipelined(calls)
+    assert not isinstance(admitted, Exception) and not isinstance(popped, Exception), (admitted, popped)
+    assert all(r.script_exists(scripts["admit"].sha, scripts["pop"].sha))
