@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scrapy.utils.misc import load_object
+
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
@@ -18,7 +20,8 @@ ADDON_SETTINGS = {
 
 
 #: Components the add-on adds: (setting, class path, order); a project disables one by
-#: setting it to None in that setting.
+#: setting it to None in that setting, under this path or the class itself: the add-on
+#: compares classes.
 ADDON_COMPONENTS = (
     # crawl-wide error counts with sample URLs (the dashboard's errors page): next to the engine,
     # beside domainstats, so both count the failures of crawlplug.failures once retries are done
@@ -50,4 +53,7 @@ class Addon:
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, priority="addon")
         for setting_name, path, order in ADDON_COMPONENTS:
-            settings.setdefault_in_component_priority_dict(setting_name, path, order)
+            # the class, not its path: Scrapy compares it with every entry the project wrote, by the
+            # class each loads, so that a project's None under any path of it keeps it off (given the
+            # path, Scrapy compared a class with a string and wrote the add-on's order over the None)
+            settings.setdefault_in_component_priority_dict(setting_name, load_object(path), order)
