@@ -11,8 +11,8 @@ from scrapy.utils.test import get_crawler
 
 from crawlplug import Addon
 from crawlplug.addon import ADDON_COMPONENTS, ADDON_SETTINGS
-from crawlplug.domainstats import DomainStatsMiddleware
-from crawlplug.scrapydjob import ScrapydJob
+from crawlplug.probes.domainstats import DomainStatsMiddleware
+from crawlplug.probes.scrapydjob import ScrapydJob
 
 ADDONS = {"ADDONS": {"crawlplug.Addon": 0}}
 
@@ -98,14 +98,17 @@ def test_the_addon_enables_each_of_its_components_once():
 @pytest.mark.parametrize(
     ("setting_name", "written", "cls"),
     [
+        ("DOWNLOADER_MIDDLEWARES", "crawlplug.probes.domainstats.DomainStatsMiddleware", DomainStatsMiddleware),
         ("DOWNLOADER_MIDDLEWARES", "crawlplug.domainstats.DomainStatsMiddleware", DomainStatsMiddleware),
         ("DOWNLOADER_MIDDLEWARES", DomainStatsMiddleware, DomainStatsMiddleware),
         ("EXTENSIONS", "crawlplug.scrapydjob.ScrapydJob", ScrapydJob),
+        ("EXTENSIONS", "crawlplug.probes.scrapydjob.ScrapydJob", ScrapydJob),
     ],
 )
 def test_a_project_turns_a_component_of_the_addon_off_under_any_of_its_paths(setting_name, written, cls):
     """``{path: None}`` in a project's settings keeps the add-on's component off, whether the
-    project names its path or the class: the add-on compares classes (given a path, Scrapy compared a class with a string and the add-on's
+    project names its path, its path before issue 38 moved it, or the class: the add-on
+    compares classes (given a path, Scrapy compared a class with a string and the add-on's
     order replaced the project's None)."""
     s = get_crawler(settings_dict={**ADDONS, setting_name: {written: None}}).settings
     assert cls not in _enabled(s, setting_name)
@@ -113,8 +116,8 @@ def test_a_project_turns_a_component_of_the_addon_off_under_any_of_its_paths(set
     assert set(others) <= set(_enabled(s, setting_name)), "the other components stay on"
 
 
-def test_a_project_moves_a_component_of_the_addon():
-    """A project's own order is the one order the component runs at."""
+def test_a_project_moves_a_component_of_the_addon_under_its_old_path():
+    """A project's own order, written under the old path, is the one order the component runs at."""
     s = get_crawler(settings_dict={**ADDONS, "DOWNLOADER_MIDDLEWARES": {"crawlplug.domainstats.DomainStatsMiddleware": 990}}).settings
     enabled = _enabled(s, "DOWNLOADER_MIDDLEWARES")
     assert enabled.count(DomainStatsMiddleware) == 1

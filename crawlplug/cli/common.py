@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 import redis
 
-from .. import __version__, connection, embedded
+from .. import __version__
 from ..errors import CrawlplugError
 from ..frontier import registry
 from ..frontier.keys import CrawlKeys
+from ..server import clients, embedded
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -118,7 +119,7 @@ def embedded_dir() -> Path:
     from scrapy.utils.project import get_project_settings  # noqa: PLC0415
 
     # the project's own CRAWLPLUG_EMBEDDED_DIR, if it sets one
-    return connection.embedded_dir(get_project_settings())
+    return clients.embedded_dir(get_project_settings())
 
 
 @dataclass
@@ -173,7 +174,7 @@ def scrapy_project(spider: str) -> Project:
 
 
 #: What a command talks to: a client that answered PING, its URL, whether it is embedded.
-Target = connection.Connection
+Target = clients.Connection
 
 
 #: Commands that may name a crawl with no state on this Redis. Those that write into it create
@@ -217,8 +218,8 @@ def connect(opts: Options) -> Target:
             click.echo(f"crawlplug: started the embedded Redis of {directory}; it keeps running "
                        "(`crawlplug embedded stop` stops it)", err=True)  # fmt: skip
         is_embedded = True
-    target = connection.Connection(connection.client_from_url(url), url, is_embedded)
-    connection.check(target)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."
+    target = clients.Connection(clients.client_from_url(url), url, is_embedded)
+    clients.check(target)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."
     click.get_current_context().meta[META_URL] = target.safe_url  # for friendly_errors
     if opts.crawl and _command_name() not in CRAWL_MAY_BE_NEW:
         try:

@@ -16,8 +16,8 @@ from ..config import start_key
 from ..crawl import Crawl, views
 from ..errors import ConfigError, DecodeError
 from ..frontier.store import redis_ms
-from ..seeds import Seeds, make_seed
 from ..serializers import describe_payload
+from ..starts.seeds import Seeds, make_seed
 from .common import (
     connect,
     crawl_keys,
@@ -206,7 +206,7 @@ def seeds_add(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], e
 
 
 def starts_url(entry: str) -> str:
-    from ..seeds import _url  # noqa: PLC0415
+    from ..starts.seeds import _url  # noqa: PLC0415
 
     return _url(entry)
 

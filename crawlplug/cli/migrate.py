@@ -35,7 +35,6 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import Settings
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from .. import connection
 from ..compat.legacy import FINGERPRINT_FUNCTIONS, ScrapyRedisSeen
 from ..compat.migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
 from ..compat.names import SCRAPY_REDIS_KEYS
@@ -51,6 +50,7 @@ from ..frontier.keys import CrawlKeys
 from ..frontier.layout import claim_shards, stored_shards
 from ..queues import load_queue_class
 from ..serializers import serializer_from_settings
+from ..server import clients
 from .common import (
     META_URL,
     connect,
@@ -108,15 +108,15 @@ def _frontier(crawler: Any, client: Any, keys: CrawlKeys, queue: Any, shards: in
     return frontier, bind
 
 
-def _shards(target: connection.Connection, keys: CrawlKeys, settings: Settings) -> int:
+def _shards(target: clients.Connection, keys: CrawlKeys, settings: Settings) -> int:
     """The crawl's shard count: as recorded if it has one, else as the project's nodes
     will claim it (CRAWLPLUG_SHARDS)."""
     return stored_shards(target.client, keys) or int(setting(settings, "CRAWLPLUG_SHARDS", "getint"))
 
 
-def _client(url: str) -> connection.Connection:
-    conn = connection.Connection(connection.client_from_url(url), url, embedded=False)
-    connection.check(conn)
+def _client(url: str) -> clients.Connection:
+    conn = clients.Connection(clients.client_from_url(url), url, embedded=False)
+    clients.check(conn)
     return conn
 
 
@@ -166,9 +166,9 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
                             (start_urls_key, "REDIS_START_URLS_KEY"))
     ]  # fmt: skip
     source_keys = SourceKeys.from_templates(spider, *templates)
-    target = _client(opts.redis_url) if opts.redis_url else connection.from_settings(s)
+    target = _client(opts.redis_url) if opts.redis_url else clients.from_settings(s)
     if not opts.redis_url:
-        connection.check(target)
+        clients.check(target)
     click.get_current_context().meta[META_URL] = target.safe_url
     source = _client(source_url) if source_url else target
     keys = CrawlKeys(opts.crawl or s.get("CRAWLPLUG_CRAWL_ID") or spider, setting(s, "CRAWLPLUG_KEY_PREFIX"))
@@ -209,8 +209,8 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
     _show_report(report, source_keys, keys, target)
 
 
-def _show_plan(spider: str, source: connection.Connection, sk: SourceKeys, inv: Inventory,
-               target: connection.Connection, frontier: CrawlFrontier) -> None:  # fmt: skip
+def _show_plan(spider: str, source: clients.Connection, sk: SourceKeys, inv: Inventory,
+               target: clients.Connection, frontier: CrawlFrontier) -> None:  # fmt: skip
     names = {"zset": "sorted set", "list": "list", "set": "set", "none": "absent"}
     width = max(len(sk.queue), len(sk.dupefilter), len(sk.start_urls))
     click.echo(f"scrapy-redis crawl of spider {spider!r} on {source.safe_url}:")
@@ -224,7 +224,7 @@ def _show_plan(spider: str, source: connection.Connection, sk: SourceKeys, inv: 
                f"{st['queued']} queued, {st['in_flight']} in flight, {st['seen']} seen now")  # fmt: skip
 
 
-def _show_report(report: Report, sk: SourceKeys, keys: CrawlKeys, target: connection.Connection) -> None:
+def _show_report(report: Report, sk: SourceKeys, keys: CrawlKeys, target: clients.Connection) -> None:
     head = "dry run, nothing written; would migrate" if report.dry_run else "migrated"
     click.echo(f"{head} into crawl {keys.crawl!r} on {target.safe_url}:")
     admitted = (f"{report.admitted} to admit" if report.dry_run
