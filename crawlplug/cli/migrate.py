@@ -51,17 +51,7 @@ from ..frontier.layout import claim_shards, stored_shards
 from ..queues import load_queue_class
 from ..serializers import serializer_from_settings
 from ..server import clients
-from .common import (
-    META_URL,
-    connect,
-    crawl_keys,
-    fail,
-    friendly_errors,
-    main,
-    options,
-    scrapy_project,
-    shared_options,
-)
+from .common import META_URL, Cli, Target, fail, main, pass_cli, scrapy_project
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +116,7 @@ def migrate_group() -> None:
 
 
 @migrate_group.command("from-scrapy-redis")
-@shared_options(envvar=False)
+@pass_cli()
 @click.argument("spider")
 @click.option("--source-url", metavar="URL", default=None,
               help="Redis of the scrapy-redis crawl, when it is not the crawl's own Redis (--redis-url).")
@@ -145,8 +135,7 @@ def migrate_group() -> None:
                    "auto: found from the queued requests.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before unpickling (needed when not run in a terminal).")
 @click.option("--dry-run", is_flag=True, help="Read, unpickle and check everything; write nothing.")
-@friendly_errors
-def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, source_url: str | None,
+def from_scrapy_redis(cli: Cli, spider: str, source_url: str | None,
                       queue_key: str | None, dupefilter_key: str | None, start_urls_key: str | None,
                       function: str, yes: bool, dry_run: bool) -> None:  # fmt: skip
     """Move scrapy-redis's crawl of SPIDER into a crawlplug crawl.
@@ -157,7 +146,6 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
     The scrapy-redis queue and start URL keys are renamed to <key>:migrated,
     a backup no scrapy-redis node reads. Asks before it unpickles anything.
     """
-    opts = options(redis_url, crawl)
     project = scrapy_project(spider)
     s = project.settings
     templates = [
@@ -166,12 +154,12 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
                             (start_urls_key, "REDIS_START_URLS_KEY"))
     ]  # fmt: skip
     source_keys = SourceKeys.from_templates(spider, *templates)
-    target = _client(opts.redis_url) if opts.redis_url else clients.from_settings(s)
-    if not opts.redis_url:
+    target = _client(cli.redis_url) if cli.redis_url else clients.from_settings(s)
+    if not cli.redis_url:
         clients.check(target)
     click.get_current_context().meta[META_URL] = target.safe_url
     source = _client(source_url) if source_url else target
-    keys = CrawlKeys(opts.crawl or s.get("CRAWLPLUG_CRAWL_ID") or spider, setting(s, "CRAWLPLUG_KEY_PREFIX"))
+    keys = CrawlKeys(cli.crawl or s.get("CRAWLPLUG_CRAWL_ID") or spider, setting(s, "CRAWLPLUG_KEY_PREFIX"))
     shards = _shards(target, keys, s)
     queue = load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")).from_settings(s)
     frontier, bind = _frontier(project.crawler, target.client, keys, queue, shards, project.notes)
@@ -253,14 +241,13 @@ def _show_report(report: Report, sk: SourceKeys, keys: CrawlKeys, target: client
 
 
 @migrate_group.command("seen-to-hash")
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--capacity", type=int, default=None,
               help="URLs the compact store's first generation holds. Default: twice the set's size, "
                    "at least CRAWLPLUG_DEDUP_CAPACITY's default.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (needed when not run in a terminal).")
 @click.option("--dry-run", is_flag=True, help="Say what would be moved; change nothing.")
-@friendly_errors
-def seen_to_hash(redis_url: str | None, crawl: str | None, capacity: int | None, yes: bool, dry_run: bool) -> None:
+def seen_to_hash(keys: CrawlKeys, target: Target, capacity: int | None, yes: bool, dry_run: bool) -> None:
     """Move a crawl's fingerprint set (`seen`, RedisSetDupeFilter's store before the compact
     one) into the compact store (about a third of the memory), in every shard.
 
@@ -268,9 +255,6 @@ def seen_to_hash(redis_url: str | None, crawl: str | None, capacity: int | None,
     through the admission's own check; stopped part-way, the crawl keeps its whole set and
     running the command again finishes the move. Nodes started afterwards use the compact
     store whatever their CRAWLPLUG_DEDUP_STORE says."""
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     client = target.client
     frontier = open_frontier(client, keys)
     parts = frontier.dedup_parts()
