@@ -112,7 +112,7 @@ lint: venv
 	$(BIN)/lint-imports
 
 docs: venv
-	$(BIN)/python -m crawlplug.settingsdoc > docs/settings.md
+	$(BIN)/python -m crawlplug.config.doc > docs/settings.md
 
 # The docs extra (MkDocs, Material theme) on top of the venv; its log joins install.log.
 $(BIN)/.installed-docs: $(BIN)/.installed
@@ -128,5 +128,5 @@ docs-site: $(BIN)/.installed-docs
 	@echo "The documentation site is in site/: open site/index.html"
 
 clean:
-	-test -x $(BIN)/python && $(BIN)/python -c "import crawlplug.embedded as e; e.stop('.crawlplug')"
+	-test -x $(BIN)/python && $(BIN)/python -c "import crawlplug.server.embedded as e; e.stop('.crawlplug')"
 	rm -rf .crawlplug $(VENV) *.egg-info site

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scrapy.utils.misc import load_object
+
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
@@ -18,20 +20,21 @@ ADDON_SETTINGS = {
 
 
 #: Components the add-on adds: (setting, class path, order); a project disables one by
-#: setting it to None in that setting.
+#: setting it to None in that setting, under this path, its old one (``crawlplug.domainstats.
+#: DomainStatsMiddleware``, kept as a re-export) or the class itself: the add-on compares classes.
 ADDON_COMPONENTS = (
     # crawl-wide error counts with sample URLs (the dashboard's errors page): next to the engine,
     # beside domainstats, so both count the failures of crawlplug.failures once retries are done
-    ("DOWNLOADER_MIDDLEWARES", "crawlplug.errorsamples.ErrorSamplesMiddleware", 26),
+    ("DOWNLOADER_MIDDLEWARES", "crawlplug.probes.errorsamples.ErrorSamplesMiddleware", 26),
     # pages, items, errors and download time per host, as Scrapy stats (crawlplug report); next
     # to the engine, so it sees what is left of a request once retries and redirects are done
-    ("DOWNLOADER_MIDDLEWARES", "crawlplug.domainstats.DomainStatsMiddleware", 25),
+    ("DOWNLOADER_MIDDLEWARES", "crawlplug.probes.domainstats.DomainStatsMiddleware", 25),
     # drops the links of pages leased before the crawl was reset under a live node (crawlplug.crawl.runs)
     ("SPIDER_MIDDLEWARES", "crawlplug.scheduler.staleoutput.StaleOutputMiddleware", 10),
     # the start URLs of Scrapy's default start() fetched once a run, not once per node start
     ("SPIDER_MIDDLEWARES", "crawlplug.scheduler.startonce.StartOnceMiddleware", 20),
     # a node started through Scrapyd records its job (on only with CRAWLPLUG_SCRAPYD_JOB: crawlplug start)
-    ("EXTENSIONS", "crawlplug.scrapydjob.ScrapydJob", 500),
+    ("EXTENSIONS", "crawlplug.probes.scrapydjob.ScrapydJob", 500),
     # the node's own /metrics (on only with CRAWLPLUG_METRICS_PORT; crawlplug.ops.metrics)
     ("EXTENSIONS", "crawlplug.ops.nodemetrics.NodeMetrics", 510),
     # alert rules declared in the settings, stored at start (on only with CRAWLPLUG_ALERTS)
@@ -50,4 +53,7 @@ class Addon:
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, priority="addon")
         for setting_name, path, order in ADDON_COMPONENTS:
-            settings.setdefault_in_component_priority_dict(setting_name, path, order)
+            # the class, not its path: Scrapy compares it with every entry the project wrote, by the
+            # class each loads, so that a project's None under any path of it keeps it off (given the
+            # path, Scrapy compared a class with a string and wrote the add-on's order over the None)
+            settings.setdefault_in_component_priority_dict(setting_name, load_object(path), order)

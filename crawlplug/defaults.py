@@ -352,7 +352,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     ),
     "CRAWLPLUG_REPORT_DOMAINS": (
         1000,
-        "Per-domain stats (crawlplug.domainstats, the report's node x domain table): hosts one node "
+        "Per-domain stats (crawlplug.probes.domainstats, the report's node x domain table): hosts one node "
         "counts by name; pages of further hosts are counted under '(other)'.",
     ),
     "CRAWLPLUG_ITEMS_KEY": (
@@ -422,7 +422,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Seconds after an alert's notification during which a new episode of the same rule is recorded "
         "but not sent (`crawlplug alerts add --cooldown`).",
     ),
-    # -- nodes started through Scrapyd (`crawlplug start`, scheduled runs; crawlplug.scrapydjob) --
+    # -- nodes started through Scrapyd (`crawlplug start`, scheduled runs; crawlplug.probes.scrapydjob) --
     "CRAWLPLUG_SCRAPYD_JOB": (
         None,
         (

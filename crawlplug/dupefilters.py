@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
 
-from . import connection
 from .config import setting
 from .errors import REDIS_ERRORS, ConfigError
 from .frontier import open_frontier, registry
@@ -53,6 +52,7 @@ from .frontier.fphash import HashDedup, SplitSpec, choose_store
 from .frontier.keys import crawl_keys
 from .frontier.layout import claim_shards
 from .queues import BaseQueue, load_queue_class, route
+from .server import clients
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -99,7 +99,7 @@ class RedisSetDupeFilter(BaseDupeFilter):
         self.strategy: Dedup = self.make_strategy()
         self._logged_once = False
         #: the Redis this dupefilter opened itself (used on its own), closed with it
-        self._conn: connection.Connection | None = None
+        self._conn: clients.Connection | None = None
         #: what a sharded crawl routes a request by (the crawl's queue class), used on its own
         self._router: BaseQueue | None = None
         self._failing = False  # Redis failed the last check: said once, counted after
@@ -168,9 +168,9 @@ class RedisSetDupeFilter(BaseDupeFilter):
                               "(build it with from_crawler, as Scrapy does)")  # fmt: skip
         settings = crawler.settings
         keys = crawl_keys(settings, spider.name)
-        conn = connection.from_settings(settings)
+        conn = clients.from_settings(settings)
         try:
-            connection.check(conn)
+            clients.check(conn)
             shards = setting(settings, "CRAWLPLUG_SHARDS", "getint")
             claim_shards(conn.client, keys, shards)
             frontier = open_frontier(conn.client, keys, shards=shards, dedup_factory=self.make_strategy)

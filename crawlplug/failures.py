@@ -14,12 +14,12 @@ page nor a failure: robots.txt, which Scrapy's RobotsTxtMiddleware downloads for
 every site (a site without one answers 404, and that is no failed request).
 
 The add-on's downloader middleware next to the engine
-(:class:`crawlplug.domainstats.DomainStatsMiddleware`) counts each failure, by kind and
+(:class:`crawlplug.probes.domainstats.DomainStatsMiddleware`) counts each failure, by kind and
 domain, and in the node's Scrapy stat :data:`FAILED`, which every heartbeat adds to the
 run's ``errors`` counter: ``crawlplug status`` (failed), ``status --since`` (errors), the
 run summaries, the ``error_rate`` alert and the ``crawlplug_requests_failed`` metric read
 that counter; ``crawlplug report`` sums the per-domain kinds, and the errors page
-(:mod:`crawlplug.errorsamples`, a middleware beside it) samples the same kinds.
+(:mod:`crawlplug.probes.errorsamples`, a middleware beside it) samples the same kinds.
 """
 
 from __future__ import annotations

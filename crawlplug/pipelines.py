@@ -50,11 +50,11 @@ from typing import TYPE_CHECKING, Any
 import redis
 from itemadapter import ItemAdapter
 
-from . import connection
 from .config import setting, warn_misspelt_settings
 from .errors import ConfigError, CrawlplugError, ItemError
 from .frontier.keys import CrawlKeys, crawl_keys
 from .frontier.store import text
+from .server import clients
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -184,7 +184,7 @@ class RedisItemPipeline:
         self.retry = retry
         self.client: redis.Redis | None = None
         self.key = ""
-        self._conn: connection.Connection | None = None
+        self._conn: clients.Connection | None = None
         self._stop_aware = False
         self._down_since: float | None = None
         #: how the pipeline waits between retries (a test may give a fake clock)
@@ -219,7 +219,7 @@ class RedisItemPipeline:
         name = spider.name if spider is not None else self.crawler.spidercls.name
         settings = self.crawler.settings
         key = self.key_for(crawl_keys(settings, name), name)
-        self._conn = connection.from_settings(settings)
+        self._conn = clients.from_settings(settings)
         self.bind(self._conn.client, key)
         self._stop_aware = bool(getattr(self.crawler, "crawling", False))
         logger.info("crawlplug: items go to the Redis %s %s", self.format, key)

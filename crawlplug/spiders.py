@@ -12,7 +12,7 @@ RedisSpider nodes are workers by default: when no entry is waiting they poll
 every CRAWLPLUG_POLL_INTERVAL (0.1 s) and never close. Set
 CRAWLPLUG_IDLE_CLOSE (seconds; scrapy-redis's ``max_idle_time`` attribute and
 MAX_IDLE_TIME_BEFORE_CLOSE setting are read when it is unset) to let them close
-once the whole crawl is done. Entries are plain URLs or JSON lines (see :mod:`crawlplug.starts`);
+once the whole crawl is done. Entries are plain URLs or JSON lines (see :mod:`crawlplug.starts.entry`);
 override :meth:`make_request_from_data` to read your own format (as with
 scrapy-redis).
 

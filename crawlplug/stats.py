@@ -52,13 +52,13 @@ from scrapy.exceptions import ScrapyDeprecationWarning
 from scrapy.statscollectors import StatsCollector, StatsT
 from twisted.internet.task import LoopingCall
 
-from . import connection
 from .config import setting
 from .errors import REDIS_ERRORS
 from .frontier.keys import CrawlKeys, crawl_keys
 from .frontier.results import process_node_id
 from .frontier.scripts import source
 from .frontier.store import text
+from .server import clients
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -95,7 +95,7 @@ class RedisStatsCollector(StatsCollector):
         self.client: redis.Redis | None = None
         self.keys: CrawlKeys | None = None
         self.node_id = ""
-        self._conn: connection.Connection | None = None
+        self._conn: clients.Connection | None = None
         self._script: Any = None
         self._how: dict[str, str] = {}  # stat -> "inc" | "set" | "max" | "min": its last change
         self._dirty: set[str] = set()  # stats changed since the last flush Redis took
@@ -170,7 +170,7 @@ class RedisStatsCollector(StatsCollector):
         name = spider.name if spider is not None else self._crawler.spidercls.name
         try:
             keys = crawl_keys(self._crawler.settings, name)
-            self._conn = connection.from_settings(self._crawler.settings)
+            self._conn = clients.from_settings(self._crawler.settings)
         except Exception as exc:  # noqa: BLE001 - a bad setting, no embedded Redis: the scheduler says so too
             logger.error("crawlplug: stats stay in memory only, no Redis for them: %s", exc)
             return

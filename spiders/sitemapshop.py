@@ -6,7 +6,7 @@
 Reads ``/sitemap.xml`` (a sitemap index), then every category's sitemap, then
 every item page. The sitemaps' requests carry SitemapSpider's own callback
 ``_parse_sitemap``: a private name that crawlplug accepts from Redis because
-SitemapSpider puts it on requests itself (see :mod:`crawlplug.callbacks`).
+SitemapSpider puts it on requests itself (see :mod:`crawlplug.serializers.callbacks`).
 """
 
 from __future__ import annotations

@@ -304,7 +304,7 @@ def cluster_url(cluster_deployment, redis_cluster: str) -> Iterator[str]:
 @pytest.fixture
 def cluster_client(cluster_url: str) -> Iterator[object]:
     """A redis-py RedisCluster client of the flushed cluster, as crawlplug builds it."""
-    from crawlplug.connection import client_from_url
+    from crawlplug.server.clients import client_from_url
 
     client = client_from_url(cluster_url)
     yield client

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
 from scrapy import Spider
 from scrapy.settings import SETTINGS_PRIORITIES, Settings
+from scrapy.utils.conf import build_component_list
+from scrapy.utils.misc import load_object
 from scrapy.utils.test import get_crawler
 
 from crawlplug import Addon
-from crawlplug.addon import ADDON_SETTINGS
+from crawlplug.addon import ADDON_COMPONENTS, ADDON_SETTINGS
+from crawlplug.probes.domainstats import DomainStatsMiddleware
+from crawlplug.probes.scrapydjob import ScrapydJob
 
 ADDONS = {"ADDONS": {"crawlplug.Addon": 0}}
 
@@ -77,3 +82,43 @@ def test_update_settings_directly():
     assert settings["SCHEDULER"] == "x.y"
     assert settings["DUPEFILTER_CLASS"] == "crawlplug.dupefilters.RedisSetDupeFilter"
     assert settings.getpriority("DUPEFILTER_CLASS") == SETTINGS_PRIORITIES["addon"]
+
+
+def _enabled(settings: Settings, name: str) -> list[type]:
+    """The classes Scrapy builds from the component setting ``name``, in order (None is off)."""
+    return [load_object(c) for c in build_component_list(settings.getwithbase(name))]
+
+
+def test_the_addon_enables_each_of_its_components_once():
+    s = get_crawler(settings_dict=dict(ADDONS)).settings
+    for setting_name, path, _order in ADDON_COMPONENTS:
+        assert _enabled(s, setting_name).count(load_object(path)) == 1, path
+
+
+@pytest.mark.parametrize(
+    ("setting_name", "written", "cls"),
+    [
+        ("DOWNLOADER_MIDDLEWARES", "crawlplug.probes.domainstats.DomainStatsMiddleware", DomainStatsMiddleware),
+        ("DOWNLOADER_MIDDLEWARES", "crawlplug.domainstats.DomainStatsMiddleware", DomainStatsMiddleware),
+        ("DOWNLOADER_MIDDLEWARES", DomainStatsMiddleware, DomainStatsMiddleware),
+        ("EXTENSIONS", "crawlplug.scrapydjob.ScrapydJob", ScrapydJob),
+        ("EXTENSIONS", "crawlplug.probes.scrapydjob.ScrapydJob", ScrapydJob),
+    ],
+)
+def test_a_project_turns_a_component_of_the_addon_off_under_any_of_its_paths(setting_name, written, cls):
+    """``{path: None}`` in a project's settings keeps the add-on's component off, whether the
+    project names its path, its path before issue 38 moved it, or the class: the add-on
+    compares classes (given a path, Scrapy compared a class with a string and the add-on's
+    order replaced the project's None)."""
+    s = get_crawler(settings_dict={**ADDONS, setting_name: {written: None}}).settings
+    assert cls not in _enabled(s, setting_name)
+    others = [load_object(p) for name, p, _ in ADDON_COMPONENTS if name == setting_name and load_object(p) is not cls]
+    assert set(others) <= set(_enabled(s, setting_name)), "the other components stay on"
+
+
+def test_a_project_moves_a_component_of_the_addon_under_its_old_path():
+    """A project's own order, written under the old path, is the one order the component runs at."""
+    s = get_crawler(settings_dict={**ADDONS, "DOWNLOADER_MIDDLEWARES": {"crawlplug.domainstats.DomainStatsMiddleware": 990}}).settings
+    enabled = _enabled(s, "DOWNLOADER_MIDDLEWARES")
+    assert enabled.count(DomainStatsMiddleware) == 1
+    assert enabled[-1] is DomainStatsMiddleware, "990 is after every default downloader middleware"

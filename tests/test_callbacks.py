@@ -1,4 +1,4 @@
-"""Which names a stored request may call (crawlplug.callbacks), on real spiders and in real crawls.
+"""Which names a stored request may call (crawlplug.serializers.callbacks), on real spiders and in real crawls.
 
 A payload in Redis names its callback; whoever can write to Redis writes that name.
 Accepted: public methods of the user's spider class, the callbacks Scrapy's and
@@ -24,12 +24,12 @@ import scrapy
 import scrapy_redis.spiders
 from scrapy import Request
 
-from crawlplug import callbacks, starts
+from crawlplug import starts
 from crawlplug.crawl import Crawl
 from crawlplug.errors import DecodeError, SerializationError
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.serializers import JsonSerializer, describe_payload
+from crawlplug.serializers import JsonSerializer, callbacks, describe_payload
 from crawlplug.sites.spider import SiteSpider
 from spiders.redisrules import RedisRulesSpider
 from spiders.redisshop import RedisShopSpider

@@ -322,3 +322,86 @@ def test_dashboard_on_a_busy_port_says_so_and_exits(redis_url):
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert proc.stderr.startswith("crawlplug: error: cannot serve the dashboard on 192.0.2.1:0: "), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "dashboard of crawl" not in proc.stderr
+
+
+# -- pass_cli: the shared options and the connected target, written once -----------------------------
+
+
+def _commands(group, path=()):
+    """Every command of the click group, with its path ("dead list")."""
+    for name, command in sorted(group.commands.items()):
+        yield " ".join((*path, name)), command
+        if hasattr(command, "commands"):
+            yield from _commands(command, (*path, name))
+
+
+def test_every_command_that_reaches_redis_is_handed_its_target_by_pass_cli():
+    """A command with --redis-url takes it through pass_cli (one way to read the shared options,
+    connect and say an error), not with a preamble of its own."""
+    reaching = {path: cmd for path, cmd in _commands(main) if any(p.name == "redis_url" for p in cmd.params)}
+    assert len(reaching) > 30, sorted(reaching)
+    without = sorted(path for path, cmd in reaching.items() if not getattr(cmd.callback, "crawlplug_passes", None))
+    assert not without, f"commands with --redis-url not made by pass_cli: {without}"
+
+
+UNREACHABLE = "redis://127.0.0.1:1/0"
+
+#: one command of each way pass_cli hands a command its target: keys and target before it runs
+#: (dead list; stop, by a CRAWL argument), the Redis whatever crawl is named (crawls, sites list,
+#: items count --key), the Cli read after the command's own checks (push, alerts list, report)
+EVERY_WAY = [["dead", "list", "--crawl", "x"], ["stop", "x"], ["crawls"], ["sites", "list"],
+             ["items", "count", "--key", "k"], ["push", "--crawl", "x", "http://example.com/"],
+             ["alerts", "list"], ["report", "x"]]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", EVERY_WAY, ids=" ".join)
+def test_unreachable_redis_is_one_clear_line_whichever_way_a_command_is_handed_it(command):
+    res = run(*command, "--redis-url", UNREACHABLE)
+    assert res.exit_code == 1
+    assert isinstance(res.exception, SystemExit), res.exception
+    [line] = res.output.strip().splitlines()
+    assert line.startswith("crawlplug: error: cannot reach Redis at") and UNREACHABLE in line, line
+
+
+@pytest.mark.parametrize("command", EVERY_WAY, ids=" ".join)
+def test_a_malformed_url_is_one_clear_line_whichever_way_a_command_is_handed_it(command):
+    res = run(*command, "--redis-url", "http://127.0.0.1:6379")
+    assert res.exit_code == 1
+    [line] = res.output.strip().splitlines()
+    assert "malformed REDIS_URL" in line, line
+
+
+@pytest.mark.parametrize("command", [["dead", "list"], ["stop"], ["push", "http://example.com/"], ["report"]],
+                         ids=" ".join)  # fmt: skip
+def test_which_crawl_is_asked_before_redis_is(command):
+    """No crawl named: the command says so, and reaches no Redis (nor starts the embedded one)."""
+    res = run(*command, "--redis-url", UNREACHABLE)
+    assert res.exit_code == 1
+    assert "which crawl?" in res.output and "cannot reach" not in res.output, res.output
+
+
+def test_a_command_checks_its_own_arguments_before_it_reaches_redis():
+    res = run("push", "--crawl", "x", "--redis-url", UNREACHABLE)
+    assert res.exit_code == 1 and "nothing to push" in res.output, res.output
+    res = run("status", "--crawl", "x", "--redis-url", UNREACHABLE, "--since", "6h", "--watch")
+    assert res.exit_code == 1 and "--since shows a range of the past" in res.output, res.output
+
+
+@pytest.mark.parametrize("command", [["stop", "shop"], ["crawls", "show", "shop"], ["report", "shop"],
+                                     ["alerts", "list", "shop"]], ids=" ".join)  # fmt: skip
+def test_a_crawl_named_twice_differently_is_refused(command):
+    res = run(*command, "--crawl", "other", "--redis-url", UNREACHABLE)
+    assert res.exit_code == 1
+    assert "two crawls named: 'shop' and --crawl 'other'" in res.output, res.output
+
+
+def test_a_command_over_no_crawl_is_not_refused_for_the_crawl_the_environment_names(redis_url):
+    """CRAWLPLUG_CRAWL (the group's --crawl) names an unknown crawl: the commands that name no crawl
+    (site definitions, a key of one's own) go on, where those of one crawl refuse it."""
+    env = {"CRAWLPLUG_CRAWL": "no-such-crawl-here"}
+    sites = run("sites", "list", "--redis-url", redis_url, env=env)
+    assert sites.exit_code == 0 and "site definitions on" in sites.output, sites.output
+    items = run("items", "count", "--key", "no-such-key", "--redis-url", redis_url, env=env)
+    assert items.exit_code == 0 and items.output.strip() == "0", items.output
+    dead = run("dead", "list", "--redis-url", redis_url, env=env)
+    assert dead.exit_code == 1 and "no-such-crawl-here" in dead.output, dead.output

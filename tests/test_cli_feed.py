@@ -26,8 +26,8 @@ from crawlplug.errors import DecodeError
 from crawlplug.frontier import registry
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.seeds import Seeds, make_seed
 from crawlplug.serializers import JsonSerializer, describe_payload
+from crawlplug.starts.seeds import Seeds, make_seed
 
 from .support.fingerprints import recorded
 

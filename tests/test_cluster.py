@@ -34,7 +34,6 @@ from click.testing import CliRunner
 from redis.crc import key_slot
 
 from crawlplug.cli import main
-from crawlplug.connection import client_from_url
 from crawlplug.crawl import Crawl
 from crawlplug.dupefilters import bloom_info
 from crawlplug.frontier.bloom import BloomSpec
@@ -45,6 +44,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.pipelines import count_items
 from crawlplug.queues import DomainQueue, PriorityQueue
 from crawlplug.serializers import JsonSerializer
+from crawlplug.server.clients import client_from_url
 from crawlplug.stats import crawl_stats, node_stats
 
 from . import test_bloom, test_domainqueue, test_frontier

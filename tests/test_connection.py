@@ -1,4 +1,4 @@
-"""crawlplug.connection and crawlplug.embedded against real redis-server processes."""
+"""crawlplug.server.clients and crawlplug.server.embedded against real redis-server processes."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import psutil
 import pytest
 import redis
 
-from crawlplug import embedded
-from crawlplug.connection import (
+from crawlplug.errors import ConfigError, RedisUnavailable
+from crawlplug.server import embedded
+from crawlplug.server.clients import (
     Connection,
     check,
     client_from_url,
@@ -23,7 +24,6 @@ from crawlplug.connection import (
     mask_url,
     validate_url,
 )
-from crawlplug.errors import ConfigError, RedisUnavailable
 
 
 def free_port() -> int:

@@ -24,12 +24,12 @@ from starlette.testclient import TestClient
 from crawlplug.cli import main as cli_main
 from crawlplug.cli import web as cli_web
 from crawlplug.cli.web import is_loopback
-from crawlplug.connection import client_from_url
 from crawlplug.crawl import Crawl, runs
 from crawlplug.demo.crawl import DashboardThread
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.serializers import JsonSerializer
+from crawlplug.server.clients import client_from_url
 from crawlplug.web import API, create_app
 
 from .support.dashboardproc import (

@@ -12,8 +12,8 @@ import time
 import httpx
 import pytest
 
-from crawlplug import embedded
 from crawlplug.demo import crawl as democrawl
+from crawlplug.server import embedded
 
 from .support.nodes import ROOT
 from .support.patience import patient

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from crawlplug.config.doc import render
 from crawlplug.defaults import SETTINGS
-from crawlplug.settingsdoc import render
 
 from .support.nodes import ROOT
 

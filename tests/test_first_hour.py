@@ -18,12 +18,12 @@ import re
 
 from click.testing import CliRunner
 
-from crawlplug import errorsamples
 from crawlplug.cli import main
 from crawlplug.crawl import Crawl, runs
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.ops import alerts
+from crawlplug.probes import errorsamples
 
 from .support.nodes import wait_until
 

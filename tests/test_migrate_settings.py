@@ -13,12 +13,12 @@ from scrapy.utils.test import get_crawler
 
 from crawlplug.compat import names
 from crawlplug.config import SchedulerConfig, setting
-from crawlplug.connection import check, from_settings, server_settings
 from crawlplug.errors import ConfigError
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.pipelines import RedisItemPipeline
 from crawlplug.queues import FifoQueue, LifoQueue, PriorityQueue, load_queue_class
 from crawlplug.scheduler.core import Scheduler
+from crawlplug.server.clients import check, from_settings, server_settings
 from crawlplug.spiders import RedisSpider
 from crawlplug.stats import RedisStatsCollector
 

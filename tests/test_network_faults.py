@@ -29,13 +29,13 @@ import pytest
 import redis
 from scrapy import Request
 
-from crawlplug.connection import client_from_url
 from crawlplug.crawl import Crawl
 from crawlplug.errors import AdmissionIncomplete, RolledBack
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.scripts import source
 from crawlplug.serializers import JsonSerializer
+from crawlplug.server.clients import client_from_url
 
 from .support.faultproxy import FaultProxy
 

@@ -1,4 +1,4 @@
-"""Reports per node (crawlplug.domainstats, crawlplug.ops.report, `crawlplug report`): node x
+"""Reports per node (crawlplug.probes.domainstats, crawlplug.ops.report, `crawlplug report`): node x
 domain, node x site definition and per field, for the current run and the ended ones; and, in
 the last test, two real runs of a crawl of the demo shop, reported and charted."""
 
@@ -22,12 +22,12 @@ from twisted.python.failure import Failure
 
 from crawlplug.cli import main
 from crawlplug.crawl import runs
-from crawlplug.domainstats import OTHER, DomainStatsMiddleware
-from crawlplug.errorsamples import ErrorSamplesMiddleware
 from crawlplug.failures import FAILED
 from crawlplug.frontier import runstats
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.ops import history, report
+from crawlplug.probes.domainstats import OTHER, DomainStatsMiddleware
+from crawlplug.probes.errorsamples import ErrorSamplesMiddleware
 from crawlplug.stats import RedisStatsCollector
 from crawlplug.web import create_app
 
@@ -118,7 +118,7 @@ def test_errors_found_last_reach_redis_at_close(r):
     the 404s of start entries taken at its end, were lost)."""
     from types import SimpleNamespace
 
-    from crawlplug import errorsamples
+    from crawlplug.probes import errorsamples
 
     keys = CrawlKeys("closing")
     crawler = get_crawler(Spider)

@@ -394,7 +394,7 @@ def test_scrapy_crawl_twice_with_the_embedded_default(project_copy, make_shop):
         assert "starting run 1 of crawl 'shop' (its first run)" in outputs[0]
         assert "starting run 2 of crawl 'shop' (run 1 finished at" in outputs[1]
     finally:
-        from crawlplug import embedded
+        from crawlplug.server import embedded
 
         embedded.stop(project_copy / ".crawlplug")
 

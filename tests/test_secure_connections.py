@@ -25,20 +25,20 @@ import scrapy
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from crawlplug import embedded
 from crawlplug.cli import main as cli
-from crawlplug.connection import (
+from crawlplug.demo import crawl as democrawl
+from crawlplug.errors import RedisUnavailable
+from crawlplug.frontier.core import Frontier
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.serializers import JsonSerializer
+from crawlplug.server import embedded
+from crawlplug.server.clients import (
     Connection,
     check,
     client_from_url,
     from_settings,
     mask_url,
 )
-from crawlplug.demo import crawl as democrawl
-from crawlplug.errors import RedisUnavailable
-from crawlplug.frontier.core import Frontier
-from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.serializers import JsonSerializer
 from crawlplug.web import create_app
 
 from .support.nodes import ROOT

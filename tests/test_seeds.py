@@ -1,4 +1,4 @@
-"""Recurring seeds (crawlplug.seeds): the timer with a fake clock, its lock, and one real run.
+"""Recurring seeds (crawlplug.starts.seeds): the timer with a fake clock, its lock, and one real run.
 
 ``Seeds.fire_due(now_ms=...)`` takes the time from the test, so schedules are
 checked to the millisecond without waiting; Redis is the real test server.
@@ -22,7 +22,7 @@ import redis
 
 from crawlplug.errors import ConfigError
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.seeds import Seed, Seeds, make_seed, parse_every
+from crawlplug.starts.seeds import Seed, Seeds, make_seed, parse_every
 
 KEYS = CrawlKeys("seedtest")
 MIN = 60_000

@@ -39,10 +39,10 @@ import time
 
 import pytest
 
-from crawlplug.connection import client_from_url
 from crawlplug.crawl import Crawl
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.server.clients import client_from_url
 
 from .support.fingerprints import recorded
 

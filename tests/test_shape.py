@@ -10,6 +10,7 @@ import inspect
 import pkgutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -39,10 +40,30 @@ SETTINGS_PATHS = [
     "crawlplug.pipelines.RedisItemPipeline",
     "crawlplug.stats.RedisStatsCollector",
     "crawlplug.legacy.ScrapyRedisDupeFilter",
+    "crawlplug.probes.errorsamples.ErrorSamplesMiddleware",
+    "crawlplug.probes.domainstats.DomainStatsMiddleware",
+    "crawlplug.probes.scrapydjob.ScrapydJob",
     "crawlplug.errorsamples.ErrorSamplesMiddleware",
+    "crawlplug.domainstats.DomainStatsMiddleware",
+    "crawlplug.scrapydjob.ScrapydJob",
     "crawlplug.serializers.JsonSerializer",
     "crawlplug.serializers.PickleSerializer",
 ]
+
+
+#: a module's old path -> where it lives now (issue 38): the old one, one re-export per name, is
+#: kept for what projects write in their settings and scripts (bench/ among them) import
+MOVED = {
+    "crawlplug.domainstats.DomainStatsMiddleware": "crawlplug.probes.domainstats.DomainStatsMiddleware",
+    "crawlplug.errorsamples.ErrorSamplesMiddleware": "crawlplug.probes.errorsamples.ErrorSamplesMiddleware",
+    "crawlplug.scrapydjob.ScrapydJob": "crawlplug.probes.scrapydjob.ScrapydJob",
+    "crawlplug.connection.client_from_url": "crawlplug.server.clients.client_from_url",
+    "crawlplug.connection.from_settings": "crawlplug.server.clients.from_settings",
+    "crawlplug.embedded.find_redis_server": "crawlplug.server.embedded.find_redis_server",
+    "crawlplug.embedded.stop": "crawlplug.server.embedded.stop",
+    "crawlplug.starts.parse": "crawlplug.starts.entry.parse",
+    "crawlplug.starts.build": "crawlplug.starts.entry.build",
+}
 
 
 def _contracts() -> configparser.ConfigParser:
@@ -56,6 +77,15 @@ def test_a_dotted_path_of_the_settings_loads(path):
     obj = load_object(path)
     assert inspect.isclass(obj), f"{path} is {obj!r}"
     assert obj.__name__ == path.rsplit(".", 1)[1]
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()))
+def test_an_old_path_loads_what_the_new_one_does(old, new):
+    """A project's settings (or a script) that name a moved module's old path get the very object
+    the new path names, with no warning: Scrapy's load_object, as for DOWNLOADER_MIDDLEWARES."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_object(old) is load_object(new)
 
 
 def test_every_room_has_a_layer():

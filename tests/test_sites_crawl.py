@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from crawlplug import errorsamples
 from crawlplug.demo.cars import DemoCars
 from crawlplug.demo.cars import serve as serve_cars
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.probes import errorsamples
 from crawlplug.sites.store import SiteStore
 from crawlplug.stats import crawl_stats, node_stats
 

@@ -29,7 +29,7 @@ from crawlplug.crawl import Crawl
 from crawlplug.errors import DecodeError
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.starts import MAX_ENTRY_BYTES, StartEntry
+from crawlplug.starts.entry import MAX_ENTRY_BYTES, StartEntry
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the demo project is not installed into the venv

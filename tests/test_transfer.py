@@ -36,8 +36,8 @@ from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.store import rank_of
 from crawlplug.queues import DomainQueue
-from crawlplug.seeds import Seeds, make_seed
 from crawlplug.serializers import JsonSerializer, describe_payload
+from crawlplug.starts.seeds import Seeds, make_seed
 from tests.support.nodes import wait_for_fetches
 
 from .support.servers import RedisServer, free_port, redisbloom_module

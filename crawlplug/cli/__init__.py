@@ -25,7 +25,8 @@ embedded Redis of the Scrapy project it is run in (the directory holding
 ``CRAWLPLUG_CRAWL_ID``. Both options may be given before or after the command name.
 Passwords in URLs are always shown masked.
 
-:mod:`.common` holds the group and what the commands share; importing this package
+:mod:`.common` holds the group and what the commands share (:func:`~.common.pass_cli`: the
+shared options and the connected target, handed to each command); importing this package
 registers every command module on it.
 """
 

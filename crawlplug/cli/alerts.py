@@ -21,7 +21,7 @@ from ..frontier import registry
 from ..frontier.keys import CrawlKeys
 from ..ops import alerts
 from ..ops.control import utc
-from .common import connect, crawl_keys, create_if_new, fail, friendly_errors, main, options, shared_options
+from .common import Cli, Target, create_if_new, fail, main, pass_cli
 
 
 @main.group("alerts")
@@ -43,8 +43,7 @@ def _free_name(have: dict[str, Any]) -> str:
 
 
 @alerts_group.command("add")
-@shared_options(envvar=False)
-@click.argument("name", metavar="CRAWL", required=False)
+@pass_cli(crawl_argument="CRAWL")
 @click.option("--when", "when", required=True, help="The condition: METRIC[(ARG)] [OP NUMBER] [for DURATION], e.g. "
               "'error_rate > 0.2 for 2m', 'no_progress_minutes >= 10', 'null_rate(shop.price) > 0.1'.")  # fmt: skip
 @click.option("--notify", "notify", multiple=True, metavar="URL",
@@ -55,13 +54,9 @@ def _free_name(have: dict[str, Any]) -> str:
               show_default=True, help="Seconds after a notification during which a new episode is not sent.")  # fmt: skip
 @click.option("--create", is_flag=True, help="CRAWL does not exist yet (its first node has not started): create it. "
               "Without it a crawl unknown to this Redis is refused: a rule on a misspelt crawl never fires.")  # fmt: skip
-@friendly_errors
-def alerts_add(redis_url: str | None, crawl: str | None, name: str | None, when: str, notify: tuple[str, ...],
+def alerts_add(keys: CrawlKeys, target: Target, when: str, notify: tuple[str, ...],
                rule_name: str | None, cooldown: float, create: bool) -> None:  # fmt: skip
     """Add an alert rule to CRAWL."""
-    opts = options(redis_url, name or crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     if not create and not registry.exists(target.client, keys):
         fail(f"{registry.unknown_crawl_message(target.client, keys)}; to watch a crawl before its first node "
              "starts, give --create")  # fmt: skip
@@ -77,15 +72,12 @@ def alerts_add(redis_url: str | None, crawl: str | None, name: str | None, when:
 
 
 @alerts_group.command("list")
-@shared_options(envvar=False)
-@click.argument("name", metavar="[CRAWL]", required=False)
+@pass_cli(crawl_argument="[CRAWL]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@friendly_errors
-def alerts_list(redis_url: str | None, crawl: str | None, name: str | None, as_json: bool) -> None:
+def alerts_list(cli: Cli, as_json: bool) -> None:
     """The alert rules of CRAWL, or of every crawl: condition, state, recent events."""
-    opts = options(redis_url, name or crawl)
-    target = connect(opts)
-    crawls = [opts.crawl] if opts.crawl else stored.alerting_crawls(target.client)
+    target = cli.target
+    crawls = [cli.crawl] if cli.crawl else stored.alerting_crawls(target.client)
     found = {c: alerts.view(target.client, CrawlKeys(c)) for c in crawls}
     if as_json:
         click.echo(json.dumps(found, indent=2))
@@ -108,15 +100,10 @@ def alerts_list(redis_url: str | None, crawl: str | None, name: str | None, as_j
 
 
 @alerts_group.command("delete")
-@shared_options(envvar=False)
-@click.argument("name", metavar="CRAWL")
+@pass_cli(crawl_argument="CRAWL", required=True)
 @click.argument("rule_name", metavar="NAME")
-@friendly_errors
-def alerts_delete(redis_url: str | None, crawl: str | None, name: str, rule_name: str) -> None:
+def alerts_delete(keys: CrawlKeys, target: Target, rule_name: str) -> None:
     """Delete alert rule NAME of CRAWL."""
-    opts = options(redis_url, name or crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     if not stored.delete(target.client, keys, rule_name):
         have = ", ".join(stored.rules(target.client, keys)) or "none"
         fail(f"crawl {keys.crawl!r} has no alert rule {rule_name!r} (it has: {have})")

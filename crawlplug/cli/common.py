@@ -1,11 +1,13 @@
 """What every ``crawlplug`` command shares: the click group, the ``--redis-url`` and
 ``--crawl`` options, reaching the Redis (or the project's embedded one), naming the
-crawl, one-line errors. Command modules import from here and register on :data:`main`;
-nothing here imports a command module (crawlplug.cli does, to register them all)."""
+crawl, one-line errors, and :func:`pass_cli`, the one decorator that gives a command all
+of them. Command modules import from here and register on :data:`main`; nothing here
+imports a command module (crawlplug.cli does, to register them all)."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,10 +17,11 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 import redis
 
-from .. import __version__, connection, embedded
+from .. import __version__
 from ..errors import CrawlplugError
 from ..frontier import registry
 from ..frontier.keys import CrawlKeys
+from ..server import clients, embedded
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -79,11 +82,6 @@ def shared_options(*, envvar: bool) -> Callable[[F], F]:
     return decorate
 
 
-def options(redis_url: str | None, crawl: str | None) -> Options:
-    parent = click.get_current_context().find_object(Options) or Options()
-    return Options(redis_url or parent.redis_url, crawl or parent.crawl)
-
-
 def friendly_errors(func: F) -> F:
     """Turn Redis and configuration errors met while a command runs into one line."""
 
@@ -118,7 +116,7 @@ def embedded_dir() -> Path:
     from scrapy.utils.project import get_project_settings  # noqa: PLC0415
 
     # the project's own CRAWLPLUG_EMBEDDED_DIR, if it sets one
-    return connection.embedded_dir(get_project_settings())
+    return clients.embedded_dir(get_project_settings())
 
 
 @dataclass
@@ -173,7 +171,7 @@ def scrapy_project(spider: str) -> Project:
 
 
 #: What a command talks to: a client that answered PING, its URL, whether it is embedded.
-Target = connection.Connection
+Target = clients.Connection
 
 
 #: Commands that may name a crawl with no state on this Redis. Those that write into it create
@@ -217,8 +215,8 @@ def connect(opts: Options) -> Target:
             click.echo(f"crawlplug: started the embedded Redis of {directory}; it keeps running "
                        "(`crawlplug embedded stop` stops it)", err=True)  # fmt: skip
         is_embedded = True
-    target = connection.Connection(connection.client_from_url(url), url, is_embedded)
-    connection.check(target)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."
+    target = clients.Connection(clients.client_from_url(url), url, is_embedded)
+    clients.check(target)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."
     click.get_current_context().meta[META_URL] = target.safe_url  # for friendly_errors
     if opts.crawl and _command_name() not in CRAWL_MAY_BE_NEW:
         try:
@@ -228,6 +226,94 @@ def connect(opts: Options) -> Target:
         if not registry.exists(target.client, keys):
             fail(registry.unknown_crawl_message(target.client, keys))
     return target
+
+
+@dataclass
+class Cli:
+    """What a command of :func:`pass_cli` was given: the shared options, its own over the
+    group's, and what they name, each made when first read and then kept. A command that
+    checks its own arguments first takes this and reads ``keys`` and ``target`` after its
+    checks, so that a refused command neither starts the embedded Redis nor connects."""
+
+    redis_url: str | None = None
+    crawl: str | None = None
+
+    @property
+    def opts(self) -> Options:
+        return Options(self.redis_url, self.crawl)
+
+    @functools.cached_property
+    def keys(self) -> CrawlKeys:
+        """The crawl's keys, or a :class:`Fail`: no crawl named, or a name no key can hold."""
+        return crawl_keys(self.opts)
+
+    @functools.cached_property
+    def target(self) -> Target:
+        """The Redis, connected (:func:`connect`: PING answered, the crawl named known there
+        unless the command may create it)."""
+        return connect(self.opts)
+
+    @functools.cached_property
+    def server(self) -> Target:
+        """The Redis, connected, whatever crawl is named: for a command over every crawl or
+        over a key of its own."""
+        return connect(Options(self.redis_url, None))
+
+
+#: the parameter a command's CRAWL argument fills (pass_cli(crawl_argument=...))
+_CRAWL_ARGUMENT = "crawl_argument"
+#: what a command of pass_cli takes first, by the names of its first parameters
+_PASSED = {("keys", "target"): "crawl", ("target",): "server", ("cli",): "cli"}
+
+
+def pass_cli(*, crawl_argument: str | None = None, required: bool = False, crawl_option: bool = True,
+             redis_help: str = _REDIS_HELP) -> Callable[[F], F]:  # fmt: skip
+    """The one decorator of a command that reaches Redis, put right under the command's
+    ``@group.command()``: it attaches ``--redis-url`` and ``--crawl`` (over the group's,
+    which read REDIS_URL and CRAWLPLUG_CRAWL; ``crawl_option=False``: the Redis only), and
+    with ``crawl_argument`` (its metavar: ``"CRAWL"``, ``"[CRAWL]"``) a CRAWL argument in
+    front of the command's own, which names the crawl as --crawl does (both, differing:
+    refused); it turns Redis and configuration errors met while the command runs,
+    connecting included, into one line (:func:`friendly_errors`); and it passes the command,
+    by the names of its first parameters:
+
+    * ``keys, target``: the crawl's keys, then the Redis connected (the crawl known there
+      unless the command may create it, :data:`CRAWL_MAY_BE_NEW`), before the command runs;
+    * ``target``: the Redis connected, whatever crawl is named (a command over every crawl);
+    * ``cli``: the :class:`Cli`, for a command that checks its own arguments before
+      reaching Redis or names its crawl in a way of its own.
+    """
+
+    def decorate(func: F) -> F:
+        names = tuple(inspect.signature(func).parameters)
+        mode = next((m for first, m in _PASSED.items() if names[: len(first)] == first), None)
+        if mode is None:
+            raise TypeError(f"{func.__qualname__}: a command of pass_cli takes (keys, target, ...), "
+                            f"(target, ...) or (cli, ...), not {names[:2]}")  # fmt: skip
+
+        @functools.wraps(func)
+        def command(*args: Any, redis_url: str | None, crawl: str | None = None, **kwargs: Any) -> Any:
+            named = kwargs.pop(_CRAWL_ARGUMENT, None)
+            if named and crawl and named != crawl:
+                fail(f"two crawls named: {named!r} and --crawl {crawl!r}")
+            parent = click.get_current_context().find_object(Options) or Options()
+            cli = Cli(redis_url or parent.redis_url, (named or crawl or parent.crawl) if crawl_option else None)
+            if mode == "crawl":
+                keys = cli.keys  # "which crawl?" before the embedded Redis is started or a server asked
+                return func(keys, cli.target, *args, **kwargs)
+            if mode == "server":
+                return func(cli.server, *args, **kwargs)
+            return func(cli, *args, **kwargs)
+
+        wrapped: Any = friendly_errors(command)
+        wrapped.crawlplug_passes = mode  # what it hands the command (a test finds a command without one)
+        if crawl_argument:
+            wrapped = click.argument(_CRAWL_ARGUMENT, metavar=crawl_argument, required=required)(wrapped)
+        if crawl_option:
+            return shared_options(envvar=False)(wrapped)
+        return click.option("--redis-url", metavar="URL", default=None, help=redis_help)(wrapped)
+
+    return decorate
 
 
 def create_if_new(target: Target, keys: CrawlKeys) -> bool:
@@ -283,56 +369,3 @@ def when(ms: Any) -> str:
     if not isinstance(ms, (int, float)) or isinstance(ms, bool):
         return "?"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
-
-
-# -- what `crawlplug start` and `crawlplug schedule add` share: the nodes to start ---------------
-
-
-def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
-    out = {}
-    for value in values:
-        name, eq, text_value = value.partition("=")
-        if not eq or not name.strip():
-            fail(f"{flag} {value!r}: give NAME=VALUE")
-        out[name.strip()] = text_value
-    return out
-
-
-def plan_options(func: F) -> F:
-    """--scrapyd, --nodes-per-host, --spider, --project, -s, -a, --node-redis-url."""
-    for option in reversed([
-        click.argument("more_daemons", metavar="[URL ...]", nargs=-1),
-        click.option("--scrapyd", "daemons", metavar="URL", multiple=True, required=True,
-                     help="A Scrapyd daemon (http://host:6800; user:password@ for its basic auth). Several: "
-                          "--scrapyd URL URL ..., or the option repeated, or separated by commas."),
-        click.option("--nodes-per-host", type=int, default=1, show_default=True,
-                     help="Nodes (Scrapyd jobs) started on each daemon (its max_proc bounds how many run at once)."),
-        click.option("--spider", default=None, help="The spider to run (default: the crawl's name)."),
-        click.option("--project", default="default", show_default=True,
-                     help="The Scrapyd project: 'default' for a daemon started in the project's directory, "
-                          "the [deploy] project of scrapy.cfg for an egg deployed with scrapyd-deploy."),
-        click.option("-s", "--set", "settings", metavar="NAME=VALUE", multiple=True,
-                     help="A Scrapy setting for every node (repeatable)."),
-        click.option("-a", "--arg", "args", metavar="NAME=VALUE", multiple=True,
-                     help="A spider argument for every node (repeatable)."),
-        click.option("--node-redis-url", metavar="URL", default=None,
-                     help="The Redis URL as the nodes reach it, when it differs from --redis-url "
-                          "(default: --redis-url)."),
-    ]):  # fmt: skip
-        func = option(func)
-    return func
-
-
-def make_plan(target: Target, crawl: str, kw: dict[str, Any], *, new_run: bool = False) -> Any:
-    """The launch plan (crawlplug.ops.launch.Plan) from plan_options' values."""
-    from ..ops.launch import Plan  # noqa: PLC0415 - keep --help fast
-
-    given = [*kw["daemons"], *kw.get("more_daemons", ())]
-    daemons = [d.strip() for value in given for d in value.split(",") if d.strip()]
-    node_url = kw.get("node_redis_url")
-    return Plan(
-        crawl=crawl, daemons=daemons, spider=kw.get("spider"), project=kw.get("project") or "default",
-        nodes_per_host=kw.get("nodes_per_host") or 1, settings=_pairs(kw.get("settings", ()), "-s"),
-        args=_pairs(kw.get("args", ()), "-a"), redis_url=node_url or target.url,
-        embedded=target.embedded and not node_url, new_run=new_run,
-    )  # fmt: skip

@@ -19,7 +19,7 @@ from ..frontier import jobs
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
 from ..ops import jobs as ops_jobs
-from .common import connect, fail, friendly_errors, main, options, shared_options, when
+from .common import Cli, fail, main, pass_cli, when
 
 
 def _ago(ms: int | None, now_ms: int) -> str:
@@ -36,11 +36,9 @@ def _ago(ms: int | None, now_ms: int) -> str:
 
 
 @main.group(invoke_without_command=True)
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@click.pass_context
-@friendly_errors
-def crawls(ctx: click.Context, redis_url: str | None, crawl: str | None, as_json: bool) -> None:
+def crawls(cli: Cli, as_json: bool) -> None:
     """Every crawl on this Redis: its current run and state, queued, done, live nodes, last activity.
 
     A crawl is listed once a node or `crawlplug push` started it (the crawl
@@ -49,10 +47,9 @@ def crawls(ctx: click.Context, redis_url: str | None, crawl: str | None, as_json
     the runs of one. States: running, interrupted (work left, no live node),
     draining, finished, limit (ended by a crawl-wide limit), stopped, starting.
     """
-    if ctx.invoked_subcommand is not None:
+    if click.get_current_context().invoked_subcommand is not None:
         return
-    opts = options(redis_url, None)
-    target = connect(opts)
+    target = cli.server
     rows = runs.crawl_rows(target.client)
     problems: list[str] = []
     for r in rows:
@@ -119,20 +116,17 @@ def _show_row(run: dict[str, Any]) -> str:
 
 
 @crawls.command("show")
-@shared_options(envvar=False)
-@click.argument("name", metavar="CRAWL", required=False)
+@pass_cli(crawl_argument="CRAWL")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@friendly_errors
-def crawls_show(redis_url: str | None, crawl: str | None, name: str | None, as_json: bool) -> None:
+def crawls_show(cli: Cli, as_json: bool) -> None:
     """The runs of CRAWL, oldest first: state, reason, started, ended, pages, items, errors."""
-    opts = options(redis_url, name or crawl)
-    if not opts.crawl:
+    if not cli.crawl:
         fail("which crawl? `crawlplug crawls show CRAWL` (`crawlplug crawls` lists them)")
     try:
-        keys = CrawlKeys(opts.crawl)
+        keys = CrawlKeys(cli.crawl)
     except ConfigError as exc:
         fail(str(exc))
-    target = connect(opts)
+    target = cli.target
     problems = ops_jobs.refresh(target.client, keys, timeout=3.0)
     history = runs.history(target.client, keys)
     current = runs.view(target.client, keys)

@@ -6,8 +6,9 @@ import json
 
 import click
 
+from ..frontier.keys import CrawlKeys
 from ..ops import dead as dead_letters
-from .common import connect, crawl_keys, friendly_errors, main, options, shared_options, when
+from .common import Target, main, pass_cli, when
 
 
 @main.group()
@@ -16,18 +17,14 @@ def dead() -> None:
 
 
 @dead.command("list")
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("-n", "count", type=click.IntRange(min=0), default=20, show_default=True,
               help="Show the newest N dead letters (0: all).")  # fmt: skip
 @click.option("--run", "run", type=click.IntRange(min=1), default=None,
               help="Those an earlier run left (kept when the next run began); default: the current run's.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@friendly_errors
-def dead_list(redis_url: str | None, crawl: str | None, count: int, run: int | None, as_json: bool) -> None:
+def dead_list(keys: CrawlKeys, target: Target, count: int, run: int | None, as_json: bool) -> None:
     """Each dead letter's index, time, URL and reason (oldest first)."""
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     total = dead_letters.dead_count(target.client, keys, run)
     first = 0 if count == 0 else max(0, total - count)
     rows = dead_letters.dead_rows(target.client, keys, first, -1, run) if total else []
@@ -43,19 +40,15 @@ def dead_list(redis_url: str | None, crawl: str | None, count: int, run: int | N
 
 
 @dead.command("requeue")
-@shared_options(envvar=False)
+@pass_cli()
 @click.argument("indexes", nargs=-1, type=int)
 @click.option("--all", "all_", is_flag=True, help="Every dead letter.")
-@friendly_errors
-def dead_requeue(redis_url: str | None, crawl: str | None, indexes: tuple[int, ...], all_: bool) -> None:
+def dead_requeue(keys: CrawlKeys, target: Target, indexes: tuple[int, ...], all_: bool) -> None:
     """Put dead letters back in the queue (delivery count reset, dedup bypassed).
 
     Only entries that are valid crawlplug requests go back; invalid start
     entries and undecodable payloads stay dead and are listed.
     """
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     requeued, kept = dead_letters.requeue_dead(target.client, keys, indexes, all_)
     click.echo(f"requeued {requeued} dead letters of crawl {keys.crawl!r}")
     for i, why in kept:
@@ -63,16 +56,12 @@ def dead_requeue(redis_url: str | None, crawl: str | None, indexes: tuple[int, .
 
 
 @dead.command("drop")
-@shared_options(envvar=False)
+@pass_cli()
 @click.argument("indexes", nargs=-1, type=int)
 @click.option("--all", "all_", is_flag=True, help="Every dead letter.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@friendly_errors
-def dead_drop(redis_url: str | None, crawl: str | None, indexes: tuple[int, ...], all_: bool, yes: bool) -> None:
+def dead_drop(keys: CrawlKeys, target: Target, indexes: tuple[int, ...], all_: bool, yes: bool) -> None:
     """Delete dead letters for good (asks first unless --yes)."""
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     picked = dead_letters.pick_dead(target.client, keys, indexes, all_)
     if not yes and not click.confirm(f"Delete {len(picked)} dead letters of crawl {keys.crawl!r}?", default=False):
         click.echo("Nothing deleted.", err=True)

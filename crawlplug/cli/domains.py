@@ -8,17 +8,8 @@ import click
 
 from ..crawl import views
 from ..frontier.core import open_domains
-from .common import (
-    connect,
-    crawl_keys,
-    create_if_new,
-    created_note,
-    fail,
-    friendly_errors,
-    main,
-    options,
-    shared_options,
-)  # fmt: skip
+from ..frontier.keys import CrawlKeys
+from .common import Cli, Target, create_if_new, created_note, fail, main, pass_cli
 
 
 @main.group()
@@ -27,21 +18,17 @@ def domains() -> None:
 
 
 @domains.command("list")
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("-n", "count", type=click.IntRange(min=1), default=20, show_default=True,
               help="Show the N domains due soonest.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@friendly_errors
-def domains_list(redis_url: str | None, crawl: str | None, count: int, as_json: bool) -> None:
+def domains_list(keys: CrawlKeys, target: Target, count: int, as_json: bool) -> None:
     """Domains with queued requests, soonest due first, and the limits in force.
 
     Limits come, strongest first, from `crawlplug domains set`, then the nodes'
     settings (CRAWLPLUG_DOMAINS, CRAWLPLUG_DOMAIN_DELAY, ..._CONCURRENCY), then
     robots.txt Crawl-delay (which may only lengthen the default delay).
     """
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     view = open_domains(target.client, keys)
     total = view.scheduled_count()
     rows = view.table(count)
@@ -67,14 +54,13 @@ def _limit_text(value: float | None, scale: int = 1) -> str:
 
 
 @domains.command("set")
-@shared_options(envvar=False)
+@pass_cli()
 @click.argument("domain")
 @click.option("--delay", type=click.FloatRange(min=0), default=None,
               help="Seconds between two request starts of DOMAIN, crawl-wide.")  # fmt: skip
 @click.option("--concurrency", type=click.IntRange(min=0), default=None,
               help="Most requests of DOMAIN in flight, crawl-wide (0: no limit).")  # fmt: skip
-@friendly_errors
-def domains_set(redis_url: str | None, crawl: str | None, domain: str, delay: float | None,
+def domains_set(cli: Cli, domain: str, delay: float | None,
                 concurrency: int | None) -> None:  # fmt: skip
     """Override DOMAIN's limits while the crawl runs ("*" = every domain's default).
 
@@ -85,9 +71,7 @@ def domains_set(redis_url: str | None, crawl: str | None, domain: str, delay: fl
         fail("give --delay and/or --concurrency")
     if not domain or any(c in domain for c in "\t|"):
         fail(f"invalid domain {domain!r}")
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
+    keys, target = cli.keys, cli.target  # after the checks of its own arguments
     if create_if_new(target, keys):
         click.echo(created_note(keys))
     value = f"{_limit_text(delay, 1000)} {_limit_text(concurrency)}"
@@ -101,14 +85,10 @@ def domains_set(redis_url: str | None, crawl: str | None, domain: str, delay: fl
 
 
 @domains.command("reset")
-@shared_options(envvar=False)
+@pass_cli()
 @click.argument("domain")
-@friendly_errors
-def domains_reset(redis_url: str | None, crawl: str | None, domain: str) -> None:
+def domains_reset(keys: CrawlKeys, target: Target, domain: str) -> None:
     """Drop the runtime override of DOMAIN ("*": of the default): settings rule again."""
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     view = open_domains(target.client, keys)
     existed = views.has_override(target.client, keys, domain)
     view.configure({f"o:{domain}": ""})

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import redis
 
-from .. import embedded
+from ..server import embedded
 from .common import embedded_dir, fail, friendly_errors, main
 
 

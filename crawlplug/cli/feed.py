@@ -15,21 +15,11 @@ from .. import starts
 from ..config import start_key
 from ..crawl import Crawl, views
 from ..errors import ConfigError, DecodeError
+from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
-from ..seeds import Seeds, make_seed
 from ..serializers import describe_payload
-from .common import (
-    connect,
-    crawl_keys,
-    create_if_new,
-    created_note,
-    fail,
-    friendly_errors,
-    main,
-    options,
-    shared_options,
-    when,
-)  # fmt: skip
+from ..starts.seeds import Seeds, make_seed
+from .common import Cli, Target, create_if_new, created_note, fail, main, pass_cli, when
 
 # -- push -------------------------------------------------------------------------
 
@@ -46,7 +36,7 @@ def _lines(urls: tuple[str, ...], file: TextIO | None) -> list[tuple[str, str]]:
 
 
 @main.command()
-@shared_options(envvar=False)
+@pass_cli()
 @click.argument("urls", nargs=-1)
 @click.option("--file", "-f", "file", type=click.File("r", encoding="utf-8"), default=None,
               help="Read entries from FILE, one per line ('-': standard input).")  # fmt: skip
@@ -57,8 +47,7 @@ def _lines(urls: tuple[str, ...], file: TextIO | None) -> list[tuple[str, str]]:
 @click.option("--key", "lane", default="start_urls", show_default=True, metavar="KEY",
               help="The crawl's start-entry list to push to: start_urls, or a lane start_urls:<lane> that "
                    "the nodes read in CRAWLPLUG_START_KEYS order (e.g. start_urls:high).")  # fmt: skip
-@friendly_errors
-def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: TextIO | None,
+def push(cli: Cli, urls: tuple[str, ...], file: TextIO | None,
          use_stdin: bool, strict: bool, lane: str) -> None:  # fmt: skip
     """Feed start URLs to a crawl: URL arguments, --file F, or '-' for standard input.
 
@@ -89,9 +78,7 @@ def push(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: 
         except DecodeError as exc:
             bad += 1
             click.echo(f"crawlplug: {where}: skipped: {exc}", err=True)
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
+    keys, target = cli.keys, cli.target  # after the checks of its own arguments
     created = bool(valid) and create_if_new(target, keys)
     waiting = (Crawl(target.client, keys).push_starts(valid, lane) if valid
                else views.start_entries_waiting(target.client, keys, lane))  # fmt: skip
@@ -118,16 +105,12 @@ def _describe(payload: bytes) -> dict[str, Any]:
 
 
 @main.command()
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("-n", "count", type=click.IntRange(min=1), default=10, show_default=True,
               help="How many of the next requests to show.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of text.")
-@friendly_errors
-def peek(redis_url: str | None, crawl: str | None, count: int, as_json: bool) -> None:
+def peek(keys: CrawlKeys, target: Target, count: int, as_json: bool) -> None:
     """The next requests in the queue (read-only), and the start entries waiting."""
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     head = views.head(target.client, keys, count)  # a sharded crawl: each shard's head, shard by shard
     rows = [{"id": rid, **(_describe(payload) if payload is not None else {"url": "<payload missing>"})}
             for rid, payload in head.requests]  # fmt: skip
@@ -169,15 +152,14 @@ def _utc(ms: int | None) -> str:
 
 
 @seeds.command("add")
-@shared_options(envvar=False)
+@pass_cli()
 @click.argument("urls", nargs=-1, required=True)
 @click.option("--every", default=None, metavar="INTERVAL", help="Run every INTERVAL: 90s, 15m, 6h, 1d, 1h30m.")
 @click.option("--cron", default=None, metavar="EXPR", help='A cron schedule, e.g. "10 1 * * *" (01:10 daily).')
 @click.option("--tz", default="UTC", show_default=True, help="Time zone of a --cron schedule.")
 @click.option("--now/--later", "run_now", default=True, show_default=True,
               help="First run now, or at the first scheduled time.")  # fmt: skip
-@friendly_errors
-def seeds_add(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], every: str | None,
+def seeds_add(cli: Cli, urls: tuple[str, ...], every: str | None,
               cron: str | None, tz: str, run_now: bool) -> None:  # fmt: skip
     """Add recurring seeds (URLs or JSON entries); adding one again replaces its schedule.
 
@@ -190,9 +172,7 @@ def seeds_add(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], e
         made = [make_seed(u, every=every, cron=cron, tz=tz) for u in urls]
     except ConfigError as exc:
         fail(str(exc))
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
+    keys, target = cli.keys, cli.target  # after the checks of its own arguments
     if create_if_new(target, keys):
         click.echo(created_note(keys))
     book = Seeds(target.client, keys)
@@ -206,20 +186,16 @@ def seeds_add(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], e
 
 
 def starts_url(entry: str) -> str:
-    from ..seeds import _url  # noqa: PLC0415
+    from ..starts.seeds import _url  # noqa: PLC0415
 
     return _url(entry)
 
 
 @seeds.command("list")
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of text.")
-@friendly_errors
-def seeds_list(redis_url: str | None, crawl: str | None, as_json: bool) -> None:
+def seeds_list(keys: CrawlKeys, target: Target, as_json: bool) -> None:
     """Every seed, its schedule, last and next run (UTC)."""
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     book = Seeds(target.client, keys)
     all_, due = book.all(), book.due_times()
     rows = [{"id": sid, "entry": s.entry, "url": starts_url(s.entry), "schedule": s.schedule(), "every": s.every,
@@ -235,14 +211,10 @@ def seeds_list(redis_url: str | None, crawl: str | None, as_json: bool) -> None:
 
 
 @seeds.command("remove")
-@shared_options(envvar=False)
+@pass_cli()
 @click.argument("idents", nargs=-1, required=True)
-@friendly_errors
-def seeds_remove(redis_url: str | None, crawl: str | None, idents: tuple[str, ...]) -> None:
+def seeds_remove(keys: CrawlKeys, target: Target, idents: tuple[str, ...]) -> None:
     """Remove seeds by id or URL."""
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     book = Seeds(target.client, keys)
     missing = [i for i in idents if not book.remove(i)]
     click.echo(f"removed {len(idents) - len(missing)} seeds from crawl {keys.crawl!r}")
@@ -251,19 +223,15 @@ def seeds_remove(redis_url: str | None, crawl: str | None, idents: tuple[str, ..
 
 
 @main.command()
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--once", is_flag=True, help="Fire what is due now and exit.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="Seconds between checks.")  # fmt: skip
-@friendly_errors
-def timer(redis_url: str | None, crawl: str | None, once: bool, interval: float) -> None:
+def timer(keys: CrawlKeys, target: Target, once: bool, interval: float) -> None:
     """Run the seed timer for a crawl with no node running (nodes run it themselves).
 
     Safe beside running nodes: whoever holds the timer's Redis lock fires.
     """
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     book = Seeds(target.client, keys)
     while True:
         fired = book.fire_due(owner="crawlplug-timer")
@@ -278,27 +246,19 @@ def timer(redis_url: str | None, crawl: str | None, once: bool, interval: float)
 
 
 @main.command()
-@shared_options(envvar=False)
-@friendly_errors
-def pause(redis_url: str | None, crawl: str | None) -> None:
+@pass_cli()
+def pause(keys: CrawlKeys, target: Target) -> None:
     """Pause the crawl: every node stops taking requests within a heartbeat and
     finishes what it is downloading; prefetched requests go back to the queue."""
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     changed = Crawl(target.client, keys).pause(by="crawlplug pause")
     click.echo(f"crawl {keys.crawl!r} {'paused' if changed else 'was already paused'}")
 
 
 @main.command()
-@shared_options(envvar=False)
-@friendly_errors
-def resume(redis_url: str | None, crawl: str | None) -> None:
+@pass_cli()
+def resume(keys: CrawlKeys, target: Target) -> None:
     """Resume a paused crawl, or one whose nodes found its data lost by Redis (it
     may then finish again: what was lost is not crawled unless pushed again)."""
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     crawl = Crawl(target.client, keys)
     lost = views.lost(target.client, keys)
     paused = crawl.paused_info() is not None

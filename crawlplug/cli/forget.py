@@ -27,16 +27,7 @@ from ..errors import DecodeError
 from ..frontier import forgetting
 from ..queues import load_queue_class, route
 from ..serializers import JsonSerializer, metakeys
-from .common import (
-    connect,
-    crawl_keys,
-    fail,
-    friendly_errors,
-    main,
-    options,
-    scrapy_project,
-    shared_options,
-)  # fmt: skip
+from .common import Cli, fail, main, pass_cli, scrapy_project
 from .feed import _lines
 
 #: What running nodes still do after a forget (said after every change).
@@ -72,7 +63,7 @@ def _dead(crawl: Crawl) -> tuple[list[tuple[str, Request]], int]:
 
 
 @main.command()
-@shared_options(envvar=False)
+@pass_cli()
 @click.argument("urls", nargs=-1)
 @click.option("--file", "-f", "file", type=click.File("r", encoding="utf-8"), default=None,
               help="Read URLs (or JSON entries, as push takes them) from FILE, one per line ('-': standard input).")
@@ -86,8 +77,7 @@ def _dead(crawl: Crawl) -> tuple[list[tuple[str, Request]], int]:
                    "(the only way a Bloom filter forgets).")
 @click.option("--dry-run", is_flag=True, help="Say what would be forgotten; change nothing.")
 @click.option("--yes", "-y", is_flag=True, help="--roll: do not ask for confirmation.")
-@friendly_errors
-def forget(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file: TextIO | None,
+def forget(cli: Cli, urls: tuple[str, ...], file: TextIO | None,
            patterns: tuple[str, ...], from_dead: bool, roll: bool, dry_run: bool, yes: bool) -> None:  # fmt: skip
     """Remove URLs' fingerprints from a crawl's dedup, so that they are crawled again when
     they are met again (found as links, pushed, or in the next run of an incremental crawl).
@@ -102,9 +92,7 @@ def forget(redis_url: str | None, crawl: str | None, urls: tuple[str, ...], file
         fail("--roll forgets every fingerprint: give it alone, without URLs, --file, --pattern or --from-dead")
     if not roll and not (urls or file or from_dead):
         fail("nothing to forget: give URLs, --file FILE, --from-dead (with --pattern), or --roll for everything")
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
+    keys, target = cli.keys, cli.target  # after the checks of its own arguments
     if roll:
         _roll(target.client, keys, dry_run, yes)
         return

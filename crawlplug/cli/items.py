@@ -17,16 +17,15 @@ from typing import BinaryIO
 import click
 
 from ..pipelines import count_items, iter_items
-from .common import Options, Target, connect, crawl_keys, fail, friendly_errors, main, options, shared_options
+from .common import Cli, Target, fail, main, pass_cli
 
 _KEY_HELP = "Read this Redis key instead of the crawl's items key (when CRAWLPLUG_ITEMS_KEY is set)."
 
 
-def _items_key(redis_url: str | None, crawl: str | None, key: str | None) -> tuple[str, Target]:
-    opts = options(redis_url, crawl)
+def _items_key(cli: Cli, key: str | None) -> tuple[str, Target]:
     if key:  # --key needs no --crawl (a pipeline may write one without a crawl)
-        return key, connect(Options(opts.redis_url, None))
-    return crawl_keys(opts).items, connect(opts)  # an unknown crawl is refused, naming the known ones
+        return key, cli.server
+    return cli.keys.items, cli.target  # an unknown crawl is refused, naming the known ones
 
 
 @click.group("items")
@@ -35,18 +34,17 @@ def items() -> None:
 
 
 @items.command("count")
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--key", default=None, metavar="KEY", help=_KEY_HELP)
-@friendly_errors
-def items_count(redis_url: str | None, crawl: str | None, key: str | None) -> None:
+def items_count(cli: Cli, key: str | None) -> None:
     """Print how many items are stored (0 when there is no items key yet)."""
-    name, target = _items_key(redis_url, crawl, key)
+    name, target = _items_key(cli, key)
     _, count = count_items(target.client, name)
     click.echo(count)
 
 
 @items.command("export")
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--key", default=None, metavar="KEY", help=_KEY_HELP)
 @click.option("--output", "-o", default="-", metavar="FILE", show_default=True,
               help="Write the JSON lines to FILE ('-': standard output).")  # fmt: skip
@@ -54,15 +52,14 @@ def items_count(redis_url: str | None, crawl: str | None, key: str | None) -> No
               help="Export the first (oldest) N items only; 0: all.")  # fmt: skip
 @click.option("--chunk", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Items read per round trip (LRANGE / XRANGE).")  # fmt: skip
-@friendly_errors
-def items_export(redis_url: str | None, crawl: str | None, key: str | None, output: str,
+def items_export(cli: Cli, key: str | None, output: str,
                  limit: int, chunk: int) -> None:  # fmt: skip
     """Write the items as JSON lines, one item per line, oldest first.
 
     Items are written as stored: the compact JSON of RedisItemPipeline. A
     summary goes to standard error.
     """
-    name, target = _items_key(redis_url, crawl, key)
+    name, target = _items_key(cli, key)
     kind, total = count_items(target.client, name)
     try:
         out: BinaryIO = click.open_file(output, "wb")  # "-": standard output, left open

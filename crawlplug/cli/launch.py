@@ -18,35 +18,18 @@ from ..frontier import registry
 from ..frontier.keys import CrawlKeys
 from ..ops import jobs as ops_jobs
 from ..ops.launch import launch
-from .common import (
-    connect,
-    crawl_keys,
-    fail,
-    friendly_errors,
-    main,
-    make_plan,
-    options,
-    plan_options,
-    shared_options,
-)
-
-
-def _keys(name: str | None, crawl: str | None, redis_url: str | None) -> tuple[Any, CrawlKeys]:
-    opts = options(redis_url, name or crawl)
-    keys = crawl_keys(opts)
-    return opts, keys
+from .common import Cli, Target, fail, main, pass_cli
+from .plan import make_plan, plan_options
 
 
 @main.command("start")
-@shared_options(envvar=False)
-@click.argument("name", metavar="CRAWL", required=False)
+@pass_cli(crawl_argument="CRAWL")
 @plan_options
 @click.option("--new-run", is_flag=True,
               help="Begin a new run now, whatever the state of the last one (a run still running is cut "
                    "short: recorded as reset; its live nodes join the new run).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@friendly_errors
-def start(redis_url: str | None, crawl: str | None, name: str | None, new_run: bool, as_json: bool,
+def start(keys: CrawlKeys, target: Target, new_run: bool, as_json: bool,
           **kw: Any) -> None:  # fmt: skip
     """Start CRAWL's nodes on Scrapyd daemons: N jobs on each (schedule.json), one crawl.
 
@@ -60,8 +43,6 @@ def start(redis_url: str | None, crawl: str | None, name: str | None, new_run: b
     or when a daemon cannot run the spider; warns when a host name resolves to
     loopback here.
     """
-    opts, keys = _keys(name, crawl, redis_url)
-    target = connect(opts)
     plan = make_plan(target, keys.crawl, kw, new_run=new_run)
     new = not registry.exists(target.client, keys)
     # launch checks first (the Redis reachable from every daemon, each daemon running the
@@ -95,15 +76,13 @@ def scrapyd_group() -> None:
 
 
 @scrapyd_group.command("cancel")
-@shared_options(envvar=False)
-@click.argument("name", metavar="CRAWL", required=False)
+@pass_cli(crawl_argument="CRAWL")
 @click.option("--grace", type=float, default=30.0, show_default=True,
               help="Seconds the jobs get to end by themselves before they are cancelled.")  # fmt: skip
 @click.option("--run", "run_id", type=int, default=None, help="Only the jobs of this run (default: every open job).")
 @click.option("--signal", "sig", default="TERM", show_default=True,
               help="The signal cancel.json sends a running job (TERM: Scrapy closes cleanly; KILL: at once).")
-@friendly_errors
-def scrapyd_cancel(redis_url: str | None, crawl: str | None, name: str | None, grace: float, run_id: int | None,
+def scrapyd_cancel(cli: Cli, grace: float, run_id: int | None,
                    sig: str) -> None:  # fmt: skip
     """Cancel CRAWL's Scrapyd jobs that do not end by themselves within --grace seconds.
 
@@ -113,8 +92,7 @@ def scrapyd_cancel(redis_url: str | None, crawl: str | None, name: str | None, g
     """
     if grace < 0:
         fail("--grace must be 0 or more seconds")
-    opts, keys = _keys(name, crawl, redis_url)
-    target = connect(opts)
+    keys, target = cli.keys, cli.target  # after the checks of its own arguments
     report = ops_jobs.cancel_jobs(target.client, keys, grace=grace, run=run_id, signal=sig.upper())
     lines = report.lines()
     click.echo(f"crawl {keys.crawl!r}: " + ("no Scrapyd job was open" if not lines else lines[0]))

@@ -35,7 +35,6 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import Settings
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from .. import connection
 from ..compat.legacy import FINGERPRINT_FUNCTIONS, ScrapyRedisSeen
 from ..compat.migrate import Inventory, Report, ScrapyRedisMigration, SourceKeys
 from ..compat.names import SCRAPY_REDIS_KEYS
@@ -52,17 +51,8 @@ from ..frontier.keys import CrawlKeys
 from ..frontier.layout import claim_shards, stored_shards
 from ..queues import load_queue_class
 from ..serializers import serializer_from_settings
-from .common import (
-    META_URL,
-    connect,
-    crawl_keys,
-    fail,
-    friendly_errors,
-    main,
-    options,
-    scrapy_project,
-    shared_options,
-)
+from ..server import clients
+from .common import META_URL, Cli, Target, fail, main, pass_cli, scrapy_project
 
 logger = logging.getLogger(__name__)
 
@@ -109,15 +99,15 @@ def _frontier(crawler: Any, client: Any, keys: CrawlKeys, queue: Any, shards: in
     return frontier, bind
 
 
-def _shards(target: connection.Connection, keys: CrawlKeys, settings: Settings) -> int:
+def _shards(target: clients.Connection, keys: CrawlKeys, settings: Settings) -> int:
     """The crawl's shard count: as recorded if it has one, else as the project's nodes
     will claim it (CRAWLPLUG_SHARDS)."""
     return stored_shards(target.client, keys) or int(setting(settings, "CRAWLPLUG_SHARDS", "getint"))
 
 
-def _client(url: str) -> connection.Connection:
-    conn = connection.Connection(connection.client_from_url(url), url, embedded=False)
-    connection.check(conn)
+def _client(url: str) -> clients.Connection:
+    conn = clients.Connection(clients.client_from_url(url), url, embedded=False)
+    clients.check(conn)
     return conn
 
 
@@ -127,7 +117,7 @@ def migrate_group() -> None:
 
 
 @migrate_group.command("from-scrapy-redis")
-@shared_options(envvar=False)
+@pass_cli()
 @click.argument("spider")
 @click.option("--source-url", metavar="URL", default=None,
               help="Redis of the scrapy-redis crawl, when it is not the crawl's own Redis (--redis-url).")
@@ -146,8 +136,7 @@ def migrate_group() -> None:
                    "auto: found from the queued requests.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before unpickling (needed when not run in a terminal).")
 @click.option("--dry-run", is_flag=True, help="Read, unpickle and check everything; write nothing.")
-@friendly_errors
-def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, source_url: str | None,
+def from_scrapy_redis(cli: Cli, spider: str, source_url: str | None,
                       queue_key: str | None, dupefilter_key: str | None, start_urls_key: str | None,
                       function: str, yes: bool, dry_run: bool) -> None:  # fmt: skip
     """Move scrapy-redis's crawl of SPIDER into a crawlplug crawl.
@@ -158,7 +147,6 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
     The scrapy-redis queue and start URL keys are renamed to <key>:migrated,
     a backup no scrapy-redis node reads. Asks before it unpickles anything.
     """
-    opts = options(redis_url, crawl)
     project = scrapy_project(spider)
     s = project.settings
     templates = [
@@ -167,12 +155,12 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
                             (start_urls_key, "REDIS_START_URLS_KEY"))
     ]  # fmt: skip
     source_keys = SourceKeys.from_templates(spider, *templates)
-    target = _client(opts.redis_url) if opts.redis_url else connection.from_settings(s)
-    if not opts.redis_url:
-        connection.check(target)
+    target = _client(cli.redis_url) if cli.redis_url else clients.from_settings(s)
+    if not cli.redis_url:
+        clients.check(target)
     click.get_current_context().meta[META_URL] = target.safe_url
     source = _client(source_url) if source_url else target
-    keys = CrawlKeys(opts.crawl or s.get("CRAWLPLUG_CRAWL_ID") or spider, setting(s, "CRAWLPLUG_KEY_PREFIX"))
+    keys = CrawlKeys(cli.crawl or s.get("CRAWLPLUG_CRAWL_ID") or spider, setting(s, "CRAWLPLUG_KEY_PREFIX"))
     shards = _shards(target, keys, s)
     queue = load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")).from_settings(s)
     frontier, bind = _frontier(project.crawler, target.client, keys, queue, shards, project.notes)
@@ -210,8 +198,8 @@ def from_scrapy_redis(redis_url: str | None, crawl: str | None, spider: str, sou
     _show_report(report, source_keys, keys, target)
 
 
-def _show_plan(spider: str, source: connection.Connection, sk: SourceKeys, inv: Inventory,
-               target: connection.Connection, frontier: CrawlFrontier) -> None:  # fmt: skip
+def _show_plan(spider: str, source: clients.Connection, sk: SourceKeys, inv: Inventory,
+               target: clients.Connection, frontier: CrawlFrontier) -> None:  # fmt: skip
     names = {"zset": "sorted set", "list": "list", "set": "set", "none": "absent"}
     width = max(len(sk.queue), len(sk.dupefilter), len(sk.start_urls))
     click.echo(f"scrapy-redis crawl of spider {spider!r} on {source.safe_url}:")
@@ -225,7 +213,7 @@ def _show_plan(spider: str, source: connection.Connection, sk: SourceKeys, inv: 
                f"{st['queued']} queued, {st['in_flight']} in flight, {st['seen']} seen now")  # fmt: skip
 
 
-def _show_report(report: Report, sk: SourceKeys, keys: CrawlKeys, target: connection.Connection) -> None:
+def _show_report(report: Report, sk: SourceKeys, keys: CrawlKeys, target: clients.Connection) -> None:
     head = "dry run, nothing written; would migrate" if report.dry_run else "migrated"
     click.echo(f"{head} into crawl {keys.crawl!r} on {target.safe_url}:")
     admitted = (f"{report.admitted} to admit" if report.dry_run
@@ -254,14 +242,13 @@ def _show_report(report: Report, sk: SourceKeys, keys: CrawlKeys, target: connec
 
 
 @migrate_group.command("seen-to-hash")
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--capacity", type=int, default=None,
               help="URLs the compact store is begun with buckets for (it splits buckets as it grows). "
                    "Default: the set's size.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (needed when not run in a terminal).")
 @click.option("--dry-run", is_flag=True, help="Say what would be moved; change nothing.")
-@friendly_errors
-def seen_to_hash(redis_url: str | None, crawl: str | None, capacity: int | None, yes: bool, dry_run: bool) -> None:
+def seen_to_hash(keys: CrawlKeys, target: Target, capacity: int | None, yes: bool, dry_run: bool) -> None:
     """Move a crawl's fingerprint set (`seen`, RedisSetDupeFilter's store before the compact
     one) into the compact store (about a third of the memory), in every shard.
 
@@ -269,9 +256,6 @@ def seen_to_hash(redis_url: str | None, crawl: str | None, capacity: int | None,
     through the admission's own check; stopped part-way, the crawl keeps its whole set and
     running the command again finishes the move. Nodes started afterwards use the compact
     store whatever their CRAWLPLUG_DEDUP_STORE says."""
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     client = target.client
     frontier = open_frontier(client, keys)
     parts = frontier.dedup_parts()

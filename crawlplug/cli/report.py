@@ -8,7 +8,7 @@ import json
 import click
 
 from ..ops import report as run_report
-from .common import connect, crawl_keys, fail, friendly_errors, main, options, shared_options
+from .common import Cli, fail, main, pass_cli
 
 _TEXT_COLUMNS = frozenset({"node", "domain", "site", "field", "versions", "errors by kind"})
 
@@ -37,16 +37,14 @@ def _lines(rep: dict) -> list[str]:
 
 
 @main.command()
-@shared_options(envvar=False)
-@click.argument("crawl_name", metavar="[CRAWL]", required=False)
+@pass_cli(crawl_argument="[CRAWL]")
 @click.option("--run", "run", type=click.IntRange(min=1), default=None,
               help="An ended run (the node stats of the last 20 are kept); default: the current run.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as one JSON object.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print one table as CSV (--table).")
 @click.option("--table", type=click.Choice(sorted(run_report.COLUMNS)), default="domains", show_default=True,
               help="With --csv: node x domain, node x site, or per field.")  # fmt: skip
-@friendly_errors
-def report(redis_url: str | None, crawl: str | None, crawl_name: str | None, run: int | None, as_json: bool,
+def report(cli: Cli, run: int | None, as_json: bool,
            as_csv: bool, table: str) -> None:  # fmt: skip
     """Per node: pages, items, errors by kind, success rate and mean response time of each
     domain; pages, items and errors of each site definition, and each field's filled,
@@ -58,11 +56,7 @@ def report(redis_url: str | None, crawl: str | None, crawl_name: str | None, run
     """
     if as_json and as_csv:
         fail("--json and --csv: give one of them")
-    if crawl_name and crawl and crawl_name != crawl:
-        fail(f"two crawls named: {crawl_name!r} and --crawl {crawl!r}")
-    opts = options(redis_url, crawl_name or crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
+    keys, target = cli.keys, cli.target  # after the checks of its own arguments
     rep = run_report.report(target.client, keys, run)
     if as_json:
         click.echo(json.dumps(rep, indent=2))

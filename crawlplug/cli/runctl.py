@@ -22,7 +22,7 @@ from ..crawl.nodes import live_nodes
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
 from ..ops import jobs as ops_jobs
-from .common import Target, connect, crawl_keys, fail, friendly_errors, main, options, shared_options, when
+from .common import Target, fail, main, pass_cli, when
 
 _LIMIT_OPTIONS = (
     ("pages", click.IntRange(min=0), "Pages done in the run, every node together (CLOSESPIDER_PAGECOUNT)."),
@@ -37,12 +37,6 @@ def _limit_options(func: Any) -> Any:
         func = click.option(f"--{name}", type=kind, default=None, metavar="N" if name != "timeout" else "S",
                             help=f"{text} 0: no limit.")(func)  # fmt: skip
     return func
-
-
-def _target(redis_url: str | None, crawl: str | None, name: str | None) -> tuple[Target, CrawlKeys]:
-    opts = options(redis_url, name or crawl)
-    keys = crawl_keys(opts)
-    return connect(opts), keys
 
 
 def _live(target: Target, keys: CrawlKeys) -> int:
@@ -75,16 +69,14 @@ def _no_run(keys: CrawlKeys) -> None:
 
 
 @main.command()
-@shared_options(envvar=False)
-@click.argument("name", metavar="CRAWL", required=False)
+@pass_cli(crawl_argument="CRAWL")
 @click.option("--drain", is_flag=True, help="Admit no new requests and let the queue run out first; the run then "
                                             "ends as stopped.")  # fmt: skip
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds the run's Scrapyd jobs (crawlplug start) get to end by themselves before they are "
                    "cancelled (cancel.json); not with --drain.")  # fmt: skip
 @click.option("--no-cancel", is_flag=True, help="Leave the run's Scrapyd jobs alone.")
-@friendly_errors
-def stop(redis_url: str | None, crawl: str | None, name: str | None, drain: bool, grace: float,
+def stop(keys: CrawlKeys, target: Target, drain: bool, grace: float,
          no_cancel: bool) -> None:  # fmt: skip
     """Stop the current run of CRAWL (not a pause: see `crawlplug pause`).
 
@@ -100,7 +92,6 @@ def stop(redis_url: str | None, crawl: str | None, name: str | None, drain: bool
     --grace seconds are cancelled on their daemon (a waiting job is removed, a
     running one sent TERM); a drained run's jobs end by themselves.
     """
-    target, keys = _target(redis_url, crawl, name)
     out = control.stop(target.client, keys, by=control.operator("crawlplug stop" + (" --drain" if drain else "")),
                        drain=drain)  # fmt: skip
     crawl_name = keys.crawl
@@ -140,18 +131,15 @@ def stop(redis_url: str | None, crawl: str | None, name: str | None, drain: bool
 
 
 @main.command("continue")
-@shared_options(envvar=False)
-@click.argument("name", metavar="CRAWL", required=False)
+@pass_cli(crawl_argument="CRAWL")
 @_limit_options
-@friendly_errors
-def continue_(redis_url: str | None, crawl: str | None, name: str | None, **limits: float | None) -> None:
+def continue_(keys: CrawlKeys, target: Target, **limits: float | None) -> None:
     """Continue the run of CRAWL that was stopped, ended by a limit, or is draining.
 
     The options raise (or with 0 drop) the run's crawl-wide limits first; a run
     whose limit stays reached is not continued. Nodes started afterwards join it
     and crawl what is queued (start them: the ones that closed do not come back).
     """
-    target, keys = _target(redis_url, crawl, name)
     changes = {k: float(v) for k, v in limits.items() if v is not None}
     out = control.continue_run(target.client, keys, by=control.operator("crawlplug continue"), changes=changes)
     crawl_name = keys.crawl
@@ -177,14 +165,11 @@ def continue_(redis_url: str | None, crawl: str | None, name: str | None, **limi
 
 
 @main.command("new-run")
-@shared_options(envvar=False)
-@click.argument("name", metavar="CRAWL", required=False)
-@friendly_errors
-def new_run(redis_url: str | None, crawl: str | None, name: str | None) -> None:
+@pass_cli(crawl_argument="CRAWL")
+def new_run(keys: CrawlKeys, target: Target) -> None:
     """After a run of CRAWL that was stopped or ended by a limit: the next node that
     starts begins a new run (its queue and, unless the crawl is incremental, its
     fingerprints start empty; the ended run stays in `crawlplug crawls show`)."""
-    target, keys = _target(redis_url, crawl, name)
     out = control.new_run(target.client, keys, by=control.operator("crawlplug new-run"))
     crawl_name = keys.crawl
     if out.outcome == "none":
@@ -202,15 +187,13 @@ def new_run(redis_url: str | None, crawl: str | None, name: str | None) -> None:
 
 
 @main.command()
-@shared_options(envvar=False)
-@click.argument("name", metavar="CRAWL", required=False)
+@pass_cli(crawl_argument="CRAWL")
 @_limit_options
 @click.option("--domain-pages", type=click.IntRange(min=0), default=None, metavar="N",
               help="Most pages of one domain admitted in a run (per-domain queue; overrides CRAWLPLUG_DOMAIN_PAGES). "
                    "0: back to the nodes' setting.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@friendly_errors
-def limits(redis_url: str | None, crawl: str | None, name: str | None, domain_pages: int | None, as_json: bool,
+def limits(keys: CrawlKeys, target: Target, domain_pages: int | None, as_json: bool,
            **given: float | None) -> None:  # fmt: skip
     """Show, or change, the crawl-wide limits of the current run of CRAWL.
 
@@ -219,7 +202,6 @@ def limits(redis_url: str | None, crawl: str | None, name: str | None, domain_pa
     A run that reaches one ends by it; `crawlplug continue CRAWL --pages N`
     raises the limit and continues it.
     """
-    target, keys = _target(redis_url, crawl, name)
     changes = {k: float(v) for k, v in given.items() if v is not None}
     if changes:
         out = control.set_limits(target.client, keys, changes, by=control.operator("crawlplug limits"))

@@ -25,17 +25,14 @@ from ..frontier.keys import CrawlKeys
 from ..ops import schedules
 from ..ops.control import LEASE, TICK, Control, utc
 from .common import (
-    connect,
-    crawl_keys,
+    Cli,
+    Target,
     create_if_new,
     fail,
-    friendly_errors,
     main,
-    make_plan,
-    options,
-    plan_options,
-    shared_options,
+    pass_cli,
 )
+from .plan import make_plan, plan_options
 
 
 class _AddByDefault(click.Group):
@@ -57,8 +54,7 @@ def schedule_group() -> None:
 
 
 @schedule_group.command("add")
-@shared_options(envvar=False)
-@click.argument("name", metavar="CRAWL", required=False)
+@pass_cli(crawl_argument="CRAWL")
 @click.option("--cron", required=True,
               help="When: five fields (minute hour day month weekday: '0 2 * * *' is 02:00 every day), or six "
                    "with seconds last ('* * * * * */30': every 30 seconds).")  # fmt: skip
@@ -66,8 +62,7 @@ def schedule_group() -> None:
 @click.option("--name", "schedule_name", default="default", show_default=True,
               help="The schedule's name (a crawl may have several; the same name replaces it).")  # fmt: skip
 @plan_options
-@friendly_errors
-def schedule_add(redis_url: str | None, crawl: str | None, name: str | None, cron: str, tz: str,
+def schedule_add(keys: CrawlKeys, target: Target, cron: str, tz: str,
                  schedule_name: str, **kw: Any) -> None:  # fmt: skip
     """Start a NEW run of CRAWL at the times of --cron, on the --scrapyd daemons.
 
@@ -77,9 +72,6 @@ def schedule_add(redis_url: str | None, crawl: str | None, name: str | None, cro
     and the firing is skipped, saying so. A time missed while no control process
     ran is fired once when one runs again.
     """
-    opts = options(redis_url, name or crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     plan = make_plan(target, keys.crawl, kw)
     from ..ops.launch import check_reach  # noqa: PLC0415
 
@@ -107,15 +99,12 @@ def _last(spec: dict[str, Any]) -> str:
 
 
 @schedule_group.command("list")
-@shared_options(envvar=False)
-@click.argument("name", metavar="[CRAWL]", required=False)
+@pass_cli(crawl_argument="[CRAWL]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@friendly_errors
-def schedule_list(redis_url: str | None, crawl: str | None, name: str | None, as_json: bool) -> None:
+def schedule_list(cli: Cli, as_json: bool) -> None:
     """The schedules of CRAWL, or of every crawl: cron, next time, last firing."""
-    opts = options(redis_url, name or crawl)
-    target = connect(opts)
-    crawls = [opts.crawl] if opts.crawl else stored.scheduled_crawls(target.client)
+    target = cli.target
+    crawls = [cli.crawl] if cli.crawl else stored.scheduled_crawls(target.client)
     found = {c: stored.all_schedules(target.client, CrawlKeys(c)) for c in crawls}
     if as_json:
         for specs in found.values():
@@ -140,15 +129,10 @@ def schedule_list(redis_url: str | None, crawl: str | None, name: str | None, as
 
 
 @schedule_group.command("delete")
-@shared_options(envvar=False)
-@click.argument("name", metavar="CRAWL")
+@pass_cli(crawl_argument="CRAWL", required=True)
 @click.argument("schedule_name", metavar="NAME", default="default")
-@friendly_errors
-def schedule_delete(redis_url: str | None, crawl: str | None, name: str, schedule_name: str) -> None:
+def schedule_delete(keys: CrawlKeys, target: Target, schedule_name: str) -> None:
     """Delete schedule NAME ("default" if not given) of CRAWL."""
-    opts = options(redis_url, name or crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     if not stored.delete(target.client, keys, schedule_name):
         have = ", ".join(stored.all_schedules(target.client, keys)) or "none"
         fail(f"crawl {keys.crawl!r} has no schedule {schedule_name!r} (it has: {have})")
@@ -156,7 +140,7 @@ def schedule_delete(redis_url: str | None, crawl: str | None, name: str, schedul
 
 
 @main.command("control")
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--tick", type=float, default=TICK, show_default=True, help="Seconds between two looks at the schedules.")
 @click.option("--lease", type=float, default=LEASE, show_default=True,
               help="Seconds a leader's lease lasts unless renewed: how soon another process takes over "
@@ -169,8 +153,7 @@ def schedule_delete(redis_url: str | None, crawl: str | None, name: str, schedul
               show_default=True, help="Domains with labels of their own in the metrics; the rest are 'other'.")  # fmt: skip
 @click.option("--dashboard-url", default="", envvar="CRAWLPLUG_DASHBOARD_URL",
               help="The dashboard's address, linked from alert notifications (also CRAWLPLUG_DASHBOARD_URL).")  # fmt: skip
-@friendly_errors
-def control(redis_url: str | None, crawl: str | None, tick: float, lease: float, metrics_port: int | None,
+def control(cli: Cli, tick: float, lease: float, metrics_port: int | None,
             metrics_host: str, top_domains: int, dashboard_url: str) -> None:  # fmt: skip
     """The control process: fires every crawl's scheduled runs and evaluates its alert
     rules (crawlplug alerts); with --metrics-port it serves their Prometheus metrics.
@@ -184,7 +167,7 @@ def control(redis_url: str | None, crawl: str | None, tick: float, lease: float,
     """
     if tick <= 0 or lease <= 3 * tick:
         fail("--tick must be more than 0 seconds and --lease more than three ticks")
-    target = connect(options(redis_url, None))
+    target = cli.server
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     proc = Control(target.client, lease=lease, tick=tick, dashboard_url=dashboard_url)
     signal.signal(signal.SIGTERM, lambda *_: proc.stop())

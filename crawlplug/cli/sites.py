@@ -26,7 +26,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigError, CrawlplugError
-from .common import connect, fail, friendly_errors, main, options, project_root
+from .common import Cli, Target, fail, main, pass_cli, project_root
 
 try:  # the [sites] extra: pydantic (the schema) and PyYAML (the files)
     import yaml
@@ -48,10 +48,6 @@ def _need_sites() -> None:
 _REDIS_HELP = "Redis holding the definitions (default: REDIS_URL, else the project's embedded Redis)."
 
 
-def _redis_option(func: Any) -> Any:
-    return click.option("--redis-url", metavar="URL", default=None, help=_REDIS_HELP)(func)
-
-
 def _project_on_path() -> tuple[str, ...]:
     """Pipeline steps are class paths of the project (spiders.sitesteps.X): import them as Scrapy
     would; the ones a definition may name: the project's CRAWLPLUG_SITE_PIPELINES, returned."""
@@ -63,8 +59,7 @@ def _project_on_path() -> tuple[str, ...]:
     return allowed_pipelines(get_project_settings())
 
 
-def _store(redis_url: str | None) -> tuple[SiteStore, str]:
-    target = connect(options(redis_url, None))
+def _store(target: Target) -> tuple[SiteStore, str]:
     return SiteStore(target.client), target.safe_url
 
 
@@ -102,10 +97,9 @@ def sites_check(files: tuple[str, ...]) -> None:
 
 
 @sites.command("put")
-@_redis_option
+@pass_cli(crawl_option=False, redis_help=_REDIS_HELP)
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@friendly_errors
-def sites_put(redis_url: str | None, files: tuple[str, ...]) -> None:
+def sites_put(cli: Cli, files: tuple[str, ...]) -> None:
     """Validate definition FILES and store them in Redis (all valid, or none stored).
 
     A site's stored definition wins over its file in CRAWLPLUG_SITES_DIR;
@@ -122,7 +116,7 @@ def sites_put(redis_url: str | None, files: tuple[str, ...]) -> None:
     if errors:
         click.echo("\n".join(errors), err=True)
         fail(f"{len(errors)} of {len(files)} definitions are invalid; nothing was stored")
-    store, where = _store(redis_url)
+    store, where = _store(cli.server)
     for path, site, doc in loaded:
         before = store.version(site.name)
         stored = store.put(doc, str(Path(path)), pipelines=pipelines)
@@ -136,12 +130,11 @@ def sites_put(redis_url: str | None, files: tuple[str, ...]) -> None:
 
 
 @sites.command("list")
-@_redis_option
+@pass_cli(crawl_option=False, redis_help=_REDIS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@friendly_errors
-def sites_list(redis_url: str | None, as_json: bool) -> None:
+def sites_list(target: Target, as_json: bool) -> None:
     """The definitions stored in Redis: name, version, when, from which file."""
-    store, where = _store(redis_url)
+    store, where = _store(target)
     rows = []
     for stored in store.all():
         doc = stored.doc
@@ -162,13 +155,12 @@ def sites_list(redis_url: str | None, as_json: bool) -> None:
 
 
 @sites.command("show")
-@_redis_option
+@pass_cli(crawl_option=False, redis_help=_REDIS_HELP)
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the definition as JSON instead of YAML.")
-@friendly_errors
-def sites_show(redis_url: str | None, name: str, as_json: bool) -> None:
+def sites_show(target: Target, name: str, as_json: bool) -> None:
     """Print the stored definition of site NAME (as it was written)."""
-    store, where = _store(redis_url)
+    store, where = _store(target)
     stored = store.get(name)
     if stored is None:
         known = ", ".join(store.names()) or "none"
@@ -184,12 +176,11 @@ def sites_show(redis_url: str | None, name: str, as_json: bool) -> None:
 
 
 @sites.command("delete")
-@_redis_option
+@pass_cli(crawl_option=False, redis_help=_REDIS_HELP)
 @click.argument("name")
-@friendly_errors
-def sites_delete(redis_url: str | None, name: str) -> None:
+def sites_delete(target: Target, name: str) -> None:
     """Delete the stored definition of site NAME (nodes then keep the one they have)."""
-    store, where = _store(redis_url)
+    store, where = _store(target)
     if not store.delete(name):
         fail(f"no site {name!r} stored on {where}")
     click.echo(f"deleted site {name!r} from {where}")

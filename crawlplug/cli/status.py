@@ -18,7 +18,7 @@ from ..frontier.store import redis_ms
 from ..ops import history as crawl_history
 from ..ops import status as crawl_status
 from ..sites import outcomes
-from .common import Target, connect, crawl_keys, fail, friendly_errors, main, options, shared_options, table, when
+from .common import Cli, Target, fail, main, pass_cli, table, when
 
 
 def _node_line(node: dict[str, Any]) -> str:
@@ -215,7 +215,7 @@ def _status_view(report: dict[str, Any]) -> Any:
 
 
 @main.command()
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--watch", "-w", is_flag=True, help="Redraw live, with progress bars, until Ctrl-C.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
@@ -224,8 +224,7 @@ def _status_view(report: dict[str, Any]) -> Any:
 @click.option("--since", "since", metavar="DURATION", default=None,
               help="Also show the crawl's history over the last DURATION (6h, 90m, 2d; per minute for a "
                    "day, per hour for a month).")  # fmt: skip
-@friendly_errors
-def status(redis_url: str | None, crawl: str | None, as_json: bool, watch: bool, interval: float,
+def status(cli: Cli, as_json: bool, watch: bool, interval: float,
            count: int | None, since: str | None) -> None:  # fmt: skip
     """Counts, rate, ETA, counters and nodes of the crawl.
 
@@ -240,9 +239,7 @@ def status(redis_url: str | None, crawl: str | None, as_json: bool, watch: bool,
     since_ms = crawl_history.parse_duration(since) if since is not None else None  # bad input: before connecting
     if since_ms is not None and watch:
         fail("--since shows a range of the past; --watch redraws the present: give one of them")
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
+    keys, target = cli.keys, cli.target  # after the checks of its own arguments
     if not watch:
         report = _status_report(target, keys, since_ms)
         click.echo(json.dumps(report, indent=2, default=str) if as_json else "\n".join(_status_lines(report)))
@@ -261,10 +258,9 @@ def status(redis_url: str | None, crawl: str | None, as_json: bool, watch: bool,
 
 
 @main.command()
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@friendly_errors
-def purge(redis_url: str | None, crawl: str | None, yes: bool) -> None:
+def purge(keys: CrawlKeys, target: Target, yes: bool) -> None:
     """Delete every key of the crawl (asks first unless --yes).
 
     Queue, leases, fingerprints, counters, dead letters, node records and
@@ -273,9 +269,6 @@ def purge(redis_url: str | None, crawl: str | None, yes: bool) -> None:
     state and join the crawl afresh (`crawlplug crawls` no longer lists it
     until then).
     """
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     st = Crawl(target.client, keys).status()
     live = len(_alive(target, st["nodes"]))
     what = (f"crawl {keys.crawl!r} on {target.safe_url} ({st['queued']} queued, {st['in_flight']} in flight, "
@@ -302,17 +295,13 @@ def _alive(target: Target, deadlines: dict[str, int]) -> list[str]:
 
 
 @main.command("dedup-info")
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-@friendly_errors
-def dedup_info(redis_url: str | None, crawl: str | None, as_json: bool) -> None:
+def dedup_info(keys: CrawlKeys, target: Target, as_json: bool) -> None:
     """What the crawl's exact fingerprint store holds: for the compact store, its buckets
     (how many, mean fill, the largest, how many are past the server's compact limit and
     the bytes they take), by SCAN and one HLEN and MEMORY USAGE a bucket (not for a hot
     loop); for a set, its size."""
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
     frontier = open_frontier(target.client, keys)
     info = store_info(frontier)
     if as_json:

@@ -23,7 +23,7 @@ from ..crawl import views
 from ..crawl.transfer import export_crawl, import_crawl, read_header
 from ..errors import ConfigError
 from ..frontier.keys import CrawlKeys
-from .common import connect, fail, friendly_errors, main, options, shared_options
+from .common import Cli, fail, main, pass_cli
 
 
 def _crawl_keys(name: str) -> CrawlKeys:
@@ -46,11 +46,10 @@ def _summary(counts: dict[str, Any]) -> str:
 
 
 @main.command("export")
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--output", "-o", metavar="FILE", default="-", show_default=True,
               help="Write to FILE ('-': standard output). Written whole or not at all.")  # fmt: skip
-@friendly_errors
-def export_command(redis_url: str | None, crawl: str | None, output: str) -> None:
+def export_command(cli: Cli, output: str) -> None:
     """Write the crawl's queue, leases, dedup state, start entries, seeds, dead
     letters, per-domain limits and counters as JSON lines (a summary goes to stderr).
 
@@ -58,11 +57,10 @@ def export_command(redis_url: str | None, crawl: str | None, output: str) -> Non
     on import. Stop the crawl's nodes first for a consistent snapshot (a
     graceful stop hands their leases back); live nodes are warned about.
     """
-    opts = options(redis_url, crawl)
-    if not opts.crawl:
+    if not cli.crawl:
         fail("which crawl? give --crawl NAME (or set CRAWLPLUG_CRAWL); it is the spider's name by default")
-    keys = _crawl_keys(opts.crawl)
-    target = connect(opts)
+    keys = _crawl_keys(cli.crawl)
+    target = cli.target
     path = Path(output)
     if output == "-":
         counts = export_crawl(target.client, keys, sys.stdout)
@@ -102,12 +100,11 @@ def export_command(redis_url: str | None, crawl: str | None, output: str) -> Non
 
 
 @main.command("import")
-@shared_options(envvar=False)
+@pass_cli()
 @click.argument("file", type=click.File("r", encoding="utf-8"))
 @click.option("--replace", is_flag=True, help="Delete the target crawl's keys first (else it must be empty).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before --replace deletes.")
-@friendly_errors
-def import_command(redis_url: str | None, crawl: str | None, file: TextIO, replace: bool, yes: bool) -> None:
+def import_command(cli: Cli, file: TextIO, replace: bool, yes: bool) -> None:
     """Load an export (FILE, or '-' for standard input) into an empty crawl.
 
     The crawl is the one named in the file unless --crawl says otherwise. The
@@ -116,21 +113,20 @@ def import_command(redis_url: str | None, crawl: str | None, file: TextIO, repla
     are queued; request ids, the dedup state and the schedule carry over.
     """
     try:
-        _import(redis_url, crawl, file, replace, yes)
+        _import(cli, file, replace, yes)
     except UnicodeDecodeError as exc:
         fail(f"{getattr(file, 'name', 'the input')} is not UTF-8 text ({exc}): not a crawlplug export")
 
 
-def _import(redis_url: str | None, crawl: str | None, file: TextIO, replace: bool, yes: bool) -> None:
+def _import(cli: Cli, file: TextIO, replace: bool, yes: bool) -> None:
     head: list[str] = []  # up to the header line (blank lines kept: line numbers stay right)
     for line in file:
         head.append(line)
         if line.strip():
             break
     header = read_header(head[-1] if head else "")
-    opts = options(redis_url, crawl)
-    keys = _crawl_keys(opts.crawl or header["crawl"])
-    target = connect(opts)
+    keys = _crawl_keys(cli.crawl or header["crawl"])
+    target = cli.target
     stdin = file is sys.stdin or getattr(file, "name", "") == "<stdin>"
     if replace and not yes:
         existing = views.key_count(target.client, keys)

@@ -10,7 +10,7 @@ import socket
 import click
 
 from ..frontier import registry
-from .common import connect, crawl_keys, fail, friendly_errors, main, options, shared_options
+from .common import Cli, fail, main, pass_cli
 
 TOKEN_ENVVAR = "CRAWLPLUG_DASHBOARD_TOKEN"
 #: Environment variable: more hosts the dashboard answers (comma- or space-separated), as --allow-host.
@@ -51,7 +51,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 @main.command()
-@shared_options(envvar=False)
+@pass_cli()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (loopback by default; 0.0.0.0 exposes it to your network).")  # fmt: skip
 @click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True,
@@ -59,8 +59,7 @@ def listen(host: str, port: int) -> socket.socket:
 @click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
               help="Answer requests for this host name too (repeatable; *.example.com allowed; also "
                    f"{HOSTS_ENVVAR}). By default only 127.0.0.1, localhost, [::1] and the --host address.")  # fmt: skip
-@friendly_errors
-def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
+def dashboard(cli: Cli, host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
     """Serve the live dashboard of a crawl (pages, and a JSON API under /api).
 
     Read-only unless CRAWLPLUG_DASHBOARD_TOKEN is set: then pausing, resuming,
@@ -77,9 +76,7 @@ def dashboard(redis_url: str | None, crawl: str | None, host: str, port: int, al
 
     extra = [*os.environ.get(HOSTS_ENVVAR, "").replace(",", " ").split(), *allow_hosts]
     hosts = allowed_hosts(host, extra)  # before connecting: a bad name fails fast
-    opts = options(redis_url, crawl)
-    keys = crawl_keys(opts)
-    target = connect(opts)
+    keys, target = cli.keys, cli.target  # after the checks of its own arguments
     token = os.environ.get(TOKEN_ENVVAR) or None
     if token is not None and len(token) < 12:
         fail(f"{TOKEN_ENVVAR} is too short: use at least 12 random characters")

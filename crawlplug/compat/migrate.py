@@ -54,7 +54,6 @@ from scrapy import Request, Spider
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
-from .. import callbacks
 from ..crawl import Crawl
 from ..errors import (
     ConfigError,
@@ -64,7 +63,7 @@ from ..errors import (
 )
 from ..frontier.core import Frontier
 from ..queues import BaseQueue
-from ..serializers import JsonSerializer
+from ..serializers import JsonSerializer, callbacks
 from ..serializers.safepickle import RefusedGlobal, restricted_loads
 from . import legacy
 

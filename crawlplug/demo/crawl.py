@@ -41,7 +41,6 @@ from urllib.parse import urlsplit
 
 import redis
 
-from .. import connection, embedded
 from ..crawl import Crawl
 from ..crawl.nodes import is_live
 from ..defaults import default
@@ -50,6 +49,7 @@ from ..frontier import CrawlFrontier, open_frontier
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
 from ..ops import status
+from ..server import clients, embedded
 from .shop import DemoShop, ShopServer, serve
 
 CRAWL = "shop"  # the spider's name, hence the crawl's name
@@ -120,7 +120,7 @@ def _crawlplug_command(project: Path, url: str, is_embedded: bool, args: str) ->
     if is_embedded:
         here = "" if Path.cwd().resolve() == project else f"cd {project} && "
         return f"{here}{prog} {args}"
-    if connection.mask_url(url) != url:  # a password is never printed: the command takes it from REDIS_URL
+    if clients.mask_url(url) != url:  # a password is never printed: the command takes it from REDIS_URL
         return f"REDIS_URL='<the Redis URL>' {prog} {args}"
     return f"{prog} --redis-url '{url}' {args}"
 
@@ -151,8 +151,8 @@ def embedded_dir(project: Path) -> Path:
 
 
 def connect_frontier(url: str, is_embedded: bool) -> CrawlFrontier:
-    conn = connection.Connection(connection.client_from_url(url), url, is_embedded)
-    connection.check(conn)
+    conn = clients.Connection(clients.client_from_url(url), url, is_embedded)
+    clients.check(conn)
     return open_frontier(conn.client, CrawlKeys(CRAWL))
 
 
@@ -325,7 +325,7 @@ def check(shop: DemoShop, server: ShopServer, nodes: Sequence[Node], seconds: fl
     expected_items = shop.item_paths()
     missing_items = sorted(expected_items - paths_seen)
 
-    where = f"{connection.mask_url(url)}{' (embedded)' if is_embedded else ''}"
+    where = f"{clients.mask_url(url)}{' (embedded)' if is_embedded else ''}"
     result.rows = [
         ("nodes", str(len(nodes))),
         ("node exit codes", ", ".join(str(n.proc.returncode) for n in nodes)),
@@ -433,12 +433,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             wait = max(s for _, s in live)
             raise DemoError(
                 f"{len(live)} node(s) of crawl {CRAWL!r} are registered as live on "
-                f"{connection.mask_url(url)} ({', '.join(n for n, _ in live)}): another crawl is "
+                f"{clients.mask_url(url)} ({', '.join(n for n, _ in live)}): another crawl is "
                 f"running, or nodes were killed less than {wait:.0f}s ago; stop it or retry later"
             )
         deleted = frontier.purge()
     except (DemoError, CrawlplugError, redis.RedisError) as exc:
-        what = f"Redis error on {connection.mask_url(url)}: {exc}" if isinstance(exc, redis.RedisError) else exc
+        what = f"Redis error on {clients.mask_url(url)}: {exc}" if isinstance(exc, redis.RedisError) else exc
         print(f"democrawl: error: {what}", file=sys.stderr)
         if started and project is not None:
             embedded.stop(embedded_dir(project))  # started for nothing
@@ -470,7 +470,7 @@ def _crawl(args: argparse.Namespace, project: Path, url: str, is_embedded: bool,
     server = serve(shop)
     dash = None
     try:
-        where = f"{connection.mask_url(url)}{' (embedded)' if is_embedded else ''}"
+        where = f"{clients.mask_url(url)}{' (embedded)' if is_embedded else ''}"
         print(f"Demo shop: {args.items} items, {site_pages} pages, at {server.url}")
         print(f"Redis: {where}; crawl {CRAWL!r} purged ({deleted} keys deleted)")
         print(f"Logs and items: {out}" + (f" ({pruned} old runs deleted; --keep keeps them)" if pruned else ""))
@@ -569,7 +569,7 @@ def _embedded_note(project: Path, url: str, started: bool) -> str:
         return (f"The embedded Redis this demo started {state}; its data stays in {directory} "
                 "(`make clean` deletes it).")  # fmt: skip
     stop = _crawlplug_command(project, url, True, "embedded stop")
-    return f"The embedded Redis at {connection.mask_url(url)} was running before and is left running: `{stop}` stops it."
+    return f"The embedded Redis at {clients.mask_url(url)} was running before and is left running: `{stop}` stops it."
 
 
 def _next_steps(project: Path, url: str, is_embedded: bool) -> str:
@@ -600,7 +600,7 @@ class DashboardThread:
             sock.bind(("127.0.0.1", 0))  # 8642 taken (another demo?): any free port
         sock.listen(64)
         self.port = sock.getsockname()[1]
-        app = create_app(client, keys, None, connection.mask_url(url))
+        app = create_app(client, keys, None, clients.mask_url(url))
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()

@@ -2,7 +2,7 @@
 
 ``crawlplug start`` and scheduled runs (crawlplug.ops.launch) record each job they
 hand a Scrapyd daemon (``schedule.json``) before the daemon starts it; the node the
-job becomes records, from inside (crawlplug.scrapydjob), when it opened (its node id,
+job becomes records, from inside (crawlplug.probes.scrapydjob), when it opened (its node id,
 host, pid and the run it joined) and when it closed (reason, pages, items); and what
 the daemon says of the job (``listjobs.json``: pending, running, finished) is written
 by whoever asks it (crawlplug.ops.launch.refresh). Each writer sets its own fields of

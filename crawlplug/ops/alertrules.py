@@ -18,11 +18,11 @@ from scrapy import Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 
-from .. import connection
 from ..config import setting
 from ..errors import REDIS_ERRORS, ConfigError, RedisUnavailable
 from ..frontier import alerts as stored
 from ..frontier.keys import crawl_keys
+from ..server import clients
 from . import alerts
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class SettingsRules:
         if not rules:
             return
         try:
-            client = connection.from_settings(self.crawler.settings).client
+            client = clients.from_settings(self.crawler.settings).client
             keys = crawl_keys(self.crawler.settings, spider.name)
             have = stored.rules(client, keys)
             changed = [rule for rule in rules if have.get(rule["id"]) != rule]

@@ -18,11 +18,11 @@ from typing import Any
 
 import redis
 
-from ..connection import mask_url
 from ..errors import ScrapydError
 from ..frontier import jobs
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
+from ..server.clients import mask_url
 from .scrapyd import Daemon
 
 logger = logging.getLogger(__name__)

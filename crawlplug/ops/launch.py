@@ -3,7 +3,7 @@
 :func:`launch` schedules the spider on every daemon (``schedule.json``), N jobs
 each, with the settings that make them one crawl: ``REDIS_URL`` (the Redis every
 machine reaches), ``CRAWLPLUG_CRAWL_ID`` (the crawl), ``CRAWLPLUG_SCRAPYD_JOB`` (the
-job, which the node records from inside: crawlplug.scrapydjob), and the operator's
+job, which the node records from inside: crawlplug.probes.scrapydjob), and the operator's
 own ``-s`` settings and ``-a`` spider arguments. Before it schedules anything it
 checks, and refuses with the reason:
 
@@ -35,13 +35,13 @@ from typing import Any
 
 import redis
 
-from ..connection import mask_url, validate_url
 from ..crawl import runs
 from ..crawl.newrun import begin_new_run
 from ..errors import ConfigError, ScrapydError
 from ..frontier import jobs
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
+from ..server.clients import mask_url, validate_url
 from .addresses import is_loopback_host, local_address, resolves_here_to_loopback
 from .scrapyd import Daemon
 

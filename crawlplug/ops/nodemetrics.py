@@ -17,10 +17,10 @@ from scrapy import Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.exceptions import NotConfigured
 
-from .. import connection
 from ..config import setting
 from ..errors import ConfigError
 from ..frontier.keys import crawl_keys
+from ..server import clients
 from . import metrics
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class NodeMetrics:
         self.host = host
         self.top_n = top_n
         self.server: Any = None
-        self.conn: connection.Connection | None = None
+        self.conn: clients.Connection | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> NodeMetrics:
@@ -57,7 +57,7 @@ class NodeMetrics:
     def spider_opened(self, spider: Spider) -> None:
         from prometheus_client import start_http_server  # noqa: PLC0415
 
-        self.conn = connection.from_settings(self.crawler.settings)
+        self.conn = clients.from_settings(self.crawler.settings)
         keys = crawl_keys(self.crawler.settings, spider.name)
         reg = metrics.registry(self.conn.client, lambda: [keys], self.top_n)
         try:

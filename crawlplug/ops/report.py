@@ -2,7 +2,7 @@
 
 Every number comes from the Scrapy stats each node keeps in Redis
 (:class:`crawlplug.stats.RedisStatsCollector`): the per-domain stats of
-:mod:`crawlplug.domainstats` (the add-on counts them) and the outcomes of site
+:mod:`crawlplug.probes.domainstats` (the add-on counts them) and the outcomes of site
 spiders (:mod:`crawlplug.sites.outcomes`). The current run reads the nodes' stats
 as they stand; an ended run reads what was kept of them when the next run began
 (:mod:`crawlplug.frontier.runstats`, the last 20 runs). ``crawlplug report`` prints
@@ -32,10 +32,10 @@ from typing import Any
 import redis
 
 from ..crawl import runs
-from ..domainstats import PREFIX as DOMAIN_PREFIX
 from ..errors import ConfigError
 from ..frontier import runstats
 from ..frontier.keys import CrawlKeys
+from ..probes.domainstats import PREFIX as DOMAIN_PREFIX
 from ..stats import decode, node_stats
 
 #: The node name of the rows that add up every node.
@@ -242,7 +242,7 @@ def _note(out: dict[str, Any]) -> str | None:
                 "names another collector), and write them every CRAWLPLUG_STATS_INTERVAL seconds")  # fmt: skip
     if not out["domains"] and not out["sites"]:
         return ("the nodes' stats hold no per-domain numbers: they are counted by "
-                "crawlplug.domainstats.DomainStatsMiddleware, which the add-on enables")  # fmt: skip
+                "crawlplug.probes.domainstats.DomainStatsMiddleware, which the add-on enables")  # fmt: skip
     return None
 
 

@@ -34,7 +34,7 @@ from ..errors import ConfigError, ScrapydError
 from ..frontier import jobs, schedules
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
-from ..seeds import zone
+from ..starts.seeds import zone
 from .jobs import refresh
 from .launch import Plan, launch
 

@@ -18,8 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from ..connection import mask_url
 from ..errors import ScrapydError
+from ..server.clients import mask_url
 from .addresses import is_loopback_host  # noqa: F401 - where launch.py and older callers find it
 
 #: Seconds a call to a daemon may take (schedule.json and listspiders.json start a Python

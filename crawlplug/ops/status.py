@@ -33,7 +33,7 @@ from ..crawl import Crawl, runs, views
 from ..crawl.nodes import live_of
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms, text
-from ..memory import memory as redis_memory
+from ..server.memory import memory as redis_memory
 from ..stats import crawl_stats
 from .nodes import expired_leases, held, nodes
 

@@ -43,8 +43,8 @@ from ..config import SchedulerConfig, setting
 from ..dupefilters import RedisSetDupeFilter
 from ..errors import REDIS_ERRORS, ConfigError, RedisUnavailable, RunEnded, StaleEpoch
 from ..queues import BaseQueue, PriorityQueue
-from ..seeds import Seeds
 from ..serializers import serializer_from_settings
+from ..starts.seeds import Seeds
 from . import enginehooks, joining, runcontrol
 from .batch import Batch
 from .entries import START_META, StartEntries

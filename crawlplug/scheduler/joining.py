@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__, connection, memory
+from .. import __version__
 from ..config import setting
 from ..crawl import Crawl, runs
 from ..errors import ConfigError, RunEnded
@@ -28,6 +28,7 @@ from ..frontier.keys import CrawlKeys
 from ..frontier.layout import claim_shards
 from ..frontier.results import process_node_id
 from ..frontier.store import redis_ms
+from ..server import clients, memory
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -43,7 +44,7 @@ logger = logging.getLogger(__name__)
 class Joined:
     """What a node has once it joined its crawl."""
 
-    conn: connection.Connection
+    conn: clients.Connection
     frontier: CrawlFrontier
     joined: runs.Joined
     join_args: dict[str, Any]
@@ -77,8 +78,8 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
     the plain queue to use instead of the per-domain ``queue`` (chosen for politeness, not
     named by the settings) when the crawl's requests wait in a plain queue. Raises
     RedisUnavailable, ConfigError, RunEnded or a Redis error, with the reason."""
-    conn = connection.from_settings(crawler.settings)
-    connection.check(conn)
+    conn = clients.from_settings(crawler.settings)
+    clients.check(conn)
     started = redis_ms(conn.client) / 1000
     _warn_about_memory(conn.client)
     keys = CrawlKeys(config.crawl_id or spider_name, config.key_prefix)
@@ -122,7 +123,7 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
     return Joined(conn, frontier, joined, args, started, queue, crawl)
 
 
-def _crawl(conn: connection.Connection, frontier: CrawlFrontier) -> Crawl:
+def _crawl(conn: clients.Connection, frontier: CrawlFrontier) -> Crawl:
     """The control plane of the crawl ``frontier`` is part of, over the same parts."""
     return Crawl(conn.client, frontier.keys, parts=frontier.parts(), scripts=getattr(frontier, "scripts", None))
 
@@ -204,14 +205,14 @@ def _check_queue_kind(frontier: CrawlFrontier, crawl: Crawl, queue: BaseQueue) -
         )
 
 
-def log_where(conn: connection.Connection, keys: CrawlKeys, settings: Any) -> None:
+def log_where(conn: clients.Connection, keys: CrawlKeys, settings: Any) -> None:
     """The node's first line: crawlplug's version, the crawl, the Redis."""
     if conn.embedded:
         logger.info(
             "crawlplug %s: crawl %r on the embedded Redis %s (data in %s). To share this crawl "
             "with other machines, run one Redis they can all reach and set "
             "REDIS_URL='redis://<host>:6379/0' on every node.",
-            __version__, keys.crawl, conn.safe_url, connection.embedded_dir(settings),
+            __version__, keys.crawl, conn.safe_url, clients.embedded_dir(settings),
         )  # fmt: skip
     else:
         logger.info("crawlplug %s: crawl %r on Redis %s", __version__, keys.crawl, conn.safe_url)

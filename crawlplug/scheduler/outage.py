@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from .. import connection
 from ..errors import CorruptKey, StaleEpoch
+from ..server import clients
 from . import enginehooks
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ class Outage:
             self.closing = True
             logger.error("crawlplug: Redis at %s refused a command to this node's user: %s. Grant it (the "
                          "ACL crawlplug needs: %s); closing this node (finish_reason 'config_error')",
-                         self.safe_url, exc, connection.ACL_DOC)  # fmt: skip
+                         self.safe_url, exc, clients.ACL_DOC)  # fmt: skip
             enginehooks.close(self.crawler, "config_error", failed=True)
             return
         now = time.monotonic()

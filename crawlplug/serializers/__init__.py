@@ -2,7 +2,7 @@
 
 The default format is JSON built on ``Request.to_dict``: body and header
 bytes base64-encoded, callbacks stored by name and resolved against the
-spider when decoding (only names :mod:`crawlplug.callbacks` accepts as
+spider when decoding (only names :mod:`crawlplug.serializers.callbacks` accepts as
 callbacks), the request class checked against an allow-list.
 Nothing read from Redis is ever imported or executed beyond looking up a
 method *name* on the running spider.

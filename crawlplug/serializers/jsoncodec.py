@@ -1,7 +1,7 @@
 """The default payload format: JSON built on ``Request.to_dict``.
 
 Callbacks are stored by name and resolved against the spider when decoding
-(only names :mod:`crawlplug.callbacks` accepts as callbacks), the request class
+(only names :mod:`crawlplug.serializers.callbacks` accepts as callbacks), the request class
 checked against an allow-list. Nothing read from Redis is ever imported or
 executed beyond looking up a method *name* on the running spider.
 
@@ -30,10 +30,9 @@ from typing import Any
 from scrapy import Request, Spider
 from scrapy.utils.misc import load_object
 
-from .. import callbacks
 from ..defaults import default
 from ..errors import ConfigError, DecodeError, SerializationError, checked_number
-from . import compact, metacodecs, metakeys, pagemethods  # noqa: F401 - pagemethods registers PageMethod's codec
+from . import callbacks, compact, metacodecs, metakeys, pagemethods  # noqa: F401 - pagemethods registers PageMethod's codec
 
 #: The long-key format: what CRAWLPLUG_PAYLOAD_FORMAT = 1 writes, and crawlplug wrote before the compact one.
 FORMAT_VERSION = 1

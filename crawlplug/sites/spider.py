@@ -45,11 +45,11 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
 from twisted.python.failure import Failure
 
-from .. import connection
 from ..config import setting
 from ..errors import REDIS_ERRORS, ConfigError, CrawlplugError
-from ..errorsamples import ErrorSamplesMiddleware
+from ..probes.errorsamples import ErrorSamplesMiddleware
 from ..scheduler import enginehooks
+from ..server import clients
 from . import outcomes as out
 from .definition import NAME_RE, version_of
 from .extract import CompiledSite
@@ -97,7 +97,7 @@ class SiteSpider(scrapy.Spider):
         self._rejected: dict[str, str] = {}  # site -> a stored version this node could not use
         self._logged: set[tuple[str, ...]] = set()
         self._loop: LoopingCall | None = None
-        self._own_conn: connection.Connection | None = None
+        self._own_conn: clients.Connection | None = None
 
     # -- Scrapy plumbing ---------------------------------------------------------------
     @classmethod
@@ -163,8 +163,8 @@ class SiteSpider(scrapy.Spider):
         if scheduler is not None and hasattr(scheduler, "frontier"):
             return None  # crawlplug's scheduler could not reach Redis: it said so, and the node closes
         try:
-            self._own_conn = connection.from_settings(self.crawler.settings)
-            connection.check(self._own_conn)
+            self._own_conn = clients.from_settings(self.crawler.settings)
+            clients.check(self._own_conn)
         except (CrawlplugError, OSError, *REDIS_ERRORS) as exc:
             logger.warning("site spider: no Redis for site definitions (%s); only %s is read", exc,
                            sites_dir(setting(self.crawler.settings, "CRAWLPLUG_SITES_DIR")))  # fmt: skip

@@ -36,7 +36,6 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import errorsamples
 from ..crawl import Crawl, control
 from ..crawl import runs as frontier_runs
 from ..errors import CrawlplugError
@@ -49,6 +48,7 @@ from ..ops import dead, metrics, status
 from ..ops import history as crawl_history
 from ..ops import report as run_report
 from ..ops.jobs import annotate_nodes
+from ..probes import errorsamples
 from ..sites import outcomes as site_fields
 from . import alerting
 from . import sites as site_pages

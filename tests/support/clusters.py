@@ -25,7 +25,7 @@ from pathlib import Path
 
 import redis
 
-from crawlplug.embedded import find_redis_server
+from crawlplug.server.embedded import find_redis_server
 
 from .patience import patient
 from .servers import stop_process

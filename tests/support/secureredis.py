@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from crawlplug.embedded import find_redis_server
+from crawlplug.server.embedded import find_redis_server
 
 from .servers import answers, free_port, stop_process
 

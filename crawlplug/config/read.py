@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import default_settings
 
-from .compat.names import (
+from ..compat.names import (
     SCRAPY_REDIS_OTHER_NAMES,
     log_scrapy_redis_notes,
     scrapy_redis_value,
 )
-from .defaults import SETTINGS, default
-from .errors import ConfigError
+from ..defaults import SETTINGS, default
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings

@@ -32,7 +32,7 @@ from typing import Any
 
 from scrapy import Spider
 
-from .errors import DecodeError
+from ..errors import DecodeError
 
 #: Spider attribute: names accepted as callbacks besides the ones the rule allows.
 OPT_IN_ATTRIBUTE = "crawlplug_callbacks"

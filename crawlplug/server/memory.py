@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from .errors import REDIS_ERRORS
+from ..errors import REDIS_ERRORS
 
 #: how full (used / maxmemory) counts as "nearly out of memory"
 NEARLY_FULL = 0.9

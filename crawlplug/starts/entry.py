@@ -37,9 +37,8 @@ from urllib.parse import urlsplit
 from scrapy import FormRequest, Request, Spider
 from w3lib.url import safe_url_string
 
-from . import callbacks
-from .errors import DecodeError
-from .serializers import URL_SCHEME, URL_SCHEMES, metakeys
+from ..errors import DecodeError
+from ..serializers import URL_SCHEME, URL_SCHEMES, callbacks, metakeys
 
 #: Longest entry accepted (a URL, or a JSON request with a small body).
 MAX_ENTRY_BYTES = 1 << 20

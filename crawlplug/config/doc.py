@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .defaults import SETTINGS
+from ..defaults import SETTINGS
 
 HEADER = """# Settings reference
 

@@ -1,6 +1,6 @@
 """Recurring seeds: start entries injected again on a schedule, bypassing dedup.
 
-A seed is a start entry (see :mod:`crawlplug.starts`) with a schedule:
+A seed is a start entry (see :mod:`crawlplug.starts.entry`) with a schedule:
 ``every`` N seconds or a ``cron`` expression (UTC unless a time zone is
 given). When it is due, the timer appends the entry to the crawl's
 ``start_urls`` with ``dont_filter`` set, so the site is crawled again even
@@ -31,10 +31,10 @@ from typing import Any
 
 import redis
 
-from . import starts
-from .errors import ConfigError
-from .frontier.keys import CrawlKeys
-from .frontier.store import redis_ms
+from ..errors import ConfigError
+from ..frontier.keys import CrawlKeys
+from ..frontier.store import redis_ms
+from .entry import parse, to_line
 
 logger = logging.getLogger(__name__)
 
@@ -127,11 +127,11 @@ class Seed:
 def make_seed(line: str, *, every: str | None = None, cron: str | None = None, tz: str = "UTC") -> Seed:
     """A seed for one start entry (URL or JSON line), validated; always bypasses dedup."""
     try:
-        entry = starts.parse(line)
+        entry = parse(line)
     except Exception as exc:  # noqa: BLE001 - whatever the entry's validation raises is the reason
         raise ConfigError(str(exc)) from None
     entry.dont_filter = True
-    return Seed(entry=starts.to_line(entry), every=parse_every(every) if every else None, cron=cron, tz=tz)
+    return Seed(entry=to_line(entry), every=parse_every(every) if every else None, cron=cron, tz=tz)
 
 
 
