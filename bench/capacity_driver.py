@@ -183,6 +183,10 @@ def run_crawlplug(cfg: dict[str, Any]) -> dict[str, Any]:
     in_flight.extend((x.id, _host_of(x.payload)) for x in leased)
     _wait_go(cfg["go"])
     _patch_redis()
+    # the node totals' keyword: totals (since issue 35's rename), counts before it
+    import inspect
+
+    totals_word = "totals" if "totals" in inspect.signature(f.heartbeat_and_reap).parameters else "counts"
     t0, c0 = time.perf_counter(), time.process_time()
     pages = beats = calls = admitted = filtered = sent = 0
     beat_pages = max(1, int(cfg["beat_pages"]))
@@ -216,7 +220,7 @@ def run_crawlplug(cfg: dict[str, Any]) -> dict[str, Any]:
             held = [lease for lease, _ in in_flight]
             f.heartbeat_and_reap(held, producing=False, metrics={
                 "pid": os.getpid(), "started": started, "leases": len(held), "acked": pages,
-                "pages_per_min": 0, "paused": 0}, counts={"items": 0, "errors": 0, "spider_errors": 0})  # fmt: skip
+                "pages_per_min": 0, "paused": 0}, **{totals_word: {"items": 0, "errors": 0, "spider_errors": 0}})  # fmt: skip
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     roundtrips, commands = _redis_counts["roundtrips"], _redis_counts["commands"]
     if in_flight:  # give the rest back (outside the measurement)
