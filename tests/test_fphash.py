@@ -104,6 +104,9 @@ def test_the_splitting_store_stays_compact_with_one_lookup_a_url(server: redis.R
     info = hash_info(frontier)
     assert info["fingerprints"] == 6000 and info["counted"] == 6000 and info["over_limit"] == 0
     assert info["buckets"] == len(names) and info["largest"] <= 128 and 40 <= info["mean_fill"] <= 96
+    from crawlplug.crawl.crawl import Crawl
+
+    assert Crawl.of(frontier).status()["seen"] == 6000  # what `crawlplug status` and the metrics show
     new = _fps(17, "one lookup")
     sent = [words for by_lua, words in monitored(server, lambda: frontier.admit([(fp, 0, b"p") for fp in new]))
             if by_lua and words[0].strip('"').upper() in ("HEXISTS", "HSETNX")]  # fmt: skip

@@ -185,7 +185,7 @@ def part_status(client: redis.Redis, k: CrawlKeys) -> dict[str, Any]:
     pipe.llen(k.dead)
     pipe.hgetall(k.stats)
     pipe.zrange(k.nodes, 0, -1, withscores=True)
-    pipe.hgetall(k.key("fph"))  # the compact store (fphash): its generations' counts
+    pipe.hgetall(k.key("fph"))  # the compact store (fphash): its count, or its generations' counts
     names = [k.queue, k.dq, k.start_urls, k.domains, k.leases, k.seen, k.dead, k.stats, k.nodes, k.key("fph")]
     raw = pipe.execute(raise_on_error=False)
     corrupt = {name: str(value) for name, value in zip(names, raw) if isinstance(value, redis.ResponseError)}
@@ -193,7 +193,8 @@ def part_status(client: redis.Redis, k: CrawlKeys) -> dict[str, Any]:
         ({} if i in (7, 9) else [] if i == 8 else 0) if isinstance(value, redis.ResponseError) else value
         for i, value in enumerate(raw)
     )
-    seen += sum(_int(v) for f, v in hashed.items() if text(f).startswith("count:"))
+    # by generations, "count:<g>" each; splitting, one "count" (crawlplug.frontier.fphash)
+    seen += sum(_int(v) for f, v in hashed.items() if text(f) == "count" or text(f).startswith("count:"))
     if k.shard is None:  # the crawl's lanes (start_urls:<lane>) are start entries too
         starts = views.start_entries(client, k) if not isinstance(raw[2], redis.ResponseError) else 0
     return {

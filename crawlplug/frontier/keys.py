@@ -27,9 +27,10 @@ NAMES = (
     "deliveries",  # hash: request id -> times delivered (only for redelivered ones)
     "seen",  # set: raw 20-byte request fingerprints (RedisSetDupeFilter's store of crawls begun before "fph")
     # the compact exact store (crawlplug.frontier.fphash; lua/dedup.lua mode "hash"): hash "spec"
-    # (bucketing, bits:fill:growth), "gens" (generations), "count:<g>"; its buckets are the hashes
-    # fph:<g>:<bucket hex> (field: the fingerprint less the bytes the bucket fixes, value ""),
-    # each kept in Redis's compact encoding (listpack / ziplist)
+    # (bucketing: split:fill:level, or by generations bits:fill:growth), splitting "level", "next",
+    # "count", by generations "gens", "count:<g>"; its buckets are the hashes fph:<level or g>:<bucket
+    # hex> (field: the fingerprint less the bytes the bucket fixes, value ""), each kept in Redis's
+    # compact encoding (listpack / ziplist)
     "fph",
     "dead",  # list: dead letters (JSON)
     "stats",  # hash: crawl-wide counters
