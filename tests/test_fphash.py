@@ -79,7 +79,7 @@ def home(dedup: HashDedup, fingerprint: bytes, level: int, nxt: int) -> tuple[st
     top = int.from_bytes(fingerprint[:4], "big")
     if (top >> (32 - level) if level else 0) < nxt:
         level += 1
-    return KEYS.key(f"fph:{level}:{(top >> (32 - level)) if level else 0:x}"), fingerprint[level // 8:]
+    return dedup.level_home(KEYS, fingerprint, level)
 
 
 def test_the_splitting_store_stays_compact_with_one_lookup_a_url(server: redis.Redis) -> None:

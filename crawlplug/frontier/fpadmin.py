@@ -123,8 +123,7 @@ def forget_hashed(client: Any, keys: CrawlKeys, fingerprints: Sequence[bytes]) -
         # the transaction move a fingerprint one level down, never further in that time
         level = int(raw[2]) if raw[2] is not None else spec.level
         gens = range(level, min(level + 3, MAX_LEVEL + 2))
-        targets = [[(keys.key(f"fph:{g}:{(int.from_bytes(fp[:4], 'big') >> (32 - g)) if g else 0:x}"), fp[g // 8:])
-                    for g in gens] for fp in fingerprints]  # fmt: skip
+        targets = [[HashDedup.level_home(keys, fp, g) for g in gens] for fp in fingerprints]
     else:
         strategy = HashDedup(spec)
         strategy.observe(text(raw[1]) if raw[1] is not None else "")

@@ -240,6 +240,12 @@ class HashDedup(Dedup):
             out.append(refs[0] + refs[1] + fingerprint)
         return names, out
 
+    @staticmethod
+    def level_home(keys: CrawlKeys, fingerprint: bytes, level: int) -> tuple[str, bytes]:
+        """A splitting store's bucket of ``fingerprint`` at ``level`` (its key) and its field there."""
+        bucket = int.from_bytes(fingerprint[:4], "big") >> (32 - level) if level else 0
+        return keys.key(f"fph:{level}:{bucket:x}"), fingerprint[level // 8:]
+
     def call_keys(self, keys: CrawlKeys, arguments: Sequence[bytes]) -> tuple[list[str], list[bytes]]:
         if isinstance(self.spec, SplitSpec):
             return self._split_keys(keys, arguments)
@@ -292,7 +298,7 @@ class HashDedup(Dedup):
             return
         self.level = int(level) if level is not None else self.spec.level
         self.next = int(nxt or 0)
-        self.due = split_due(int(count or 0), self.spec.fill, self.level, self.next)
+        int(count or 0)  # an integer, or the store is corrupt (the splits due: the script's first reply says)
 
     def observe_spec(self, identity: str) -> None:
         """The crawl buckets by ``identity`` (a call made with another was refused): follow it."""
@@ -312,14 +318,6 @@ class HashDedup(Dedup):
 
     def bucket_pattern(self, keys: CrawlKeys) -> str:
         return f"{self.seen_key(keys)}:*"
-
-
-def split_due(count: int, fill: int, level: int, nxt: int) -> int:
-    """Splits a store of ``count`` fingerprints at ``level`` and ``next`` is due: the buckets
-    it lacks for a mean of at most ``fill`` (as dedup.lua's split_due)."""
-    if level >= MAX_LEVEL:
-        return 0
-    return max(0, -(-count // fill) - ((1 << level) + nxt))
 
 
 def choose_store(frontier: Any, wanted: str, spec: Spec) -> None:
