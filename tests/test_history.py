@@ -305,3 +305,16 @@ def test_a_crawl_begun_in_the_range_shows_no_row_before_its_first_record():
     lines = _history_lines(points)
     rows = lines[2:-1]  # after the head and the column names, before the sparkline
     assert len(rows) == 1 and rows[0].split()[1] == "32", lines
+
+
+def test_a_sample_pipelined_after_the_heartbeat_counts_the_node_on_a_server_holding_only_the_sample(r):
+    """A pipeline's calls run in the order sent even on a server that holds some of their
+    scripts and not others (another client loaded one): the EVALSHAs it had no script for
+    used to be sent again after the others had run, so the history sample ran before the
+    heartbeat ahead of it and counted no live node (CI, a sharded crawl on a cluster)."""
+    frontier = Frontier(r, K, node_id="a")
+    r.script_flush()
+    r.script_load(frontier.scripts._scripts["history"].script)  # the sample's script only
+    frontier.heartbeat_and_reap([])
+    (per_part,) = records.records(r, K, MINUTE_MS, redis_ms(r) - HOUR_MS, redis_ms(r))
+    assert per_part[0][1].gauges[3] == 1, "the node the heartbeat ahead of the sample registered"

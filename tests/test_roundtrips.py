@@ -76,3 +76,18 @@ def test_a_redis_holds_the_scripts_its_crawls_call_not_all_of_them(r):
     admitted, popped = frontier.scripts.pipelined(calls)
     assert not isinstance(admitted, Exception) and not isinstance(popped, Exception), (admitted, popped)
     assert all(r.script_exists(scripts["admit"].sha, scripts["pop"].sha))
+
+
+def test_a_pop_pipelined_after_an_admission_leases_it_on_a_server_holding_only_the_pop_script(r):
+    """The SCRIPT LOAD of the scripts a server was not seen to hold goes ahead of the
+    pipeline's EVALSHAs, in the same round trip: the admission runs first, so the pop
+    after it leases what it admitted (sending the admission again after NOSCRIPT ran the
+    pop first, which found nothing)."""
+    r.script_flush()
+    frontier = Frontier(r, CrawlKeys("order"))
+    r.script_load(frontier.scripts._scripts["pop"].script)
+    payload = JsonSerializer().dumps(Request("http://example.com/"), None)
+    calls = [frontier.base.admit_call([(b"a" * 20, 0.0, payload)], []), frontier.base.pop_call(5)]
+    admitted, popped = frontier.scripts.pipelined(calls)
+    assert not isinstance(admitted, Exception) and not isinstance(popped, Exception), (admitted, popped)
+    assert len(frontier.base.read_pop(popped, calls[1])) == 1, popped

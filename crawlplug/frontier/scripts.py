@@ -117,9 +117,9 @@ class _Script:
     A server without this script (its first call, a restart, SCRIPT FLUSH, a failover) is
     given it then, as redis-py's ``Script`` does: a Redis holds the scripts its crawls
     call, not all of them (22 scripts and the pieces pasted in front of each are about
-    390 KB of script cache, four times what a crawl's calls need). A pipeline of several
-    that meets a server holding some and not others sends the missing ones again once
-    they are loaded (see :meth:`Scripts.pipelined`)."""
+    390 KB of script cache, four times what a crawl's calls need). A pipeline sends the
+    SCRIPT LOAD of the scripts its server was not seen to hold ahead of its calls
+    (:meth:`Scripts._loads`)."""
 
     def __init__(self, script: Any, owner: Scripts) -> None:
         self.script = script
@@ -133,12 +133,15 @@ class _Script:
         client = self.owner.client
         try:
             try:
-                return client.evalsha(self.script.sha, len(keys), *keys, *args)
+                result = client.evalsha(self.script.sha, len(keys), *keys, *args)
             except redis.exceptions.NoScriptError:
                 self.owner.load(client, [self.script])
-                return client.evalsha(self.script.sha, len(keys), *keys, *args)
+                result = client.evalsha(self.script.sha, len(keys), *keys, *args)
         except redis.ResponseError as exc:
             raise script_error(exc) from None
+        if not _is_cluster(client):
+            self.owner.held("", [self.script.sha])
+        return result
 
 
 class Scripts:
@@ -148,6 +151,38 @@ class Scripts:
         self.client = client
         flags = server_major(client) >= 7
         self._scripts = {name: client.register_script(source(name, flags)) for name in NAMES}
+        #: the scripts each server (a cluster node's name; "" for one Redis) was seen to
+        #: hold: a pipeline naming another is preceded by its SCRIPT LOAD (:meth:`_loads`)
+        self._held: dict[str, set[str]] = {}
+
+    def held(self, server: str, shas: Any) -> None:
+        """Note that ``server`` holds the scripts ``shas`` (loaded, or run there)."""
+        self._held.setdefault(server, set()).update(shas)
+
+    def _loads(self, server: str, calls: list[tuple[str, list[Any], list[Any]]], indexes: list[int]) -> list[Any]:
+        """The scripts of ``calls[indexes]`` that ``server`` was not seen to hold, each once.
+
+        A pipeline sends their SCRIPT LOAD ahead of its EVALSHAs, in the same round trip, so
+        its calls run in the order sent. Sending only EVALSHAs and loading the scripts the
+        server answered NOSCRIPT for ran the others first: a history sample taken before
+        the heartbeat ahead of it counted no live node (a sharded crawl's first beat on a
+        cluster whose nodes held some scripts and not others), a pop ran before the
+        admission sent ahead of it. After a restart or SCRIPT FLUSH a server may still lose
+        scripts it was seen to hold: then the NOSCRIPT calls are sent again, alone."""
+        held = self._held.get(server, set())
+        wanted = {self._scripts[calls[i][0]].sha: self._scripts[calls[i][0]] for i in indexes}
+        return [script for sha, script in wanted.items() if sha not in held]
+
+    def _ran(self, server: str, calls: list[tuple[str, list[Any], list[Any]]], indexes: list[int],
+             out: list[Any]) -> None:  # fmt: skip
+        """After a pipeline: what ``server`` holds, from each call's reply (NOSCRIPT: not that)."""
+        held = self._held.setdefault(server, set())
+        for i, value in zip(indexes, out):
+            sha = self._scripts[calls[i][0]].sha
+            if isinstance(value, redis.exceptions.NoScriptError):
+                held.discard(sha)
+            elif not isinstance(value, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+                held.add(sha)
 
     def load_all(self, client: Any) -> None:
         """Load every script on the server behind ``client`` (a benchmark's warm-up)."""
@@ -179,31 +214,46 @@ class Scripts:
         every pipeline, a second round trip; here EVALSHA goes out directly and
         the scripts are loaded only if the server says it lost them.
         """
-        client = self.client
+        client, server = self.client, ""
         if calls and _is_cluster(client):
             # Every key of a crawl shares one hash tag: the whole pipeline goes to the
             # node owning that slot (redis-py's cluster pipeline refuses EVALSHA).
-            client = client.get_redis_connection(client.get_node_from_key(calls[0][1][0]))
+            node = client.get_node_from_key(calls[0][1][0])
+            client, server = client.get_redis_connection(node), node.name
         out: list[Any] = [None] * len(calls)
-        todo = list(range(len(calls)))
+        self._pipeline(client, server, calls, list(range(len(calls))), out)
+        return [script_error(x) if isinstance(x, redis.ResponseError) else x for x in out]
+
+    def _pipeline(self, client: Any, server: str, calls: list[tuple[str, list[Any], list[Any]]],
+                  indexes: list[int], out: list[Any]) -> None:  # fmt: skip
+        """Run ``calls[indexes]`` on ``client`` (one server) in one pipeline, each reply (or
+        the error it met, unraised) into ``out``: the SCRIPT LOAD of any script the server
+        was not seen to hold first (:meth:`_loads`), then the EVALSHAs in call order."""
+        todo = indexes
         for attempt in (1, 2):
+            loads = self._loads(server, calls, todo) if attempt == 1 else []
             pipe = client.pipeline(transaction=False)
+            for script in loads:
+                pipe.script_load(script.script)
             for i in todo:
                 name, keys, args = calls[i]
                 pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
-            for i, value in zip(todo, pipe.execute(raise_on_error=False)):
+            try:
+                replies = pipe.execute(raise_on_error=False)[len(loads):]
+            except (redis.exceptions.RedisError, *_cluster_errors()) as exc:
+                replies = [exc] * len(todo)
+            for i, value in zip(todo, replies):
                 out[i] = value
-            # Only the calls the server had no script for are sent again: the others ran,
-            # and an admission run twice would answer for its second run (its requests
-            # "duplicates" of themselves, its acks stale). A server holding some scripts
-            # and not others (one loaded alone by a client other than crawlplug's) may so
-            # run a pop before the admission sent ahead of it: nothing is lost or done
-            # twice, the pop only misses the requests just admitted.
+            self._ran(server, calls, todo, replies)
+            # Only the calls the server had no script for (it lost them since: a restart,
+            # SCRIPT FLUSH) are sent again: the others ran, and an admission run twice would
+            # answer for its second run (its requests "duplicates" of themselves, its acks
+            # stale). Nothing is lost or done twice; a pop run so before the admission sent
+            # ahead of it only misses the requests just admitted.
             todo = [i for i in todo if isinstance(out[i], redis.exceptions.NoScriptError)]
             if not todo or attempt == 2:
                 break
             self.load(client, self._missing(calls, todo))
-        return [script_error(x) if isinstance(x, redis.ResponseError) else x for x in out]
 
     def read(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
         """Run read-only scripts (:data:`READ_ONLY`) as :meth:`run_many` does, but with
@@ -268,47 +318,47 @@ class Scripts:
                 groups.setdefault(node.name, (node, []))[1].append(i)
         for node, indexes in groups.values():
             client = self.client if node is None else self.client.get_redis_connection(node)
-            todo = indexes
-            for attempt in (1, 2):
-                pipe = client.pipeline(transaction=False)
-                for i in todo:
-                    name, keys, args = calls[i]
-                    pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
-                try:
-                    out = pipe.execute(raise_on_error=False)
-                except (redis.exceptions.RedisError, *_cluster_errors()) as exc:
-                    out = [exc] * len(todo)
-                for i, value in zip(todo, out):
-                    results[i] = script_error(value) if isinstance(value, redis.ResponseError) else value
-                missing = [i for i, v in zip(todo, out) if isinstance(v, redis.exceptions.NoScriptError)]
-                if not missing or attempt == 2:
-                    break
-                self.load(client, self._missing(calls, missing))  # its first call, a restart, SCRIPT FLUSH
-                todo = missing
+            self._pipeline(client, "" if node is None else node.name, calls, indexes, results)
+            for i in indexes:
+                if isinstance(results[i], redis.ResponseError):
+                    results[i] = script_error(results[i])
         return results
 
     def _fan_out(self, calls: list[tuple[str, list[Any], list[Any]]], groups: list[tuple[Any, list[int]]],
                  results: list[Any]) -> None:  # fmt: skip
         """EVALSHA ``calls`` on several nodes at once: send to all, then read from each."""
-        sent: list[tuple[Any, Any, list[int]]] = []
+        sent: list[tuple[Any, Any, list[int], str, int]] = []
         try:
             for node, indexes in groups:
                 pool = self.client.get_redis_connection(node).connection_pool
                 conn = pool.get_connection()
-                sent.append((pool, conn, indexes))
+                loads = self._loads(node.name, calls, indexes)  # ahead of the calls: run in order
+                sent.append((pool, conn, indexes, node.name, len(loads)))
                 try:
                     conn.send_packed_command(conn.pack_commands([
-                        ("EVALSHA", self._scripts[calls[i][0]].sha, len(calls[i][1]), *calls[i][1], *calls[i][2])
-                        for i in indexes
+                        *(("SCRIPT", "LOAD", script.script) for script in loads),
+                        *(("EVALSHA", self._scripts[calls[i][0]].sha, len(calls[i][1]), *calls[i][1], *calls[i][2])
+                          for i in indexes),
                     ]))  # fmt: skip
                 except redis.exceptions.RedisError as exc:
                     conn.disconnect()
                     for i in indexes:
                         results[i] = exc
-                    sent[-1] = (pool, None, indexes)
+                    sent[-1] = (pool, None, indexes, node.name, 0)
                     pool.release(conn)
-            for _, conn, indexes in sent:
+            for _, conn, indexes, server, loaded in sent:
                 if conn is None:
+                    continue
+                try:
+                    for _ in range(loaded):
+                        try:
+                            conn.read_response()
+                        except redis.exceptions.ResponseError:
+                            pass  # not loaded: its calls meet NOSCRIPT and are sent again
+                except redis.exceptions.RedisError as exc:
+                    conn.disconnect()
+                    for j in indexes:
+                        results[j] = exc
                     continue
                 for n, i in enumerate(indexes):
                     try:
@@ -320,8 +370,9 @@ class Scripts:
                         for j in indexes[n:]:
                             results[j] = exc
                         break
+                self._ran(server, calls, indexes, [results[i] for i in indexes])
         finally:
-            for pool, conn, _ in sent:
+            for pool, conn, *_ in sent:
                 if conn is not None:
                     pool.release(conn)
 
