@@ -96,6 +96,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import redis
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -366,6 +368,7 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
     hits = site.hits()
     site_cpu = site.stop()
     after = server_counters(redis_proc.info()) if redis_proc else None
+    memory = memory_kept(redis_proc.client) if redis_proc else None
     redis_cpu = redis_proc.stop() if redis_proc else None
 
     stats = [n.stats() for n in nodes]
@@ -456,8 +459,12 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
             "redis_memory_kept_per_page": (after["used_memory"] - before["used_memory"]) / pages if pages else None,
             "redis_memory_peak_per_page": (after["used_memory_peak"] - before["used_memory"]) / pages if pages else None,
             "redis_version": redis_proc.version,
+            "redis_memory_kept": memory,
         })  # fmt: skip
     log(_one_line(result))
+    if memory:
+        log(f"    used_memory {memory['used_memory'] / 1024:.0f} KB: scripts {memory['scripts'] / 1024:.0f} KB, "
+            f"keys {memory['keys'] / 1024:.0f} KB ({', '.join(f'{k} {v / 1024:.1f}' for k, v in memory['by_kind'].items())})")
     return result
 
 
@@ -468,6 +475,24 @@ def _mean_active(nodes: list[Node]) -> list[float | None]:
         times = n.response_times()
         out.append(round(sum(a for _, a in times) / len(times), 2) if times else None)
     return out
+
+
+def memory_kept(client: Any) -> dict[str, Any] | None:
+    """Where a Redis's used_memory is after a crawl: the script cache (INFO memory), the
+    keys (MEMORY USAGE of each, summed by the part of its name after the crawl's tag, the
+    digits of a bucket or node dropped) and what is neither (Redis's own overhead)."""
+    try:
+        info = client.info("memory")
+        by_kind: dict[str, int] = {}
+        for key in client.scan_iter(count=1000):
+            name = key.decode(errors="replace").split("}", 1)[-1].lstrip(":")
+            kind = "".join("#" if ch.isdigit() else ch for ch in name)
+            by_kind[kind] = by_kind.get(kind, 0) + int(client.memory_usage(key, samples=0) or 0)
+    except redis.RedisError:
+        return None
+    scripts = int(info.get("used_memory_scripts_eval", info.get("used_memory_scripts", 0)))
+    return {"used_memory": int(info["used_memory"]), "scripts": scripts, "keys": sum(by_kind.values()),
+            "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])[:12])}  # fmt: skip
 
 
 def _one_line(r: dict[str, Any]) -> str:

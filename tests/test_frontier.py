@@ -14,7 +14,7 @@ from redis.crc import key_slot
 from crawlplug.crawl import Crawl
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import NAMES, CrawlKeys
-from crawlplug.frontier.scripts import source
+from crawlplug.frontier.luatext import source
 from crawlplug.queues import FifoQueue
 
 K = CrawlKeys("crawl")

@@ -33,7 +33,7 @@ from crawlplug.crawl import Crawl
 from crawlplug.errors import AdmissionIncomplete, RolledBack
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.scripts import source
+from crawlplug.frontier.luatext import source
 from crawlplug.serializers import JsonSerializer
 from crawlplug.server.clients import client_from_url
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import weakref
-from functools import cache
-from importlib.resources import files
 from typing import Any
 
 import redis
@@ -18,6 +16,9 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
 from ..errors import script_error
+from .luatext import ALLOW_OOM, PIECES, READ_ONLY, source
+
+__all__ = ["ALLOW_OOM", "NAMES", "PIECES", "READ_ONLY", "Scripts", "server_major", "source"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,63 +27,6 @@ NAMES = (
     "join", "runstart", "runclear", "finish", "domaintable", "leader", "firing", "alert", "seen", "forget", "history",
     "runctl",
 )  # fmt: skip
-
-#: The shared pieces a script may name in its ``-- uses:`` header line, in the order they
-#: are put in front of it (a piece may use those before it): the all-or-nothing checks,
-#: the epoch guard, a node's call record with the rollback guard, lease records and Redis
-#: time, the per-domain queue, the Bloom filter, one dedup mode's check-and-record
-#: (admit.lua and seen.lua), leasing requests to a node (pop.lua, and admit.lua's pop after
-#: an admission).
-PIECES = ("guard", "epoch", "record", "leases", "domains", "bloom", "dedup", "popping")
-
-#: Scripts whose writes must go through on a full Redis (lease renewal): on Redis 7
-#: and later they declare ``flags=allow-oom``; older servers know no flags, and let
-#: them through because their first write frees memory (guard.lua).
-ALLOW_OOM = frozenset({"heartbeat", "renew"})
-
-#: Scripts that only read: on Redis 7 and later they declare ``flags=no-writes`` and are
-#: run with EVALSHA_RO (:meth:`Scripts.read`), which a read-only ACL user may be given
-#: (``+evalsha_ro +eval_ro``: Redis refuses any write inside, and still checks each
-#: command against the user's rules) without the right to run the crawl's writing scripts.
-READ_ONLY = frozenset({"domaintable"})
-
-
-def _uses(name: str, text: str) -> list[str]:
-    """The pieces ``<name>.lua`` names on its ``-- uses:`` line, checked."""
-    for line in text.splitlines():
-        if line.startswith("-- uses:"):
-            used = line[len("-- uses:"):].split("(", 1)[0].split()
-            unknown = [u for u in used if u not in PIECES]
-            if unknown:
-                raise ValueError(f"{name}.lua uses unknown pieces {unknown} (known: {PIECES})")
-            return [p for p in PIECES if p in used]
-    raise ValueError(f"{name}.lua has no '-- uses:' line")
-
-
-@cache
-def source(name: str, flags: bool = False) -> str:
-    """The text of ``<name>.lua`` as sent to Redis: the pieces its ``-- uses:`` line names,
-    then its own text (``flags``: with the shebang line of Redis 7's script flags, for the
-    scripts in :data:`ALLOW_OOM` and :data:`READ_ONLY`)."""
-    package = files(__package__).joinpath("lua")
-    text = package.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    pieces = [package.joinpath(f"{piece}.lua").read_text(encoding="utf-8") for piece in _uses(name, text)]
-    text = _without_comment_lines("\n".join([*pieces, f"-- ---- {name}.lua ----", text]))
-    if flags and name in ALLOW_OOM:
-        text = f"#!lua flags=allow-oom\n{text}"
-    elif flags and name in READ_ONLY:
-        text = f"#!lua flags=no-writes\n{text}"
-    return text
-
-
-def _without_comment_lines(text: str) -> str:
-    """``text`` with every line that is only a comment left empty: the pieces are pasted in
-    front of every script, so their comments were most of what Redis compiled at each
-    SCRIPT LOAD (all scripts load at a Redis's first call, and again after a restart). The
-    lines stay, so a Lua error's line number still points into the text. (The scripts hold
-    no long strings or long comments, whose lines could start with ``--``.)"""
-    return "\n".join("" if line.lstrip().startswith("--") else line for line in text.split("\n"))
-
 
 _versions: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 

@@ -348,7 +348,7 @@ def _denied(client: redis.Redis) -> list[str]:
     EVALSHA is asked for a script that does not exist (NOSCRIPT when allowed); SCRIPT
     LOAD loads crawlplug's smallest script, as the node itself does next.
     """
-    from ..frontier.scripts import source  # noqa: PLC0415 - the scripts' text, read once
+    from ..frontier.luatext import source  # noqa: PLC0415 - the scripts' text, read once
 
     pipe = client.pipeline(transaction=False)
     pipe.time()

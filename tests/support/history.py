@@ -10,7 +10,7 @@ import redis
 
 from crawlplug.frontier import history
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.scripts import source
+from crawlplug.frontier.luatext import source
 
 CLOCK_LINE = "local now = redis_now_ms()"
 
