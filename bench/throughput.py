@@ -491,8 +491,12 @@ def memory_kept(client: Any) -> dict[str, Any] | None:
     except redis.RedisError:
         return None
     scripts = int(info.get("used_memory_scripts_eval", info.get("used_memory_scripts", 0)))
+    try:
+        stats = {k: v for k, v in client.memory_stats().items() if isinstance(v, (int, float))}
+    except redis.RedisError:
+        stats = {}
     return {"used_memory": int(info["used_memory"]), "scripts": scripts, "keys": sum(by_kind.values()),
-            "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])[:12])}  # fmt: skip
+            "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])[:12]), "memory_stats": stats}  # fmt: skip
 
 
 def _one_line(r: dict[str, Any]) -> str:
