@@ -367,6 +367,10 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
     wall = time.monotonic() - began
     hits = site.hits()
     site_cpu = site.stop()
+    if redis_proc is not None:
+        # "after the crawl": once the server has closed the nodes' connections (an exited
+        # node's are closed when Redis next reads them; read before, their buffers counted)
+        wait_for(lambda: int(redis_proc.client.info("clients")["connected_clients"]) <= 1, 5, 0.05)
     after = server_counters(redis_proc.info()) if redis_proc else None
     memory = memory_kept(redis_proc.client) if redis_proc else None
     redis_cpu = redis_proc.stop() if redis_proc else None
@@ -493,6 +497,7 @@ def memory_kept(client: Any) -> dict[str, Any] | None:
     scripts = int(info.get("used_memory_scripts_eval", info.get("used_memory_scripts", 0)))
     try:
         stats = {k: v for k, v in client.memory_stats().items() if isinstance(v, (int, float))}
+        stats["slowlog.len"] = client.slowlog_len()
     except redis.RedisError:
         stats = {}
     return {"used_memory": int(info["used_memory"]), "scripts": scripts, "keys": sum(by_kind.values()),
