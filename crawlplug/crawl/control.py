@@ -45,6 +45,22 @@ from ..frontier.scripts import Scripts
 from ..frontier.store import text
 from . import runs
 
+__all__ = [
+    "LIMITS",
+    "Limits",
+    "Outcome",
+    "apply",
+    "continue_run",
+    "domain_pages",
+    "from_settings",
+    "new_run",
+    "operator",
+    "record_summary",
+    "set_domain_pages",
+    "set_limits",
+    "stop",
+]
+
 #: limit name -> (run hash field, the Scrapy setting it takes the meaning of, close reason)
 LIMITS: dict[str, tuple[str, str, str]] = {
     "pages": ("lim_pages", "CLOSESPIDER_PAGECOUNT", "closespider_pagecount"),

@@ -24,6 +24,8 @@ from ..frontier.scripts import Scripts
 from ..frontier.store import redis_ms, text
 from . import runs, views
 
+__all__ = ["Crawl", "part_status"]
+
 
 class Crawl:
     """The control plane of crawl ``keys`` on ``client`` over ``parts`` (the crawl's own key

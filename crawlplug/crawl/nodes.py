@@ -15,6 +15,8 @@ from typing import Any
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
 
+__all__ = ["count_live", "is_live", "live_nodes", "live_of"]
+
 
 def is_live(deadline: float | None, now_ms: int) -> bool:
     """Whether a node whose heartbeat deadline is ``deadline`` is live at ``now_ms``."""

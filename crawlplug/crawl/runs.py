@@ -56,6 +56,33 @@ from . import views
 from .nodes import count_live
 from .nodes import live_nodes as count_live_nodes
 
+__all__ = [
+    "BEGIN_GRACE_MS",
+    "NODE_PREFIX",
+    "RUN_STATE_NAMES",
+    "Joined",
+    "Overtaken",
+    "RunView",
+    "begin",
+    "crawl_rows",
+    "ended_message",
+    "finish",
+    "format_ms",
+    "history",
+    "join",
+    "lane_keys",
+    "mark_lost",
+    "new_epoch",
+    "new_token",
+    "part_keys",
+    "purge",
+    "record",
+    "rejoin",
+    "totals",
+    "vanished",
+    "view",
+]
+
 logger = logging.getLogger(__name__)
 
 #: How long a node beginning a run may take to clear the last one before another takes over (ms).

@@ -16,6 +16,25 @@ from ..frontier.keys import CrawlKeys
 from ..frontier.layout import parts
 from ..frontier.store import parse_dq_member, text
 
+__all__ = [
+    "Head",
+    "dead_count",
+    "dead_entries",
+    "domain_queue_key",
+    "expired_leases",
+    "graveyard",
+    "has_override",
+    "head",
+    "key_count",
+    "lost",
+    "node_records",
+    "remove_dead_at",
+    "series_per_part",
+    "start_entries",
+    "start_entries_waiting",
+    "start_lists",
+]
+
 _TOMBSTONE = "__crawlplug_removed__"
 
 

@@ -23,6 +23,8 @@ from .keys import CrawlKeys
 from .schedules import Leadership
 from .store import json_record, text
 
+__all__ = ["LOG_KEEP", "alerting_crawls", "delete", "events", "index_key", "put", "record", "rules", "states"]
+
 #: Events the crawl's alert log keeps.
 LOG_KEEP = 200
 

@@ -64,6 +64,8 @@ from .results import Admission, AdmitResult, Beat, Idle, Leased, Leases
 from .scripts import Scripts
 from .store import text
 
+__all__ = ["BASE", "Call", "Frontier", "open_domains", "open_frontier", "route_key"]
+
 logger = logging.getLogger(__name__)
 
 #: a part index for the crawl's own keys in a sharded crawl (start entries); shards are 0..N-1

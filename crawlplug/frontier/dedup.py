@@ -21,6 +21,17 @@ from .store import text
 if TYPE_CHECKING:
     from .keys import CrawlKeys
 
+__all__ = [
+    "BloomDedup",
+    "Dedup",
+    "NativeBloomDedup",
+    "SetDedup",
+    "TtlDedup",
+    "bloom_info",
+    "has_native_bloom",
+    "prepare_bloom",
+]
+
 logger = logging.getLogger(__name__)
 
 

@@ -14,6 +14,8 @@ from .keys import CrawlKeys
 from .scripts import Scripts
 from .store import text
 
+__all__ = ["Domains"]
+
 
 class Domains:
     """The per-domain queue's schedule and limits of one crawl (read and steer).

@@ -29,6 +29,8 @@ from .layout import parts, shard_of
 from .scripts import Scripts
 from .store import text
 
+__all__ = ["BLOOM_CANNOT_FORGET", "Forgotten", "bloom_kind", "forget", "roll"]
+
 #: What a refusal says about a Bloom filter (the CLI prints it).
 BLOOM_CANNOT_FORGET = (
     "crawl {crawl!r} deduplicates with a Bloom filter ({kind}), which cannot forget one URL: its bits are "

@@ -17,6 +17,8 @@ from .store import text
 if TYPE_CHECKING:
     from .keys import CrawlKeys
 
+__all__ = ["forget_hashed", "hash_info", "iter_fingerprints", "migrate_set", "store_info"]
+
 logger = logging.getLogger(__name__)
 
 

@@ -56,6 +56,25 @@ from .store import text
 if TYPE_CHECKING:
     from .keys import CrawlKeys
 
+__all__ = [
+    "FILL",
+    "GROWTH_BITS",
+    "MAX_LEVEL",
+    "NO_BUCKET",
+    "SPEC_FIELD",
+    "SPLIT_FILL",
+    "STORES",
+    "STORE_FIELD",
+    "WINDOW",
+    "HashDedup",
+    "HashSpec",
+    "Spec",
+    "SplitSpec",
+    "bind_hash_parts",
+    "choose_store",
+    "parse_spec",
+]
+
 logger = logging.getLogger(__name__)
 
 #: the mean fingerprints a bucket holds when its generation is full (Redis keeps a hash of

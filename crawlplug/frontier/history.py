@@ -31,6 +31,22 @@ from .keys import CrawlKeys
 from .layout import parts
 from .store import text
 
+__all__ = [
+    "COUNTERS",
+    "DAY_MS",
+    "GAUGES",
+    "HOURS_KEPT_MS",
+    "HOUR_MS",
+    "MINUTES_KEPT_MS",
+    "MINUTE_MS",
+    "Record",
+    "hour_key",
+    "minute_key",
+    "parse",
+    "records",
+    "sample_call",
+]
+
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 DAY_MS = 86_400_000

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from .keys import CrawlKeys
     from .results import Admission, AdmitResult, Beat, Idle, Leases
 
+__all__ = ["CrawlFrontier"]
+
 
 @runtime_checkable
 class CrawlFrontier(Protocol):

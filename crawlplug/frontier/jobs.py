@@ -23,6 +23,22 @@ import redis
 from .keys import CrawlKeys
 from .store import redis_ms, text
 
+__all__ = [
+    "DAEMON_STATES",
+    "INT_FIELDS",
+    "KEEP",
+    "OPEN_STATES",
+    "all_jobs",
+    "by_node",
+    "get",
+    "node_closed",
+    "node_opened",
+    "record",
+    "state",
+    "update",
+    "with_firing",
+]
+
 #: How many jobs a crawl keeps (the oldest are dropped when more are recorded).
 KEEP = 1000
 

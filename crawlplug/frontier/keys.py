@@ -17,6 +17,8 @@ from redis.crc import key_slot
 from ..config import setting
 from ..errors import ConfigError
 
+__all__ = ["DEDUP_NAMES", "DEDUP_PREFIXES", "DOMAIN_NAMES", "NAMES", "SHARDED_NAMES", "CrawlKeys", "crawl_keys"]
+
 #: The names of a crawl's keys, in one place (see DESIGN.md, section 2).
 NAMES = (
     "queue",  # zset: request id -> score (queue order)

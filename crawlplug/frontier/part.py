@@ -36,6 +36,8 @@ from .results import Admission, AdmitResult, Leased, Leases, joined, leased_from
 from .scripts import Scripts
 from .store import redis_ms, text
 
+__all__ = ["POP_ARG", "POP_AT", "Part", "admit_in_parts", "log_went_back"]
+
 logger = logging.getLogger(__name__)
 
 #: admit.lua's ARGV[POP_AT + 1]: the pop made after the admission in the same call

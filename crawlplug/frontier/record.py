@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+__all__ = ["CallRecord", "ResendLog", "call_number"]
+
 
 class CallRecord:
     """The call ids and the held leases of one frontier part (module docstring)."""

@@ -13,6 +13,19 @@ import redis
 from .keys import CrawlKeys
 from .store import json_record, redis_ms, text
 
+__all__ = [
+    "entry",
+    "exists",
+    "known_crawls",
+    "mark_purged",
+    "purged_since",
+    "register",
+    "registered",
+    "registered_crawls",
+    "registry_key",
+    "unknown_crawl_message",
+]
+
 
 def registry_key(prefix: str = "crawlplug") -> str:
     """The hash naming every crawl started on this Redis: crawl -> JSON {created (ms)}."""

@@ -12,6 +12,20 @@ from typing import Any
 
 from .store import text
 
+__all__ = [
+    "Admission",
+    "AdmitResult",
+    "Beat",
+    "DeadLetter",
+    "Idle",
+    "Leased",
+    "Leases",
+    "joined",
+    "leased_from",
+    "new_node_id",
+    "process_node_id",
+]
+
 #: One request to admit: fingerprint (b"" = never deduplicated), score, payload,
 #: optionally its domain ("" or absent = the plain queue; DomainQueue sets it), and the
 #: request's URL (or host), which routes it to a shard of a sharded crawl (the frontier's

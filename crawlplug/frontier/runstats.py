@@ -19,6 +19,8 @@ import redis
 from .keys import CrawlKeys
 from .store import text
 
+__all__ = ["KEEP", "keep", "kept", "read", "runstats_key"]
+
 #: How many ended runs keep their nodes' stats.
 KEEP = 20
 

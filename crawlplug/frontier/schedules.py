@@ -30,6 +30,8 @@ from .keys import CrawlKeys
 from .scripts import Scripts
 from .store import json_record, text
 
+__all__ = ["Leadership", "all_schedules", "delete", "fires", "get", "index_key", "put", "scheduled_crawls"]
+
 
 def index_key(prefix: str = "crawlplug") -> str:
     """The set naming every crawl that has schedules on this Redis."""

@@ -19,6 +19,8 @@ from redis.exceptions import RedisClusterException
 
 from ..errors import script_error
 
+__all__ = ["ALLOW_OOM", "NAMES", "PIECES", "READ_ONLY", "Scripts", "server_major", "source"]
+
 logger = logging.getLogger(__name__)
 
 NAMES = (

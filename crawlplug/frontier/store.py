@@ -14,6 +14,19 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "RANK_OFFSET",
+    "DqMember",
+    "LeaseRecord",
+    "dq_member",
+    "json_record",
+    "parse_dq_member",
+    "parse_lease",
+    "rank_of",
+    "redis_ms",
+    "text",
+]
+
 #: lua/domains.lua's RANK_OFFSET: a queue score s is ranked as s + 2^50, 16 digits.
 RANK_OFFSET = 2**50
 

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from ..queues import BaseQueue
     from .outage import Outage, Reporter
 
+__all__ = ["RECORD_FP_META", "Batch", "Buffered"]
+
 #: Meta flag of requests made from start entries: admitted even if seen, fingerprint recorded.
 RECORD_FP_META = "_crawlplug_record_fp"
 

@@ -24,6 +24,20 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+__all__ = [
+    "close",
+    "download_slots",
+    "fail_at_start",
+    "flush_feeds",
+    "free_download_slots",
+    "no_local_delay",
+    "on_request_done",
+    "scheduler",
+    "start_running",
+    "take_over_closespider",
+    "wake",
+]
+
 logger = logging.getLogger(__name__)
 
 

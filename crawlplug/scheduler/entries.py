@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .batch import Batch
     from .outage import Outage, Reporter
 
+__all__ = ["START_META", "StartEntries"]
+
 logger = logging.getLogger(__name__)
 
 #: Meta key of requests made from a start entry: the entry's lease id.

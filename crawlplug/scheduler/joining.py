@@ -37,6 +37,19 @@ if TYPE_CHECKING:
     from ..frontier.interface import CrawlFrontier
     from ..queues import BaseQueue
 
+__all__ = [
+    "NEW_RUN_AFTER_LIMIT",
+    "AfterLimit",
+    "Joined",
+    "incremental",
+    "join_args",
+    "join_crawl",
+    "log_join",
+    "log_politeness",
+    "log_where",
+    "new_run_after_limit",
+]
+
 logger = logging.getLogger(__name__)
 
 

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from .entries import StartEntries
     from .outage import Outage, Reporter
 
+__all__ = ["DRAIN_GRACE", "LOST_BY_STALLING", "LOST_IN_REDIS", "Liveness"]
+
 logger = logging.getLogger(__name__)
 
 LOST_BY_STALLING = "crawlplug: %d leases of this node expired (stalled longer than CRAWLPLUG_LEASE_TIMEOUT=%ss) and were given to other nodes"

@@ -33,6 +33,8 @@ from . import enginehooks
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+__all__ = ["Outage", "Reporter"]
+
 logger = logging.getLogger(__name__)
 
 

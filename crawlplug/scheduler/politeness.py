@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from ..queues import BaseQueue
     from .outage import Outage, Reporter
 
+__all__ = ["DOMAIN_QUEUE", "Choice", "Politeness", "asked", "choose"]
+
 logger = logging.getLogger(__name__)
 
 DOMAIN_QUEUE = "crawlplug.queues.DomainQueue"

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from .batch import Batch
     from .outage import Reporter
 
+__all__ = ["RunControl", "from_settings"]
+
 logger = logging.getLogger(__name__)
 
 #: limit name -> the key of Scrapy's CloseSpider extension that counts it

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
+__all__ = ["StaleOutputMiddleware"]
+
 logger = logging.getLogger(__name__)
 
 

@@ -18,6 +18,8 @@ from ...frontier.store import rank_of, redis_ms, text
 from ..nodes import live_nodes
 from .common import _EXPORTED, _LOCAL, BATCH, FORMAT, STRING_CHUNK, VERSION, _batches, _enc
 
+__all__ = ["export_crawl"]
+
 # -- export -----------------------------------------------------------------------------
 
 

@@ -29,6 +29,8 @@ from ...frontier.store import text
 from .. import runs
 from .common import BATCH, FORMAT, VERSION, _b64, _batches, _dec, _short
 
+__all__ = ["import_crawl", "read_header"]
+
 # -- import: validation ------------------------------------------------------------------
 
 _ID = re.compile(r"^[0-9]{1,20}$")
