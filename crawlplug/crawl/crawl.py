@@ -12,10 +12,11 @@ keys and the key sets of its parts (its own, then each shard's).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from ..frontier.keys import CrawlKeys
 from ..frontier.layout import parts as stored_parts
@@ -104,9 +105,10 @@ class Crawl:
             self.client.sadd(self.keys.lanes, *names)
 
     # -- a node's record in the registry of nodes --------------------------------------
-    def publish(self, node_id: str, **metrics: Any) -> None:
+    def publish(self, node_id: str, **metrics: EncodableT) -> None:
         """Set fields of node ``node_id``'s record at once (not waiting for its next heartbeat)."""
-        self.client.hset(self.keys.node(node_id), mapping=metrics)
+        # a dict[str, ...] is one, but Mapping's key type is invariant
+        self.client.hset(self.keys.node(node_id), mapping=cast("Mapping[FieldT, EncodableT]", metrics))
 
     def leave(self, node_id: str) -> None:
         """Unregister node ``node_id`` (graceful close): its leases go back when they are
@@ -158,7 +160,7 @@ class Crawl:
 
     def dead_letters(self, start: int = 0, stop: int = -1) -> list[DeadLetter]:
         """The dead letters of every part, oldest first within a part (the crawl's own, then each shard's)."""
-        letters = [DeadLetter.parse(x) for k in self.parts() for x in self.client.lrange(k.dead, 0, -1)]
+        letters = [DeadLetter.parse(x) for k in self.parts() for x in cast("list[bytes]", self.client.lrange(k.dead, 0, -1))]
         return letters[start:None if stop == -1 else stop + 1]
 
     def queued_elsewhere(self, domains: bool) -> int:

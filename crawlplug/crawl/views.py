@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 
@@ -53,7 +54,7 @@ def dead_entries(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -
     out = []
     for part in parts(client, keys):
         key = _dead_key(part, run)
-        out += [(key, i, raw) for i, raw in enumerate(client.lrange(key, 0, -1))]
+        out += [(key, i, raw) for i, raw in enumerate(cast("list[bytes]", client.lrange(key, 0, -1)))]
     return out
 
 
@@ -84,7 +85,7 @@ def domain_queue_key(client: redis.Redis, keys: CrawlKeys) -> str | None:
     if not client.exists(conf.dconf):
         return None
     key = client.hget(conf.dconf, "key")
-    return key.decode() if key else "host"
+    return text(key) if key else "host"
 
 
 def has_override(client: redis.Redis, keys: CrawlKeys, domain: str) -> bool:
@@ -135,7 +136,7 @@ def lost(client: redis.Redis, keys: CrawlKeys) -> bool:
 
 def series_per_part(client: redis.Redis, keys: CrawlKeys, fields: list[str]) -> list[list[bytes | None]]:
     """``fields`` of each part's series hash, part by part."""
-    return [list(client.hmget(part.series, fields)) for part in parts(client, keys)]
+    return [cast("list[bytes | None]", client.hmget(part.series, fields)) for part in parts(client, keys)]
 
 
 # -- the queue's head ----------------------------------------------------------------------
@@ -176,8 +177,8 @@ def head(client: redis.Redis, keys: CrawlKeys, count: int) -> Head:
     queued = 0
     for part in parts(client, keys):
         ids = [text(x) for x in client.zrange(part.queue, 0, count - 1)]
-        ids += [parse_dq_member(m).id for m in client.zrange(part.dq, 0, count - 1)]
-        payloads = client.hmget(part.requests, ids) if ids else []
+        ids += [parse_dq_member(m).id for m in cast("list[bytes]", client.zrange(part.dq, 0, count - 1))]
+        payloads = cast("list[bytes | None]", client.hmget(part.requests, ids)) if ids else []
         for rid, payload in zip(ids, payloads):
             rows.append((rid if part.shard is None else f"{part.shard}.{rid}", payload))
         queued += client.zcard(part.queue) + client.zcard(part.dq)

@@ -88,10 +88,10 @@ def route_key(item: Admission) -> str:
     """What routes an admission to its shard: its per-domain queue's key (4th field), else
     the host of its URL (5th: the request's URL, or a host), else that field as it is.
     One site, one shard; a dupefilter on its own routes alike (crawlplug.queues.route)."""
-    domain = item[3] if len(item) > 3 else ""  # type: ignore[misc]
+    domain = item[3] if len(item) > 3 else ""
     if domain:
         return domain
-    where = item[4] if len(item) > 4 else ""  # type: ignore[misc]
+    where = item[4] if len(item) > 4 else ""
     if "://" in where:
         return urlsplit(where).hostname or where
     if not where:

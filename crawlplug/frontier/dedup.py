@@ -127,7 +127,7 @@ class BloomDedup(Dedup):
             raise ValueError("Bloom generations need a positive count and a time-to-live")
         self.spec = spec
         self.generations = generations
-        self.window_ms = int(ttl * 1000 / generations) if generations else 0
+        self.window_ms = int(ttl * 1000 / generations) if generations and ttl else 0  # ttl is set with generations
         if generations and self.window_ms < 1:
             raise ValueError("the Bloom generation window must be at least 1 ms")
         self.generation = 0  # Redis's current window, learnt from the script

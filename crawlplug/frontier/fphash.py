@@ -193,7 +193,9 @@ class HashDedup(Dedup):
         return keys.key("fph")
 
     def bucket(self, fingerprint: bytes, generation: int) -> int:
-        bits = self.spec.gen_bits(generation)
+        """The bucket of ``fingerprint`` in ``generation`` of a store by generations (a
+        splitting store's is :meth:`level_home`'s)."""
+        bits = self._generations().gen_bits(generation)
         return int.from_bytes(fingerprint[:4], "big") >> (32 - bits) if bits else 0
 
     def bucket_key(self, keys: CrawlKeys, generation: int, bucket: int) -> str:
@@ -201,7 +203,12 @@ class HashDedup(Dedup):
 
     def field(self, fingerprint: bytes, generation: int) -> bytes:
         """What generation ``generation`` stores: the bytes its bucket does not fix."""
-        return fingerprint[self.spec.gen_bits(generation) // 8:]
+        return fingerprint[self._generations().gen_bits(generation) // 8:]
+
+    def _generations(self) -> HashSpec:
+        if isinstance(self.spec, SplitSpec):
+            raise TypeError("a splitting store has levels, not generations: HashDedup.level_home is its bucket and field")
+        return self.spec
 
     def param(self) -> str:
         if isinstance(self.spec, SplitSpec):

@@ -44,8 +44,10 @@ class CrawlFrontier(Protocol):
     run_id: int | None
     #: the start-entry lists the node reads besides start_urls (CRAWLPLUG_START_KEYS' lanes)
     lanes: tuple[str, ...]
-    #: the dedup strategy of the crawl's parts (crawlplug.frontier.dedup)
-    dedup: Dedup
+
+    @property
+    def dedup(self) -> Dedup:
+        """The dedup strategy of the crawl's parts (crawlplug.frontier.dedup); read-only."""
 
 
     def admit(self, items: Sequence[Admission], acks: Sequence[str] = (),

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from .keys import CrawlKeys
 from .store import redis_ms, text
@@ -54,7 +55,7 @@ def record(client: redis.Redis, keys: CrawlKeys, job_id: str, fields: dict[str, 
            scheduled_ms: int | None = None) -> None:  # fmt: skip
     """Record job ``job_id`` (a new one with ``scheduled_ms``), setting ``fields`` (None values
     are left out); the oldest jobs past :data:`KEEP` are dropped."""
-    values = {k: str(v) for k, v in fields.items() if v is not None}
+    values: dict[FieldT, EncodableT] = {k: str(v) for k, v in fields.items() if v is not None}
     pipe = client.pipeline(transaction=True)
     if scheduled_ms is not None:
         values["scheduled"] = str(scheduled_ms)
@@ -70,7 +71,7 @@ def update(client: redis.Redis, keys: CrawlKeys, job_id: str, fields: dict[str, 
     """Set ``fields`` of a recorded job; False (nothing written) if no such job is recorded."""
     if client.zscore(keys.jobs, job_id) is None:
         return False
-    values = {k: str(v) for k, v in fields.items() if v is not None}
+    values: dict[FieldT, EncodableT] = {k: str(v) for k, v in fields.items() if v is not None}
     if values:
         client.hset(keys.job(job_id), mapping=values)
     return True

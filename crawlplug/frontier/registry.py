@@ -52,7 +52,7 @@ def register(client: redis.Redis, keys: CrawlKeys) -> bool:
     record = entry(client, keys)
     if registered(record):
         return False
-    fresh = {"created": redis_ms(client)}
+    fresh: dict[str, int | None] = {"created": redis_ms(client)}
     if record is None:
         return bool(client.hsetnx(registry_key(keys.prefix), keys.crawl, json.dumps(fresh)))
     fresh["purged_at"] = record.get("purged_at")

@@ -11,7 +11,7 @@ import logging
 import weakref
 from functools import cache
 from importlib.resources import files
-from typing import Any
+from typing import Any, TypeGuard
 
 import redis
 from redis.cluster import RedisCluster
@@ -149,7 +149,7 @@ class _Script:
 class Scripts:
     """The scripts registered on one client: ``scripts.admit(keys, args)``."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis | RedisCluster) -> None:
         self.client = client
         flags = server_major(client) >= 7
         self._scripts = {name: client.register_script(source(name, flags)) for name in NAMES}
@@ -274,7 +274,7 @@ class Scripts:
                 try:
                     results.append(self.client.evalsha_ro(script.sha, len(keys), *keys, *args))
                 except redis.exceptions.NoScriptError:  # not loaded yet: EVAL_RO sends the text
-                    results.append(self.client.eval_ro(script.script, len(keys), *keys, *args))
+                    results.append(self.client.eval_ro(script.script, len(keys), *keys, *args))  # type: ignore[arg-type]  # registered from source(): a str
             except redis.exceptions.NoPermissionError:
                 # a user given EVALSHA but not EVALSHA_RO (docs/security.md's crawler rule)
                 return self.run_many(calls)
@@ -302,7 +302,7 @@ class Scripts:
         cluster = _is_cluster(self.client)
         for i, (_, keys, _) in enumerate(calls):
             if cluster:
-                node = self.client.get_node_from_key(keys[0])
+                node = self.client.get_node_from_key(keys[0])  # type: ignore[union-attr]  # a cluster's
                 groups.setdefault(node.name, (node, []))[1].append(i)
             else:
                 groups.setdefault("", (None, []))[1].append(i)
@@ -316,10 +316,10 @@ class Scripts:
                 return results
             groups = {}
             for i in retry:
-                node = self.client.get_node_from_key(calls[i][1][0])
+                node = self.client.get_node_from_key(calls[i][1][0])  # type: ignore[union-attr]  # several nodes: a cluster
                 groups.setdefault(node.name, (node, []))[1].append(i)
         for node, indexes in groups.values():
-            client = self.client if node is None else self.client.get_redis_connection(node)
+            client = self.client if node is None else self.client.get_redis_connection(node)  # type: ignore[union-attr]  # a node: a cluster's
             self._pipeline(client, "" if node is None else node.name, calls, indexes, results)
             for i in indexes:
                 if isinstance(results[i], redis.ResponseError):
@@ -332,7 +332,7 @@ class Scripts:
         sent: list[tuple[Any, Any, list[int], str, int]] = []
         try:
             for node, indexes in groups:
-                pool = self.client.get_redis_connection(node).connection_pool
+                pool = self.client.get_redis_connection(node).connection_pool  # type: ignore[union-attr]  # the nodes of a cluster
                 conn = pool.get_connection()
                 loads = self._loads(node.name, calls, indexes)  # ahead of the calls: run in order
                 sent.append((pool, conn, indexes, node.name, len(loads)))
@@ -385,9 +385,9 @@ class Scripts:
             raise AttributeError(name) from None
 
 
-def _cluster_errors() -> tuple[type[Exception], ...]:
+def _cluster_errors() -> tuple[type[RedisClusterException]]:
     return (RedisClusterException,)
 
 
-def _is_cluster(client: Any) -> bool:
+def _is_cluster(client: object) -> TypeGuard[RedisCluster]:
     return isinstance(client, RedisCluster)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
@@ -42,7 +42,7 @@ from twisted.internet.task import LoopingCall
 from ..config import SchedulerConfig, setting
 from ..dupefilters import RedisSetDupeFilter
 from ..errors import REDIS_ERRORS, ConfigError, RedisUnavailable, RunEnded, StaleEpoch
-from ..queues import BaseQueue, PriorityQueue
+from ..queues import BaseQueue, DomainQueue, PriorityQueue
 from ..serializers import serializer_from_settings
 from ..starts.seeds import Seeds
 from . import enginehooks, joining, runcontrol
@@ -75,8 +75,10 @@ class Scheduler(BaseScheduler):
         self.serializer = serializer
         self.config = config or SchedulerConfig()
         self.report = Reporter(crawler.stats)
-        self.frontier: CrawlFrontier = None
-        self.crawl: Crawl = None  #: the control plane over the frontier's parts (joining.Joined.crawl)
+        #: the frontier and the control plane over its parts (joining.Joined.crawl): None until
+        #: open() has joined the crawl
+        self.frontier: CrawlFrontier | None = None
+        self.crawl: Crawl | None = None
         self.conn: Any = None
         self.batch: Batch | None = None
         self.entries: StartEntries | None = None
@@ -172,24 +174,25 @@ class Scheduler(BaseScheduler):
     def _build(self, spider: Spider, node: joining.Joined) -> None:
         """The parts of a node that joined its crawl, each owning its state."""
         settings = self.crawler.settings
+        frontier = node.frontier  # frontier, set by open() just before
         stale: list[Any] = []  # the liveness part rejoins; it is built after the outage part
         self.outage = outage = Outage(
             self.crawler, self.report, timeout=setting(settings, "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT", "getfloat"),
-            safe_url=node.conn.safe_url, start_urls=self.frontier.keys.start_urls,
+            safe_url=node.conn.safe_url, start_urls=frontier.keys.start_urls,
             on_stale=lambda exc: stale[0](exc), on_back=lambda: batch.recent.clear(),
         )  # fmt: skip
-        batch = self.batch = Batch(self.crawler, self.frontier, dupefilter=self.df, serializer=self.serializer,
+        batch = self.batch = Batch(self.crawler, frontier, dupefilter=self.df, serializer=self.serializer,
                                    queue=self.queue, config=self.config, outage=outage, reporter=self.report)  # fmt: skip
-        seeds = Seeds(node.conn.client, self.frontier.keys) if self.config.seeds else None
-        self.entries = StartEntries(self.crawler, self.frontier, batch, crawl=node.crawl, serializer=self.serializer,
+        seeds = Seeds(node.conn.client, frontier.keys) if self.config.seeds else None
+        self.entries = StartEntries(self.crawler, frontier, batch, crawl=node.crawl, serializer=self.serializer,
                                     config=self.config, outage=outage, reporter=self.report, seeds=seeds)  # fmt: skip
         batch.spider = self.entries.spider = spider
         limits, crawl_wide = self._limits
-        control = runcontrol.RunControl(self.crawler, self.frontier, batch, crawl=node.crawl, reporter=self.report,
+        control = runcontrol.RunControl(self.crawler, frontier, batch, crawl=node.crawl, reporter=self.report,
                                         limits=limits, crawl_wide=crawl_wide)  # fmt: skip
         control.take_over()  # before spider_opened: Scrapy's CloseSpider counts no limit the run counts
         self.liveness = Liveness(
-            self.crawler, self.frontier, batch, self.entries, crawl=node.crawl, config=self.config, outage=outage,
+            self.crawler, frontier, batch, self.entries, crawl=node.crawl, config=self.config, outage=outage,
             reporter=self.report, joined=node.joined, join_args=node.join_args, started=node.started,
             enqueue=self.enqueue_request, control=control,
         )  # fmt: skip
@@ -197,7 +200,8 @@ class Scheduler(BaseScheduler):
         if self.queue.order == "domain":
             if not settings.getbool("AUTOTHROTTLE_ENABLED"):
                 enginehooks.no_local_delay(self.crawler)  # the per-domain queue spaces the crawl's requests
-            politeness = Politeness(self.crawler, self.frontier, self.queue, crawl=node.crawl, outage=outage,
+            # the order "domain" is DomainQueue's (its host or domain key)
+            politeness = Politeness(self.crawler, frontier, cast(DomainQueue, self.queue), crawl=node.crawl, outage=outage,
                                     reporter=self.report)  # fmt: skip
             politeness.configure()
             self.crawler.signals.connect(batch.sent, signal=signals.request_reached_downloader)
@@ -214,7 +218,7 @@ class Scheduler(BaseScheduler):
         if self.frontier is None:
             return
         assert self.batch is not None and self.entries is not None and self.liveness is not None
-        assert self.outage is not None
+        assert self.outage is not None and self.crawl is not None  # open() set them with the frontier
         self.outage.last_attempt()
         try:
             self.batch.flush()

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
-    from ..queues import BaseQueue
+    from ..queues import DomainQueue
     from .outage import Outage, Reporter
 
 __all__ = ["DOMAIN_QUEUE", "Choice", "Politeness", "asked", "choose"]
@@ -128,7 +128,7 @@ def _in_force(settings: Any) -> str:
 class Politeness:
     """A node's writes to the crawl-wide per-domain limits."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, queue: BaseQueue, *, crawl: Crawl, outage: Outage,
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, queue: DomainQueue, *, crawl: Crawl, outage: Outage,
                  reporter: Reporter) -> None:  # fmt: skip
         self.crawler = crawler
         self.queue = queue

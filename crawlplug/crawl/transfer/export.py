@@ -6,7 +6,7 @@ import base64
 import json
 import math
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import redis
 
@@ -159,7 +159,7 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
     start_leases: list[tuple[str, bytes, str]] = []
     for batch in _batches(client.hscan_iter(keys.leased, count=BATCH)):
         ids = [text(rid) for rid, _ in batch]
-        found = client.hmget(keys.requests, ids)
+        found = cast("list[bytes | None]", client.hmget(keys.requests, ids))
         for rid, (_, info), payload in zip(ids, batch, found):
             parts = text(info).split("|")
             if len(parts) < 3:
@@ -195,9 +195,9 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
     for key, kind, counter, lane in [*lists, (keys.dead, "dead", "dead", "")]:
         start = 0
         while True:
-            chunk = client.lrange(key, start, start + BATCH - 1)
-            for value in chunk:
-                w.write({"type": kind, ("entry" if kind == "start" else "letter"): _enc(value), **_lane(lane)})
+            chunk = cast("list[bytes]", client.lrange(key, start, start + BATCH - 1))
+            for raw in chunk:
+                w.write({"type": kind, ("entry" if kind == "start" else "letter"): _enc(raw), **_lane(lane)})
                 counts[counter] += 1
             if len(chunk) < BATCH:
                 break
@@ -282,7 +282,7 @@ def _export_bloom_key(client: redis.Redis, keys: CrawlKeys, name: str, now: int,
     size = int(client.strlen(key))
     w.write({"type": "bloom", "key": name, "kind": "string", "size": size, "expire_at": expire_at})
     for offset in range(0, size, STRING_CHUNK):
-        data = client.getrange(key, offset, offset + STRING_CHUNK - 1)
+        data = cast(bytes, client.getrange(key, offset, offset + STRING_CHUNK - 1))
         if data.count(0) == len(data):
             continue  # the import allocates the string zeroed
         w.write({"type": "bloom_chunk", "key": name, "offset": offset, "data": base64.b64encode(data).decode("ascii")})

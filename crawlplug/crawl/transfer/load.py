@@ -446,7 +446,7 @@ def _schedule(client: redis.Redis, keys: CrawlKeys, domains: set[str], schedule:
     on the source, or, if it had none (parked at its concurrency limit by leases that
     are queued requests now), when lua/domainconf.lua says (dq_wake: its delay after
     its last request was sent, never before now)."""
-    timed = {d: schedule[d] for d in domains if schedule.get(d) is not None}
+    timed = {d: due for d in domains if (due := schedule.get(d)) is not None}
     for batch in _batches(sorted(timed)):
         client.zadd(keys.domains, {d: timed[d] for d in batch})
     rest = sorted(domains - set(timed))
