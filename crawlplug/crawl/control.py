@@ -33,8 +33,9 @@ from __future__ import annotations
 import getpass
 import json
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -44,6 +45,9 @@ from ..frontier.keys import CrawlKeys
 from ..frontier.scripts import Scripts
 from ..frontier.store import text
 from . import runs
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
 
 __all__ = [
     "LIMITS",
@@ -95,12 +99,13 @@ class Limits:
         return out
 
     @classmethod
-    def from_fields(cls, values: dict[str, Any]) -> Limits:
+    def from_fields(cls, values: Mapping[str, object]) -> Limits:
         """From ``run`` hash fields (or runctl.lua's JSON of them); junk reads as no limit."""
 
         def number(field_: str) -> float:
+            raw: Any = values.get(field_) or 0  # a number, or text of one; junk raises below
             try:
-                return max(0.0, float(values.get(field_) or 0))
+                return max(0.0, float(raw))
             except (TypeError, ValueError):
                 return 0.0
 
@@ -128,7 +133,7 @@ class Limits:
                 if getattr(self, f.name) and getattr(self, f.name) != getattr(other, f.name)]  # fmt: skip
 
 
-def from_settings(settings: Any) -> Limits:
+def from_settings(settings: BaseSettings) -> Limits:
     """The ``CLOSESPIDER_*`` limits Scrapy settings ask for (0: none); refuses negative ones."""
     values: dict[str, float] = {}
     for name, (_, setting, _) in LIMITS.items():
@@ -169,7 +174,7 @@ def operator(command: str) -> str:
 
 
 def _call(client: redis.Redis, keys: CrawlKeys, action: str, *, run_id: int | None = None, by: str = "",
-          arg: dict[str, Any] | None = None, mode: str = "set", scripts: Scripts | None = None) -> Outcome:  # fmt: skip
+          arg: Mapping[str, object] | None = None, mode: str = "set", scripts: Scripts | None = None) -> Outcome:  # fmt: skip
     scripts = scripts or Scripts(client)
     raw = scripts.runctl(
         keys=[keys.run, keys.runs, keys.stats],

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 import redis
 from redis.typing import EncodableT, FieldT
@@ -25,7 +25,39 @@ from ..frontier.scripts import Scripts
 from ..frontier.store import redis_ms, text
 from . import runs, views
 
-__all__ = ["Crawl", "part_status"]
+if TYPE_CHECKING:
+    from ..frontier.core import Frontier
+
+__all__ = ["Crawl", "CrawlStatus", "ShardStatus", "part_status"]
+
+
+class _Counts(TypedDict):
+
+    #: key -> the error reading it (a key of the wrong type, written by hand)
+    corrupt: dict[str, str]
+    queued: int
+    start_urls: int
+    domains: int
+    in_flight: int
+    seen: int
+    dead: int
+    #: the crawl-wide counters (the ``stats`` hash)
+    stats: dict[str, int]
+    #: node id -> its heartbeat deadline (Redis-clock ms)
+    nodes: dict[str, int]
+
+
+class ShardStatus(TypedDict):
+    queued: int
+    in_flight: int
+    dead: int
+
+
+class CrawlStatus(_Counts, total=False):
+    """The counts of a crawl (:meth:`Crawl.status`, summed over its parts) or of one part
+    (:func:`part_status`); a sharded crawl's also per shard."""
+
+    shards: list[ShardStatus]
 
 
 class Crawl:
@@ -40,7 +72,7 @@ class Crawl:
         self._scripts = scripts
 
     @classmethod
-    def of(cls, frontier: Any) -> Crawl:
+    def of(cls, frontier: Frontier) -> Crawl:
         """The control plane of the crawl ``frontier`` (a crawlplug.frontier.CrawlFrontier) is part of, over its parts."""
         return cls(frontier.client, frontier.keys, parts=frontier.parts(), scripts=getattr(frontier, "scripts", None))
 
@@ -71,7 +103,7 @@ class Crawl:
         so (control "lost", set by heartbeat.lua); False if neither was set."""
         return bool(self.client.hdel(self.keys.control, "paused", "lost"))
 
-    def paused_info(self) -> dict[str, Any] | None:
+    def paused_info(self) -> dict[str, object] | None:
         """Who paused the crawl and when (None: it runs)."""
         raw = self.client.hget(self.keys.control, "paused")
         if raw is None:
@@ -141,7 +173,7 @@ class Crawl:
         return runs.totals(self.client, self.parts())
 
     # -- what readers see ------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> CrawlStatus:
         """Counts and crawl-wide counters (read-only), summed over every part; a sharded
         crawl's also per shard (``shards``)."""
         base, *shards = self.parts()
@@ -149,12 +181,14 @@ class Crawl:
         if not shards:
             return out
         out["shards"] = []
+        summed: tuple[Literal["queued", "domains", "in_flight", "seen", "dead"], ...] = (
+            "queued", "domains", "in_flight", "seen", "dead")  # fmt: skip
         for part in shards:
             st = part_status(self.client, part)
-            for name in ("queued", "domains", "in_flight", "seen", "dead"):
+            for name in summed:
                 out[name] += st[name]
-            for name, value in st["stats"].items():
-                out["stats"][name] = out["stats"].get(name, 0) + value
+            for counter, value in st["stats"].items():
+                out["stats"][counter] = out["stats"].get(counter, 0) + value
             out["shards"].append({"queued": st["queued"], "in_flight": st["in_flight"], "dead": st["dead"]})
         return out
 
@@ -175,7 +209,7 @@ class Crawl:
         return total
 
 
-def part_status(client: redis.Redis, k: CrawlKeys) -> dict[str, Any]:
+def part_status(client: redis.Redis, k: CrawlKeys) -> CrawlStatus:
     """The counts of one part (read-only): a key of the wrong type (written by hand) is
     reported under ``corrupt``, not raised: status is what an operator runs to find out
     what is wrong."""

@@ -47,10 +47,10 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, CorruptKey
-from .dedup import Dedup, SetDedup
+from .dedup import Dedup, DedupFrontier, DedupPart, SetDedup
 from .store import text
 
 if TYPE_CHECKING:
@@ -316,7 +316,7 @@ class HashDedup(Dedup):
         else:
             self.gens = max(1, int(state))
 
-    def observe_stored(self, raw: Sequence[Any]) -> None:
+    def observe_stored(self, raw: Sequence[bytes | str | None]) -> None:
         """Learn the store's state from its hash's "gens", "level", "next", "count" (None: not yet)."""
         gens, level, nxt, count = (text(x) if x is not None else None for x in raw)
         if not isinstance(self.spec, SplitSpec):
@@ -346,7 +346,7 @@ class HashDedup(Dedup):
         return f"{self.seen_key(keys)}:*"
 
 
-def choose_store(frontier: Any, wanted: str, spec: Spec) -> None:
+def choose_store(frontier: DedupFrontier, wanted: str, spec: Spec) -> None:
     """Give every part of ``frontier`` the exact store its crawl uses: the one recorded in
     the crawl's ``meta`` hash; else, for a crawl whose fingerprint set (``seen``) exists,
     the set (said in one log line: ``crawlplug migrate seen-to-hash`` moves it); else ``wanted``.
@@ -379,14 +379,14 @@ def choose_store(frontier: Any, wanted: str, spec: Spec) -> None:
         part.dedup = SetDedup() if store == "set" else _hash_part(part, spec)
 
 
-def bind_hash_parts(frontier: Any, spec: Spec) -> None:
+def bind_hash_parts(frontier: DedupFrontier, spec: Spec) -> None:
     """Give every part of ``frontier`` the compact store, bucketed as its crawl recorded
     (else as ``spec``, recorded now)."""
     for part in frontier.dedup_parts():
         part.dedup = _hash_part(part, spec)
 
 
-def _hash_part(part: Any, spec: Spec) -> HashDedup:
+def _hash_part(part: DedupPart, spec: Spec) -> HashDedup:
     """The part's compact store, bucketed as the crawl recorded: its store's "spec", else the
     crawl's ``meta`` (which outlives the store: a new run, a roll), else ``spec``, recorded in both."""
     key, meta = HashDedup(spec).seen_key(part.keys), part.keys.base.meta

@@ -8,7 +8,6 @@ import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from .store import text
 
@@ -80,7 +79,7 @@ class Leased:
 
 @dataclass
 class DeadLetter:
-    header: dict[str, Any]
+    header: dict[str, object]
     payload: bytes = field(repr=False)
 
     @classmethod
@@ -103,9 +102,11 @@ def joined(first: AdmitResult | None, then: AdmitResult) -> AdmitResult:
     return AdmitResult(first.flags + then.flags, first.acked + then.acked, first.stale + then.stale)
 
 
-def leased_from(raw: Sequence[Any]) -> list[Leased]:
+def leased_from(raw: Sequence[bytes | int]) -> list[Leased]:
+    """A pop's reply, (id, payload, deliveries) flat, as leases."""
     return [
-        Leased(text(raw[i]), raw[i + 1], int(raw[i + 2])) for i in range(0, len(raw), 3)
+        # a flat reply's every second of three is a payload (bytes): no type says that
+        Leased(text(raw[i]), raw[i + 1], int(raw[i + 2])) for i in range(0, len(raw), 3)  # type: ignore[arg-type]
     ]
 
 

@@ -44,8 +44,10 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from ..config import SchedulerConfig
+    from ..dupefilters import RedisSetDupeFilter
     from ..frontier.interface import CrawlFrontier
     from ..queues import BaseQueue
+    from ..serializers import JsonSerializer
     from .outage import Outage, Reporter
 
 __all__ = ["RECORD_FP_META", "Batch", "Buffered"]
@@ -60,7 +62,7 @@ Buffered = tuple[Request, bytes, float, bytes, str]
 class Batch:
     """Admission buffer, acks, reports and prefetched leases of one node (module docstring)."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, *, dupefilter: Any, serializer: Any, queue: BaseQueue,
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, *, dupefilter: RedisSetDupeFilter, serializer: JsonSerializer, queue: BaseQueue,
                  config: SchedulerConfig, outage: Outage, reporter: Reporter) -> None:  # fmt: skip
         self.crawler = crawler
         self.frontier = frontier

@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 
     from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
+    from ..serializers import JsonSerializer
+    from ..server import clients
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +68,7 @@ __all__ = ["START_META", "Scheduler"]
 class Scheduler(BaseScheduler):
     """A Scrapy scheduler whose queue, dedup and leases are shared in Redis."""
 
-    def __init__(self, crawler: Crawler, *, dupefilter: BaseDupeFilter, queue: BaseQueue, serializer: Any,
+    def __init__(self, crawler: Crawler, *, dupefilter: BaseDupeFilter, queue: BaseQueue, serializer: JsonSerializer | ConfigError,
                  config: SchedulerConfig | None = None, politeness: Choice | ConfigError | None = None) -> None:  # fmt: skip
         self.crawler = crawler
         self.df = dupefilter
@@ -79,7 +81,7 @@ class Scheduler(BaseScheduler):
         #: open() has joined the crawl
         self.frontier: CrawlFrontier | None = None
         self.crawl: Crawl | None = None
-        self.conn: Any = None
+        self.conn: clients.Connection | None = None
         self.batch: Batch | None = None
         self.entries: StartEntries | None = None
         self.liveness: Liveness | None = None
@@ -100,7 +102,7 @@ class Scheduler(BaseScheduler):
                 f"or scrapy.dupefilters.BaseDupeFilter for none; got {s['DUPEFILTER_CLASS']!r}"
             )
         try:
-            serializer: Any = serializer_from_settings(s)
+            serializer: JsonSerializer | ConfigError = serializer_from_settings(s)
         except ConfigError as exc:  # raised by open() instead: one clear line, not a traceback
             serializer = exc
         try:
@@ -144,9 +146,10 @@ class Scheduler(BaseScheduler):
         try:
             status = self.crawl.status()
         except REDIS_ERRORS as exc:  # the heartbeat below says what is wrong, once
-            status = {"queued": 0, "in_flight": 0, "seen": 0, "nodes": {}, "corrupt": {}}
+            status = {"corrupt": {}, "queued": 0, "start_urls": 0, "domains": 0, "in_flight": 0, "seen": 0, "dead": 0,
+                      "stats": {}, "nodes": {}}  # fmt: skip
             logger.debug("crawlplug: could not read the crawl's status at start: %s", exc)
-        for key, error in status.get("corrupt", {}).items():
+        for key, problem in status.get("corrupt", {}).items():
             if key == self.frontier.keys.start_urls:
                 # what it holds and what to do with its entries (idle.lua tells the kind), said once
                 with contextlib.suppress(*REDIS_ERRORS):
@@ -154,7 +157,7 @@ class Scheduler(BaseScheduler):
                     self.liveness.check_lost()
             self.report.once(f"corrupt:{key}", logging.ERROR,
                              "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
-                             "this node goes on with the rest of the crawl", key, error)  # fmt: skip
+                             "this node goes on with the rest of the crawl", key, problem)  # fmt: skip
         self.batch.queued_seen = int(status.get("queued", 0))  # has_pending_requests before the first pop
         joining.log_join(self.frontier, node.joined, status, self.config)
         joining.log_politeness(self.frontier, self.politeness, self.queue)
@@ -174,17 +177,20 @@ class Scheduler(BaseScheduler):
     def _build(self, spider: Spider, node: joining.Joined) -> None:
         """The parts of a node that joined its crawl, each owning its state."""
         settings = self.crawler.settings
-        frontier = node.frontier  # frontier, set by open() just before
+        frontier = node.frontier  # self.frontier, set by open() just before
+        serializer = cast("JsonSerializer", self.serializer)  # open() raised it if it was a ConfigError
+        # or scrapy's BaseDupeFilter: the frontier's dedup is then Dedup ("none"), and Batch asks it nothing
+        dupefilter = cast(RedisSetDupeFilter, self.df)
         stale: list[Any] = []  # the liveness part rejoins; it is built after the outage part
         self.outage = outage = Outage(
             self.crawler, self.report, timeout=setting(settings, "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT", "getfloat"),
             safe_url=node.conn.safe_url, start_urls=frontier.keys.start_urls,
             on_stale=lambda exc: stale[0](exc), on_back=lambda: batch.recent.clear(),
         )  # fmt: skip
-        batch = self.batch = Batch(self.crawler, frontier, dupefilter=self.df, serializer=self.serializer,
+        batch = self.batch = Batch(self.crawler, frontier, dupefilter=dupefilter, serializer=serializer,
                                    queue=self.queue, config=self.config, outage=outage, reporter=self.report)  # fmt: skip
         seeds = Seeds(node.conn.client, frontier.keys) if self.config.seeds else None
-        self.entries = StartEntries(self.crawler, frontier, batch, crawl=node.crawl, serializer=self.serializer,
+        self.entries = StartEntries(self.crawler, frontier, batch, crawl=node.crawl, serializer=serializer,
                                     config=self.config, outage=outage, reporter=self.report, seeds=seeds)  # fmt: skip
         batch.spider = self.entries.spider = spider
         limits, crawl_wide = self._limits

@@ -75,7 +75,7 @@ def _dedup_mode(client: redis.Redis, keys: CrawlKeys) -> str:
     return "none"
 
 
-def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str, Any]:
+def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str, object]:
     """Write crawl ``keys``'s state to ``out`` as JSON lines; returns what was written, counted.
 
     Safe to run beside a live crawl (it only reads), but then it is no snapshot:

@@ -292,7 +292,7 @@ def _refuse_non_empty(client: redis.Redis, keys: CrawlKeys) -> None:
 
 def import_crawl(
     client: redis.Redis, keys: CrawlKeys, lines: Iterable[str], *, replace: bool = False
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Load an export (lines of :func:`export_crawl`) into crawl ``keys``; returns counts.
 
     The target crawl must have no key at all, unless ``replace`` is true: then
@@ -458,7 +458,7 @@ def _schedule(client: redis.Redis, keys: CrawlKeys, domains: set[str], schedule:
     return len(domains)
 
 
-def read_header(line: str) -> dict[str, Any]:
+def read_header(line: str) -> dict[str, object]:
     """The header of an export (its first line), validated."""
     try:
         return _check_header(json.loads(line.lstrip("\ufeff")))
