@@ -6,13 +6,16 @@ lua/domains.lua's; this module only calls scripts that read or change it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import redis
 
 from .keys import CrawlKeys
 from .scripts import Scripts
 from .store import text
+
+if TYPE_CHECKING:
+    from .calls import Arg
 
 __all__ = ["DomainRow", "Domains"]
 
@@ -51,10 +54,11 @@ class Domains:
         reschedule the domains they touch; returns how many were rescheduled."""
         if not fields:
             return 0
-        args: list[str] = []
+        args: list[Arg] = []
         for field_, value in fields.items():
             args += [field_, value]
         total = 0
+        raw: Any  # a script's reply, read by its shape
         for raw in self.scripts.run_many([("domainconf", k.domain_keys(), args) for k in self.parts]):
             if isinstance(raw, Exception):
                 raise raw
@@ -76,6 +80,7 @@ class Domains:
         requests in flight, limits in force (lua/domains.lua's rule, read by
         lua/domaintable.lua) and next start time."""
         out: list[tuple[float, DomainRow]] = []
+        raw: Any  # a script's reply, read by its shape
         for raw in self.scripts.read([("domaintable", k.domain_keys(), [limit]) for k in self.parts]):
             if isinstance(raw, Exception):
                 raise raw

@@ -18,10 +18,11 @@ nodes with skewed clocks agree on what expired.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from .calls import Arg
     from .dedup import Dedup
     from .keys import CrawlKeys
     from .results import Admission, AdmitResult, Beat, Idle, Leases
@@ -70,7 +71,7 @@ class CrawlFrontier(Protocol):
         """Give leases back to the queue (``unstarted``: without counting a delivery)."""
 
 
-    def dead_letter(self, lease_id: str, reason: str, **extra: Any) -> bool:
+    def dead_letter(self, lease_id: str, reason: str, **extra: object) -> bool:
         """Move a leased request to the dead letters, with why."""
 
 
@@ -81,7 +82,7 @@ class CrawlFrontier(Protocol):
 
 
     def heartbeat_and_reap(self, lease_ids: Iterable[str], *, producing: bool = False,
-                           metrics: dict[str, Any] | None = None, totals: dict[str, int] | None = None,
+                           metrics: Mapping[str, Arg] | None = None, totals: dict[str, int] | None = None,
                            limit: int = 1000) -> Beat:  # fmt: skip
         """:meth:`heartbeat` and :meth:`reap` in one round trip."""
 
