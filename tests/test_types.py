@@ -26,7 +26,10 @@ def _public(name: str) -> bool:
 
 def _declared_all(tree: ast.Module) -> list[str] | None:
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        else:
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else []
         if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
             return list(ast.literal_eval(node.value))
     return None

@@ -174,7 +174,8 @@ def operator(command: str) -> str:
 
 
 def _call(client: redis.Redis, keys: CrawlKeys, action: str, *, run_id: int | None = None, by: str = "",
-          arg: Mapping[str, object] | None = None, mode: str = "set", scripts: Scripts | None = None) -> Outcome:  # fmt: skip
+          arg: Mapping[str, object] | None = None, mode: str = "set",
+          scripts: Scripts | None = None) -> Outcome:  # fmt: skip
     scripts = scripts or Scripts(client)
     raw = scripts.runctl(
         keys=[keys.run, keys.runs, keys.stats],

@@ -194,7 +194,8 @@ class Crawl:
 
     def dead_letters(self, start: int = 0, stop: int = -1) -> list[DeadLetter]:
         """The dead letters of every part, oldest first within a part (the crawl's own, then each shard's)."""
-        letters = [DeadLetter.parse(x) for k in self.parts() for x in cast("list[bytes]", self.client.lrange(k.dead, 0, -1))]
+        letters = [DeadLetter.parse(x) for k in self.parts()
+                   for x in cast("list[bytes]", self.client.lrange(k.dead, 0, -1))]  # fmt: skip
         return letters[start:None if stop == -1 else stop + 1]
 
     def queued_elsewhere(self, domains: bool) -> int:

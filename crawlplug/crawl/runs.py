@@ -608,7 +608,8 @@ def new_epoch(client: redis.Redis, keys: CrawlKeys) -> str:
 
 # -- the crawls on this Redis ---------------------------------------------------------
 
-def crawl_rows(client: redis.Redis, prefix: str = "crawlplug", names: Iterable[str] | None = None) -> list[dict[str, object]]:
+def crawl_rows(client: redis.Redis, prefix: str = "crawlplug",
+               names: Iterable[str] | None = None) -> list[dict[str, object]]:  # fmt: skip
     """One row per crawl: name, current run and its state, queued, in flight, done,
     live nodes, last activity (ms, Redis clock)."""
     now = redis_ms(client)

@@ -79,7 +79,8 @@ BASE = -1
 
 
 def open_frontier(client: redis.Redis, keys: CrawlKeys, *, shards: int | None = None,
-                  dedup_factory: Callable[[], Dedup] | None = None, **kwargs: Unpack[FrontierOptions]) -> Frontier:  # fmt: skip
+                  dedup_factory: Callable[[], Dedup] | None = None,
+                  **kwargs: Unpack[FrontierOptions]) -> Frontier:  # fmt: skip
     """The one place a node's frontier is built: over as many shards as the crawl has
     (``shards``, else the count the crawl recorded, else one), each part's dedup strategy
     from ``dedup_factory`` (default: the exact set). The Scheduler, the tools and the
@@ -489,7 +490,8 @@ class Frontier:
         for i, flag in zip(plan.by_part.get(part, ()), result.flags):
             tally.flags[i] = flag
         if self.sharded and part != BASE:
-            self.resend[part].add(cast(str, call[2][3]), [item for item, f in zip(part_items, result.flags) if f == "1"])  # its id
+            call_id = cast(str, call[2][3])
+            self.resend[part].add(call_id, [item for item, f in zip(part_items, result.flags) if f == "1"])
             if "1" in result.flags:
                 self._dry_until[part] = 0.0
         tally.acked += result.acked

@@ -89,8 +89,10 @@ def forget(client: redis.Redis, keys: CrawlKeys, items: Sequence[tuple[bytes, st
         by_part.setdefault(shard_of(route, len(targets)) if len(targets) > 1 else 0, []).append(i)
     scripts = scripts or Scripts(client)
     order = list(by_part)
-    calls: list[Call] = [("forget", [targets[p].seen, targets[p].key("seen_ttl"), targets[p].key("bloom"), targets[p].key("bf")],
-              [items[i][0] for i in by_part[p]]) for p in order]  # fmt: skip
+    calls: list[Call] = [
+        ("forget", [targets[p].seen, targets[p].key("seen_ttl"), targets[p].key("bloom"), targets[p].key("bf")],
+         [items[i][0] for i in by_part[p]]) for p in order
+    ]  # fmt: skip
     flags = ["0"] * len(items)
     raw: Any  # forget.lua's reply
     for p, raw in zip(order, scripts.run_many(calls)):

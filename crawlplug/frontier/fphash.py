@@ -207,7 +207,8 @@ class HashDedup(Dedup):
 
     def _generations(self) -> HashSpec:
         if isinstance(self.spec, SplitSpec):
-            raise TypeError("a splitting store has levels, not generations: HashDedup.level_home is its bucket and field")
+            raise TypeError("a splitting store has levels, not generations: "
+                            "HashDedup.level_home is its bucket and field")
         return self.spec
 
     def param(self) -> str:

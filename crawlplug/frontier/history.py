@@ -84,7 +84,8 @@ def sample_call(keys: CrawlKeys, now_ms: int, epoch: str, run: int | None) -> Ca
     if base:
         names.append(keys.nodes)
     names.append(keys.epoch)
-    args: list[Arg] = [hour, day, "1" if base else "0", "" if run is None else run, MINUTES_KEPT_MS, HOURS_KEPT_MS, epoch]
+    args: list[Arg] = [hour, day, "1" if base else "0", "" if run is None else run, MINUTES_KEPT_MS, HOURS_KEPT_MS,
+                       epoch]  # fmt: skip
     return ("history", names, args)
 
 

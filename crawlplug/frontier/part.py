@@ -608,7 +608,8 @@ def _dedup(dedup: str | Dedup) -> Dedup:
     raise ValueError(f"unknown dedup mode {dedup!r}; pass a crawlplug.frontier.dedup strategy")
 
 
-def admit_in_parts(admit: Callable[[Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]], AdmitResult], items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]],
+def admit_in_parts(admit: Callable[[Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]], AdmitResult],
+                   items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]],
                    most: int) -> AdmitResult:  # fmt: skip
     """``admit`` over ``items`` in parts of ``most``, the acks and events with the last (never
     before a request of the batch is stored). A part that fails after others went through

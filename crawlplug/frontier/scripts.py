@@ -280,7 +280,8 @@ class Scripts:
                 try:
                     results.append(self.client.evalsha_ro(script.sha, len(keys), *keys, *args))
                 except redis.exceptions.NoScriptError:  # not loaded yet: EVAL_RO sends the text
-                    results.append(self.client.eval_ro(script.script, len(keys), *keys, *args))  # type: ignore[arg-type]  # registered from source(): a str
+                    # its text: the str source() made (redis-py types a Script's text wider)
+                    results.append(self.client.eval_ro(script.script, len(keys), *keys, *args))  # type: ignore[arg-type]
             except redis.exceptions.NoPermissionError:
                 # a user given EVALSHA but not EVALSHA_RO (docs/security.md's crawler rule)
                 return self.run_many(calls)
@@ -322,10 +323,12 @@ class Scripts:
                 return results
             groups = {}
             for i in retry:
-                node = self.client.get_node_from_key(calls[i][1][0])  # type: ignore[union-attr]  # several nodes: a cluster
+                # several nodes: a cluster
+                node = self.client.get_node_from_key(calls[i][1][0])  # type: ignore[union-attr]
                 groups.setdefault(node.name, (node, []))[1].append(i)
         for node, indexes in groups.values():
-            client = self.client if node is None else self.client.get_redis_connection(node)  # type: ignore[union-attr]  # a node: a cluster's
+            # a node: a cluster's
+            client = self.client if node is None else self.client.get_redis_connection(node)  # type: ignore[union-attr]
             self._pipeline(client, "" if node is None else node.name, calls, indexes, results)
             for i in indexes:
                 if isinstance(results[i], redis.ResponseError):
@@ -338,7 +341,8 @@ class Scripts:
         sent: list[tuple[Any, Any, list[int], str, int]] = []
         try:
             for node, indexes in groups:
-                pool = self.client.get_redis_connection(node).connection_pool  # type: ignore[union-attr]  # the nodes of a cluster
+                # the nodes of a cluster
+                pool = self.client.get_redis_connection(node).connection_pool  # type: ignore[union-attr]
                 conn = pool.get_connection()
                 loads = self._loads(node.name, calls, indexes)  # ahead of the calls: run in order
                 sent.append((pool, conn, indexes, node.name, len(loads)))

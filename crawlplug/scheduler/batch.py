@@ -62,8 +62,9 @@ Buffered = tuple[Request, bytes, float, bytes, str]
 class Batch:
     """Admission buffer, acks, reports and prefetched leases of one node (module docstring)."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, *, dupefilter: RedisSetDupeFilter, serializer: JsonSerializer, queue: BaseQueue,
-                 config: SchedulerConfig, outage: Outage, reporter: Reporter) -> None:  # fmt: skip
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, *, dupefilter: RedisSetDupeFilter,
+                 serializer: JsonSerializer, queue: BaseQueue, config: SchedulerConfig, outage: Outage,
+                 reporter: Reporter) -> None:  # fmt: skip
         self.crawler = crawler
         self.frontier = frontier
         self.df = dupefilter
@@ -197,7 +198,8 @@ class Batch:
             if pop:
                 result, leased = self.frontier.admit_and_pop(items, acks, pop, events)
             else:
-                result, leased = self.frontier.admit(items, acks, events), []  # type: ignore[assignment]  # read as Leases after a pop only
+                # no pop: a plain list, whose queue fields are read only after a pop
+                result, leased = self.frontier.admit(items, acks, events), []  # type: ignore[assignment]
         except AdmissionIncomplete as exc:
             # part of the batch is stored, part of the acks made (other shards): account
             # for them and keep only the rest, so a retry counts none of it twice
@@ -325,7 +327,8 @@ class Batch:
         if self._wake_call is None or not self._wake_call.active():
             from twisted.internet import reactor  # noqa: PLC0415 - the one Scrapy installed, imported after it did
 
-            self._wake_call = reactor.callLater(wait, enginehooks.wake, self.crawler)  # type: ignore[arg-type]  # zope: no self
+            # zope's interfaces declare methods without self: mypy reads ``wait`` as it (no mypy-zope)
+            self._wake_call = reactor.callLater(wait, enginehooks.wake, self.crawler)  # type: ignore[arg-type]
         return wait
 
     def _dead_letter(self, leased: Leased, reason: str) -> None:

@@ -68,8 +68,9 @@ __all__ = ["START_META", "Scheduler"]
 class Scheduler(BaseScheduler):
     """A Scrapy scheduler whose queue, dedup and leases are shared in Redis."""
 
-    def __init__(self, crawler: Crawler, *, dupefilter: BaseDupeFilter, queue: BaseQueue, serializer: JsonSerializer | ConfigError,
-                 config: SchedulerConfig | None = None, politeness: Choice | ConfigError | None = None) -> None:  # fmt: skip
+    def __init__(self, crawler: Crawler, *, dupefilter: BaseDupeFilter, queue: BaseQueue,
+                 serializer: JsonSerializer | ConfigError, config: SchedulerConfig | None = None,
+                 politeness: Choice | ConfigError | None = None) -> None:  # fmt: skip
         self.crawler = crawler
         self.df = dupefilter
         self.queue = queue
@@ -206,8 +207,8 @@ class Scheduler(BaseScheduler):
         if self.queue.order == "domain":
             if not settings.getbool("AUTOTHROTTLE_ENABLED"):
                 enginehooks.no_local_delay(self.crawler)  # the per-domain queue spaces the crawl's requests
-            # the order "domain" is DomainQueue's (its host or domain key)
-            politeness = Politeness(self.crawler, frontier, cast(DomainQueue, self.queue), crawl=node.crawl, outage=outage,
+            queue = cast(DomainQueue, self.queue)  # the order "domain" is DomainQueue's (its host or domain key)
+            politeness = Politeness(self.crawler, frontier, queue, crawl=node.crawl, outage=outage,
                                     reporter=self.report)  # fmt: skip
             politeness.configure()
             self.crawler.signals.connect(batch.sent, signal=signals.request_reached_downloader)

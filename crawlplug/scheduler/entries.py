@@ -43,8 +43,8 @@ START_META = "_crawlplug_start"
 class StartEntries:
     """The start entries this node holds, and the seed timer it runs."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, crawl: Crawl, serializer: JsonSerializer,
-                 config: SchedulerConfig,
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, crawl: Crawl,
+                 serializer: JsonSerializer, config: SchedulerConfig,
                  outage: Outage, reporter: Reporter, seeds: Seeds | None = None) -> None:  # fmt: skip
         self.crawler = crawler
         self.frontier = frontier

@@ -268,7 +268,8 @@ def log_join(frontier: CrawlFrontier, j: runs.Joined, status: CrawlStatus, confi
             when = prev.get("ended")
             at = f" at {time.strftime('%H:%M', time.localtime(when / 1000))}" if isinstance(when, int) else ""
             state = prev.get("state")
-            ended = {"limit": "ended by a limit", "stopped": "stopped"}.get(state, state) if isinstance(state, str) else state
+            said = {"limit": "ended by a limit", "stopped": "stopped"}
+            ended = said.get(state, state) if isinstance(state, str) else state
             before = f"run {prev.get('id')} {ended or 'finished'}{at}"
         else:
             before = "the crawl finished before runs were recorded"
