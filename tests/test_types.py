@@ -131,7 +131,6 @@ def _rel(path: Path) -> str:
     return str(path.relative_to(ROOT))
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("path", MODULES, ids=_rel)
 def test_a_module_names_its_public_api(path):
     """A module that defines public names lists in ``__all__`` those others may use."""
@@ -153,14 +152,12 @@ def _imported(tree: ast.Module, name: str) -> bool:
     )
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("path", MODULES, ids=_rel)
 def test_no_any_in_a_public_signature(path):
     """``Any`` says nothing mypy can check: ``object`` is the type of "whatever it is"."""
     assert public_anys(path) == []
 
 
-@pytest.mark.unit
 def test_the_check_sees_any_where_it_stands(tmp_path):
     """The walker finds ``Any`` in each place a public signature can hold it, and only there."""
     module = tmp_path / "m.py"
