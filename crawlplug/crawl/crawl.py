@@ -32,6 +32,7 @@ __all__ = ["Crawl", "CrawlStatus", "ShardStatus", "part_status"]
 
 
 class _Counts(TypedDict):
+    """What :class:`CrawlStatus` always holds."""
 
     #: key -> the error reading it (a key of the wrong type, written by hand)
     corrupt: dict[str, str]
@@ -48,6 +49,8 @@ class _Counts(TypedDict):
 
 
 class ShardStatus(TypedDict):
+    """One shard's counts in a sharded crawl's :class:`CrawlStatus`."""
+
     queued: int
     in_flight: int
     dead: int

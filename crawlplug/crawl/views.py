@@ -84,8 +84,8 @@ def domain_queue_key(client: redis.Redis, keys: CrawlKeys) -> str | None:
     conf = parts(client, keys)[-1]  # a sharded crawl's limits live in its shards
     if not client.exists(conf.dconf):
         return None
-    key = client.hget(conf.dconf, "key")
-    return text(key) if key else "host"
+    key = cast("bytes | None", client.hget(conf.dconf, "key"))
+    return key.decode() if key else "host"
 
 
 def has_override(client: redis.Redis, keys: CrawlKeys, domain: str) -> bool:
@@ -136,7 +136,7 @@ def lost(client: redis.Redis, keys: CrawlKeys) -> bool:
 
 def series_per_part(client: redis.Redis, keys: CrawlKeys, fields: list[str]) -> list[list[bytes | None]]:
     """``fields`` of each part's series hash, part by part."""
-    return [cast("list[bytes | None]", client.hmget(part.series, fields)) for part in parts(client, keys)]
+    return [list(cast("list[bytes | None]", client.hmget(part.series, fields))) for part in parts(client, keys)]
 
 
 # -- the queue's head ----------------------------------------------------------------------
