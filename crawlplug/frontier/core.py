@@ -54,7 +54,6 @@ from urllib.parse import urlsplit
 import redis
 
 from ..errors import AdmissionIncomplete, ConfigError, RolledBack
-from .calls import Call
 from .dedup import Dedup
 from .domains import Domains
 from .keys import CrawlKeys
@@ -68,9 +67,9 @@ from .store import text
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from .calls import Arg
+    from .calls import Arg, Call
 
-__all__ = ["BASE", "Call", "Frontier", "open_domains", "open_frontier", "route_key"]
+__all__ = ["BASE", "Frontier", "open_domains", "open_frontier", "route_key"]
 
 logger = logging.getLogger(__name__)
 
