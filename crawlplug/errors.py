@@ -170,9 +170,7 @@ class MigrationError(CrawlplugError):
     """The scrapy-redis crawl cannot be carried over as asked."""
 
 
-def _redis_errors() -> tuple[type[BaseException], ...]:
-    import redis  # noqa: PLC0415
-
+def _redis_errors() -> tuple[type[redis.RedisError], type[redis.exceptions.RedisClusterException]]:
     return (redis.RedisError, redis.exceptions.RedisClusterException)
 
 

@@ -232,6 +232,17 @@ def test_exact_where_fingerprints_differ_only_in_stripped_or_kept_bytes(r: redis
     assert frontier.admit([(fp, 0, b"p") for fp in variants]).flags == "0" * len(variants)
 
 
+def test_a_splitting_store_asked_for_a_generation_s_bucket_says_where_its_home_is() -> None:
+    """bucket() and field() are the generations' (mypy: a SplitSpec has no gen_bits): a
+    splitting store asked for them says so, naming level_home, where it raised AttributeError."""
+    dedup = HashDedup(SplitSpec.for_capacity())
+    fingerprint = hashlib.sha1(b"x").digest()
+    for call in (dedup.bucket, dedup.field):
+        with pytest.raises(TypeError, match="level_home"):
+            call(fingerprint, 1)
+    assert HashDedup(HashSpec(bits=10)).field(fingerprint, 1) == fingerprint[1:]
+
+
 def test_a_corrupt_bucket_key_refuses_the_call_having_written_nothing(r: redis.Redis) -> None:
     dedup = HashDedup(HashSpec(bits=4))
     frontier = Frontier(r, KEYS, dedup=dedup)

@@ -33,8 +33,9 @@ from __future__ import annotations
 import getpass
 import json
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -44,6 +45,25 @@ from ..frontier.keys import CrawlKeys
 from ..frontier.scripts import Scripts
 from ..frontier.store import text
 from . import runs
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+__all__ = [
+    "LIMITS",
+    "Limits",
+    "Outcome",
+    "apply",
+    "continue_run",
+    "domain_pages",
+    "from_settings",
+    "new_run",
+    "operator",
+    "record_summary",
+    "set_domain_pages",
+    "set_limits",
+    "stop",
+]
 
 #: limit name -> (run hash field, the Scrapy setting it takes the meaning of, close reason)
 LIMITS: dict[str, tuple[str, str, str]] = {
@@ -79,12 +99,13 @@ class Limits:
         return out
 
     @classmethod
-    def from_fields(cls, values: dict[str, Any]) -> Limits:
+    def from_fields(cls, values: Mapping[str, object]) -> Limits:
         """From ``run`` hash fields (or runctl.lua's JSON of them); junk reads as no limit."""
 
         def number(field_: str) -> float:
+            raw: Any = values.get(field_) or 0  # a number, or text of one; junk raises below
             try:
-                return max(0.0, float(values.get(field_) or 0))
+                return max(0.0, float(raw))
             except (TypeError, ValueError):
                 return 0.0
 
@@ -112,7 +133,7 @@ class Limits:
                 if getattr(self, f.name) and getattr(self, f.name) != getattr(other, f.name)]  # fmt: skip
 
 
-def from_settings(settings: Any) -> Limits:
+def from_settings(settings: BaseSettings) -> Limits:
     """The ``CLOSESPIDER_*`` limits Scrapy settings ask for (0: none); refuses negative ones."""
     values: dict[str, float] = {}
     for name, (_, setting, _) in LIMITS.items():
@@ -153,7 +174,8 @@ def operator(command: str) -> str:
 
 
 def _call(client: redis.Redis, keys: CrawlKeys, action: str, *, run_id: int | None = None, by: str = "",
-          arg: dict[str, Any] | None = None, mode: str = "set", scripts: Scripts | None = None) -> Outcome:  # fmt: skip
+          arg: Mapping[str, object] | None = None, mode: str = "set",
+          scripts: Scripts | None = None) -> Outcome:  # fmt: skip
     scripts = scripts or Scripts(client)
     raw = scripts.runctl(
         keys=[keys.run, keys.runs, keys.stats],

@@ -12,10 +12,11 @@ keys and the key sets of its parts (its own, then each shard's).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from ..frontier.keys import CrawlKeys
 from ..frontier.layout import parts as stored_parts
@@ -23,6 +24,43 @@ from ..frontier.results import DeadLetter
 from ..frontier.scripts import Scripts
 from ..frontier.store import redis_ms, text
 from . import runs, views
+
+if TYPE_CHECKING:
+    from ..frontier.core import Frontier
+
+__all__ = ["Crawl", "CrawlStatus", "ShardStatus", "part_status"]
+
+
+class _Counts(TypedDict):
+    """What :class:`CrawlStatus` always holds."""
+
+    #: key -> the error reading it (a key of the wrong type, written by hand)
+    corrupt: dict[str, str]
+    queued: int
+    start_urls: int
+    domains: int
+    in_flight: int
+    seen: int
+    dead: int
+    #: the crawl-wide counters (the ``stats`` hash)
+    stats: dict[str, int]
+    #: node id -> its heartbeat deadline (Redis-clock ms)
+    nodes: dict[str, int]
+
+
+class ShardStatus(TypedDict):
+    """One shard's counts in a sharded crawl's :class:`CrawlStatus`."""
+
+    queued: int
+    in_flight: int
+    dead: int
+
+
+class CrawlStatus(_Counts, total=False):
+    """The counts of a crawl (:meth:`Crawl.status`, summed over its parts) or of one part
+    (:func:`part_status`); a sharded crawl's also per shard."""
+
+    shards: list[ShardStatus]
 
 
 class Crawl:
@@ -37,7 +75,7 @@ class Crawl:
         self._scripts = scripts
 
     @classmethod
-    def of(cls, frontier: Any) -> Crawl:
+    def of(cls, frontier: Frontier) -> Crawl:
         """The control plane of the crawl ``frontier`` (a crawlplug.frontier.CrawlFrontier) is part of, over its parts."""
         return cls(frontier.client, frontier.keys, parts=frontier.parts(), scripts=getattr(frontier, "scripts", None))
 
@@ -68,7 +106,7 @@ class Crawl:
         so (control "lost", set by heartbeat.lua); False if neither was set."""
         return bool(self.client.hdel(self.keys.control, "paused", "lost"))
 
-    def paused_info(self) -> dict[str, Any] | None:
+    def paused_info(self) -> dict[str, object] | None:
         """Who paused the crawl and when (None: it runs)."""
         raw = self.client.hget(self.keys.control, "paused")
         if raw is None:
@@ -102,9 +140,10 @@ class Crawl:
             self.client.sadd(self.keys.lanes, *names)
 
     # -- a node's record in the registry of nodes --------------------------------------
-    def publish(self, node_id: str, **metrics: Any) -> None:
+    def publish(self, node_id: str, **metrics: EncodableT) -> None:
         """Set fields of node ``node_id``'s record at once (not waiting for its next heartbeat)."""
-        self.client.hset(self.keys.node(node_id), mapping=metrics)
+        # a dict[str, ...] is one, but Mapping's key type is invariant
+        self.client.hset(self.keys.node(node_id), mapping=cast("Mapping[FieldT, EncodableT]", metrics))
 
     def leave(self, node_id: str) -> None:
         """Unregister node ``node_id`` (graceful close): its leases go back when they are
@@ -137,7 +176,7 @@ class Crawl:
         return runs.totals(self.client, self.parts())
 
     # -- what readers see ------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> CrawlStatus:
         """Counts and crawl-wide counters (read-only), summed over every part; a sharded
         crawl's also per shard (``shards``)."""
         base, *shards = self.parts()
@@ -145,18 +184,21 @@ class Crawl:
         if not shards:
             return out
         out["shards"] = []
+        summed: tuple[Literal["queued", "domains", "in_flight", "seen", "dead"], ...] = (
+            "queued", "domains", "in_flight", "seen", "dead")  # fmt: skip
         for part in shards:
             st = part_status(self.client, part)
-            for name in ("queued", "domains", "in_flight", "seen", "dead"):
+            for name in summed:
                 out[name] += st[name]
-            for name, value in st["stats"].items():
-                out["stats"][name] = out["stats"].get(name, 0) + value
+            for counter, value in st["stats"].items():
+                out["stats"][counter] = out["stats"].get(counter, 0) + value
             out["shards"].append({"queued": st["queued"], "in_flight": st["in_flight"], "dead": st["dead"]})
         return out
 
     def dead_letters(self, start: int = 0, stop: int = -1) -> list[DeadLetter]:
         """The dead letters of every part, oldest first within a part (the crawl's own, then each shard's)."""
-        letters = [DeadLetter.parse(x) for k in self.parts() for x in self.client.lrange(k.dead, 0, -1)]
+        letters = [DeadLetter.parse(x) for k in self.parts()
+                   for x in cast("list[bytes]", self.client.lrange(k.dead, 0, -1))]  # fmt: skip
         return letters[start:None if stop == -1 else stop + 1]
 
     def queued_elsewhere(self, domains: bool) -> int:
@@ -171,7 +213,7 @@ class Crawl:
         return total
 
 
-def part_status(client: redis.Redis, k: CrawlKeys) -> dict[str, Any]:
+def part_status(client: redis.Redis, k: CrawlKeys) -> CrawlStatus:
     """The counts of one part (read-only): a key of the wrong type (written by hand) is
     reported under ``corrupt``, not raised: status is what an operator runs to find out
     what is wrong."""

@@ -21,6 +21,8 @@ from ..frontier.results import new_node_id
 from ..frontier.store import redis_ms
 from . import runs
 
+__all__ = ["begin_new_run"]
+
 
 def begin_new_run(client: redis.Redis, keys: CrawlKeys, *, by: str, reason: str,
                   incremental: bool | None = None) -> runs.Joined:  # fmt: skip

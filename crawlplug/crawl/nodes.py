@@ -10,10 +10,13 @@ places can disagree about a node whose deadline is exactly now.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+import redis
 
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
+
+__all__ = ["count_live", "is_live", "live_nodes", "live_of"]
 
 
 def is_live(deadline: float | None, now_ms: int) -> bool:
@@ -26,12 +29,12 @@ def live_of(deadlines: Mapping[str, float], now_ms: int) -> list[str]:
     return [node for node, deadline in deadlines.items() if is_live(deadline, now_ms)]
 
 
-def count_live(client: Any, zset: str, now_ms: int) -> Any:
+def count_live(client: redis.Redis, zset: str, now_ms: int) -> int:
     """ZCOUNT of the members of ``zset`` live at ``now_ms``, on a client (an int) or
-    queued on a pipeline (its reply comes with the pipeline's)."""
+    queued on a pipeline (its reply comes with the pipeline's; redis-py types it int too)."""
     return client.zcount(zset, f"({now_ms}", "+inf")
 
 
-def live_nodes(client: Any, keys: CrawlKeys, now_ms: int | None = None) -> int:
+def live_nodes(client: redis.Redis, keys: CrawlKeys, now_ms: int | None = None) -> int:
     """How many nodes of crawl ``keys`` are live now (Redis's clock unless ``now_ms``)."""
     return int(count_live(client, keys.nodes, redis_ms(client) if now_ms is None else now_ms))

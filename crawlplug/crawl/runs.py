@@ -40,9 +40,9 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import redis
 
@@ -55,6 +55,37 @@ from ..frontier.store import json_record, redis_ms, text
 from . import views
 from .nodes import count_live
 from .nodes import live_nodes as count_live_nodes
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = [
+    "BEGIN_GRACE_MS",
+    "NODE_PREFIX",
+    "RUN_STATE_NAMES",
+    "JoinArgs",
+    "Joined",
+    "Overtaken",
+    "RunView",
+    "begin",
+    "crawl_rows",
+    "ended_message",
+    "finish",
+    "format_ms",
+    "history",
+    "join",
+    "lane_keys",
+    "mark_lost",
+    "new_epoch",
+    "new_token",
+    "part_keys",
+    "purge",
+    "record",
+    "rejoin",
+    "totals",
+    "vanished",
+    "view",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +107,17 @@ NODE_PREFIX = "node:"
 
 
 
+class JoinArgs(TypedDict):
+    """A node's arguments of :func:`join` (and :func:`rejoin`) besides ``want``:
+    crawlplug.scheduler.joining builds them once and joins again with the same."""
+
+    node_id: str
+    ttl_ms: int
+    incremental: bool
+    worker: bool
+    lanes: Sequence[str]
+
+
 @dataclass
 class Joined:
     """What :func:`join` did."""
@@ -84,7 +126,7 @@ class Joined:
     run: int
     epoch: str
     live_nodes: int = 0  #: other live nodes when it joined
-    previous: dict[str, Any] | None = None  #: the run the new one follows (action "new")
+    previous: dict[str, object] | None = None  #: the run the new one follows (action "new")
     cleared: bool = False  #: fingerprints cleared when the run began (not incremental)
     incremental: bool = False
     waited: float = 0.0  #: seconds spent waiting for another node to begin the run
@@ -106,7 +148,7 @@ class RunView:
     incremental: bool = False
     raw: dict[str, str] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         limits = {name[4:]: int(value) for name, value in self.raw.items()
                   if name.startswith("lim_") and value.isdigit()}  # fmt: skip
         if "timeout" in limits:
@@ -223,7 +265,7 @@ def join(
 
 
 def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Joined, *, shards: int = 1,
-           **kwargs: Any) -> tuple[Joined, bool]:  # fmt: skip
+           **kwargs: Unpack[JoinArgs]) -> tuple[Joined, bool]:  # fmt: skip
     """Join again after a script refused a node's epoch (``refusal``): (the run joined now,
     whether Redis lost the crawl's data). The epoch vanished without a purge since the node
     joined ``joined``: the data was lost (a restart without persistence, a flush, a failover
@@ -322,7 +364,7 @@ def begin(
     parts: Sequence[CrawlKeys],
     *,
     epoch: str,
-    previous: dict[str, Any] | None,
+    previous: dict[str, object] | None,
     incremental: bool,
     flush: bool = False,
     fence: int,
@@ -468,7 +510,7 @@ def _work(client: redis.Redis, parts: Sequence[CrawlKeys]) -> int:
     return sum(_int(x) or 0 for x in pipe.execute(raise_on_error=False)) + views.start_entries(client, parts[0])
 
 
-def history(client: redis.Redis, keys: CrawlKeys) -> list[dict[str, Any]]:
+def history(client: redis.Redis, keys: CrawlKeys) -> list[dict[str, object]]:
     """Every run, oldest first: the ended ones from ``runs``, then the current one if it
     has not ended (with its totals so far)."""
     out: list[dict[str, Any]] = []
@@ -494,7 +536,7 @@ def _ended_fields(raw: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def ended_message(keys: CrawlKeys, run_id: int, state: str, summary: dict[str, Any] | None) -> str:
+def ended_message(keys: CrawlKeys, run_id: int, state: str, summary: Mapping[str, object] | None) -> str:
     """What a node started on an ended (or draining) run says before it exits."""
     info = summary or {}
     crawl = keys.crawl
@@ -566,11 +608,12 @@ def new_epoch(client: redis.Redis, keys: CrawlKeys) -> str:
 
 # -- the crawls on this Redis ---------------------------------------------------------
 
-def crawl_rows(client: redis.Redis, prefix: str = "crawlplug", names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def crawl_rows(client: redis.Redis, prefix: str = "crawlplug",
+               names: Iterable[str] | None = None) -> list[dict[str, object]]:  # fmt: skip
     """One row per crawl: name, current run and its state, queued, in flight, done,
     live nodes, last activity (ms, Redis clock)."""
     now = redis_ms(client)
-    rows = []
+    rows: list[dict[str, object]] = []
     for crawl in (registry.known_crawls(client, prefix) if names is None else names):
         keys = CrawlKeys(crawl, prefix)
         parts = part_keys(client, keys)

@@ -9,12 +9,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 
 from ..frontier.keys import CrawlKeys
 from ..frontier.layout import parts
 from ..frontier.store import parse_dq_member, text
+
+__all__ = [
+    "Head",
+    "dead_count",
+    "dead_entries",
+    "domain_queue_key",
+    "expired_leases",
+    "graveyard",
+    "has_override",
+    "head",
+    "key_count",
+    "lost",
+    "node_records",
+    "remove_dead_at",
+    "series_per_part",
+    "start_entries",
+    "start_entries_waiting",
+    "start_lists",
+]
 
 _TOMBSTONE = "__crawlplug_removed__"
 
@@ -34,7 +54,7 @@ def dead_entries(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -
     out = []
     for part in parts(client, keys):
         key = _dead_key(part, run)
-        out += [(key, i, raw) for i, raw in enumerate(client.lrange(key, 0, -1))]
+        out += [(key, i, raw) for i, raw in enumerate(cast("list[bytes]", client.lrange(key, 0, -1)))]
     return out
 
 
@@ -64,7 +84,7 @@ def domain_queue_key(client: redis.Redis, keys: CrawlKeys) -> str | None:
     conf = parts(client, keys)[-1]  # a sharded crawl's limits live in its shards
     if not client.exists(conf.dconf):
         return None
-    key = client.hget(conf.dconf, "key")
+    key = cast("bytes | None", client.hget(conf.dconf, "key"))
     return key.decode() if key else "host"
 
 
@@ -116,7 +136,7 @@ def lost(client: redis.Redis, keys: CrawlKeys) -> bool:
 
 def series_per_part(client: redis.Redis, keys: CrawlKeys, fields: list[str]) -> list[list[bytes | None]]:
     """``fields`` of each part's series hash, part by part."""
-    return [list(client.hmget(part.series, fields)) for part in parts(client, keys)]
+    return [list(cast("list[bytes | None]", client.hmget(part.series, fields))) for part in parts(client, keys)]
 
 
 # -- the queue's head ----------------------------------------------------------------------
@@ -157,8 +177,8 @@ def head(client: redis.Redis, keys: CrawlKeys, count: int) -> Head:
     queued = 0
     for part in parts(client, keys):
         ids = [text(x) for x in client.zrange(part.queue, 0, count - 1)]
-        ids += [parse_dq_member(m).id for m in client.zrange(part.dq, 0, count - 1)]
-        payloads = client.hmget(part.requests, ids) if ids else []
+        ids += [parse_dq_member(m).id for m in cast("list[bytes]", client.zrange(part.dq, 0, count - 1))]
+        payloads = cast("list[bytes | None]", client.hmget(part.requests, ids)) if ids else []
         for rid, payload in zip(ids, payloads):
             rows.append((rid if part.shard is None else f"{part.shard}.{rid}", payload))
         queued += client.zcard(part.queue) + client.zcard(part.dq)

@@ -15,6 +15,7 @@ with a fencing token, ``lua/leader.lua``). It records each rule's state in
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import redis
@@ -22,6 +23,8 @@ import redis
 from .keys import CrawlKeys
 from .schedules import Leadership
 from .store import json_record, text
+
+__all__ = ["LOG_KEEP", "alerting_crawls", "delete", "events", "index_key", "put", "record", "rules", "states"]
 
 #: Events the crawl's alert log keeps.
 LOG_KEEP = 200
@@ -32,15 +35,16 @@ def index_key(prefix: str = "crawlplug") -> str:
     return f"{prefix}:alerting"
 
 
-def _dumps(value: dict[str, Any]) -> str:
+def _dumps(value: Mapping[str, object]) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def put(client: redis.Redis, keys: CrawlKeys, rule: dict[str, Any]) -> bool:
+def put(client: redis.Redis, keys: CrawlKeys, rule: Mapping[str, object]) -> bool:
     """Store rule ``rule["id"]`` (replacing one of that id: True if it is new); its state starts over."""
     pipe = client.pipeline(transaction=True)
-    pipe.hset(keys.alerts, rule["id"], _dumps(rule))
-    pipe.hdel(keys.alertstate, rule["id"])
+    rule_id = str(rule["id"])
+    pipe.hset(keys.alerts, rule_id, _dumps(rule))
+    pipe.hdel(keys.alertstate, rule_id)
     pipe.sadd(index_key(keys.prefix), keys.crawl)
     return bool(pipe.execute()[0])
 
@@ -56,7 +60,7 @@ def delete(client: redis.Redis, keys: CrawlKeys, rule_id: str) -> bool:
     return removed
 
 
-def rules(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, Any]]:
+def rules(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, object]]:
     """Rule id -> rule; an unreadable one is given as {"id": ..., "unreadable": raw text}."""
     out: dict[str, dict[str, Any]] = {}
     for raw_id, raw in client.hgetall(keys.alerts).items():
@@ -66,7 +70,7 @@ def rules(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
-def states(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, Any]]:
+def states(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, object]]:
     """Rule id -> its recorded state (rules never evaluated have none)."""
     out = {}
     for raw_id, raw in client.hgetall(keys.alertstate).items():
@@ -76,7 +80,7 @@ def states(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, Any]]:
     return out
 
 
-def events(client: redis.Redis, keys: CrawlKeys, n: int = 50) -> list[dict[str, Any]]:
+def events(client: redis.Redis, keys: CrawlKeys, n: int = 50) -> list[dict[str, object]]:
     """The crawl's last alert events (fired, cleared), newest first."""
     found = (json_record(x) for x in client.lrange(keys.alertlog, 0, n - 1))
     return [e for e in found if e is not None and "raw" not in e]
@@ -93,7 +97,7 @@ def alerting_crawls(client: redis.Redis, prefix: str = "crawlplug") -> list[str]
     return out
 
 
-def record(lead: Leadership, rule_id: str, state: dict[str, Any], event: dict[str, Any] | None) -> str:
+def record(lead: Leadership, rule_id: str, state: Mapping[str, object], event: Mapping[str, object] | None) -> str:
     """Record ``rule_id``'s new state (and ``event`` on the log) as leader ``lead``:
     "done", "deposed" (another leads now: nothing written) or "gone" (the rule was deleted)."""
     keys = lead.keys

@@ -46,6 +46,23 @@ from functools import cached_property
 
 from ..errors import ConfigError
 
+__all__ = [
+    "CHUNK_BITS",
+    "LAYOUT",
+    "MAX_CHUNKS",
+    "RATIO",
+    "SCALE",
+    "SDS_OVERHEAD",
+    "BloomSpec",
+    "Layer",
+    "chunk_bits_for",
+    "hash_args",
+    "is_prime",
+    "next_prime",
+    "positions",
+    "slices_and_bits",
+]
+
 #: Capacity growth from one layer to the next (pybloom-live's SMALL_SET_GROWTH).
 SCALE = 2
 #: Error-rate tightening from one layer to the next.

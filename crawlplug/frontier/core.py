@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import redis
@@ -58,22 +58,28 @@ from .dedup import Dedup
 from .domains import Domains
 from .keys import CrawlKeys
 from .layout import parts, shard_of, stored_shards
-from .part import Part, admit_in_parts, log_went_back
+from .part import FrontierOptions, Part, PartOptions, admit_in_parts, log_went_back
 from .record import ResendLog
 from .results import Admission, AdmitResult, Beat, Idle, Leased, Leases
 from .scripts import Scripts
 from .store import text
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .calls import Arg, Call
+
+__all__ = ["BASE", "Frontier", "open_domains", "open_frontier", "route_key"]
 
 logger = logging.getLogger(__name__)
 
 #: a part index for the crawl's own keys in a sharded crawl (start entries); shards are 0..N-1
 BASE = -1
 
-Call = tuple[str, list[str], list[Any]]
 
-
-def open_frontier(client: redis.Redis, keys: CrawlKeys, *, shards: int | None = None, dedup_factory: Any = None,
-                  **kwargs: Any) -> Frontier:  # fmt: skip
+def open_frontier(client: redis.Redis, keys: CrawlKeys, *, shards: int | None = None,
+                  dedup_factory: Callable[[], Dedup] | None = None,
+                  **kwargs: Unpack[FrontierOptions]) -> Frontier:  # fmt: skip
     """The one place a node's frontier is built: over as many shards as the crawl has
     (``shards``, else the count the crawl recorded, else one), each part's dedup strategy
     from ``dedup_factory`` (default: the exact set). The Scheduler, the tools and the
@@ -86,10 +92,10 @@ def route_key(item: Admission) -> str:
     """What routes an admission to its shard: its per-domain queue's key (4th field), else
     the host of its URL (5th: the request's URL, or a host), else that field as it is.
     One site, one shard; a dupefilter on its own routes alike (crawlplug.queues.route)."""
-    domain = item[3] if len(item) > 3 else ""  # type: ignore[misc]
+    domain = item[3] if len(item) > 3 else ""
     if domain:
         return domain
-    where = item[4] if len(item) > 4 else ""  # type: ignore[misc]
+    where = item[4] if len(item) > 4 else ""
     if "://" in where:
         return urlsplit(where).hostname or where
     if not where:
@@ -144,11 +150,11 @@ class Frontier:
         *,
         shards: int = 1,
         dedup: str | Dedup = "set",
-        dedup_factory: Any = None,
+        dedup_factory: Callable[[], Dedup] | None = None,
         node_id: str | None = None,
         epoch: int | str = "",
         resend_window: float = 300.0,
-        **kwargs: Any,
+        **kwargs: Unpack[PartOptions],
     ) -> None:
         if shards < 1:
             raise ConfigError(f"CRAWLPLUG_SHARDS must be 1 or more, got {shards}")
@@ -338,7 +344,7 @@ class Frontier:
         """Lease up to ``n`` requests due now."""
         return self._admit((), (), (), n)[1]
 
-    def push(self, items: Iterable[tuple[bytes, Any, bytes]]) -> AdmitResult:
+    def push(self, items: Iterable[tuple[bytes, float | str, bytes]]) -> AdmitResult:
         """Admit (fingerprint, score, payload) items made outside a crawl (the CLI's push, an import)."""
         if self.sharded:
             raise TypeError("a sharded crawl routes requests by domain: use admit() with (fp, score, payload, domain)")
@@ -435,6 +441,7 @@ class Frontier:
             if ("admit+pop", shard) not in kinds:
                 calls.append(self.shards[shard].pop_call(share, after_admit=shard in admitting))
                 kinds.append(("pop", shard))
+        raw: Any  # a script's reply: read below by the shape its script answers
         for (kind, part), call, raw in zip(kinds, calls, self.scripts.run_many(calls) if calls else []):
             if kind == "pop":
                 self._read_pop(part, call, raw, tally, waits)
@@ -482,7 +489,8 @@ class Frontier:
         for i, flag in zip(plan.by_part.get(part, ()), result.flags):
             tally.flags[i] = flag
         if self.sharded and part != BASE:
-            self.resend[part].add(call[2][3], [item for item, f in zip(part_items, result.flags) if f == "1"])
+            call_id = cast(str, call[2][3])
+            self.resend[part].add(call_id, [item for item, f in zip(part_items, result.flags) if f == "1"])
             if "1" in result.flags:
                 self._dry_until[part] = 0.0
         tally.acked += result.acked
@@ -512,6 +520,7 @@ class Frontier:
     def _ack_later(self, later_acks: dict[int, list[str]], tally: _Tally) -> None:
         """Every child of the batch is stored: the parents are acknowledged in their parts."""
         calls = [self.part(p).admit_call((), a, ()) for p, a in later_acks.items()]
+        raw: Any  # a script's reply: read below by the shape its script answers
         for (p, part_acks), call, raw in zip(later_acks.items(), calls, self.scripts.run_many(calls)):
             try:
                 if isinstance(raw, Exception):
@@ -611,6 +620,7 @@ class Frontier:
         shards = list(by_shard)
         calls = [self.shards[s].seen_call([items[i][0] for i in by_shard[s]]) for s in shards]
         flags = [""] * len(items)
+        raw: Any  # a script's reply: read below by the shape its script answers
         for shard, raw in zip(shards, self.scripts.run_many(calls)):
             if isinstance(raw, Exception):
                 raise raw
@@ -634,7 +644,7 @@ class Frontier:
 
     # -- leases ------------------------------------------------------------------
     def heartbeat(
-        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
+        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: Mapping[str, Arg] | None = None,
         totals: dict[str, int] | None = None,
     ) -> list[str]:
         """Mark this node alive, renew its leases, count its ``totals`` in the run's counters
@@ -645,6 +655,7 @@ class Frontier:
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Requeue expired leases (dead-lettering over-delivered ones) in every part: (requeued, dead)."""
         requeued = dead = 0
+        raw: Any  # a script's reply: read below by the shape its script answers
         for raw in self.scripts.run_many([f.reap_call(limit) for f in self.all_parts]):
             if isinstance(raw, Exception):
                 raise raw
@@ -653,7 +664,7 @@ class Frontier:
         return requeued, dead
 
     def heartbeat_and_reap(
-        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
+        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: Mapping[str, Arg] | None = None,
         totals: dict[str, int] | None = None, limit: int = 1000,
     ) -> Beat:  # fmt: skip
         """:meth:`heartbeat`, then :meth:`reap` and a history sample (crawlplug.frontier.history)
@@ -661,7 +672,7 @@ class Frontier:
         node, in call order)."""
         return self._beat(lease_ids, producing, metrics, totals, reap_limit=limit)
 
-    def _beat(self, lease_ids: Iterable[str], producing: bool, metrics: dict[str, Any] | None,
+    def _beat(self, lease_ids: Iterable[str], producing: bool, metrics: Mapping[str, Arg] | None,
               totals: dict[str, int] | None, reap_limit: int | None) -> Beat:  # fmt: skip
         """The heartbeat in the crawl's own keys, each shard's renewal of this node's leases
         and, with ``reap_limit``, every part's reap and history sample: one pipeline."""
@@ -678,7 +689,7 @@ class Frontier:
             # every part's history sample, keys named by the crawl's own clock estimate
             now = self.base.redis_now_estimate()
             calls += [f.history_call(now) for f in everyone]
-        results = self.scripts.run_many(calls)
+        results: list[Any] = self.scripts.run_many(calls)  # replies, read below by their scripts' shapes
         if reap_limit is not None:
             results, sampled = results[:-len(everyone)], results[-len(everyone):]
         rolled = {p: raw for p, raw in zip([self._own, *shards], results) if isinstance(raw, RolledBack)}
@@ -748,6 +759,7 @@ class Frontier:
             return 0
         total = 0
         calls = [self.part(p).release_call(a, unstarted=unstarted) for p, a in groups.items()]
+        raw: Any  # a script's reply: read below by the shape its script answers
         for (p, part_ids), raw in zip(groups.items(), self.scripts.run_many(calls)):
             if isinstance(raw, Exception):
                 raise raw
@@ -755,7 +767,7 @@ class Frontier:
             total += int(raw)
         return total
 
-    def dead_letter(self, lease_id: str, reason: str, **extra: Any) -> bool:
+    def dead_letter(self, lease_id: str, reason: str, **extra: object) -> bool:
         """Move a leased request to the dead letters, with why (a shard's letter names its shard)."""
         part, raw = self.split_id(lease_id)
         if self.sharded:
@@ -768,7 +780,7 @@ class Frontier:
         whether the crawl's data was found lost and what start_urls holds if not a list: to
         tell an idle crawl from a done one."""
         queued = leased = producers = 0
-        results = self.scripts.run_many([f.idle_call() for f in self.all_parts])
+        results: list[Any] = self.scripts.run_many([f.idle_call() for f in self.all_parts])  # idle.lua's replies
         for i, raw in enumerate(results):
             if isinstance(raw, Exception):
                 raise raw

@@ -12,17 +12,50 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, cast
 
 from ..errors import ConfigError
 from .bloom import BloomSpec, hash_args
 from .store import text
 
 if TYPE_CHECKING:
+    import redis
+
     from .keys import CrawlKeys
+
+__all__ = [
+    "BloomDedup",
+    "Dedup",
+    "NativeBloomDedup",
+    "SetDedup",
+    "TtlDedup",
+    "bloom_info",
+    "has_native_bloom",
+    "prepare_bloom",
+]
 
 logger = logging.getLogger(__name__)
 
+
+
+class DedupPart(Protocol):
+    """A part of a crawl's frontier as the dedup helpers (here, crawlplug.frontier.fphash and
+    fpadmin) see it: a :class:`crawlplug.frontier.part.Part`, which imports this module."""
+
+    client: redis.Redis
+    keys: CrawlKeys
+    dedup: Dedup
+
+    def record_seen(self, items: Sequence[tuple[bytes, str]]) -> str: ...
+
+
+class DedupFrontier(Protocol):
+    """A crawl's frontier as the dedup helpers see it: a :class:`crawlplug.frontier.core.Frontier`."""
+
+    client: redis.Redis
+    keys: CrawlKeys
+
+    def dedup_parts(self) -> Sequence[DedupPart]: ...
 
 class Dedup:
     """No dedup: every request is admitted (``scrapy.dupefilters.BaseDupeFilter``)."""
@@ -116,7 +149,7 @@ class BloomDedup(Dedup):
             raise ValueError("Bloom generations need a positive count and a time-to-live")
         self.spec = spec
         self.generations = generations
-        self.window_ms = int(ttl * 1000 / generations) if generations else 0
+        self.window_ms = int(ttl * 1000 / generations) if generations and ttl else 0  # ttl is set with generations
         if generations and self.window_ms < 1:
             raise ValueError("the Bloom generation window must be at least 1 ms")
         self.generation = 0  # Redis's current window, learnt from the script
@@ -213,7 +246,7 @@ class NativeBloomDedup(Dedup):
 # -- the Bloom filter's place in Redis: its format, its size, what it holds ------------------
 
 
-def has_native_bloom(client: Any) -> bool:
+def has_native_bloom(client: redis.Redis) -> bool:
     """Whether the server has RedisBloom's BF.* commands (Redis 8, or the module)."""
     try:
         info = client.execute_command("COMMAND", "INFO", "BF.ADD")
@@ -224,10 +257,10 @@ def has_native_bloom(client: Any) -> bool:
     return bool(info and info[0])
 
 
-def _choose_format(client: Any, keys: CrawlKeys, spec: BloomSpec, native: bool | str, generations: int) -> str:
+def _choose_format(client: redis.Redis, keys: CrawlKeys, spec: BloomSpec, native: bool | str, generations: int) -> str:
     """"lua" or "native": what the crawl already uses, else what is asked and possible."""
     key = BloomDedup(spec).seen_key(keys)
-    stored = client.hget(key, "format")
+    stored = cast("bytes | None", client.hget(key, "format"))  # crawlplug's clients answer bytes
     available = has_native_bloom(client)
     if stored is not None:
         fmt = stored.decode()
@@ -242,10 +275,10 @@ def _choose_format(client: Any, keys: CrawlKeys, spec: BloomSpec, native: bool |
         raise ConfigError("CRAWLPLUG_BLOOM_NATIVE=True but this Redis has no BF.* commands (RedisBloom / Redis 8)")
     fmt = "native" if native and available and not generations else "lua"
     client.hsetnx(key, "format", fmt)
-    return (client.hget(key, "format") or fmt.encode()).decode()
+    return (cast("bytes | None", client.hget(key, "format")) or fmt.encode()).decode()
 
 
-def prepare_bloom(frontier: Any, spec: BloomSpec, *, native: bool | str, generations: int) -> None:
+def prepare_bloom(frontier: DedupFrontier, spec: BloomSpec, *, native: bool | str, generations: int) -> None:
     """Check (and record) a Bloom filter's format and size in every part of ``frontier``'s
     crawl, and give each part the strategy it must use (the native one where the crawl
     uses the server's filter). Nodes sized differently are refused: they would not agree."""
@@ -256,7 +289,7 @@ def prepare_bloom(frontier: Any, spec: BloomSpec, *, native: bool | str, generat
             strategy = NativeBloomDedup(spec)
         key = BloomDedup(spec).seen_key(keys)
         client.hsetnx(key, "spec", spec.identity())
-        stored = client.hget(key, "spec")
+        stored = cast("bytes | None", client.hget(key, "spec"))
         if stored is not None and stored.decode() != spec.identity():
             raise ConfigError(
                 f"crawl {keys.crawl!r} already has a Bloom filter sized {stored.decode()} "
@@ -268,7 +301,7 @@ def prepare_bloom(frontier: Any, spec: BloomSpec, *, native: bool | str, generat
         part.dedup = strategy
 
 
-def bloom_info(frontier: Any, spec: BloomSpec, strategy: Dedup | None = None) -> dict[str, Any]:
+def bloom_info(frontier: DedupFrontier, spec: BloomSpec, strategy: Dedup | None = None) -> dict[str, object]:
     """What a crawl's Bloom filter holds: fill ratio, estimated count, estimated false-positive
     rate and memory (BITCOUNT: O(size), not for the hot path). ``strategy``: the one the
     crawl uses (native filters answer BF.INFO; a filter by generations its windows)."""
@@ -285,7 +318,7 @@ def bloom_info(frontier: Any, spec: BloomSpec, strategy: Dedup | None = None) ->
     if isinstance(strategy, BloomDedup) and strategy.generations:
         return {"generations": strategy.generations, "window_ms": strategy.window_ms}
     plain = BloomDedup(spec)
-    meta = {k.decode(): v.decode() for k, v in client.hgetall(plain.meta_key(keys)).items()}
+    meta = {k.decode(): v.decode() for k, v in cast("dict[bytes, bytes]", client.hgetall(plain.meta_key(keys))).items()}
     count = int(meta.get("layers", 0))
     layers = []
     miss_all = 1.0

@@ -6,13 +6,34 @@ lua/domains.lua's; this module only calls scripts that read or change it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import redis
 
 from .keys import CrawlKeys
 from .scripts import Scripts
 from .store import text
+
+if TYPE_CHECKING:
+    from .calls import Arg
+
+__all__ = ["DomainRow", "Domains"]
+
+
+class DomainRow(TypedDict):
+    """One scheduled domain of :meth:`Domains.table`."""
+
+    domain: str
+    queued: int
+    in_flight: int
+    #: its requests leased so far (lua/domaintable.lua)
+    leased_total: int
+    #: seconds between its requests, and how many may be in flight at once
+    delay: float
+    concurrency: int
+    #: seconds until its next request may start; None while parked at its concurrency
+    ready_in: float | None
+    at_concurrency: bool
 
 
 class Domains:
@@ -33,10 +54,11 @@ class Domains:
         reschedule the domains they touch; returns how many were rescheduled."""
         if not fields:
             return 0
-        args: list[str] = []
+        args: list[Arg] = []
         for field_, value in fields.items():
             args += [field_, value]
         total = 0
+        raw: Any  # a script's reply, read by its shape
         for raw in self.scripts.run_many([("domainconf", k.domain_keys(), args) for k in self.parts]):
             if isinstance(raw, Exception):
                 raise raw
@@ -53,18 +75,19 @@ class Domains:
     def scheduled_count(self) -> int:
         return sum(int(self.client.zcard(k.domains)) for k in self.parts)
 
-    def table(self, limit: int = 20) -> list[dict[str, Any]]:
+    def table(self, limit: int = 20) -> list[DomainRow]:
         """The scheduled domains, soonest first (parked ones last), with their queue size,
         requests in flight, limits in force (lua/domains.lua's rule, read by
         lua/domaintable.lua) and next start time."""
-        out = []
+        out: list[tuple[float, DomainRow]] = []
+        raw: Any  # a script's reply, read by its shape
         for raw in self.scripts.read([("domaintable", k.domain_keys(), [limit]) for k in self.parts]):
             if isinstance(raw, Exception):
                 raise raw
             now = int(raw[0])
             for i in range(1, len(raw), 7):
                 score = float(raw[i + 1])
-                out.append({
+                out.append((score, {
                     "domain": text(raw[i]),
                     "queued": int(raw[i + 2]),
                     "in_flight": int(raw[i + 3]),
@@ -73,7 +96,6 @@ class Domains:
                     "concurrency": int(raw[i + 6]),
                     "ready_in": None if score == float("inf") else max(0.0, (score - now) / 1000),
                     "at_concurrency": score == float("inf"),
-                    "_score": score,
-                })  # fmt: skip
-        out.sort(key=lambda row: row.pop("_score"))
-        return out[:limit]
+                }))  # fmt: skip
+        out.sort(key=lambda scored: scored[0])
+        return [row for _, row in out[:limit]]

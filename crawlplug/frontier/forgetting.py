@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -28,6 +29,11 @@ from .keys import DEDUP_NAMES, DEDUP_PREFIXES, CrawlKeys
 from .layout import parts, shard_of
 from .scripts import Scripts
 from .store import text
+
+if TYPE_CHECKING:
+    from .calls import Call
+
+__all__ = ["BLOOM_CANNOT_FORGET", "Forgotten", "bloom_kind", "forget", "roll"]
 
 #: What a refusal says about a Bloom filter (the CLI prints it).
 BLOOM_CANNOT_FORGET = (
@@ -83,9 +89,12 @@ def forget(client: redis.Redis, keys: CrawlKeys, items: Sequence[tuple[bytes, st
         by_part.setdefault(shard_of(route, len(targets)) if len(targets) > 1 else 0, []).append(i)
     scripts = scripts or Scripts(client)
     order = list(by_part)
-    calls = [("forget", [targets[p].seen, targets[p].key("seen_ttl"), targets[p].key("bloom"), targets[p].key("bf")],
-              [items[i][0] for i in by_part[p]]) for p in order]  # fmt: skip
+    calls: list[Call] = [
+        ("forget", [targets[p].seen, targets[p].key("seen_ttl"), targets[p].key("bloom"), targets[p].key("bf")],
+         [items[i][0] for i in by_part[p]]) for p in order
+    ]  # fmt: skip
     flags = ["0"] * len(items)
+    raw: Any  # forget.lua's reply
     for p, raw in zip(order, scripts.run_many(calls)):
         if isinstance(raw, Exception):
             raise raw

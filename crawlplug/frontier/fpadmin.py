@@ -7,24 +7,29 @@ generations); none is on the hot path (O(buckets) reads, SCAN)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, cast
 
 from ..errors import ConfigError, CorruptKey
 from .fphash import MAX_LEVEL, STORE_FIELD, HashDedup, SplitSpec, parse_spec
 from .store import text
 
 if TYPE_CHECKING:
+    import redis
+
+    from .dedup import DedupFrontier
     from .keys import CrawlKeys
+
+__all__ = ["forget_hashed", "hash_info", "iter_fingerprints", "migrate_set", "store_info"]
 
 logger = logging.getLogger(__name__)
 
 
-def _bucket_names(client: Any, keys: CrawlKeys) -> list[str]:
+def _bucket_names(client: redis.Redis, keys: CrawlKeys) -> list[str]:
     return [text(x) for x in client.scan_iter(match=f"{keys.key('fph')}:*", count=1000)]
 
 
-def hash_info(frontier: Any, *, memory: bool = True) -> dict[str, Any]:
+def hash_info(frontier: DedupFrontier, *, memory: bool = True) -> dict[str, object]:
     """The bucket distribution of a crawl's compact store, over every part: buckets, mean
     fill, how many are past the compact limit (and the bytes those take, MEMORY USAGE),
     fingerprints by generation, or, splitting, each part's level and next bucket and the
@@ -73,7 +78,7 @@ def hash_info(frontier: Any, *, memory: bool = True) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _entries_limit(client: Any) -> int:
+def _entries_limit(client: redis.Redis) -> int:
     """The server's compact-hash entry limit (128 unless configured), if CONFIG is allowed."""
     for name in ("hash-max-listpack-entries", "hash-max-ziplist-entries"):
         try:
@@ -82,11 +87,11 @@ def _entries_limit(client: Any) -> int:
             return 128
         if got:
             value = next(iter(got.values()))
-            return int(value)
+            return int(cast(str, value))
     return 128
 
 
-def iter_fingerprints(client: Any, keys: CrawlKeys, batch: int = 1000) -> Any:
+def iter_fingerprints(client: redis.Redis, keys: CrawlKeys, batch: int = 1000) -> Iterator[list[bytes]]:
     """Every fingerprint of one part's compact store, whole again (the stripped bytes are
     the bucket's leading bits), ``batch`` at a time: what export writes."""
     raw_spec = client.hget(keys.key("fph"), "spec")
@@ -99,7 +104,7 @@ def iter_fingerprints(client: Any, keys: CrawlKeys, batch: int = 1000) -> Any:
         bits = int(layer) if isinstance(spec, SplitSpec) else spec.gen_bits(int(layer))
         strip = bits // 8
         prefix = (int(bucket, 16) >> (bits - 8 * strip)).to_bytes(strip, "big") if strip else b""
-        for field in client.hkeys(name):
+        for field in cast("list[bytes]", client.hkeys(name)):
             out.append(prefix + field)
             if len(out) >= batch:
                 yield out
@@ -108,7 +113,7 @@ def iter_fingerprints(client: Any, keys: CrawlKeys, batch: int = 1000) -> Any:
         yield out
 
 
-def forget_hashed(client: Any, keys: CrawlKeys, fingerprints: Sequence[bytes]) -> str:
+def forget_hashed(client: redis.Redis, keys: CrawlKeys, fingerprints: Sequence[bytes]) -> str:
     """Remove ``fingerprints`` from one part's compact store, from every generation (every
     level a split may have moved it to), in one
     transaction (MULTI/EXEC: every key under the part's hash tag); a flag per fingerprint,
@@ -162,7 +167,7 @@ def forget_hashed(client: Any, keys: CrawlKeys, fingerprints: Sequence[bytes]) -
     return "".join(flags)
 
 
-def migrate_set(frontier: Any, *, batch: int = 1000) -> dict[str, int]:
+def migrate_set(frontier: DedupFrontier, *, batch: int = 1000) -> dict[str, int]:
     """Move a crawl's fingerprint set (``seen``, in every part) into the compact store and
     record that the crawl uses it (``meta`` field dedup_store). ``frontier``'s parts must
     have :class:`HashDedup` strategies. Copies through the admission's own check-and-record
@@ -186,7 +191,7 @@ def migrate_set(frontier: Any, *, batch: int = 1000) -> dict[str, int]:
     return {"copied": copied, "already": already}
 
 
-def _chunks(values: Any, size: int) -> Any:
+def _chunks(values: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
     chunk: list[bytes] = []
     for value in values:
         chunk.append(value)
@@ -197,7 +202,7 @@ def _chunks(values: Any, size: int) -> Any:
         yield chunk
 
 
-def store_info(frontier: Any) -> dict[str, Any]:
+def store_info(frontier: DedupFrontier) -> dict[str, object]:
     """What the crawl's exact fingerprint store holds (``crawlplug dedup-info``): the compact
     store's buckets (:func:`hash_info`), or the set's size, whichever store the crawl has."""
     parts = frontier.dedup_parts()

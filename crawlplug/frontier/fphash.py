@@ -47,14 +47,33 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, CorruptKey
-from .dedup import Dedup, SetDedup
+from .dedup import Dedup, DedupFrontier, DedupPart, SetDedup
 from .store import text
 
 if TYPE_CHECKING:
     from .keys import CrawlKeys
+
+__all__ = [
+    "FILL",
+    "GROWTH_BITS",
+    "MAX_LEVEL",
+    "NO_BUCKET",
+    "SPEC_FIELD",
+    "SPLIT_FILL",
+    "STORES",
+    "STORE_FIELD",
+    "WINDOW",
+    "HashDedup",
+    "HashSpec",
+    "Spec",
+    "SplitSpec",
+    "bind_hash_parts",
+    "choose_store",
+    "parse_spec",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +193,9 @@ class HashDedup(Dedup):
         return keys.key("fph")
 
     def bucket(self, fingerprint: bytes, generation: int) -> int:
-        bits = self.spec.gen_bits(generation)
+        """The bucket of ``fingerprint`` in ``generation`` of a store by generations (a
+        splitting store's is :meth:`level_home`'s)."""
+        bits = self._generations().gen_bits(generation)
         return int.from_bytes(fingerprint[:4], "big") >> (32 - bits) if bits else 0
 
     def bucket_key(self, keys: CrawlKeys, generation: int, bucket: int) -> str:
@@ -182,7 +203,13 @@ class HashDedup(Dedup):
 
     def field(self, fingerprint: bytes, generation: int) -> bytes:
         """What generation ``generation`` stores: the bytes its bucket does not fix."""
-        return fingerprint[self.spec.gen_bits(generation) // 8:]
+        return fingerprint[self._generations().gen_bits(generation) // 8:]
+
+    def _generations(self) -> HashSpec:
+        if isinstance(self.spec, SplitSpec):
+            raise TypeError("a splitting store has levels, not generations: "
+                            "HashDedup.level_home is its bucket and field")
+        return self.spec
 
     def param(self) -> str:
         if isinstance(self.spec, SplitSpec):
@@ -290,7 +317,7 @@ class HashDedup(Dedup):
         else:
             self.gens = max(1, int(state))
 
-    def observe_stored(self, raw: Sequence[Any]) -> None:
+    def observe_stored(self, raw: Sequence[bytes | str | None]) -> None:
         """Learn the store's state from its hash's "gens", "level", "next", "count" (None: not yet)."""
         gens, level, nxt, count = (text(x) if x is not None else None for x in raw)
         if not isinstance(self.spec, SplitSpec):
@@ -320,7 +347,7 @@ class HashDedup(Dedup):
         return f"{self.seen_key(keys)}:*"
 
 
-def choose_store(frontier: Any, wanted: str, spec: Spec) -> None:
+def choose_store(frontier: DedupFrontier, wanted: str, spec: Spec) -> None:
     """Give every part of ``frontier`` the exact store its crawl uses: the one recorded in
     the crawl's ``meta`` hash; else, for a crawl whose fingerprint set (``seen``) exists,
     the set (said in one log line: ``crawlplug migrate seen-to-hash`` moves it); else ``wanted``.
@@ -353,14 +380,14 @@ def choose_store(frontier: Any, wanted: str, spec: Spec) -> None:
         part.dedup = SetDedup() if store == "set" else _hash_part(part, spec)
 
 
-def bind_hash_parts(frontier: Any, spec: Spec) -> None:
+def bind_hash_parts(frontier: DedupFrontier, spec: Spec) -> None:
     """Give every part of ``frontier`` the compact store, bucketed as its crawl recorded
     (else as ``spec``, recorded now)."""
     for part in frontier.dedup_parts():
         part.dedup = _hash_part(part, spec)
 
 
-def _hash_part(part: Any, spec: Spec) -> HashDedup:
+def _hash_part(part: DedupPart, spec: Spec) -> HashDedup:
     """The part's compact store, bucketed as the crawl recorded: its store's "spec", else the
     crawl's ``meta`` (which outlives the store: a new run, a roll), else ``spec``, recorded in both."""
     key, meta = HashDedup(spec).seen_key(part.keys), part.keys.base.meta

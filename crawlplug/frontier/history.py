@@ -24,12 +24,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis
 
 from .keys import CrawlKeys
 from .layout import parts
 from .store import text
+
+if TYPE_CHECKING:
+    from .calls import Arg, Call
+
+__all__ = [
+    "COUNTERS",
+    "DAY_MS",
+    "GAUGES",
+    "HOURS_KEPT_MS",
+    "HOUR_MS",
+    "MINUTES_KEPT_MS",
+    "MINUTE_MS",
+    "Record",
+    "hour_key",
+    "minute_key",
+    "parse",
+    "records",
+    "sample_call",
+]
 
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
@@ -54,7 +74,7 @@ def hour_key(keys: CrawlKeys, day: int) -> str:
     return keys.key(f"hist:h:{day}")
 
 
-def sample_call(keys: CrawlKeys, now_ms: int, epoch: str, run: int | None) -> tuple[str, list[str], list[object]]:
+def sample_call(keys: CrawlKeys, now_ms: int, epoch: str, run: int | None) -> Call:
     """The history.lua call sampling part ``keys`` at ``now_ms`` (the caller's estimate of
     Redis's clock: it names the keys) for run ``run`` (the one the caller joined, None if
     it joined none: its epoch says it is the crawl's current run)."""
@@ -64,8 +84,9 @@ def sample_call(keys: CrawlKeys, now_ms: int, epoch: str, run: int | None) -> tu
     if base:
         names.append(keys.nodes)
     names.append(keys.epoch)
-    return ("history", names, [hour, day, "1" if base else "0", "" if run is None else run, MINUTES_KEPT_MS,
-                               HOURS_KEPT_MS, epoch])  # fmt: skip
+    args: list[Arg] = [hour, day, "1" if base else "0", "" if run is None else run, MINUTES_KEPT_MS, HOURS_KEPT_MS,
+                       epoch]  # fmt: skip
+    return ("history", names, args)
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,16 @@ nodes with skewed clocks agree on what expired.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from .calls import Arg
     from .dedup import Dedup
     from .keys import CrawlKeys
     from .results import Admission, AdmitResult, Beat, Idle, Leases
+
+__all__ = ["CrawlFrontier"]
 
 
 @runtime_checkable
@@ -42,8 +45,10 @@ class CrawlFrontier(Protocol):
     run_id: int | None
     #: the start-entry lists the node reads besides start_urls (CRAWLPLUG_START_KEYS' lanes)
     lanes: tuple[str, ...]
-    #: the dedup strategy of the crawl's parts (crawlplug.frontier.dedup)
-    dedup: Dedup
+
+    @property
+    def dedup(self) -> Dedup:
+        """The dedup strategy of the crawl's parts (crawlplug.frontier.dedup); read-only."""
 
 
     def admit(self, items: Sequence[Admission], acks: Sequence[str] = (),
@@ -66,7 +71,7 @@ class CrawlFrontier(Protocol):
         """Give leases back to the queue (``unstarted``: without counting a delivery)."""
 
 
-    def dead_letter(self, lease_id: str, reason: str, **extra: Any) -> bool:
+    def dead_letter(self, lease_id: str, reason: str, **extra: object) -> bool:
         """Move a leased request to the dead letters, with why."""
 
 
@@ -77,7 +82,7 @@ class CrawlFrontier(Protocol):
 
 
     def heartbeat_and_reap(self, lease_ids: Iterable[str], *, producing: bool = False,
-                           metrics: dict[str, Any] | None = None, totals: dict[str, int] | None = None,
+                           metrics: Mapping[str, Arg] | None = None, totals: dict[str, int] | None = None,
                            limit: int = 1000) -> Beat:  # fmt: skip
         """:meth:`heartbeat` and :meth:`reap` in one round trip."""
 

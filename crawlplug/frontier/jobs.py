@@ -15,13 +15,30 @@ the newest :data:`KEEP` of them; a purge deletes them with the rest of the crawl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from .keys import CrawlKeys
 from .store import redis_ms, text
+
+__all__ = [
+    "DAEMON_STATES",
+    "INT_FIELDS",
+    "KEEP",
+    "OPEN_STATES",
+    "all_jobs",
+    "by_node",
+    "get",
+    "node_closed",
+    "node_opened",
+    "record",
+    "state",
+    "update",
+    "with_firing",
+]
 
 #: How many jobs a crawl keeps (the oldest are dropped when more are recorded).
 KEEP = 1000
@@ -34,11 +51,11 @@ INT_FIELDS = frozenset({"scheduled", "run", "slot", "pid", "started", "ended", "
 DAEMON_STATES = ("pending", "running", "finished", "cancelled", "unknown", "error")
 
 
-def record(client: redis.Redis, keys: CrawlKeys, job_id: str, fields: dict[str, Any], *,
+def record(client: redis.Redis, keys: CrawlKeys, job_id: str, fields: Mapping[str, object], *,
            scheduled_ms: int | None = None) -> None:  # fmt: skip
     """Record job ``job_id`` (a new one with ``scheduled_ms``), setting ``fields`` (None values
     are left out); the oldest jobs past :data:`KEEP` are dropped."""
-    values = {k: str(v) for k, v in fields.items() if v is not None}
+    values: dict[FieldT, EncodableT] = {k: str(v) for k, v in fields.items() if v is not None}
     pipe = client.pipeline(transaction=True)
     if scheduled_ms is not None:
         values["scheduled"] = str(scheduled_ms)
@@ -50,11 +67,11 @@ def record(client: redis.Redis, keys: CrawlKeys, job_id: str, fields: dict[str, 
         _prune(client, keys)
 
 
-def update(client: redis.Redis, keys: CrawlKeys, job_id: str, fields: dict[str, Any]) -> bool:
+def update(client: redis.Redis, keys: CrawlKeys, job_id: str, fields: Mapping[str, object]) -> bool:
     """Set ``fields`` of a recorded job; False (nothing written) if no such job is recorded."""
     if client.zscore(keys.jobs, job_id) is None:
         return False
-    values = {k: str(v) for k, v in fields.items() if v is not None}
+    values: dict[FieldT, EncodableT] = {k: str(v) for k, v in fields.items() if v is not None}
     if values:
         client.hset(keys.job(job_id), mapping=values)
     return True
@@ -85,7 +102,7 @@ def _decode(job_id: str, raw: dict[Any, Any]) -> dict[str, Any]:
     return out
 
 
-def state(job: dict[str, Any]) -> str:
+def state(job: Mapping[str, object]) -> str:
     """What a job is now, from what its node and its daemon said:
 
     * ``scheduled``: handed to the daemon, which has not said more yet;
@@ -120,13 +137,13 @@ def state(job: dict[str, Any]) -> str:
 OPEN_STATES = frozenset({"scheduled", "pending", "starting", "running"})
 
 
-def get(client: redis.Redis, keys: CrawlKeys, job_id: str) -> dict[str, Any] | None:
+def get(client: redis.Redis, keys: CrawlKeys, job_id: str) -> dict[str, object] | None:
     raw = client.hgetall(keys.job(job_id))
     return _decode(job_id, raw) if raw else None
 
 
 def all_jobs(client: redis.Redis, keys: CrawlKeys, *, run: int | None = None,
-             ids: Iterable[str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+             ids: Iterable[str] | None = None) -> list[dict[str, object]]:  # fmt: skip
     """The crawl's recorded jobs, oldest first (of run ``run`` only, if given)."""
     names = [text(x) for x in client.zrange(keys.jobs, 0, -1)] if ids is None else list(ids)
     pipe = client.pipeline(transaction=False)
@@ -138,18 +155,18 @@ def all_jobs(client: redis.Redis, keys: CrawlKeys, *, run: int | None = None,
     return out
 
 
-def with_firing(client: redis.Redis, keys: CrawlKeys, firing: str) -> list[dict[str, Any]]:
+def with_firing(client: redis.Redis, keys: CrawlKeys, firing: str) -> list[dict[str, object]]:
     """The jobs scheduled by one firing of a schedule (``<schedule>@<due ms>``)."""
     return [j for j in all_jobs(client, keys) if j.get("firing") == firing]
 
 
-def by_node(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, Any]]:
+def by_node(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, object]]:
     """Node id -> the job it is (for nodes started through Scrapyd)."""
-    return {j["node"]: j for j in all_jobs(client, keys) if j.get("node")}
+    return {str(j["node"]): j for j in all_jobs(client, keys) if j.get("node")}
 
 
 def node_opened(client: redis.Redis, keys: CrawlKeys, job_id: str, *, node: str, host: str, pid: int,
-                run: int | None) -> dict[str, Any]:  # fmt: skip
+                run: int | None) -> dict[str, object]:  # fmt: skip
     """The node of job ``job_id`` opened its spider (written by the node). A job no
     ``crawlplug start`` recorded (scheduled on the daemon by hand, say) is recorded now."""
     fields: dict[str, Any] = {"node": node, "host": host, "pid": pid, "run": run, "started": redis_ms(client)}

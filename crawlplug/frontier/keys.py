@@ -9,13 +9,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
 from redis.crc import key_slot
 
 from ..config import setting
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+__all__ = ["DEDUP_NAMES", "DEDUP_PREFIXES", "DOMAIN_NAMES", "NAMES", "SHARDED_NAMES", "CrawlKeys", "crawl_keys"]
 
 #: The names of a crawl's keys, in one place (see DESIGN.md, section 2).
 NAMES = (
@@ -178,7 +183,7 @@ DEDUP_NAMES = frozenset({"seen", "seen_ttl", "bf", "bloom", "fph"})
 DEDUP_PREFIXES = ("bloom:", "seen:", "fph:")
 
 
-def crawl_keys(settings: Any, spider_name: str) -> CrawlKeys:
+def crawl_keys(settings: BaseSettings, spider_name: str) -> CrawlKeys:
     """The keys of the crawl a node of spider ``spider_name`` joins, as the scheduler
     builds them: CRAWLPLUG_CRAWL_ID (else the spider's name) and CRAWLPLUG_KEY_PREFIX."""
     return CrawlKeys(settings.get("CRAWLPLUG_CRAWL_ID") or spider_name, setting(settings, "CRAWLPLUG_KEY_PREFIX"))

@@ -13,6 +13,8 @@ import redis
 from ..errors import ConfigError
 from .keys import CrawlKeys
 
+__all__ = ["claim_shards", "parts", "shard_of", "stored_shards"]
+
 
 def shard_of(route: str, shards: int) -> int:
     """The shard of a request whose domain (or host) is ``route``: stable across

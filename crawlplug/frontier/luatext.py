@@ -9,6 +9,8 @@ import re
 from functools import cache
 from importlib.resources import files
 
+__all__ = ["ALLOW_OOM", "PIECES", "READ_ONLY", "source"]
+
 #: The shared pieces a script may name in its ``-- uses:`` header line, in the order they
 #: are put in front of it (a piece may use those before it): the all-or-nothing checks,
 #: the epoch guard, a node's call record with the rollback guard, lease records and Redis

@@ -21,8 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import redis
 
@@ -36,12 +36,38 @@ from .results import Admission, AdmitResult, Leased, Leases, joined, leased_from
 from .scripts import Scripts
 from .store import redis_ms, text
 
+if TYPE_CHECKING:
+    from .calls import Arg, Call, Reply
+
+__all__ = ["POP_ARG", "POP_AT", "FrontierOptions", "Part", "PartOptions", "admit_in_parts", "log_went_back"]
+
 logger = logging.getLogger(__name__)
 
 #: admit.lua's ARGV[POP_AT + 1]: the pop made after the admission in the same call
 #: ("" none: :meth:`Part._admit_args`; :meth:`Part.admit_pop_call` fills it in)
 POP_AT = 4
 POP_ARG = "{n} {lease_ms} {order}"
+
+
+class PartOptions(TypedDict, total=False):
+    """A part's settings besides its keys, client, dedup, node id, scripts and epoch, as
+    :class:`crawlplug.frontier.core.Frontier` hands them to each of its parts."""
+
+    queue: type[BaseQueue] | BaseQueue
+    lease_timeout: float
+    heartbeat: float
+    max_deliveries: int
+    run_id: int | None
+
+
+class FrontierOptions(PartOptions, total=False):
+    """crawlplug.frontier.core.open_frontier's settings besides the shards and the dedup
+    factory: a Frontier's own, and the :class:`PartOptions` it hands on (here, beside them)."""
+
+    dedup: str | Dedup
+    node_id: str | None
+    epoch: int | str
+    resend_window: float
 
 
 class Part:
@@ -82,7 +108,7 @@ class Part:
         self.record = CallRecord()
         #: the admission whose reply was lost (sent again, first, with its id: see
         #: settle), as (call id, keys, args, number of items, of acks, of events)
-        self.uncertain: tuple[str, list[str], list[Any], int, int, int] | None = None
+        self.uncertain: tuple[str, list[str], list[Arg], int, int, int] | None = None
         self._epoch = str(epoch)
         k = keys
         #: ms until the next domain is ready, from the last pop (DomainQueue; -1: unknown)
@@ -153,12 +179,13 @@ class Part:
         arguments it sends (Dedup.call_keys)."""
         return self.dedup.call_keys(self.keys, arguments)
 
-    def read_admission(self, raw: Sequence[Any], args: Sequence[Any] | None = None,
+    def read_admission(self, raw: Reply, args: Sequence[Arg] | None = None,
                 acks: Sequence[str] = ()) -> AdmitResult | str | None:  # fmt: skip
         """The script's answer: a result, None to call again (Bloom filter grew
         elsewhere), or the flags of a partial batch (Bloom filter grew twice). ``args``:
         the admission's ARGV, whose call id is then recorded as Redis's last of this
         node when the reply says it kept it; ``acks``: its acks, no longer held once done."""
+        raw = cast("list[Any]", raw)  # admit.lua's and seen.lua's replies
         if raw[0] == b"STALE":
             self.dedup.observe(text(raw[1]))
             return None
@@ -171,11 +198,11 @@ class Part:
         if raw[0] == b"PARTIAL":
             self.dedup.observe(text(raw[2]))
             if args is not None and len(raw) == 3:
-                self.record.recorded(args[3])
+                self.record.recorded(cast(str, args[3]))  # the call id
             return text(raw[1])
         self.dedup.observe(text(raw[3]))
         if args is not None and len(raw) == 4:  # a fifth element: "unrecorded" (admit.lua)
-            self.record.recorded(args[3])
+            self.record.recorded(cast(str, args[3]))
         self.record.done(acks)
         return AdmitResult(text(raw[0]), int(raw[1]), int(raw[2]))
 
@@ -241,13 +268,13 @@ class Part:
             done += result or ""
         raise RuntimeError("the Bloom filter keeps growing elsewhere; giving up this check")
 
-    def seen_call(self, args: Sequence[bytes]) -> tuple[str, list[str], list[Any]]:
+    def seen_call(self, args: Sequence[bytes]) -> Call:
         """The ``seen.lua`` call of :meth:`record_seen` (a sharded crawl sends its shards' at once)."""
         d, k = self.dedup, self.keys
         extra, out = self._dedup_keys(args)
         return ("seen", [d.seen_key(k), *extra], [d.mode, d.param(), *out])
 
-    def read_pop(self, raw: Any, call: tuple[str, list[str], list[Any]]) -> Leases:
+    def read_pop(self, raw: Reply, call: Call) -> Leases:
         """A pop.lua reply to ``call`` (or the error it met, raised): the leases, and the call
         recorded if it leased any. A reply lost (the connection broke) may be of a pop that
         ran: the next :meth:`pop_call` sends it again by the same id, and pop.lua answers
@@ -260,13 +287,13 @@ class Part:
         self._uncertain_pop = None
         leased = self.read_leases(raw)
         if leased:
-            self.record.recorded(args[4])
+            self.record.recorded(cast(str, args[4]))  # the pop's call id
         return leased
 
     def _pop_args(self, n: int) -> list[Any]:
         return [self.node_id, n, self.lease_ms, self.queue.order, self.record.next_call(), self.epoch]
 
-    def _pop_after_admit_call(self, n: int) -> tuple[str, list[str], list[Any]]:
+    def _pop_after_admit_call(self, n: int) -> Call:
         """A pop sent beside an admission to this part in another call of one batch (a sharded
         crawl's acks sent in a later round): it checks the keys an admission with no items
         passes now (a Bloom filter's, as it has grown so far; pop.lua), so a corrupt key
@@ -282,14 +309,14 @@ class Part:
     # -- the calls, for a sharded crawl to pipeline over its shards (crawlplug.frontier.core) --
     def admit_call(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = ()
-    ) -> tuple[str, list[str], list[Any]]:
+    ) -> Call:
         self._uncertain_pop = None  # a pop sent again after this call would not be answered as it was
         extra, dedup_args = self._dedup_keys([item[0] for item in items])
         return ("admit", self._admit_keys(extra), self._admit_args(items, acks, events, self._call_id(), dedup_args))
 
     def admit_pop_call(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]], n: int
-    ) -> tuple[str, list[str], list[Any]]:
+    ) -> Call:
         """An admission that then pops ``n`` in the same admit.lua call (a sharded crawl's
         admit-and-pop in one shard); its reply is {admission's reply, pop's reply}, or the
         admission's alone (in a list) when it must be sent again (STALE, PARTIAL)."""
@@ -325,13 +352,13 @@ class Part:
         self.uncertain = None
         return raw
 
-    def note_uncertain(self, call: tuple[str, list[str], list[Any]], exc: BaseException, n_items: int, n_acks: int,
+    def note_uncertain(self, call: Call, exc: BaseException, n_items: int, n_acks: int,
                        n_events: int) -> None:  # fmt: skip
         """An admission ``call`` sent outside :meth:`admit` (a sharded crawl's pipeline) met
         ``exc``: if its reply may have been lost, the next admission sends it again first."""
         if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
             _, keys, args = call
-            self.uncertain = (args[3], keys, args, n_items, n_acks, n_events)
+            self.uncertain = (cast(str, args[3]), keys, args, n_items, n_acks, n_events)
 
     def settle(
         self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]
@@ -369,7 +396,7 @@ class Part:
         # PARTIAL: the requests its flags cover are stored, none of its acks made
         return AdmitResult(result, 0, 0), leased, items[len(result):], acks, events
 
-    def pop_call(self, n: int, *, after_admit: bool = False) -> tuple[str, list[str], list[Any]]:
+    def pop_call(self, n: int, *, after_admit: bool = False) -> Call:
         """A pop of ``n``: the one whose reply was lost, if any, sent again as it was."""
         if after_admit:
             return self._pop_after_admit_call(n)
@@ -377,21 +404,21 @@ class Part:
             return ("pop", *self._uncertain_pop)
         return ("pop", self._pop_keys, self._pop_args(n))
 
-    def renew_call(self, lease_ids: Sequence[str]) -> tuple[str, list[str], list[Any]]:
+    def renew_call(self, lease_ids: Sequence[str]) -> Call:
         """Renew ``lease_ids`` in this part (a shard) and check that it did not go back in time."""
         k = self.keys
         return ("renew", [k.leases, k.leased, k.reply(self.node_id), k.epoch],
                 [self.node_id, self.lease_ms, self.record.check(), *lease_ids, self.epoch])  # fmt: skip
 
-    def reap_call(self, limit: int = 1000) -> tuple[str, list[str], list[Any]]:
+    def reap_call(self, limit: int = 1000) -> Call:
         return ("reap", [*self._reap_keys, *self.keys.lane_keys(self.lanes)], [self.max_deliveries, limit])
 
-    def idle_call(self) -> tuple[str, list[str], list[Any]]:
+    def idle_call(self) -> Call:
         k = self.keys
         return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls, k.control, *k.lane_keys(self.lanes)],
                 [])  # fmt: skip
 
-    def release_call(self, ids: Sequence[str], *, unstarted: bool) -> tuple[str, list[str], list[Any]]:
+    def release_call(self, ids: Sequence[str], *, unstarted: bool) -> Call:
         k = self.keys
         return (
             "release",
@@ -401,9 +428,9 @@ class Part:
         )
 
     def heartbeat_call(
-        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: dict[str, Any] | None = None,
-        totals: dict[str, int] | None = None,
-    ) -> tuple[str, list[str], list[Any]]:
+        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: Mapping[str, Arg] | None = None,
+        totals: Mapping[str, int] | None = None,
+    ) -> Call:
         k = self.keys
         # how often it beats and how long its leases live: the views tell a late heartbeat
         # ("silent for 7 s") and when a silent node's leases return to the queue
@@ -434,12 +461,12 @@ class Part:
         at, then = self._clock
         return at + int((time.monotonic() - then) * 1000)
 
-    def history_call(self, now_ms: int | None = None) -> tuple[str, list[str], list[Any]]:
+    def history_call(self, now_ms: int | None = None) -> Call:
         """The call sampling this part into the crawl's history (lua/history.lua)."""
         now = self.redis_now_estimate() if now_ms is None else now_ms
         return history.sample_call(self.keys, now, self.epoch, self.run_id)
 
-    def history_sampled(self, reply: Any) -> None:
+    def history_sampled(self, reply: Reply) -> None:
         """A history sample's reply: a failure (a full Redis refuses it, a key written by hand)
         is logged once and costs the crawl nothing; the heartbeat it rode with went through."""
         if isinstance(reply, Exception):
@@ -450,8 +477,9 @@ class Part:
             return
         self._history_failed = False
 
-    def read_leases(self, raw: Sequence[Any]) -> Leases:
+    def read_leases(self, raw: Reply) -> Leases:
         """A pop's reply: its leases (held from now on), and what it says of the queue."""
+        raw = cast("list[Any]", raw)  # pop.lua's: (id, payload, deliveries[, reports]) flat, then its counts
         self.queued_seen = int(raw[-1])
         raw = raw[:-1]
         if getattr(self.queue, "order", None) != "domain":
@@ -504,16 +532,18 @@ class Part:
         self.record.took(lease_id for lease_id, _ in taken)
         return taken
 
-    def read_beat(self, out: Sequence[Any]) -> tuple[list[str], bool, str, bool]:
+    def read_beat(self, out: Reply) -> tuple[list[str], bool, str, bool]:
         """A heartbeat's reply: the ids this node lost, whether the crawl is paused, the run's
         state, whether a node found the crawl's data lost."""
+        out = cast("list[Any]", out)  # heartbeat.lua's
         self.note_clock(int(out[0]))
         lost = [text(x) for x in out[4:]]
         self.record.done(lost)
         return lost, bool(int(out[1])), text(out[2]), bool(int(out[3]))
 
-    def read_renewal(self, out: Sequence[Any]) -> list[str]:
+    def read_renewal(self, out: Reply) -> list[str]:
         """A renewal's reply (renew.lua): the ids this node lost in this part."""
+        out = cast("list[bytes]", out)
         lost = [text(x) for x in out]
         self.record.done(lost)
         return lost
@@ -537,10 +567,10 @@ class Part:
         """Redis's clock (ms): every time a crawl shows or compares, whatever the node's clock says."""
         return redis_ms(self.client)
 
-    def dead_letter(self, lease_id: str, reason: str, **extra: Any) -> bool:
+    def dead_letter(self, lease_id: str, reason: str, **extra: object) -> bool:
         """Move a leased request to the dead letters with ``reason``."""
         k = self.keys
-        header = {"id": lease_id, "reason": reason, "node": self.node_id, "at": self.redis_ms()}
+        header: dict[str, object] = {"id": lease_id, "reason": reason, "node": self.node_id, "at": self.redis_ms()}
         header.update(extra)
         moved = self.scripts.dead(
             keys=[k.leases, k.leased, k.requests, k.deliveries, k.dead, k.stats, *k.domain_keys(), k.epoch],
@@ -578,7 +608,8 @@ def _dedup(dedup: str | Dedup) -> Dedup:
     raise ValueError(f"unknown dedup mode {dedup!r}; pass a crawlplug.frontier.dedup strategy")
 
 
-def admit_in_parts(admit: Any, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]],
+def admit_in_parts(admit: Callable[[Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]], AdmitResult],
+                   items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]],
                    most: int) -> AdmitResult:  # fmt: skip
     """``admit`` over ``items`` in parts of ``most``, the acks and events with the last (never
     before a request of the batch is stored). A part that fails after others went through

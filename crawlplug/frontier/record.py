@@ -19,7 +19,12 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .results import Admission
+
+__all__ = ["CallRecord", "ResendLog", "call_number"]
 
 
 class CallRecord:
@@ -88,12 +93,12 @@ class ResendLog:
     def __init__(self, window: float, most: int = 1_000_000) -> None:
         self.window = window
         self.most = most
-        self._entries: deque[tuple[int, float, list[Any]]] = deque()  # (call number, when, items)
+        self._entries: deque[tuple[int, float, list[Admission]]] = deque()  # (call number, when, items)
         self._count = 0
         #: the highest call number whose requests were dropped from the log (0: none)
         self.dropped_upto = 0
 
-    def add(self, call: str, items: Sequence[Any]) -> None:
+    def add(self, call: str, items: Sequence[Admission]) -> None:
         """Requests admitted (new) by admission ``call``."""
         if not items:
             return
@@ -108,7 +113,7 @@ class ResendLog:
             self._count -= len(dropped)
             self.dropped_upto = max(self.dropped_upto, number)
 
-    def since(self, found: int) -> tuple[list[Any], bool]:
+    def since(self, found: int) -> tuple[list[Admission], bool]:
         """The requests admitted by calls after number ``found`` (the last one the shard still
         has), and whether the log reaches back that far (False: some may be lost)."""
         items = [item for number, _, batch in self._entries if number > found for item in batch]

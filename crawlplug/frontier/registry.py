@@ -6,12 +6,25 @@ named as such instead of creating a crawl, and a purge is told from data Redis l
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
 
 import redis
 
 from .keys import CrawlKeys
 from .store import json_record, redis_ms, text
+
+__all__ = [
+    "entry",
+    "exists",
+    "known_crawls",
+    "mark_purged",
+    "purged_since",
+    "register",
+    "registered",
+    "registered_crawls",
+    "registry_key",
+    "unknown_crawl_message",
+]
 
 
 def registry_key(prefix: str = "crawlplug") -> str:
@@ -19,13 +32,13 @@ def registry_key(prefix: str = "crawlplug") -> str:
     return f"{prefix}:crawls"
 
 
-def entry(client: redis.Redis, keys: CrawlKeys) -> dict[str, Any] | None:
+def entry(client: redis.Redis, keys: CrawlKeys) -> dict[str, object] | None:
     """The crawl's registry entry, or None if it has none."""
     raw = client.hget(registry_key(keys.prefix), keys.crawl)
     return json_record(raw) if raw is not None else None
 
 
-def registered(record: dict[str, Any] | None) -> bool:
+def registered(record: Mapping[str, object] | None) -> bool:
     """A registry entry names a crawl unless it was purged since it was created."""
     if record is None:
         return False
@@ -39,7 +52,7 @@ def register(client: redis.Redis, keys: CrawlKeys) -> bool:
     record = entry(client, keys)
     if registered(record):
         return False
-    fresh = {"created": redis_ms(client)}
+    fresh: dict[str, object] = {"created": redis_ms(client)}
     if record is None:
         return bool(client.hsetnx(registry_key(keys.prefix), keys.crawl, json.dumps(fresh)))
     fresh["purged_at"] = record.get("purged_at")

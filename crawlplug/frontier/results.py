@@ -8,9 +8,22 @@ import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from .store import text
+
+__all__ = [
+    "Admission",
+    "AdmitResult",
+    "Beat",
+    "DeadLetter",
+    "Idle",
+    "Leased",
+    "Leases",
+    "joined",
+    "leased_from",
+    "new_node_id",
+    "process_node_id",
+]
 
 #: One request to admit: fingerprint (b"" = never deduplicated), score, payload,
 #: optionally its domain ("" or absent = the plain queue; DomainQueue sets it), and the
@@ -66,7 +79,7 @@ class Leased:
 
 @dataclass
 class DeadLetter:
-    header: dict[str, Any]
+    header: dict[str, object]
     payload: bytes = field(repr=False)
 
     @classmethod
@@ -89,9 +102,11 @@ def joined(first: AdmitResult | None, then: AdmitResult) -> AdmitResult:
     return AdmitResult(first.flags + then.flags, first.acked + then.acked, first.stale + then.stale)
 
 
-def leased_from(raw: Sequence[Any]) -> list[Leased]:
+def leased_from(raw: Sequence[bytes | int]) -> list[Leased]:
+    """A pop's reply, (id, payload, deliveries) flat, as leases."""
     return [
-        Leased(text(raw[i]), raw[i + 1], int(raw[i + 2])) for i in range(0, len(raw), 3)
+        # a flat reply's every second of three is a payload (bytes): no type says that
+        Leased(text(raw[i]), raw[i + 1], int(raw[i + 2])) for i in range(0, len(raw), 3)  # type: ignore[arg-type]
     ]
 
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from .keys import CrawlKeys
 from .store import text
+
+__all__ = ["KEEP", "keep", "kept", "read", "runstats_key"]
 
 #: How many ended runs keep their nodes' stats.
 KEEP = 20
@@ -34,7 +37,7 @@ def keep(client: redis.Redis, keys: CrawlKeys, run: int) -> int:
     pipe = client.pipeline(transaction=False)
     for node in nodes:
         pipe.hgetall(keys.node_stats(node))
-    copied = {
+    copied: dict[FieldT, EncodableT] = {
         node: json.dumps({text(k): text(v) for k, v in raw.items()}, separators=(",", ":"), sort_keys=True)
         for node, raw in zip(nodes, pipe.execute() if nodes else []) if raw
     }  # fmt: skip

@@ -22,6 +22,7 @@ is **adopted** by the next one (crawlplug.ops.control decides what becomes of it
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import redis
@@ -30,16 +31,18 @@ from .keys import CrawlKeys
 from .scripts import Scripts
 from .store import json_record, text
 
+__all__ = ["Leadership", "all_schedules", "delete", "fires", "get", "index_key", "put", "scheduled_crawls"]
+
 
 def index_key(prefix: str = "crawlplug") -> str:
     """The set naming every crawl that has schedules on this Redis."""
     return f"{prefix}:scheduled"
 
 
-def put(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any]) -> bool:
+def put(client: redis.Redis, keys: CrawlKeys, spec: Mapping[str, object]) -> bool:
     """Store schedule ``spec["name"]`` (replacing one of that name: True if it is new)."""
     pipe = client.pipeline(transaction=True)
-    pipe.hset(keys.schedules, spec["name"], json.dumps(spec, separators=(",", ":")))
+    pipe.hset(keys.schedules, str(spec["name"]), json.dumps(spec, separators=(",", ":")))
     pipe.sadd(index_key(keys.prefix), keys.crawl)
     return bool(pipe.execute()[0])
 
@@ -52,12 +55,12 @@ def delete(client: redis.Redis, keys: CrawlKeys, name: str) -> bool:
     return removed
 
 
-def get(client: redis.Redis, keys: CrawlKeys, name: str) -> dict[str, Any] | None:
+def get(client: redis.Redis, keys: CrawlKeys, name: str) -> dict[str, object] | None:
     raw = client.hget(keys.schedules, name)
     return json_record(raw) if raw is not None else None
 
 
-def all_schedules(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, Any]]:
+def all_schedules(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, object]]:
     """Name -> spec; an unreadable spec is given as {"name": ..., "unreadable": raw text}."""
     out: dict[str, dict[str, Any]] = {}
     for raw_name, raw in client.hgetall(keys.schedules).items():
@@ -80,7 +83,7 @@ def scheduled_crawls(client: redis.Redis, prefix: str = "crawlplug") -> list[str
     return out
 
 
-def fires(client: redis.Redis, keys: CrawlKeys, n: int = 200) -> list[dict[str, Any]]:
+def fires(client: redis.Redis, keys: CrawlKeys, n: int = 200) -> list[dict[str, object]]:
     """The crawl's last firings, newest first."""
     return [r for r in (json_record(x) for x in client.lrange(keys.fires, 0, n - 1)) if r is not None]
 
@@ -139,6 +142,6 @@ class Leadership:
         """Take over the firing of ``name`` due at ``due`` that an earlier leader left unfinished."""
         return self._firing(name, "adopt", due)
 
-    def done(self, name: str, due: int, outcome: dict[str, Any]) -> tuple[str, str]:
+    def done(self, name: str, due: int, outcome: Mapping[str, object]) -> tuple[str, str]:
         """Record the outcome of this leader's firing of ``name`` due at ``due``."""
         return self._firing(name, "done", due, json.dumps(outcome, separators=(",", ":")))

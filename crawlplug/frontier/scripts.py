@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import redis
 from redis.cluster import RedisCluster
@@ -17,6 +18,11 @@ from redis.exceptions import RedisClusterException
 
 from ..errors import script_error
 from .luatext import ALLOW_OOM, PIECES, READ_ONLY, source
+
+if TYPE_CHECKING:
+    from redis.commands.core import Script
+
+    from .calls import Call, Reply
 
 __all__ = ["ALLOW_OOM", "NAMES", "PIECES", "READ_ONLY", "Scripts", "server_major", "source"]
 
@@ -31,7 +37,7 @@ NAMES = (
 _versions: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
-def server_major(client: Any) -> int:
+def server_major(client: redis.Redis | RedisCluster) -> int:
     """The major version of the Redis server behind ``client`` (the lowest of a
     cluster's nodes; 0 if it cannot be told), asked once per client."""
     try:
@@ -91,7 +97,7 @@ class _Script:
 class Scripts:
     """The scripts registered on one client: ``scripts.admit(keys, args)``."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis | RedisCluster) -> None:
         self.client = client
         flags = server_major(client) >= 7
         self._scripts = {name: client.register_script(source(name, flags)) for name in NAMES}
@@ -99,11 +105,11 @@ class Scripts:
         #: hold: a pipeline naming another is preceded by its SCRIPT LOAD (:meth:`_loads`)
         self._held: dict[str, set[str]] = {}
 
-    def held(self, server: str, shas: Any) -> None:
+    def held(self, server: str, shas: Iterable[str]) -> None:
         """Note that ``server`` holds the scripts ``shas`` (loaded, or run there)."""
         self._held.setdefault(server, set()).update(shas)
 
-    def _loads(self, server: str, calls: list[tuple[str, list[Any], list[Any]]], indexes: list[int]) -> list[Any]:
+    def _loads(self, server: str, calls: Sequence[Call], indexes: list[int]) -> list[Any]:
         """The scripts of ``calls[indexes]`` that ``server`` was not seen to hold, each once.
 
         A pipeline sends their SCRIPT LOAD ahead of its EVALSHAs, in the same round trip, so
@@ -117,7 +123,7 @@ class Scripts:
         wanted = {self._scripts[calls[i][0]].sha: self._scripts[calls[i][0]] for i in indexes}
         return [script for sha, script in wanted.items() if sha not in held]
 
-    def _ran(self, server: str, calls: list[tuple[str, list[Any], list[Any]]], indexes: list[int],
+    def _ran(self, server: str, calls: Sequence[Call], indexes: list[int],
              out: list[Any]) -> None:  # fmt: skip
         """After a pipeline: what ``server`` holds, from each call's reply (NOSCRIPT: not that)."""
         held = self._held.setdefault(server, set())
@@ -128,11 +134,11 @@ class Scripts:
             elif not isinstance(value, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
                 held.add(sha)
 
-    def load_all(self, client: Any) -> None:
+    def load_all(self, client: redis.Redis | RedisCluster) -> None:
         """Load every script on the server behind ``client`` (a benchmark's warm-up)."""
         self.load(client, list(self._scripts.values()))
 
-    def load(self, client: Any, scripts: list[Any]) -> None:
+    def load(self, client: redis.Redis | RedisCluster, scripts: list[Script]) -> None:
         """Load ``scripts`` (each once) on the server behind ``client``, in one round trip."""
         scripts = list({id(s): s for s in scripts}.values())
         if _is_cluster(client):
@@ -145,10 +151,10 @@ class Scripts:
         for script, sha in zip(scripts, pipe.execute()):
             script.sha = sha
 
-    def _missing(self, calls: list[tuple[str, list[Any], list[Any]]], indexes: list[int]) -> list[Any]:
+    def _missing(self, calls: Sequence[Call], indexes: list[int]) -> list[Script]:
         return [self._scripts[calls[i][0]] for i in indexes]
 
-    def pipelined(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
+    def pipelined(self, calls: Sequence[Call]) -> list[Reply]:
         """Run several scripts in one round trip: [(name, keys, args), ...].
 
         Returns each call's result, or the error it met (an exception instance, not
@@ -168,7 +174,7 @@ class Scripts:
         self._pipeline(client, server, calls, list(range(len(calls))), out)
         return [script_error(x) if isinstance(x, redis.ResponseError) else x for x in out]
 
-    def _pipeline(self, client: Any, server: str, calls: list[tuple[str, list[Any], list[Any]]],
+    def _pipeline(self, client: Any, server: str, calls: Sequence[Call],
                   indexes: list[int], out: list[Any]) -> None:  # fmt: skip
         """Run ``calls[indexes]`` on ``client`` (one server) in one pipeline, each reply (or
         the error it met, unraised) into ``out``: the SCRIPT LOAD of any script the server
@@ -199,7 +205,7 @@ class Scripts:
                 break
             self.load(client, self._missing(calls, todo))
 
-    def read(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
+    def read(self, calls: Sequence[Call]) -> list[Reply]:
         """Run read-only scripts (:data:`READ_ONLY`) as :meth:`run_many` does, but with
         EVALSHA_RO on a Redis 7 or later that is not a cluster, so a user allowed only to
         read (docs/security.md's watcher) may run them; older servers and clusters take
@@ -216,7 +222,8 @@ class Scripts:
                 try:
                     results.append(self.client.evalsha_ro(script.sha, len(keys), *keys, *args))
                 except redis.exceptions.NoScriptError:  # not loaded yet: EVAL_RO sends the text
-                    results.append(self.client.eval_ro(script.script, len(keys), *keys, *args))
+                    # its text: the str source() made (redis-py types a Script's text wider)
+                    results.append(self.client.eval_ro(script.script, len(keys), *keys, *args))  # type: ignore[arg-type]
             except redis.exceptions.NoPermissionError:
                 # a user given EVALSHA but not EVALSHA_RO (docs/security.md's crawler rule)
                 return self.run_many(calls)
@@ -226,7 +233,7 @@ class Scripts:
                 results.append(exc)
         return results
 
-    def run_many(self, calls: list[tuple[str, list[Any], list[Any]]]) -> list[Any]:
+    def run_many(self, calls: Sequence[Call]) -> list[Reply]:
         """Run scripts whose keys may live on different nodes (the shards of a crawl):
         one pipeline per node, in call order within a node, the nodes one after the other.
 
@@ -244,7 +251,7 @@ class Scripts:
         cluster = _is_cluster(self.client)
         for i, (_, keys, _) in enumerate(calls):
             if cluster:
-                node = self.client.get_node_from_key(keys[0])
+                node = self.client.get_node_from_key(keys[0])  # type: ignore[union-attr]  # a cluster's
                 groups.setdefault(node.name, (node, []))[1].append(i)
             else:
                 groups.setdefault("", (None, []))[1].append(i)
@@ -258,23 +265,26 @@ class Scripts:
                 return results
             groups = {}
             for i in retry:
-                node = self.client.get_node_from_key(calls[i][1][0])
+                # several nodes: a cluster
+                node = self.client.get_node_from_key(calls[i][1][0])  # type: ignore[union-attr]
                 groups.setdefault(node.name, (node, []))[1].append(i)
         for node, indexes in groups.values():
-            client = self.client if node is None else self.client.get_redis_connection(node)
+            # a node: a cluster's
+            client = self.client if node is None else self.client.get_redis_connection(node)  # type: ignore[union-attr]
             self._pipeline(client, "" if node is None else node.name, calls, indexes, results)
             for i in indexes:
                 if isinstance(results[i], redis.ResponseError):
                     results[i] = script_error(results[i])
         return results
 
-    def _fan_out(self, calls: list[tuple[str, list[Any], list[Any]]], groups: list[tuple[Any, list[int]]],
+    def _fan_out(self, calls: Sequence[Call], groups: list[tuple[Any, list[int]]],
                  results: list[Any]) -> None:  # fmt: skip
         """EVALSHA ``calls`` on several nodes at once: send to all, then read from each."""
         sent: list[tuple[Any, Any, list[int], str, int]] = []
         try:
             for node, indexes in groups:
-                pool = self.client.get_redis_connection(node).connection_pool
+                # the nodes of a cluster
+                pool = self.client.get_redis_connection(node).connection_pool  # type: ignore[union-attr]
                 conn = pool.get_connection()
                 loads = self._loads(node.name, calls, indexes)  # ahead of the calls: run in order
                 sent.append((pool, conn, indexes, node.name, len(loads)))
@@ -320,16 +330,16 @@ class Scripts:
                 if conn is not None:
                     pool.release(conn)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> _Script:
         try:
             return _Script(self._scripts[name], self)
         except KeyError:
             raise AttributeError(name) from None
 
 
-def _cluster_errors() -> tuple[type[Exception], ...]:
+def _cluster_errors() -> tuple[type[RedisClusterException]]:
     return (RedisClusterException,)
 
 
-def _is_cluster(client: Any) -> bool:
+def _is_cluster(client: object) -> TypeGuard[RedisCluster]:
     return isinstance(client, RedisCluster)

@@ -12,18 +12,34 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = [
+    "RANK_OFFSET",
+    "DqMember",
+    "LeaseRecord",
+    "dq_member",
+    "json_record",
+    "parse_dq_member",
+    "parse_lease",
+    "rank_of",
+    "redis_ms",
+    "text",
+]
 
 #: lua/domains.lua's RANK_OFFSET: a queue score s is ranked as s + 2^50, 16 digits.
 RANK_OFFSET = 2**50
 
 
-def text(value: Any) -> str:
+def text(value: object) -> str:
     """A reply as text (bytes decoded, undecodable bytes replaced)."""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def json_record(value: Any) -> dict[str, Any] | None:
+def json_record(value: object) -> dict[str, object] | None:
     """A JSON object stored as a hash field (a run's summary, a registry entry): the dict,
     ``{"raw": text}`` when it is not JSON, None when it is empty or not an object."""
     raw = text(value) if value is not None else ""
@@ -36,7 +52,7 @@ def json_record(value: Any) -> dict[str, Any] | None:
     return decoded if isinstance(decoded, dict) else None
 
 
-def redis_ms(client: Any) -> int:
+def redis_ms(client: redis.Redis) -> int:
     """Redis's clock in ms: what every time a crawl shows or compares is measured by."""
     sec, usec = client.time()
     return int(sec) * 1000 + int(usec) // 1000

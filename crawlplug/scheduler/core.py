@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
@@ -42,7 +42,7 @@ from twisted.internet.task import LoopingCall
 from ..config import SchedulerConfig, setting
 from ..dupefilters import RedisSetDupeFilter
 from ..errors import REDIS_ERRORS, ConfigError, RedisUnavailable, RunEnded, StaleEpoch
-from ..queues import BaseQueue, PriorityQueue
+from ..queues import BaseQueue, DomainQueue, PriorityQueue
 from ..serializers import serializer_from_settings
 from ..starts.seeds import Seeds
 from . import enginehooks, joining, runcontrol
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 
     from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
+    from ..serializers import JsonSerializer
+    from ..server import clients
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +68,9 @@ __all__ = ["START_META", "Scheduler"]
 class Scheduler(BaseScheduler):
     """A Scrapy scheduler whose queue, dedup and leases are shared in Redis."""
 
-    def __init__(self, crawler: Crawler, *, dupefilter: BaseDupeFilter, queue: BaseQueue, serializer: Any,
-                 config: SchedulerConfig | None = None, politeness: Choice | ConfigError | None = None) -> None:  # fmt: skip
+    def __init__(self, crawler: Crawler, *, dupefilter: BaseDupeFilter, queue: BaseQueue,
+                 serializer: JsonSerializer | ConfigError, config: SchedulerConfig | None = None,
+                 politeness: Choice | ConfigError | None = None) -> None:  # fmt: skip
         self.crawler = crawler
         self.df = dupefilter
         self.queue = queue
@@ -75,9 +78,11 @@ class Scheduler(BaseScheduler):
         self.serializer = serializer
         self.config = config or SchedulerConfig()
         self.report = Reporter(crawler.stats)
-        self.frontier: CrawlFrontier = None
-        self.crawl: Crawl = None  #: the control plane over the frontier's parts (joining.Joined.crawl)
-        self.conn: Any = None
+        #: the frontier and the control plane over its parts (joining.Joined.crawl): None until
+        #: open() has joined the crawl
+        self.frontier: CrawlFrontier | None = None
+        self.crawl: Crawl | None = None
+        self.conn: clients.Connection | None = None
         self.batch: Batch | None = None
         self.entries: StartEntries | None = None
         self.liveness: Liveness | None = None
@@ -98,7 +103,7 @@ class Scheduler(BaseScheduler):
                 f"or scrapy.dupefilters.BaseDupeFilter for none; got {s['DUPEFILTER_CLASS']!r}"
             )
         try:
-            serializer: Any = serializer_from_settings(s)
+            serializer: JsonSerializer | ConfigError = serializer_from_settings(s)
         except ConfigError as exc:  # raised by open() instead: one clear line, not a traceback
             serializer = exc
         try:
@@ -142,9 +147,10 @@ class Scheduler(BaseScheduler):
         try:
             status = self.crawl.status()
         except REDIS_ERRORS as exc:  # the heartbeat below says what is wrong, once
-            status = {"queued": 0, "in_flight": 0, "seen": 0, "nodes": {}, "corrupt": {}}
+            status = {"corrupt": {}, "queued": 0, "start_urls": 0, "domains": 0, "in_flight": 0, "seen": 0, "dead": 0,
+                      "stats": {}, "nodes": {}}  # fmt: skip
             logger.debug("crawlplug: could not read the crawl's status at start: %s", exc)
-        for key, error in status.get("corrupt", {}).items():
+        for key, problem in status.get("corrupt", {}).items():
             if key == self.frontier.keys.start_urls:
                 # what it holds and what to do with its entries (idle.lua tells the kind), said once
                 with contextlib.suppress(*REDIS_ERRORS):
@@ -152,7 +158,7 @@ class Scheduler(BaseScheduler):
                     self.liveness.check_lost()
             self.report.once(f"corrupt:{key}", logging.ERROR,
                              "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
-                             "this node goes on with the rest of the crawl", key, error)  # fmt: skip
+                             "this node goes on with the rest of the crawl", key, problem)  # fmt: skip
         self.batch.queued_seen = int(status.get("queued", 0))  # has_pending_requests before the first pop
         joining.log_join(self.frontier, node.joined, status, self.config)
         joining.log_politeness(self.frontier, self.politeness, self.queue)
@@ -172,24 +178,28 @@ class Scheduler(BaseScheduler):
     def _build(self, spider: Spider, node: joining.Joined) -> None:
         """The parts of a node that joined its crawl, each owning its state."""
         settings = self.crawler.settings
+        frontier = node.frontier  # self.frontier, set by open() just before
+        serializer = cast("JsonSerializer", self.serializer)  # open() raised it if it was a ConfigError
+        # or scrapy's BaseDupeFilter: the frontier's dedup is then Dedup ("none"), and Batch asks it nothing
+        dupefilter = cast(RedisSetDupeFilter, self.df)
         stale: list[Any] = []  # the liveness part rejoins; it is built after the outage part
         self.outage = outage = Outage(
             self.crawler, self.report, timeout=setting(settings, "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT", "getfloat"),
-            safe_url=node.conn.safe_url, start_urls=self.frontier.keys.start_urls,
+            safe_url=node.conn.safe_url, start_urls=frontier.keys.start_urls,
             on_stale=lambda exc: stale[0](exc), on_back=lambda: batch.recent.clear(),
         )  # fmt: skip
-        batch = self.batch = Batch(self.crawler, self.frontier, dupefilter=self.df, serializer=self.serializer,
+        batch = self.batch = Batch(self.crawler, frontier, dupefilter=dupefilter, serializer=serializer,
                                    queue=self.queue, config=self.config, outage=outage, reporter=self.report)  # fmt: skip
-        seeds = Seeds(node.conn.client, self.frontier.keys) if self.config.seeds else None
-        self.entries = StartEntries(self.crawler, self.frontier, batch, crawl=node.crawl, serializer=self.serializer,
+        seeds = Seeds(node.conn.client, frontier.keys) if self.config.seeds else None
+        self.entries = StartEntries(self.crawler, frontier, batch, crawl=node.crawl, serializer=serializer,
                                     config=self.config, outage=outage, reporter=self.report, seeds=seeds)  # fmt: skip
         batch.spider = self.entries.spider = spider
         limits, crawl_wide = self._limits
-        control = runcontrol.RunControl(self.crawler, self.frontier, batch, crawl=node.crawl, reporter=self.report,
+        control = runcontrol.RunControl(self.crawler, frontier, batch, crawl=node.crawl, reporter=self.report,
                                         limits=limits, crawl_wide=crawl_wide)  # fmt: skip
         control.take_over()  # before spider_opened: Scrapy's CloseSpider counts no limit the run counts
         self.liveness = Liveness(
-            self.crawler, self.frontier, batch, self.entries, crawl=node.crawl, config=self.config, outage=outage,
+            self.crawler, frontier, batch, self.entries, crawl=node.crawl, config=self.config, outage=outage,
             reporter=self.report, joined=node.joined, join_args=node.join_args, started=node.started,
             enqueue=self.enqueue_request, control=control,
         )  # fmt: skip
@@ -197,7 +207,8 @@ class Scheduler(BaseScheduler):
         if self.queue.order == "domain":
             if not settings.getbool("AUTOTHROTTLE_ENABLED"):
                 enginehooks.no_local_delay(self.crawler)  # the per-domain queue spaces the crawl's requests
-            politeness = Politeness(self.crawler, self.frontier, self.queue, crawl=node.crawl, outage=outage,
+            queue = cast(DomainQueue, self.queue)  # the order "domain" is DomainQueue's (its host or domain key)
+            politeness = Politeness(self.crawler, frontier, queue, crawl=node.crawl, outage=outage,
                                     reporter=self.report)  # fmt: skip
             politeness.configure()
             self.crawler.signals.connect(batch.sent, signal=signals.request_reached_downloader)
@@ -214,7 +225,7 @@ class Scheduler(BaseScheduler):
         if self.frontier is None:
             return
         assert self.batch is not None and self.entries is not None and self.liveness is not None
-        assert self.outage is not None
+        assert self.outage is not None and self.crawl is not None  # open() set them with the frontier
         self.outage.last_attempt()
         try:
             self.batch.flush()

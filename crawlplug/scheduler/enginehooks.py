@@ -24,6 +24,20 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+__all__ = [
+    "close",
+    "download_slots",
+    "fail_at_start",
+    "flush_feeds",
+    "free_download_slots",
+    "no_local_delay",
+    "on_request_done",
+    "scheduler",
+    "start_running",
+    "take_over_closespider",
+    "wake",
+]
+
 logger = logging.getLogger(__name__)
 
 
@@ -114,7 +128,7 @@ def fail_at_start(crawler: Crawler, reason: str) -> None:
         raise CloseSpider(reason)
 
     def spider_closed(spider: Spider) -> None:
-        crawler.spider = None  # type: ignore[assignment]
+        crawler.spider = None
 
     for ext in getattr(getattr(crawler, "extensions", None), "middlewares", ()):
         if isinstance(ext, FeedExporter):
@@ -128,18 +142,19 @@ def close(crawler: Crawler, reason: str, *, failed: bool = False) -> None:
     extension does it). ``failed``: ``scrapy crawl`` then exits 1, as for a node that could
     not start (see :func:`fail_at_start`), so a supervisor can tell it from a finished crawl."""
     engine = crawler.engine
-    if engine is None or getattr(engine, "spider", None) is None:
+    spider = getattr(engine, "spider", None)
+    if engine is None or spider is None:
         return
     if failed:
 
         def spider_closed(spider: Spider) -> None:
-            crawler.spider = None  # type: ignore[assignment]
+            crawler.spider = None
 
         crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
     if hasattr(engine, "close_spider_async"):  # Scrapy >= 2.14
         deferred_from_coro(engine.close_spider_async(reason=reason))
     else:  # pragma: no cover - Scrapy 2.13
-        engine.close_spider(engine.spider, reason)
+        engine.close_spider(spider, reason)
 
 
 def scheduler(crawler: Crawler) -> object | None:

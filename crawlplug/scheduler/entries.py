@@ -11,7 +11,8 @@ and idle polls (:meth:`drain`).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider
 
@@ -26,8 +27,12 @@ if TYPE_CHECKING:
     from ..config import SchedulerConfig
     from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
+    from ..serializers import JsonSerializer
+    from ..starts.seeds import Seeds
     from .batch import Batch
     from .outage import Outage, Reporter
+
+__all__ = ["START_META", "StartEntries"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +43,9 @@ START_META = "_crawlplug_start"
 class StartEntries:
     """The start entries this node holds, and the seed timer it runs."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, crawl: Crawl, serializer: Any,
-                 config: SchedulerConfig,
-                 outage: Outage, reporter: Reporter, seeds: Any = None) -> None:  # fmt: skip
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, crawl: Crawl,
+                 serializer: JsonSerializer, config: SchedulerConfig,
+                 outage: Outage, reporter: Reporter, seeds: Seeds | None = None) -> None:  # fmt: skip
         self.crawler = crawler
         self.frontier = frontier
         self.crawl = crawl
@@ -134,7 +139,7 @@ class StartEntries:
             self.leases.discard(lease_id)
             self.batch.ack(lease_id)
 
-    def drain(self, enqueue: Any) -> None:
+    def drain(self, enqueue: Callable[[Request], bool]) -> None:
         """Spiders that do not read entries themselves get them from here (``enqueue``:
         the scheduler's enqueue_request)."""
         if self.spider is None or getattr(self.spider, "crawlplug_reads_start_entries", False):
@@ -145,7 +150,7 @@ class StartEntries:
             self.done(lease_id)
             self.batch.nothing_until = 0.0
 
-    def fire_seeds(self, enqueue: Any) -> None:
+    def fire_seeds(self, enqueue: Callable[[Request], bool]) -> None:
         """The seed timer: due seeds become start entries (one node at a time, under a lock)."""
         if self.seeds is None:
             return

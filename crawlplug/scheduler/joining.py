@@ -29,13 +29,30 @@ from ..frontier.layout import claim_shards
 from ..frontier.results import process_node_id
 from ..frontier.store import redis_ms
 from ..server import clients, memory
+from .politeness import Choice
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.dupefilters import BaseDupeFilter
+    from scrapy.settings import BaseSettings
 
     from ..config import SchedulerConfig
+    from ..crawl.crawl import CrawlStatus
     from ..frontier.interface import CrawlFrontier
     from ..queues import BaseQueue
+
+__all__ = [
+    "NEW_RUN_AFTER_LIMIT",
+    "AfterLimit",
+    "Joined",
+    "incremental",
+    "join_args",
+    "join_crawl",
+    "log_join",
+    "log_politeness",
+    "log_where",
+    "new_run_after_limit",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +64,13 @@ class Joined:
     conn: clients.Connection
     frontier: CrawlFrontier
     joined: runs.Joined
-    join_args: dict[str, Any]
+    join_args: runs.JoinArgs
     started: float  #: when the node joined (Redis clock, seconds)
     queue: BaseQueue  #: the queue the node uses (the politeness fallback if the crawl was queued by it)
     crawl: Crawl  #: the crawl's control plane over the frontier's parts (status, totals, the end of a run)
 
 
-def join_args(config: SchedulerConfig, dupefilter: Any) -> dict[str, Any]:
+def join_args(config: SchedulerConfig, dupefilter: BaseDupeFilter) -> runs.JoinArgs:
     """The arguments of crawlplug.crawl.runs.join for this node (also when it joins again)."""
     return {
         "node_id": process_node_id(),
@@ -64,7 +81,7 @@ def join_args(config: SchedulerConfig, dupefilter: Any) -> dict[str, Any]:
     }
 
 
-def incremental(config: SchedulerConfig, dupefilter: Any) -> bool:
+def incremental(config: SchedulerConfig, dupefilter: BaseDupeFilter) -> bool:
     """CRAWLPLUG_INCREMENTAL; unset, True for dedup that forgets by itself (it decides re-crawls)."""
     if config.incremental is not None:
         return bool(config.incremental)
@@ -73,7 +90,7 @@ def incremental(config: SchedulerConfig, dupefilter: Any) -> bool:
 
 
 def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, queue: BaseQueue,
-               dupefilter: Any, fallback: BaseQueue | None = None) -> Joined:  # fmt: skip
+               dupefilter: BaseDupeFilter, fallback: BaseQueue | None = None) -> Joined:  # fmt: skip
     """Reach Redis, join the crawl's run, build the frontier (module docstring). ``fallback``:
     the plain queue to use instead of the per-domain ``queue`` (chosen for politeness, not
     named by the settings) when the crawl's requests wait in a plain queue. Raises
@@ -205,7 +222,7 @@ def _check_queue_kind(frontier: CrawlFrontier, crawl: Crawl, queue: BaseQueue) -
         )
 
 
-def log_where(conn: clients.Connection, keys: CrawlKeys, settings: Any) -> None:
+def log_where(conn: clients.Connection, keys: CrawlKeys, settings: BaseSettings) -> None:
     """The node's first line: crawlplug's version, the crawl, the Redis."""
     if conn.embedded:
         logger.info(
@@ -218,11 +235,11 @@ def log_where(conn: clients.Connection, keys: CrawlKeys, settings: Any) -> None:
         logger.info("crawlplug %s: crawl %r on Redis %s", __version__, keys.crawl, conn.safe_url)
 
 
-def log_politeness(frontier: CrawlFrontier, choice: Any, queue: BaseQueue) -> None:
+def log_politeness(frontier: CrawlFrontier, choice: Choice | ConfigError | None, queue: BaseQueue) -> None:
     """The node's one line on politeness: per node, or for the whole crawl (scheduler.politeness)."""
-    line = getattr(choice, "line", None)
-    if line is None:
+    if not isinstance(choice, Choice):  # none, or a ConfigError open() raised
         return
+    line = choice.line
     if choice.queue.order == "domain" and queue.order != "domain":
         line = (f"politeness: per node: crawl {frontier.keys.crawl!r} has requests waiting in a plain queue "
                 "(queued before crawl-wide politeness), so this node finishes them with it and the per-domain "
@@ -231,7 +248,7 @@ def log_politeness(frontier: CrawlFrontier, choice: Any, queue: BaseQueue) -> No
     logger.info("crawlplug: %s", line)
 
 
-def log_join(frontier: CrawlFrontier, j: runs.Joined, status: dict[str, Any], config: SchedulerConfig) -> None:
+def log_join(frontier: CrawlFrontier, j: runs.Joined, status: CrawlStatus, config: SchedulerConfig) -> None:
     """The node's first words on the run: which one, and whether it joined, resumed or began it."""
     crawl, node = frontier.keys.crawl, frontier.node_id
     counts = f"{status['queued']} queued, {status['in_flight']} in flight"
@@ -250,7 +267,9 @@ def log_join(frontier: CrawlFrontier, j: runs.Joined, status: dict[str, Any], co
         elif prev.get("id"):
             when = prev.get("ended")
             at = f" at {time.strftime('%H:%M', time.localtime(when / 1000))}" if isinstance(when, int) else ""
-            ended = {"limit": "ended by a limit", "stopped": "stopped"}.get(prev.get("state"), prev.get("state"))
+            state = prev.get("state")
+            said = {"limit": "ended by a limit", "stopped": "stopped"}
+            ended = said.get(state, state) if isinstance(state, str) else state
             before = f"run {prev.get('id')} {ended or 'finished'}{at}"
         else:
             before = "the crawl finished before runs were recorded"

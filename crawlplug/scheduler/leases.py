@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from scrapy import Request
 
+__all__ = ["LEASE_META", "LeaseBook", "PopPacing", "Termination"]
+
 #: Meta key holding the lease id of a request this node took from the queue.
 LEASE_META = "_crawlplug_lease"
 

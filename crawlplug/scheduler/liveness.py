@@ -20,7 +20,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from scrapy import Request
 
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from .batch import Batch
     from .entries import StartEntries
     from .outage import Outage, Reporter
+
+__all__ = ["DRAIN_GRACE", "LOST_BY_STALLING", "LOST_IN_REDIS", "Liveness"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ class Liveness:
 
     def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, entries: StartEntries, *,
                  crawl: Crawl, config: SchedulerConfig, outage: Outage, reporter: Reporter, joined: runs.Joined,
-                 join_args: dict[str, Any], started: float, enqueue: Callable[[Request], bool],
+                 join_args: runs.JoinArgs, started: float, enqueue: Callable[[Request], bool],
                  control: RunControl) -> None:  # fmt: skip
         self.crawler = crawler
         self.stats = crawler.stats

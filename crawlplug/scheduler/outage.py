@@ -22,7 +22,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -32,6 +32,9 @@ from . import enginehooks
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
+
+__all__ = ["Outage", "Reporter"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +42,11 @@ logger = logging.getLogger(__name__)
 class Reporter:
     """A node's log lines said once, and its counters in Scrapy's stats."""
 
-    def __init__(self, stats: Any) -> None:
+    def __init__(self, stats: StatsCollector | None) -> None:
         self.stats = stats
         self._said: set[str] = set()
 
-    def once(self, key: str, level: int, msg: str, *args: Any) -> None:
+    def once(self, key: str, level: int, msg: str, *args: object) -> None:
         if key in self._said or len(self._said) > 1000:
             return
         self._said.add(key)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request
 from scrapy.settings import SETTINGS_PRIORITIES
@@ -30,11 +30,15 @@ from ..queues import BaseQueue, PriorityQueue, domain_limits, load_queue_class
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.robotstxt import RobotParser
+    from scrapy.settings import BaseSettings
 
     from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
-    from ..queues import BaseQueue
+    from ..queues import DomainQueue
     from .outage import Outage, Reporter
+
+__all__ = ["DOMAIN_QUEUE", "Choice", "Politeness", "asked", "choose"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +59,7 @@ class Choice:
     fallback: BaseQueue | None = None
 
 
-def asked(settings: Any) -> list[str]:
+def asked(settings: BaseSettings) -> list[str]:
     """The per-domain limits the project sets, as it wrote them ("DOWNLOAD_DELAY=1s", ...). A
     CONCURRENT_REQUESTS_PER_DOMAIN left at Scrapy's default, or not below CONCURRENT_REQUESTS
     (it then limits nothing a node would not), is not one."""
@@ -71,7 +75,7 @@ def asked(settings: Any) -> list[str]:
     return out
 
 
-def choose(settings: Any) -> Choice:
+def choose(settings: BaseSettings) -> Choice:
     """The node's queue and politeness (module docstring); ConfigError for settings that cannot
     go together (a per-domain page cap with a plain queue)."""
     mode = scope(settings, "CRAWLPLUG_POLITENESS")
@@ -109,7 +113,7 @@ def choose(settings: Any) -> Choice:
                                       "for Scrapy's per-node meaning)", fallback=PriorityQueue())  # fmt: skip
 
 
-def _in_force(settings: Any) -> str:
+def _in_force(settings: BaseSettings) -> str:
     """The default per-domain limits a DomainQueue node writes, in words."""
     delay = setting(settings, "CRAWLPLUG_DOMAIN_DELAY")
     delay = settings.getfloat("DOWNLOAD_DELAY") if delay is None else float(delay)
@@ -126,7 +130,7 @@ def _in_force(settings: Any) -> str:
 class Politeness:
     """A node's writes to the crawl-wide per-domain limits."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, queue: BaseQueue, *, crawl: Crawl, outage: Outage,
+    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, queue: DomainQueue, *, crawl: Crawl, outage: Outage,
                  reporter: Reporter) -> None:  # fmt: skip
         self.crawler = crawler
         self.queue = queue
@@ -144,7 +148,7 @@ class Politeness:
         except CorruptKey as exc:  # the scripts refuse until it is repaired; said once
             self.outage.error(exc)
 
-    def robots_parsed(self, robotparser: Any, request: Request) -> None:
+    def robots_parsed(self, robotparser: RobotParser, request: Request) -> None:
         """robots.txt parsed: its Crawl-delay becomes the domain's minimum delay, crawl-wide."""
         s = self.crawler.settings
         agent = s.get("ROBOTSTXT_USER_AGENT") or request.headers.get(b"User-Agent") or s.get("USER_AGENT")

@@ -20,7 +20,7 @@ state that each heartbeat brings back:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..config import scope
 from ..crawl import control, runs
@@ -30,11 +30,14 @@ from . import enginehooks
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
     from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
     from .batch import Batch
     from .outage import Reporter
+
+__all__ = ["RunControl", "from_settings"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ logger = logging.getLogger(__name__)
 _CLOSESPIDER_KEYS = {"pages": "pagecount", "items": "itemcount", "errors": "errorcount", "timeout": "timeout"}
 
 
-def from_settings(settings: Any) -> tuple[Limits, bool]:
+def from_settings(settings: BaseSettings) -> tuple[Limits, bool]:
     """This node's CLOSESPIDER_* limits, and whether they mean the whole run (CRAWLPLUG_LIMITS);
     ConfigError for a value that is not a limit."""
     return control.from_settings(settings), scope(settings, "CRAWLPLUG_LIMITS") == "crawl"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import enginehooks
 
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+
+__all__ = ["StaleOutputMiddleware"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,16 +54,16 @@ class StaleOutputMiddleware:
                         "(counted in crawlplug/stale_output)")  # fmt: skip
 
     def process_spider_output(
-        self, response: Response, result: Iterable[Any], spider: Spider | None = None
-    ) -> Iterable[Any]:
+        self, response: Response, result: Iterable[object], spider: Spider | None = None
+    ) -> Iterable[object]:
         if not self._stale(response):
             yield from result
             return
         self._drop(sum(1 for _ in result))
 
     async def process_spider_output_async(
-        self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
-    ) -> AsyncIterator[Any]:
+        self, response: Response, result: AsyncIterator[object], spider: Spider | None = None
+    ) -> AsyncIterator[object]:
         if not self._stale(response):
             async for item in result:
                 yield item

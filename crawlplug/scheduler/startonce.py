@@ -22,7 +22,7 @@ offsite check lets it through (``allow_offsite``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider
 
@@ -55,7 +55,7 @@ class StartOnceMiddleware:
     def from_crawler(cls, crawler: Crawler) -> StartOnceMiddleware:
         return cls(crawler)
 
-    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async def process_start(self, start: AsyncIterator[object]) -> AsyncIterator[object]:
         spider = self.crawler.spider
         every = spider is not None and default_start(spider)
         async for entry in start:

@@ -8,6 +8,8 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+__all__ = ["BATCH", "FORMAT", "STRING_CHUNK", "VERSION"]
+
 FORMAT = "crawlplug-export"
 VERSION = 1
 #: Commands per pipeline, members per SCAN call, fingerprints per line.

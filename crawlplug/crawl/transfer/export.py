@@ -6,7 +6,7 @@ import base64
 import json
 import math
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import redis
 
@@ -17,6 +17,8 @@ from ...frontier.layout import parts
 from ...frontier.store import rank_of, redis_ms, text
 from ..nodes import live_nodes
 from .common import _EXPORTED, _LOCAL, BATCH, FORMAT, STRING_CHUNK, VERSION, _batches, _enc
+
+__all__ = ["export_crawl"]
 
 # -- export -----------------------------------------------------------------------------
 
@@ -73,7 +75,7 @@ def _dedup_mode(client: redis.Redis, keys: CrawlKeys) -> str:
     return "none"
 
 
-def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str, Any]:
+def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str, object]:
     """Write crawl ``keys``'s state to ``out`` as JSON lines; returns what was written, counted.
 
     Safe to run beside a live crawl (it only reads), but then it is no snapshot:
@@ -157,7 +159,7 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
     start_leases: list[tuple[str, bytes, str]] = []
     for batch in _batches(client.hscan_iter(keys.leased, count=BATCH)):
         ids = [text(rid) for rid, _ in batch]
-        found = client.hmget(keys.requests, ids)
+        found = cast("list[bytes | None]", client.hmget(keys.requests, ids))
         for rid, (_, info), payload in zip(ids, batch, found):
             parts = text(info).split("|")
             if len(parts) < 3:
@@ -193,9 +195,9 @@ def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str
     for key, kind, counter, lane in [*lists, (keys.dead, "dead", "dead", "")]:
         start = 0
         while True:
-            chunk = client.lrange(key, start, start + BATCH - 1)
-            for value in chunk:
-                w.write({"type": kind, ("entry" if kind == "start" else "letter"): _enc(value), **_lane(lane)})
+            chunk = cast("list[bytes]", client.lrange(key, start, start + BATCH - 1))
+            for raw in chunk:
+                w.write({"type": kind, ("entry" if kind == "start" else "letter"): _enc(raw), **_lane(lane)})
                 counts[counter] += 1
             if len(chunk) < BATCH:
                 break
@@ -280,7 +282,7 @@ def _export_bloom_key(client: redis.Redis, keys: CrawlKeys, name: str, now: int,
     size = int(client.strlen(key))
     w.write({"type": "bloom", "key": name, "kind": "string", "size": size, "expire_at": expire_at})
     for offset in range(0, size, STRING_CHUNK):
-        data = client.getrange(key, offset, offset + STRING_CHUNK - 1)
+        data = cast(bytes, client.getrange(key, offset, offset + STRING_CHUNK - 1))
         if data.count(0) == len(data):
             continue  # the import allocates the string zeroed
         w.write({"type": "bloom_chunk", "key": name, "offset": offset, "data": base64.b64encode(data).decode("ascii")})

@@ -29,6 +29,8 @@ from ...frontier.store import text
 from .. import runs
 from .common import BATCH, FORMAT, VERSION, _b64, _batches, _dec, _short
 
+__all__ = ["import_crawl", "read_header"]
+
 # -- import: validation ------------------------------------------------------------------
 
 _ID = re.compile(r"^[0-9]{1,20}$")
@@ -290,7 +292,7 @@ def _refuse_non_empty(client: redis.Redis, keys: CrawlKeys) -> None:
 
 def import_crawl(
     client: redis.Redis, keys: CrawlKeys, lines: Iterable[str], *, replace: bool = False
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Load an export (lines of :func:`export_crawl`) into crawl ``keys``; returns counts.
 
     The target crawl must have no key at all, unless ``replace`` is true: then
@@ -444,7 +446,7 @@ def _schedule(client: redis.Redis, keys: CrawlKeys, domains: set[str], schedule:
     on the source, or, if it had none (parked at its concurrency limit by leases that
     are queued requests now), when lua/domainconf.lua says (dq_wake: its delay after
     its last request was sent, never before now)."""
-    timed = {d: schedule[d] for d in domains if schedule.get(d) is not None}
+    timed = {d: due for d in domains if (due := schedule.get(d)) is not None}
     for batch in _batches(sorted(timed)):
         client.zadd(keys.domains, {d: timed[d] for d in batch})
     rest = sorted(domains - set(timed))
@@ -456,7 +458,7 @@ def _schedule(client: redis.Redis, keys: CrawlKeys, domains: set[str], schedule:
     return len(domains)
 
 
-def read_header(line: str) -> dict[str, Any]:
+def read_header(line: str) -> dict[str, object]:
     """The header of an export (its first line), validated."""
     try:
         return _check_header(json.loads(line.lstrip("\ufeff")))
