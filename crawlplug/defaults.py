@@ -431,6 +431,14 @@ SETTINGS: dict[str, tuple[Any, str]] = {
             "(`crawlplug crawls show`)."
         ),
     ),
+    "CRAWLPLUG_FOR_RUN": (
+        None,
+        (
+            "The run this node was started for, set by `crawlplug start` and scheduled runs on their Scrapyd "
+            "jobs: the node joins that run (or a later one running) and, if it has ended, exits with nothing "
+            "done rather than begin the next run (a daemon that starts its job late would crawl it all again)."
+        ),
+    ),
 }
 
 

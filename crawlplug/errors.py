@@ -91,6 +91,13 @@ class RunEnded(CrawlplugError):
         super().__init__(message)
         self.state = state
         self.run_state = run_state or ("stopped" if state == "stopped" else "limit")
+
+
+class RunOver(RunEnded):
+    """The run a node was started for (CRAWLPLUG_FOR_RUN: ``crawlplug start`` sets it on
+    its Scrapyd jobs) ended before the node joined, and no later run is running: the node
+    has nothing to do and begins no run of its own (crawlplug.crawl.runs.join). Not a
+    failure: ``state`` is "finished" for a run that finished."""
 class CorruptKey(CrawlplugError, redis.ResponseError):
     """A crawl key holds what crawlplug never writes there (a wrong type, a counter
     that is no integer): the script refused the whole call, having written nothing.

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from crawlplug.cli import main
 from crawlplug.crawl import Crawl, runs
-from crawlplug.errors import CorruptKey, StaleEpoch
+from crawlplug.errors import CorruptKey, RunOver, StaleEpoch
 from crawlplug.frontier import open_frontier, registry
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
@@ -92,6 +92,30 @@ def test_a_finished_crawl_started_again_is_crawled_again(crawl, make_shop, redis
     assert shown["runs"][0]["ended"] <= shown["runs"][1]["started"]
     text = cli(redis_url, "crawls", "show", "shop").output
     assert re.search(rf"run 1  finished  started .*  ended .*  pages {len(pages)}  items 60", text), text
+
+
+def test_a_node_started_for_a_run_that_finished_begins_no_other(crawl, make_shop, redis_url, r):
+    """A Scrapyd job `crawlplug start` made for run 1 that its daemon starts only after run 1
+    finished (a busy daemon, a slow machine) exits with nothing done, instead of beginning
+    run 2 and crawling everything again; one started for run 2 begins it."""
+    shop = make_shop(items=30)
+    settings = {"REDIS_URL": redis_url, **FAST}
+    _wait_ok(crawl(args={"base_url": shop.url}, settings=settings))
+    before = Counter(shop.hits)
+    state = {k: r.dump(k) for k in (SHOP.run, SHOP.runs, SHOP.epoch, SHOP.nodes, SHOP.producers)}
+    late = crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_FOR_RUN": 1})
+    _wait_ok(late)  # exit 0: nothing to do is no failure
+    text = late.text()
+    assert "run 1, which this node was started for, has finished and no later run is running" in text, text[-3000:]
+    assert "'finish_reason': 'finished'" in text
+    assert not _fetched_since(shop, before), "the late node fetched pages"
+    assert {k: r.dump(k) for k in state} == state, "the late node wrote to the crawl's runs"
+    # the same through the join itself; a node started for a run joins a later one running
+    with pytest.raises(RunOver):
+        runs.join(r, SHOP, node_id="late", ttl_ms=10_000, for_run=1)
+    third = runs.join(r, SHOP, node_id="now", ttl_ms=10_000, for_run=2)
+    assert (third.action, third.run) == ("new", 2)
+    assert (runs.join(r, SHOP, node_id="late", ttl_ms=10_000, for_run=1).action, runs.view(r, SHOP).id) == ("join", 2)
 
 
 @pytest.mark.parametrize("how", ["CRAWLPLUG_INCREMENTAL", "SCHEDULER_PERSIST"])

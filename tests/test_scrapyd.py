@@ -69,7 +69,9 @@ def test_start_on_two_daemons_is_one_crawl_and_shows_each_nodes_job(make_scrapyd
     assert len({j["node"] for j in recorded}) == 2 and all(j["run"] == 1 for j in recorded)
     for job in recorded:  # the node says so in its own log on its daemon
         daemon = a if job["daemon"] == a.url else b
-        assert f"this node is Scrapyd job {job['id']} of crawl 'shop'" in daemon.job_log(job["id"])
+        log = daemon.job_log(job["id"])
+        # started for run 1 (CRAWLPLUG_FOR_RUN): started late, after run 1 ended, it would begin no run 2
+        assert f"this node is Scrapyd job {job['id']} of crawl 'shop', started for run 1" in log
 
     show = cli(redis_url, "crawls", "show", "shop")
     assert show.exit_code == 0, show.output

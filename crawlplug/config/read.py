@@ -154,6 +154,8 @@ class SchedulerConfig:
     start_batch: int = default("CRAWLPLUG_START_BATCH")
     seeds: bool = default("CRAWLPLUG_SEEDS")
     incremental: bool | None = default("CRAWLPLUG_INCREMENTAL")
+    #: the run this node was started for (CRAWLPLUG_FOR_RUN; None: any)
+    for_run: int | None = default("CRAWLPLUG_FOR_RUN")
     #: the crawl's start-entry lists in the order they are read (:func:`start_keys`)
     start_keys: tuple[str, ...] = ("start_urls",)
 
@@ -171,6 +173,8 @@ class SchedulerConfig:
                             ("CRAWLPLUG_START_BATCH", self.start_batch)):  # fmt: skip
             if value < 1:
                 raise ConfigError(f"{name} must be at least 1, got {value}")
+        if self.for_run is not None and self.for_run < 1:
+            raise ConfigError(f"CRAWLPLUG_FOR_RUN must be a run id (1 or more), got {self.for_run}")
         if self.flush_interval <= 0 or self.poll_interval <= 0:
             raise ConfigError("CRAWLPLUG_FLUSH_INTERVAL and CRAWLPLUG_POLL_INTERVAL must be positive")
 
@@ -196,4 +200,5 @@ class SchedulerConfig:
             incremental=None if setting(s, "CRAWLPLUG_INCREMENTAL") is None
             else setting(s, "CRAWLPLUG_INCREMENTAL", "getbool"),
             start_keys=start_keys(setting(s, "CRAWLPLUG_START_KEYS", "getlist")),
+            for_run=None if setting(s, "CRAWLPLUG_FOR_RUN") in (None, "") else setting(s, "CRAWLPLUG_FOR_RUN", "getint"),
         )

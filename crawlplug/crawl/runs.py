@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import redis
 
-from ..errors import ConfigError, CorruptKey, RunEnded, StaleEpoch
+from ..errors import ConfigError, CorruptKey, RunEnded, RunOver, StaleEpoch
 from ..frontier import registry, runstats
 from ..frontier.keys import DEDUP_NAMES, DEDUP_PREFIXES, CrawlKeys
 from ..frontier.layout import claim_shards, parts
@@ -107,15 +107,21 @@ NODE_PREFIX = "node:"
 
 
 
-class JoinArgs(TypedDict):
-    """A node's arguments of :func:`join` (and :func:`rejoin`) besides ``want``:
-    crawlplug.scheduler.joining builds them once and joins again with the same."""
+class _JoinArgs(TypedDict):
+    """:class:`JoinArgs`, those always given."""
 
     node_id: str
     ttl_ms: int
     incremental: bool
     worker: bool
     lanes: Sequence[str]
+
+
+class JoinArgs(_JoinArgs, total=False):
+    """A node's arguments of :func:`join` (and :func:`rejoin`) besides ``want``:
+    crawlplug.scheduler.joining builds them once and joins again with the same."""
+
+    for_run: int | None  #: CRAWLPLUG_FOR_RUN: begin no run after it
 
 
 @dataclass
@@ -204,6 +210,7 @@ def join(
     timeout: float = 120.0,
     scripts: Scripts | None = None,
     lanes: Sequence[str] = (),
+    for_run: int | None = None,
 ) -> Joined:
     """Join the crawl's run as node ``node_id``, resume it, or begin the next one.
 
@@ -213,6 +220,10 @@ def join(
     one, but never after a stop. Raises :class:`~crawlplug.errors.RunEnded` when the run
     ended by a limit or an operator. Registers the crawl in the Redis's crawl
     registry. Waits (up to ``timeout`` s) while another node begins a run.
+
+    ``for_run``: the run this node was started for (CRAWLPLUG_FOR_RUN): it joins that run
+    or a later one running, and raises :class:`~crawlplug.errors.RunOver` rather than
+    begin a run after it (a node whose daemon started it late, once its run had finished).
     """
     scripts = scripts or Scripts(client)
     k = keys
@@ -224,7 +235,7 @@ def join(
             keys=[k.run, k.runs, k.epoch, k.nodes, k.producers, k.queue, k.dq, k.leases, k.start_urls,
                   *lane_keys(k, lanes)],
             args=[node_id, ttl_ms, begin_as, "1" if incremental else "0", BEGIN_GRACE_MS, "1" if worker else "0",
-                  _shard_work(client, parts), "1" if _holds_state(client, parts) else "0", new_token()],
+                  _shard_work(client, parts), "1" if _holds_state(client, parts) else "0", new_token(), for_run or 0],
         )  # fmt: skip
         action, run_id, epoch, detail = text(raw[0]), int(raw[1]), text(raw[2]), raw[4]
         if action in ("join", "resume"):
@@ -237,6 +248,13 @@ def join(
             summary = json_record(detail) or _ended_fields(record(client, keys))
             reason = (summary or {}).get("reason") if state == "limit" else "stopped"
             raise RunEnded(ended_message(keys, run_id, state, summary), str(reason or state), state)
+        if action == "over":
+            summary = json_record(detail) or {}
+            state = text(raw[3]) or str(summary.get("state") or "ended")
+            raise RunOver(f"crawl {keys.crawl!r}: run {for_run}, which this node was started for, has "
+                          f"{'finished' if state == 'finished' else 'ended (' + state + ')'} and no later run "
+                          f"is running; this node begins none (`crawlplug start {keys.crawl}` begins the next)",
+                          "finished" if state == "finished" else str(summary.get("reason") or state), state)  # fmt: skip
         if action == "wait":
             if time.monotonic() - started > timeout:
                 raise ConfigError(

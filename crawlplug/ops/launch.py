@@ -3,8 +3,10 @@
 :func:`launch` schedules the spider on every daemon (``schedule.json``), N jobs
 each, with the settings that make them one crawl: ``REDIS_URL`` (the Redis every
 machine reaches), ``CRAWLPLUG_CRAWL_ID`` (the crawl), ``CRAWLPLUG_SCRAPYD_JOB`` (the
-job, which the node records from inside: crawlplug.probes.scrapydjob), and the operator's
-own ``-s`` settings and ``-a`` spider arguments. Before it schedules anything it
+job, which the node records from inside: crawlplug.probes.scrapydjob),
+``CRAWLPLUG_FOR_RUN`` (the run they are started for: a node its daemon starts after that
+run ended exits with nothing done, instead of beginning the next run and crawling it all
+again), and the operator's own ``-s`` settings and ``-a`` spider arguments. Before it schedules anything it
 checks, and refuses with the reason:
 
 * that the Redis it hands the nodes can be reached from every daemon's machine
@@ -49,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 #: Settings crawlplug sets on every node it starts; the operator gives them otherwise
 #: (--redis-url/--node-redis-url, the crawl's name), not with -s.
-OWN_SETTINGS = ("REDIS_URL", "CRAWLPLUG_CRAWL_ID", "CRAWLPLUG_SCRAPYD_JOB")
+OWN_SETTINGS = ("REDIS_URL", "CRAWLPLUG_CRAWL_ID", "CRAWLPLUG_SCRAPYD_JOB", "CRAWLPLUG_FOR_RUN")
 
 
 @dataclass
@@ -252,6 +254,8 @@ def launch(client: redis.Redis, keys: CrawlKeys, plan: Plan, *, by: str = "start
             }, scheduled_ms=redis_ms(client))  # fmt: skip
             settings = {**plan.settings, "REDIS_URL": plan.redis_url, "CRAWLPLUG_CRAWL_ID": keys.crawl,
                         "CRAWLPLUG_SCRAPYD_JOB": job_id}  # fmt: skip
+            if run_id is not None:  # a daemon that starts it after the run ended: it begins no other
+                settings["CRAWLPLUG_FOR_RUN"] = str(run_id)
             try:
                 daemon.schedule(plan.project, plan.spider_name, job=job_id, settings=settings, args=plan.args)
             except ScrapydError as exc:

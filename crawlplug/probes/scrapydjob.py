@@ -60,7 +60,9 @@ class ScrapydJob:
             run = runs.record(self.conn.client, self.keys).get("id")
             jobs.node_opened(self.conn.client, self.keys, self.job_id, node=process_node_id(),
                              host=socket.gethostname(), pid=os.getpid(), run=int(run) if run else None)  # fmt: skip
-            logger.info("crawlplug: this node is Scrapyd job %s of crawl %r", self.job_id, self.keys.crawl)
+            for_run = self.crawler.settings.get("CRAWLPLUG_FOR_RUN")
+            logger.info("crawlplug: this node is Scrapyd job %s of crawl %r%s", self.job_id, self.keys.crawl,
+                        f", started for run {for_run}" if for_run else "")  # fmt: skip
         except (*REDIS_ERRORS, RedisUnavailable, ConfigError) as exc:
             logger.warning("crawlplug: could not record Scrapyd job %s: %s", self.job_id, exc)
 

@@ -41,7 +41,7 @@ from twisted.internet.task import LoopingCall
 
 from ..config import SchedulerConfig, setting
 from ..dupefilters import RedisSetDupeFilter
-from ..errors import REDIS_ERRORS, ConfigError, RedisUnavailable, RunEnded, StaleEpoch
+from ..errors import REDIS_ERRORS, ConfigError, RedisUnavailable, RunEnded, RunOver, StaleEpoch
 from ..queues import BaseQueue, DomainQueue, PriorityQueue
 from ..serializers import serializer_from_settings
 from ..starts.seeds import Seeds
@@ -129,6 +129,10 @@ class Scheduler(BaseScheduler):
             fallback = self.politeness.fallback if isinstance(self.politeness, Choice) else None
             node = joining.join_crawl(self.crawler, spider.name, self.config, queue=self.queue, dupefilter=self.df,
                                       fallback=fallback)  # fmt: skip
+        except RunOver as exc:  # started late for a run that ended: nothing to do, no failure
+            logger.warning("crawlplug: %s: this node exits", exc)
+            enginehooks.fail_at_start(self.crawler, exc.state, failed=False)
+            return
         except RunEnded as exc:
             logger.error("crawlplug: %s: this node exits", exc)
             enginehooks.fail_at_start(self.crawler, exc.state)

@@ -111,8 +111,9 @@ def flush_feeds(crawler: Crawler) -> list[str]:
     return errors
 
 
-def fail_at_start(crawler: Crawler, reason: str) -> None:
-    """Close cleanly with ``reason`` as soon as the spider is open, and exit non-zero.
+def fail_at_start(crawler: Crawler, reason: str, *, failed: bool = True) -> None:
+    """Close cleanly with ``reason`` as soon as the spider is open, and exit non-zero
+    (zero if not ``failed``: a node with nothing to do, crawlplug.errors.RunOver).
 
     The close is requested from ``spider_opened`` with CloseSpider, Scrapy's way
     for a component that cannot start, once every other component is open (so
@@ -134,7 +135,8 @@ def fail_at_start(crawler: Crawler, reason: str) -> None:
         if isinstance(ext, FeedExporter):
             crawler.signals.disconnect(ext.open_spider, signal=signals.spider_opened)
     crawler.signals.connect(spider_opened, signal=signals.spider_opened, weak=False)
-    crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
+    if failed:
+        crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
 
 
 def close(crawler: Crawler, reason: str, *, failed: bool = False) -> None:

@@ -78,6 +78,7 @@ def join_args(config: SchedulerConfig, dupefilter: BaseDupeFilter) -> runs.JoinA
         "incremental": incremental(config, dupefilter),
         "worker": config.idle_close <= 0,
         "lanes": config.start_keys,  # its lanes hold work too (start entries)
+        "for_run": config.for_run,  # started for a run (crawlplug start): it begins none after it
     }
 
 

@@ -32,6 +32,10 @@
 -- ARGV[8] "1" if the crawl holds fingerprints or counters (read by the caller
 --         over every part): with no run record, a crawl from before runs existed
 -- ARGV[9] a new random epoch token, used if this call begins or adopts a run
+-- ARGV[10] the run this node was started for ("" or 0: any; CRAWLPLUG_FOR_RUN, set by
+--          `crawlplug start` on its Scrapyd jobs): it joins that run or a later one
+--          running, and begins none after it (a node its daemon started after the
+--          run had finished would otherwise crawl it all again)
 -- Returns {action, run id, epoch, state, detail}:
 --   "join"    registered (node, producer) in the running run; detail: other live nodes
 --   "resume"  the same, but no node was live and work is left: an interrupted run
@@ -41,6 +45,8 @@
 --             hash's "fence", one more at each beginning and at each takeover
 --   "wait"    another node is beginning run id; detail: that node; call again shortly
 --   "ended"   the run ended by a limit or an operator and stays so (for this node); detail: its JSON
+--   "over"    the run this node was started for (ARGV[10]) has ended, and no later one
+--             runs: nothing written; detail: the ended run's JSON ("" if none)
 --
 -- uses: guard leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
@@ -49,6 +55,7 @@ local node, ttl, want, incremental = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4
 local grace, worker, shard_work = tonumber(ARGV[5]), ARGV[6] == "1", tonumber(ARGV[7]) or 0
 local stored = ARGV[8] == "1"
 local new_epoch = ARGV[9]
+local for_run = tonumber(ARGV[10]) or 0
 
 pcall(redis.replicate_commands) -- effects replication on Redis < 7 (TIME before writes)
 -- everything that can fail is read before the first write
@@ -85,6 +92,9 @@ end
 -- caller clears what the last one leaves behind
 local function begin(previous)
   local id = last_id() + 1
+  if for_run > 0 and id > for_run then
+    return {"over", id - 1, epoch, run.state or "", previous or ""}
+  end
   local fence = (tonumber(run.fence) or 0) + 1 -- kept across runs: a token never handed out twice
   epoch = new_epoch
   redis.call("SET", epoch_key, epoch)
