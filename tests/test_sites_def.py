@@ -13,6 +13,7 @@ import pytest
 import yaml
 from scrapy.exceptions import DropItem
 from scrapy.http import HtmlResponse, TextResponse
+from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from crawlplug.demo.cars import DemoCars
@@ -280,6 +281,21 @@ def spider_for(redis_url: str, site: str = "cars", **settings) -> SiteSpider:
                                                     "CRAWLPLUG_SITE_PIPELINES": list(STEPS), **settings})  # fmt: skip
     crawler.spider = spider = SiteSpider.from_crawler(crawler, site=site)
     return spider
+
+
+def test_the_site_pipeline_is_added_once_and_a_project_can_turn_it_off(redis_url):
+    """The site spider adds its pipeline to the settings `scrapy crawl` hands it (before they
+    freeze): under the project's own entry for it, if any, which wins (None keeps it off)."""
+    spider, path = spider_for(redis_url), "crawlplug.sites.spider.SitePipeline"
+
+    def adjusted(pipelines: dict) -> dict:
+        settings = Settings({"ITEM_PIPELINES": pipelines}, priority="project")
+        spider._adjust_settings(settings)
+        return dict(settings.getdict("ITEM_PIPELINES"))
+
+    assert adjusted({}) == {SitePipeline: 100}
+    assert adjusted({path: None}) == {path: None}, "the project's None was overwritten"
+    assert adjusted({path: 300}) == {path: 300}, "the project's own order was overwritten"
 
 
 def test_store_put_get_list_delete(r):

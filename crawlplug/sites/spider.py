@@ -118,7 +118,10 @@ class SiteSpider(scrapy.Spider):
         # crawl-wide outcomes need the stats in Redis; a project's own choice still wins
         if settings.getpriority("STATS_CLASS") <= SETTINGS_PRIORITIES["default"]:
             settings.set("STATS_CLASS", STATS_CLASS, priority="spider")
-        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", PIPELINE, PIPELINE_ORDER)
+        # the class, not its path: Scrapy compares it with each entry by the class that entry
+        # loads, so a project's None under the path keeps the pipeline off (given the path,
+        # it compared a class with a string and wrote its order over the None; as the add-on)
+        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", load_object(PIPELINE), PIPELINE_ORDER)
 
     def _opened(self, spider: scrapy.Spider) -> None:
         client = self._redis_client()
