@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import RedisProc, kill_all  # noqa: E402
-from crawlplug.frontier import luatext  # noqa: E402
-from crawlplug.frontier.scripts import source  # noqa: E402
+from bench.common import RedisProc, kill_all
+from crawlplug.frontier import luatext
+from crawlplug.frontier.scripts import source
 
 #: the scripts a one-node crawl of the demo shop had loaded at its end (SCRIPT EXISTS, 2026-12-02)
 CRAWL = ["admit", "pop", "heartbeat", "reap", "idle", "domainconf", "starts", "join", "runstart", "runclear",
