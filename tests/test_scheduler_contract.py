@@ -131,7 +131,7 @@ def test_enqueue_request_makes_no_call_of_its_own(redis_url, r):
             for i in range(50):
                 scheduler.enqueue_request(scrapy.Request(f"http://site.test/{i}"))
             assert scheduler.enqueue_request(scrapy.Request("http://site.test/3")) is False
-            scheduler.batch.draining = True
+            scheduler.batch.drain(True)
             assert scheduler.enqueue_request(scrapy.Request("http://site.test/x")) is False, "a draining run"
             assert len(scheduler) == 50 and scheduler.has_pending_requests()
         finally:

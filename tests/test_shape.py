@@ -167,3 +167,45 @@ def test_a_long_module_says_why_it_is_long():
             if "Its size:" not in doc:
                 long.append(f"{path.relative_to(ROOT)} ({source.count(chr(10))} lines)")
     assert not long, f"long modules that do not say why: {long}"
+
+
+#: the Scheduler's parts, as the others hold them (crawlplug.scheduler.core builds them)
+SCHEDULER_PARTS = {"batch", "liveness", "entries", "outage", "control", "politeness", "termination", "report"}
+
+
+def _writes_to_parts(source: str) -> list[tuple[int, str]]:
+    """(line, "part.attribute") of each assignment to another part's attribute in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            for item in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if not isinstance(item, ast.Attribute):
+                    continue
+                owner = item.value
+                if isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name) and owner.value.id == "self":
+                    name = owner.attr  # self.batch.x = ...
+                elif isinstance(owner, ast.Name) and owner.id != "self":
+                    name = owner.id  # batch.x = ... (a local holding a part)
+                else:
+                    continue
+                if name in SCHEDULER_PARTS:
+                    found.append((node.lineno, f"{name}.{item.attr}"))
+    return found
+
+
+def test_no_scheduler_part_writes_another_parts_state():
+    """Each part of the Scheduler owns its state: the others read it and change it through
+    the owner's methods (Batch.pause, drain, close_run, new_run, saw_queued, wake; ...)."""
+    writes = [f"{path.relative_to(ROOT)}:{line} {what}"
+              for path in sorted((ROOT / "crawlplug" / "scheduler").glob("*.py"))
+              for line, what in _writes_to_parts(path.read_text(encoding="utf-8"))]  # fmt: skip
+    assert not writes, f"a part writes another's state: {writes}"
+    # the check sees what it must
+    assert _writes_to_parts("def f(self, batch):\n    self.batch.paused = True\n    batch.queued_seen += 1\n") == [
+        (2, "batch.paused"), (3, "batch.queued_seen")]

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from ..frontier.interface import CrawlFrontier
     from ..queues import BaseQueue
     from ..serializers import JsonSerializer
-    from .outage import Outage, Reporter
+    from .outage import Outage
+    from .report import Reporter
 
 __all__ = ["RECORD_FP_META", "Batch", "Buffered"]
 
@@ -64,7 +65,7 @@ class Batch:
 
     def __init__(self, crawler: Crawler, frontier: CrawlFrontier, *, dupefilter: RedisSetDupeFilter,
                  serializer: JsonSerializer, queue: BaseQueue, config: SchedulerConfig, outage: Outage,
-                 reporter: Reporter) -> None:  # fmt: skip
+                 reporter: Reporter, spider: Spider | None = None) -> None:  # fmt: skip
         self.crawler = crawler
         self.frontier = frontier
         self.df = dupefilter
@@ -74,7 +75,7 @@ class Batch:
         self.config = config
         self.outage = outage
         self.report = reporter
-        self.spider: Spider | None = None
+        self.spider = spider
         self.book = LeaseBook()
         self.buffer: list[Buffered] = []
         self.buffered: set[bytes] = set()  # the dedup arguments in the buffer (a second one is a duplicate)
@@ -86,19 +87,59 @@ class Batch:
         self.since = 0.0  # when the oldest thing waiting in buffer/acks/events came
         self.acked_total = 0
         self.idle = False  # the last next_request found nothing
-        self.paused = False  # an operator paused the crawl: no new leases
-        self.draining = False  # an operator drains the run: no new requests admitted (runcontrol)
-        self.closing = False  # the run ended (a limit, a stop): no new leases, the node closes
-        self.nothing_until = 0.0  # after an empty pop: when to ask Redis again
+        self._paused = False  # an operator paused the crawl: no new leases
+        self._draining = False  # an operator drains the run: no new requests admitted (runcontrol)
+        self._closing = False  # the run ended (a limit, a stop): no new leases, the node closes
+        self.nothing_until = 0.0  # after an empty pop: when to ask Redis again (others: wake())
         self.pacing = PopPacing(config.prefetch, crawler.settings.getint("CONCURRENT_REQUESTS"))
         #: requests waiting in Redis as the last pop or idle poll saw them (this node's
-        #: has_pending_requests and len, with no call of their own)
+        #: has_pending_requests and len, with no call of their own; others: saw_queued())
         self.queued_seen = 0
         #: ms until the per-domain queue's next domain is due, as the last pop saw it (-1: none waiting)
         self.next_ready_ms = -1
         self._wake_call: Any = None
         #: other holders of this node's leases (start entries), told what Redis no longer lets it keep
         self.lease_holders: list[Callable[[set[str]], None]] = []
+
+    # -- what the other parts tell it (they read its flags, and write them only here) --------
+    @property
+    def paused(self) -> bool:
+        """An operator paused the crawl: no new leases (set by the liveness part's heartbeat)."""
+        return self._paused
+
+    @property
+    def draining(self) -> bool:
+        """The run drains (`crawlplug stop --drain`): no new requests admitted (runcontrol)."""
+        return self._draining
+
+    @property
+    def closing(self) -> bool:
+        """The run ended (a limit, a stop): no new leases, the node closes (runcontrol)."""
+        return self._closing
+
+    def pause(self, paused: bool) -> None:
+        self._paused = paused
+        if not paused:
+            self.wake()
+
+    def drain(self, draining: bool) -> None:
+        self._draining = draining
+
+    def close_run(self) -> None:
+        self._closing = True
+
+    def new_run(self) -> None:
+        """The node joined a run (again): it neither drains nor closes."""
+        self._draining = self._closing = False
+
+    def wake(self) -> None:
+        """Work may wait in Redis now (an idle poll saw it, start entries were pushed, a
+        pause ended): the next request asks Redis at once, not after an empty pop's pause."""
+        self.nothing_until = 0.0
+
+    def saw_queued(self, queued: int) -> None:
+        """``queued`` requests wait in Redis, as a status read or an idle poll saw them."""
+        self.queued_seen = queued
 
     # -- what the node holds ---------------------------------------------------
     def pending(self) -> bool:
@@ -130,7 +171,7 @@ class Batch:
     def enqueue(self, request: Request) -> bool:
         """Buffer ``request`` (False: a duplicate known locally, a request that cannot be stored, or
         any request while the run drains)."""
-        if self.draining:
+        if self._draining:
             self.report.once("drained", logging.WARNING,
                              "crawlplug: the run is draining (`crawlplug stop --drain`): new requests are not "
                              "admitted (counted in crawlplug/drained), e.g. %s", request)  # fmt: skip
@@ -285,7 +326,7 @@ class Batch:
 
     # -- leases out ------------------------------------------------------------------
     def next_request(self) -> Request | None:
-        if self.paused or self.closing:
+        if self._paused or self._closing:
             self.idle = True
             return None
         if not self.prefetched and time.monotonic() >= self.nothing_until:

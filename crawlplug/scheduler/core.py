@@ -49,8 +49,9 @@ from . import enginehooks, joining, runcontrol
 from .batch import Batch
 from .entries import START_META, StartEntries
 from .liveness import Liveness
-from .outage import Outage, Reporter
+from .outage import Outage
 from .politeness import Choice, Politeness, choose
+from .report import Reporter
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -163,7 +164,7 @@ class Scheduler(BaseScheduler):
             self.report.once(f"corrupt:{key}", logging.ERROR,
                              "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
                              "this node goes on with the rest of the crawl", key, problem)  # fmt: skip
-        self.batch.queued_seen = int(status.get("queued", 0))  # has_pending_requests before the first pop
+        self.batch.saw_queued(int(status.get("queued", 0)))  # has_pending_requests before the first pop
         joining.log_join(self.frontier, node.joined, status, self.config)
         joining.log_politeness(self.frontier, self.politeness, self.queue)
         try:
@@ -193,11 +194,12 @@ class Scheduler(BaseScheduler):
             on_stale=lambda exc: stale[0](exc), on_back=lambda: batch.recent.clear(),
         )  # fmt: skip
         batch = self.batch = Batch(self.crawler, frontier, dupefilter=dupefilter, serializer=serializer,
-                                   queue=self.queue, config=self.config, outage=outage, reporter=self.report)  # fmt: skip
+                                   queue=self.queue, config=self.config, outage=outage, reporter=self.report,
+                                   spider=spider)  # fmt: skip
         seeds = Seeds(node.conn.client, frontier.keys) if self.config.seeds else None
         self.entries = StartEntries(self.crawler, frontier, batch, crawl=node.crawl, serializer=serializer,
-                                    config=self.config, outage=outage, reporter=self.report, seeds=seeds)  # fmt: skip
-        batch.spider = self.entries.spider = spider
+                                    config=self.config, outage=outage, reporter=self.report, seeds=seeds,
+                                    spider=spider)  # fmt: skip
         limits, crawl_wide = self._limits
         control = runcontrol.RunControl(self.crawler, frontier, batch, crawl=node.crawl, reporter=self.report,
                                         limits=limits, crawl_wide=crawl_wide)  # fmt: skip

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from ..serializers import JsonSerializer
     from ..starts.seeds import Seeds
     from .batch import Batch
-    from .outage import Outage, Reporter
+    from .outage import Outage
+    from .report import Reporter
 
 __all__ = ["START_META", "StartEntries"]
 
@@ -45,7 +46,8 @@ class StartEntries:
 
     def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, crawl: Crawl,
                  serializer: JsonSerializer, config: SchedulerConfig,
-                 outage: Outage, reporter: Reporter, seeds: Seeds | None = None) -> None:  # fmt: skip
+                 outage: Outage, reporter: Reporter, seeds: Seeds | None = None,
+                 spider: Spider | None = None) -> None:  # fmt: skip
         self.crawler = crawler
         self.frontier = frontier
         self.crawl = crawl
@@ -55,11 +57,15 @@ class StartEntries:
         self.outage = outage
         self.report = reporter
         self.seeds = seeds
-        self.spider: Spider | None = None
+        self.spider = spider
         self.leases: set[str] = set()  # entries taken, their requests not yet stored
         self.pending: dict[str, int] = {}  # lease id -> its requests not yet enqueued
         self.waiting = False  # RedisSpider.start() is waiting for entries
         batch.lease_holders.append(self.forget)  # leases Redis no longer lets the node keep (a rollback)
+
+    def wait_for_entries(self) -> None:
+        """RedisSpider.start() found no entry and waits for some (the liveness part's idle check)."""
+        self.waiting = True
 
     def take(self, n: int, legacy_key: str | list[str] | None = None) -> list[tuple[str, list[Request]]]:
         """Lease up to ``n`` entries and make their requests: [(lease id, requests)], from the
@@ -148,7 +154,7 @@ class StartEntries:
             for request in requests:
                 enqueue(request)
             self.done(lease_id)
-            self.batch.nothing_until = 0.0
+            self.batch.wake()
 
     def fire_seeds(self, enqueue: Callable[[Request], bool]) -> None:
         """The seed timer: due seeds become start entries (one node at a time, under a lock)."""

@@ -55,6 +55,10 @@ class Termination:
     grace: float
     empty_since: float | None = None
 
+    def busy(self) -> None:
+        """Work or a producer appeared: the grace period starts again when all is empty."""
+        self.empty_since = None
+
     def observe(self, queued: int, leased: int, producers: int, *, local_pending: bool) -> None:
         empty = not (queued or leased or producers or local_pending)
         if not empty:

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from ..frontier.interface import CrawlFrontier
     from .batch import Batch
     from .entries import StartEntries
-    from .outage import Outage, Reporter
+    from .outage import Outage
+    from .report import Reporter
 
 __all__ = ["DRAIN_GRACE", "LOST_BY_STALLING", "LOST_IN_REDIS", "Liveness"]
 
@@ -192,7 +193,7 @@ class Liveness:
         """Start or end a pause an operator asked for (seen at each heartbeat)."""
         if paused == self.batch.paused:
             return
-        self.batch.paused = paused
+        self.batch.pause(paused)
         with contextlib.suppress(*REDIS_ERRORS):  # shown at once, not at the next heartbeat
             self.crawl.publish(self.frontier.node_id, paused=int(paused))
         if paused:
@@ -205,7 +206,6 @@ class Liveness:
             self.report.count("crawlplug/paused")
         else:
             logger.warning("crawlplug: crawl %r resumed", self.frontier.keys.crawl)
-            self.batch.nothing_until = 0.0
             enginehooks.wake(self.crawler)
 
     def _follow_run(self, change: str) -> None:
@@ -263,7 +263,7 @@ class Liveness:
             return False
         if state == "gone":  # the run was replaced: join the current one
             self.rejoin(StaleEpoch(f"STALE_EPOCH {self.frontier.epoch} {self.frontier.epoch} run replaced"))
-        self.termination.empty_since = None  # "busy": work or a producer appeared
+        self.termination.busy()  # work or a producer appeared
         return False
 
     def tick(self) -> None:
@@ -279,14 +279,14 @@ class Liveness:
                     and now - self._last_poll >= self.config.poll_interval):  # fmt: skip
                 self._last_poll = now
                 queued, leased, producers = self.note_idle(self.frontier.idle_state())
-                batch.queued_seen = max(0, queued - self.idle.start_entries)  # requests, not entries
+                batch.saw_queued(max(0, queued - self.idle.start_entries))  # requests, not entries
                 if self.idle.start_entries:
                     self.entries.drain(self.enqueue)
                 self._observe(queued, leased, producers, bool(batch.book) or bool(self.entries.leases))
                 if batch.draining:
                     queued = max(0, queued - self.idle.start_entries)  # waiting entries: not taken now
                 if queued:
-                    batch.nothing_until = 0.0
+                    batch.wake()
                     enginehooks.wake(self.crawler)
                 elif self.termination.finished() or self.run_ended:
                     enginehooks.wake(self.crawler)  # the engine's idle check will now let the spider close
@@ -316,7 +316,7 @@ class Liveness:
         queued, leased, producers = state
         self._observe(queued, leased, producers, self.batch.pending())
         if queued:
-            self.batch.nothing_until = 0.0
+            self.batch.wake()
         already = self.run_ended
         try:
             done = self.crawl_done()
@@ -334,7 +334,7 @@ class Liveness:
     def start_idle(self) -> bool:
         """RedisSpider.start() found no entry. True once the whole crawl is finished
         (never in worker mode): then start() may end and the node close."""
-        self.entries.waiting = True
+        self.entries.wait_for_entries()
         if self.termination.worker_mode:
             return False
         state = self._flushed_idle_state()
@@ -407,7 +407,7 @@ class Liveness:
         stale, waiting = self.batch.drop()
         self.stale_leases |= stale
         self.entries.drop()
-        self.termination.empty_since = None
+        self.termination.busy()
         self.run_ended = False
         self.base = self.counts()  # what this node did before belongs to the old state
         self.frontier.epoch = joined.epoch  # (the frontier forgets what it knew of a Bloom filter's layers)

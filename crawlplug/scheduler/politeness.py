@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
     from ..queues import DomainQueue
-    from .outage import Outage, Reporter
+    from .outage import Outage
+    from .report import Reporter
 
 __all__ = ["DOMAIN_QUEUE", "Choice", "Politeness", "asked", "choose"]
 

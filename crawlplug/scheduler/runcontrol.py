@@ -88,7 +88,8 @@ class RunControl:
         has none, and it says which limits hold, in its first lines."""
         self.run_id = run_id
         self.ending = ""
-        self.draining = self.batch.draining = self.batch.closing = False
+        self.draining = False
+        self.batch.new_run()
         crawl = self.frontier.keys.crawl
         if not self.crawl_wide:
             if self.limits:
@@ -126,7 +127,8 @@ class RunControl:
             self._drain()
             return "drain"
         if state == "running" and self.draining:
-            self.draining = self.batch.draining = False
+            self.draining = False
+            self.batch.drain(False)
             logger.warning("crawlplug: run %d of crawl %r was continued by an operator: it no longer drains",
                            self.run_id, self.frontier.keys.crawl)  # fmt: skip
             enginehooks.wake(self.crawler)
@@ -139,7 +141,7 @@ class RunControl:
         record = runs.record(self.crawl.client, self.crawl.keys)
         reason = record.get("reason") or state
         self.ending = reason
-        self.batch.closing = True
+        self.batch.close_run()
         given = 0
         try:
             given = self.batch.give_back_prefetched()
@@ -168,7 +170,8 @@ class RunControl:
         enginehooks.close(self.crawler, reason)
 
     def _drain(self) -> None:
-        self.draining = self.batch.draining = True
+        self.draining = True
+        self.batch.drain(True)
         record = runs.record(self.crawl.client, self.crawl.keys)
         logger.warning("crawlplug: run %d of crawl %r is draining (by %s): this node admits "
                        "no new requests, crawls what is queued, and closes with 'stopped' when the queue has run out",
