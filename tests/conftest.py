@@ -31,6 +31,7 @@ import redis
 
 from crawlplug.demo.shop import DemoShop, ShopServer, serve
 
+from .support import keyaudit
 from .support.nodes import ROOT, SCRAPY, Node, tty_process
 from .support.servers import RedisServer, free_port, redisbloom_module
 
@@ -61,6 +62,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = set(getattr(item, "fixturenames", ()))
         tier = "e2e" if fixtures & E2E_FIXTURES else "integration" if fixtures & INTEGRATION_FIXTURES else "unit"
         item.add_marker(getattr(pytest.mark, tier))
+
+
+keyaudit.install()  # who writes which key (docs/architecture.md), held by every test below
+
+
+@pytest.fixture(autouse=True)
+def _writes_only_its_keys(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The crawlplug code a test ran wrote only keys its package owns
+    (tests/support/keyaudit.py; the table: docs/architecture.md, "Who writes which key")."""
+    keyaudit.take_violations()
+    yield
+    found = keyaudit.take_violations()
+    if found and not os.environ.get("CRAWLPLUG_KEY_AUDIT_LOG"):
+        pytest.fail(f"{request.node.nodeid}: a write the table in docs/architecture.md (\"Who writes which key\") "
+                    f"does not allow: {found}", pytrace=False)
 
 
 class StartedAProcess(AssertionError):
