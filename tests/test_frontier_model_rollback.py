@@ -267,7 +267,7 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
     #: or going back to one (all of it, or one shard of a sharded crawl). One rule, so that
     #: hypothesis's choice of rules per example (swarm testing) never leaves one out.
     ACTIONS = ("take", "take", "pop", "fetch", "fetch", "fetch", "admit", "admit", "admit", "heartbeat", "reap",
-               "release", "push", "snapshot", "snapshot", "back", "shard back")
+               "release", "push", "snapshot", "snapshot", "back", "back", "shard back")
 
     @rule(data=st.data(), name=st.sampled_from(NODES), action=st.sampled_from(ACTIONS))
     def step(self, data: st.DataObject, name: str, action: str) -> None:
