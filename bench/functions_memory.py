@@ -4,11 +4,9 @@ Functions library (issue 37's used_memory mark; docs/scaling.md).
 A crawl loads its scripts with SCRIPT LOAD: each is the shared pieces it uses
 (crawlplug.frontier.luatext) plus its own text, so the pieces sit in the script
 cache once per script. A Functions library (Redis 7) holds the pieces once and
-each script as a function. This builds such a library from the same files, as a
-prototype (it is not what crawlplug runs: the pieces' per-call statements are
-re-run by an ``init()`` before each function, which keeps the scripts' meaning but
-is not tuned), loads both into a private redis-server, and prints, after the
-server has trimmed the client's query buffer:
+each script as a function (crawlplug.frontier.lualib, not yet what crawlplug's calls
+run). This loads both into a private redis-server and prints, after the server has
+trimmed the client's query buffer:
 
 * the allocated bytes each adds (MEMORY STATS total.allocated; lua.caches and
   functions.caches), for the scripts a plain crawl loads (``--scripts``);
@@ -21,7 +19,6 @@ server has trimmed the client's query buffer:
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tempfile
 import time
@@ -31,50 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import RedisProc, kill_all
-from crawlplug.frontier import luatext
+from crawlplug.frontier.lualib import library
 from crawlplug.frontier.scripts import source
 
 #: the scripts a one-node crawl of the demo shop had loaded at its end (SCRIPT EXISTS, 2026-12-02)
 CRAWL = ["admit", "pop", "heartbeat", "reap", "idle", "domainconf", "starts", "join", "runstart", "runclear",
          "finish", "history", "runctl", "stats"]  # fmt: skip
-
-
-def _text(name: str) -> str:
-    return luatext.files(luatext.__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-
-
-def library(names: list[str], lib: str = "crawlplug_proto") -> str:
-    """The scripts ``names`` as one Functions library: the pieces they use once (cut to the
-    definitions any of them uses), their per-call statements in ``init()``, each script's
-    own text as the body of a function ``cp_<name>`` (KEYS and ARGV set per call)."""
-    owns = {n: luatext._without_comments(_text(n)) for n in names}
-    used = {p for n in names for p in luatext._uses(n, _text(n))}
-    pieces = luatext._without_comments("\n".join(_text(p) for p in luatext.PIECES if p in used))
-    pieces = luatext._only_what_is_used(pieces, "\n".join(owns.values()))
-    blocks: list[list[str]] = []
-    for line in pieces.split("\n"):
-        if not line.strip():
-            continue
-        if not blocks or line.startswith("local "):
-            blocks.append([line])
-        else:
-            blocks[-1].append(line)
-    top: list[str] = []
-    init: list[str] = []
-    for block in blocks:
-        head = re.match(r"local\s+([A-Za-z_][\w\s,]*?)\s*=(.*)", block[0])
-        if block[0].startswith("local function") or head is None:
-            top.extend(block)
-        else:  # a value made per call (a table a call fills, a count of ARGV): declared once, made in init()
-            top.append(f"local {head.group(1)}")
-            init.extend([f"{head.group(1)} ={head.group(2)}", *block[1:]])
-    out = [f"#!lua name={lib}", "local KEYS, ARGV", *top, "local function init()", *init, "end"]
-    for name, own in owns.items():
-        flags = "'allow-oom'" if name in luatext.ALLOW_OOM else "'no-writes'" if name in luatext.READ_ONLY else ""
-        out += [f"local function s_{name}()", *[x for x in own.split("\n") if x.strip()], "end",
-                f"redis.register_function{{function_name='cp_{name}', callback=function(k, a) KEYS, ARGV = k, a "
-                f"init() return s_{name}() end, flags={{{flags}}}}}"]  # fmt: skip
-    return "\n".join(x.strip() for x in out)
 
 
 def _allocated(client, settle: float) -> dict[str, int]:
@@ -98,7 +57,8 @@ def main() -> int:
         if int(server.version.split(".")[0]) < 7:
             print(f"Redis {server.version} has no Functions (7.0 and later)")
             return 1
-        text = library(names)
+        lib = library(tuple(names))
+        text = lib.text
         c.flushall()
         before = _allocated(c, opts.settle)
         for n in names:
@@ -115,14 +75,14 @@ def main() -> int:
         print(f"  as a library: {len(text):6d} B of text, {functions['total.allocated'] - middle['total.allocated']:7d} B "
               f"allocated (functions.caches {functions['functions.caches']})")  # fmt: skip
         if opts.cpu:
-            _cpu(c, [n for n in ("idle", "pop") if n in names], opts.calls)
+            _cpu(c, [n for n in ("idle", "pop") if n in names], opts.calls, lib.functions)
     finally:
         server.stop()
         kill_all()
     return 0
 
 
-def _cpu(client, names: list[str], calls: int) -> None:
+def _cpu(client, names: list[str], calls: int, functions: dict[str, str]) -> None:
     from crawlplug.frontier.core import Frontier
     from crawlplug.frontier.keys import CrawlKeys
     from crawlplug.queues import PriorityQueue
@@ -140,7 +100,7 @@ def _cpu(client, names: list[str], calls: int) -> None:
                 if kind == "evalsha":
                     pipe.evalsha(sha, len(keys), *keys, *args)
                 else:
-                    pipe.fcall(f"cp_{name}", len(keys), *keys, *args)
+                    pipe.fcall(functions[name], len(keys), *keys, *args)
             replies = pipe.execute(raise_on_error=False)
             if isinstance(replies[0], Exception):
                 raise replies[0]

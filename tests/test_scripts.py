@@ -9,8 +9,12 @@ from importlib.resources import files
 
 import pytest
 
+from crawlplug.frontier.core import Frontier
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.frontier.lualib import library
 from crawlplug.frontier.luatext import PIECES, _only_what_is_used, _uses, _without_comments, source
 from crawlplug.frontier.scripts import NAMES
+from crawlplug.queues import PriorityQueue
 
 LUA = files("crawlplug.frontier").joinpath("lua")
 
@@ -80,3 +84,71 @@ def test_every_script_is_cut_to_half_the_text_it_was_sent_with():
     before = sum(len(_pasted(name)) for name in NAMES)
     after = sum(len(source(name)) for name in NAMES)
     assert after <= 0.6 * before, (after, before)
+
+
+# -- the scripts as one Functions library (crawlplug.frontier.lualib) --------------------------
+
+
+def _functions_or_skip(r) -> None:
+    if int(str(r.info("server")["redis_version"]).split(".")[0]) < 7:
+        pytest.skip("Redis Functions need Redis 7 (this server is older)")
+
+
+def test_the_library_loads_with_every_script_a_function_with_its_flags(r):
+    _functions_or_skip(r)
+    lib = library(NAMES)
+    assert lib.name.startswith("crawlplug_") and set(lib.functions) == set(NAMES)
+    assert r.function_load(lib.text, replace=True) == lib.name.encode()
+    try:
+        (listed,) = (dict(_pairs(x)) for x in r.function_list(library=lib.name))
+        functions = [dict(_pairs(f)) for f in listed[b"functions"]]
+        flags = {_text(f[b"name"]): {_text(x) for x in f[b"flags"]} for f in functions}
+        assert set(flags) == set(lib.functions.values())
+        assert flags[lib.functions["heartbeat"]] == {"allow-oom"} and flags[lib.functions["domaintable"]] == {"no-writes"}
+        assert flags[lib.functions["admit"]] == set()
+        # the pieces once: the library is smaller than the scripts it holds, sent one by one
+        assert len(lib.text) < 0.5 * sum(len(source(n, True)) for n in NAMES)
+    finally:
+        r.function_delete(lib.name)
+
+
+def test_each_function_answers_as_its_script(r):
+    """Two crawls alike, one driven by EVALSHA of the scripts, the other by FCALL of the
+    library's functions: the same admissions, leases, heartbeat, release and idle reads
+    answer alike (ids and times aside), and a call's values do not leak into the next."""
+    _functions_or_skip(r)
+    lib = library(NAMES)
+    r.function_load(lib.text, replace=True)
+    try:
+        replies = {}
+        for how in ("script", "function"):
+            part = Frontier(r, CrawlKeys(f"lib-{how}"), queue=PriorityQueue(), node_id="n1").base
+            shas: dict[str, str] = {}
+
+            def run(call, how=how, shas=shas):
+                name, keys, args = call
+                if how == "script":
+                    sha = shas.setdefault(name, r.script_load(source(name, True)))
+                    return r.evalsha(sha, len(keys), *keys, *args)
+                return r.fcall(lib.functions[name], len(keys), *keys, *args)
+
+            items = [(part.dedup.argument(bytes([i]) * 20), 0.0, b'{"url": "http://e.test/%d"}' % i) for i in range(5)]
+            got = [run(part.admit_call(items, [])), run(part.admit_call(items[:2], []))]  # new, then seen
+            popped = run(part.pop_call(3))
+            ids = [x for x in popped[:-1] if isinstance(x, bytes) and x[:1].isdigit()]
+            got += [len(popped), run(part.idle_call())]
+            replies[how] = (got, [_text(x) for x in popped if isinstance(x, bytes) and x.startswith(b"{")], ids)
+        assert replies["script"][0] == replies["function"][0]
+        assert replies["script"][1] == replies["function"][1]  # the same payloads leased, in order
+    finally:
+        r.function_delete(lib.name)
+        for how in ("script", "function"):
+            r.delete(*r.keys(f"crawlplug:{{lib-{how}}}*") or ["none"])
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _pairs(flat):
+    return zip(flat[::2], flat[1::2]) if isinstance(flat, list) else flat.items()
