@@ -116,6 +116,15 @@ def test_a_node_started_for_a_run_that_finished_begins_no_other(crawl, make_shop
     third = runs.join(r, SHOP, node_id="now", ttl_ms=10_000, for_run=2)
     assert (third.action, third.run) == ("new", 2)
     assert (runs.join(r, SHOP, node_id="late", ttl_ms=10_000, for_run=1).action, runs.view(r, SHOP).id) == ("join", 2)
+    # told to begin a new run (CRAWLPLUG_FLUSH_ON_START in a job's settings), a node started for
+    # the run now running joins it, and one started for an ended run begins none
+    assert runs.join(r, SHOP, node_id="flush", ttl_ms=10_000, want="new", for_run=2).action == "join"
+    assert runs.view(r, SHOP).id == 2
+    r.hset(SHOP.run, "state", "finished")
+    state = {k: r.dump(k) for k in (SHOP.run, SHOP.runs, SHOP.epoch)}
+    with pytest.raises(RunOver):
+        runs.join(r, SHOP, node_id="flush", ttl_ms=10_000, want="new", for_run=2)
+    assert {k: r.dump(k) for k in state} == state, "a node started for an ended run wrote to the runs"
 
 
 @pytest.mark.parametrize("how", ["CRAWLPLUG_INCREMENTAL", "SCHEDULER_PERSIST"])

@@ -88,13 +88,20 @@ local function last_id()
   return id
 end
 
+-- this node was started for an earlier run than the next (ARGV[10]): it begins none, and
+-- is told so before anything is written
+local function over(previous)
+  if for_run > 0 and last_id() + 1 > for_run then
+    return {"over", last_id(), epoch, run.state or "", previous or redis.call("HGET", runs_key, run.id or "") or ""}
+  end
+end
+
 -- the next run: a new epoch (old nodes' calls are refused from now on); the
 -- caller clears what the last one leaves behind
 local function begin(previous)
   local id = last_id() + 1
-  if for_run > 0 and id > for_run then
-    return {"over", id - 1, epoch, run.state or "", previous or ""}
-  end
+  local late = over(previous)
+  if late then return late end
   local fence = (tonumber(run.fence) or 0) + 1 -- kept across runs: a token never handed out twice
   epoch = new_epoch
   redis.call("SET", epoch_key, epoch)
@@ -138,7 +145,11 @@ if state == "starting" then
   return {"wait", tonumber(run.id), run.epoch, "starting", run.starter or ""}
 end
 
-if want == "new" then
+-- a node started for the run now running (ARGV[10]) joins it, whatever it was told to do
+local joins_its_run = for_run > 0 and (tonumber(run.id) or 0) >= for_run and state == "running"
+if want == "new" and not joins_its_run then
+  local late = over(nil)
+  if late then return late end
   local summary = redis.call("HGET", runs_key, run.id)
   if not summary then
     summary = cjson.encode({id = tonumber(run.id), state = "reset", reason = "reset by CRAWLPLUG_FLUSH_ON_START",
@@ -166,6 +177,8 @@ if state == "finished" or run.next == "new" then
   return begin(redis.call("HGET", runs_key, run.id) or "")
 end
 if want == "after-limit" and state == "limit" then
+  local late = over(nil)
+  if late then return late end
   local summary = redis.call("HGET", runs_key, run.id)
   if not summary then -- no node closed it (all killed): what the run hash says; the caller adds its totals
     summary = cjson.encode({id = tonumber(run.id), state = "limit", reason = run.reason, by = run.by,
