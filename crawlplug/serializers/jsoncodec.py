@@ -88,6 +88,30 @@ _DEFAULTS: dict[str, Any] = {
 _SUBCLASS_DEFAULTS = frozenset({"method", "dont_filter"})
 
 
+# How _stored_fields reads each attribute: a callback's name, bytes stored when not empty (the
+# headers object, the body), meta, another mapping of str keys (cb_kwargs), any other value.
+_NAME, _RAW, _META, _MAPPING, _PLAIN = range(5)
+#: the default of an attribute stored whatever its value
+_KEEP = object()
+_PLANS: dict[type, tuple[tuple[str, int, Any], ...]] = {}
+
+
+def _plan(cls: type[Request]) -> tuple[tuple[str, int, Any], ...]:
+    """(attribute, how it is read, the default it is left out at) for each of ``cls.attributes``,
+    worked out once per class (the per-request loop then does no name tests)."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        subclass = cls is not Request
+        kinds = {"callback": _NAME, "errback": _NAME, "headers": _RAW, "body": _RAW, "meta": _META,
+                 "cb_kwargs": _MAPPING}  # fmt: skip
+        plan = _PLANS[cls] = tuple(
+            (key, kinds.get(key, _PLAIN),
+             _DEFAULTS[key] if key in _DEFAULTS and not (subclass and key in _SUBCLASS_DEFAULTS) else _KEEP)
+            for key in cls.attributes
+        )  # fmt: skip
+    return plan
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -206,25 +230,25 @@ class JsonSerializer:
         headers object and the body bytes as they are (each format writes them its way)."""
         # Reads the attributes directly (what Request.to_dict does, minus the copies
         # and the inspect.getmembers scan per callback): this runs for every request.
-        for key in type(request).attributes:
-            if key in ("callback", "errback"):
+        for key, kind, at_default in _plan(type(request)):
+            if kind == _NAME:
                 value = self._method_name(request, key, spider)
-            elif key in ("headers", "body"):
-                value = getattr(request, key)
+                if value is not None:
+                    yield key, value
+                continue
+            value = getattr(request, key)
+            if kind == _RAW:
                 if value:
                     yield key, value
                 continue
-            elif key == "meta":
-                value = request.meta
-                if value and any(str(k).startswith(PRIVATE_META_PREFIX) for k in value):
+            if kind == _META and value:
+                if any(str(k).startswith(PRIVATE_META_PREFIX) for k in value):
                     value = {k: v for k, v in value.items() if not str(k).startswith(PRIVATE_META_PREFIX)}
                 if value:
                     value = metakeys.store(value, spider)  # keys naming code: only what the spider allows
-            else:
-                value = getattr(request, key)
-            if key in _DEFAULTS and value == _DEFAULTS[key] and (cls is None or key not in _SUBCLASS_DEFAULTS):
+            if at_default is not _KEEP and value == at_default:
                 continue
-            if key in ("meta", "cb_kwargs") and not all(type(k) is str for k in value):
+            if kind != _PLAIN and not all(type(k) is str for k in value):
                 _check_json(value, key)  # raises, naming the key JSON would silently convert
             yield key, value
 
