@@ -94,6 +94,9 @@ _NAME, _RAW, _META, _MAPPING, _PLAIN = range(5)
 #: the default of an attribute stored whatever its value
 _KEEP = object()
 _PLANS: dict[type, tuple[tuple[str, int, Any], ...]] = {}
+#: what _build makes of a payload's values before passing them (callbacks resolved, bytes read)
+_BUILT_KWARGS = frozenset({"callback", "errback", "headers", "body"})
+_PLAIN_KWARGS: dict[type, frozenset[str]] = {}
 
 
 def _plan(cls: type[Request]) -> tuple[tuple[str, int, Any], ...]:
@@ -391,10 +394,10 @@ class JsonSerializer:
                 request_cls = self._classes[cls_path] = load_object(cls_path)
             except (ImportError, NameError, AttributeError, ValueError) as exc:
                 raise DecodeError(f"request class {cls_path!r} cannot be loaded: {exc}") from None
-        kwargs: dict[str, Any] = {}
-        for key in request_cls.attributes:
-            if key in d and key not in ("callback", "errback", "headers", "body"):
-                kwargs[key] = d[key]
+        plain = _PLAIN_KWARGS.get(request_cls)
+        if plain is None:  # the attributes passed as they are read (a payload has a few of them)
+            plain = _PLAIN_KWARGS[request_cls] = frozenset(request_cls.attributes) - _BUILT_KWARGS
+        kwargs: dict[str, Any] = {key: value for key, value in d.items() if key in plain}
         if "body" in d:
             kwargs["body"] = to_bytes(d["body"], "body")
         if "headers" in d:
