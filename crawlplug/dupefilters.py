@@ -30,10 +30,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
+from scrapy.utils import request as scrapy_request
 
 from .config import setting
 from .errors import REDIS_ERRORS, ConfigError
@@ -69,6 +71,16 @@ TTL_META = "crawlplug_dedup_ttl"
 #: yields it first (crawlplug.scheduler.startonce sets it on the requests of Scrapy's
 #: default start(); a custom start() opts a request in by setting it to True).
 START_ONCE_META = "crawlplug_start_once"
+
+#: Most (method, URL) pairs whose fingerprint a dupefilter remembers (about 1 MB).
+URL_FP_CACHE = 4096
+
+
+def _default_fingerprinter(fingerprinter: object) -> bool:
+    """Whether ``fingerprinter`` is Scrapy's default one, whose fingerprint of a request is a
+    function of its method, its URL, its body and its ``verbatim_url`` meta key only."""
+    return (type(fingerprinter) is scrapy_request.RequestFingerprinter
+            and getattr(fingerprinter, "_fingerprint", None) is scrapy_request.fingerprint)  # fmt: skip
 
 
 class RedisSetDupeFilter(BaseDupeFilter):
@@ -106,6 +118,12 @@ class RedisSetDupeFilter(BaseDupeFilter):
         #: the crawl keeps fingerprints across runs (set by crawlplug's Scheduler when it joins):
         #: a start request of START_ONCE_META is then recorded under a fingerprint of its run
         self.per_run_starts = False
+        #: (method, URL, verbatim_url) of requests without a body -> their fingerprint, the
+        #: latest used kept (Scrapy's default fingerprinter only): most links of a page were met
+        #: before (a nav bar, a pager), and canonicalize_url is most of a fingerprint's cost
+        self._by_url: OrderedDict[tuple[str, str, bool], bytes] | None = (
+            OrderedDict() if _default_fingerprinter(fingerprinter) else None
+        )
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisSetDupeFilter:
@@ -191,7 +209,19 @@ class RedisSetDupeFilter(BaseDupeFilter):
         gets one derived from it and the run, so that each run fetches it once, whatever
         the last runs recorded; in a crawl that starts each run without fingerprints its
         own fingerprint does that, and links back to it are duplicates."""
-        fp = self.fingerprinter.fingerprint(request)
+        cache = self._by_url
+        if cache is None or request.body:
+            fp = self.fingerprinter.fingerprint(request)
+        else:
+            key = (request.method, request.url, bool(request.meta.get("verbatim_url")))
+            found = cache.get(key)
+            if found is None:
+                fp = cache[key] = self.fingerprinter.fingerprint(request)
+                if len(cache) > URL_FP_CACHE:
+                    cache.popitem(last=False)
+            else:
+                cache.move_to_end(key)
+                fp = found
         if self.per_run_starts and request.meta.get(START_ONCE_META):
             run = getattr(self.frontier, "run_id", None)
             fp = hashlib.sha1(b"crawlplug start of run %d\x00%s" % (run or 0, fp)).digest()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from scrapy import Spider
 from scrapy.settings import SETTINGS_PRIORITIES, Settings
@@ -122,3 +125,19 @@ def test_a_project_moves_a_component_of_the_addon_under_its_old_path():
     enabled = _enabled(s, "DOWNLOADER_MIDDLEWARES")
     assert enabled.count(DomainStatsMiddleware) == 1
     assert enabled[-1] is DomainStatsMiddleware, "990 is after every default downloader middleware"
+
+
+@pytest.mark.integration  # a fresh interpreter: this session has imported everything already
+def test_the_components_of_features_left_off_load_none_of_their_libraries():
+    """Scrapy loads every component the add-on adds, used or not: the alert rules' grammar (lark)
+    and the metrics server (prometheus_client) are read only by a node that asks for them."""
+    code = (
+        "import sys\n"
+        "from scrapy.utils.misc import load_object\n"
+        "from crawlplug.addon import ADDON_COMPONENTS\n"
+        "for _, path, _ in ADDON_COMPONENTS: load_object(path)\n"
+        "print(sorted(m for m in ('lark', 'prometheus_client', 'crawlplug.ops.alerts', 'crawlplug.ops.metrics')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

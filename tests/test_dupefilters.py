@@ -7,8 +7,10 @@ import logging
 
 import pytest
 from scrapy import Request
+from scrapy.utils import request as scrapy_request
 from scrapy.utils.test import get_crawler
 
+from crawlplug import dupefilters
 from crawlplug.dupefilters import RedisSetDupeFilter
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
@@ -68,6 +70,37 @@ def test_default_fingerprinter_distinguishes_queries(r):
     assert df.request_seen(Request("http://example.com/a?x=1")) is False
     assert df.request_seen(Request("http://example.com/a?x=2")) is False
     assert df.request_seen(Request("http://example.com/a?x=1")) is True
+
+
+def test_a_link_met_again_is_not_fingerprinted_again_and_gets_the_same_fingerprint():
+    crawler = get_crawler(settings_dict={})
+    df = RedisSetDupeFilter.from_crawler(crawler)
+    first = df.fingerprint(Request("http://example.com/a?x=1"))
+    again = Request("http://example.com/a?x=1")
+    assert df.fingerprint(again) == first == crawler.request_fingerprinter.fingerprint(Request(again.url))
+    # Scrapy's fingerprint() caches each request it hashes: this one it never saw
+    assert again not in scrapy_request._fingerprint_cache
+    # what the default fingerprint depends on besides the URL still tells requests apart
+    other = [Request(again.url, method="POST"), Request(again.url, body=b"q=1"),
+             Request(again.url, meta={"verbatim_url": True}), Request("http://example.com/a?x=1#top")]  # fmt: skip
+    assert [df.fingerprint(req) for req in other] == [crawler.request_fingerprinter.fingerprint(req) for req in other]
+
+
+def test_the_url_cache_keeps_the_latest_used_urls_only(monkeypatch):
+    monkeypatch.setattr(dupefilters, "URL_FP_CACHE", 2)
+    df = RedisSetDupeFilter.from_crawler(get_crawler(settings_dict={}))
+    for url in ("http://example.com/1", "http://example.com/2", "http://example.com/1", "http://example.com/3"):
+        df.fingerprint(Request(url))
+    assert [url for _, url, _ in df._by_url] == ["http://example.com/1", "http://example.com/3"]
+
+
+def test_a_custom_fingerprinter_is_asked_for_every_request(r):
+    path = f"{PathOnlyFingerprinter.__module__}.{PathOnlyFingerprinter.__qualname__}"
+    df = make_df(r, REQUEST_FINGERPRINTER_CLASS=path)
+    PathOnlyFingerprinter.calls = 0
+    for _ in range(3):
+        df.fingerprint(Request("http://example.com/a"))
+    assert PathOnlyFingerprinter.calls == 3
 
 
 @pytest.mark.parametrize("store", ["hash", "set"])

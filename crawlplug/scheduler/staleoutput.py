@@ -11,13 +11,13 @@ their callbacks produce, and counts them (``crawlplug/stale_output``).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from . import enginehooks
 
 if TYPE_CHECKING:
-    from scrapy import Spider
+    from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
@@ -32,14 +32,17 @@ class StaleOutputMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self._logged = False
+        #: the engine's scheduler's ``is_stale``, once found (a crawl keeps its scheduler)
+        self._is_stale: Callable[[Request], bool] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> StaleOutputMiddleware:
         return cls(crawler)
 
     def _stale(self, response: Response) -> bool:
-        scheduler = enginehooks.scheduler(self.crawler)
-        is_stale = getattr(scheduler, "is_stale", None)
+        is_stale = self._is_stale
+        if is_stale is None:  # looked up once: this runs for every page
+            is_stale = self._is_stale = getattr(enginehooks.scheduler(self.crawler), "is_stale", None)
         request = getattr(response, "request", None)
         return bool(is_stale is not None and request is not None and is_stale(request))
 

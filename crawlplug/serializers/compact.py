@@ -46,6 +46,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from scrapy.http import Headers
+
 from ..errors import ConfigError, DecodeError
 
 #: The version of a compact payload.
@@ -107,7 +109,12 @@ def origin_of(url: str) -> str | None:
 
 def headers_out(headers: Any, url: str) -> tuple[list[list[Any]], str | None]:
     """``request.headers`` as the ``h`` rows and the ``r`` value (None: no ``r``)."""
-    items = [(bytes(name), [bytes(v) for v in values]) for name, values in headers.items()]
+    if type(headers) is Headers:
+        # Scrapy's Headers is a dict of normalized names to lists of bytes values: read it as
+        # one (its items() normalizes each name again and looks it up, for every request stored)
+        items = [(bytes(name), [bytes(v) for v in values]) for name, values in dict.items(headers)]
+    else:
+        items = [(bytes(name), [bytes(v) for v in values]) for name, values in headers.items()]
     referer = None
     if items and items[-1][0] == b"Referer" and len(items[-1][1]) == 1:
         referer = _referer_out(items[-1][1][0], url)
@@ -232,14 +239,19 @@ def fields_of(url: str, cls: str | None, stored: Iterable[tuple[str, Any]]) -> d
     return out
 
 
+#: One encoder per output (json.dumps with options builds one per call): UTF-8 as it is, and escaped.
+_ENCODER_UTF8 = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+_ENCODER_ASCII = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def dump_json(out: dict[str, Any], *, compact: bool) -> bytes:
     """``out`` as JSON; compact: non-ASCII text as UTF-8 unless a string holds a lone surrogate."""
     if compact:
         try:  # UTF-8 as it is: non-ASCII text costs 2-3 bytes a character, not 6
-            return json.dumps(out, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode("utf-8")
+            return _ENCODER_UTF8.encode(out).encode("utf-8")
         except UnicodeEncodeError:
             pass  # a lone surrogate in a string: escaped, as JSON can hold it
-    return json.dumps(out, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return _ENCODER_ASCII.encode(out).encode("utf-8")
 
 
 def _no_constant(name: str) -> Any:

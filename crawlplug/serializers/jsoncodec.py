@@ -32,7 +32,7 @@ from scrapy.utils.misc import load_object
 
 from ..defaults import default
 from ..errors import ConfigError, DecodeError, SerializationError, checked_number
-from . import callbacks, compact, metacodecs, metakeys, pagemethods  # noqa: F401 - pagemethods registers PageMethod's codec
+from . import callbacks, compact, fields, metacodecs, metakeys, pagemethods  # noqa: F401 - pagemethods registers PageMethod's codec
 
 #: The long-key format: what CRAWLPLUG_PAYLOAD_FORMAT = 1 writes, and crawlplug wrote before the compact one.
 FORMAT_VERSION = 1
@@ -66,27 +66,6 @@ PICKLE_MAGIC = b"cpk1"
 
 #: Environment variable read for the pickle key when the CRAWLPLUG_SECRET setting is unset.
 SECRET_ENV = "CRAWLPLUG_SECRET"
-
-# Request.__init__ defaults: left out of payloads to keep them small.
-_DEFAULTS: dict[str, Any] = {
-    "callback": None,
-    "errback": None,
-    "method": "GET",
-    "headers": {},
-    "body": b"",
-    "cookies": {},
-    "meta": {},
-    "encoding": "utf-8",
-    "priority": 0,
-    "dont_filter": False,
-    "flags": [],
-    "cb_kwargs": {},
-}
-#: Defaults a Request subclass may change (XmlRpcRequest: POST and dont_filter=True;
-#: JsonRequest with a body: POST): always stored for a subclass, or a GET or a
-#: filtered request of that class would come back as a POST or an unfiltered one.
-_SUBCLASS_DEFAULTS = frozenset({"method", "dont_filter"})
-
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
@@ -206,25 +185,25 @@ class JsonSerializer:
         headers object and the body bytes as they are (each format writes them its way)."""
         # Reads the attributes directly (what Request.to_dict does, minus the copies
         # and the inspect.getmembers scan per callback): this runs for every request.
-        for key in type(request).attributes:
-            if key in ("callback", "errback"):
+        for key, kind, at_default in fields.plan(type(request)):
+            if kind == fields.NAME:
                 value = self._method_name(request, key, spider)
-            elif key in ("headers", "body"):
-                value = getattr(request, key)
+                if value is not None:
+                    yield key, value
+                continue
+            value = getattr(request, key)
+            if kind == fields.RAW:
                 if value:
                     yield key, value
                 continue
-            elif key == "meta":
-                value = request.meta
-                if value and any(str(k).startswith(PRIVATE_META_PREFIX) for k in value):
+            if kind == fields.META and value:
+                if any(str(k).startswith(PRIVATE_META_PREFIX) for k in value):
                     value = {k: v for k, v in value.items() if not str(k).startswith(PRIVATE_META_PREFIX)}
                 if value:
                     value = metakeys.store(value, spider)  # keys naming code: only what the spider allows
-            else:
-                value = getattr(request, key)
-            if key in _DEFAULTS and value == _DEFAULTS[key] and (cls is None or key not in _SUBCLASS_DEFAULTS):
+            if at_default is not fields.KEEP and value == at_default:
                 continue
-            if key in ("meta", "cb_kwargs") and not all(type(k) is str for k in value):
+            if kind != fields.PLAIN and not all(type(k) is str for k in value):
                 _check_json(value, key)  # raises, naming the key JSON would silently convert
             yield key, value
 
@@ -367,10 +346,8 @@ class JsonSerializer:
                 request_cls = self._classes[cls_path] = load_object(cls_path)
             except (ImportError, NameError, AttributeError, ValueError) as exc:
                 raise DecodeError(f"request class {cls_path!r} cannot be loaded: {exc}") from None
-        kwargs: dict[str, Any] = {}
-        for key in request_cls.attributes:
-            if key in d and key not in ("callback", "errback", "headers", "body"):
-                kwargs[key] = d[key]
+        plain = fields.plain_kwargs(request_cls)  # a payload holds a few of them: read those
+        kwargs: dict[str, Any] = {key: value for key, value in d.items() if key in plain}
         if "body" in d:
             kwargs["body"] = to_bytes(d["body"], "body")
         if "headers" in d:

@@ -20,9 +20,9 @@ from scrapy import Request, Spider
 
 from ..errors import ConfigError, DecodeError, SerializationError
 from . import metakeys, safepickle
+from .fields import DEFAULTS as _DEFAULTS
+from .fields import SUBCLASS_DEFAULTS as _SUBCLASS_DEFAULTS
 from .jsoncodec import (
-    _DEFAULTS,
-    _SUBCLASS_DEFAULTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     FORMAT_VERSION,
     PICKLE_MAGIC,
