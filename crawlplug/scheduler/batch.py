@@ -13,8 +13,8 @@ every lease the node holds (:meth:`Batch.rolled_back`), so those pages are fetch
 again instead.
 
 Its size: one class whose state moves together in each frontier call; its ``__all__`` and
-checked types (issue 38) took it past 420 lines, and the same issue's "no part writes another
-part's flags" (the flags other parts set on it) is where it splits.
+checked types (issue 38) took it past 420 lines. The flags the other parts set on it (a
+pause, a drain, the end of a run, when to ask Redis again) are in switches.py.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from ..errors import (
 from ..frontier import Admission, AdmitResult, Leased
 from . import enginehooks
 from .leases import LEASE_META, LeaseBook, PopPacing
+from .switches import Switches
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -60,12 +61,13 @@ RECORD_FP_META = "_crawlplug_record_fp"
 Buffered = tuple[Request, bytes, float, bytes, str]
 
 
-class Batch:
+class Batch(Switches):
     """Admission buffer, acks, reports and prefetched leases of one node (module docstring)."""
 
     def __init__(self, crawler: Crawler, frontier: CrawlFrontier, *, dupefilter: RedisSetDupeFilter,
                  serializer: JsonSerializer, queue: BaseQueue, config: SchedulerConfig, outage: Outage,
                  reporter: Reporter, spider: Spider | None = None) -> None:  # fmt: skip
+        Switches.__init__(self)
         self.crawler = crawler
         self.frontier = frontier
         self.df = dupefilter
@@ -87,59 +89,12 @@ class Batch:
         self.since = 0.0  # when the oldest thing waiting in buffer/acks/events came
         self.acked_total = 0
         self.idle = False  # the last next_request found nothing
-        self._paused = False  # an operator paused the crawl: no new leases
-        self._draining = False  # an operator drains the run: no new requests admitted (runcontrol)
-        self._closing = False  # the run ended (a limit, a stop): no new leases, the node closes
-        self.nothing_until = 0.0  # after an empty pop: when to ask Redis again (others: wake())
         self.pacing = PopPacing(config.prefetch, crawler.settings.getint("CONCURRENT_REQUESTS"))
-        #: requests waiting in Redis as the last pop or idle poll saw them (this node's
-        #: has_pending_requests and len, with no call of their own; others: saw_queued())
-        self.queued_seen = 0
         #: ms until the per-domain queue's next domain is due, as the last pop saw it (-1: none waiting)
         self.next_ready_ms = -1
         self._wake_call: Any = None
         #: other holders of this node's leases (start entries), told what Redis no longer lets it keep
         self.lease_holders: list[Callable[[set[str]], None]] = []
-
-    # -- what the other parts tell it (they read its flags, and write them only here) --------
-    @property
-    def paused(self) -> bool:
-        """An operator paused the crawl: no new leases (set by the liveness part's heartbeat)."""
-        return self._paused
-
-    @property
-    def draining(self) -> bool:
-        """The run drains (`crawlplug stop --drain`): no new requests admitted (runcontrol)."""
-        return self._draining
-
-    @property
-    def closing(self) -> bool:
-        """The run ended (a limit, a stop): no new leases, the node closes (runcontrol)."""
-        return self._closing
-
-    def pause(self, paused: bool) -> None:
-        self._paused = paused
-        if not paused:
-            self.wake()
-
-    def drain(self, draining: bool) -> None:
-        self._draining = draining
-
-    def close_run(self) -> None:
-        self._closing = True
-
-    def new_run(self) -> None:
-        """The node joined a run (again): it neither drains nor closes."""
-        self._draining = self._closing = False
-
-    def wake(self) -> None:
-        """Work may wait in Redis now (an idle poll saw it, start entries were pushed, a
-        pause ended): the next request asks Redis at once, not after an empty pop's pause."""
-        self.nothing_until = 0.0
-
-    def saw_queued(self, queued: int) -> None:
-        """``queued`` requests wait in Redis, as a status read or an idle poll saw them."""
-        self.queued_seen = queued
 
     # -- what the node holds ---------------------------------------------------
     def pending(self) -> bool:
