@@ -495,3 +495,25 @@ def test_an_epoch_key_deleted_by_hand_is_put_back_not_taken_for_a_loss(r, shards
     assert (again.run, again.epoch) == (joined.run, joined.epoch), "the same run goes on"
     assert all(r.get(p.epoch) == joined.epoch.encode() for p in parts), "put back in every part"
     assert len(node.pop(5)) == 1, "the node carries on with what was queued"
+
+
+def test_a_run_whose_epoch_token_reads_as_an_infinite_number_is_recorded_when_it_finishes(r):
+    """An epoch is 16 random hex digits; one such as "4e12345678901234" is a number to Lua,
+    an infinite one, which cjson refuses to encode: the run was marked finished, its summary
+    never written and the finishing node met an error (seen in CI: the next run then said
+    it was the crawl's first). The summary keeps the token as text, and is encoded before
+    anything is written."""
+    keys = CrawlKeys("epoch-inf")
+    joined = runs.join(r, keys, node_id="n1", ttl_ms=10_000)
+    token = "4e12345678901234"
+    r.set(keys.epoch, token)
+    r.hset(keys.run, "epoch", token)
+    try:
+        state, ended = runs.finish(r, keys, node_id="n1", run_id=joined.run, epoch=token)
+        assert state == "finished" and ended
+        summary = json.loads(r.hget(keys.runs, str(joined.run)))
+        assert summary["epoch"] == token and summary["state"] == "finished"
+        again = runs.join(r, keys, node_id="n1", ttl_ms=10_000)
+        assert (again.run, (again.previous or {}).get("id")) == (joined.run + 1, joined.run)
+    finally:
+        runs.purge(r, keys)

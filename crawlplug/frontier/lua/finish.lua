@@ -59,16 +59,23 @@ if work > 0 or others > 0 then return {"busy"} end
 
 local state, by = "finished", node
 if draining then state, reason, by = "stopped", "stopped", run[7] or node end
-redis.call("ZREM", producers, node)
-redis.call("HSET", run_key, "state", state, "ended", now, "reason", reason, "by", by)
 summary.id = tonumber(id)
 summary.state = state
 summary.reason = reason
 summary.started = tonumber(run[4])
 summary.ended = now
 summary.by = by
-summary.epoch = tonumber(run[6])
+-- the epoch as the token it is: read as a number, a token such as "4e12345678901234" (16 hex
+-- digits, one of them an e) is infinite, and cjson refuses to encode it
+summary.epoch = run[6]
 summary.incremental = run[5] == "1"
 if draining then summary.drained = true end
-redis.call("HSET", runs_key, id, cjson.encode(summary))
+-- encoded before the first write: a summary that cannot be encoded refuses the call whole
+local ok_encode, encoded = pcall(cjson.encode, summary)
+if not ok_encode then
+  return redis.error_reply("finish.lua: the run's summary cannot be encoded (" .. tostring(encoded) .. ")")
+end
+redis.call("ZREM", producers, node)
+redis.call("HSET", run_key, "state", state, "ended", now, "reason", reason, "by", by)
+redis.call("HSET", runs_key, id, encoded)
 return {state, now}
