@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from scrapy.settings import Settings
 
 import crawlplug
@@ -49,3 +50,13 @@ def test_names_crawlplug_does_not_know_and_those_it_leaves_alone():
     assert found == {**MISSPELT, "CRAWLPLUG_NO_SUCH_THING": None, "CRAWLPLUG_CRAWL": "CRAWLPLUG_CRAWL_ID",
                      "REDIS_ULR": "REDIS_URL"}  # fmt: skip
     assert misspelt_settings(Settings()) == [], "Scrapy's defaults alone are never reported"
+
+
+@pytest.mark.parametrize("bad", ["abc", "0", "-2", "1.5"])
+def test_a_run_id_that_is_none_is_refused_naming_the_setting(bad):
+    from crawlplug.config.read import SchedulerConfig
+    from crawlplug.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="CRAWLPLUG_FOR_RUN must be a run id"):
+        SchedulerConfig.from_settings(Settings({"CRAWLPLUG_FOR_RUN": bad}))
+    assert SchedulerConfig.from_settings(Settings({"CRAWLPLUG_FOR_RUN": "3"})).for_run == 3

@@ -137,6 +137,16 @@ def start_keys(names: Iterable[Any] | None) -> tuple[str, ...]:
     return tuple(out if "start_urls" in out else ["start_urls", *out])
 
 
+def _run_id(value: Any) -> int | None:
+    """CRAWLPLUG_FOR_RUN as a run id (None: unset); ConfigError naming it if it is none."""
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"CRAWLPLUG_FOR_RUN must be a run id (1 or more), got {value!r}") from None
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     crawl_id: str | None = None
@@ -200,5 +210,5 @@ class SchedulerConfig:
             incremental=None if setting(s, "CRAWLPLUG_INCREMENTAL") is None
             else setting(s, "CRAWLPLUG_INCREMENTAL", "getbool"),
             start_keys=start_keys(setting(s, "CRAWLPLUG_START_KEYS", "getlist")),
-            for_run=None if setting(s, "CRAWLPLUG_FOR_RUN") in (None, "") else setting(s, "CRAWLPLUG_FOR_RUN", "getint"),
+            for_run=_run_id(s.get("CRAWLPLUG_FOR_RUN")),
         )
