@@ -38,7 +38,7 @@ help:
 	@echo "             bench-dedup, bench-payload, bench-redis-cpu, bench-capacity, bench-bloom-scale"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
 	@echo "make docs-site   build the documentation site from docs/ into site/ (mkdocs build --strict)"
-	@echo "make lint    ruff, the import contracts between the package's rooms (lint-imports), and mypy"
+	@echo "make lint    ruff (checks and format), the import contracts between the package's rooms (lint-imports), and mypy"
 	@echo "make clean   stop the embedded Redis, remove .crawlplug/ and the venv"
 
 # pip's own output goes to $(VENV)/install.log (shown if the install fails): the terminal
@@ -109,6 +109,7 @@ bench-all: bench bench-bloom bench-kill bench-domains bench-shards bench-rollbac
 lint: venv
 	@$(BIN)/python -m pip install --quiet -e '.[lint]' >> $(VENV)/install.log 2>&1 || { echo "make: could not install the lint tools (see $(VENV)/install.log)"; exit 1; }
 	$(BIN)/ruff check crawlplug spiders settings tests bench
+	$(BIN)/ruff format --check crawlplug spiders settings tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 

@@ -108,7 +108,7 @@ def fresh_fps(n: int, batch: int) -> Iterator[list[bytes]]:
     while done < n:
         k = min(batch, n - done)
         raw = os.urandom(20 * k)
-        yield [raw[i:i + 20] for i in range(0, 20 * k, 20)]
+        yield [raw[i : i + 20] for i in range(0, 20 * k, 20)]
         done += k
 
 
@@ -242,12 +242,22 @@ def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
         srv = Server(args.redis_server)
         try:
             done, seconds = fn(srv.client)
-            rows.append({"name": name, "count": count, "seconds": seconds, "per_s": count / seconds, "unit": unit,
-                         "check": done})  # fmt: skip
+            rows.append(
+                {
+                    "name": name,
+                    "count": count,
+                    "seconds": seconds,
+                    "per_s": count / seconds,
+                    "unit": unit,
+                    "check": done,
+                }
+            )
         finally:
             srv.close()
 
-    def crawlplug(dedup_factory: Callable[[], Dedup], with_payload: bytes) -> Callable[[redis.Redis], tuple[int, float]]:
+    def crawlplug(
+        dedup_factory: Callable[[], Dedup], with_payload: bytes
+    ) -> Callable[[redis.Redis], tuple[int, float]]:
         def fn(client: redis.Redis) -> tuple[int, float]:
             frontier = Frontier(client, KEYS, dedup=dedup_factory(), node_id="bench")
             frontier.admit([])
@@ -266,7 +276,7 @@ def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
             admitted = 0
             t0 = time.perf_counter()
             for i in range(0, len(requests), batch):
-                items = [(arg(fingerprinter.fingerprint(q)), 0.0, b"") for q in requests[i:i + batch]]
+                items = [(arg(fingerprinter.fingerprint(q)), 0.0, b"") for q in requests[i : i + batch]]
                 admitted += frontier.admit(items).flags.count("1")
             return admitted, time.perf_counter() - t0
 
@@ -284,10 +294,18 @@ def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
     measure(f"crawlplug set, dedup only (batches of {batch})", crawlplug(SetDedup, b""), "fingerprints/s", n)
     measure(f"crawlplug Bloom, dedup+store+enqueue (batches of {batch})", crawlplug(bloom, payload), "requests/s", n)
     measure(f"crawlplug set, dedup+store+enqueue (batches of {batch})", crawlplug(SetDedup, payload), "requests/s", n)
-    measure("crawlplug Bloom, from Requests (fingerprint + batch)", crawlplug_requests(bloom), "requests/s",
-            args.srd_throughput)  # fmt: skip
-    measure("crawlplug set, from Requests (fingerprint + batch)", crawlplug_requests(SetDedup), "requests/s",
-            args.srd_throughput)  # fmt: skip
+    measure(
+        "crawlplug Bloom, from Requests (fingerprint + batch)",
+        crawlplug_requests(bloom),
+        "requests/s",
+        args.srd_throughput,
+    )
+    measure(
+        "crawlplug set, from Requests (fingerprint + batch)",
+        crawlplug_requests(SetDedup),
+        "requests/s",
+        args.srd_throughput,
+    )
     measure("scrapy-redis request_seen, one per call", scrapy_redis, "requests/s", args.srd_throughput)
     return rows
 
@@ -302,8 +320,19 @@ LABELS = {
 
 
 def render(cases: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
-    headers = ["structure", "N", "layers", "B/fp used_memory", "B/fp MEMORY USAGE", "x Bloom",
-               "FP est.", "FP measured", "FP / p", "fill/s (jobs)", "admit/s alone"]  # fmt: skip
+    headers = [
+        "structure",
+        "N",
+        "layers",
+        "B/fp used_memory",
+        "B/fp MEMORY USAGE",
+        "x Bloom",
+        "FP est.",
+        "FP measured",
+        "FP / p",
+        "fill/s (jobs)",
+        "admit/s alone",
+    ]
     table: list[list[Any]] = []
     for n in sorted({c["n"] for c in cases}):
         group = [c for c in cases if c["n"] == n]
@@ -314,18 +343,37 @@ def render(cases: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
                 continue
             ratio = c["bytes_per_fp_used_memory"] / base["bytes_per_fp_used_memory"] if base else None
             label = LABELS[kind] + (" [storage reproduced]" if c.get("method", "").startswith("reproduced") else "")
-            table.append([
-                label, human(n), len(c.get("layers", [])) or "",
-                f"{c['bytes_per_fp_used_memory']:.2f}", f"{c['bytes_per_fp_memory_usage']:.2f}",
-                f"{ratio:.1f}x" if ratio else "",
-                f"{c['estimated_fp_rate']:.5f}" if "estimated_fp_rate" in c else "",
-                f"{c['measured_fp_rate']:.5f}" if "measured_fp_rate" in c else "",
-                f"{c['measured_fp_over_p']:.2f}" if "measured_fp_over_p" in c else "",
-                f"{c['fill_per_s']:,.0f}", "",
-            ])  # fmt: skip
+            table.append(
+                [
+                    label,
+                    human(n),
+                    len(c.get("layers", [])) or "",
+                    f"{c['bytes_per_fp_used_memory']:.2f}",
+                    f"{c['bytes_per_fp_memory_usage']:.2f}",
+                    f"{ratio:.1f}x" if ratio else "",
+                    f"{c['estimated_fp_rate']:.5f}" if "estimated_fp_rate" in c else "",
+                    f"{c['measured_fp_rate']:.5f}" if "measured_fp_rate" in c else "",
+                    f"{c['measured_fp_over_p']:.2f}" if "measured_fp_over_p" in c else "",
+                    f"{c['fill_per_s']:,.0f}",
+                    "",
+                ]
+            )
     for row in rows:
-        table.append([row["name"], human(row["count"]), "", "", "", "", "", "", "", "",
-                      f"{row['per_s']:,.0f} {row['unit'].split('/')[0]}"])  # fmt: skip
+        table.append(
+            [
+                row["name"],
+                human(row["count"]),
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                f"{row['per_s']:,.0f} {row['unit'].split('/')[0]}",
+            ]
+        )
     cells = [headers] + [[str(c) for c in r] for r in table]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
@@ -360,42 +408,76 @@ def main(argv: list[str] | None = None) -> int:
     _exit_on_sigterm()
 
     cases = [
-        {"n": n, "kind": kind, "batch": args.batch, "fresh": fresh, "srd_real_max": srd_real_max,
-         "redis_server": args.redis_server}
-        for n in sorted(sizes, reverse=True) for kind in LABELS if kind in args.cases.split(",")
-    ]  # fmt: skip  (largest first: the pool ends on short cases)
-    print(f"bloom_bench: {len(cases)} cases, {args.jobs} at a time; sizes {', '.join(human(n) for n in sizes)}",
-          flush=True)  # fmt: skip
+        {
+            "n": n,
+            "kind": kind,
+            "batch": args.batch,
+            "fresh": fresh,
+            "srd_real_max": srd_real_max,
+            "redis_server": args.redis_server,
+        }
+        for n in sorted(sizes, reverse=True)
+        for kind in LABELS
+        if kind in args.cases.split(",")
+    ]  # (largest first: the pool ends on short cases)
+    print(
+        f"bloom_bench: {len(cases)} cases, {args.jobs} at a time; sizes {', '.join(human(n) for n in sizes)}",
+        flush=True,
+    )
     results: list[dict[str, Any]] = []
     ctx = multiprocessing.get_context("spawn")  # not fork: the pool's own threads hold locks at fork time
     with ctx.Pool(max(1, args.jobs), initializer=_exit_on_sigterm, maxtasksperchild=1) as pool:
         for res in pool.imap_unordered(run_case, cases):
             results.append(res)
-            print(f"  done: {LABELS[res['kind']]} N={human(res['n'])}: {res['bytes_per_fp_used_memory']:.2f} B/fp"
-                  + (f", FP {res['measured_fp_rate']:.5f}" if "measured_fp_rate" in res else "")
-                  + f" ({time.monotonic() - started:.0f}s)", flush=True)  # fmt: skip
+            print(
+                f"  done: {LABELS[res['kind']]} N={human(res['n'])}: {res['bytes_per_fp_used_memory']:.2f} B/fp"
+                + (f", FP {res['measured_fp_rate']:.5f}" if "measured_fp_rate" in res else "")
+                + f" ({time.monotonic() - started:.0f}s)",
+                flush=True,
+            )
     rows = throughput(args) if args.throughput else []
     results.sort(key=lambda c: (c["n"], list(LABELS).index(c["kind"])))
     report = render(results, rows)
     print()
     print(report)
     first = results[0] if results else {}
-    print("\nB/fp: bytes of Redis memory per fingerprint stored (used_memory delta; sum of MEMORY USAGE of the "
-          "dedup keys). x Bloom: used_memory against the capacity-N Bloom filter. FP est.: the filter's own "
-          "estimate (bloom_info) before the measurement; FP measured: share of --fresh new fingerprints "
-          "the admission script filtered. fill/s: while --jobs cases ran at once; admit/s alone: nothing else ran.")
-    print(f"\nRedis {first.get('redis_version')} (allocator: {first.get('mem_allocator')}), configured error "
-          f"rate p = {P}; Bloom optimum at p: {-1 / math.log(2) ** 2 * math.log(P) / 8:.2f} B/fp; "
-          f"total {time.monotonic() - started:.0f}s")  # fmt: skip
+    print(
+        "\nB/fp: bytes of Redis memory per fingerprint stored (used_memory delta; sum of MEMORY USAGE of the "
+        "dedup keys). x Bloom: used_memory against the capacity-N Bloom filter. FP est.: the filter's own "
+        "estimate (bloom_info) before the measurement; FP measured: share of --fresh new fingerprints "
+        "the admission script filtered. fill/s: while --jobs cases ran at once; admit/s alone: nothing else ran."
+    )
+    print(
+        f"\nRedis {first.get('redis_version')} (allocator: {first.get('mem_allocator')}), configured error "
+        f"rate p = {P}; Bloom optimum at p: {-1 / math.log(2) ** 2 * math.log(P) / 8:.2f} B/fp; "
+        f"total {time.monotonic() - started:.0f}s"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "error_rate": P, "sizes": sizes, "batch": args.batch, "jobs": args.jobs,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "cases": results, "throughput": rows, "seconds": time.monotonic() - started, "table": report,
-    }, indent=2, default=str))  # fmt: skip
+    out.write_text(
+        json.dumps(
+            {
+                "error_rate": P,
+                "sizes": sizes,
+                "batch": args.batch,
+                "jobs": args.jobs,
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "platform": platform.platform(),
+                },
+                "cases": results,
+                "throughput": rows,
+                "seconds": time.monotonic() - started,
+                "table": report,
+            },
+            indent=2,
+            default=str,
+        )
+    )
     print(f"wrote {out}")
     return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -122,8 +122,22 @@ def _frontier(url: str, crawl: str, capacity: int, error_rate: float, node: str)
     return f
 
 
-def _driver(url: str, crawl: str, capacity: int, error_rate: float, namespace: bytes, lo: int, hi: int,
-            batch: int, drain: str, template: bytes, worker: int, go: Any, stop: Any, out: Any) -> None:  # fmt: skip
+def _driver(
+    url: str,
+    crawl: str,
+    capacity: int,
+    error_rate: float,
+    namespace: bytes,
+    lo: int,
+    hi: int,
+    batch: int,
+    drain: str,
+    template: bytes,
+    worker: int,
+    go: Any,
+    stop: Any,
+    out: Any,
+) -> None:
     """Admit fingerprints ``lo..hi`` of ``namespace`` (until ``stop`` is set); report (false
     positives, seconds, client CPU s)."""
     try:
@@ -170,9 +184,23 @@ def _trim(client: Any, keys: CrawlKeys, *, wait: bool = False) -> None:
         time.sleep(0.05)
 
 
-def fill(rp: RedisProc, crawl: str, *, count: int, capacity: int, error_rate: float, workers: int, batch: int,
-         drain: str, trim_at: int, step: int, namespace: bytes, log: Any,
-         progress: Path | None = None, max_seconds: float = 0) -> dict[str, Any]:  # fmt: skip
+def fill(
+    rp: RedisProc,
+    crawl: str,
+    *,
+    count: int,
+    capacity: int,
+    error_rate: float,
+    workers: int,
+    batch: int,
+    drain: str,
+    trim_at: int,
+    step: int,
+    namespace: bytes,
+    log: Any,
+    progress: Path | None = None,
+    max_seconds: float = 0,
+) -> dict[str, Any]:
     """Admit ``count`` new fingerprints from ``workers`` processes; the samples and totals
     (the samples so far also written to ``progress`` every 30 s: a long fill cut short leaves them)."""
     client, keys = rp.client, CrawlKeys(crawl)
@@ -181,9 +209,15 @@ def fill(rp: RedisProc, crawl: str, *, count: int, capacity: int, error_rate: fl
     go, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
     share = -(-count // workers)
     ranges = [(w * share, min(count, (w + 1) * share)) for w in range(workers)]
-    procs = [ctx.Process(target=_driver, args=(rp.url, crawl, capacity, error_rate, namespace, lo, hi, batch, drain,
-                                               template, w, go, stop, out), daemon=True)
-             for w, (lo, hi) in enumerate(ranges) if hi > lo]  # fmt: skip
+    procs = [
+        ctx.Process(
+            target=_driver,
+            args=(rp.url, crawl, capacity, error_rate, namespace, lo, hi, batch, drain, template, w, go, stop, out),
+            daemon=True,
+        )
+        for w, (lo, hi) in enumerate(ranges)
+        if hi > lo
+    ]
     workers_of = {w: p for w, p in zip([w for w, (lo, hi) in enumerate(ranges) if hi > lo], procs)}
     for p in procs:
         p.start()
@@ -223,8 +257,10 @@ def fill(rp: RedisProc, crawl: str, *, count: int, capacity: int, error_rate: fl
             if progress is not None:
                 progress.write_text(json.dumps({"count": count, "capacity": capacity, "samples": samples}))
             t, d, c, _ = samples[-1]
-            log(f"    {d:>12,} of {count:,} admitted, {d / max(t - start[0], 1e-9):9,.0f}/s, "
-                f"Redis {1e6 * (c - start[2]) / max(d, 1):.1f} us per admission, used_memory {used / 2**20:,.0f} MiB")
+            log(
+                f"    {d:>12,} of {count:,} admitted, {d / max(t - start[0], 1e-9):9,.0f}/s, "
+                f"Redis {1e6 * (c - start[2]) / max(d, 1):.1f} us per admission, used_memory {used / 2**20:,.0f} MiB"
+            )
         reported = {r[0] for r in reports}
         if any(not p.is_alive() and w not in reported for w, p in workers_of.items()):
             time.sleep(1.0)  # its report may still be on its way
@@ -248,20 +284,37 @@ def fill(rp: RedisProc, crawl: str, *, count: int, capacity: int, error_rate: fl
         if target <= prev:
             break
         a, b = _at(samples, prev), _at(samples, target)
-        steps.append({"at": target, "seconds": b[0] - a[0], "redis_cpu_s": b[1] - a[1],
-                      "per_s": (target - prev) / max(b[0] - a[0], 1e-9),
-                      "redis_us_per_admission": 1e6 * (b[1] - a[1]) / (target - prev),
-                      "used_memory": b[2]})  # fmt: skip
+        steps.append(
+            {
+                "at": target,
+                "seconds": b[0] - a[0],
+                "redis_cpu_s": b[1] - a[1],
+                "per_s": (target - prev) / max(b[0] - a[0], 1e-9),
+                "redis_us_per_admission": 1e6 * (b[1] - a[1]) / (target - prev),
+                "used_memory": b[2],
+            }
+        )
     fp_total = sum(r[1] for r in reports)
     return {
-        "count": done, "count_asked": count, "stopped_early": stop.is_set(), "capacity": capacity,
-        "error_rate": error_rate, "workers": len(procs), "batch": batch,
-        "drain": drain, "trims": trims, "admitted_and_filtered": done, "seconds": t_end - start[0],
-        "per_s": done / max(t_end - start[0], 1e-9), "redis_cpu_s": cpu_end - start[2],
+        "count": done,
+        "count_asked": count,
+        "stopped_early": stop.is_set(),
+        "capacity": capacity,
+        "error_rate": error_rate,
+        "workers": len(procs),
+        "batch": batch,
+        "drain": drain,
+        "trims": trims,
+        "admitted_and_filtered": done,
+        "seconds": t_end - start[0],
+        "per_s": done / max(t_end - start[0], 1e-9),
+        "redis_cpu_s": cpu_end - start[2],
         "redis_us_per_admission": 1e6 * (cpu_end - start[2]) / max(done, 1),
-        "client_cpu_s": sum(r[3] for r in reports), "false_positives_during_fill": fp_total,
-        "used_memory_peak": peak, "steps": steps,
-    }  # fmt: skip
+        "client_cpu_s": sum(r[3] for r in reports),
+        "false_positives_during_fill": fp_total,
+        "used_memory_peak": peak,
+        "steps": steps,
+    }
 
 
 def _at(samples: list[tuple[float, int, float, int]], done: int) -> tuple[float, float, int]:
@@ -289,17 +342,22 @@ def memory(rp: RedisProc, crawl: str, capacity: int, error_rate: float, empty_us
     est = bloom_info(f, spec, strategy)
     used = int(info["used_memory"]) - empty_used
     return {
-        "layers": layers, "layer_capacities": [x["capacity"] for x in est["layers"]],
+        "layers": layers,
+        "layer_capacities": [x["capacity"] for x in est["layers"]],
         "layer_bytes": [-(-x["bits"] // 8) for x in est["layers"]],
-        "used_memory_delta": used, "memory_usage_keys": sum(usage.values()),
-        "bytes_per_fp_used_memory": used / count, "bytes_per_fp_memory_usage": sum(usage.values()) / count,
-        "estimated_count": est["estimated_count"], "estimated_fp_rate": est["false_positive_rate"],
+        "used_memory_delta": used,
+        "memory_usage_keys": sum(usage.values()),
+        "bytes_per_fp_used_memory": used / count,
+        "bytes_per_fp_memory_usage": sum(usage.values()) / count,
+        "estimated_count": est["estimated_count"],
+        "estimated_fp_rate": est["false_positive_rate"],
         "used_memory_rss": int(info["used_memory_rss"]),
-    }  # fmt: skip
+    }
 
 
-def run_case(workdir: Path, args: argparse.Namespace, *, count: int, capacity: int, fresh: int, step: int,
-             label: str, log: Any) -> dict[str, Any]:  # fmt: skip
+def run_case(
+    workdir: Path, args: argparse.Namespace, *, count: int, capacity: int, fresh: int, step: int, label: str, log: Any
+) -> dict[str, Any]:
     """One fresh server: fill, memory, then the false-positive test."""
     rp = RedisProc(workdir, "--maxmemory", args.maxmemory, "--maxmemory-policy", "noeviction")
     try:
@@ -307,27 +365,56 @@ def run_case(workdir: Path, args: argparse.Namespace, *, count: int, capacity: i
         empty_used = int(rp.client.info("memory")["used_memory"])
         log(f"  {label}: {count:,} fingerprints, capacity {capacity:,}, {args.workers} workers, drain {args.drain}")
         result = {"label": label, "redis_version": rp.version, "empty_used_memory": empty_used}
-        result["fill"] = fill(rp, crawl, count=count, capacity=capacity, error_rate=args.error_rate,
-                              workers=args.workers, batch=args.batch, drain=args.drain, trim_at=args.trim_at,
-                              step=step, namespace=b"fill", log=log,
-                              progress=Path(f"{args.out}.progress.json"), max_seconds=args.max_seconds)  # fmt: skip
+        result["fill"] = fill(
+            rp,
+            crawl,
+            count=count,
+            capacity=capacity,
+            error_rate=args.error_rate,
+            workers=args.workers,
+            batch=args.batch,
+            drain=args.drain,
+            trim_at=args.trim_at,
+            step=step,
+            namespace=b"fill",
+            log=log,
+            progress=Path(f"{args.out}.progress.json"),
+            max_seconds=args.max_seconds,
+        )
         count = result["fill"]["count"]  # fewer than asked if --max-seconds cut the fill short
         # the reply records of the workers are the only other keys: a few hundred bytes
         result["memory"] = memory(rp, crawl, capacity, args.error_rate, empty_used, count)
         if fresh:
-            fp = fill(rp, crawl, count=fresh, capacity=capacity, error_rate=args.error_rate, workers=args.workers,
-                      batch=args.batch, drain=args.drain, trim_at=args.trim_at, step=fresh, namespace=b"fresh",
-                      log=log)  # fmt: skip
-            result["fresh"] = {"count": fresh, "false_positives": fp["false_positives_during_fill"],
-                               "rate": fp["false_positives_during_fill"] / fresh, "per_s": fp["per_s"],
-                               "redis_us_per_admission": fp["redis_us_per_admission"]}  # fmt: skip
+            fp = fill(
+                rp,
+                crawl,
+                count=fresh,
+                capacity=capacity,
+                error_rate=args.error_rate,
+                workers=args.workers,
+                batch=args.batch,
+                drain=args.drain,
+                trim_at=args.trim_at,
+                step=fresh,
+                namespace=b"fresh",
+                log=log,
+            )
+            result["fresh"] = {
+                "count": fresh,
+                "false_positives": fp["false_positives_during_fill"],
+                "rate": fp["false_positives_during_fill"] / fresh,
+                "per_s": fp["per_s"],
+                "redis_us_per_admission": fp["redis_us_per_admission"],
+            }
         result["used_memory_peak"] = int(rp.client.info("memory")["used_memory_peak"])
         result["native_bloom"] = has_native_bloom(rp.client)
         m = result["memory"]
-        log(f"  {label}: {result['fill']['per_s']:,.0f} admissions/s, {result['fill']['redis_us_per_admission']:.1f} "
+        log(
+            f"  {label}: {result['fill']['per_s']:,.0f} admissions/s, {result['fill']['redis_us_per_admission']:.1f} "
             f"Redis us each; {m['bytes_per_fp_used_memory']:.2f} B/fp (used_memory), "
             f"{m['bytes_per_fp_memory_usage']:.2f} (MEMORY USAGE), {m['layers']} layers"
-            + (f"; false positives {result['fresh']['rate']:.5f}" if fresh else ""))  # fmt: skip
+            + (f"; false positives {result['fresh']['rate']:.5f}" if fresh else "")
+        )
         return result
     finally:
         rp.stop()
@@ -336,9 +423,13 @@ def run_case(workdir: Path, args: argparse.Namespace, *, count: int, capacity: i
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=2_000_000, help="fingerprints to fill (10^8: the full size)")
-    ap.add_argument("--capacity", type=int, default=None,
-                    help="the filter's first-layer capacity (default CRAWLPLUG_BLOOM_CAPACITY, 10^7; "
-                         "below 10^8/10 it chains layers, as a crawl that outgrows its setting)")
+    ap.add_argument(
+        "--capacity",
+        type=int,
+        default=None,
+        help="the filter's first-layer capacity (default CRAWLPLUG_BLOOM_CAPACITY, 10^7; "
+        "below 10^8/10 it chains layers, as a crawl that outgrows its setting)",
+    )
     ap.add_argument("--error-rate", type=float, default=None, help="default CRAWLPLUG_BLOOM_ERROR_RATE (0.001)")
     ap.add_argument("--workers", type=int, default=3, help="driver processes")
     ap.add_argument("--batch", type=int, default=None, help="requests per admission call (CRAWLPLUG_BATCH_SIZE)")
@@ -346,11 +437,19 @@ def main() -> int:
     ap.add_argument("--trim-at", type=int, default=500_000, help="queued requests before a trim (--drain trim)")
     ap.add_argument("--step", type=int, default=None, help="fingerprints per reported step (default count/10)")
     ap.add_argument("--fresh", type=int, default=1_000_000, help="fresh fingerprints for the false-positive rate")
-    ap.add_argument("--compare-count", type=int, default=None,
-                    help="fingerprints of the layer comparison (default: the count, at most 10^7; 0 skips it)")
+    ap.add_argument(
+        "--compare-count",
+        type=int,
+        default=None,
+        help="fingerprints of the layer comparison (default: the count, at most 10^7; 0 skips it)",
+    )
     ap.add_argument("--fraction", type=float, default=0.1, help="capacity / count of the chained comparison run")
-    ap.add_argument("--max-seconds", type=float, default=0,
-                    help="stop the main fill after this long and measure what it reached (0: no limit)")
+    ap.add_argument(
+        "--max-seconds",
+        type=float,
+        default=0,
+        help="stop the main fill after this long and measure what it reached (0: no limit)",
+    )
     ap.add_argument("--maxmemory", default="3gb", help="the Redis server's memory ceiling (noeviction)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "bloom_scale.json"))
     args = ap.parse_args()
@@ -369,22 +468,26 @@ def main() -> int:
         print(f"[{time.monotonic() - began:7.0f}s] {text}", flush=True)
 
     report: dict[str, Any] = {
-        "args": vars(args), "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "args": vars(args),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "optimal_bytes_per_fp": optimal_bytes(args.error_rate),
         "right_sized_bytes_per_fp": _layer_bytes(args.count, args.error_rate) / args.count,
         "command": " ".join([".venv/bin/python", "bench/bloom_scale.py", *sys.argv[1:]]),
-    }  # fmt: skip
+    }
     try:
         with tempfile.TemporaryDirectory(prefix="bloomscale-") as tmp:
             workdir = Path(tmp)
-            report["main"] = run_case(workdir, args, count=args.count, capacity=args.capacity, fresh=fresh, step=step,
-                                      label="fill", log=log)  # fmt: skip
+            report["main"] = run_case(
+                workdir, args, count=args.count, capacity=args.capacity, fresh=fresh, step=step, label="fill", log=log
+            )
             if compare:
                 report["compare"] = [
                     run_case(workdir, args, count=compare, capacity=cap, fresh=0, step=compare, label=label, log=log)
-                    for cap, label in ((compare, "one right-sized layer"),
-                                       (max(1, int(compare * args.fraction)), f"capacity {args.fraction:g} x count"))
-                ]  # fmt: skip
+                    for cap, label in (
+                        (compare, "one right-sized layer"),
+                        (max(1, int(compare * args.fraction)), f"capacity {args.fraction:g} x count"),
+                    )
+                ]
     finally:
         kill_all()
     report["seconds"] = time.monotonic() - began
@@ -405,44 +508,76 @@ def print_report(report: dict[str, Any]) -> None:
     main_case = report["main"]
     fill_, mem = main_case["fill"], main_case["memory"]
     n = fill_["count"]
-    print(f"\nBloom dedup, {n:,} fingerprints through Frontier.admit (admit.lua), capacity {fill_['capacity']:,}, "
-          f"p = {fill_['error_rate']}, {fill_['workers']} workers, batches of {fill_['batch']}, drain {fill_['drain']}, "
-          f"Redis {main_case['redis_version']}, {report['machine']['cpus']} CPUs shared")  # fmt: skip
+    print(
+        f"\nBloom dedup, {n:,} fingerprints through Frontier.admit (admit.lua), capacity {fill_['capacity']:,}, "
+        f"p = {fill_['error_rate']}, {fill_['workers']} workers, batches of {fill_['batch']}, drain {fill_['drain']}, "
+        f"Redis {main_case['redis_version']}, {report['machine']['cpus']} CPUs shared"
+    )
     if fill_.get("stopped_early"):
         print(f"(cut short by --max-seconds: {n:,} of the {fill_['count_asked']:,} asked)")
-    rows = [[f"{s['at']:,}", f"{s['per_s']:,.0f}", f"{s['redis_us_per_admission']:.2f}",
-             f"{s['used_memory'] / 2**20:,.0f}"] for s in fill_["steps"]]  # fmt: skip
+    rows = [
+        [f"{s['at']:,}", f"{s['per_s']:,.0f}", f"{s['redis_us_per_admission']:.2f}", f"{s['used_memory'] / 2**20:,.0f}"]
+        for s in fill_["steps"]
+    ]
     print(table(["filled to", "admissions/s", "Redis us/admission", "used_memory MiB"], rows))
-    print(f"whole fill: {fill_['per_s']:,.0f} admissions/s over {fill_['seconds']:,.0f} s; Redis "
-          f"{fill_['redis_us_per_admission']:.2f} us per admission ({fill_['redis_cpu_s']:,.0f} CPU s); clients "
-          f"{fill_['client_cpu_s']:,.0f} CPU s; false positives during the fill "
-          f"{fill_['false_positives_during_fill']:,} ({fill_['false_positives_during_fill'] / n:.5f})")  # fmt: skip
-    print(f"memory: {mem['layers']} layers (capacities {', '.join(f'{c:,}' for c in mem['layer_capacities'])}); "
-          f"used_memory +{mem['used_memory_delta'] / 2**20:,.1f} MiB = {mem['bytes_per_fp_used_memory']:.2f} B/fp; "
-          f"MEMORY USAGE of the filter's keys {mem['memory_usage_keys'] / 2**20:,.1f} MiB = "
-          f"{mem['bytes_per_fp_memory_usage']:.2f} B/fp; optimal at p={fill_['error_rate']}: "
-          f"{report['optimal_bytes_per_fp']:.2f} B/fp, one right-sized layer (computed): "
-          f"{report['right_sized_bytes_per_fp']:.2f} B/fp; peak used_memory "
-          f"{main_case['used_memory_peak'] / 2**20:,.0f} MiB (ceiling {report['args']['maxmemory']})")  # fmt: skip
+    print(
+        f"whole fill: {fill_['per_s']:,.0f} admissions/s over {fill_['seconds']:,.0f} s; Redis "
+        f"{fill_['redis_us_per_admission']:.2f} us per admission ({fill_['redis_cpu_s']:,.0f} CPU s); clients "
+        f"{fill_['client_cpu_s']:,.0f} CPU s; false positives during the fill "
+        f"{fill_['false_positives_during_fill']:,} ({fill_['false_positives_during_fill'] / n:.5f})"
+    )
+    print(
+        f"memory: {mem['layers']} layers (capacities {', '.join(f'{c:,}' for c in mem['layer_capacities'])}); "
+        f"used_memory +{mem['used_memory_delta'] / 2**20:,.1f} MiB = {mem['bytes_per_fp_used_memory']:.2f} B/fp; "
+        f"MEMORY USAGE of the filter's keys {mem['memory_usage_keys'] / 2**20:,.1f} MiB = "
+        f"{mem['bytes_per_fp_memory_usage']:.2f} B/fp; optimal at p={fill_['error_rate']}: "
+        f"{report['optimal_bytes_per_fp']:.2f} B/fp, one right-sized layer (computed): "
+        f"{report['right_sized_bytes_per_fp']:.2f} B/fp; peak used_memory "
+        f"{main_case['used_memory_peak'] / 2**20:,.0f} MiB (ceiling {report['args']['maxmemory']})"
+    )
     fresh = main_case.get("fresh")
     if fresh:
-        print(f"false positives over {fresh['count']:,} fresh fingerprints: {fresh['false_positives']:,} = "
-              f"{fresh['rate']:.5f} (target {fill_['error_rate']}; the filter's estimate from its fill "
-              f"{mem['estimated_fp_rate']:.5f})")  # fmt: skip
+        print(
+            f"false positives over {fresh['count']:,} fresh fingerprints: {fresh['false_positives']:,} = "
+            f"{fresh['rate']:.5f} (target {fill_['error_rate']}; the filter's estimate from its fill "
+            f"{mem['estimated_fp_rate']:.5f})"
+        )
     compare = report.get("compare")
     if compare:
         one = compare[0]
         rows = []
         for case in compare:
             f, m = case["fill"], case["memory"]
-            rows.append([case["label"], f"{f['capacity']:,}", m["layers"], f"{m['bytes_per_fp_used_memory']:.2f}",
-                         f"{m['bytes_per_fp_memory_usage']:.2f}",
-                         f"{m['bytes_per_fp_memory_usage'] / one['memory']['bytes_per_fp_memory_usage']:.2f}x",
-                         f"{f['per_s']:,.0f}", f"{f['redis_us_per_admission']:.2f}",
-                         f"{f['redis_us_per_admission'] / one['fill']['redis_us_per_admission']:.2f}x"])  # fmt: skip
+            rows.append(
+                [
+                    case["label"],
+                    f"{f['capacity']:,}",
+                    m["layers"],
+                    f"{m['bytes_per_fp_used_memory']:.2f}",
+                    f"{m['bytes_per_fp_memory_usage']:.2f}",
+                    f"{m['bytes_per_fp_memory_usage'] / one['memory']['bytes_per_fp_memory_usage']:.2f}x",
+                    f"{f['per_s']:,.0f}",
+                    f"{f['redis_us_per_admission']:.2f}",
+                    f"{f['redis_us_per_admission'] / one['fill']['redis_us_per_admission']:.2f}x",
+                ]
+            )
         print(f"\nwhat growth layers cost ({compare[0]['fill']['count']:,} fingerprints each, same run):")
-        print(table(["case", "capacity", "layers", "B/fp used_memory", "B/fp MEMORY USAGE", "bytes vs one",
-                     "admissions/s", "Redis us/adm", "CPU vs one"], rows))  # fmt: skip
+        print(
+            table(
+                [
+                    "case",
+                    "capacity",
+                    "layers",
+                    "B/fp used_memory",
+                    "B/fp MEMORY USAGE",
+                    "bytes vs one",
+                    "admissions/s",
+                    "Redis us/adm",
+                    "CPU vs one",
+                ],
+                rows,
+            )
+        )
     if main_case.get("native_bloom"):
         print("\nthis Redis has BF.*: the native filter is not measured by this script yet (bench/bloom_bench.py does)")
     else:

@@ -149,6 +149,7 @@ def seed_links(links: Links, n: int) -> list[tuple[bytes, str, bytes]]:
 def run_crawlplug(cfg: dict[str, Any]) -> dict[str, Any]:
     from crawlplug.connection import client_from_url
     from crawlplug.frontier.keys import CrawlKeys
+
     try:  # the tree measured may be older than crawlplug.frontier.core
         from crawlplug.frontier.core import open_frontier
     except ImportError:
@@ -157,15 +158,22 @@ def run_crawlplug(cfg: dict[str, Any]) -> dict[str, Any]:
     client = client_from_url(cfg["url"])
     keys = CrawlKeys(cfg["crawl"])
     shards = int(cfg.get("shards") or 1)
-    f = open_frontier(client, keys, shards=shards if shards > 1 else None,
-                      dedup_factory=lambda: make_dedup(cfg["dedup"], cfg), node_id=f"capacity-{cfg['node']}",
-                      lease_timeout=30.0, heartbeat=float(cfg["heartbeat"]))  # fmt: skip
+    f = open_frontier(
+        client,
+        keys,
+        shards=shards if shards > 1 else None,
+        dedup_factory=lambda: make_dedup(cfg["dedup"], cfg),
+        node_id=f"capacity-{cfg['node']}",
+        lease_timeout=30.0,
+        heartbeat=float(cfg["heartbeat"]),
+    )
     if cfg["dedup"] == "bloom":
         from crawlplug.frontier.bloom import BloomSpec
         from crawlplug.frontier.dedup import prepare_bloom
 
-        prepare_bloom(f, BloomSpec(int(cfg["bloom_capacity"]), float(cfg["bloom_error_rate"])), native=False,
-                      generations=0)  # fmt: skip
+        prepare_bloom(
+            f, BloomSpec(int(cfg["bloom_capacity"]), float(cfg["bloom_error_rate"])), native=False, generations=0
+        )
     argument = f.dedup.argument
     links = Links(cfg, cfg["template"].encode())
     concurrency, per_call = int(cfg["concurrency"]), int(cfg["pages_per_call"])
@@ -178,7 +186,7 @@ def run_crawlplug(cfg: dict[str, Any]) -> dict[str, Any]:
     # this node's share of the crawl's start: admitted before the clock runs
     seeds = [item(x) for x in seed_links(links, int(cfg["seed_per_node"]))]
     for start in range(0, len(seeds), 200):  # CRAWLPLUG_BATCH_SIZE
-        f.admit(seeds[start:start + 200])
+        f.admit(seeds[start : start + 200])
     _, leased = f.admit_and_pop([], [], concurrency)
     in_flight.extend((x.id, _host_of(x.payload)) for x in leased)
     _wait_go(cfg["go"])
@@ -218,15 +226,35 @@ def run_crawlplug(cfg: dict[str, Any]) -> dict[str, Any]:
             next_beat += beat_pages
             beats += 1
             held = [lease for lease, _ in in_flight]
-            f.heartbeat_and_reap(held, producing=False, metrics={
-                "pid": os.getpid(), "started": started, "leases": len(held), "acked": pages,
-                "pages_per_min": 0, "paused": 0}, **{totals_word: {"items": 0, "errors": 0, "spider_errors": 0}})  # fmt: skip
+            f.heartbeat_and_reap(
+                held,
+                producing=False,
+                metrics={
+                    "pid": os.getpid(),
+                    "started": started,
+                    "leases": len(held),
+                    "acked": pages,
+                    "pages_per_min": 0,
+                    "paused": 0,
+                },
+                **{totals_word: {"items": 0, "errors": 0, "spider_errors": 0}},
+            )
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     roundtrips, commands = _redis_counts["roundtrips"], _redis_counts["commands"]
     if in_flight:  # give the rest back (outside the measurement)
         f.release([lease for lease, _ in in_flight], unstarted=True)
-    return {"pages": pages, "seconds": seconds, "client_cpu_s": cpu, "roundtrips": roundtrips, "commands": commands,
-            "calls": calls, "heartbeats": beats, "sent": sent, "admitted": admitted, "filtered": filtered}  # fmt: skip
+    return {
+        "pages": pages,
+        "seconds": seconds,
+        "client_cpu_s": cpu,
+        "roundtrips": roundtrips,
+        "commands": commands,
+        "calls": calls,
+        "heartbeats": beats,
+        "sent": sent,
+        "admitted": admitted,
+        "filtered": filtered,
+    }
 
 
 def run_scrapy_redis(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -282,9 +310,18 @@ def run_scrapy_redis(cfg: dict[str, Any]) -> dict[str, Any]:
         pages += 1
         pop()
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"pages": pages, "seconds": seconds, "client_cpu_s": cpu, "roundtrips": _redis_counts["roundtrips"],
-            "commands": _redis_counts["commands"], "calls": 0, "heartbeats": 0, "sent": sent, "admitted": admitted,
-            "filtered": filtered}  # fmt: skip
+    return {
+        "pages": pages,
+        "seconds": seconds,
+        "client_cpu_s": cpu,
+        "roundtrips": _redis_counts["roundtrips"],
+        "commands": _redis_counts["commands"],
+        "calls": 0,
+        "heartbeats": 0,
+        "sent": sent,
+        "admitted": admitted,
+        "filtered": filtered,
+    }
 
 
 def main() -> int:

@@ -257,8 +257,9 @@ class Proc:
             self.wait(30)
 
 
-def spawn(cmd: list[str], name: str, *, output: Path | None = None, env: dict[str, str] | None = None,
-          cwd: Path = ROOT) -> Proc:  # fmt: skip
+def spawn(
+    cmd: list[str], name: str, *, output: Path | None = None, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> Proc:
     """Start ``cmd`` in its own session; stdout and stderr go to ``output`` (or nowhere)."""
     with open(output or os.devnull, "wb") as out:
         popen = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -302,10 +303,22 @@ class RedisProc:
         self.dir = Path(tempfile.mkdtemp(prefix="redis-", dir=workdir))
         self.binary = redis_server_binary()
         self.proc = spawn(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-             "--save", "", "--appendonly", "no", *args],
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                *args,
+            ],
             "redis-server",
-        )  # fmt: skip
+        )
         self.client = redis.Redis(port=self.port, socket_connect_timeout=1, socket_timeout=30)
         deadline = time.monotonic() + 20
         while True:
@@ -356,8 +369,19 @@ class SiteProc:
     def __init__(self, workdir: Path, *, items: int, delay: float = 0.0, related: int | None = None) -> None:
         self.port_file = Path(tempfile.mktemp(prefix="site-port-", dir=workdir))
         self.log = Path(str(self.port_file) + ".log")
-        cmd = [sys.executable, "-m", "crawlplug.demo.shop", "--port", "0", "--port-file", str(self.port_file),
-               "--items", str(items), "--delay", str(delay)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "crawlplug.demo.shop",
+            "--port",
+            "0",
+            "--port-file",
+            str(self.port_file),
+            "--items",
+            str(items),
+            "--delay",
+            str(delay),
+        ]
         if related is not None:
             cmd += ["--related", str(related)]
         self.items, self.delay, self.related = items, delay, related
@@ -419,13 +443,18 @@ def baseline_tree(commit: str = BASELINE) -> Path:
     (``git archive``, cached under ``bench/results/trees/``), for measuring an older
     crawlplug beside the working tree in one run: a process started with
     :func:`baseline_env` imports crawlplug from it. Its dependencies are this venv's."""
-    sha = subprocess.run(["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=ROOT, check=True,
-                         capture_output=True, text=True).stdout.strip()  # fmt: skip
+    sha = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
     tree = ROOT / "bench" / "results" / "trees" / sha[:12]
     if not (tree / ".complete").exists():
         tree.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "archive", sha, "crawlplug", "bench", "spiders", "settings", "scrapy.cfg"],
-                                 cwd=ROOT, check=True, capture_output=True).stdout  # fmt: skip
+        archive = subprocess.run(
+            ["git", "archive", sha, "crawlplug", "bench", "spiders", "settings", "scrapy.cfg"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
         (tree / ".complete").write_text(sha + "\n")
     return tree
@@ -443,16 +472,29 @@ def baseline_env(tree: Path | None, env: dict[str, str] | None = None) -> dict[s
     return out
 
 
-def start_node(workdir: Path, name: str, site_url: str, settings: dict[str, Any], *,
-               spider: str = "shop", profile: Path | None = None, tree: Path | None = None,
-               wrapper: list[str] | None = None) -> Node:  # fmt: skip
+def start_node(
+    workdir: Path,
+    name: str,
+    site_url: str,
+    settings: dict[str, Any],
+    *,
+    spider: str = "shop",
+    profile: Path | None = None,
+    tree: Path | None = None,
+    wrapper: list[str] | None = None,
+) -> Node:
     """One ``scrapy crawl`` node of the demo project; ``tree``: a :func:`baseline_tree` whose
     crawlplug (and demo project) it runs instead of the working tree's; ``profile``: run it
     under cProfile, writing there; ``wrapper``: a command the node's runs under (a sampling
     profiler: ``["py-spy", "record", ..., "--"]``)."""
     log = workdir / f"{name}.log"
-    all_settings = {"LOG_LEVEL": "INFO", "LOG_FILE": str(log), "TELNETCONSOLE_ENABLED": False,
-                    "EXTENSIONS": json.dumps(PROBE), **settings}  # fmt: skip
+    all_settings = {
+        "LOG_LEVEL": "INFO",
+        "LOG_FILE": str(log),
+        "TELNETCONSOLE_ENABLED": False,
+        "EXTENSIONS": json.dumps(PROBE),
+        **settings,
+    }
     cmd = [SCRAPY, "crawl", spider, "-a", f"base_url={site_url}"]
     if profile is not None:
         cmd = [sys.executable, "-m", "cProfile", "-o", str(profile), *cmd]

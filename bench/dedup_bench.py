@@ -51,6 +51,7 @@ def _child(case: dict[str, Any]) -> None:
 
     import crawlplug
     from crawlplug.frontier.keys import CrawlKeys
+
     try:  # the tree measured may be older than crawlplug.frontier.core
         from crawlplug.frontier.core import Frontier
     except ImportError:
@@ -88,11 +89,16 @@ def _child(case: dict[str, Any]) -> None:
     while done < n:
         k = min(batch, n - done)
         raw = os.urandom(20 * k)
-        filtered += frontier.admit([(raw[i:i + 20], 0.0, b"") for i in range(0, 20 * k, 20)]).filtered
+        filtered += frontier.admit([(raw[i : i + 20], 0.0, b"") for i in range(0, 20 * k, 20)]).filtered
         done += k
     seconds = time.perf_counter() - t0
-    out = {"seconds": seconds, "filtered": filtered, "crawlplug": str(Path(crawlplug.__file__).parent),
-           "generations": getattr(dedup, "gens", None), "level": getattr(dedup, "level", None)}  # fmt: skip
+    out = {
+        "seconds": seconds,
+        "filtered": filtered,
+        "crawlplug": str(Path(crawlplug.__file__).parent),
+        "generations": getattr(dedup, "gens", None),
+        "level": getattr(dedup, "level", None),
+    }
     print(json.dumps(out), flush=True)
 
 
@@ -101,9 +107,25 @@ def _server(binary: str) -> tuple[subprocess.Popen[bytes], int, str]:
 
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="dedup-bench-")
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir, "--save", "",
-                             "--appendonly", "no", "--slowlog-log-slower-than", "-1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            workdir,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--slowlog-log-slower-than",
+            "-1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     return proc, port, workdir
 
 
@@ -141,16 +163,21 @@ def run_case(case: dict[str, Any], binary: str, tree: Path | None) -> dict[str, 
             while done < n:
                 k = min(case["batch"], n - done)
                 raw = os.urandom(20 * k)
-                client.sadd(SRD_KEY, *[hashlib.sha1(raw[i:i + 20]).hexdigest() for i in range(0, 20 * k, 20)])
+                client.sadd(SRD_KEY, *[hashlib.sha1(raw[i : i + 20]).hexdigest() for i in range(0, 20 * k, 20)])
                 done += k
             out["seconds"] = time.perf_counter() - t0
             out["method"] = "SADD of 40-char hex SHA-1 digests (RFPDupeFilter's set), batches of --batch"
             keys = [SRD_KEY]
         else:
             env = baseline_env(tree if case["kind"] == "set-baseline" else None)
-            child = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps({**case, "port": port})],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-                                     cwd=str(tree or tempfile.gettempdir()))  # fmt: skip
+            child = subprocess.Popen(
+                [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps({**case, "port": port})],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=str(tree or tempfile.gettempdir()),
+            )
             assert child.stdout is not None and child.stdin is not None
             json.loads(child.stdout.readline())
             before, cpu0 = _used_memory(client), _cpu(client)
@@ -168,7 +195,7 @@ def run_case(case: dict[str, Any], binary: str, tree: Path | None) -> dict[str, 
         sizes: list[int] = []
         for start in range(0, len(keys), 1000):
             pipe = client.pipeline(transaction=False)
-            for key in keys[start:start + 1000]:
+            for key in keys[start : start + 1000]:
                 pipe.memory_usage(key, samples=0)
                 pipe.type(key)
                 pipe.hlen(key) if key.endswith("fph") or "fph:" in key else pipe.scard(key)
@@ -213,19 +240,46 @@ def render(rows: list[dict[str, Any]]) -> str:
             if r is None:
                 continue
             b = r["used_memory_per_url"]
-            body.append([
-                f"{n:.0e}", kind, f"{b:.1f}", f"{r['memory_usage_per_url']:.1f}",
-                f"{b / base['used_memory_per_url']:.2f}" if base else "-",
-                f"{b / srd['used_memory_per_url']:.2f}" if srd else "-",
-                f"{r['admit_per_s']:,.0f}",
-                f"{r['admit_per_s'] / base['admit_per_s']:.2f}" if base and kind != "scrapy-redis" else "-",
-                f"{r['redis_cpu_us_per_url']:.2f}",
-                (f"{r['buckets']} x {r['mean_fill']:.1f}, max {r['largest']}, >128: {r['over_128']}, "
-                 + (f"gens {r['generations']}" if kind == "hash-gens" or r.get("level") is None else f"level {r['level']}")
-                 if "buckets" in r else ""),
-            ])  # fmt: skip
-    lines.append(table(["URLs", "store", "B/URL used_memory", "B/URL MEMORY USAGE", "vs set", "vs scrapy-redis",
-                        "admits/s", "vs set", "Redis CPU us/URL", "buckets"], body))  # fmt: skip
+            body.append(
+                [
+                    f"{n:.0e}",
+                    kind,
+                    f"{b:.1f}",
+                    f"{r['memory_usage_per_url']:.1f}",
+                    f"{b / base['used_memory_per_url']:.2f}" if base else "-",
+                    f"{b / srd['used_memory_per_url']:.2f}" if srd else "-",
+                    f"{r['admit_per_s']:,.0f}",
+                    f"{r['admit_per_s'] / base['admit_per_s']:.2f}" if base and kind != "scrapy-redis" else "-",
+                    f"{r['redis_cpu_us_per_url']:.2f}",
+                    (
+                        f"{r['buckets']} x {r['mean_fill']:.1f}, max {r['largest']}, >128: {r['over_128']}, "
+                        + (
+                            f"gens {r['generations']}"
+                            if kind == "hash-gens" or r.get("level") is None
+                            else f"level {r['level']}"
+                        )
+                        if "buckets" in r
+                        else ""
+                    ),
+                ]
+            )
+    lines.append(
+        table(
+            [
+                "URLs",
+                "store",
+                "B/URL used_memory",
+                "B/URL MEMORY USAGE",
+                "vs set",
+                "vs scrapy-redis",
+                "admits/s",
+                "vs set",
+                "Redis CPU us/URL",
+                "buckets",
+            ],
+            body,
+        )
+    )
     return "\n".join(lines)
 
 

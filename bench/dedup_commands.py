@@ -44,7 +44,9 @@ def _cpu(client: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def run(kind: str, links: int, seen_share: float, batch: int, seed: int) -> tuple[float, list[tuple[str, float, float]]]:
+def run(
+    kind: str, links: int, seen_share: float, batch: int, seed: int
+) -> tuple[float, list[tuple[str, float, float]]]:
     import redis
 
     from bench.dedup_bench import _server
@@ -79,8 +81,10 @@ def run(kind: str, links: int, seen_share: float, batch: int, seed: int) -> tupl
             done += batch
         cpu = (_cpu(client) - before) / done * 1e6
         stats = client.info("commandstats")
-        top = sorted(((k.removeprefix("cmdstat_"), v["usec"] / done, v["calls"] / done) for k, v in stats.items()),
-                     key=lambda x: -x[1])[:6]  # fmt: skip
+        top = sorted(
+            ((k.removeprefix("cmdstat_"), v["usec"] / done, v["calls"] / done) for k, v in stats.items()),
+            key=lambda x: -x[1],
+        )[:6]
         return cpu, top
     finally:
         client.close()
@@ -102,8 +106,11 @@ def main() -> int:
         for kind in args.kinds.split(","):
             cpu, top = run(kind, args.links, args.seen, args.batch, seed=n)
             results.setdefault(kind, []).append(cpu)
-            print(f"round {n + 1} {kind:5}: {cpu:6.2f} us a link | "
-                  + "  ".join(f"{name} {us:.2f} us x {calls:.2f}" for name, us, calls in top), flush=True)  # fmt: skip
+            print(
+                f"round {n + 1} {kind:5}: {cpu:6.2f} us a link | "
+                + "  ".join(f"{name} {us:.2f} us x {calls:.2f}" for name, us, calls in top),
+                flush=True,
+            )
     for kind, values in results.items():
         print(f"median {kind:5}: {sorted(values)[len(values) // 2]:.2f} us a link over {len(values)} rounds")
     return 0

@@ -79,9 +79,20 @@ class DelayProxyProc:
         from bench.common import spawn
 
         self.port_file = Path(tempfile.mktemp(prefix="delayproxy-port-", dir=workdir))
-        self.proc = spawn([sys.executable, str(Path(__file__).resolve()), "--target-port", str(target_port),
-                           "--delay-ms", str(delay_ms), "--port-file", str(self.port_file)], "delayproxy",
-                          output=Path(str(self.port_file) + ".log"))  # fmt: skip
+        self.proc = spawn(
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--target-port",
+                str(target_port),
+                "--delay-ms",
+                str(delay_ms),
+                "--port-file",
+                str(self.port_file),
+            ],
+            "delayproxy",
+            output=Path(str(self.port_file) + ".log"),
+        )
         deadline = time.monotonic() + 30
         while not self.port_file.exists():
             if time.monotonic() > deadline or not self.proc.alive:

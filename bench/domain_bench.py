@@ -54,7 +54,7 @@ def fill(frontier: Frontier, domains: int, per_domain: int, with_domain: bool) -
     # interleave domains the way a crawl discovers them: by page, not by site
     items.sort(key=lambda x: x[1])
     for start in range(0, len(items), 2000):
-        frontier.admit(items[start:start + 2000])
+        frontier.admit(items[start : start + 2000])
     return len(items)
 
 
@@ -97,8 +97,12 @@ def run_case(client: redis.Redis, name: str, args: argparse.Namespace) -> dict[s
         rate, got, calls = pop_rate(frontier, pops, args.batch)
         rates.append(rate)
         per_call.append(got / max(calls, 1))
-    return {"case": name, "pops_per_s": statistics.median(rates), "rounds": rates,
-            "requests_per_call": statistics.median(per_call)}  # fmt: skip
+    return {
+        "case": name,
+        "pops_per_s": statistics.median(rates),
+        "rounds": rates,
+        "requests_per_call": statistics.median(per_call),
+    }
 
 
 def main() -> int:
@@ -114,18 +118,29 @@ def main() -> int:
         server = RedisProc(Path(tmp))
         try:
             client = redis.Redis.from_url(server.url)
-            results = [run_case(client, name, args) for name in (
-                "PriorityQueue", "DomainQueue, no limits", "DomainQueue, polite", "DomainQueue, one domain")]
+            results = [
+                run_case(client, name, args)
+                for name in (
+                    "PriorityQueue",
+                    "DomainQueue, no limits",
+                    "DomainQueue, polite",
+                    "DomainQueue, one domain",
+                )
+            ]
         finally:
             server.stop()
     ref = results[0]["pops_per_s"]
-    print(f"\nPop throughput, {args.domains} domains x {args.per_domain} requests, batches of {args.batch}, "
-          f"median of {args.runs} runs (Frontier.pop, one round trip per call)")  # fmt: skip
+    print(
+        f"\nPop throughput, {args.domains} domains x {args.per_domain} requests, batches of {args.batch}, "
+        f"median of {args.runs} runs (Frontier.pop, one round trip per call)"
+    )
     print(f"{'case':<26} {'requests/s':>11} {'x PriorityQueue':>16} {'requests per call':>18}")
     for r in results:
         r["ratio_vs_priority_queue"] = r["pops_per_s"] / ref
-        print(f"{r['case']:<26} {r['pops_per_s']:>11.0f} {r['ratio_vs_priority_queue']:>16.2f} "
-              f"{r['requests_per_call']:>18.1f}")  # fmt: skip
+        print(
+            f"{r['case']:<26} {r['pops_per_s']:>11.0f} {r['ratio_vs_priority_queue']:>16.2f} "
+            f"{r['requests_per_call']:>18.1f}"
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"params": vars(args), "results": results}, indent=2))
     print(f"JSON: {args.out}")

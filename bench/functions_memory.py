@@ -32,8 +32,22 @@ from crawlplug.frontier.lualib import library
 from crawlplug.frontier.scripts import source
 
 #: the scripts a one-node crawl of the demo shop had loaded at its end (SCRIPT EXISTS, 2026-12-02)
-CRAWL = ["admit", "pop", "heartbeat", "reap", "idle", "domainconf", "starts", "join", "runstart", "runclear",
-         "finish", "history", "runctl", "stats"]  # fmt: skip
+CRAWL = [
+    "admit",
+    "pop",
+    "heartbeat",
+    "reap",
+    "idle",
+    "domainconf",
+    "starts",
+    "join",
+    "runstart",
+    "runclear",
+    "finish",
+    "history",
+    "runctl",
+    "stats",
+]
 
 
 def _allocated(client, settle: float) -> dict[str, int]:
@@ -70,10 +84,14 @@ def main() -> int:
         functions = _allocated(c, opts.settle)
         script_text = sum(len(source(n, True)) for n in names)
         print(f"Redis {server.version}, {len(names)} scripts: {', '.join(names)}")
-        print(f"  as scripts:  {script_text:7d} B of text, {scripts['total.allocated'] - before['total.allocated']:7d} B "
-              f"allocated (lua.caches {scripts['lua.caches']})")  # fmt: skip
-        print(f"  as a library: {len(text):6d} B of text, {functions['total.allocated'] - middle['total.allocated']:7d} B "
-              f"allocated (functions.caches {functions['functions.caches']})")  # fmt: skip
+        print(
+            f"  as scripts:  {script_text:7d} B of text, {scripts['total.allocated'] - before['total.allocated']:7d} B "
+            f"allocated (lua.caches {scripts['lua.caches']})"
+        )
+        print(
+            f"  as a library: {len(text):6d} B of text, {functions['total.allocated'] - middle['total.allocated']:7d} B "
+            f"allocated (functions.caches {functions['functions.caches']})"
+        )
         if opts.cpu:
             _cpu(c, [n for n in ("idle", "pop") if n in names], opts.calls, lib.functions)
     finally:

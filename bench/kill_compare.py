@@ -67,11 +67,13 @@ SCRAPY_REDIS = {
     "SCHEDULER_PERSIST": True,
 }
 FLUSHED_FEED = {
-    "FEED_STORAGES": json.dumps({
-        "": "bench.kill_compare.LineFlushedFileFeedStorage",
-        "file": "bench.kill_compare.LineFlushedFileFeedStorage",
-    })
-}  # fmt: skip
+    "FEED_STORAGES": json.dumps(
+        {
+            "": "bench.kill_compare.LineFlushedFileFeedStorage",
+            "file": "bench.kill_compare.LineFlushedFileFeedStorage",
+        }
+    )
+}
 
 CP_KEYS = CrawlKeys("shop")
 SR_QUEUE = "shop:requests"  # scrapy-redis default SCHEDULER_QUEUE_KEY for spider "shop"
@@ -128,9 +130,7 @@ def _cp_held(client: redis.Redis, pid: int) -> int:
 
 SYSTEMS = {
     "crawlplug": System("crawlplug", CRAWLPLUG, _cp_work_left, _cp_held),
-    "scrapy-redis": System(
-        "scrapy-redis", SCRAPY_REDIS, lambda c: bool(c.zcard(SR_QUEUE)), lambda c, pid: None
-    ),
+    "scrapy-redis": System("scrapy-redis", SCRAPY_REDIS, lambda c: bool(c.zcard(SR_QUEUE)), lambda c, pid: None),
 }
 
 
@@ -154,16 +154,31 @@ class Result:
 def start_node(workdir: Path, n: int, shop_url: str, settings: dict[str, object]) -> Node:
     log = workdir / f"node{n}.log"
     items = workdir / f"node{n}.jsonl"
-    cmd = [SCRAPY, "crawl", "shop", "-o", f"{items}:jsonlines", "-a", f"base_url={shop_url}",
-           "-s", f"LOG_FILE={log}", "-s", "LOG_LEVEL=INFO"]  # fmt: skip
+    cmd = [
+        SCRAPY,
+        "crawl",
+        "shop",
+        "-o",
+        f"{items}:jsonlines",
+        "-a",
+        f"base_url={shop_url}",
+        "-s",
+        f"LOG_FILE={log}",
+        "-s",
+        "LOG_LEVEL=INFO",
+    ]
     for key, value in settings.items():
         cmd += ["-s", f"{key}={value}"]
     env = dict(os.environ)
     env.pop("REDIS_URL", None)
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-        stderr=open(workdir / f"node{n}.err", "wb"), start_new_session=True,
-    )  # fmt: skip
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / f"node{n}.err", "wb"),
+        start_new_session=True,
+    )
     PROCS.append(proc)
     return Node(proc, log, items)
 
@@ -243,9 +258,11 @@ def run_system(system: System, args: argparse.Namespace, redis_url: str, workdir
                     if held is not None:
                         held_total += held
                     result.kills += 1
-                    print(f"  [{system.name}] SIGKILL node {slot} (pid {victim.proc.pid}) after "
-                          f"{sum(shop.hits.values())} fetches"
-                          + (f", holding {held} leases" if held is not None else ""), flush=True)  # fmt: skip
+                    print(
+                        f"  [{system.name}] SIGKILL node {slot} (pid {victim.proc.pid}) after "
+                        f"{sum(shop.hits.values())} fetches" + (f", holding {held} leases" if held is not None else ""),
+                        flush=True,
+                    )
                     time.sleep(rng.uniform(0, 1.0))
                     slots[slot] = start()
                     every.append(slots[slot])
@@ -309,8 +326,10 @@ def print_table(results: list[Result], args: argparse.Namespace) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
     line = lambda row: "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |"
     print()
-    print(f"kill -9 and restart, {NODES} nodes, {args.kills} kills, seed {args.seed}, "
-          f"DemoShop(items={args.items}, delay={args.delay}), feed={args.feed}")  # fmt: skip
+    print(
+        f"kill -9 and restart, {NODES} nodes, {args.kills} kills, seed {args.seed}, "
+        f"DemoShop(items={args.items}, delay={args.delay}), feed={args.feed}"
+    )
     print(line(rows[0]))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in rows[1:]:
@@ -329,9 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=150, help="seconds at most per system")
     parser.add_argument("--systems", default="crawlplug,scrapy-redis")
     parser.add_argument(
-        "--feed", choices=("default", "flushed"), default="default",
+        "--feed",
+        choices=("default", "flushed"),
+        default="default",
         help="default: Scrapy's (block-buffered) local feed files; flushed: unbuffered",
-    )  # fmt: skip
+    )
     parser.add_argument("--keep", action="store_true", help="keep the node logs and feeds")
     args = parser.parse_args(argv)
     if args.seed is None:

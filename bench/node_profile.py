@@ -72,11 +72,15 @@ def run_one(tree: Path | None, label: str, args: argparse.Namespace, workdir: Pa
         "CONCURRENT_REQUESTS_PER_DOMAIN": args.concurrency,
         "CRAWLPLUG_IDLE_CLOSE": 0.5,
         "REDIS_URL": redis_proc.url,
-        **({"DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter", "CRAWLPLUG_BLOOM_CAPACITY": 100_000}
-           if args.bloom else {}),
+        **(
+            {"DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter", "CRAWLPLUG_BLOOM_CAPACITY": 100_000}
+            if args.bloom
+            else {}
+        ),
     }
-    node = start_node(run_dir, "node1", site.url, settings, profile=None if args.spy else prof, tree=tree,
-                      wrapper=wrapper)  # fmt: skip
+    node = start_node(
+        run_dir, "node1", site.url, settings, profile=None if args.spy else prof, tree=tree, wrapper=wrapper
+    )
     try:
         if node.proc.wait(args.timeout) is None:
             node.proc.kill()
@@ -98,7 +102,9 @@ def _spy_frame(frame: str) -> Key:
     return _norm(path, 0, name.rpartition(".")[2] if "." in name and "<" not in name else name)
 
 
-def per_page_spy(profiles: list[tuple[Path, int, float]], rate: int) -> tuple[dict[Key, tuple[float, float, float]], float, float]:
+def per_page_spy(
+    profiles: list[tuple[Path, int, float]], rate: int
+) -> tuple[dict[Key, tuple[float, float, float]], float, float]:
     """As :func:`per_page` from py-spy's raw stacks: (0, self us, inclusive us) per page (no call counts)."""
     self_t: dict[Key, int] = {}
     incl: dict[Key, int] = {}
@@ -141,18 +147,27 @@ def _label(key: Key) -> str:
     return f"{path}:{name}"
 
 
-def compare(base: dict[Key, tuple[float, float, float]], tree: dict[Key, tuple[float, float, float]],
-            column: int, top: int) -> str:  # fmt: skip
+def compare(
+    base: dict[Key, tuple[float, float, float]], tree: dict[Key, tuple[float, float, float]], column: int, top: int
+) -> str:
     """The ``top`` functions whose time per page (column 1: self, 2: cumulative) grew most."""
     zero = (0.0, 0.0, 0.0)
     keys = set(base) | set(tree)
     rows = sorted(keys, key=lambda k: tree.get(k, zero)[column] - base.get(k, zero)[column], reverse=True)[:top]
     return table(
         ["function", "base us/pg", "tree us/pg", "diff", "base calls/pg", "tree calls/pg"],
-        [[_label(k)[-90:], f"{base.get(k, zero)[column]:.1f}", f"{tree.get(k, zero)[column]:.1f}",
-          f"{tree.get(k, zero)[column] - base.get(k, zero)[column]:+.1f}",
-          f"{base.get(k, zero)[0]:.2f}", f"{tree.get(k, zero)[0]:.2f}"] for k in rows],
-    )  # fmt: skip
+        [
+            [
+                _label(k)[-90:],
+                f"{base.get(k, zero)[column]:.1f}",
+                f"{tree.get(k, zero)[column]:.1f}",
+                f"{tree.get(k, zero)[column] - base.get(k, zero)[column]:+.1f}",
+                f"{base.get(k, zero)[0]:.2f}",
+                f"{tree.get(k, zero)[0]:.2f}",
+            ]
+            for k in rows
+        ],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,12 +177,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--items", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--bloom", action="store_true", help="Bloom dedup (RedisBloomDupeFilter, capacity 100,000), "
-                                                             "as bench/redis_cpu.py's Bloom crawls")
+    parser.add_argument(
+        "--bloom",
+        action="store_true",
+        help="Bloom dedup (RedisBloomDupeFilter, capacity 100,000), as bench/redis_cpu.py's Bloom crawls",
+    )
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--timeout", type=float, default=600.0)
-    parser.add_argument("--spy", action="store_true", help="sample with py-spy (pip install py-spy into the venv) "
-                                                             "instead of cProfile: less overhead, no call counts")
+    parser.add_argument(
+        "--spy",
+        action="store_true",
+        help="sample with py-spy (pip install py-spy into the venv) instead of cProfile: less overhead, no call counts",
+    )
     parser.add_argument("--rate", type=int, default=400, help="py-spy's samples per second")
     parser.add_argument("--out", type=Path, default=None, help="where the profiles go (default: a temp dir)")
     args = parser.parse_args(argv)
@@ -182,8 +203,11 @@ def main(argv: list[str] | None = None) -> int:
                 began = time.monotonic()
                 found[label].append(run_one(tree, f"{label}-r{rnd}", args, workdir))
                 _, pages, cpu = found[label][-1]
-                print(f"{label} round {rnd + 1}: {pages} pages, node CPU {cpu:.2f} s "
-                      f"({1000 * cpu / pages:.2f} ms/page), {time.monotonic() - began:.0f} s", flush=True)  # fmt: skip
+                print(
+                    f"{label} round {rnd + 1}: {pages} pages, node CPU {cpu:.2f} s "
+                    f"({1000 * cpu / pages:.2f} ms/page), {time.monotonic() - began:.0f} s",
+                    flush=True,
+                )
     finally:
         kill_all()
     if args.spy:
@@ -192,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         base, base_cpu, base_prof = per_page(found["base"])
         tree, tree_cpu, tree_prof = per_page(found["tree"])
-    print(f"\nnode CPU per page (under cProfile): base {base_cpu:.2f} ms, tree {tree_cpu:.2f} ms; "
-          f"profiled self time per page: base {base_prof:.2f} ms, tree {tree_prof:.2f} ms")  # fmt: skip
+    print(
+        f"\nnode CPU per page (under cProfile): base {base_cpu:.2f} ms, tree {tree_cpu:.2f} ms; "
+        f"profiled self time per page: base {base_prof:.2f} ms, tree {tree_prof:.2f} ms"
+    )
     print("\nself time per page, largest increases:")
     print(compare(base, tree, 1, args.top))
     print("\ncumulative time per page, largest increases:")

@@ -75,26 +75,43 @@ def baseline_label(commit: str) -> str:
 def describe(request: Any) -> dict[str, Any]:
     """A plain Request of the shop spider as JSON (bytes as base64; callbacks by name)."""
     return {
-        "url": request.url, "method": request.method, "body": base64.b64encode(request.body).decode(),
-        "headers": [[base64.b64encode(bytes(k)).decode(), [base64.b64encode(bytes(v)).decode() for v in vs]]
-                    for k, vs in request.headers.items()],
-        "cookies": request.cookies, "meta": {k: v for k, v in request.meta.items() if not str(k).startswith("_")},
-        "encoding": request.encoding, "priority": request.priority, "dont_filter": request.dont_filter,
-        "flags": request.flags, "cb_kwargs": request.cb_kwargs,
-        "callback": getattr(request.callback, "__name__", None), "errback": getattr(request.errback, "__name__", None),
-    }  # fmt: skip
+        "url": request.url,
+        "method": request.method,
+        "body": base64.b64encode(request.body).decode(),
+        "headers": [
+            [base64.b64encode(bytes(k)).decode(), [base64.b64encode(bytes(v)).decode() for v in vs]]
+            for k, vs in request.headers.items()
+        ],
+        "cookies": request.cookies,
+        "meta": {k: v for k, v in request.meta.items() if not str(k).startswith("_")},
+        "encoding": request.encoding,
+        "priority": request.priority,
+        "dont_filter": request.dont_filter,
+        "flags": request.flags,
+        "cb_kwargs": request.cb_kwargs,
+        "callback": getattr(request.callback, "__name__", None),
+        "errback": getattr(request.errback, "__name__", None),
+    }
 
 
 def build(d: dict[str, Any], spider: Any) -> Any:
     from scrapy import Request
 
     return Request(
-        d["url"], method=d["method"], body=base64.b64decode(d["body"]), cookies=d["cookies"], meta=d["meta"],
+        d["url"],
+        method=d["method"],
+        body=base64.b64decode(d["body"]),
+        cookies=d["cookies"],
+        meta=d["meta"],
         headers=[(base64.b64decode(k), base64.b64decode(v)) for k, vs in d["headers"] for v in vs],
-        encoding=d["encoding"], priority=d["priority"], dont_filter=d["dont_filter"], flags=d["flags"],
-        cb_kwargs=d["cb_kwargs"], callback=getattr(spider, d["callback"]) if d["callback"] else None,
+        encoding=d["encoding"],
+        priority=d["priority"],
+        dont_filter=d["dont_filter"],
+        flags=d["flags"],
+        cb_kwargs=d["cb_kwargs"],
+        callback=getattr(spider, d["callback"]) if d["callback"] else None,
         errback=getattr(spider, d["errback"]) if d["errback"] else None,
-    )  # fmt: skip
+    )
 
 
 def with_extras(described: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -119,6 +136,7 @@ def child_queue(redis_url: str, domain_queue: bool) -> dict[str, Any]:
     import redis
 
     from crawlplug.frontier.keys import CrawlKeys
+
     try:  # the tree measured may be older than crawlplug.frontier.core
         from crawlplug.frontier.core import Frontier
     except ImportError:
@@ -142,9 +160,12 @@ def child_queue(redis_url: str, domain_queue: bool) -> dict[str, Any]:
         frontier.admit(items[start : start + 500])
     import crawlplug
 
-    return {"payload_bytes": [len(p) for p in payloads], "crawlplug": str(Path(crawlplug.__file__).parent),
-            "used_memory_warm": warm,
-            "example": payloads[len(payloads) // 2].decode("utf-8", "replace")}  # fmt: skip
+    return {
+        "payload_bytes": [len(p) for p in payloads],
+        "crawlplug": str(Path(crawlplug.__file__).parent),
+        "used_memory_warm": warm,
+        "example": payloads[len(payloads) // 2].decode("utf-8", "replace"),
+    }
 
 
 def queue_keys(client: Any, system: str) -> list[str]:
@@ -158,8 +179,9 @@ def memory_usage(client: Any, keys: list[str]) -> int:
     return sum(int(client.memory_usage(k, samples=0) or 0) for k in keys)
 
 
-def static_case(workdir: Path, system: str, tree: Path | None, described: list[dict[str, Any]],
-                domain_queue: bool) -> dict[str, Any]:  # fmt: skip
+def static_case(
+    workdir: Path, system: str, tree: Path | None, described: list[dict[str, Any]], domain_queue: bool
+) -> dict[str, Any]:
     """Queue ``described`` on a fresh redis-server with ``system``'s own code; bytes per request."""
     redis_proc = RedisProc(workdir)
     try:
@@ -180,8 +202,11 @@ def static_case(workdir: Path, system: str, tree: Path | None, described: list[d
                 request = build(d, spider)
                 sizes.append(len(queue._encode_request(request)))
                 queue.push(request)
-            info = {"payload_bytes": sizes, "used_memory_warm": warm, "example": repr(queue._encode_request(build(described[len(described) // 2],
-                                                                                         spider)))[:400]}  # fmt: skip
+            info = {
+                "payload_bytes": sizes,
+                "used_memory_warm": warm,
+                "example": repr(queue._encode_request(build(described[len(described) // 2], spider)))[:400],
+            }
         else:
             cmd = [sys.executable, str(Path(__file__).resolve()), "--child", redis_proc.url]
             if domain_queue:
@@ -189,8 +214,16 @@ def static_case(workdir: Path, system: str, tree: Path | None, described: list[d
             env = baseline_env(tree)
             if tree is None:  # the working tree's demo spider (crawlplug itself is the venv's editable install)
                 env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-            proc = subprocess.run(cmd, input=json.dumps(described), capture_output=True, text=True, env=env, check=False,
-                                  cwd=tree or ROOT / "bench", timeout=300)  # fmt: skip
+            proc = subprocess.run(
+                cmd,
+                input=json.dumps(described),
+                capture_output=True,
+                text=True,
+                env=env,
+                check=False,
+                cwd=tree or ROOT / "bench",
+                timeout=300,
+            )
             if proc.returncode != 0:
                 raise RuntimeError(f"{system}: the queueing child failed: {proc.stderr[-2000:]}")
             info = json.loads(proc.stdout)
@@ -200,12 +233,18 @@ def static_case(workdir: Path, system: str, tree: Path | None, described: list[d
         keys = queue_keys(client, system)
         by_key = {k.rsplit(":", 1)[-1]: int(client.memory_usage(k, samples=0) or 0) for k in keys if client.exists(k)}
         return {
-            "system": system, "queue": "per-domain" if domain_queue else "plain", "requests": n,
-            "payload_bytes_median": median(info["payload_bytes"]), "payload_bytes_mean": sum(info["payload_bytes"]) / n,
-            "used_memory_per_request": marginal, "used_memory_with_fixed_costs": (after - before) / n,
+            "system": system,
+            "queue": "per-domain" if domain_queue else "plain",
+            "requests": n,
+            "payload_bytes_median": median(info["payload_bytes"]),
+            "payload_bytes_mean": sum(info["payload_bytes"]) / n,
+            "used_memory_per_request": marginal,
+            "used_memory_with_fixed_costs": (after - before) / n,
             "memory_usage_per_request": sum(by_key.values()) / n,
-            "memory_usage_by_key": by_key, "example": info.get("example"), "crawlplug": info.get("crawlplug"),
-        }  # fmt: skip
+            "memory_usage_by_key": by_key,
+            "example": info.get("example"),
+            "crawlplug": info.get("crawlplug"),
+        }
     finally:
         redis_proc.stop()
 
@@ -222,8 +261,9 @@ def capture(workdir: Path, count: int, items: int) -> list[dict[str, Any]]:
     run.mkdir()
     redis_proc, site = RedisProc(run), SiteProc(run, items=items)
     try:
-        node = start_node(run, "capture", site.url, {"REDIS_URL": redis_proc.url, "CONCURRENT_REQUESTS": 4,
-                                                     "CRAWLPLUG_IDLE_CLOSE": 0})  # fmt: skip
+        node = start_node(
+            run, "capture", site.url, {"REDIS_URL": redis_proc.url, "CONCURRENT_REQUESTS": 4, "CRAWLPLUG_IDLE_CLOSE": 0}
+        )
         requests_key = f"crawlplug:{{{CRAWL}}}:requests"
         if not wait_for(lambda: redis_proc.client.hlen(requests_key) >= count or not node.proc.alive, 120, 0.02):
             raise RuntimeError(f"the capture crawl did not queue {count} requests (log: {node.log})")
@@ -240,16 +280,20 @@ def capture(workdir: Path, count: int, items: int) -> list[dict[str, Any]]:
 # -- crawl: peak memory during a real crawl ---------------------------------------------------------------
 
 
-def crawl_case(workdir: Path, system: str, tree: Path | None, items: int, tag: str,
-               domain_queue: bool = False) -> dict[str, Any]:  # fmt: skip
+def crawl_case(
+    workdir: Path, system: str, tree: Path | None, items: int, tag: str, domain_queue: bool = False
+) -> dict[str, Any]:
     run = workdir / tag
     run.mkdir()
     redis_proc, site = RedisProc(run), SiteProc(run, items=items)
     client = redis_proc.client
     if system == SR:
-        settings: dict[str, Any] = {"ADDONS": "{}", "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-                                    "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
-                                    "SCHEDULER_PERSIST": True}  # fmt: skip
+        settings: dict[str, Any] = {
+            "ADDONS": "{}",
+            "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+            "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+            "SCHEDULER_PERSIST": True,
+        }
         seen_key, count = SR_SEEN, (lambda: client.zcard(SR_QUEUE))
     else:
         settings = {"CRAWLPLUG_IDLE_CLOSE": 0.5}
@@ -271,16 +315,27 @@ def crawl_case(workdir: Path, system: str, tree: Path | None, items: int, tag: s
             every = {k.decode(): int(client.memory_usage(k, samples=0) or 0) for k in client.keys("*")}
             stats = client.execute_command("MEMORY", "STATS")
             stats = dict(zip(stats[::2], stats[1::2])) if isinstance(stats, list) else stats
-            peak.update(queued=queued, at=time.monotonic(), used_memory=used, queue_keys=memory_usage(client, keys),
-                        seen=every.get(seen_key, 0), other_keys=sum(every.values()) - every.get(seen_key, 0)
-                        - sum(every.get(k, 0) for k in keys), keys=len(every),
-                        clients=int(stats.get(b"clients.normal", stats.get("clients.normal", 0)) or 0))  # fmt: skip
+            peak.update(
+                queued=queued,
+                at=time.monotonic(),
+                used_memory=used,
+                queue_keys=memory_usage(client, keys),
+                seen=every.get(seen_key, 0),
+                other_keys=sum(every.values()) - every.get(seen_key, 0) - sum(every.get(k, 0) for k in keys),
+                keys=len(every),
+                clients=int(stats.get(b"clients.normal", stats.get("clients.normal", 0)) or 0),
+            )
         return used, queued
 
     sampler = Sampler(sample, 0.1)
     try:
-        node = start_node(run, system.split(" ")[0] + "-" + tag, site.url, {
-            "REDIS_URL": redis_proc.url, "CONCURRENT_REQUESTS": 16, **settings}, tree=tree)  # fmt: skip
+        node = start_node(
+            run,
+            system.split(" ")[0] + "-" + tag,
+            site.url,
+            {"REDIS_URL": redis_proc.url, "CONCURRENT_REQUESTS": 16, **settings},
+            tree=tree,
+        )
         sampler.start()
         ended = node.proc.wait(900)
         sampler.stop()
@@ -294,16 +349,21 @@ def crawl_case(workdir: Path, system: str, tree: Path | None, items: int, tag: s
     used = [v[0] for _, v in sampler.values]
     queued = peak.get("queued", 0)
     return {
-        "system": system, "queue": "per-domain" if domain_queue else "plain", "items": items, "pages": pages,
-        "exit": node.proc.returncode, "samples": len(used),
-        "peak_used_memory_over_empty": (max(used) - empty) if used else None, "peak_queued": queued,
+        "system": system,
+        "queue": "per-domain" if domain_queue else "plain",
+        "items": items,
+        "pages": pages,
+        "exit": node.proc.returncode,
+        "samples": len(used),
+        "peak_used_memory_over_empty": (max(used) - empty) if used else None,
+        "peak_queued": queued,
         "queue_bytes_per_queued_request": peak["queue_keys"] / queued if queued else None,
         "used_memory_per_queued_request": (peak["used_memory"] - empty) / queued if queued else None,
         "at_peak": {k: peak.get(k) for k in ("queue_keys", "seen", "other_keys", "keys", "clients", "used_memory")},
         "used_memory_at_peak_over_empty": peak["used_memory"] - empty if queued else None,
         "keys_at_peak": (peak["queue_keys"] + peak["seen"] + peak["other_keys"]) if queued else None,
         "log": str(node.log),
-    }  # fmt: skip
+    }
 
 
 # -- report ------------------------------------------------------------------------------------------------
@@ -318,28 +378,49 @@ def ratio(value: float | None, against: float | None) -> str:
 
 
 def render(static: list[dict[str, Any]], crawls: list[dict[str, Any]], base: str) -> str:
-    out = ["Static: the captured requests queued by each system's own code on a fresh redis-server (bytes per",
-           "queued request: payload; MEMORY USAGE of the queue keys; used_memory after the first request, which",
-           "loads the scripts, to the last; x SR, x base: used_memory over scrapy-redis's / the baseline's)"]
+    out = [
+        "Static: the captured requests queued by each system's own code on a fresh redis-server (bytes per",
+        "queued request: payload; MEMORY USAGE of the queue keys; used_memory after the first request, which",
+        "loads the scripts, to the last; x SR, x base: used_memory over scrapy-redis's / the baseline's)",
+    ]
     rows = []
     for c in static:
         group = [s for s in static if s["set"] == c["set"] and s["queue"] == c["queue"]]
         sr = next((s for s in static if s["set"] == c["set"] and s["system"] == SR and s["queue"] == "plain"), None)
         b = next((s for s in group if s["system"] == base), None)
-        rows.append([f"{c['system']}", c["set"], c["queue"], c["requests"], f"{c['payload_bytes_mean']:.0f}",
-                     f"{c['memory_usage_per_request']:.0f}", f"{c['used_memory_per_request']:.0f}",
-                     ratio(c["used_memory_per_request"], sr and sr["used_memory_per_request"]),
-                     ratio(c["used_memory_per_request"], b and b["used_memory_per_request"])])  # fmt: skip
-    out.append(table(["system", "requests", "queue", "n", "payload B", "MEMORY USAGE B", "used_memory B",
-                      "x SR", "x base"], rows))  # fmt: skip
+        rows.append(
+            [
+                f"{c['system']}",
+                c["set"],
+                c["queue"],
+                c["requests"],
+                f"{c['payload_bytes_mean']:.0f}",
+                f"{c['memory_usage_per_request']:.0f}",
+                f"{c['used_memory_per_request']:.0f}",
+                ratio(c["used_memory_per_request"], sr and sr["used_memory_per_request"]),
+                ratio(c["used_memory_per_request"], b and b["used_memory_per_request"]),
+            ]
+        )
+    out.append(
+        table(
+            ["system", "requests", "queue", "n", "payload B", "MEMORY USAGE B", "used_memory B", "x SR", "x base"], rows
+        )
+    )
     if crawls:
         out += ["", "Crawl: one node of each system crawls the demo shop (median of --repeats)"]
         rows = []
         for system, queue in dict.fromkeys((c["system"], c["queue"]) for c in crawls):
             runs = [c for c in crawls if c["system"] == system and c["queue"] == queue]
-            m = {k: median([r[k] for r in runs if r.get(k) is not None]) for k in (
-                "peak_used_memory_over_empty", "peak_queued", "queue_bytes_per_queued_request", "keys_at_peak",
-                "pages")}  # fmt: skip
+            m = {
+                k: median([r[k] for r in runs if r.get(k) is not None])
+                for k in (
+                    "peak_used_memory_over_empty",
+                    "peak_queued",
+                    "queue_bytes_per_queued_request",
+                    "keys_at_peak",
+                    "pages",
+                )
+            }
             rows.append((system, queue, m))
         sr = next((m for s, q, m in rows if s == SR), None)
         bm = next((m for s, q, m in rows if s == base and q == "plain"), None)
@@ -347,26 +428,64 @@ def render(static: list[dict[str, Any]], crawls: list[dict[str, Any]], base: str
         def both(m: dict[str, Any], key: str) -> list[str]:
             return [ratio(m[key], sr and sr[key]), ratio(m[key], bm and bm[key])]
 
-        out.append(table(["system", "queue", "pages", "peak queued", "keys at peak", "x SR", "x base",
-                          "queue B/request", "x SR ", "x base ", "peak used_memory"], [
-            [s, q, m["pages"], m["peak_queued"], mb(m["keys_at_peak"]), *both(m, "keys_at_peak"),
-             f"{m['queue_bytes_per_queued_request'] or 0:.0f}", *both(m, "queue_bytes_per_queued_request"),
-             mb(m["peak_used_memory_over_empty"])]
-            for s, q, m in rows]))  # fmt: skip
+        out.append(
+            table(
+                [
+                    "system",
+                    "queue",
+                    "pages",
+                    "peak queued",
+                    "keys at peak",
+                    "x SR",
+                    "x base",
+                    "queue B/request",
+                    "x SR ",
+                    "x base ",
+                    "peak used_memory",
+                ],
+                [
+                    [
+                        s,
+                        q,
+                        m["pages"],
+                        m["peak_queued"],
+                        mb(m["keys_at_peak"]),
+                        *both(m, "keys_at_peak"),
+                        f"{m['queue_bytes_per_queued_request'] or 0:.0f}",
+                        *both(m, "queue_bytes_per_queued_request"),
+                        mb(m["peak_used_memory_over_empty"]),
+                    ]
+                    for s, q, m in rows
+                ],
+            )
+        )
         out += ["", "At the queue's peak, where the memory is (MEMORY USAGE of every key; MEMORY STATS clients):"]
-        out.append(table(["system", "queue", "used_memory", "queue keys", "fingerprints", "other keys (n)", "clients",
-                          "rest"], [
-            [c["system"], c["queue"], mb(c["used_memory_at_peak_over_empty"]), mb(c["at_peak"]["queue_keys"]),
-             mb(c["at_peak"]["seen"]), f"{mb(c['at_peak']['other_keys'])} ({c['at_peak']['keys']})",
-             mb(c["at_peak"]["clients"]), mb(c["used_memory_at_peak_over_empty"] - c["keys_at_peak"]
-                                            - c["at_peak"]["clients"])]
-            for c in crawls[: len({(x["system"], x["queue"]) for x in crawls})]]))  # fmt: skip
-        out.append("keys at peak: MEMORY USAGE of every key when the queue was at its peak (queue keys, "
-                   "fingerprints, the rest); queue B/request: of the queue keys (requests, queue, dq, domains, "
-                   "dstate, seq; scrapy-redis: its zset) over the requests queued or leased then; peak used_memory: "
-                   "over the empty server's, the scripts' cache (used_memory_scripts) left out. rest: used_memory "
-                   "no key or client accounts for (the scripts' compiled functions, Redis's own bookkeeping): "
-                   "nearly fixed, growing slowly with the crawl.")  # fmt: skip
+        out.append(
+            table(
+                ["system", "queue", "used_memory", "queue keys", "fingerprints", "other keys (n)", "clients", "rest"],
+                [
+                    [
+                        c["system"],
+                        c["queue"],
+                        mb(c["used_memory_at_peak_over_empty"]),
+                        mb(c["at_peak"]["queue_keys"]),
+                        mb(c["at_peak"]["seen"]),
+                        f"{mb(c['at_peak']['other_keys'])} ({c['at_peak']['keys']})",
+                        mb(c["at_peak"]["clients"]),
+                        mb(c["used_memory_at_peak_over_empty"] - c["keys_at_peak"] - c["at_peak"]["clients"]),
+                    ]
+                    for c in crawls[: len({(x["system"], x["queue"]) for x in crawls})]
+                ],
+            )
+        )
+        out.append(
+            "keys at peak: MEMORY USAGE of every key when the queue was at its peak (queue keys, "
+            "fingerprints, the rest); queue B/request: of the queue keys (requests, queue, dq, domains, "
+            "dstate, seq; scrapy-redis: its zset) over the requests queued or leased then; peak used_memory: "
+            "over the empty server's, the scripts' cache (used_memory_scripts) left out. rest: used_memory "
+            "no key or client accounts for (the scripts' compiled functions, Redis's own bookkeeping): "
+            "nearly fixed, growing slowly with the crawl."
+        )
     return "\n".join(out)
 
 
@@ -400,8 +519,11 @@ def main(argv: list[str] | None = None) -> int:
                 res = static_case(workdir, system, t, described, dq)
                 res["set"] = name
                 static.append(res)
-                print(f"  static {name:12} {system:32} {res['queue']:10} payload {res['payload_bytes_mean']:6.0f} B, "
-                      f"used_memory {res['used_memory_per_request']:6.0f} B/request", flush=True)  # fmt: skip
+                print(
+                    f"  static {name:12} {system:32} {res['queue']:10} payload {res['payload_bytes_mean']:6.0f} B, "
+                    f"used_memory {res['used_memory_per_request']:6.0f} B/request",
+                    flush=True,
+                )
     crawls = []
     if not args.no_crawl:
         systems = [(WORKING, None, False), (base, tree, False), (SR, None, False)]
@@ -412,9 +534,12 @@ def main(argv: list[str] | None = None) -> int:
                 tag = f"crawl{i}-{len(crawls)}"
                 res = crawl_case(workdir, system, t, args.items, tag, dq)
                 crawls.append(res)
-                print(f"  crawl {system:32} {res['queue']:10} {res['pages']} pages, peak queued {res['peak_queued']}, "
-                      f"peak used_memory +{(res['peak_used_memory_over_empty'] or 0) / 1e6:.2f} MB, "
-                      f"{res['queue_bytes_per_queued_request'] or 0:.0f} B/queued request", flush=True)  # fmt: skip
+                print(
+                    f"  crawl {system:32} {res['queue']:10} {res['pages']} pages, peak queued {res['peak_queued']}, "
+                    f"peak used_memory +{(res['peak_used_memory_over_empty'] or 0) / 1e6:.2f} MB, "
+                    f"{res['queue_bytes_per_queued_request'] or 0:.0f} B/queued request",
+                    flush=True,
+                )
     report = render(static, crawls, base)
     print()
     print(report)
@@ -425,14 +550,28 @@ def main(argv: list[str] | None = None) -> int:
     probe = RedisProc(workdir)
     version = probe.version
     probe.stop()
-    print(f"\nredis-server {version}, {platform.platform()}, Python {platform.python_version()}; "
-          f"total {time.monotonic() - started:.0f}s")  # fmt: skip
+    print(
+        f"\nredis-server {version}, {platform.platform()}, Python {platform.python_version()}; "
+        f"total {time.monotonic() - started:.0f}s"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"baseline": args.baseline, "items": args.items, "repeats": args.repeats,
-                               "redis_version": version,
-                               "static": static, "crawls": crawls, "table": report,
-                               "seconds": time.monotonic() - started}, indent=2, default=str))  # fmt: skip
+    out.write_text(
+        json.dumps(
+            {
+                "baseline": args.baseline,
+                "items": args.items,
+                "repeats": args.repeats,
+                "redis_version": version,
+                "static": static,
+                "crawls": crawls,
+                "table": report,
+                "seconds": time.monotonic() - started,
+            },
+            indent=2,
+            default=str,
+        )
+    )
     print(f"wrote {out}")
     return 0
 

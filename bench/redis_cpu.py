@@ -112,12 +112,15 @@ def cpu_of(info: dict[str, Any]) -> float:
 def script_names(tree: Path | None) -> dict[str, str]:
     """SHA1 -> script name for the sources of ``tree`` (None: this working tree), as sent
     with and without Redis 7's flags line; computed in a child that imports that tree."""
-    code = ("import hashlib, json; from crawlplug.frontier.scripts import NAMES, source; "
-            "print(json.dumps({hashlib.sha1(source(n, f).encode()).hexdigest(): n "
-            "for n in NAMES for f in (False, True)}))")  # fmt: skip
+    code = (
+        "import hashlib, json; from crawlplug.frontier.scripts import NAMES, source; "
+        "print(json.dumps({hashlib.sha1(source(n, f).encode()).hexdigest(): n "
+        "for n in NAMES for f in (False, True)}))"
+    )
     cwd = tree or ROOT / "bench"  # never the repository root: it would come first on sys.path
-    out = subprocess.run([sys.executable, "-c", code], env=baseline_env(tree), cwd=cwd, check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=baseline_env(tree), cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
     return dict(json.loads(out))
 
 
@@ -131,8 +134,19 @@ def ping_cost_us(client: Any, idle_rate: float, n: int = 5000) -> float:
     return max(0.0, spent) / n * 1e6
 
 
-def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: str, *, tree: Path | None,
-          slowlog: bool = False, timeout: float = 600.0, delay_ms: float = 0.0) -> dict[str, Any]:  # fmt: skip
+def crawl(
+    system: str,
+    dedup: str,
+    nodes: int,
+    items: int,
+    workdir: Path,
+    tag: str,
+    *,
+    tree: Path | None,
+    slowlog: bool = False,
+    timeout: float = 600.0,
+    delay_ms: float = 0.0,
+) -> dict[str, Any]:
     """One crawl on a fresh redis-server; its Redis counters per page. ``delay_ms``: the nodes
     reach Redis through bench/delayproxy.py, that many milliseconds each way."""
     run_dir = workdir / tag
@@ -154,8 +168,12 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
     cpu0, began = cpu_of(client.info("cpu")), time.monotonic()
     proxy = DelayProxyProc(run_dir, redis_proc.port, delay_ms) if delay_ms > 0 else None
     proxy_ping = proxy.ping_ms() if proxy else None
-    settings = {"CONCURRENT_REQUESTS": 16, "CONCURRENT_REQUESTS_PER_DOMAIN": 16,
-                "REDIS_URL": proxy.url if proxy else redis_proc.url, **settings_of(system, dedup)}  # fmt: skip
+    settings = {
+        "CONCURRENT_REQUESTS": 16,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 16,
+        "REDIS_URL": proxy.url if proxy else redis_proc.url,
+        **settings_of(system, dedup),
+    }
     started = [start_node(run_dir, f"node{i + 1}", site.url, settings, tree=tree) for i in range(nodes)]
     status = "done"
     deadline = time.monotonic() + timeout
@@ -185,13 +203,19 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
     pages = sum(int(s.get("response_received_count", 0)) for s in stats)
     roundtrips = sum(int(s.get("bench/redis_roundtrips", 0)) for s in stats)
     node_cpu = sum(node.proc.cpu or 0.0 for node in started)  # each node's own CPU, user + system (wait4)
-    commands = {key.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
-                for key, v in info.items() if key.startswith("cmdstat_") and isinstance(v, dict)}  # fmt: skip
+    commands = {
+        key.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+        for key, v in info.items()
+        if key.startswith("cmdstat_") and isinstance(v, dict)
+    }
     commands.pop("config|resetstat", None)
     commands.pop("info", None)
     evalsha = commands.get("evalsha", (0, 0))
-    inner = {name: cu for name, cu in commands.items()
-             if name not in ("evalsha", "eval") and not name.startswith(("script", "config", "slowlog"))}  # fmt: skip
+    inner = {
+        name: cu
+        for name, cu in commands.items()
+        if name not in ("evalsha", "eval") and not name.startswith(("script", "config", "slowlog"))
+    }
     per_sha: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for entry in entries:
         args = entry["command"].split()
@@ -207,12 +231,21 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
     per_page = (lambda x: x / pages) if pages else (lambda x: None)
     foreign = sampler.foreign_between(ended - wall, ended)
     return {
-        "system": system, "dedup": dedup, "nodes": nodes, "items": items, "status": status, "tag": tag,
-        "pages": pages, "pages_per_node": [int(s.get("response_received_count", 0)) for s in stats],
-        "wall_s": round(wall, 2), "redis_cpu_s": cpu, "idle_cpu_per_s": idle_rate,
+        "system": system,
+        "dedup": dedup,
+        "nodes": nodes,
+        "items": items,
+        "status": status,
+        "tag": tag,
+        "pages": pages,
+        "pages_per_node": [int(s.get("response_received_count", 0)) for s in stats],
+        "wall_s": round(wall, 2),
+        "redis_cpu_s": cpu,
+        "idle_cpu_per_s": idle_rate,
         "redis_us_per_page": per_page(cpu * 1e6),
         "redis_us_per_page_net_of_idle": per_page((cpu - idle_rate * wall) * 1e6),
-        "evalsha_calls_per_page": per_page(evalsha[0]), "evalsha_us_per_page": per_page(evalsha[1]),
+        "evalsha_calls_per_page": per_page(evalsha[0]),
+        "evalsha_us_per_page": per_page(evalsha[1]),
         "script_commands_per_page": per_page(sum(c for c, _ in inner.values())),
         "script_commands_us_per_page": per_page(sum(u for _, u in inner.values())),
         "commands": {
@@ -221,12 +254,18 @@ def crawl(system: str, dedup: str, nodes: int, items: int, workdir: Path, tag: s
         },
         "roundtrips_per_page": per_page(roundtrips),
         # the floor: what the round trips alone would cost Redis, each as dear as a PING
-        "ping_us": ping_us, "floor_us_per_page": per_page(roundtrips * ping_us),
-        "pages_per_s": pages / elapsed if elapsed else None, "delay_ms": delay_ms, "proxy_ping_ms": proxy_ping,
+        "ping_us": ping_us,
+        "floor_us_per_page": per_page(roundtrips * ping_us),
+        "pages_per_s": pages / elapsed if elapsed else None,
+        "delay_ms": delay_ms,
+        "proxy_ping_ms": proxy_ping,
         "node_cpu_ms_per_page": per_page(node_cpu * 1000),
         "slowlog_per_sha": {sha: {"calls": c, "usec": u} for sha, (c, u) in per_sha.items()},
         "slowlog_entries": len(entries),
-        "foreign_cpu_busy": foreign, "redis_version": redis_proc.version, "notes": notes, "logs": str(run_dir),
+        "foreign_cpu_busy": foreign,
+        "redis_version": redis_proc.version,
+        "notes": notes,
+        "logs": str(run_dir),
     }
 
 
@@ -288,8 +327,15 @@ def instructions(tree: Path | None, workdir: Path, label: str, calls: int = 300)
         return None
     out = workdir / f"callgrind-{label}.out"
     cwd = tree or ROOT / "bench"
-    done = subprocess.run([sys.executable, "-c", _LOOP, str(free_port()), str(out), str(calls), redis_server_binary()],
-                          env=baseline_env(tree), cwd=cwd, capture_output=True, text=True, timeout=1800, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _LOOP, str(free_port()), str(out), str(calls), redis_server_binary()],
+        env=baseline_env(tree),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     if done.returncode != 0:
         return {"error": done.stderr[-2000:]}
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -305,15 +351,26 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2, help="rounds; medians are reported")
     parser.add_argument("--nodes", default="1,2", help="node counts, comma-separated")
     parser.add_argument("--baseline", default=BASELINE, help="the commit measured as today's crawlplug")
-    parser.add_argument("--tree", default=None, help="measure this commit's copy as 'crawlplug' (default: the "
-                                                     "working tree, which must then not change during the run)")
+    parser.add_argument(
+        "--tree",
+        default=None,
+        help="measure this commit's copy as 'crawlplug' (default: the "
+        "working tree, which must then not change during the run)",
+    )
     parser.add_argument("--no-scrapy-redis", action="store_true")
     parser.add_argument("--no-breakdown", action="store_true", help="skip the SLOWLOG crawls (per-script times)")
-    parser.add_argument("--no-instructions", action="store_true",
-                        help="skip the callgrind count of instructions per page (needs valgrind; ~2 min)")
-    parser.add_argument("--remote-delay-ms", type=float, default=0.0,
-                        help="also crawl (crawlplug, exact dedup) with Redis this many ms away each way, through "
-                             "bench/delayproxy.py, in every round: the remote-Redis ratio of pages/s")
+    parser.add_argument(
+        "--no-instructions",
+        action="store_true",
+        help="skip the callgrind count of instructions per page (needs valgrind; ~2 min)",
+    )
+    parser.add_argument(
+        "--remote-delay-ms",
+        type=float,
+        default=0.0,
+        help="also crawl (crawlplug, exact dedup) with Redis this many ms away each way, through "
+        "bench/delayproxy.py, in every round: the remote-Redis ratio of pages/s",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "redis_cpu.json")
     args = parser.parse_args()
     install_signal_handlers()
@@ -323,36 +380,46 @@ def main() -> int:
     base = baseline_tree(args.baseline)
     trees: dict[str, Path | None] = {CRAWLPLUG: baseline_tree(args.tree) if args.tree else None, BASE: base, SR: None}
     node_counts = [int(x) for x in args.nodes.split(",") if x.strip()]
-    combos = [(system, dedup, n) for n in node_counts for system, dedup in
-              [(CRAWLPLUG, SET), (BASE, SET), (CRAWLPLUG, BLOOM), (BASE, BLOOM), (SR, SET)]
-              if not (system == SR and args.no_scrapy_redis)]  # fmt: skip
-    log(f"Redis CPU per page: {args.items} items ({expected_pages(args.items)} pages), {args.runs} rounds of "
-        f"{len(combos)} crawls; baseline {args.baseline}; logs in {workdir}")  # fmt: skip
+    combos = [
+        (system, dedup, n)
+        for n in node_counts
+        for system, dedup in [(CRAWLPLUG, SET), (BASE, SET), (CRAWLPLUG, BLOOM), (BASE, BLOOM), (SR, SET)]
+        if not (system == SR and args.no_scrapy_redis)
+    ]
+    log(
+        f"Redis CPU per page: {args.items} items ({expected_pages(args.items)} pages), {args.runs} rounds of "
+        f"{len(combos)} crawls; baseline {args.baseline}; logs in {workdir}"
+    )
     results: list[dict[str, Any]] = []
     remote: list[dict[str, Any]] = []
     try:
         for round_no in range(args.runs):
             for n in node_counts if args.remote_delay_ms > 0 else ():
                 tag = f"r{round_no + 1}-remote-{n}n"
-                res = crawl(CRAWLPLUG, SET, n, args.items, workdir, tag, tree=trees[CRAWLPLUG],
-                            delay_ms=args.remote_delay_ms)  # fmt: skip
+                res = crawl(
+                    CRAWLPLUG, SET, n, args.items, workdir, tag, tree=trees[CRAWLPLUG], delay_ms=args.remote_delay_ms
+                )
                 res["round"] = round_no + 1
                 remote.append(res)
-                log(f"  {tag}: {res['pages']} pages, {fmt(res['pages_per_s'])} pages/s with Redis "
+                log(
+                    f"  {tag}: {res['pages']} pages, {fmt(res['pages_per_s'])} pages/s with Redis "
                     f"{args.remote_delay_ms:g} ms away each way (a PING {fmt(res['proxy_ping_ms'], 2)} ms), "
                     f"{fmt(res['roundtrips_per_page'], 3)} round trips/page, "
-                    f"node CPU {fmt(res['node_cpu_ms_per_page'], 2)} ms/page {'; '.join(res['notes'])}")  # fmt: skip
+                    f"node CPU {fmt(res['node_cpu_ms_per_page'], 2)} ms/page {'; '.join(res['notes'])}"
+                )
             for system, dedup, n in combos:
                 tag = f"r{round_no + 1}-{system}-{dedup}-{n}n".replace(" ", "")
                 res = crawl(system, dedup, n, args.items, workdir, tag, tree=trees[system])
                 res["round"] = round_no + 1
                 results.append(res)
-                log(f"  {tag}: {res['pages']} pages, Redis {fmt(res['redis_us_per_page'])} us/page "
+                log(
+                    f"  {tag}: {res['pages']} pages, Redis {fmt(res['redis_us_per_page'])} us/page "
                     f"(net of idle {fmt(res['redis_us_per_page_net_of_idle'])}), EVALSHA "
                     f"{fmt(res['evalsha_us_per_page'])} us/page, {fmt(res['script_commands_per_page'])} script "
                     f"commands/page, {fmt(res['roundtrips_per_page'], 3)} round trips/page, node CPU "
                     f"{fmt(res['node_cpu_ms_per_page'], 2)} ms/page, other load "
-                    f"{fmt((res['foreign_cpu_busy'] or 0) * 100, 0)}% {'; '.join(res['notes'])}")  # fmt: skip
+                    f"{fmt((res['foreign_cpu_busy'] or 0) * 100, 0)}% {'; '.join(res['notes'])}"
+                )
         breakdown: list[dict[str, Any]] = []
         if not args.no_breakdown:
             for system in (CRAWLPLUG, BASE):
@@ -360,10 +427,13 @@ def main() -> int:
                 names = script_names(trees[system])
                 pages = res["pages"] or 1
                 res["scripts"] = {
-                    names.get(sha, sha[:12]): {"calls_per_page": v["calls"] / pages, "us_per_call": v["usec"] / v["calls"],
-                                               "us_per_page": v["usec"] / pages}
+                    names.get(sha, sha[:12]): {
+                        "calls_per_page": v["calls"] / pages,
+                        "us_per_call": v["usec"] / v["calls"],
+                        "us_per_page": v["usec"] / pages,
+                    }
                     for sha, v in sorted(res["slowlog_per_sha"].items(), key=lambda kv: -kv[1]["usec"])
-                }  # fmt: skip
+                }
                 breakdown.append(res)
         counted: dict[str, Any] = {}
         if not args.no_instructions:
@@ -375,8 +445,14 @@ def main() -> int:
     return 0
 
 
-def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args: Any, log: Any,
-           counted: dict[str, Any] | None = None, remote: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
+def report(
+    results: list[dict[str, Any]],
+    breakdown: list[dict[str, Any]],
+    args: Any,
+    log: Any,
+    counted: dict[str, Any] | None = None,
+    remote: list[dict[str, Any]] | None = None,
+) -> None:
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
     for res in results:
         if res["status"] == "done" and res["pages"]:
@@ -385,13 +461,27 @@ def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args:
     def med(key: tuple[str, str, int], field: str) -> float | None:
         return median([r[field] for r in groups.get(key, []) if r.get(field) is not None])
 
-    medians = {f"{s}|{d}|{n}": {field: med((s, d, n), field) for field in (
-        "redis_us_per_page", "redis_us_per_page_net_of_idle", "evalsha_us_per_page", "evalsha_calls_per_page",
-        "script_commands_per_page", "script_commands_us_per_page", "roundtrips_per_page", "node_cpu_ms_per_page",
-        "foreign_cpu_busy", "ping_us", "floor_us_per_page")}
-        for (s, d, n) in groups}  # fmt: skip
+    medians = {
+        f"{s}|{d}|{n}": {
+            field: med((s, d, n), field)
+            for field in (
+                "redis_us_per_page",
+                "redis_us_per_page_net_of_idle",
+                "evalsha_us_per_page",
+                "evalsha_calls_per_page",
+                "script_commands_per_page",
+                "script_commands_us_per_page",
+                "roundtrips_per_page",
+                "node_cpu_ms_per_page",
+                "foreign_cpu_busy",
+                "ping_us",
+                "floor_us_per_page",
+            )
+        }
+        for (s, d, n) in groups
+    }
     rows = []
-    for (system, dedup, n) in sorted(groups, key=lambda k: (k[2], k[1], [CRAWLPLUG, BASE, SR].index(k[0]))):
+    for system, dedup, n in sorted(groups, key=lambda k: (k[2], k[1], [CRAWLPLUG, BASE, SR].index(k[0]))):
         us = med((system, dedup, n), "redis_us_per_page")
         vs_base = vs_sr = None
         if system == CRAWLPLUG:
@@ -399,52 +489,101 @@ def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args:
             vs_base = fmt(us / b, 2) if us and b else None
             vs_sr = fmt(us / s, 3) if us and s else None
         target = TARGETS[dedup] if system == CRAWLPLUG else None
-        rows.append([f"{system} ({dedup})" if system != SR else system, n, len(groups[(system, dedup, n)]),
-                     fmt(us), fmt(med((system, dedup, n), "redis_us_per_page_net_of_idle")),
-                     fmt(med((system, dedup, n), "evalsha_us_per_page")),
-                     fmt(med((system, dedup, n), "evalsha_calls_per_page"), 2),
-                     fmt(med((system, dedup, n), "script_commands_per_page")),
-                     fmt(med((system, dedup, n), "roundtrips_per_page"), 3),
-                     fmt(med((system, dedup, n), "node_cpu_ms_per_page"), 2), vs_base, vs_sr,
-                     None if target is None else f"{target:.0f}: {'met' if us and us <= target else 'not met'}",
-                     fmt((med((system, dedup, n), "foreign_cpu_busy") or 0) * 100, 0)])  # fmt: skip
-    for (system, dedup, n) in sorted(groups):
+        rows.append(
+            [
+                f"{system} ({dedup})" if system != SR else system,
+                n,
+                len(groups[(system, dedup, n)]),
+                fmt(us),
+                fmt(med((system, dedup, n), "redis_us_per_page_net_of_idle")),
+                fmt(med((system, dedup, n), "evalsha_us_per_page")),
+                fmt(med((system, dedup, n), "evalsha_calls_per_page"), 2),
+                fmt(med((system, dedup, n), "script_commands_per_page")),
+                fmt(med((system, dedup, n), "roundtrips_per_page"), 3),
+                fmt(med((system, dedup, n), "node_cpu_ms_per_page"), 2),
+                vs_base,
+                vs_sr,
+                None if target is None else f"{target:.0f}: {'met' if us and us <= target else 'not met'}",
+                fmt((med((system, dedup, n), "foreign_cpu_busy") or 0) * 100, 0),
+            ]
+        )
+    for system, dedup, n in sorted(groups):
         floor, ping = med((system, dedup, n), "floor_us_per_page"), med((system, dedup, n), "ping_us")
         if floor is not None:
-            log(f"  floor {system} ({dedup}, {n} node(s)): {fmt(floor)} us/page = a PING's {fmt(ping, 1)} us x "
-                f"{fmt(med((system, dedup, n), 'roundtrips_per_page'), 3)} round trips/page")  # fmt: skip
+            log(
+                f"  floor {system} ({dedup}, {n} node(s)): {fmt(floor)} us/page = a PING's {fmt(ping, 1)} us x "
+                f"{fmt(med((system, dedup, n), 'roundtrips_per_page'), 3)} round trips/page"
+            )
     log("\nRedis CPU per crawled page (medians; Redis's own INFO cpu; pages = responses received)")
-    log(table(["system", "nodes", "runs", "us/page", "net of idle", "EVALSHA us/pg", "EVALSHA/pg", "cmds in scripts/pg",
-               "round trips/pg", "node CPU ms/pg", "vs baseline", "vs scrapy-redis", "target", "other load %"],
-              rows))  # fmt: skip
+    log(
+        table(
+            [
+                "system",
+                "nodes",
+                "runs",
+                "us/page",
+                "net of idle",
+                "EVALSHA us/pg",
+                "EVALSHA/pg",
+                "cmds in scripts/pg",
+                "round trips/pg",
+                "node CPU ms/pg",
+                "vs baseline",
+                "vs scrapy-redis",
+                "target",
+                "other load %",
+            ],
+            rows,
+        )
+    )
     # the commands scripts ran, per page, working tree beside the baseline (exact dedup, 1 node, medians)
     cmd_rows = []
     mine = groups.get((CRAWLPLUG, SET, 1), [])
     theirs = groups.get((BASE, SET, 1), [])
-    names = sorted({c for r in mine + theirs for c in r["commands"] if c not in ("evalsha",)},
-                   key=lambda c: -(median([r["commands"].get(c, {}).get("us_per_page") or 0 for r in theirs]) or 0))
+    names = sorted(
+        {c for r in mine + theirs for c in r["commands"] if c not in ("evalsha",)},
+        key=lambda c: -(median([r["commands"].get(c, {}).get("us_per_page") or 0 for r in theirs]) or 0),
+    )
     for c in names:
+
         def m(rs: list[dict[str, Any]], field: str, c: str = c) -> float | None:
             return median([(r["commands"].get(c) or {}).get(field) or 0 for r in rs]) if rs else None
 
-        cmd_rows.append([c, fmt(m(theirs, "calls_per_page"), 2), fmt(m(theirs, "us_per_page"), 2),
-                         fmt(m(mine, "calls_per_page"), 2), fmt(m(mine, "us_per_page"), 2)])  # fmt: skip
+        cmd_rows.append(
+            [
+                c,
+                fmt(m(theirs, "calls_per_page"), 2),
+                fmt(m(theirs, "us_per_page"), 2),
+                fmt(m(mine, "calls_per_page"), 2),
+                fmt(m(mine, "us_per_page"), 2),
+            ]
+        )
     if cmd_rows:
         log("\nCommands per page (INFO commandstats; exact dedup, 1 node, medians): baseline | working tree")
         log(table(["command", "base calls/pg", "base us/pg", "calls/pg", "us/pg"], cmd_rows))
     for res in breakdown:
-        log(f"\nPer script, {res['system']} (exact dedup, 1 node, SLOWLOG of every command: its bookkeeping "
-            f"inflates these; {res['pages']} pages, Redis {fmt(res['redis_us_per_page'])} us/page in this crawl)")
-        log(table(["script", "calls/page", "us/call", "us/page"],
-                  [[name, fmt(v["calls_per_page"], 3), fmt(v["us_per_call"]), fmt(v["us_per_page"], 2)]
-                   for name, v in res.get("scripts", {}).items()]))  # fmt: skip
+        log(
+            f"\nPer script, {res['system']} (exact dedup, 1 node, SLOWLOG of every command: its bookkeeping "
+            f"inflates these; {res['pages']} pages, Redis {fmt(res['redis_us_per_page'])} us/page in this crawl)"
+        )
+        log(
+            table(
+                ["script", "calls/page", "us/call", "us/page"],
+                [
+                    [name, fmt(v["calls_per_page"], 3), fmt(v["us_per_call"]), fmt(v["us_per_page"], 2)]
+                    for name, v in res.get("scripts", {}).items()
+                ],
+            )
+        )
     counted = counted or {}
     mine, theirs = counted.get(CRAWLPLUG) or {}, counted.get(BASE) or {}
     if mine.get("instructions_per_page") and theirs.get("instructions_per_page"):
-        log("\nInstructions Redis executes per page, fixed admit-and-pop loop under callgrind (5 new requests, 2 "
+        log(
+            "\nInstructions Redis executes per page, fixed admit-and-pop loop under callgrind (5 new requests, 2 "
             "duplicates, 5 acks, a pop of 5 per call): crawlplug "
             f"{mine['instructions_per_page']:,.0f}, baseline {theirs['instructions_per_page']:,.0f}: "
-            f"{mine['instructions_per_page'] / theirs['instructions_per_page']:.2f}x")  # fmt: skip
+            f"{mine['instructions_per_page'] / theirs['instructions_per_page']:.2f}x"
+        )
     elif counted:
         log(f"\nInstructions per page: not counted ({counted})")
     remote_rows = []
@@ -452,11 +591,21 @@ def report(results: list[dict[str, Any]], breakdown: list[dict[str, Any]], args:
         near = median([r["pages_per_s"] for r in groups.get((CRAWLPLUG, SET, n), []) if r.get("pages_per_s")])
         far_runs = [r for r in remote or () if r["nodes"] == n and r["status"] == "done" and r.get("pages_per_s")]
         far = median([r["pages_per_s"] for r in far_runs])
-        remote_rows.append([n, len(far_runs), fmt(near), fmt(far), fmt(far / near, 2) if far and near else None,
-                            fmt(median([r["roundtrips_per_page"] for r in far_runs]), 3)])  # fmt: skip
+        remote_rows.append(
+            [
+                n,
+                len(far_runs),
+                fmt(near),
+                fmt(far),
+                fmt(far / near, 2) if far and near else None,
+                fmt(median([r["roundtrips_per_page"] for r in far_runs]), 3),
+            ]
+        )
     if remote_rows:
-        log(f"\nRedis {args.remote_delay_ms:g} ms away each way (bench/delayproxy.py), crawlplug exact, medians: "
-            "pages/s against loopback's (target: at least 0.95x)")
+        log(
+            f"\nRedis {args.remote_delay_ms:g} ms away each way (bench/delayproxy.py), crawlplug exact, medians: "
+            "pages/s against loopback's (target: at least 0.95x)"
+        )
         log(table(["nodes", "runs", "loopback pages/s", "remote pages/s", "ratio", "round trips/pg"], remote_rows))
     out = {
         "machine": {"python": platform.python_version(), "platform": platform.platform()},

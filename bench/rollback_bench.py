@@ -81,8 +81,20 @@ class Redis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        self.proc = spawn([redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
-                           str(self.dir), "--appendonly", "no"], "redis-server")  # fmt: skip
+        self.proc = spawn(
+            [
+                redis_server_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--appendonly",
+                "no",
+            ],
+            "redis-server",
+        )
         client = redis.Redis(port=self.port, socket_connect_timeout=1)
         deadline = time.monotonic() + 20
         while True:
@@ -107,8 +119,10 @@ def one_run(workdir: Path, tree: Path | None, label: str, items: int) -> Run:
     site = SiteProc(workdir, items=items, delay=0.05)
     server = Redis(workdir)
     server.start()
-    nodes = [start_node(workdir, f"{label}-node{i}", site.url, {**SETTINGS, "REDIS_URL": server.url}, tree=tree)
-             for i in range(2)]  # fmt: skip
+    nodes = [
+        start_node(workdir, f"{label}-node{i}", site.url, {**SETTINGS, "REDIS_URL": server.url}, tree=tree)
+        for i in range(2)
+    ]
     try:
         deadline = time.monotonic() + 120
         while site.total() < len(paths) // 3:
@@ -129,8 +143,15 @@ def one_run(workdir: Path, tree: Path | None, label: str, items: int) -> Run:
         site.stop()
         shutil.rmtree(server.dir, ignore_errors=True)
     fetched = {p for p in hits if p in paths}
-    return Run(label, len(paths), at_crash, len(paths - fetched), sum(n - 1 for n in hits.values() if n > 1),
-               sum(node.text().count("Redis went back in time") for node in nodes), exits)  # fmt: skip
+    return Run(
+        label,
+        len(paths),
+        at_crash,
+        len(paths - fetched),
+        sum(n - 1 for n in hits.values() if n > 1),
+        sum(node.text().count("Redis went back in time") for node in nodes),
+        exits,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,8 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burners", type=int, default=2, help="busy-looping processes beside the crawl")
     parser.add_argument("--items", type=int, default=300, help="the demo shop's items (300: 321 pages)")
     parser.add_argument("--baseline", default=None, help="also run this commit's crawlplug, interleaved")
-    parser.add_argument("--tree", default=None, help="run this commit's crawlplug as 'this tree' (a copy: the "
-                                                     "working tree may change while the bench runs)")
+    parser.add_argument(
+        "--tree",
+        default=None,
+        help="run this commit's crawlplug as 'this tree' (a copy: the working tree may change while the bench runs)",
+    )
     args = parser.parse_args(argv)
     install_signal_handlers()
     trees: list[tuple[str, Path | None]] = [("this tree", baseline_tree(args.tree) if args.tree else None)]
@@ -154,9 +178,12 @@ def main(argv: list[str] | None = None) -> int:
                 for name, tree in trees:
                     run = one_run(Path(tmp), tree, f"{name.replace(' ', '-')}-{i}", args.items)
                     results[name].append(run)
-                    print(f"run {i + 1}/{args.runs} {name}: crash after {run.at_crash} of {run.pages}; "
-                          f"lost {run.lost}, fetched twice {run.twice}, rollbacks found {run.found}, "
-                          f"exits {run.exits}", flush=True)  # fmt: skip
+                    print(
+                        f"run {i + 1}/{args.runs} {name}: crash after {run.at_crash} of {run.pages}; "
+                        f"lost {run.lost}, fetched twice {run.twice}, rollbacks found {run.found}, "
+                        f"exits {run.exits}",
+                        flush=True,
+                    )
     finally:
         for burner in burners:
             burner.kill()
@@ -164,15 +191,40 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, runs in results.items():
         twice = [r.twice for r in runs]
-        rows.append([name, len(runs), sum(1 for r in runs if r.lost), sum(r.lost for r in runs),
-                     max((r.lost for r in runs), default=0), median(twice), max(twice, default=0),
-                     sum(1 for r in runs if r.found), sum(1 for r in runs if r.exits != [0, 0])])  # fmt: skip
+        rows.append(
+            [
+                name,
+                len(runs),
+                sum(1 for r in runs if r.lost),
+                sum(r.lost for r in runs),
+                max((r.lost for r in runs), default=0),
+                median(twice),
+                max(twice, default=0),
+                sum(1 for r in runs if r.found),
+                sum(1 for r in runs if r.exits != [0, 0]),
+            ]
+        )
     print()
-    print(f"Redis SIGKILLed after a third of a {runs[0].pages}-page crawl and started again from its "
-          f"once-a-second RDB snapshot; {args.burners} CPU burners beside")
-    print(table(["tree", "runs", "runs losing pages", "pages lost", "most lost in a run", "fetched twice (median)",
-                 "fetched twice (most)", "runs where a node found the rollback", "runs with a node exit != 0"],
-                rows))  # fmt: skip
+    print(
+        f"Redis SIGKILLed after a third of a {runs[0].pages}-page crawl and started again from its "
+        f"once-a-second RDB snapshot; {args.burners} CPU burners beside"
+    )
+    print(
+        table(
+            [
+                "tree",
+                "runs",
+                "runs losing pages",
+                "pages lost",
+                "most lost in a run",
+                "fetched twice (median)",
+                "fetched twice (most)",
+                "runs where a node found the rollback",
+                "runs with a node exit != 0",
+            ],
+            rows,
+        )
+    )
     return 0 if all(r.lost == 0 for r in results["this tree"]) else 1
 
 

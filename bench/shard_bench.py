@@ -71,8 +71,9 @@ def _items(worker: int, start: int, n: int) -> list[tuple[bytes, float, bytes, s
     return out
 
 
-def _worker(url: str, crawl: str, shards: int, phase: str, seconds: float, batch: int, worker: int,
-            go: Any, out: Any) -> None:  # fmt: skip
+def _worker(
+    url: str, crawl: str, shards: int, phase: str, seconds: float, batch: int, worker: int, go: Any, out: Any
+) -> None:
     f = _frontier(url, crawl, shards, f"w{worker}")
     done = i = 0
     acks: list[str] = []
@@ -99,8 +100,10 @@ def _phase(url: str, crawl: str, shards: int, phase: str, args: argparse.Namespa
     """(requests per second over all workers, requests handled)."""
     ctx = mp.get_context("fork")
     go, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(url, crawl, shards, phase, args.seconds, args.batch, w, go, out))
-             for w in range(args.workers)]  # fmt: skip
+    procs = [
+        ctx.Process(target=_worker, args=(url, crawl, shards, phase, args.seconds, args.batch, w, go, out))
+        for w in range(args.workers)
+    ]
     for p in procs:
         p.start()
     time.sleep(0.3)
@@ -157,9 +160,12 @@ def main() -> int:
                 ceilings = [n / max(max(cpu), 1e-9) for n, cpu in zip(served, cpu_split)]
                 med["ceiling"] = statistics.median(ceilings)
                 results["cases"][str(shards)] = {"median": med, "runs": rows, "primary_cpu_s": cpu_split}
-                print(f"shards={shards}: admission {med['admit']:9,.0f} req/s   pop+ack {med['pop+ack']:9,.0f} req/s   "
-                      f"busiest primary saturates at {med['ceiling']:9,.0f} req/s   "
-                      f"CPU s per primary (per run) {cpu_split}", flush=True)  # fmt: skip
+                print(
+                    f"shards={shards}: admission {med['admit']:9,.0f} req/s   pop+ack {med['pop+ack']:9,.0f} req/s   "
+                    f"busiest primary saturates at {med['ceiling']:9,.0f} req/s   "
+                    f"CPU s per primary (per run) {cpu_split}",
+                    flush=True,
+                )
         finally:
             cluster.stop()
     base = results["cases"].get("1", {}).get("median")
@@ -167,8 +173,10 @@ def main() -> int:
         print("\nrelative to one shard (same run):")
         for shards, case in results["cases"].items():
             m = case["median"]
-            print(f"  shards={shards}: admission {m['admit'] / base['admit']:.2f}x   pop+ack {m['pop+ack'] / base['pop+ack']:.2f}x"
-                  f"   Redis ceiling {m['ceiling'] / base['ceiling']:.2f}x")
+            print(
+                f"  shards={shards}: admission {m['admit'] / base['admit']:.2f}x   pop+ack {m['pop+ack'] / base['pop+ack']:.2f}x"
+                f"   Redis ceiling {m['ceiling'] / base['ceiling']:.2f}x"
+            )
     print(f"\n(this machine: {mp.cpu_count()} CPUs shared by 3 primaries and {args.workers} workers)")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))

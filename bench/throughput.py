@@ -161,18 +161,27 @@ def systems() -> dict[str, System]:
 def _systems() -> dict[str, System]:
     return {
         STOCK: System(STOCK, False, {"ADDONS": "{}"}),
-        SR: System(SR, True, {
-            "ADDONS": "{}",
-            "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-            "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
-            "SCHEDULER_PERSIST": True,
-        }),
+        SR: System(
+            SR,
+            True,
+            {
+                "ADDONS": "{}",
+                "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+                "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+                "SCHEDULER_PERSIST": True,
+            },
+        ),
         CP_SET: System(CP_SET, True, {"CRAWLPLUG_IDLE_CLOSE": 0.5}, crawlplug=True),
-        CP_BLOOM: System(CP_BLOOM, True, {
-            "CRAWLPLUG_IDLE_CLOSE": 0.5,
-            "DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter",
-            "CRAWLPLUG_BLOOM_CAPACITY": 100_000,
-        }, crawlplug=True),
+        CP_BLOOM: System(
+            CP_BLOOM,
+            True,
+            {
+                "CRAWLPLUG_IDLE_CLOSE": 0.5,
+                "DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter",
+                "CRAWLPLUG_BLOOM_CAPACITY": 100_000,
+            },
+            crawlplug=True,
+        ),
     }
 
 
@@ -205,6 +214,7 @@ def _seed_request(url: str, callback: str, **kwargs: Any) -> tuple[Any, Any]:
 
 def _frontier(client: Any) -> Any:
     from crawlplug.frontier.keys import CrawlKeys
+
     try:  # the tree measured may be older than crawlplug.frontier.core
         from crawlplug.frontier.core import Frontier
     except ImportError:
@@ -260,8 +270,10 @@ def run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) -> 
             break
         discarded.append(load)
         attempt += 1
-        log(f"    other processes used {load * 100:.0f}% of the CPUs during that crawl: waiting for quiet, "
-            f"then again (attempt {attempt + 1})")  # fmt: skip
+        log(
+            f"    other processes used {load * 100:.0f}% of the CPUs during that crawl: waiting for quiet, "
+            f"then again (attempt {attempt + 1})"
+        )
         POLICY.wait_quiet()
     result["discarded_runs_other_load"] = discarded
     if POLICY.disturbed(result.get("foreign_cpu_busy")):
@@ -276,13 +288,24 @@ def _run_crawl_once(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None
     except Exception as exc:  # noqa: BLE001 - one broken crawl must not lose the rest of the bench
         log(f"  {c.label or c.system.name} {c.nodes}n: ERROR {type(exc).__name__}: {exc}")
         return {
-            "label": c.label or c.system.name, "system": c.system.name, "nodes": c.nodes, "items": c.items,
-            "delay": c.delay, "concurrency_per_node": c.concurrency, "warm_start": c.warm,
-            "related": c.related if c.related is not None else 3, "status": f"ERROR: {exc}",
-            "pages_expected": expected_pages(c.items), "pages": 0, "pages_per_s": None, "cpu_per_1000": None,
-            "wall_s": None, "notes": [f"error: {type(exc).__name__}: {exc}"], "finish_reasons": [],
+            "label": c.label or c.system.name,
+            "system": c.system.name,
+            "nodes": c.nodes,
+            "items": c.items,
+            "delay": c.delay,
+            "concurrency_per_node": c.concurrency,
+            "warm_start": c.warm,
+            "related": c.related if c.related is not None else 3,
+            "status": f"ERROR: {exc}",
+            "pages_expected": expected_pages(c.items),
+            "pages": 0,
+            "pages_per_s": None,
+            "cpu_per_1000": None,
+            "wall_s": None,
+            "notes": [f"error: {type(exc).__name__}: {exc}"],
+            "finish_reasons": [],
             "logs": str(workdir / tag),
-        }  # fmt: skip
+        }
 
 
 def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) -> dict[str, Any]:
@@ -315,8 +338,9 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
             frontier = _frontier(redis_proc.client)
             # every node's own start request ("/") is filtered: the nodes wait for work
             frontier.admit([(_fingerprint(start_request), 0.0, b"")])
-            nodes = [start_node(run_dir, f"node{i + 1}", site.url, settings, tree=c.system.tree)
-                     for i in range(c.nodes)]  # fmt: skip
+            nodes = [
+                start_node(run_dir, f"node{i + 1}", site.url, settings, tree=c.system.tree) for i in range(c.nodes)
+            ]
             ready = wait_for(lambda: all("Spider opened" in n.text() or not n.proc.alive for n in nodes), 90, 0.1)
             if not ready or not all(n.proc.alive for n in nodes):
                 raise RuntimeError(f"the nodes did not start (logs in {run_dir})")
@@ -352,8 +376,9 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
                     n.proc.kill()
                     notes.append(f"{n.proc.name} did not stop on SIGTERM within 30 s")
         else:
-            nodes = [start_node(run_dir, f"node{i + 1}", site.url, settings, tree=c.system.tree)
-                     for i in range(c.nodes)]  # fmt: skip
+            nodes = [
+                start_node(run_dir, f"node{i + 1}", site.url, settings, tree=c.system.tree) for i in range(c.nodes)
+            ]
             deadline = time.monotonic() + c.timeout
             for n in nodes:
                 if n.proc.wait(max(1.0, deadline - time.monotonic())) is None:
@@ -384,8 +409,9 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
     cpu_total = sum(x for x in cpu if x is not None)
     cpu_crawl = sum(
         s["bench/cpu_at_last_response"] - s["bench/cpu_at_first_response"]
-        for s in stats if s.get("response_received_count")
-    )  # fmt: skip
+        for s in stats
+        if s.get("response_received_count")
+    )
     per_node_pages = [int(s.get("response_received_count", 0)) for s in stats]
     finish = [s.get("finish_reason", "?") for s in stats]
     exit_codes = [n.proc.returncode for n in nodes]
@@ -420,11 +446,13 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
         "elapsed_time_seconds": [s.get("elapsed_time_seconds") for s in stats],
         "startup_to_first_fetch_s": [
             round(s["bench/first_response_at"] - s["bench/opened_at"], 3)
-            for s in stats if s.get("response_received_count")
+            for s in stats
+            if s.get("response_received_count")
         ],
         "last_fetch_to_close_s": [
             round(s["bench/closed_at"] - s["bench/last_response_at"], 3)
-            for s in stats if s.get("response_received_count")
+            for s in stats
+            if s.get("response_received_count")
         ],
         "wall_s": wall,
         "cpu_s": cpu_total,
@@ -448,27 +476,33 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
         rt = sum(int(s.get("bench/redis_roundtrips", 0)) for s in stats)
         cmds = sum(int(s.get("bench/redis_commands", 0)) for s in stats)
         server_calls = after["commandstats_calls"] - before["commandstats_calls"] - bench_commands
-        result.update({
-            "redis_roundtrips": rt,
-            "redis_commands": cmds,
-            "roundtrips_per_page": rt / pages if pages else None,
-            "commands_per_page": cmds / pages if pages else None,
-            "server_command_executions": server_calls,
-            "server_command_executions_per_page": server_calls / pages if pages else None,
-            "server_evalsha_calls": after["evalsha_calls"] - before["evalsha_calls"],
-            "server_read_events": after["reads"] - before["reads"],
-            "server_write_events": after["writes"] - before["writes"],
-            "redis_memory_kept_bytes": after["used_memory"] - before["used_memory"],
-            "redis_memory_peak_bytes": after["used_memory_peak"] - before["used_memory"],
-            "redis_memory_kept_per_page": (after["used_memory"] - before["used_memory"]) / pages if pages else None,
-            "redis_memory_peak_per_page": (after["used_memory_peak"] - before["used_memory"]) / pages if pages else None,
-            "redis_version": redis_proc.version,
-            "redis_memory_kept": memory,
-        })  # fmt: skip
+        result.update(
+            {
+                "redis_roundtrips": rt,
+                "redis_commands": cmds,
+                "roundtrips_per_page": rt / pages if pages else None,
+                "commands_per_page": cmds / pages if pages else None,
+                "server_command_executions": server_calls,
+                "server_command_executions_per_page": server_calls / pages if pages else None,
+                "server_evalsha_calls": after["evalsha_calls"] - before["evalsha_calls"],
+                "server_read_events": after["reads"] - before["reads"],
+                "server_write_events": after["writes"] - before["writes"],
+                "redis_memory_kept_bytes": after["used_memory"] - before["used_memory"],
+                "redis_memory_peak_bytes": after["used_memory_peak"] - before["used_memory"],
+                "redis_memory_kept_per_page": (after["used_memory"] - before["used_memory"]) / pages if pages else None,
+                "redis_memory_peak_per_page": (after["used_memory_peak"] - before["used_memory"]) / pages
+                if pages
+                else None,
+                "redis_version": redis_proc.version,
+                "redis_memory_kept": memory,
+            }
+        )
     log(_one_line(result))
     if memory:
-        log(f"    used_memory {memory['used_memory'] / 1024:.0f} KB: scripts {memory['scripts'] / 1024:.0f} KB, "
-            f"keys {memory['keys'] / 1024:.0f} KB ({', '.join(f'{k} {v / 1024:.1f}' for k, v in memory['by_kind'].items())})")
+        log(
+            f"    used_memory {memory['used_memory'] / 1024:.0f} KB: scripts {memory['scripts'] / 1024:.0f} KB, "
+            f"keys {memory['keys'] / 1024:.0f} KB ({', '.join(f'{k} {v / 1024:.1f}' for k, v in memory['by_kind'].items())})"
+        )
     return result
 
 
@@ -500,8 +534,13 @@ def memory_kept(client: Any) -> dict[str, Any] | None:
         stats["slowlog.len"] = client.slowlog_len()
     except redis.RedisError:
         stats = {}
-    return {"used_memory": int(info["used_memory"]), "scripts": scripts, "keys": sum(by_kind.values()),
-            "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])[:12]), "memory_stats": stats}  # fmt: skip
+    return {
+        "used_memory": int(info["used_memory"]),
+        "scripts": scripts,
+        "keys": sum(by_kind.values()),
+        "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])[:12]),
+        "memory_stats": stats,
+    }
 
 
 def _one_line(r: dict[str, Any]) -> str:
@@ -523,11 +562,25 @@ def _one_line(r: dict[str, Any]) -> str:
 # -- summaries -------------------------------------------------------------------------------------
 
 NUMERIC = [
-    "pages", "site_hits", "fetch_span_s", "pages_per_s", "cpu_per_1000", "crawl_cpu_per_1000", "wall_s",
-    "roundtrips_per_page", "commands_per_page", "server_command_executions_per_page",
-    "redis_memory_kept_per_page", "redis_memory_peak_per_page", "site_cpu_s", "redis_cpu_s", "cpu_s",
-    "crawl_cpu_util", "box_cpu_busy", "foreign_cpu_busy",
-]  # fmt: skip
+    "pages",
+    "site_hits",
+    "fetch_span_s",
+    "pages_per_s",
+    "cpu_per_1000",
+    "crawl_cpu_per_1000",
+    "wall_s",
+    "roundtrips_per_page",
+    "commands_per_page",
+    "server_command_executions_per_page",
+    "redis_memory_kept_per_page",
+    "redis_memory_peak_per_page",
+    "site_cpu_s",
+    "redis_cpu_s",
+    "cpu_s",
+    "crawl_cpu_util",
+    "box_cpu_busy",
+    "foreign_cpu_busy",
+]
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -560,35 +613,64 @@ def baseline_lines(summaries: list[dict[str, Any]]) -> list[str]:
     dedup mode and node count (medians of the interleaved runs)."""
     by = {(s["label"], s["nodes"]): s for s in summaries}
     out = []
-    for mine, theirs in ((CP_SET, CP_BASE_SET), (CP_BLOOM, CP_BASE_BLOOM), (CP_SET, CP_BASE2_SET),
-                         (CP_BLOOM, CP_BASE2_BLOOM)):  # fmt: skip
+    for mine, theirs in (
+        (CP_SET, CP_BASE_SET),
+        (CP_BLOOM, CP_BASE_BLOOM),
+        (CP_SET, CP_BASE2_SET),
+        (CP_BLOOM, CP_BASE2_BLOOM),
+    ):
         for nodes in (1, 2):
             a, b = by.get((mine, nodes)), by.get((theirs, nodes))
             if a is None or b is None:
                 continue
-            out.append(f"   {mine}, {nodes} node(s) vs {theirs}: CPU s/1k pages {fmt(a['cpu_per_1000'])} vs "
-                       f"{fmt(b['cpu_per_1000'])} (x{fmt(ratio(a['cpu_per_1000'], b['cpu_per_1000']), '.3f')}), "
-                       f"crawl CPU s/1k {fmt(a['crawl_cpu_per_1000'])} vs {fmt(b['crawl_cpu_per_1000'])} "
-                       f"(x{fmt(ratio(a['crawl_cpu_per_1000'], b['crawl_cpu_per_1000']), '.3f')})")  # fmt: skip
+            out.append(
+                f"   {mine}, {nodes} node(s) vs {theirs}: CPU s/1k pages {fmt(a['cpu_per_1000'])} vs "
+                f"{fmt(b['cpu_per_1000'])} (x{fmt(ratio(a['cpu_per_1000'], b['cpu_per_1000']), '.3f')}), "
+                f"crawl CPU s/1k {fmt(a['crawl_cpu_per_1000'])} vs {fmt(b['crawl_cpu_per_1000'])} "
+                f"(x{fmt(ratio(a['crawl_cpu_per_1000'], b['crawl_cpu_per_1000']), '.3f')})"
+            )
     return out
 
 
 def main_table(summaries: list[dict[str, Any]], stock: dict[str, Any] | None) -> str:
-    headers = ["system", "nodes", "runs", "pages", "pages/s", "x stock", "CPU s/1k pages", "x stock",
-               "crawl CPU s/1k", "x stock", "Redis RT/page", "Redis cmds/page", "server cmds/page",
-               "Redis B/page kept", "peak"]  # fmt: skip
+    headers = [
+        "system",
+        "nodes",
+        "runs",
+        "pages",
+        "pages/s",
+        "x stock",
+        "CPU s/1k pages",
+        "x stock",
+        "crawl CPU s/1k",
+        "x stock",
+        "Redis RT/page",
+        "Redis cmds/page",
+        "server cmds/page",
+        "Redis B/page kept",
+        "peak",
+    ]
     rows = []
     for s in summaries:
-        rows.append([
-            s["label"], s["nodes"], s["runs"], fmt(s["pages"], ".0f"), fmt(s["pages_per_s"], ".0f"),
-            fmt(ratio(s["pages_per_s"], stock and stock["pages_per_s"])),
-            fmt(s["cpu_per_1000"]), fmt(ratio(s["cpu_per_1000"], stock and stock["cpu_per_1000"])),
-            fmt(s["crawl_cpu_per_1000"]),
-            fmt(ratio(s["crawl_cpu_per_1000"], stock and stock["crawl_cpu_per_1000"])),
-            fmt(s["roundtrips_per_page"]), fmt(s["commands_per_page"]),
-            fmt(s["server_command_executions_per_page"], ".1f"),
-            fmt(s["redis_memory_kept_per_page"], ".0f"), fmt(s["redis_memory_peak_per_page"], ".0f"),
-        ])  # fmt: skip
+        rows.append(
+            [
+                s["label"],
+                s["nodes"],
+                s["runs"],
+                fmt(s["pages"], ".0f"),
+                fmt(s["pages_per_s"], ".0f"),
+                fmt(ratio(s["pages_per_s"], stock and stock["pages_per_s"])),
+                fmt(s["cpu_per_1000"]),
+                fmt(ratio(s["cpu_per_1000"], stock and stock["cpu_per_1000"])),
+                fmt(s["crawl_cpu_per_1000"]),
+                fmt(ratio(s["crawl_cpu_per_1000"], stock and stock["crawl_cpu_per_1000"])),
+                fmt(s["roundtrips_per_page"]),
+                fmt(s["commands_per_page"]),
+                fmt(s["server_command_executions_per_page"], ".1f"),
+                fmt(s["redis_memory_kept_per_page"], ".0f"),
+                fmt(s["redis_memory_peak_per_page"], ".0f"),
+            ]
+        )
     return table(headers, rows)
 
 
@@ -619,9 +701,7 @@ def scenario_instant(args: argparse.Namespace, workdir: Path, log: Callable[[str
         log(f"instant site, 2 nodes, round {rnd + 1}/{args.runs2}")
         for s in [s for s in order if s.name != STOCK]:
             c = Crawl(s, 2, args.items, 0.0, args.concurrency, timeout=args.crawl_timeout, label=s.name)
-            runs2.setdefault(s.name, []).append(
-                run_crawl(c, workdir, f"instant-2n-{slug(s.name)}-r{rnd}", log)
-            )
+            runs2.setdefault(s.name, []).append(run_crawl(c, workdir, f"instant-2n-{slug(s.name)}-r{rnd}", log))
     summaries = [summarize(runs[s.name]) for s in order] + [summarize(v) for v in runs2.values()]
     return {"runs": runs, "runs_2_nodes": runs2, "summaries": summaries}
 
@@ -632,8 +712,16 @@ def scenario_links(args: argparse.Namespace, workdir: Path, log: Callable[[str],
     for related in (3, 30):
         log(f"links per page: item pages with {related} related links ({args.links_items} items)")
         for s in (sy[CP_SET], sy[SR]):
-            c = Crawl(s, 1, args.links_items, 0.0, 16, related=related, timeout=args.crawl_timeout,
-                      label=f"{s.name}, {related} related")  # fmt: skip
+            c = Crawl(
+                s,
+                1,
+                args.links_items,
+                0.0,
+                16,
+                related=related,
+                timeout=args.crawl_timeout,
+                label=f"{s.name}, {related} related",
+            )
             out.append(run_crawl(c, workdir, f"links-{related}-{slug(s.name)}", log))
     return {"runs": out}
 
@@ -662,11 +750,14 @@ def scenario_scaling(args: argparse.Namespace, workdir: Path, log: Callable[[str
     for part, plan, items, concurrency in parts:
         runs: dict[str, list[dict[str, Any]]] = {}
         for rnd in range(args.scale_runs):
-            log(f"{args.scale_delay * 1000:.0f} ms site, CONCURRENT_REQUESTS={concurrency} per node, "
-                f"round {rnd + 1}/{args.scale_runs} ({items} items)")  # fmt: skip
+            log(
+                f"{args.scale_delay * 1000:.0f} ms site, CONCURRENT_REQUESTS={concurrency} per node, "
+                f"round {rnd + 1}/{args.scale_runs} ({items} items)"
+            )
             for label, system, n, warm in plan:
-                c = Crawl(system, n, items, args.scale_delay, concurrency, warm=warm,
-                          timeout=args.crawl_timeout, label=label)  # fmt: skip
+                c = Crawl(
+                    system, n, items, args.scale_delay, concurrency, warm=warm, timeout=args.crawl_timeout, label=label
+                )
                 runs.setdefault(f"{label}|{n}", []).append(
                     run_crawl(c, workdir, f"scale-{part}-{slug(label)}-{n}n-r{rnd}", log)
                 )
@@ -675,10 +766,13 @@ def scenario_scaling(args: argparse.Namespace, workdir: Path, log: Callable[[str
             s = summarize(rs)
             s["system"], s["nodes"] = key.split("|")[0], int(key.split("|")[1])
             s["items"], s["concurrency_per_node"] = items, concurrency
-            s["active_downloads_mean"] = median([
-                sum(x for x in r.get("active_downloads_mean", []) if x is not None) / max(1, r["nodes"])
-                for r in rs if r.get("active_downloads_mean")
-            ])  # fmt: skip
+            s["active_downloads_mean"] = median(
+                [
+                    sum(x for x in r.get("active_downloads_mean", []) if x is not None) / max(1, r["nodes"])
+                    for r in rs
+                    if r.get("active_downloads_mean")
+                ]
+            )
             summaries.append(s)
         for s in summaries:
             one = next((x for x in summaries if x["system"] == s["system"] and x["nodes"] == 1), None)
@@ -702,9 +796,16 @@ def scenario_latency(args: argparse.Namespace, workdir: Path, log: Callable[[str
         start_request, spider = _seed_request(site.url + "/", "parse_list", priority=10)
         frontier = _frontier(redis_proc.client)
         frontier.admit([(_fingerprint(start_request), 0.0, b"")])  # the node's start request is filtered
-        node = start_node(run_dir, "worker", site.url, {
-            "REDIS_URL": redis_proc.url, "CRAWLPLUG_IDLE_CLOSE": 0, "DEPTH_LIMIT": 1,
-        })  # fmt: skip
+        node = start_node(
+            run_dir,
+            "worker",
+            site.url,
+            {
+                "REDIS_URL": redis_proc.url,
+                "CRAWLPLUG_IDLE_CLOSE": 0,
+                "DEPTH_LIMIT": 1,
+            },
+        )
         if not wait_for(lambda: "Spider opened" in node.text() or not node.proc.alive, 90, 0.1) or not node.proc.alive:
             raise RuntimeError(f"the worker did not start (log: {node.log})")
         time.sleep(3.0)  # idle for a while: its start request is filtered, the queue is empty
@@ -778,6 +879,7 @@ def scenario_micro(args: argparse.Namespace, workdir: Path, log: Callable[[str],
     from scrapy.utils.request import RequestFingerprinter
 
     from crawlplug.frontier.keys import CrawlKeys
+
     try:  # the tree measured may be older than crawlplug.frontier.core
         from crawlplug.frontier.core import Frontier
     except ImportError:
@@ -799,7 +901,7 @@ def scenario_micro(args: argparse.Namespace, workdir: Path, log: Callable[[str],
         return [
             Request(f"http://127.0.0.1:8000/item/{i}/", callback=spider.parse_item, priority=i % 3)
             for i in range(count)
-        ]  # fmt: skip
+        ]
 
     def frontier() -> Frontier:
         client.flushall()
@@ -969,24 +1071,35 @@ def scenario_micro(args: argparse.Namespace, workdir: Path, log: Callable[[str],
             results[key] = statistics.median(values)
         results["rates"] = rates
         results["redis_round_trip_us"] = 1e6 / results["redis_single_round_trips"]
-        log(f"  crawlplug Frontier: admit {results['crawlplug_admit']:.0f}/s "
+        log(
+            f"  crawlplug Frontier: admit {results['crawlplug_admit']:.0f}/s "
             f"(Redis part alone {results['crawlplug_admit_redis_only']:.0f}/s), "
-            f"pop {results['crawlplug_pop']:.0f}/s, pop+ack {results['crawlplug_pop_ack']:.0f}/s")  # fmt: skip
-        log(f"  scrapy-redis RFPDupeFilter+PriorityQueue: admit {results['scrapy_redis_admit']:.0f}/s, "
-            f"pop {results['scrapy_redis_pop']:.0f}/s")  # fmt: skip
-        log(f"  Scrapy in-memory Scheduler: enqueue {results['scrapy_memory_admit']:.0f}/s, "
-            f"next_request {results['scrapy_memory_pop']:.0f}/s")  # fmt: skip
+            f"pop {results['crawlplug_pop']:.0f}/s, pop+ack {results['crawlplug_pop_ack']:.0f}/s"
+        )
+        log(
+            f"  scrapy-redis RFPDupeFilter+PriorityQueue: admit {results['scrapy_redis_admit']:.0f}/s, "
+            f"pop {results['scrapy_redis_pop']:.0f}/s"
+        )
+        log(
+            f"  Scrapy in-memory Scheduler: enqueue {results['scrapy_memory_admit']:.0f}/s, "
+            f"next_request {results['scrapy_memory_pop']:.0f}/s"
+        )
         log(f"  one Redis round trip (PING) from Python: {results['redis_round_trip_us']:.0f} us")
 
         # -- the machine's Redis limit ------------------------------------------------------------
         results["redis_limit"] = redis_limit(rp, client, args)
-        log(f"  Redis limit: {results['redis_limit']['label']}: " + ", ".join(
-            f"{k} {v:.0f}/s" for k, v in results["redis_limit"]["ops_per_s"].items()))  # fmt: skip
+        log(
+            f"  Redis limit: {results['redis_limit']['label']}: "
+            + ", ".join(f"{k} {v:.0f}/s" for k, v in results["redis_limit"]["ops_per_s"].items())
+        )
     finally:
         client.close()
         rp.stop()
-    for name, a, b in (("admit", "crawlplug_admit", "scrapy_redis_admit"), ("pop", "crawlplug_pop", "scrapy_redis_pop"),
-                       ("pop_ack", "crawlplug_pop_ack", "scrapy_redis_pop")):  # fmt: skip
+    for name, a, b in (
+        ("admit", "crawlplug_admit", "scrapy_redis_admit"),
+        ("pop", "crawlplug_pop", "scrapy_redis_pop"),
+        ("pop_ack", "crawlplug_pop_ack", "scrapy_redis_pop"),
+    ):
         per_round = [x / y for x, y in zip(rates[a], rates[b]) if y]
         results[f"{name}_ratio_per_round"] = per_round
     results["admit_ratio_vs_scrapy_redis"] = ratio(results["crawlplug_admit"], results["scrapy_redis_admit"])
@@ -1002,8 +1115,11 @@ def redis_limit(rp: RedisProc, client: Any, args: argparse.Namespace) -> dict[st
         n = 200_000 if not args.quick else 50_000
         out = subprocess.run(
             [bench, "-p", str(rp.port), "-q", "-n", str(n), "-P", "16", "-t", "set,get"],
-            capture_output=True, text=True, timeout=120, check=False,
-        ).stdout  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        ).stdout
         ops = {}
         for line in out.replace("\r", "\n").splitlines():
             if ":" in line and "requests per second" in line:
@@ -1027,9 +1143,9 @@ def redis_limit(rp: RedisProc, client: Any, args: argparse.Namespace) -> dict[st
         ops[name] = per_pipe * pipes / (time.perf_counter() - t)
     return {
         "label": "no redis-benchmark on this machine: redis-py pipelines of 1,000 commands "
-                 "(bounded by the Python client, below redis-benchmark's figure)",
+        "(bounded by the Python client, below redis-benchmark's figure)",
         "ops_per_s": ops,
-    }  # fmt: skip
+    }
 
 
 # -- report ------------------------------------------------------------------------------------------
@@ -1059,8 +1175,9 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
     rts += [(r["label"], r.get("roundtrips_per_page")) for r in links if "crawlplug" in r["label"]]
     rts += [
         (f"{s['label']} 2 nodes", s.get("roundtrips_per_page"))
-        for s in report.get("instant", {}).get("summaries", []) if s["nodes"] == 2 and "crawlplug" in s["label"]
-    ]  # fmt: skip
+        for s in report.get("instant", {}).get("summaries", [])
+        if s["nodes"] == 2 and "crawlplug" in s["label"]
+    ]
     for label, v in rts:
         if v is not None:
             out.append((f"Redis round trips per page, {label}", f"{v:.2f}", "<= 2", v <= 2))
@@ -1095,8 +1212,14 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                 v = s.get("speedup_vs_1_node")
                 busy = s.get("box_cpu_busy")
                 measured = (fmt(v) or "-") + (f" (machine {busy * 100:.0f}% busy)" if busy is not None else "")
-                out.append((f"{n} nodes vs 1 node, crawlplug, CONCURRENT_REQUESTS={sc['concurrency_per_node']}{what}",
-                            measured, f">= {need}", v is not None and v >= need))  # fmt: skip
+                out.append(
+                    (
+                        f"{n} nodes vs 1 node, crawlplug, CONCURRENT_REQUESTS={sc['concurrency_per_node']}{what}",
+                        measured,
+                        f">= {need}",
+                        v is not None and v >= need,
+                    )
+                )
         # What this machine could do at best: all its CPUs spent at stock Scrapy's own CPU
         # cost per page, over the pages/s one node gets. Below the target, the target
         # measures the machine, not the frontier.
@@ -1104,24 +1227,40 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         cpus = report.get("environment", {}).get("cpus")
         if stock1 and cp1 and cpus and stock1.get("cpu_per_1000") and cp1.get("pages_per_s"):
             ceiling = cpus * 1000 / stock1["cpu_per_1000"] / cp1["pages_per_s"]
-            out.append((f"  ceiling on this machine: {cpus} CPUs at stock Scrapy's CPU per page{what}",
-                        f"{ceiling:.2f}", ">= 3.4 to test", ceiling >= 3.4))  # fmt: skip
+            out.append(
+                (
+                    f"  ceiling on this machine: {cpus} CPUs at stock Scrapy's CPU per page{what}",
+                    f"{ceiling:.2f}",
+                    ">= 3.4 to test",
+                    ceiling >= 3.4,
+                )
+            )
     micro = report.get("micro")
     if micro:
-        for key, label in (("admit_ratio_vs_scrapy_redis", "admission"), ("pop_ratio_vs_scrapy_redis", "pop"),
-                           ("pop_ack_ratio_vs_scrapy_redis", "pop+ack")):  # fmt: skip
+        for key, label in (
+            ("admit_ratio_vs_scrapy_redis", "admission"),
+            ("pop_ratio_vs_scrapy_redis", "pop"),
+            ("pop_ack_ratio_vs_scrapy_redis", "pop+ack"),
+        ):
             v = micro.get(key)
             rounds = micro.get(key.replace("_vs_scrapy_redis", "_per_round"), [])
             measured = (fmt(v, ".1f") or "-") + (
                 f" (rounds {min(rounds):.1f}-{max(rounds):.1f})" if len(rounds) > 1 else ""
             )
-            out.append((f"{label} throughput vs scrapy-redis (public classes)", measured, ">= 5",
-                        v is not None and v >= 5))  # fmt: skip
+            out.append(
+                (f"{label} throughput vs scrapy-redis (public classes)", measured, ">= 5", v is not None and v >= 5)
+            )
     lat = report.get("latency")
     if lat:
         v = lat.get("max_s")
-        out.append(("idle node picks up new work (max of probes)", fmt(v, ".3f") or "missed", "<= 1 s",
-                    v is not None and v <= 1.0))  # fmt: skip
+        out.append(
+            (
+                "idle node picks up new work (max of probes)",
+                fmt(v, ".3f") or "missed",
+                "<= 1 s",
+                v is not None and v <= 1.0,
+            )
+        )
     return out
 
 
@@ -1129,37 +1268,53 @@ def print_report(report: dict[str, Any]) -> None:
     p = print
     env = report["environment"]
     p()
-    p(f"Throughput benchmark ({'quick' if report['quick'] else 'default'} mode), {env['cpus']} CPUs, "
-      f"Python {env['python']}, Scrapy {env['scrapy']}, scrapy-redis {env['scrapy_redis']}, "
-      f"Redis {env.get('redis', '?')}, crawlplug at {env['git_commit']}"
-      + (f" + {len(env['git_uncommitted'])} uncommitted files" if env["git_uncommitted"] else ""))  # fmt: skip
+    p(
+        f"Throughput benchmark ({'quick' if report['quick'] else 'default'} mode), {env['cpus']} CPUs, "
+        f"Python {env['python']}, Scrapy {env['scrapy']}, scrapy-redis {env['scrapy_redis']}, "
+        f"Redis {env.get('redis', '?')}, crawlplug at {env['git_commit']}"
+        + (f" + {len(env['git_uncommitted'])} uncommitted files" if env["git_uncommitted"] else "")
+    )
     load = report.get("foreign_load_at_start")
     if load is not None:
-        p(f"Load of other processes on this machine at start: {load * 100:.0f}% of the CPUs"
-          + (" -- TIMINGS ARE UNRELIABLE" if load > 0.1 else ""))  # fmt: skip
+        p(
+            f"Load of other processes on this machine at start: {load * 100:.0f}% of the CPUs"
+            + (" -- TIMINGS ARE UNRELIABLE" if load > 0.1 else "")
+        )
     inst = report.get("instant")
     if inst:
         stock = next((s for s in inst["summaries"] if s["label"] == STOCK), None)
         p()
-        p(f"1. Demo shop answering instantly, {report['params']['items']} items "
-          f"({report['params']['pages']} pages), CONCURRENT_REQUESTS={report['params'].get('concurrency', 16)} per node; medians "
-          f"(1 node: {report['params']['runs']} runs, 2 nodes: {report['params']['runs2']} runs); "
-          "ratios to stock Scrapy, 1 node, same run")  # fmt: skip
+        p(
+            f"1. Demo shop answering instantly, {report['params']['items']} items "
+            f"({report['params']['pages']} pages), CONCURRENT_REQUESTS={report['params'].get('concurrency', 16)} per node; medians "
+            f"(1 node: {report['params']['runs']} runs, 2 nodes: {report['params']['runs2']} runs); "
+            "ratios to stock Scrapy, 1 node, same run"
+        )
         p(main_table(inst["summaries"], stock))
         for line in baseline_lines(inst["summaries"]):
             p(line)
-        foreign = [r.get("foreign_cpu_busy") for rs in (*inst["runs"].values(), *inst["runs_2_nodes"].values())
-                   for r in rs if r.get("foreign_cpu_busy") is not None]  # fmt: skip
+        foreign = [
+            r.get("foreign_cpu_busy")
+            for rs in (*inst["runs"].values(), *inst["runs_2_nodes"].values())
+            for r in rs
+            if r.get("foreign_cpu_busy") is not None
+        ]
         if foreign:
-            p(f"   other processes' load during these crawls: median {median(foreign) * 100:.0f}%, "
-              f"max {max(foreign) * 100:.0f}% of the CPUs" + (" -- timings unreliable" if max(foreign) > 0.1 else ""))
+            p(
+                f"   other processes' load during these crawls: median {median(foreign) * 100:.0f}%, "
+                f"max {max(foreign) * 100:.0f}% of the CPUs" + (" -- timings unreliable" if max(foreign) > 0.1 else "")
+            )
         redone = sum(len(r.get("discarded_runs_other_load", [])) for r in _all_runs(report))
         if redone:
             p(f"   {redone} crawl(s) of this bench were run again because other processes took the CPUs meanwhile")
-        p("   pages/s: pages / (last - first response); CPU: the crawl processes' user+system time, whole life "
-          "(crawl CPU: first to last response only);")  # fmt: skip
-        p("   Redis RT/page and cmds/page: counted in the crawl processes (a pipeline = 1 round trip); server "
-          "cmds/page: INFO commandstats, which also counts the commands Lua scripts run;")  # fmt: skip
+        p(
+            "   pages/s: pages / (last - first response); CPU: the crawl processes' user+system time, whole life "
+            "(crawl CPU: first to last response only);"
+        )
+        p(
+            "   Redis RT/page and cmds/page: counted in the crawl processes (a pipeline = 1 round trip); server "
+            "cmds/page: INFO commandstats, which also counts the commands Lua scripts run;"
+        )
         p("   Redis B/page: used_memory after the crawl minus before (kept), used_memory_peak minus before (peak)")
         for s in inst["summaries"]:
             for note in s["notes"]:
@@ -1171,13 +1326,31 @@ def print_report(report: dict[str, Any]) -> None:
     if links:
         p()
         p(f"2. Redis traffic against links per page ({report['params']['links_items']} items, 1 node)")
-        p(table(
-            ["system", "related links/item", "pages", "pages/s", "Redis RT/page", "Redis cmds/page",
-             "server cmds/page"],
-            [[r["system"], r["related"], r["pages"], fmt(r["pages_per_s"], ".0f"), fmt(r.get("roundtrips_per_page")),
-              fmt(r.get("commands_per_page")), fmt(r.get("server_command_executions_per_page"), ".1f")]
-             for r in links["runs"]],
-        ))  # fmt: skip
+        p(
+            table(
+                [
+                    "system",
+                    "related links/item",
+                    "pages",
+                    "pages/s",
+                    "Redis RT/page",
+                    "Redis cmds/page",
+                    "server cmds/page",
+                ],
+                [
+                    [
+                        r["system"],
+                        r["related"],
+                        r["pages"],
+                        fmt(r["pages_per_s"], ".0f"),
+                        fmt(r.get("roundtrips_per_page")),
+                        fmt(r.get("commands_per_page")),
+                        fmt(r.get("server_command_executions_per_page"), ".1f"),
+                    ]
+                    for r in links["runs"]
+                ],
+            )
+        )
     scale = report.get("scaling")
     if scale:
         for part, title in (("main", "3."), ("light", "3b.")):
@@ -1185,69 +1358,124 @@ def print_report(report: dict[str, Any]) -> None:
             if not sc:
                 continue
             p()
-            p(f"{title} Scaling on a site answering in {report['params']['scale_delay'] * 1000:.0f} ms, "
-              f"{sc['items']} items, CONCURRENT_REQUESTS={sc['concurrency_per_node']} per node, "
-              f"{report['params']['scale_runs']} run(s), medians; crawlplug nodes warm-started"
-              + (" (a lighter load that fits this machine's CPUs)" if part == "light" else ""))  # fmt: skip
-            p(table(
-                ["system", "nodes", "pages", "pages/s", "x 1 node", "CPU s/1k pages", "Redis RT/page",
-                 "in flight/node", "machine busy", "other load", "notes"],
-                [[s["system"], s["nodes"], fmt(s["pages"], ".0f"), fmt(s["pages_per_s"], ".0f"),
-                  fmt(s["speedup_vs_1_node"]), fmt(s["cpu_per_1000"]), fmt(s["roundtrips_per_page"]),
-                  fmt(s.get("active_downloads_mean"), ".1f"), pct(s.get("box_cpu_busy")),
-                  pct(s.get("foreign_cpu_busy")), "; ".join(s["notes"])[:80] or ""]
-                 for s in sc["summaries"]],
-            ))  # fmt: skip
-        p("   in flight/node: mean downloads still active when a response arrives (the concurrency used, "
-          "of CONCURRENT_REQUESTS);")  # fmt: skip
-        p("   machine busy: all CPUs, all processes (/proc/stat), first to last fetch; other load: the part "
-          "of it used by processes this bench did not start")  # fmt: skip
+            p(
+                f"{title} Scaling on a site answering in {report['params']['scale_delay'] * 1000:.0f} ms, "
+                f"{sc['items']} items, CONCURRENT_REQUESTS={sc['concurrency_per_node']} per node, "
+                f"{report['params']['scale_runs']} run(s), medians; crawlplug nodes warm-started"
+                + (" (a lighter load that fits this machine's CPUs)" if part == "light" else "")
+            )
+            p(
+                table(
+                    [
+                        "system",
+                        "nodes",
+                        "pages",
+                        "pages/s",
+                        "x 1 node",
+                        "CPU s/1k pages",
+                        "Redis RT/page",
+                        "in flight/node",
+                        "machine busy",
+                        "other load",
+                        "notes",
+                    ],
+                    [
+                        [
+                            s["system"],
+                            s["nodes"],
+                            fmt(s["pages"], ".0f"),
+                            fmt(s["pages_per_s"], ".0f"),
+                            fmt(s["speedup_vs_1_node"]),
+                            fmt(s["cpu_per_1000"]),
+                            fmt(s["roundtrips_per_page"]),
+                            fmt(s.get("active_downloads_mean"), ".1f"),
+                            pct(s.get("box_cpu_busy")),
+                            pct(s.get("foreign_cpu_busy")),
+                            "; ".join(s["notes"])[:80] or "",
+                        ]
+                        for s in sc["summaries"]
+                    ],
+                )
+            )
+        p(
+            "   in flight/node: mean downloads still active when a response arrives (the concurrency used, "
+            "of CONCURRENT_REQUESTS);"
+        )
+        p(
+            "   machine busy: all CPUs, all processes (/proc/stat), first to last fetch; other load: the part "
+            "of it used by processes this bench did not start"
+        )
     micro = report.get("micro")
     if micro:
         p()
-        p("4. Scheduler classes in-process (requests per second, median of runs; admission includes "
-          "fingerprinting and serialization)")  # fmt: skip
+        p(
+            "4. Scheduler classes in-process (requests per second, median of runs; admission includes "
+            "fingerprinting and serialization)"
+        )
         rows = [
-            ["crawlplug Frontier.admit (batches of 200)", fmt(micro["crawlplug_admit"], ".0f"),
-             fmt(micro["admit_ratio_vs_scrapy_redis"], ".1f")],
+            [
+                "crawlplug Frontier.admit (batches of 200)",
+                fmt(micro["crawlplug_admit"], ".0f"),
+                fmt(micro["admit_ratio_vs_scrapy_redis"], ".1f"),
+            ],
             ["  the Redis part alone (pre-serialized)", fmt(micro["crawlplug_admit_redis_only"], ".0f"), None],
-            ["crawlplug Frontier.pop(32) + decode", fmt(micro["crawlplug_pop"], ".0f"),
-             fmt(micro["pop_ratio_vs_scrapy_redis"], ".1f")],
-            ["crawlplug admit_and_pop(acks, 32) + decode", fmt(micro["crawlplug_pop_ack"], ".0f"),
-             fmt(micro["pop_ack_ratio_vs_scrapy_redis"], ".1f")],
-            ["scrapy-redis RFPDupeFilter.request_seen + PriorityQueue.push", fmt(micro["scrapy_redis_admit"], ".0f"),
-             "1.0"],
+            [
+                "crawlplug Frontier.pop(32) + decode",
+                fmt(micro["crawlplug_pop"], ".0f"),
+                fmt(micro["pop_ratio_vs_scrapy_redis"], ".1f"),
+            ],
+            [
+                "crawlplug admit_and_pop(acks, 32) + decode",
+                fmt(micro["crawlplug_pop_ack"], ".0f"),
+                fmt(micro["pop_ack_ratio_vs_scrapy_redis"], ".1f"),
+            ],
+            [
+                "scrapy-redis RFPDupeFilter.request_seen + PriorityQueue.push",
+                fmt(micro["scrapy_redis_admit"], ".0f"),
+                "1.0",
+            ],
             ["scrapy-redis PriorityQueue.pop", fmt(micro["scrapy_redis_pop"], ".0f"), "1.0"],
             ["Scrapy in-memory Scheduler.enqueue_request", fmt(micro["scrapy_memory_admit"], ".0f"), None],
             ["Scrapy in-memory Scheduler.next_request", fmt(micro["scrapy_memory_pop"], ".0f"), None],
-        ]  # fmt: skip
+        ]
         for k, v in micro["redis_limit"]["ops_per_s"].items():
             rows.append([f"Redis limit: {k}", fmt(v, ".0f"), None])
-        rows.append(["Redis PING, one round trip each (latency floor)", fmt(micro.get("redis_single_round_trips"), ".0f"),
-                     None])  # fmt: skip
-        for key, label in (("fingerprint_only", "Scrapy RequestFingerprinter.fingerprint alone"),
-                           ("json_dumps_only", "crawlplug JsonSerializer.dumps alone"),
-                           ("json_loads_only", "crawlplug JsonSerializer.loads alone")):  # fmt: skip
+        rows.append(
+            ["Redis PING, one round trip each (latency floor)", fmt(micro.get("redis_single_round_trips"), ".0f"), None]
+        )
+        for key, label in (
+            ("fingerprint_only", "Scrapy RequestFingerprinter.fingerprint alone"),
+            ("json_dumps_only", "crawlplug JsonSerializer.dumps alone"),
+            ("json_loads_only", "crawlplug JsonSerializer.loads alone"),
+        ):
             if micro.get(key):
                 rows.append([f"{label} ({1e6 / micro[key]:.0f} us each)", fmt(micro[key], ".0f"), None])
         p(table(["operation", "requests/s", "x scrapy-redis"], rows))
         p(f"   Redis limit: {micro['redis_limit']['label']}")
-        p(f"   one Redis round trip from Python takes {micro['redis_round_trip_us']:.0f} us here: scrapy-redis pays "
-          "2 per admitted request and 1 per pop, crawlplug 1 per batch")  # fmt: skip
+        p(
+            f"   one Redis round trip from Python takes {micro['redis_round_trip_us']:.0f} us here: scrapy-redis pays "
+            "2 per admitted request and 1 per pop, crawlplug 1 per batch"
+        )
         if micro.get("foreign_cpu_busy") is not None:
             p(f"   other processes' load meanwhile: {micro['foreign_cpu_busy'] * 100:.0f}% of the CPUs")
     lat = report.get("latency")
     if lat:
         p()
         vals = ", ".join("missed" if v is None else f"{v:.3f}" for v in lat["latencies_s"])
-        p(f"5. Idle pickup: a request admitted into an idle worker's queue is fetched after "
-          f"median {fmt(lat['median_s'], '.3f')} s, max {fmt(lat['max_s'], '.3f')} s ({vals})")  # fmt: skip
+        p(
+            f"5. Idle pickup: a request admitted into an idle worker's queue is fetched after "
+            f"median {fmt(lat['median_s'], '.3f')} s, max {fmt(lat['max_s'], '.3f')} s ({vals})"
+        )
     tg = report.get("targets")
     if tg:
         p()
         p("Targets")
-        p(table(["target", "measured", "wanted", "met"],
-                [[t, m, w, "yes" if ok else ("NO" if ok is False else "?")] for t, m, w, ok in tg]))  # fmt: skip
+        p(
+            table(
+                ["target", "measured", "wanted", "met"],
+                [[t, m, w, "yes" if ok else ("NO" if ok is False else "?")] for t, m, w, ok in tg],
+            )
+        )
     p()
     p(f"JSON: {report['json']}")
 
@@ -1262,10 +1490,12 @@ def environment() -> dict[str, Any]:
         sr_version = version("scrapy-redis")
     except ImportError:
         sr_version = "?"
+
     def git(*cmd: str) -> str:
         try:
-            return subprocess.run(["git", "-C", str(ROOT), *cmd], capture_output=True, text=True, timeout=10,
-                                  check=False).stdout.strip()  # fmt: skip
+            return subprocess.run(
+                ["git", "-C", str(ROOT), *cmd], capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return "?"
 
@@ -1286,8 +1516,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 run each, smaller sizes (< 3 minutes)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "throughput.json")
-    parser.add_argument("--only", default="instant,links,scaling,micro,latency",
-                        help="comma-separated scenarios to run (default: all)")  # fmt: skip
+    parser.add_argument(
+        "--only", default="instant,links,scaling,micro,latency", help="comma-separated scenarios to run (default: all)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the crawl logs (printed path)")
     parser.add_argument("--items", type=int, default=None)
     parser.add_argument("--runs", type=int, default=None, help="rounds of the 1-node instant-site crawls")
@@ -1296,32 +1527,65 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scale-items", type=int, default=None)
     parser.add_argument("--scale-delay", type=float, default=0.05)
     parser.add_argument("--scale-concurrency", type=int, default=8)
-    parser.add_argument("--scale-light-items", type=int, default=None,
-                        help="items of the lighter scaling crawls (0: skip them)")  # fmt: skip
+    parser.add_argument(
+        "--scale-light-items", type=int, default=None, help="items of the lighter scaling crawls (0: skip them)"
+    )
     parser.add_argument("--scale-light-concurrency", type=int, default=2)
-    parser.add_argument("--wait-idle", type=float, default=120.0,
-                        help="wait up to this many seconds for other processes to leave the CPUs alone")  # fmt: skip
-    parser.add_argument("--max-other-load", type=float, default=0.10,
-                        help="a crawl during which other processes used more of the CPUs than this is run again")
+    parser.add_argument(
+        "--wait-idle",
+        type=float,
+        default=120.0,
+        help="wait up to this many seconds for other processes to leave the CPUs alone",
+    )
+    parser.add_argument(
+        "--max-other-load",
+        type=float,
+        default=0.10,
+        help="a crawl during which other processes used more of the CPUs than this is run again",
+    )
     parser.add_argument("--retries", type=int, default=2, help="most re-runs of a disturbed crawl")
-    parser.add_argument("--budget", type=float, default=None,
-                        help="seconds after which disturbed crawls are no longer re-run (default 20 min, quick 6 min)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds after which disturbed crawls are no longer re-run (default 20 min, quick 6 min)",
+    )
     parser.add_argument("--crawl-timeout", type=float, default=240.0, help="seconds at most per crawl")
-    parser.add_argument("--baseline", default=None,
-                        help="also measure crawlplug at this commit (a git archive copy: bench.common.baseline_tree), "
-                             "interleaved with the working tree's in every round of the instant-site crawls")
-    parser.add_argument("--baseline2", default=None,
-                        help="a second baseline commit, measured as --baseline's (e.g. the tree before a change and "
-                             "main, beside the working tree)")
-    parser.add_argument("--tree", default=None, help="measure this commit's copy as crawlplug (default: the working "
-                                                     "tree, which must then not change during the run)")
-    parser.add_argument("--concurrency", type=int, default=16,
-                        help="CONCURRENT_REQUESTS (and per domain) of each node of the instant-site crawls")
-    parser.add_argument("--no-bloom", action="store_true",
-                        help="instant-site crawls: leave crawlplug's Bloom variants out (exact dedup only)")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="also measure crawlplug at this commit (a git archive copy: bench.common.baseline_tree), "
+        "interleaved with the working tree's in every round of the instant-site crawls",
+    )
+    parser.add_argument(
+        "--baseline2",
+        default=None,
+        help="a second baseline commit, measured as --baseline's (e.g. the tree before a change and "
+        "main, beside the working tree)",
+    )
+    parser.add_argument(
+        "--tree",
+        default=None,
+        help="measure this commit's copy as crawlplug (default: the working "
+        "tree, which must then not change during the run)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=16,
+        help="CONCURRENT_REQUESTS (and per domain) of each node of the instant-site crawls",
+    )
+    parser.add_argument(
+        "--no-bloom",
+        action="store_true",
+        help="instant-site crawls: leave crawlplug's Bloom variants out (exact dedup only)",
+    )
     parser.add_argument("--no-scrapy-redis", action="store_true", help="instant-site crawls: leave scrapy-redis out")
-    parser.add_argument("--no-others", action="store_true",
-                        help="instant-site crawls of crawlplug only (no stock Scrapy, no scrapy-redis)")
+    parser.add_argument(
+        "--no-others",
+        action="store_true",
+        help="instant-site crawls of crawlplug only (no stock Scrapy, no scrapy-redis)",
+    )
     args = parser.parse_args(argv)
     TREES["baseline"] = baseline_tree(args.baseline) if args.baseline else None
     TREES["baseline2"] = baseline_tree(args.baseline2) if args.baseline2 else None
@@ -1363,12 +1627,23 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "environment": environment(),
         "params": {
-            "items": args.items, "pages": expected_pages(args.items), "runs": args.runs, "runs2": args.runs2,
-            "concurrency": args.concurrency, "baseline": args.baseline, "baseline2": args.baseline2, "tree": args.tree,
-            "links_items": args.links_items, "scale_items": args.scale_items, "scale_delay": args.scale_delay,
-            "scale_concurrency": args.scale_concurrency, "scale_runs": args.scale_runs,
-            "micro_n": args.micro_n, "micro_n_scrapy_redis": args.micro_n_sr,
-            "max_other_load": args.max_other_load, "retries": args.retries,
+            "items": args.items,
+            "pages": expected_pages(args.items),
+            "runs": args.runs,
+            "runs2": args.runs2,
+            "concurrency": args.concurrency,
+            "baseline": args.baseline,
+            "baseline2": args.baseline2,
+            "tree": args.tree,
+            "links_items": args.links_items,
+            "scale_items": args.scale_items,
+            "scale_delay": args.scale_delay,
+            "scale_concurrency": args.scale_concurrency,
+            "scale_runs": args.scale_runs,
+            "micro_n": args.micro_n,
+            "micro_n_scrapy_redis": args.micro_n_sr,
+            "max_other_load": args.max_other_load,
+            "retries": args.retries,
         },
         "json": str(args.out),
     }

@@ -41,8 +41,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     ),
     "CRAWLPLUG_REDIS_CLUSTER": (
         False,
-        "Read a redis:// REDIS_URL as the address of a Redis Cluster node (same as "
-        "redis+cluster://).",
+        "Read a redis:// REDIS_URL as the address of a Redis Cluster node (same as redis+cluster://).",
     ),
     "CRAWLPLUG_REDIS_TIMEOUT": (
         5.0,
@@ -336,8 +335,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     ),
     "REDIS_START_URLS_BATCH_SIZE": (
         None,
-        "RedisSpider: start entries leased per call (scrapy-redis's name); None: "
-        "CRAWLPLUG_START_BATCH.",
+        "RedisSpider: start entries leased per call (scrapy-redis's name); None: CRAWLPLUG_START_BATCH.",
     ),
     # -- stats and items (STATS_CLASS / ITEM_PIPELINES) ---------------------------
     "CRAWLPLUG_STATS_INTERVAL": (
@@ -410,12 +408,12 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     "CRAWLPLUG_METRICS_TOP_DOMAINS": (
         20,
         "Domains with a label of their own in the metrics (the most requests leased so far); the rest are "
-        "summed under domain=\"other\" (`crawlplug control --top-domains`, the dashboard's /metrics).",
+        'summed under domain="other" (`crawlplug control --top-domains`, the dashboard\'s /metrics).',
     ),
     "CRAWLPLUG_ALERTS": (
         [],
         "Alert rules every node stores in Redis when it starts, as `crawlplug alerts add` would: a list of "
-        "{\"name\", \"when\", \"notify\": [URL...], \"cooldown\"} (JSON text with -s); a bad one is logged and left out.",
+        '{"name", "when", "notify": [URL...], "cooldown"} (JSON text with -s); a bad one is logged and left out.',
     ),
     "CRAWLPLUG_ALERT_COOLDOWN": (
         300.0,

@@ -23,6 +23,9 @@ on any number of machines, agree on one crawl's fingerprints.
 * :class:`ExpiringDupeFilter`: exact, but each fingerprint is forgotten after
   ``CRAWLPLUG_DEDUP_TTL`` seconds (``meta["crawlplug_dedup_ttl"]`` per
   request), for re-crawls.
+
+Its size: three dupefilters over one base class, which holds what they share (opening the
+crawl's Redis, the fingerprint cache, logging and counting what was filtered).
 """
 
 from __future__ import annotations
@@ -79,8 +82,10 @@ URL_FP_CACHE = 4096
 def _default_fingerprinter(fingerprinter: object) -> bool:
     """Whether ``fingerprinter`` is Scrapy's default one, whose fingerprint of a request is a
     function of its method, its URL, its body and its ``verbatim_url`` meta key only."""
-    return (type(fingerprinter) is scrapy_request.RequestFingerprinter
-            and getattr(fingerprinter, "_fingerprint", None) is scrapy_request.fingerprint)  # fmt: skip
+    return (
+        type(fingerprinter) is scrapy_request.RequestFingerprinter
+        and getattr(fingerprinter, "_fingerprint", None) is scrapy_request.fingerprint
+    )
 
 
 class RedisSetDupeFilter(BaseDupeFilter):
@@ -133,7 +138,9 @@ class RedisSetDupeFilter(BaseDupeFilter):
             raw = setting(s, "CRAWLPLUG_DEDUP_CAPACITY")
             capacity = None if raw in (None, "") else int(raw)
         except (TypeError, ValueError):
-            raise ConfigError(f"CRAWLPLUG_DEDUP_CAPACITY must be a number of URLs, got {s.get('CRAWLPLUG_DEDUP_CAPACITY')!r}") from None
+            raise ConfigError(
+                f"CRAWLPLUG_DEDUP_CAPACITY must be a number of URLs, got {s.get('CRAWLPLUG_DEDUP_CAPACITY')!r}"
+            ) from None
         return cls(
             crawler.request_fingerprinter,
             debug=s.getbool("DUPEFILTER_DEBUG"),
@@ -182,8 +189,10 @@ class RedisSetDupeFilter(BaseDupeFilter):
         crawler = self.crawler
         spider = getattr(crawler, "spider", None)
         if crawler is None or spider is None:
-            raise ConfigError(f"{type(self).__name__} used on its own needs the crawler of a running spider "
-                              "(build it with from_crawler, as Scrapy does)")  # fmt: skip
+            raise ConfigError(
+                f"{type(self).__name__} used on its own needs the crawler of a running spider "
+                "(build it with from_crawler, as Scrapy does)"
+            )
         settings = crawler.settings
         keys = crawl_keys(settings, spider.name)
         conn = clients.from_settings(settings)
@@ -200,8 +209,13 @@ class RedisSetDupeFilter(BaseDupeFilter):
         self._conn = conn
         if frontier.sharded:
             self._router = load_queue_class(setting(settings, "CRAWLPLUG_QUEUE_CLASS")).from_settings(settings)
-        logger.info("crawlplug %s: fingerprints of crawl %r on Redis %s (a dupefilter on its own, under %s)",
-                    type(self).__name__, keys.crawl, conn.safe_url, settings.get("SCHEDULER"))  # fmt: skip
+        logger.info(
+            "crawlplug %s: fingerprints of crawl %r on Redis %s (a dupefilter on its own, under %s)",
+            type(self).__name__,
+            keys.crawl,
+            conn.safe_url,
+            settings.get("SCHEDULER"),
+        )
 
     def fingerprint(self, request: Request) -> bytes:
         """The request's fingerprint (``crawler.request_fingerprinter``'s). A start request
@@ -239,8 +253,9 @@ class RedisSetDupeFilter(BaseDupeFilter):
         and counted (``dupefilter/redis_errors``): a page fetched twice, never one lost."""
         frontier = self.frontier
         if frontier is None:
-            raise RuntimeError(f"{type(self).__name__} is not open: the scheduler opens it (open()), "
-                               "or crawlplug's Scheduler binds it")  # fmt: skip
+            raise RuntimeError(
+                f"{type(self).__name__} is not open: the scheduler opens it (open()), or crawlplug's Scheduler binds it"
+            )
         arg = self.argument(request)
         # routed as admission routes it (the queue of open(), else the bound frontier's), so a
         # sharded crawl checks the shard its admission uses
@@ -259,8 +274,12 @@ class RedisSetDupeFilter(BaseDupeFilter):
     def _redis_failed(self, request: Request, exc: BaseException) -> None:
         if not self._failing:
             self._failing = True
-            logger.error("crawlplug: %s could not check %s in Redis (%s): letting requests through "
-                         "unchecked until it answers", type(self).__name__, request, exc)  # fmt: skip
+            logger.error(
+                "crawlplug: %s could not check %s in Redis (%s): letting requests through unchecked until it answers",
+                type(self).__name__,
+                request,
+                exc,
+            )
         if self.crawler is not None and self.crawler.stats is not None:
             self.crawler.stats.inc_value("dupefilter/redis_errors")
 
@@ -296,9 +315,17 @@ class RedisBloomDupeFilter(RedisSetDupeFilter):
     never admitted again.
     """
 
-    def __init__(self, fingerprinter: RequestFingerprinterProtocol, *, spec: BloomSpec,
-                 native: bool | str = False, ttl: float | None = None, generations: int = 0,
-                 debug: bool = False, crawler: Crawler | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        fingerprinter: RequestFingerprinterProtocol,
+        *,
+        spec: BloomSpec,
+        native: bool | str = False,
+        ttl: float | None = None,
+        generations: int = 0,
+        debug: bool = False,
+        crawler: Crawler | None = None,
+    ) -> None:
         if native not in (True, False, "auto"):
             raise ConfigError(f"CRAWLPLUG_BLOOM_NATIVE must be True, False or 'auto', got {native!r}")
         if generations < 0:
@@ -376,8 +403,14 @@ class ExpiringDupeFilter(RedisSetDupeFilter):
     for one request, e.g. a short one for a news front page.
     """
 
-    def __init__(self, fingerprinter: RequestFingerprinterProtocol, *, ttl: float,
-                 debug: bool = False, crawler: Crawler | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        fingerprinter: RequestFingerprinterProtocol,
+        *,
+        ttl: float,
+        debug: bool = False,
+        crawler: Crawler | None = None,
+    ) -> None:
         if not (isinstance(ttl, (int, float)) and 0 < ttl < math.inf):
             raise ConfigError(f"CRAWLPLUG_DEDUP_TTL must be a positive number of seconds, got {ttl!r}")
         self.ttl = ttl

@@ -98,6 +98,8 @@ class RunOver(RunEnded):
     its Scrapyd jobs) ended before the node joined, and no later run is running: the node
     has nothing to do and begins no run of its own (crawlplug.crawl.runs.join). Not a
     failure: ``state`` is "finished" for a run that finished."""
+
+
 class CorruptKey(CrawlplugError, redis.ResponseError):
     """A crawl key holds what crawlplug never writes there (a wrong type, a counter
     that is no integer): the script refused the whole call, having written nothing.
@@ -112,8 +114,14 @@ class CorruptKey(CrawlplugError, redis.ResponseError):
 _CORRUPT = re.compile(r"CORRUPT crawl key (\S+) ")
 
 
-def checked_number(value: Any, what: str, conv: Callable[[Any], Any] = float, *, kind: str = "a number",
-                   negative: str = "must not be negative") -> Any:  # fmt: skip
+def checked_number(
+    value: Any,
+    what: str,
+    conv: Callable[[Any], Any] = float,
+    *,
+    kind: str = "a number",
+    negative: str = "must not be negative",
+) -> Any:
     """``value`` as a number (``conv``: float, int) of 0 or more, or a :class:`ConfigError` that
     names ``what`` ("... must be <kind>, got ..." / "... <negative>, got ...")."""
     try:
@@ -134,7 +142,7 @@ def corrupt_key(exc: Exception) -> Exception:
     if match is None:
         return exc
     message = str(exc)
-    return CorruptKey(message[message.index("CORRUPT crawl key"):], match.group(1))
+    return CorruptKey(message[message.index("CORRUPT crawl key") :], match.group(1))
 
 
 def script_error(exc: BaseException) -> BaseException:
@@ -158,10 +166,13 @@ class AdmissionIncomplete(CrawlplugError):
     them acknowledged, ``stale`` found no longer held), the others not. ``cause`` is
     the error the rest met. Retrying only the rest counts nothing twice."""
 
-    def __init__(self, flags: str, cause: Exception, acks_done: Sequence[str] = (), acked: int = 0,
-                 stale: int = 0) -> None:  # fmt: skip
-        super().__init__(f"{flags.count('-')} of {len(flags)} requests not admitted"
-                         f"{f', {len(acks_done)} acks made' if acks_done else ''}: {cause}")  # fmt: skip
+    def __init__(
+        self, flags: str, cause: Exception, acks_done: Sequence[str] = (), acked: int = 0, stale: int = 0
+    ) -> None:
+        super().__init__(
+            f"{flags.count('-')} of {len(flags)} requests not admitted"
+            f"{f', {len(acks_done)} acks made' if acks_done else ''}: {cause}"
+        )
         self.flags = flags
         self.cause = cause
         self.acks_done = list(acks_done)

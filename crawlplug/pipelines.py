@@ -129,7 +129,9 @@ def _default(value: Any) -> Any:
         return value.total_seconds()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
-    raise ItemError(f"a value of type {type(value).__module__}.{type(value).__qualname__} ({value!r:.100}) has no JSON form")
+    raise ItemError(
+        f"a value of type {type(value).__module__}.{type(value).__qualname__} ({value!r:.100}) has no JSON form"
+    )
 
 
 def _finite(value: Any) -> Any:
@@ -262,18 +264,19 @@ class RedisItemPipeline:
         if self._down_since is None:
             self._down_since = started
             logger.warning(
-                "crawlplug: cannot store items in Redis (%s); they wait up to %ss, "
-                "their requests stay unacknowledged",
-                exc, self.retry,
-            )  # fmt: skip
+                "crawlplug: cannot store items in Redis (%s); they wait up to %ss, their requests stay unacknowledged",
+                exc,
+                self.retry,
+            )
         delay = 0.1
         while True:
             if time.monotonic() - started + delay > self.retry or self._stopping():
                 self._inc("crawlplug/items_failed")
                 logger.error(
                     "crawlplug: gave up storing an item after %.1fs: Redis still fails (%s)",
-                    time.monotonic() - started, exc,
-                )  # fmt: skip
+                    time.monotonic() - started,
+                    exc,
+                )
                 raise exc
             await self.sleep(delay)
             delay = min(delay * 2, _MAX_BACKOFF)
@@ -351,9 +354,11 @@ def iter_items(client: redis.Redis, key: str, *, limit: int = 0, chunk: int = 10
             n = chunk if left is None else min(chunk, left)
             rows = client.xrange(key, start, "+", count=n)
             for _, fields in rows:
-                yield fields[field] if field in fields else json.dumps(
-                    {text(k): text(v) for k, v in fields.items()}, ensure_ascii=False
-                ).encode()
+                yield (
+                    fields[field]
+                    if field in fields
+                    else json.dumps({text(k): text(v) for k, v in fields.items()}, ensure_ascii=False).encode()
+                )
             if left is not None:
                 left -= len(rows)
             if len(rows) < n:
@@ -361,5 +366,3 @@ def iter_items(client: redis.Redis, key: str, *, limit: int = 0, chunk: int = 10
             last = text(rows[-1][0])
             ms, _, seq = last.partition("-")
             start = f"{ms}-{int(seq) + 1}"
-
-

@@ -148,8 +148,7 @@ def domain_limits(settings: BaseSettings) -> dict[str, str]:
     for domain, limits in overrides.items():
         if not isinstance(limits, dict) or set(limits) - {"delay", "concurrency"}:
             raise ConfigError(
-                f"CRAWLPLUG_DOMAINS[{domain!r}] must be a dict with 'delay' and/or 'concurrency', "
-                f"got {limits!r}"
+                f"CRAWLPLUG_DOMAINS[{domain!r}] must be a dict with 'delay' and/or 'concurrency', got {limits!r}"
             )
         fields[f"s:{domain}"] = _limit_value(limits.get("delay"), limits.get("concurrency"), repr(domain))
     return fields

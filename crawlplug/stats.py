@@ -179,8 +179,12 @@ class RedisStatsCollector(StatsCollector):
             try:
                 self.mirror_key = str(self.mirror_template) % {"spider": name, "name": name}
             except (KeyError, ValueError, TypeError) as exc:
-                logger.error("crawlplug: STATS_KEY %r: only %%(spider)s may be filled in (%s); "
-                             "no copy of the stats is kept there", self.mirror_template, exc)  # fmt: skip
+                logger.error(
+                    "crawlplug: STATS_KEY %r: only %%(spider)s may be filled in (%s); "
+                    "no copy of the stats is kept there",
+                    self.mirror_template,
+                    exc,
+                )
         if self.interval > 0:
             self._loop = LoopingCall(self._periodic_flush)
             self._loop.start(self.interval, now=False)
@@ -197,7 +201,7 @@ class RedisStatsCollector(StatsCollector):
                     "crawlplug: this node's final stats could not be written to Redis; "
                     "the crawl-wide stats miss %d of its changes (they are in the stats dump)",
                     len(self._dirty),
-                )  # fmt: skip
+                )
         except Exception:  # closing must never fail the crawl
             logger.exception("crawlplug: writing the final stats failed")
         try:
@@ -297,8 +301,9 @@ class RedisStatsCollector(StatsCollector):
             logger.warning(
                 "crawlplug: could not write stats to Redis (%s); the %d changed stats are kept "
                 "and sent at the next flush",
-                exc, len(self._dirty),
-            )  # fmt: skip
+                exc,
+                len(self._dirty),
+            )
 
 
 def _spider_arg(method: str) -> None:
@@ -367,8 +372,6 @@ def _scrapy_redis_value(value: Any) -> str | int | float:
 _ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)?")
 
 
-
-
 def crawl_stats(client: redis.Redis, keys: CrawlKeys) -> dict[str, Any]:
     """The crawl-wide stats, by name."""
     raw = client.hgetall(keys.crawlstats)
@@ -386,7 +389,4 @@ def node_stats(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, Any]
     pipe = client.pipeline(transaction=False)
     for node in nodes:
         pipe.hgetall(keys.node_stats(node))
-    return {
-        node: {text(k): decode(v) for k, v in sorted(raw.items())}
-        for node, raw in zip(nodes, pipe.execute())
-    }
+    return {node: {text(k): decode(v) for k, v in sorted(raw.items())} for node, raw in zip(nodes, pipe.execute())}

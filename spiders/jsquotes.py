@@ -45,21 +45,31 @@ class JsQuotesSpider(scrapy.Spider):
     def rendered(self, url: str, **kwargs: Any) -> scrapy.Request:
         if PageMethod is None:
             raise RuntimeError("the jsquotes spider needs scrapy-playwright: pip install 'crawlplug[playwright]'")
-        return scrapy.Request(url, callback=self.parse, meta={
-            "playwright": True,
-            "playwright_page_methods": [PageMethod("wait_for_selector", "div.quote")],
-        }, **kwargs)  # fmt: skip
+        return scrapy.Request(
+            url,
+            callback=self.parse,
+            meta={
+                "playwright": True,
+                "playwright_page_methods": [PageMethod("wait_for_selector", "div.quote")],
+            },
+            **kwargs,
+        )
 
     async def start(self) -> AsyncIterator[Any]:
         yield self.rendered(self.base_url.rstrip("/") + "/")
         if self.control:
-            yield scrapy.Request(self.base_url.rstrip("/") + "/page/1/?control=1", callback=self.parse_control,
-                                 meta={"playwright": True})  # fmt: skip
+            yield scrapy.Request(
+                self.base_url.rstrip("/") + "/page/1/?control=1", callback=self.parse_control, meta={"playwright": True}
+            )
         if self.refused:
-            yield scrapy.Request(self.base_url.rstrip("/") + "/page/99/", callback=self.parse, meta={
-                "playwright": True,
-                "playwright_page_methods": [PageMethod("evaluate", "document.title")],
-            })  # fmt: skip
+            yield scrapy.Request(
+                self.base_url.rstrip("/") + "/page/99/",
+                callback=self.parse,
+                meta={
+                    "playwright": True,
+                    "playwright_page_methods": [PageMethod("evaluate", "document.title")],
+                },
+            )
 
     def parse_control(self, response: Response) -> Iterator[dict[str, Any]]:
         yield {"control": response.url, "quotes": len(response.css("div.quote"))}

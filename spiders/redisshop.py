@@ -22,7 +22,6 @@ from .shop import LIST_PRIORITY, ShopSpider
 class RedisShopSpider(RedisSpider, ShopSpider):
     name = "redisshop"
 
-
     def make_request_from_data(self, data: bytes) -> Request | Iterable[Request]:
         entry = starts.parse(data)
         if entry.callback is None:

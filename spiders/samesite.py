@@ -46,8 +46,7 @@ class SameSiteSpider(scrapy.Spider):
         super().__init__(*args, **kwargs)
         if not start_url:
             raise ValueError(
-                "the samesite spider needs a start URL: "
-                "scrapy crawl samesite -a start_url=http://host/path"
+                "the samesite spider needs a start URL: scrapy crawl samesite -a start_url=http://host/path"
             )
         parts = urlsplit(start_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:

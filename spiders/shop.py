@@ -98,7 +98,6 @@ class ShopSpider(scrapy.Spider):
         for href in response.css("a.related::attr(href)").getall():
             yield response.follow(href, callback=self.parse_item, priority=ITEM_PRIORITY)
 
-
     def closed(self, reason: str) -> None:
         """Scrapy's close hook (not a callback): says why the crawl ended."""
         logger.info("shop spider closed: %s", reason)

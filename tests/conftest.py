@@ -40,16 +40,29 @@ __all__ = ["ROOT", "SCRAPY", "Node", "RedisServer", "free_port", "redisbloom_mod
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--redis-url", default=None, help="use this Redis instead of starting one")
-    parser.addoption("--docs-venv", default=None, metavar="DIR",
-                     help="the docs' sessions (tests/test_docs_sessions.py): keep their venv in DIR and use it again")  # fmt: skip
+    parser.addoption(
+        "--docs-venv",
+        default=None,
+        metavar="DIR",
+        help="the docs' sessions (tests/test_docs_sessions.py): keep their venv in DIR and use it again",
+    )
 
 
 #: fixtures that make a test end-to-end, or an integration test (see the module docstring)
 E2E_FIXTURES = frozenset({"crawl", "project_copy", "make_scrapyd", "dist", "docs_install"})
-INTEGRATION_FIXTURES = frozenset({
-    "cluster_deployment", "redis_cluster", "cluster_url", "cluster_client", "redis_sentinel",
-    "fresh_redis", "bloom_redis", "shop", "make_shop",
-})  # fmt: skip
+INTEGRATION_FIXTURES = frozenset(
+    {
+        "cluster_deployment",
+        "redis_cluster",
+        "cluster_url",
+        "cluster_client",
+        "redis_sentinel",
+        "fresh_redis",
+        "bloom_redis",
+        "shop",
+        "make_shop",
+    }
+)
 TIERS = ("e2e", "integration", "unit")
 
 
@@ -75,8 +88,11 @@ def _writes_only_its_keys(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     found = keyaudit.take_violations()
     if found and not os.environ.get("CRAWLPLUG_KEY_AUDIT_LOG"):
-        pytest.fail(f"{request.node.nodeid}: a write the table in docs/architecture.md (\"Who writes which key\") "
-                    f"does not allow: {found}", pytrace=False)
+        pytest.fail(
+            f'{request.node.nodeid}: a write the table in docs/architecture.md ("Who writes which key") '
+            f"does not allow: {found}",
+            pytrace=False,
+        )
 
 
 class StartedAProcess(AssertionError):
@@ -93,8 +109,10 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         return
 
     def refuse(*_args: object, **_kwargs: object) -> None:
-        raise StartedAProcess(f"{item.nodeid} is in the unit tier but started a process: mark it "
-                              "`integration` (or `e2e` for scrapy nodes), see tests/conftest.py")  # fmt: skip
+        raise StartedAProcess(
+            f"{item.nodeid} is in the unit tier but started a process: mark it "
+            "`integration` (or `e2e` for scrapy nodes), see tests/conftest.py"
+        )
 
     saved = (subprocess.Popen._execute_child, os.fork, os.forkpty)  # type: ignore[attr-defined]
     subprocess.Popen._execute_child = refuse  # type: ignore[attr-defined,assignment]
@@ -203,9 +221,16 @@ def crawl(tmp_path: Path) -> Iterator[callable]:
     nodes: list[Node] = []
     counter = [0]
 
-    def start(spider: str = "shop", *, args: dict[str, str] | None = None,
-              settings: dict[str, object] | None = None, env: dict[str, str] | None = None,
-              terminal: bool = False, overwrite: bool = False, items: Path | None = None) -> Node:  # fmt: skip
+    def start(
+        spider: str = "shop",
+        *,
+        args: dict[str, str] | None = None,
+        settings: dict[str, object] | None = None,
+        env: dict[str, str] | None = None,
+        terminal: bool = False,
+        overwrite: bool = False,
+        items: Path | None = None,
+    ) -> Node:
         """``terminal``: standard input and error are a terminal (a pty), as for a person who
         typed `scrapy crawl`; else standard input is /dev/null, whatever pytest's is.
         ``overwrite``: the feed is given with -O (Scrapy's "overwrite"), not -o; ``items``: the
@@ -214,8 +239,17 @@ def crawl(tmp_path: Path) -> Iterator[callable]:
         n = counter[0]
         log = tmp_path / f"node{n}.log"
         items = items or tmp_path / f"node{n}.jsonl"
-        cmd = [SCRAPY, "crawl", spider, "-O" if overwrite else "-o", f"{items}:jsonlines", "-s", f"LOG_FILE={log}",
-               "-s", "LOG_LEVEL=INFO"]  # fmt: skip
+        cmd = [
+            SCRAPY,
+            "crawl",
+            spider,
+            "-O" if overwrite else "-o",
+            f"{items}:jsonlines",
+            "-s",
+            f"LOG_FILE={log}",
+            "-s",
+            "LOG_LEVEL=INFO",
+        ]
         for key, value in (args or {}).items():
             cmd += ["-a", f"{key}={value}"]
         for key, value in (settings or {}).items():
@@ -227,8 +261,9 @@ def crawl(tmp_path: Path) -> Iterator[callable]:
         if terminal:
             proc = tty_process(cmd, cwd=ROOT, env=proc_env, output=err)
         else:
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=proc_env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=open(err, "wb"))  # fmt: skip
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=proc_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(err, "wb")
+            )
         node = Node(proc, log, items)
         nodes.append(node)
         return node

@@ -28,7 +28,7 @@ from crawlplug.frontier.keys import CrawlKeys
 
 from .support.nodes import SCRAPY
 
-SPIDER = '''
+SPIDER = """
 import scrapy
 from scrapy.exceptions import CloseSpider, IgnoreRequest
 
@@ -65,7 +65,7 @@ class PathsSpider(scrapy.Spider):
 
     def on_error(self, failure):
         yield {"error": failure.request.url, "type": type(failure.value).__name__}
-'''
+"""
 
 
 class Site(BaseHTTPRequestHandler):
@@ -109,16 +109,29 @@ def site() -> Iterator[str]:
     server.daemon_threads = True
     port = server.server_address[1]
     Site.pages = {
-        "/": (200, links("/ok/1", "/ok/2", "/ok/1", "/redirect", "/fail500", "/notfound",
-                         "/ignore-me", "/raise", "/deep/1", f"http://localhost:{port}/offsite",
-                         "http://127.0.0.1:1/refused")),
+        "/": (
+            200,
+            links(
+                "/ok/1",
+                "/ok/2",
+                "/ok/1",
+                "/redirect",
+                "/fail500",
+                "/notfound",
+                "/ignore-me",
+                "/raise",
+                "/deep/1",
+                f"http://localhost:{port}/offsite",
+                "http://127.0.0.1:1/refused",
+            ),
+        ),
         "/deep/1": (200, links("/deep/2")),
         "/deep/2": (200, links("/deep/3")),
         "/deep/3": (200, links("/deep/4")),
         "/deep/4": (200, links("/deep/5")),
         "/closing": (200, links("/close", *[f"/ok/{i}" for i in range(100)])),
         "/slowstart": (200, links(*[f"/slow/{i}" for i in range(40)])),
-    }  # fmt: skip
+    }
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{port}"
@@ -128,15 +141,30 @@ def site() -> Iterator[str]:
 
 def _start(project: Path, redis_url: str, site: str, start: str = "/", **settings: object) -> subprocess.Popen[str]:
     (project / "spiders" / "paths.py").write_text(SPIDER)
-    cmd = [SCRAPY, "crawl", "paths", "-o", str(project / "items.jsonl") + ":jsonlines",
-           "-s", f"REDIS_URL={redis_url}", "-s", f"SITE={site}", "-s", f"START={start}",
-           "-s", "CRAWLPLUG_IDLE_CLOSE=1", "-s", "CRAWLPLUG_HEARTBEAT=0.5", "-s", "CRAWLPLUG_LEASE_TIMEOUT=5"]
+    cmd = [
+        SCRAPY,
+        "crawl",
+        "paths",
+        "-o",
+        str(project / "items.jsonl") + ":jsonlines",
+        "-s",
+        f"REDIS_URL={redis_url}",
+        "-s",
+        f"SITE={site}",
+        "-s",
+        f"START={start}",
+        "-s",
+        "CRAWLPLUG_IDLE_CLOSE=1",
+        "-s",
+        "CRAWLPLUG_HEARTBEAT=0.5",
+        "-s",
+        "CRAWLPLUG_LEASE_TIMEOUT=5",
+    ]
     for key, value in settings.items():
         cmd += ["-s", f"{key}={value}"]
     env = dict(os.environ)
     env.pop("REDIS_URL", None)
-    return subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def _balance(client: redis.Redis) -> dict[str, int]:

@@ -121,7 +121,9 @@ def test_a_project_turns_a_component_of_the_addon_off_under_any_of_its_paths(set
 
 def test_a_project_moves_a_component_of_the_addon_under_its_old_path():
     """A project's own order, written under the old path, is the one order the component runs at."""
-    s = get_crawler(settings_dict={**ADDONS, "DOWNLOADER_MIDDLEWARES": {"crawlplug.domainstats.DomainStatsMiddleware": 990}}).settings
+    s = get_crawler(
+        settings_dict={**ADDONS, "DOWNLOADER_MIDDLEWARES": {"crawlplug.domainstats.DomainStatsMiddleware": 990}}
+    ).settings
     enabled = _enabled(s, "DOWNLOADER_MIDDLEWARES")
     assert enabled.count(DomainStatsMiddleware) == 1
     assert enabled[-1] is DomainStatsMiddleware, "990 is after every default downloader middleware"

@@ -43,8 +43,13 @@ def stats(r: redis.Redis) -> dict[str, int]:
 def snapshot(r: redis.Redis, keys: CrawlKeys = K) -> dict[bytes, Any]:
     """What every key of the crawl holds (by content: a DUMP's order of a hash's fields may
     change when Redis rehashes it on a read), and whether it expires."""
-    read = {b"string": r.get, b"hash": r.hgetall, b"set": r.smembers, b"list": lambda k: r.lrange(k, 0, -1),
-            b"zset": lambda k: r.zrange(k, 0, -1, withscores=True)}  # fmt: skip
+    read = {
+        b"string": r.get,
+        b"hash": r.hgetall,
+        b"set": r.smembers,
+        b"list": lambda k: r.lrange(k, 0, -1),
+        b"zset": lambda k: r.zrange(k, 0, -1, withscores=True),
+    }
     return {k: (read[r.type(k)](k), r.pttl(k) > 0) for k in r.scan_iter(match=keys.pattern())}
 
 
@@ -57,8 +62,9 @@ def test_one_script_call_admits_acks_and_pops(r):
     f.admit([(fp("parent"), 0, payload("parent")), (fp("old"), 0, payload("old"))])
     (parent,) = f.pop(1)
     before = evalsha_calls(r)
-    result, leased = f.admit_and_pop([(fp("child"), 0, payload("child")), (fp("old"), 0, payload("old"))],
-                                     [parent.id], 5)  # fmt: skip
+    result, leased = f.admit_and_pop(
+        [(fp("child"), 0, payload("child")), (fp("old"), 0, payload("old"))], [parent.id], 5
+    )
     assert evalsha_calls(r) - before == 1, "one script call for the admission and the pop"
     assert (result.flags, result.acked, result.stale) == ("10", 1, 0)
     assert [x.payload for x in leased] == [payload("old"), payload("child")], "the pop sees what was admitted"
@@ -196,6 +202,7 @@ def test_an_admission_told_to_call_again_admits_the_rest_and_then_pops(r, store)
     """A node that does not know the Bloom filter's layers or the compact store's
     generations another node grew: the call answers STALE having changed nothing and
     leased nothing; the Frontier admits the batch again, then pops."""
+
     def node(name: str) -> Frontier:
         dedup = BloomDedup(BloomSpec(50, 0.01)) if store == "bloom" else HashDedup(HashSpec(bits=1))
         return Frontier(r, K, node_id=name, dedup=dedup, queue=FifoQueue)

@@ -55,7 +55,9 @@ def test_the_grammar_reads_each_metric_and_says_what_is_wrong():
     assert alerts.parse("limit_reached") == alerts.Condition("limit_reached", None, ">", 0.0, 0)
     n = alerts.parse("null_rate(shop.price)>=0.5 for 90s")
     assert (n.arg, n.op, n.threshold, n.for_ms) == ("shop.price", ">=", 0.5, 90_000)
-    assert alerts.parse("redis_memory_percent > 80").holds(81) and not alerts.parse("redis_memory_percent > 80").holds(80)
+    assert alerts.parse("redis_memory_percent > 80").holds(81) and not alerts.parse("redis_memory_percent > 80").holds(
+        80
+    )
     for bad, said in [
         ("__import__('os').system('x') > 1", "cannot read the condition"),
         ("__import__ > 1", "no metric '__import__'"),
@@ -70,18 +72,28 @@ def test_the_grammar_reads_each_metric_and_says_what_is_wrong():
             alerts.parse(bad)
 
 
-@pytest.mark.parametrize(("text", "written", "not_evaluated"), [
-    ("run_end(finished)", "run_end(finished) > 0", None),
-    ("run_end( limit ) for 30s", "run_end(limit) > 0 for 30s", None),
-    ("error_rate > 2 * last_run.error_rate", "error_rate > 2 * last_run.error_rate", "relative to the last run"),
-    ("silent_nodes >= last_run.silent_nodes", "silent_nodes >= 1 * last_run.silent_nodes", "relative to the last run"),
-    ("null_rate(shop.price) > 0.1 at end", "null_rate(shop.price) > 0.1 at end", "'at end'"),
-    ("null_rate(shop.price, 10m) > 0.25", "null_rate(shop.price, 10m) > 0.25", "a window (10m)"),
-    ("null_rate(my-site.price,1h30m)>0.5 for 2m at end", "null_rate(my-site.price, 90m) > 0.5 for 2m at end",
-     "a window"),
-], ids=["run-end", "run-end-for", "last-run", "last-run-bare", "at-end", "window", "all"])  # fmt: skip
-def test_the_forms_planned_next_parse_and_those_not_evaluated_yet_are_refused_when_added(text, written,
-                                                                                         not_evaluated):
+@pytest.mark.parametrize(
+    ("text", "written", "not_evaluated"),
+    [
+        ("run_end(finished)", "run_end(finished) > 0", None),
+        ("run_end( limit ) for 30s", "run_end(limit) > 0 for 30s", None),
+        ("error_rate > 2 * last_run.error_rate", "error_rate > 2 * last_run.error_rate", "relative to the last run"),
+        (
+            "silent_nodes >= last_run.silent_nodes",
+            "silent_nodes >= 1 * last_run.silent_nodes",
+            "relative to the last run",
+        ),
+        ("null_rate(shop.price) > 0.1 at end", "null_rate(shop.price) > 0.1 at end", "'at end'"),
+        ("null_rate(shop.price, 10m) > 0.25", "null_rate(shop.price, 10m) > 0.25", "a window (10m)"),
+        (
+            "null_rate(my-site.price,1h30m)>0.5 for 2m at end",
+            "null_rate(my-site.price, 90m) > 0.5 for 2m at end",
+            "a window",
+        ),
+    ],
+    ids=["run-end", "run-end-for", "last-run", "last-run-bare", "at-end", "window", "all"],
+)
+def test_the_forms_planned_next_parse_and_those_not_evaluated_yet_are_refused_when_added(text, written, not_evaluated):
     condition = alerts.parse(text)
     assert str(condition) == written and alerts.parse(str(condition)) == condition
     if not_evaluated is None:
@@ -93,20 +105,35 @@ def test_the_forms_planned_next_parse_and_those_not_evaluated_yet_are_refused_wh
             alerts.make_rule("r", text, [])
 
 
-@pytest.mark.parametrize(("text", "said"), [
-    ("run_end(done)", "run_end takes the state a run ends in: one of finished, limit, stopped, interrupted"),
-    ("run_end", "run_end needs an argument"),
-    ("error_rate > 2 * last_run.bogus", "no metric 'bogus'"),
-    ("error_rate(x, 10m) > 1", "takes no argument"),
-    ("run_end(limit, 10m)", "takes one argument, not a window too"),
-    ("null_rate(shop.price, 10x) > 1", "the window of null_rate: '10x' is not a duration"),
-    ("null_rate(a.b, 1m, 2m) > 1", "takes at most two arguments"),
-    ("error_rate > 2 * 3", "unexpected '3' at column 18"),
-    ("error_rate > 1 at", "it ends too soon"),
-    ("error_rate > " + "9" * 400, "is too large"),
-    ("error_rate > 0.1 for 99999999999999999m", "is not a duration"),
-], ids=["run-end-state", "run-end-bare", "last-run-metric", "no-arg-window", "run-end-window", "bad-window",
-        "three-args", "number-times-number", "at-without-end", "huge-number", "huge-duration"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("run_end(done)", "run_end takes the state a run ends in: one of finished, limit, stopped, interrupted"),
+        ("run_end", "run_end needs an argument"),
+        ("error_rate > 2 * last_run.bogus", "no metric 'bogus'"),
+        ("error_rate(x, 10m) > 1", "takes no argument"),
+        ("run_end(limit, 10m)", "takes one argument, not a window too"),
+        ("null_rate(shop.price, 10x) > 1", "the window of null_rate: '10x' is not a duration"),
+        ("null_rate(a.b, 1m, 2m) > 1", "takes at most two arguments"),
+        ("error_rate > 2 * 3", "unexpected '3' at column 18"),
+        ("error_rate > 1 at", "it ends too soon"),
+        ("error_rate > " + "9" * 400, "is too large"),
+        ("error_rate > 0.1 for 99999999999999999m", "is not a duration"),
+    ],
+    ids=[
+        "run-end-state",
+        "run-end-bare",
+        "last-run-metric",
+        "no-arg-window",
+        "run-end-window",
+        "bad-window",
+        "three-args",
+        "number-times-number",
+        "at-without-end",
+        "huge-number",
+        "huge-duration",
+    ],
+)
 def test_the_planned_forms_say_what_is_wrong(text, said):
     with pytest.raises(ConfigError, match=re.escape(said)):
         alerts.parse(text)
@@ -131,8 +158,9 @@ def test_ten_thousand_spaces_parse_without_backtracking():
     """The grammar is read by an LALR parser, in time linear in the text: 10,000 spaces (the
     length limit lifted) are read like any other rule. Asserts no speed, only an answer."""
     spaces = " " * 10_000
-    assert alerts.parse(f"error_rate{spaces}>{spaces}0.2{spaces}for{spaces}2m{spaces}", max_length=None) == \
-        alerts.parse("error_rate > 0.2 for 2m")  # fmt: skip
+    assert alerts.parse(
+        f"error_rate{spaces}>{spaces}0.2{spaces}for{spaces}2m{spaces}", max_length=None
+    ) == alerts.parse("error_rate > 0.2 for 2m")
     for bad in (f"error_rate{spaces}x", f"null_rate({spaces}shop.price{spaces}", f"{spaces}>"):
         with pytest.raises(ConfigError, match="cannot read the condition"):
             alerts.parse(bad, max_length=None)
@@ -145,17 +173,22 @@ def test_a_bad_stored_rule_never_delays_the_schedules_and_is_said_once(r, caplog
     whose cooldown breaks the evaluation. A schedule due at the same time is fired at the tick,
     and each bad rule is said once over two ticks."""
 
-
     port = free_port()  # nothing listens there: the daemon refuses at once
     plan = {"crawl": "shop", "daemons": [f"http://127.0.0.1:{port}"], "redis_url": f"redis://127.0.0.1:{port}/0"}
-    schedules.put(r, KEYS, {"name": "nightly", "cron": "* * * * * *", "tz": "UTC", "plan": plan,
-                            "next": redis_ms(r) - 1000, "last": None})  # fmt: skip
-    r.hset(KEYS.alerts, mapping={
-        "spaces": json.dumps({"id": "spaces", "when": "error_rate" + " " * 480 + "x"}),
-        "long": json.dumps({"id": "long", "when": "silent_nodes" + " " * 10_000 + "x"}),
-        "garbage": "{not json",
-        "z-cooldown": json.dumps({"id": "z-cooldown", "when": "silent_nodes > 100", "cooldown": "soon"}),
-    })  # fmt: skip
+    schedules.put(
+        r,
+        KEYS,
+        {"name": "nightly", "cron": "* * * * * *", "tz": "UTC", "plan": plan, "next": redis_ms(r) - 1000, "last": None},
+    )
+    r.hset(
+        KEYS.alerts,
+        mapping={
+            "spaces": json.dumps({"id": "spaces", "when": "error_rate" + " " * 480 + "x"}),
+            "long": json.dumps({"id": "long", "when": "silent_nodes" + " " * 10_000 + "x"}),
+            "garbage": "{not json",
+            "z-cooldown": json.dumps({"id": "z-cooldown", "when": "silent_nodes > 100", "cooldown": "soon"}),
+        },
+    )
     r.sadd(stored.index_key(), "shop")
     control = Control(r, lease=5, tick=0.1, timeout=2)
     with caplog.at_level("WARNING", logger="crawlplug.ops.alerts"):
@@ -165,8 +198,12 @@ def test_a_bad_stored_rule_never_delays_the_schedules_and_is_said_once(r, caplog
     assert spec["last"] is not None and spec["last"]["state"] == "failed", spec["last"]
     assert "Scrapyd" in spec["last"]["why"] or "cannot reach" in spec["last"]["why"], spec["last"]
     said = [rec.getMessage() for rec in caplog.records if rec.name == "crawlplug.ops.alerts"]
-    for rule, words in [("spaces", "is unreadable"), ("long", "has 10013 characters (at most 500)"),
-                        ("garbage", "is unreadable"), ("z-cooldown", "not evaluated: ValueError")]:  # fmt: skip
+    for rule, words in [
+        ("spaces", "is unreadable"),
+        ("long", "has 10013 characters (at most 500)"),
+        ("garbage", "is unreadable"),
+        ("z-cooldown", "not evaluated: ValueError"),
+    ]:
         lines = [line for line in said if f"rule {rule!r}" in line]
         assert len(lines) == 1 and words in lines[0], (rule, said)
     control.release()
@@ -191,9 +228,16 @@ def test_an_episode_fires_once_and_clears_once_and_the_cooldown_keeps_a_new_one_
 def test_each_metric_is_computed_from_the_crawl_in_redis(r):
     now = int(r.time()[0]) * 1000
     r.hset(KEYS.stats, mapping={"acked": 10, "errors": 3})  # the run's counters, as the heartbeats add them
-    r.hset(KEYS.crawlstats, mapping={"downloader/exception_count": 2, "downloader/response_status_count/404": 1,
-                                     "downloader/response_status_count/200": 9, "site/shop/field/price/missing": 1,
-                                     "site/shop/field/price/filled": 3})  # fmt: skip
+    r.hset(
+        KEYS.crawlstats,
+        mapping={
+            "downloader/exception_count": 2,
+            "downloader/response_status_count/404": 1,
+            "downloader/response_status_count/200": 9,
+            "site/shop/field/price/missing": 1,
+            "site/shop/field/price/filled": 3,
+        },
+    )
     r.hset(KEYS.run, mapping={"id": 1, "state": "limit", "started": now - 120_000, "epoch": "e"})
     r.zadd(KEYS.queue, {"1": 0})  # work queued, and no request finished in the hour
     r.rpush(KEYS.dead, *["{}"] * 3)
@@ -227,11 +271,22 @@ def test_each_metric_is_computed_from_the_crawl_in_redis(r):
 
 
 def test_alerts_add_list_delete_and_bad_input_stores_nothing(redis_url, r, receiver):
-    res = cli(redis_url, "alerts", "add", "shop", "--when", "error_rate > 0.2 for 2m", "--notify", receiver.apprise_url())
+    res = cli(
+        redis_url, "alerts", "add", "shop", "--when", "error_rate > 0.2 for 2m", "--notify", receiver.apprise_url()
+    )
     assert res.exit_code == 1 and "no crawl 'shop' on this Redis" in res.output and "give --create" in res.output
     assert stored.alerting_crawls(r) == [] and r.keys("*") == [], "refused: nothing stored, no crawl made"
-    res = cli(redis_url, "alerts", "add", "shop", "--when", "error_rate > 0.2 for 2m", "--notify", receiver.apprise_url(),
-              "--create")  # fmt: skip
+    res = cli(
+        redis_url,
+        "alerts",
+        "add",
+        "shop",
+        "--when",
+        "error_rate > 0.2 for 2m",
+        "--notify",
+        receiver.apprise_url(),
+        "--create",
+    )
     assert res.exit_code == 0, res.output
     assert "added alert rule 'rule1' of crawl 'shop': error_rate > 0.2 for 2m" in res.output
     rule = stored.rules(r, KEYS)["rule1"]
@@ -260,8 +315,7 @@ def test_alerts_add_list_delete_and_bad_input_stores_nothing(redis_url, r, recei
 
 
 def _memory_rule(client: redis.Redis, receiver: WebhookReceiver, cooldown: float) -> None:
-    stored.put(client, KEYS, alerts.make_rule("memory", "redis_memory_percent > 0", [receiver.apprise_url()],
-                                              cooldown))  # fmt: skip
+    stored.put(client, KEYS, alerts.make_rule("memory", "redis_memory_percent > 0", [receiver.apprise_url()], cooldown))
 
 
 def test_one_leader_sends_each_change_once_and_a_deposed_one_writes_nothing(fresh_redis, receiver):
@@ -354,15 +408,31 @@ def test_a_corrupt_alert_log_is_reported_and_the_other_crawls_still_alert(fresh_
 
 
 @pytest.mark.e2e
-def test_every_node_killed_alerts_once_through_the_control_process(redis_url, r, crawl, make_shop, receiver,
-                                                                    tmp_path: Path):  # fmt: skip
+def test_every_node_killed_alerts_once_through_the_control_process(
+    redis_url, r, crawl, make_shop, receiver, tmp_path: Path
+):
     shop = make_shop(items=400, delay=0.2)
-    res = cli(redis_url, "alerts", "add", "shop", "--create", "--when", "silent_nodes > 0 for 1s", "--name", "nodes",
-              "--notify", receiver.apprise_url())  # fmt: skip
+    res = cli(
+        redis_url,
+        "alerts",
+        "add",
+        "shop",
+        "--create",
+        "--when",
+        "silent_nodes > 0 for 1s",
+        "--name",
+        "nodes",
+        "--notify",
+        receiver.apprise_url(),
+    )
     assert res.exit_code == 0, res.output
     control = ControlProcess(redis_url, tmp_path / "control.log", ("--dashboard-url", "http://dash.example:8642/"))
-    settings = {"CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 3, "CONCURRENT_REQUESTS": 2,
-                "REDIS_URL": redis_url}  # fmt: skip
+    settings = {
+        "CRAWLPLUG_HEARTBEAT": 0.5,
+        "CRAWLPLUG_LEASE_TIMEOUT": 3,
+        "CONCURRENT_REQUESTS": 2,
+        "REDIS_URL": redis_url,
+    }
     nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
     try:
         wait_for(lambda: r.hget(KEYS.stats, "acked"), 60, "pages crawled")
@@ -385,16 +455,25 @@ def test_every_node_killed_alerts_once_through_the_control_process(redis_url, r,
 
 
 @pytest.mark.e2e
-def test_rules_in_the_settings_are_stored_by_the_nodes_and_a_bad_one_is_left_out(redis_url, r, crawl, make_shop,
-                                                                                  receiver):  # fmt: skip
+def test_rules_in_the_settings_are_stored_by_the_nodes_and_a_bad_one_is_left_out(
+    redis_url, r, crawl, make_shop, receiver
+):
     shop = make_shop(items=5)
-    rules = [{"name": "nodes", "when": "silent_nodes > 0 for 30s", "notify": receiver.apprise_url(), "cooldown": 60},
-             {"name": "typo", "when": "eror_rate > 0.2"}]  # fmt: skip
+    rules = [
+        {"name": "nodes", "when": "silent_nodes > 0 for 30s", "notify": receiver.apprise_url(), "cooldown": 60},
+        {"name": "typo", "when": "eror_rate > 0.2"},
+    ]
     settings = {"CRAWLPLUG_ALERTS": json.dumps(rules), "CRAWLPLUG_IDLE_CLOSE": 0.5, "REDIS_URL": redis_url}
     first = crawl(args={"base_url": shop.url}, settings=settings)
     assert first.wait(60) == 0, first.text()[-2000:]
-    assert stored.rules(r, KEYS) == {"nodes": {"id": "nodes", "when": "silent_nodes > 0 for 30s",
-                                               "notify": [receiver.apprise_url()], "cooldown": 60.0}}  # fmt: skip
+    assert stored.rules(r, KEYS) == {
+        "nodes": {
+            "id": "nodes",
+            "when": "silent_nodes > 0 for 30s",
+            "notify": [receiver.apprise_url()],
+            "cooldown": 60.0,
+        }
+    }
     assert "alert rule left out (CRAWLPLUG_ALERTS): no metric 'eror_rate'" in first.text()
     assert "'crawlplug/alert_rules_invalid': 1" in first.text()
     # a node that starts again with the same rule keeps its state (a firing rule is not reset)
@@ -408,13 +487,26 @@ def test_rules_in_the_settings_are_stored_by_the_nodes_and_a_bad_one_is_left_out
 @pytest.mark.e2e
 def test_a_run_ended_by_its_page_limit_alerts_once(redis_url, r, crawl, make_shop, receiver, tmp_path: Path):
     shop = make_shop(items=60)
-    res = cli(redis_url, "alerts", "add", "shop", "--create", "--when", "limit_reached", "--name", "limit",
-              "--notify", receiver.apprise_url())  # fmt: skip
+    res = cli(
+        redis_url,
+        "alerts",
+        "add",
+        "shop",
+        "--create",
+        "--when",
+        "limit_reached",
+        "--name",
+        "limit",
+        "--notify",
+        receiver.apprise_url(),
+    )
     assert res.exit_code == 0, res.output
     control = ControlProcess(redis_url, tmp_path / "control.log")
     try:
-        node = crawl(args={"base_url": shop.url}, settings={"CLOSESPIDER_PAGECOUNT": 10, "REDIS_URL": redis_url,
-                                                            "CRAWLPLUG_HEARTBEAT": 0.5})  # fmt: skip
+        node = crawl(
+            args={"base_url": shop.url},
+            settings={"CLOSESPIDER_PAGECOUNT": 10, "REDIS_URL": redis_url, "CRAWLPLUG_HEARTBEAT": 0.5},
+        )
         assert node.wait(60) == 0, node.text()[-2000:]
         assert r.hget(KEYS.run, "state") == b"limit"  # the run state crawlplug.crawl.runs records
         wait_for(receiver.bodies, 20, "the limit alert")

@@ -91,7 +91,7 @@ def test_corrupt_queue_entries_go_to_dead_letters_and_the_crawl_goes_on(crawl, s
     assert status["stats"]["dead"] == 5
 
 
-BAD_SPIDER = '''
+BAD_SPIDER = """
 import scrapy
 
 
@@ -106,18 +106,24 @@ class BadMetaSpider(scrapy.Spider):
 
     def parse(self, response):
         yield {"url": response.url}
-'''
+"""
 
 
-def test_unserializable_requests_are_refused_and_their_fingerprint_not_recorded(
-    project_copy, shop, redis_url
-):
+def test_unserializable_requests_are_refused_and_their_fingerprint_not_recorded(project_copy, shop, redis_url):
     (project_copy / "spiders" / "badmeta.py").write_text(BAD_SPIDER)
     proc = _run(
-        ["crawl", "badmeta", "-s", f"REDIS_URL={redis_url}", "-s", f"DEMO_SHOP_URL={shop.url}",
-         "-s", "CRAWLPLUG_IDLE_CLOSE=1"],
+        [
+            "crawl",
+            "badmeta",
+            "-s",
+            f"REDIS_URL={redis_url}",
+            "-s",
+            f"DEMO_SHOP_URL={shop.url}",
+            "-s",
+            "CRAWLPLUG_IDLE_CLOSE=1",
+        ],
         cwd=project_copy,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "meta['handle'] cannot be stored as JSON" in proc.stderr
     assert "callback/errback must be a spider method" in proc.stderr
@@ -131,9 +137,7 @@ def test_unserializable_requests_are_refused_and_their_fingerprint_not_recorded(
 def test_python_is_not_executed_from_a_payload(crawl, shop, redis_url, tmp_path):
     """A pickle that would create a marker file, written into the queue, is never run."""
     marker = tmp_path / "pwned"
-    payload = (
-        b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR."
-    )  # protocol-0 pickle calling os.system
+    payload = b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR."  # protocol-0 pickle calling os.system
     client = redis.Redis.from_url(redis_url)
     Frontier(client, CrawlKeys("shop")).admit([(b"", -100.0, payload)])
     node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST})
@@ -148,11 +152,20 @@ def test_sys_executable_has_scrapy():
 
 
 def test_a_node_with_another_bloom_sizing_refuses_to_join(shop, redis_url):
-    bloom = ["-s", "DUPEFILTER_CLASS=crawlplug.dupefilters.RedisBloomDupeFilter", "-s", f"REDIS_URL={redis_url}",
-             "-a", f"base_url={shop.url}", "-s", "CRAWLPLUG_IDLE_CLOSE=0.5",
-             # the next run keeps the filter (a new run of a crawl that is not incremental starts
-             # with none, and may size it afresh)
-             "-s", "CRAWLPLUG_INCREMENTAL=True"]  # fmt: skip
+    bloom = [
+        "-s",
+        "DUPEFILTER_CLASS=crawlplug.dupefilters.RedisBloomDupeFilter",
+        "-s",
+        f"REDIS_URL={redis_url}",
+        "-a",
+        f"base_url={shop.url}",
+        "-s",
+        "CRAWLPLUG_IDLE_CLOSE=0.5",
+        # the next run keeps the filter (a new run of a crawl that is not incremental starts
+        # with none, and may size it afresh)
+        "-s",
+        "CRAWLPLUG_INCREMENTAL=True",
+    ]
     first = _run(["crawl", "shop", *bloom, "-s", "CRAWLPLUG_BLOOM_CAPACITY=1000"])
     assert first.returncode == 0, first.stderr[-2000:]
     second = _run(["crawl", "shop", *bloom, "-s", "CRAWLPLUG_BLOOM_CAPACITY=2000"])
@@ -176,15 +189,18 @@ def test_a_node_dead_letters_a_start_entry_with_a_misspelt_key(crawl, shop, redi
     "callbak" (a dead letter naming the key meant) instead of crawling
     ?callbak=parse_item with the default callback, and still takes a real form field."""
     keys = CrawlKeys("shop")
-    r.rpush(keys.start_urls,
-            json.dumps({"url": f"{shop.url}/item/7/", "callbak": "parse_item"}),
-            json.dumps({"url": f"{shop.url}/search/", "q": "lamp"}))  # fmt: skip
+    r.rpush(
+        keys.start_urls,
+        json.dumps({"url": f"{shop.url}/item/7/", "callbak": "parse_item"}),
+        json.dumps({"url": f"{shop.url}/search/", "q": "lamp"}),
+    )
     node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST})
     assert node.wait(120) == 0, node.text()[-3000:]
     assert not [t for t in shop.hits if "callbak" in t], "the misspelt key never reaches the site"
     assert shop.hits["/search/?q=lamp"] == 1, "a genuine extra key is a form field, as in scrapy-redis"
     [letter] = Crawl.of(Frontier(r, keys)).dead_letters()
-    assert letter.header["reason"].startswith(
-        "invalid start entry: unknown key 'callbak': did you mean 'callback'?"), letter.header  # fmt: skip
+    assert letter.header["reason"].startswith("invalid start entry: unknown key 'callbak': did you mean 'callback'?"), (
+        letter.header
+    )
     assert json.loads(letter.payload)["callbak"] == "parse_item", "the entry is kept as it was pushed"
     assert "'crawlplug/start_entries_invalid': 1" in node.text()

@@ -82,7 +82,7 @@ def admit(frontier: Frontier, fps: list[bytes], batch: int, payload: Callable[[b
     """Admit ``fps`` in batches of ``batch`` (dedup only unless ``payload``); the flags, in order."""
     flags = []
     for i in range(0, len(fps), batch):
-        items = [(frontier.dedup.argument(fp), 0.0, payload(fp) if payload else b"") for fp in fps[i:i + batch]]
+        items = [(frontier.dedup.argument(fp), 0.0, payload(fp) if payload else b"") for fp in fps[i : i + batch]]
         flags.append(frontier.admit(items).flags)
     return "".join(flags)
 
@@ -209,7 +209,7 @@ def test_positions_are_one_per_slice_and_spread_evenly():
     # 20,000 positions per slice over m bits: each bit ~ Poisson(20000/m); a chi-square-like check per slice
     mean = 20_000 / m
     for j in range(layer.slices):
-        counts = hits[j * m:(j + 1) * m]
+        counts = hits[j * m : (j + 1) * m]
         chi2 = sum((c - mean) ** 2 / mean for c in counts)
         assert abs(chi2 - m) < 6 * math.sqrt(2 * m), (j, chi2, m)
 
@@ -230,7 +230,7 @@ def test_no_false_negatives_across_batches_and_layer_growth(r, data):
     i = 0
     while i < len(sequence):
         size = data.draw(st.integers(1, 150), label="batch")
-        batch = sequence[i:i + size]
+        batch = sequence[i : i + size]
         flags = admit(frontier, batch, batch=len(batch))
         assert len(flags) == len(batch)
         for fp, flag in zip(batch, flags):
@@ -303,8 +303,9 @@ def test_small_capacity_filter_keeps_its_false_positive_rate(r):
 
 # -- (e) a node that does not know the grown layers ---------------------------------
 def bloom_node(r: redis.Redis, node: str, **settings: Any) -> tuple[RedisBloomDupeFilter, Frontier]:
-    crawler = get_crawler(settings_dict={"CRAWLPLUG_BLOOM_CAPACITY": 50, "CRAWLPLUG_BLOOM_ERROR_RATE": 0.01,
-                                         **settings})  # fmt: skip
+    crawler = get_crawler(
+        settings_dict={"CRAWLPLUG_BLOOM_CAPACITY": 50, "CRAWLPLUG_BLOOM_ERROR_RATE": 0.01, **settings}
+    )
     df = RedisBloomDupeFilter.from_crawler(crawler)
     frontier = Frontier(r, K, dedup=df.strategy, node_id=node)
     df.bind(frontier)
@@ -348,7 +349,7 @@ def _admit_worker(url: str, fps: list[bytes], seed: int, capacity: int, p: float
     i = 0
     while i < len(order):
         size = rng.randint(20, 400)
-        batch = order[i:i + size]
+        batch = order[i : i + size]
         flags.append(frontier.admit([(frontier.dedup.argument(fp), 0.0, fp) for fp in batch]).flags)
         i += size
     out.put((seed, [fp for fp, f in zip(order, "".join(flags)) if f == "1"], len("".join(flags))))
@@ -384,21 +385,25 @@ def test_concurrent_admission_from_four_processes_admits_each_fingerprint_at_mos
 
 
 # -- (g) bad configuration ---------------------------------------------------------------
-@pytest.mark.parametrize(("capacity", "error_rate", "setting"), [
-    (0, 0.001, "CRAWLPLUG_BLOOM_CAPACITY"),
-    (-5, 0.001, "CRAWLPLUG_BLOOM_CAPACITY"),
-    ("abc", 0.001, "CRAWLPLUG_BLOOM_CAPACITY"),
-    (1000, 0, "CRAWLPLUG_BLOOM_ERROR_RATE"),
-    (1000, 1, "CRAWLPLUG_BLOOM_ERROR_RATE"),
-    (1000, 1.5, "CRAWLPLUG_BLOOM_ERROR_RATE"),
-    (1000, -0.1, "CRAWLPLUG_BLOOM_ERROR_RATE"),
-    (1000, float("nan"), "CRAWLPLUG_BLOOM_ERROR_RATE"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("capacity", "error_rate", "setting"),
+    [
+        (0, 0.001, "CRAWLPLUG_BLOOM_CAPACITY"),
+        (-5, 0.001, "CRAWLPLUG_BLOOM_CAPACITY"),
+        ("abc", 0.001, "CRAWLPLUG_BLOOM_CAPACITY"),
+        (1000, 0, "CRAWLPLUG_BLOOM_ERROR_RATE"),
+        (1000, 1, "CRAWLPLUG_BLOOM_ERROR_RATE"),
+        (1000, 1.5, "CRAWLPLUG_BLOOM_ERROR_RATE"),
+        (1000, -0.1, "CRAWLPLUG_BLOOM_ERROR_RATE"),
+        (1000, float("nan"), "CRAWLPLUG_BLOOM_ERROR_RATE"),
+    ],
+)
 def test_bad_bloom_config_is_a_config_error_naming_the_setting(capacity, error_rate, setting):
     with pytest.raises(ConfigError, match=setting):
         BloomSpec(capacity, error_rate)
-    crawler = get_crawler(settings_dict={"CRAWLPLUG_BLOOM_CAPACITY": capacity,
-                                         "CRAWLPLUG_BLOOM_ERROR_RATE": error_rate})  # fmt: skip
+    crawler = get_crawler(
+        settings_dict={"CRAWLPLUG_BLOOM_CAPACITY": capacity, "CRAWLPLUG_BLOOM_ERROR_RATE": error_rate}
+    )
     with pytest.raises(ConfigError, match=setting):
         RedisBloomDupeFilter.from_crawler(crawler)
 
@@ -480,21 +485,32 @@ def test_per_request_ttl_expires_sooner_and_expired_entries_are_removed_by_the_n
     assert df.request_seen(short) is True
 
 
-@pytest.mark.parametrize("ttl", [
-    0, -1, "0",
-    "abc",
-    "nan",
-    "inf",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "ttl",
+    [
+        0,
+        -1,
+        "0",
+        "abc",
+        "nan",
+        "inf",
+    ],
+)
 def test_bad_ttl_config_is_a_config_error(ttl):
     with pytest.raises(ConfigError, match="CRAWLPLUG_DEDUP_TTL"):
         ExpiringDupeFilter.from_crawler(get_crawler(settings_dict={"CRAWLPLUG_DEDUP_TTL": ttl}))
 
 
-@pytest.mark.parametrize("meta_ttl", [
-    "abc", None, [],
-    float("inf"), -5,
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "meta_ttl",
+    [
+        "abc",
+        None,
+        [],
+        float("inf"),
+        -5,
+    ],
+)
 def test_bad_per_request_ttl_is_a_config_error(r, meta_ttl):
     df, _ = expiring_node(r)
     request = Request("http://shop.test/x", meta={TTL_META: meta_ttl})
@@ -508,8 +524,13 @@ def test_bad_per_request_ttl_is_a_config_error(r, meta_ttl):
 # -- (i), (k) real crawls -------------------------------------------------------------------
 def test_two_real_nodes_with_a_scaling_bloom_filter_fetch_every_page_once(crawl, make_shop, redis_url):
     shop = make_shop(items=600)  # 631 pages: the 500-URL first layer fills and a second one is chained
-    settings = {"REDIS_URL": redis_url, "DUPEFILTER_CLASS": BLOOM, "CRAWLPLUG_BLOOM_CAPACITY": 500,
-                "CRAWLPLUG_BLOOM_ERROR_RATE": 0.00001, **FAST}  # fmt: skip
+    settings = {
+        "REDIS_URL": redis_url,
+        "DUPEFILTER_CLASS": BLOOM,
+        "CRAWLPLUG_BLOOM_CAPACITY": 500,
+        "CRAWLPLUG_BLOOM_ERROR_RATE": 0.00001,
+        **FAST,
+    }
     nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
     for node in nodes:
         assert node.wait(180) == 0, node.text()[-3000:]
@@ -532,11 +553,18 @@ def test_expiring_dupefilter_recrawls_after_the_ttl_and_not_before(crawl, make_s
 
     def run() -> None:
         nodes = [
-            crawl(args={"base_url": shops[name].url},
-                  settings={"REDIS_URL": redis_url, "DUPEFILTER_CLASS": EXPIRING, "CRAWLPLUG_DEDUP_TTL": ttls[name],
-                            "CRAWLPLUG_CRAWL_ID": f"ttl_{name}", **FAST})
+            crawl(
+                args={"base_url": shops[name].url},
+                settings={
+                    "REDIS_URL": redis_url,
+                    "DUPEFILTER_CLASS": EXPIRING,
+                    "CRAWLPLUG_DEDUP_TTL": ttls[name],
+                    "CRAWLPLUG_CRAWL_ID": f"ttl_{name}",
+                    **FAST,
+                },
+            )
             for name in shops
-        ]  # fmt: skip
+        ]
         for node in nodes:
             assert node.wait(120) == 0, node.text()[-3000:]
 

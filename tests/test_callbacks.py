@@ -83,15 +83,25 @@ def spider_of(cls: type) -> scrapy.Spider:
 
 
 ACCEPTED = [
-    (ShopSpider, "parse_item"), (ShopSpider, "parse_list"), (ShopSpider, "resolve_base_url"),
+    (ShopSpider, "parse_item"),
+    (ShopSpider, "parse_list"),
+    (ShopSpider, "resolve_base_url"),
     (ShopSpider, "parse"),  # Scrapy's default callback (it raises NotImplementedError when not defined)
     (RedisShopSpider, "parse_item"),
-    (RedisRulesSpider, "_callback"), (RedisRulesSpider, "_errback"), (RedisRulesSpider, "parse_item"),
-    (SitemapShopSpider, "_parse_sitemap"), (SitemapShopSpider, "parse_item"),
-    (SiteSpider, "parse_page"), (SiteSpider, "page_failed"), (SiteSpider, "parse"),
+    (RedisRulesSpider, "_callback"),
+    (RedisRulesSpider, "_errback"),
+    (RedisRulesSpider, "parse_item"),
+    (SitemapShopSpider, "_parse_sitemap"),
+    (SitemapShopSpider, "parse_item"),
+    (SiteSpider, "parse_page"),
+    (SiteSpider, "page_failed"),
+    (SiteSpider, "parse"),
     (ScrapyRedisShop, "parse_item"),
-    (OptIn, "_hidden"), (OptIn, "closed"), (OptIn, "parse_item"), (OneName, "_hidden"),
-]  # fmt: skip
+    (OptIn, "_hidden"),
+    (OptIn, "closed"),
+    (OptIn, "parse_item"),
+    (OneName, "_hidden"),
+]
 
 REFUSED = [  # (spider class, name, words the reason holds)
     (ShopSpider, "closed", "'closed' is the spider's close hook"),
@@ -173,7 +183,9 @@ def _request_callbacks(module) -> list[tuple[type, str]]:
             continue
         cls = getattr(module, node.name)
         for call in ast.walk(node):
-            if not isinstance(call, ast.Call) or not getattr(call.func, "id", getattr(call.func, "attr", "")).endswith("Request"):
+            if not isinstance(call, ast.Call) or not getattr(call.func, "id", getattr(call.func, "attr", "")).endswith(
+                "Request"
+            ):
                 continue
             args = [kw.value for kw in call.keywords if kw.arg in ("callback", "errback")] + call.args[1:2]
             for arg in args:
@@ -182,16 +194,27 @@ def _request_callbacks(module) -> list[tuple[type, str]]:
     return found
 
 
-GENERIC_MODULES = ["scrapy.spiders", "scrapy.spiders.crawl", "scrapy.spiders.sitemap", "scrapy.spiders.feed",
-                   "crawlplug.spiders", "crawlplug.sites.spider"]  # fmt: skip
+GENERIC_MODULES = [
+    "scrapy.spiders",
+    "scrapy.spiders.crawl",
+    "scrapy.spiders.sitemap",
+    "scrapy.spiders.feed",
+    "crawlplug.spiders",
+    "crawlplug.sites.spider",
+]
 
 
 def test_every_callback_the_generic_spiders_put_on_requests_is_accepted():
     """Read from the installed Scrapy's source: an upgrade that adds or renames one fails here."""
     found = [pair for name in GENERIC_MODULES for pair in _request_callbacks(importlib.import_module(name))]
     names = {(cls.__name__, name) for cls, name in found}
-    assert {("CrawlSpider", "_callback"), ("CrawlSpider", "_errback"), ("SitemapSpider", "_parse_sitemap"),
-            ("SiteSpider", "parse_page"), ("SiteSpider", "page_failed")} <= names  # fmt: skip
+    assert {
+        ("CrawlSpider", "_callback"),
+        ("CrawlSpider", "_errback"),
+        ("SitemapSpider", "_parse_sitemap"),
+        ("SiteSpider", "parse_page"),
+        ("SiteSpider", "page_failed"),
+    } <= names
     for cls, name in found:
         assert callbacks.refusal(cls, name) is None, (cls, name, callbacks.refusal(cls, name))
 
@@ -255,11 +278,13 @@ def test_a_redis_crawl_spider_runs_its_rules_and_refuses_its_machinery(crawl, ma
     frontier = Frontier(client, keys)
     item = shop.url + "/item/2/?via=rule"
     queue = {
-        payload(url=item, callback="_parse_response"): "'_parse_response' is a method of scrapy.spiders.crawl.CrawlSpider",
+        payload(
+            url=item, callback="_parse_response"
+        ): "'_parse_response' is a method of scrapy.spiders.crawl.CrawlSpider",
         payload(url=item, callback="_requests_to_follow"): "'_requests_to_follow' is a method of scrapy.spiders.crawl",
         payload(url=item, callback="make_request_from_data"): "is a method of crawlplug.spiders.RedisMixin itself",
         payload(url=item, callback="parse_start_url"): "'parse_start_url' is a method of scrapy.spiders.crawl",
-    }  # fmt: skip
+    }
     # a rule's own request, as CrawlSpider makes it (rule 0 sends item pages to parse_item)
     good = payload(url=item, callback="_callback", errback="_errback", meta={"rule": 0, "link_text": "x"})
     frontier.admit([(b"", -100.0, p) for p in [*queue, good]])

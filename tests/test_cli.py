@@ -232,8 +232,10 @@ def test_a_command_that_starts_the_embedded_redis_says_so(project_copy, monkeypa
         first = run("crawls", "--json")
         assert first.exit_code == 0, first.output
         assert json.loads(first.stdout)["crawls"] == []
-        assert first.stderr == (f"crawlplug: started the embedded Redis of {project_copy / '.crawlplug'}; it keeps "
-                                "running (`crawlplug embedded stop` stops it)\n")  # fmt: skip
+        assert first.stderr == (
+            f"crawlplug: started the embedded Redis of {project_copy / '.crawlplug'}; it keeps "
+            "running (`crawlplug embedded stop` stops it)\n"
+        )
         again = run("crawls", "--json")
         assert again.exit_code == 0 and again.stderr == "", "already running: nothing to say"
     finally:
@@ -270,8 +272,12 @@ def test_every_listing_command_prints_json(redis_url, r):
     [leased, _] = frontier.pop(2)
     assert frontier.dead_letter(leased.id, "unknown callback 'parse_x'")
     Domains(r, KEYS).configure({"o:example.com": "2000 1"})
-    assert run("seeds", "add", "--redis-url", redis_url, "--crawl", KEYS.crawl, "--every", "1h",
-               "http://example.com/seed").exit_code == 0  # fmt: skip
+    assert (
+        run(
+            "seeds", "add", "--redis-url", redis_url, "--crawl", KEYS.crawl, "--every", "1h", "http://example.com/seed"
+        ).exit_code
+        == 0
+    )
     put = run("sites", "put", "--redis-url", redis_url, str(ROOT / "spiders" / "sites" / "cars.yaml"))
     assert put.exit_code == 0, put.output
     common = ["--redis-url", redis_url, "--crawl", KEYS.crawl]
@@ -308,17 +314,29 @@ def test_dashboard_on_a_busy_port_says_so_and_exits(redis_url):
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        proc = subprocess.run([exe, "dashboard", "--redis-url", redis_url, "--crawl", "shop", "--port", str(port)],
-                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        proc = subprocess.run(
+            [exe, "dashboard", "--redis-url", redis_url, "--crawl", "shop", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
-    expected = (f"crawlplug: error: port {port} on 127.0.0.1 is already in use (another dashboard?): give "
-                "another one with --port N, or --port 0 for any free port")  # fmt: skip
+    expected = (
+        f"crawlplug: error: port {port} on 127.0.0.1 is already in use (another dashboard?): give "
+        "another one with --port N, or --port 0 for any free port"
+    )
     assert lines == [expected], proc.stderr
     assert "dashboard of crawl" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
     # an address that is not this machine's (TEST-NET-1): the same, instead of claiming to serve
-    proc = subprocess.run([exe, "dashboard", "--redis-url", redis_url, "--crawl", "shop", "--host", "192.0.2.1",
-                           "--port", "0"], capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [exe, "dashboard", "--redis-url", redis_url, "--crawl", "shop", "--host", "192.0.2.1", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert proc.stderr.startswith("crawlplug: error: cannot serve the dashboard on 192.0.2.1:0: "), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "dashboard of crawl" not in proc.stderr
@@ -349,9 +367,16 @@ UNREACHABLE = "redis://127.0.0.1:1/0"
 #: one command of each way pass_cli hands a command its target: keys and target before it runs
 #: (dead list; stop, by a CRAWL argument), the Redis whatever crawl is named (crawls, sites list,
 #: items count --key), the Cli read after the command's own checks (push, alerts list, report)
-EVERY_WAY = [["dead", "list", "--crawl", "x"], ["stop", "x"], ["crawls"], ["sites", "list"],
-             ["items", "count", "--key", "k"], ["push", "--crawl", "x", "http://example.com/"],
-             ["alerts", "list"], ["report", "x"]]  # fmt: skip
+EVERY_WAY = [
+    ["dead", "list", "--crawl", "x"],
+    ["stop", "x"],
+    ["crawls"],
+    ["sites", "list"],
+    ["items", "count", "--key", "k"],
+    ["push", "--crawl", "x", "http://example.com/"],
+    ["alerts", "list"],
+    ["report", "x"],
+]
 
 
 @pytest.mark.parametrize("command", EVERY_WAY, ids=" ".join)
@@ -371,8 +396,9 @@ def test_a_malformed_url_is_one_clear_line_whichever_way_a_command_is_handed_it(
     assert "malformed REDIS_URL" in line, line
 
 
-@pytest.mark.parametrize("command", [["dead", "list"], ["stop"], ["push", "http://example.com/"], ["report"]],
-                         ids=" ".join)  # fmt: skip
+@pytest.mark.parametrize(
+    "command", [["dead", "list"], ["stop"], ["push", "http://example.com/"], ["report"]], ids=" ".join
+)
 def test_which_crawl_is_asked_before_redis_is(command):
     """No crawl named: the command says so, and reaches no Redis (nor starts the embedded one)."""
     res = run(*command, "--redis-url", UNREACHABLE)
@@ -387,8 +413,11 @@ def test_a_command_checks_its_own_arguments_before_it_reaches_redis():
     assert res.exit_code == 1 and "--since shows a range of the past" in res.output, res.output
 
 
-@pytest.mark.parametrize("command", [["stop", "shop"], ["crawls", "show", "shop"], ["report", "shop"],
-                                     ["alerts", "list", "shop"]], ids=" ".join)  # fmt: skip
+@pytest.mark.parametrize(
+    "command",
+    [["stop", "shop"], ["crawls", "show", "shop"], ["report", "shop"], ["alerts", "list", "shop"]],
+    ids=" ".join,
+)
 def test_a_crawl_named_twice_differently_is_refused(command):
     res = run(*command, "--crawl", "other", "--redis-url", UNREACHABLE)
     assert res.exit_code == 1

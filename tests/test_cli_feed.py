@@ -126,8 +126,11 @@ def test_push_all_valid_exits_0_and_appends(redis_url, r):
     res = cli(redis_url, "push", "http://example.com/1", '{"url": "http://example.com/2", "meta": {"k": 1}}')
     assert res.exit_code == 0, res.output
     assert "pushed 2 start entries to crawl 'feedtest' (3 waiting)" in res.stdout
-    assert start_urls(r) == ["http://example.com/already", "http://example.com/1",
-                             '{"url":"http://example.com/2","meta":{"k":1}}']  # fmt: skip
+    assert start_urls(r) == [
+        "http://example.com/already",
+        "http://example.com/1",
+        '{"url":"http://example.com/2","meta":{"k":1}}',
+    ]
 
 
 def test_push_bad_argument_names_it(redis_url, r):
@@ -188,11 +191,13 @@ def test_push_only_malformed(redis_url, r):
 
 def test_peek_shows_queued_requests_and_start_entries(redis_url, r):
     frontier = Frontier(r, KEYS)
-    frontier.admit([
-        (os.urandom(20), -5.0, payload("http://example.com/high", priority=5)),
-        (os.urandom(20), 0.0, payload("http://example.com/low")),
-        (os.urandom(20), -1.0, payload("http://example.com/post", method="POST")),
-    ])  # fmt: skip
+    frontier.admit(
+        [
+            (os.urandom(20), -5.0, payload("http://example.com/high", priority=5)),
+            (os.urandom(20), 0.0, payload("http://example.com/low")),
+            (os.urandom(20), -1.0, payload("http://example.com/post", method="POST")),
+        ]
+    )
     Crawl.of(frontier).push_starts(["http://example.com/start1", "http://example.com/start2"])
     res = cli(redis_url, "peek")
     assert res.exit_code == 0, res.output
@@ -231,8 +236,16 @@ def test_a_command_naming_an_unknown_crawl_says_so_and_lists_the_known_ones(redi
         assert res.exit_code == 1 and "no crawl 'feedtest'" in res.output, (args, res.output)
     assert r.llen(KEYS.start_urls) == 0 and not r.exists(KEYS.control), "nothing was written"
     # every read of it too: the status, its runs, its report, its items, its alert rules
-    for args in (["status"], ["status", "--json"], ["crawls", "show"], ["report"], ["items", "count"],
-                 ["alerts", "list"], ["stop"], ["limits"]):  # fmt: skip
+    for args in (
+        ["status"],
+        ["status", "--json"],
+        ["crawls", "show"],
+        ["report"],
+        ["items", "count"],
+        ["alerts", "list"],
+        ["stop"],
+        ["limits"],
+    ):
         res = cli(redis_url, *args)
         assert res.exit_code == 1, (args, res.output)
         assert "no crawl 'feedtest' on this Redis; known crawls: 'books', 'shop'" in res.output, (args, res.output)
@@ -322,8 +335,15 @@ def test_dead_requeue_then_a_crawl_fetches_it(redis_url, r, make_shop, crawl):
     assert _dead_urls_or_raw(r, keys) == [other, "http://example.com/bad-entry"]
     assert Crawl.of(Frontier(r, keys)).status()["queued"] == 1
     # a RedisSpider node, no start entry: it crawls the requeued request and closes when done
-    node = crawl("redisshop", settings={"REDIS_URL": redis_url, "CRAWLPLUG_IDLE_CLOSE": 2,
-                                        "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5})  # fmt: skip
+    node = crawl(
+        "redisshop",
+        settings={
+            "REDIS_URL": redis_url,
+            "CRAWLPLUG_IDLE_CLOSE": 2,
+            "CRAWLPLUG_HEARTBEAT": 0.5,
+            "CRAWLPLUG_LEASE_TIMEOUT": 5,
+        },
+    )
     assert node.wait(40) == 0, node.text()[-3000:]
     assert shop.hits["/item/3/?dead=1"] == 1, dict(shop.hits)
     assert "/item/4/?dead=2" not in shop.hits, "a letter not requeued stays dead"
@@ -358,8 +378,15 @@ def test_dead_requeue_all_bypasses_dedup_and_resets_deliveries(redis_url, r):
 
 
 def test_seeds_add_list_remove(redis_url, r):
-    res = cli(redis_url, "seeds", "add", "http://example.com/daily", '{"url": "http://example.com/api", '
-              '"method": "POST", "q": "x"}', "--every", "1d")  # fmt: skip
+    res = cli(
+        redis_url,
+        "seeds",
+        "add",
+        "http://example.com/daily",
+        '{"url": "http://example.com/api", "method": "POST", "q": "x"}',
+        "--every",
+        "1d",
+    )
     assert res.exit_code == 0, res.output
     assert res.stdout.count("(every 86400s), first run now") == 2, res.stdout
     res = cli(redis_url, "seeds", "add", "http://example.com/night", "--cron", "10 1 * * *", "--later")
@@ -445,8 +472,13 @@ def test_timer_loop_keeps_firing(redis_url, r):
     """`crawlplug timer` (no --once) fires a 1 s seed again and again until stopped."""
     Seeds(r, KEYS).add(make_seed("http://example.com/tick", every="1s"))
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CRAWLPLUG_CRAWL")}
-    proc = subprocess.Popen([CRAWLPLUG, "--redis-url", redis_url, "--crawl", KEYS.crawl, "timer", "--interval",
-                             "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/")  # fmt: skip
+    proc = subprocess.Popen(
+        [CRAWLPLUG, "--redis-url", redis_url, "--crawl", KEYS.crawl, "timer", "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd="/",
+    )
     try:
         deadline = time.monotonic() + 15
         while r.llen(KEYS.start_urls) < 3:
@@ -488,8 +520,13 @@ def test_push_refuses_a_near_miss_key_with_its_line_and_the_key_meant(redis_url,
 
     # --strict: every key that is not a request attribute is refused, the form field too
     r.delete(KEYS.start_urls)
-    res = real(redis_url, "push", "--strict", '{"url": "http://shop.test/search/", "q": "lamp"}',
-               '{"url": "http://shop.test/search/", "formdata": {"q": "lamp"}}')  # fmt: skip
+    res = real(
+        redis_url,
+        "push",
+        "--strict",
+        '{"url": "http://shop.test/search/", "q": "lamp"}',
+        '{"url": "http://shop.test/search/", "formdata": {"q": "lamp"}}',
+    )
     assert res.returncode == 1
     assert "argument 1: skipped: unknown key 'q' (strict: only body, callback" in res.stderr
     assert "argument 2" not in res.stderr
@@ -502,8 +539,29 @@ def test_near_misses_of_known_keys_are_refused(key):
         starts.parse(json.dumps({"url": "http://e.com/", key: "x"}))
 
 
-@pytest.mark.parametrize("key", ["q", "page", "query", "name", "email", "format", "filter", "user", "password",
-                                 "token", "search", "lang", "sort", "order", "limit", "offset", "id", "data"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "q",
+        "page",
+        "query",
+        "name",
+        "email",
+        "format",
+        "filter",
+        "user",
+        "password",
+        "token",
+        "search",
+        "lang",
+        "sort",
+        "order",
+        "limit",
+        "offset",
+        "id",
+        "data",
+    ],
+)
 def test_common_form_field_names_stay_form_fields(key):
     assert starts.parse(json.dumps({"url": "http://e.com/", key: "x"})).formdata == {key: "x"}
 
@@ -514,8 +572,10 @@ def test_pushing_to_a_crawl_that_does_not_exist_says_so(redis_url, r):
     that nothing else of that crawl is on this Redis; a known crawl gets no such note."""
     res = real(redis_url, "push", "http://shop.test/", crawl="shpo")
     assert res.returncode == 0 and "pushed 1 start entries to crawl 'shpo'" in res.stdout
-    assert ("crawl 'shpo' is new: created it (nodes of a spider named 'shpo', or with CRAWLPLUG_CRAWL_ID=shpo, "
-            "crawl it; is --crawl right?)") in res.stdout, res.stdout  # fmt: skip
+    assert (
+        "crawl 'shpo' is new: created it (nodes of a spider named 'shpo', or with CRAWLPLUG_CRAWL_ID=shpo, "
+        "crawl it; is --crawl right?)"
+    ) in res.stdout, res.stdout
     again = real(redis_url, "push", "http://shop.test/2", crawl="shpo")
     assert again.returncode == 0 and "is new" not in again.stdout, "it exists now"
     paused = real(redis_url, "pause", crawl="nosuch")

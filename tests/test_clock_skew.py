@@ -51,8 +51,15 @@ def shifted_env(shift: float, mark: Path) -> dict[str, str]:
     return {"PYTHONPATH": path, "CRAWLPLUG_TEST_CLOCK_SHIFT": str(shift), "CRAWLPLUG_TEST_CLOCK_MARK": str(mark)}
 
 
-def run_nodes(crawl: Callable[..., Any], tmp_path: Path, site: PoliteSite, redis_url: str, crawl_id: str,
-              envs: list[dict[str, str]], timeout: float = 60) -> list[Any]:  # fmt: skip
+def run_nodes(
+    crawl: Callable[..., Any],
+    tmp_path: Path,
+    site: PoliteSite,
+    redis_url: str,
+    crawl_id: str,
+    envs: list[dict[str, str]],
+    timeout: float = 60,
+) -> list[Any]:
     """One multisite node per environment, started together (go file), run to the end."""
     go = tmp_path / f"go-{crawl_id}"
     args = {"start_urls": ",".join(site.start_urls), "go_file": str(go)}
@@ -86,7 +93,9 @@ def test_a_node_with_a_wrong_clock_breaks_no_lease_and_no_delay(crawl, redis_url
 
         # the per-domain delay holds between request starts, whichever node made them
         gaps = min_start_gap(site.pages())
-        print(f"\n[clock] one node {shift:+g} s: pages per node {counts}, "
-              f"min gap per host {', '.join(f'{h} {g:.3f}s' for h, g in gaps.items())} (delay {DELAY} s)")
+        print(
+            f"\n[clock] one node {shift:+g} s: pages per node {counts}, "
+            f"min gap per host {', '.join(f'{h} {g:.3f}s' for h, g in gaps.items())} (delay {DELAY} s)"
+        )
         for host, gap in gaps.items():
             assert gap >= DELAY - TOLERANCE, f"two request starts of {host} only {gap:.3f} s apart (delay {DELAY} s)"

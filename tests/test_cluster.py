@@ -126,8 +126,20 @@ class Ticking:
     would come out by name on one server and by call order on the other.
     """
 
-    OPS = frozenset({"admit", "pop", "admit_and_pop", "take_starts", "heartbeat", "reap", "release",
-                     "dead_letter", "push_starts", "idle_state"})  # fmt: skip
+    OPS = frozenset(
+        {
+            "admit",
+            "pop",
+            "admit_and_pop",
+            "take_starts",
+            "heartbeat",
+            "reap",
+            "release",
+            "dead_letter",
+            "push_starts",
+            "idle_state",
+        }
+    )
 
     def __init__(self, frontier: Frontier) -> None:
         self.frontier = frontier
@@ -210,7 +222,9 @@ def scenario(client: Any, flavor: str) -> list[tuple[str, Any]]:
         return got
 
     # start entries, leased and acked with the admission of what they produced
-    trace.append(("push_starts", Crawl.of(a).push_starts(["http://start.test/1", json.dumps({"url": "http://start.test/2"})])))
+    trace.append(
+        ("push_starts", Crawl.of(a).push_starts(["http://start.test/1", json.dumps({"url": "http://start.test/2"})]))
+    )
     starts = a.take_starts(5)
     trace.append(("take_starts", [(lease, raw) for lease, raw in starts]))
     res = a.admit(_items(a, list(range(30)), flavor), acks=[lease for lease, _ in starts])
@@ -222,8 +236,9 @@ def scenario(client: Any, flavor: str) -> list[tuple[str, Any]]:
     trace.append(("len", len(a)))
     first = pop(a, 12)
     trace.append(("pop", _leases(first)))
-    res, more = a.admit_and_pop(_items(a, ["child1", "child2", 3], flavor), [x.id for x in first[:3]], 6,
-                                events=_sent(a, first[3:5]))  # fmt: skip
+    res, more = a.admit_and_pop(
+        _items(a, ["child1", "child2", 3], flavor), [x.id for x in first[:3]], 6, events=_sent(a, first[3:5])
+    )
     trace.append(("admit_and_pop", ((res.flags, res.acked, res.stale), _leases(more))))
     if _sent(a, more):
         a.admit([], events=_sent(a, more))
@@ -270,11 +285,15 @@ def scenario(client: Any, flavor: str) -> list[tuple[str, Any]]:
     trace.append(("idle_state end", a.idle_state()))
     trace.append(("status end", _status(a)))
     if flavor == "bloom":
-        trace.append(("bloom layers", [(x["capacity"], x["added"]) for x in bloom_info(a.frontier, a.dedup.spec)["layers"]]))
+        trace.append(
+            ("bloom layers", [(x["capacity"], x["added"]) for x in bloom_info(a.frontier, a.dedup.spec)["layers"]])
+        )
     if flavor == "domain":
         trace.append(("domains", Domains(client, PARITY).table()))
     Crawl.of(a).leave(a.node_id)
-    trace.append(("keys", sorted((k.decode(), client.type(k).decode()) for k in client.scan_iter(match=PARITY.pattern()))))
+    trace.append(
+        ("keys", sorted((k.decode(), client.type(k).decode()) for k in client.scan_iter(match=PARITY.pattern())))
+    )
     return trace
 
 
@@ -308,8 +327,10 @@ def test_frontier_operations_answer_the_same_on_one_redis_and_on_the_cluster(
     owner = cluster_deployment.owner_of(PARITY.queue)
     sizes = cluster_deployment.dbsizes()
     assert sizes[owner.port] == len(keys) and sum(sizes.values()) == len(keys), sizes
-    print(f"\n{flavor}: {len(keys)} keys, slot {key_slot(b'{parity}')} on primary 127.0.0.1:{owner.port}; "
-          f"keys per primary {sizes}")  # fmt: skip
+    print(
+        f"\n{flavor}: {len(keys)} keys, slot {key_slot(b'{parity}')} on primary 127.0.0.1:{owner.port}; "
+        f"keys per primary {sizes}"
+    )
 
 
 # -- the operator CLI ----------------------------------------------------------------------------
@@ -338,8 +359,17 @@ def _cli_state(client: Any, url: str) -> None:
     assert f.dead_letter(first[0].id, "unknown callback 'parse_x'")
     client.rpush(CLI.dead, b"not a dead letter at all")
     f.heartbeat([x.id for x in first[1:]], metrics={"pid": 4242})
-    res = run("push", "--redis-url", url, "--crawl", CLI.crawl, "http://start.test/", "-f", "-",
-              input='{"url": "http://start.test/j", "priority": 5}\nnot a url\n')  # fmt: skip
+    res = run(
+        "push",
+        "--redis-url",
+        url,
+        "--crawl",
+        CLI.crawl,
+        "http://start.test/",
+        "-f",
+        "-",
+        input='{"url": "http://start.test/j", "priority": 5}\nnot a url\n',
+    )
     assert res.exit_code == 1, res.output  # one entry was skipped
     assert "stdin:2: skipped" in res.output and "pushed 2 start entries" in res.output
 
@@ -349,17 +379,37 @@ def _cli_outputs(url: str, tmp_path, tag: str) -> dict[str, Any]:
     res = run("status", "--redis-url", url, "--crawl", CLI.crawl, "--json")
     assert res.exit_code == 0, res.output
     status = json.loads(res.output)
-    for volatile in ("redis", "history", "pages_per_min", "pages_last_min", "net_drain_per_min", "eta_seconds",
-                     "eta_text", "rate", "redis_memory"):
+    for volatile in (
+        "redis",
+        "history",
+        "pages_per_min",
+        "pages_last_min",
+        "net_drain_per_min",
+        "eta_seconds",
+        "eta_text",
+        "rate",
+        "redis_memory",
+    ):
         status.pop(volatile)
     for node in status["nodes"]:
-        for moment in ("heartbeat_age", "uptime", "expires_in", "last_seen_ms", "silent_for", "leases_back_in",
-                       "state_text"):
+        for moment in (
+            "heartbeat_age",
+            "uptime",
+            "expires_in",
+            "last_seen_ms",
+            "silent_for",
+            "leases_back_in",
+            "state_text",
+        ):
             node.pop(moment, None)
     out["status --json"] = status
     res = run("status", "--redis-url", url, "--crawl", CLI.crawl)
     assert res.exit_code == 0, res.output
-    out["status"] = [line.replace(url, "<URL>") for line in res.output.splitlines()[1:] if "heartbeat" not in line and "rate" not in line]
+    out["status"] = [
+        line.replace(url, "<URL>")
+        for line in res.output.splitlines()[1:]
+        if "heartbeat" not in line and "rate" not in line
+    ]
     for name, args in {
         "peek": ["peek", "-n", "20"],
         "peek --json": ["peek", "-n", "20", "--json"],
@@ -395,8 +445,7 @@ def _export_records(path) -> list[str]:
     return out
 
 
-def test_cli_answers_the_same_on_one_redis_and_on_the_cluster(single, redis_url, cluster_client, cluster_url,
-                                                              tmp_path):  # fmt: skip
+def test_cli_answers_the_same_on_one_redis_and_on_the_cluster(single, redis_url, cluster_client, cluster_url, tmp_path):
     _cli_state(single, redis_url)
     _cli_state(cluster_client, cluster_url)
     want = _cli_outputs(redis_url, tmp_path, "single")
@@ -446,8 +495,9 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_two_node_crawl_on_the_cluster_fetches_every_page_once(crawl, make_shop, cluster_client, cluster_url,
-                                                               cluster_deployment, variant):  # fmt: skip
+def test_two_node_crawl_on_the_cluster_fetches_every_page_once(
+    crawl, make_shop, cluster_client, cluster_url, cluster_deployment, variant
+):
     shop = make_shop(items=300)
     keys = CrawlKeys("shop")
     settings = {"REDIS_URL": cluster_url, **FAST, **VARIANTS[variant]}
@@ -494,5 +544,7 @@ def test_two_node_crawl_on_the_cluster_fetches_every_page_once(crawl, make_shop,
     owner = cluster_deployment.owner_of(keys.queue)
     crawl_keys = [k.decode() for k in cluster_client.scan_iter(match=keys.pattern())]
     assert {key_slot(k.encode()) for k in crawl_keys} == {key_slot(b"{shop}")}
-    print(f"\n{variant}: {len(pages)} pages in {elapsed:.1f}s, items per node {split}; crawl 'shop' = slot {key_slot(b'{shop}')} on primary "
-          f"127.0.0.1:{owner.port}; keys per primary {cluster_deployment.dbsizes()}")  # fmt: skip
+    print(
+        f"\n{variant}: {len(pages)} pages in {elapsed:.1f}s, items per node {split}; crawl 'shop' = slot {key_slot(b'{shop}')} on primary "
+        f"127.0.0.1:{owner.port}; keys per primary {cluster_deployment.dbsizes()}"
+    )

@@ -31,6 +31,7 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+
 # -- URLs -------------------------------------------------------------------------------
 
 
@@ -158,8 +159,11 @@ def test_a_node_gives_up_on_a_silent_connection_in_seconds(redis_url, monkeypatc
     the node wait twice); a dropped connection is, once. The blackhole of
     tests/test_network_faults.py shows it on a real node."""
     monkeypatch.delenv("REDIS_URL", raising=False)
-    for settings, timeout in (({}, 5.0), ({"CRAWLPLUG_REDIS_TIMEOUT": "1.5"}, 1.5),
-                              ({"CRAWLPLUG_REDIS_TIMEOUT": 1, "REDIS_PARAMS": {"socket_timeout": 9}}, 9)):  # fmt: skip
+    for settings, timeout in (
+        ({}, 5.0),
+        ({"CRAWLPLUG_REDIS_TIMEOUT": "1.5"}, 1.5),
+        ({"CRAWLPLUG_REDIS_TIMEOUT": 1, "REDIS_PARAMS": {"socket_timeout": 9}}, 9),
+    ):
         conn = from_settings({"REDIS_URL": redis_url, **settings})
         kwargs = conn.client.connection_pool.connection_kwargs
         assert kwargs["socket_timeout"] == timeout, settings
@@ -337,8 +341,9 @@ def test_long_data_dir_puts_the_socket_in_tmp(data_dir):
 
 def git_untracked(repo: Path) -> list[str]:
     """What `git status` lists as untracked in ``repo``, every file named (not folded into dirs)."""
-    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo,
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout
     return sorted(line[3:] for line in out.splitlines() if line.startswith("?? "))
 
 

@@ -54,8 +54,13 @@ class Node:
     def admission(self, request: Request) -> tuple[bytes, float, bytes, str, str]:
         """As the scheduler's batch makes it: routed (sharded crawls) by domain, else host."""
         domain = self.queue.domain(request)
-        return (self.df.argument(request), self.queue.score(request), request.url.encode(), domain,
-                domain or urlparse_cached(request).hostname)  # fmt: skip
+        return (
+            self.df.argument(request),
+            self.queue.score(request),
+            request.url.encode(),
+            domain,
+            domain or urlparse_cached(request).hostname,
+        )
 
     def admit(self, *requests: Request) -> int:
         return self.frontier.admit([self.admission(r) for r in requests]).admitted
@@ -73,8 +78,16 @@ class Backend:
         df = cls.from_crawler(get_crawler(settings_dict=settings))
         spec = FRONTIERS[self.frontier]
         queue = spec["queue"]()
-        frontier = open_frontier(self.client, self.keys, shards=spec["shards"], dedup_factory=df.make_strategy,
-                                 queue=queue, node_id=name, lease_timeout=LEASE_TIMEOUT, heartbeat=0.1)  # fmt: skip
+        frontier = open_frontier(
+            self.client,
+            self.keys,
+            shards=spec["shards"],
+            dedup_factory=df.make_strategy,
+            queue=queue,
+            node_id=name,
+            lease_timeout=LEASE_TIMEOUT,
+            heartbeat=0.1,
+        )
         df.bind(frontier)
         return Node(df, frontier, queue)
 

@@ -111,10 +111,12 @@ def test_a_cron_whose_times_never_come_is_refused_and_a_stored_one_is_skipped_sa
         ops_schedules.check_cron("0 2 * * *", "a" * 300)  # a name too long for a file name: OSError before
     due = redis_ms(r) - 1000
     schedules.put(r, KEYS, {"name": "never", "cron": "0 0 31 2 *", "tz": "UTC", "plan": {}, "next": due, "last": None})
-    schedules.put(r, KEYS, {"name": "zone", "cron": "* * * * * *", "tz": "Nope/Zone", "plan": {}, "next": due,
-                            "last": None})  # fmt: skip
-    schedules.put(r, KEYS, {"name": "nightly", "cron": "* * * * * *", "tz": "UTC", "plan": {}, "next": due,
-                            "last": None})  # fmt: skip
+    schedules.put(
+        r, KEYS, {"name": "zone", "cron": "* * * * * *", "tz": "Nope/Zone", "plan": {}, "next": due, "last": None}
+    )
+    schedules.put(
+        r, KEYS, {"name": "nightly", "cron": "* * * * * *", "tz": "UTC", "plan": {}, "next": due, "last": None}
+    )
     control = Control(r, lease=5, tick=0.1, timeout=2)
     with caplog.at_level("WARNING", logger="crawlplug.ops.control"):
         control.tick()
@@ -128,8 +130,20 @@ def test_a_cron_whose_times_never_come_is_refused_and_a_stored_one_is_skipped_sa
 
 
 def test_schedule_commands(redis_url: str, r: redis.Redis):
-    res = cli(redis_url, "schedule", "shop", "--cron", "0 2 * * *", "--scrapyd", "http://127.0.0.1:6800",
-              "http://127.0.0.1:6801", "--nodes-per-host", "2", "-s", "CRAWLPLUG_IDLE_CLOSE=5")  # fmt: skip
+    res = cli(
+        redis_url,
+        "schedule",
+        "shop",
+        "--cron",
+        "0 2 * * *",
+        "--scrapyd",
+        "http://127.0.0.1:6800",
+        "http://127.0.0.1:6801",
+        "--nodes-per-host",
+        "2",
+        "-s",
+        "CRAWLPLUG_IDLE_CLOSE=5",
+    )
     assert res.exit_code == 0, res.output
     assert "added schedule 'default' of crawl 'shop': cron '0 2 * * *' (UTC), 2 nodes on each of 2" in res.output
     spec = schedules.get(r, KEYS, "default")
@@ -166,8 +180,21 @@ def controls(redis_url: str, tmp_path: Path):
 
 
 def _schedule(redis_url: str, daemon, shop, cron: str) -> None:
-    res = cli(redis_url, "schedule", "shop", "--cron", cron, "--scrapyd", daemon.url, "-s", "CRAWLPLUG_IDLE_CLOSE=1",
-              "-s", "CRAWLPLUG_HEARTBEAT=0.5", "-a", f"base_url={shop.url}")  # fmt: skip
+    res = cli(
+        redis_url,
+        "schedule",
+        "shop",
+        "--cron",
+        cron,
+        "--scrapyd",
+        daemon.url,
+        "-s",
+        "CRAWLPLUG_IDLE_CLOSE=1",
+        "-s",
+        "CRAWLPLUG_HEARTBEAT=0.5",
+        "-a",
+        f"base_url={shop.url}",
+    )
     assert res.exit_code == 0, res.output
 
 
@@ -205,8 +232,7 @@ def test_two_control_processes_fire_each_time_once(make_scrapyd, make_shop, redi
 
 
 @pytest.mark.e2e
-def test_a_control_process_restarted_across_due_times_fires_them_once(make_scrapyd, make_shop, redis_url, r,
-                                                                       controls):  # fmt: skip
+def test_a_control_process_restarted_across_due_times_fires_them_once(make_scrapyd, make_shop, redis_url, r, controls):
     shop = make_shop(items=10)
     daemon = make_scrapyd()
     _schedule(redis_url, daemon, shop, "* * * * * */3")
@@ -242,16 +268,34 @@ def test_a_firing_left_half_done_by_a_dead_leader_is_finished_by_the_next(make_s
 
     shop = make_shop(items=10)
     daemon = make_scrapyd()
-    res = cli(redis_url, "schedule", "shop", "--cron", "0 2 * * *", "--scrapyd", daemon.url, "--nodes-per-host", "2",
-              "-s", "CRAWLPLUG_IDLE_CLOSE=1", "-a", f"base_url={shop.url}")  # fmt: skip
+    res = cli(
+        redis_url,
+        "schedule",
+        "shop",
+        "--cron",
+        "0 2 * * *",
+        "--scrapyd",
+        daemon.url,
+        "--nodes-per-host",
+        "2",
+        "-s",
+        "CRAWLPLUG_IDLE_CLOSE=1",
+        "-a",
+        f"base_url={shop.url}",
+    )
     assert res.exit_code == 0, res.output
     due = schedules.get(r, KEYS, "default")["next"]
     dead = Leadership(r, KEYS, "dead-leader", lease_ms=200)
     assert dead.hold() == "acquired"
     assert dead.claim("default", due, due + 86_400_000) == ("claimed", "")
     firing = f"default@{due}"
-    jobs.record(r, KEYS, f"shop-default-{due}-0-0", {"daemon": daemon.url, "project": "default", "spider": "shop",
-                                                     "firing": firing, "fence": dead.fence}, scheduled_ms=redis_ms(r))  # fmt: skip
+    jobs.record(
+        r,
+        KEYS,
+        f"shop-default-{due}-0-0",
+        {"daemon": daemon.url, "project": "default", "spider": "shop", "firing": firing, "fence": dead.fence},
+        scheduled_ms=redis_ms(r),
+    )
     time.sleep(0.3)  # its lease runs out
 
     Control(r, lease=3, tick=0.2).run(ticks=2)

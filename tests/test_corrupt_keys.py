@@ -57,8 +57,9 @@ def test_a_start_urls_set_at_start_is_one_error_and_the_crawl_finishes(crawl, ma
     nodes = [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST}) for _ in range(2)]
     for node in nodes:
         assert node.wait(120) == 0, node.text()[-3000:]
-    _assert_finished_with_one_error_about([n.text() for n in nodes], KEYS.start_urls, "holds a set, not a list",
-                                          "crawlplug push", "delete the key")  # fmt: skip
+    _assert_finished_with_one_error_about(
+        [n.text() for n in nodes], KEYS.start_urls, "holds a set, not a list", "crawlplug push", "delete the key"
+    )
     _assert_crawled_once(shop)
     assert r.smembers(KEYS.start_urls) == {entry.encode()}, "its entries are left alone, not lost"
 
@@ -81,8 +82,9 @@ def test_a_start_urls_set_planted_mid_crawl_then_repaired(crawl, make_shop, r, r
     assert res.exit_code == 0, res.output
     for node in nodes:
         assert node.wait(120) == 0, node.text()[-3000:]
-    _assert_finished_with_one_error_about([n.text() for n in nodes], KEYS.start_urls, "holds a set, not a list",
-                                          "crawlplug push")  # fmt: skip
+    _assert_finished_with_one_error_about(
+        [n.text() for n in nodes], KEYS.start_urls, "holds a set, not a list", "crawlplug push"
+    )
     _assert_crawled_once(shop)
     _assert_crawled_once(other)  # the repaired entry was crawled, and the site behind it
 

@@ -14,8 +14,20 @@ from crawlplug.frontier.layout import claim_shards, shard_of
 
 N = 3
 #: what a crawl is beside its data plane: the control plane's, not the frontier's
-CONTROL = ("pause", "resume", "paused_info", "status", "counter", "totals", "finish_run", "queued_elsewhere",
-           "dead_letters", "push_starts", "publish", "leave")  # fmt: skip
+CONTROL = (
+    "pause",
+    "resume",
+    "paused_info",
+    "status",
+    "counter",
+    "totals",
+    "finish_run",
+    "queued_elsewhere",
+    "dead_letters",
+    "push_starts",
+    "publish",
+    "leave",
+)
 
 
 def _hosts() -> list[str]:
@@ -37,8 +49,13 @@ def test_a_crawl_is_read_and_switched_without_a_frontier(r):
     claim_shards(r, keys, N)
     node = Frontier(r, keys, shards=N, node_id="node-a")
     hosts = _hosts()
-    node.admit([(f"{h}/{j}".encode().ljust(20, b"_"), 0.0, json.dumps({"url": f"http://{h}/{j}"}).encode(), "", h)
-                for h in hosts for j in range(2)])  # fmt: skip
+    node.admit(
+        [
+            (f"{h}/{j}".encode().ljust(20, b"_"), 0.0, json.dumps({"url": f"http://{h}/{j}"}).encode(), "", h)
+            for h in hosts
+            for j in range(2)
+        ]
+    )
     held = node.pop(N)
     node.dead_letter(held[0].id, "broken on purpose")
 

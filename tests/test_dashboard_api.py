@@ -90,8 +90,11 @@ def assert_fetched_once(shop, extra: set[str] = frozenset()) -> None:
 
 
 def push(redis_url: str, *urls: str) -> None:
-    res = CliRunner().invoke(cli_main, ["push", "--redis-url", redis_url, "--crawl", KEYS.crawl, *urls],
-                             env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None})  # fmt: skip
+    res = CliRunner().invoke(
+        cli_main,
+        ["push", "--redis-url", redis_url, "--crawl", KEYS.crawl, *urls],
+        env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None},
+    )
     assert res.exit_code == 0, res.output
     assert f"pushed {len(urls)} start entries" in res.output
 
@@ -174,7 +177,12 @@ def test_reads_follow_a_two_node_crawl(crawl, make_shop, redis_url, r):
     final = get(client, "/api/status")
     status = Crawl.of(frontier).status()
     assert (final["queued"], final["in_flight"], final["seen"], final["dead"], final["start_urls"]) == (
-        status["queued"], status["in_flight"], status["seen"], status["dead"], status["start_urls"])
+        status["queued"],
+        status["in_flight"],
+        status["seen"],
+        status["dead"],
+        status["start_urls"],
+    )
     assert final["counters"] == status["stats"]
     assert final["done"] == status["stats"]["acked"]
     # "done" counts finished requests; a pushed start entry is acked on its own, not as a page
@@ -186,8 +194,10 @@ def test_reads_follow_a_two_node_crawl(crawl, make_shop, redis_url, r):
     assert not [n for n in final["nodes"] if n["alive"]], "closed nodes leave"
     # every finished request is in the series (the test runs well within the hour)
     assert sum(get(client, "/api/history")["done"]) == final["done"]
-    print(f"\n[dashboard] done {first['done']} -> {second['done']} in 1.5 s; final {final['done']}; "
-          f"404s {error['count']}; rate {second['pages_per_min']}/min")  # fmt: skip
+    print(
+        f"\n[dashboard] done {first['done']} -> {second['done']} in 1.5 s; final {final['done']}; "
+        f"404s {error['count']}; rate {second['pages_per_min']}/min"
+    )
 
 
 # -- actions -----------------------------------------------------------------------------------
@@ -211,9 +221,13 @@ def test_actions_need_a_configured_token(r):
         res = read_only.request(method, path, json=body, headers=AUTH)
         assert res.status_code == 403, (method, path, res.text)
         assert "CRAWLPLUG_DASHBOARD_TOKEN" in res.json()["error"]
-        for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"},
-                        {"Authorization": TOKEN}, {"Authorization": f"Basic {TOKEN}"},
-                        {"Authorization": f"Bearer {TOKEN}x"}):  # fmt: skip
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong-token-wrong-token"},
+            {"Authorization": TOKEN},
+            {"Authorization": f"Basic {TOKEN}"},
+            {"Authorization": f"Bearer {TOKEN}x"},
+        ):
             res = guarded.request(method, path, json=body, headers=headers)
             assert res.status_code == 401, (method, path, headers, res.text)
             assert "token" in res.json()["error"]
@@ -228,30 +242,33 @@ def test_actions_need_a_configured_token(r):
     assert int(r.hget(KEYS.stats, "pauses")) == 1
 
 
-@pytest.mark.parametrize(("path", "body"), [
-    ("/api/domains/example.com", '{"delay": -1}'),
-    ("/api/domains/example.com", '{"delay": "soon"}'),
-    ("/api/domains/example.com", '{"delay": "inf"}'),
-    ("/api/domains/example.com", '{"delay": 1e400}'),
-    ("/api/domains/example.com", '{"delay": NaN}'),
-    ("/api/domains/example.com", '{"delay": true}'),
-    ("/api/domains/example.com", '{"concurrency": 1e400}'),
-    ("/api/domains/example.com", '{"concurrency": 2.5}'),
-    ("/api/domains/example.com", '{"concurrency": [2]}'),
-    ("/api/domains/example.com", "{}"),
-    ("/api/domains/example.com", "[1]"),
-    ("/api/domains/example.com", "not json"),
-    ("/api/domains/a%09b", '{"delay": 1}'),
-    ("/api/dead/requeue", '{"indexes": [1e400]}'),
-    ("/api/dead/requeue", '{"indexes": [0]}'),
-    ("/api/dead/requeue", '{"indexes": null}'),
-    ("/api/dead/requeue", '{"indexes": ["x"]}'),
-    ("/api/dead/requeue", "{}"),
-    ("/api/dead/requeue", "not json"),
-    ("/api/stop", '{"drain": "yes"}'),
-    ("/api/stop", "[1]"),
-    ("/api/stop", "not json"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/domains/example.com", '{"delay": -1}'),
+        ("/api/domains/example.com", '{"delay": "soon"}'),
+        ("/api/domains/example.com", '{"delay": "inf"}'),
+        ("/api/domains/example.com", '{"delay": 1e400}'),
+        ("/api/domains/example.com", '{"delay": NaN}'),
+        ("/api/domains/example.com", '{"delay": true}'),
+        ("/api/domains/example.com", '{"concurrency": 1e400}'),
+        ("/api/domains/example.com", '{"concurrency": 2.5}'),
+        ("/api/domains/example.com", '{"concurrency": [2]}'),
+        ("/api/domains/example.com", "{}"),
+        ("/api/domains/example.com", "[1]"),
+        ("/api/domains/example.com", "not json"),
+        ("/api/domains/a%09b", '{"delay": 1}'),
+        ("/api/dead/requeue", '{"indexes": [1e400]}'),
+        ("/api/dead/requeue", '{"indexes": [0]}'),
+        ("/api/dead/requeue", '{"indexes": null}'),
+        ("/api/dead/requeue", '{"indexes": ["x"]}'),
+        ("/api/dead/requeue", "{}"),
+        ("/api/dead/requeue", "not json"),
+        ("/api/stop", '{"drain": "yes"}'),
+        ("/api/stop", "[1]"),
+        ("/api/stop", "not json"),
+    ],
+)
 def test_bad_action_bodies_are_400(r, path, body):
     """Malformed, non-finite or out-of-range input is a 400 with a JSON error, never a 500,
     and changes nothing."""
@@ -330,8 +347,10 @@ def test_pause_and_resume_over_http(crawl, make_shop, redis_url, tmp_path):
         assert final["counters"]["pauses"] == 2  # the second pause was a no-op, still counted
         for node in nodes:
             assert "paused by an operator" in node.text() and "resumed" in node.text()
-        print(f"\n[dashboard] paused at done={frozen}: every node idle after {took:.1f}s; "
-              f"resumed and finished at {final['done']}")  # fmt: skip
+        print(
+            f"\n[dashboard] paused at done={frozen}: every node idle after {took:.1f}s; "
+            f"resumed and finished at {final['done']}"
+        )
     finally:
         dash.stop()
 
@@ -341,8 +360,14 @@ def test_domains_view_and_delay_change(crawl, make_shop, redis_url, r):
     (in Redis dconf, in force at once), DELETE gives the settings back."""
     shop = make_shop(items=SHOP_ITEMS, delay=SHOP_DELAY)
     client = TestClient(create_app(r, KEYS, TOKEN), base_url="http://127.0.0.1")
-    nodes = start_nodes(crawl, shop, redis_url, CRAWLPLUG_QUEUE_CLASS="crawlplug.queues.DomainQueue",
-                        CRAWLPLUG_DOMAIN_DELAY=0.005, CRAWLPLUG_DOMAIN_CONCURRENCY=6)  # fmt: skip
+    nodes = start_nodes(
+        crawl,
+        shop,
+        redis_url,
+        CRAWLPLUG_QUEUE_CLASS="crawlplug.queues.DomainQueue",
+        CRAWLPLUG_DOMAIN_DELAY=0.005,
+        CRAWLPLUG_DOMAIN_CONCURRENCY=6,
+    )
     wait_running(client, nodes, done=100)
     host = "127.0.0.1"
 
@@ -384,8 +409,10 @@ def test_domains_view_and_delay_change(crawl, make_shop, redis_url, r):
     assert r.hget(KEYS.dconf, f"o:{host}") is None
     finish(nodes)
     assert_fetched_once(shop)
-    print(f"\n[dashboard] {host}: delay {before['delay']}s -> 0.25s: {len(log)} pages in 2 s, "
-          f"min gap {min(gaps):.3f}s; reset, finished")  # fmt: skip
+    print(
+        f"\n[dashboard] {host}: delay {before['delay']}s -> 0.25s: {len(log)} pages in 2 s, "
+        f"min gap {min(gaps):.3f}s; reset, finished"
+    )
 
 
 def test_dead_letters_listed_and_requeued(crawl, make_shop, redis_url, r):
@@ -406,7 +433,12 @@ def test_dead_letters_listed_and_requeued(crawl, make_shop, redis_url, r):
     assert dead["total"] == 1
     [row] = dead["rows"]
     assert (row["index"], row["url"], row["reason"], row["deliveries"], row["node"]) == (
-        0, shop.url + path, "gave up: test", 5, "test-operator")
+        0,
+        shop.url + path,
+        "gave up: test",
+        5,
+        "test-operator",
+    )
     assert abs(row["at"] - time.time() * 1000) < 60_000
 
     assert client.post("/api/dead/requeue", json={"indexes": [0]}).status_code == 401
@@ -496,10 +528,20 @@ def test_real_dashboard_never_shows_its_token(redis_url, tmp_path):
         dash.stop()
 
 
-@pytest.mark.parametrize(("host", "loopback"), [
-    ("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True), ("localhost", True),
-    ("0.0.0.0", False), ("::", False), ("192.168.1.10", False), ("dashboard.example.com", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.10", False),
+        ("dashboard.example.com", False),
+    ],
+)
 def test_a_dashboard_open_to_the_network_is_warned_about(redis_url, monkeypatch, host, loopback):
     """The default is loopback; asked for another address, the command says who can then read
     the crawl, and that a token would cross the network in clear text. (The web server itself is
@@ -515,8 +557,11 @@ def test_a_dashboard_open_to_the_network_is_warned_about(redis_url, monkeypatch,
 
     monkeypatch.setattr(cli_web, "listen", listen)
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: sockets[0].close())
-    res = CliRunner().invoke(cli_main, ["--redis-url", redis_url, "--crawl", "shop", "dashboard", "--host", host,
-                                        "--port", "0"], env={"CRAWLPLUG_DASHBOARD_TOKEN": TOKEN})  # fmt: skip
+    res = CliRunner().invoke(
+        cli_main,
+        ["--redis-url", redis_url, "--crawl", "shop", "dashboard", "--host", host, "--port", "0"],
+        env={"CRAWLPLUG_DASHBOARD_TOKEN": TOKEN},
+    )
     assert res.exit_code == 0, res.output
     assert served == [(host, 0)]
     warned = "is not a loopback address" in res.output

@@ -39,8 +39,9 @@ def test_dashboard_in_chromium_during_a_crawl(browser, crawl, make_shop, redis_u
 
         # the numbers move
         first = until(browser, lambda d: number(d, "#n-done"), 30, "a first page done")
-        moved = until(browser, lambda d: (number(d, "#n-done") or 0) > first and number(d, "#n-done"), 10,
-                      "done to increase")  # fmt: skip
+        moved = until(
+            browser, lambda d: (number(d, "#n-done") or 0) > first and number(d, "#n-done"), 10, "done to increase"
+        )
         assert browser.find_element(By.ID, "state").text == "running"
         until(browser, lambda d: number(d, "#n-nodes") == 2, 10, "2 live nodes")
 
@@ -83,13 +84,21 @@ def test_dashboard_in_chromium_during_a_crawl(browser, crawl, make_shop, redis_u
         # resume: it moves again
         browser.find_element(By.ID, "resume").click()
         until(browser, lambda d: d.find_element(By.ID, "state").text == "running", 5, "the badge to say running")
-        resumed = until(browser, lambda d: (number(d, "#n-done") or 0) > frozen and number(d, "#n-done"), 10,
-                        "done to increase after resume")  # fmt: skip
+        resumed = until(
+            browser,
+            lambda d: (number(d, "#n-done") or 0) > frozen and number(d, "#n-done"),
+            10,
+            "done to increase after resume",
+        )
 
         # a screenshot of the running crawl, with its charts drawn by uPlot, over the last 15 min
         browser.find_element(By.CSS_SELECTOR, '.range-btn[data-last="15m"]').click()
-        until(browser, lambda d: int(d.find_element(By.ID, "chart-done").get_attribute("data-points") or 0) > 0, 15,
-              "the pages/min chart to have points")  # fmt: skip
+        until(
+            browser,
+            lambda d: int(d.find_element(By.ID, "chart-done").get_attribute("data-points") or 0) > 0,
+            15,
+            "the pages/min chart to have points",
+        )
         assert browser.find_elements(By.CSS_SELECTOR, "#chart-done canvas"), "uPlot drew the chart"
         assert browser.find_element(By.ID, "chart-done").get_attribute("data-step") == "10s"
         time.sleep(2)
@@ -103,7 +112,9 @@ def test_dashboard_in_chromium_during_a_crawl(browser, crawl, make_shop, redis_u
         hits = shop.hits
         assert set(hits) == shop.shop.paths() and max(hits.values()) == 1, "every page fetched exactly once"
         until(browser, lambda d: number(d, "#n-done") == len(shop.shop.paths()), 10, "the final count on the page")
-        print(f"\n[dashboard e2e] done {first} -> {moved}; paused: nodes idle after {took:.1f}s, "
-              f"done frozen at {frozen}; resumed: {resumed}; finished at {len(hits)}; screenshot {shot}")
+        print(
+            f"\n[dashboard e2e] done {first} -> {moved}; paused: nodes idle after {took:.1f}s, "
+            f"done frozen at {frozen}; resumed: {resumed}; finished at {len(hits)}; screenshot {shot}"
+        )
     finally:
         dash.stop()

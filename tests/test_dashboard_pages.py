@@ -28,9 +28,14 @@ from selenium.webdriver.support.ui import Select
 
 TOKEN = "e2e-pages-token-0123456789"
 __all__ = ["browser"]  # the fixture, imported for the tests here
-SETTINGS = {"CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5,
-            "CRAWLPLUG_STATS_INTERVAL": 0.5, "CONCURRENT_REQUESTS": 4,
-            "CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue"}  # fmt: skip
+SETTINGS = {
+    "CRAWLPLUG_IDLE_CLOSE": 1,
+    "CRAWLPLUG_HEARTBEAT": 0.5,
+    "CRAWLPLUG_LEASE_TIMEOUT": 5,
+    "CRAWLPLUG_STATS_INTERVAL": 0.5,
+    "CONCURRENT_REQUESTS": 4,
+    "CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue",
+}
 #: a definition of the shop whose required "sku" is looked for where it is not
 MISSING_SKU = """
 name: shoptry
@@ -70,24 +75,34 @@ def test_every_page_of_the_dashboard_in_chromium(browser, crawl, make_shop, redi
     cli(redis_url, "push", "--crawl", "site-shop", *missing)
     dash = start_dashboard(redis_url, "site-shop", tmp_path, token=TOKEN)
     try:
-        nodes = [crawl("site", args={"site": "shop", "base_url": shop.url}, settings={"REDIS_URL": redis_url, **SETTINGS})
-                 for _ in range(2)]  # fmt: skip
+        nodes = [
+            crawl("site", args={"site": "shop", "base_url": shop.url}, settings={"REDIS_URL": redis_url, **SETTINGS})
+            for _ in range(2)
+        ]
         browser.get(dash.url + "/#nodes")
         field = browser.find_element(By.ID, "token")
         field.send_keys(TOKEN)
         browser.execute_script("arguments[0].dispatchEvent(new Event('change'))", field)
 
         # -- while it runs: Nodes, Domains ------------------------------------------------
-        rows = until(browser, lambda d: (t := table(d, "nodes-table")) and len(t) == 2 and all(x[-1] == "live" for x in t)
-                     and t, 30, "two live nodes on the Nodes page")  # fmt: skip
+        rows = until(
+            browser,
+            lambda d: (t := table(d, "nodes-table")) and len(t) == 2 and all(x[-1] == "live" for x in t) and t,
+            30,
+            "two live nodes on the Nodes page",
+        )
         assert {int(x[2]) for x in rows} == {n.proc.pid for n in nodes}
         screenshot(browser, "dashboard-nodes")
         # paused, the queue stays as it is while the Domains page is read
         browser.find_element(By.ID, "pause").click()
         until(browser, lambda d: d.find_element(By.ID, "state").text == "paused", 5, "the crawl paused")
         tab(browser, "domains")
-        queued = until(browser, lambda d: [x for x in table(d, "domains-table") if x[0] == "127.0.0.1"], 15,
-                       "the shop's host in the per-domain queue")  # fmt: skip
+        queued = until(
+            browser,
+            lambda d: [x for x in table(d, "domains-table") if x[0] == "127.0.0.1"],
+            15,
+            "the shop's host in the per-domain queue",
+        )
         assert int(queued[0][1].replace(",", "")) > 0, queued
         screenshot(browser, "dashboard-domains")
         browser.find_element(By.ID, "resume").click()
@@ -106,7 +121,9 @@ def test_every_page_of_the_dashboard_in_chromium(browser, crawl, make_shop, redi
         text = browser.find_element(By.ID, "range-text").text
         assert text.startswith("last 1h, per 10 s: ") and f"{pages + len(missing):,} pages" in text, text
         browser.find_element(By.CSS_SELECTOR, '.range-btn[data-last="15m"]').click()
-        until(browser, lambda d: d.find_element(By.ID, "range-text").text.startswith("last 15m, per 10 s"), 10, "15 min")
+        until(
+            browser, lambda d: d.find_element(By.ID, "range-text").text.startswith("last 15m, per 10 s"), 10, "15 min"
+        )
 
         browser.find_element(By.CSS_SELECTOR, '.range-btn[data-last="24h"]').click()
         until(browser, lambda d: chart(d, "chart-done")["step"] == "minute", 10, "minute records over 24 h")
@@ -114,15 +131,18 @@ def test_every_page_of_the_dashboard_in_chromium(browser, crawl, make_shop, redi
         assert "240 items" in browser.find_element(By.ID, "range-text").text
         until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, '#run-select option[value="1"]'), 15, "run 1 listed")
         Select(browser.find_element(By.ID, "run-select")).select_by_value("1")
-        until(browser, lambda d: d.find_element(By.ID, "range-text").text.startswith("run 1, per minute: "), 10, "run 1")
+        until(
+            browser, lambda d: d.find_element(By.ID, "range-text").text.startswith("run 1, per minute: "), 10, "run 1"
+        )
         # a drag across the pages/min chart zooms in: asked again for that range, at 10 s
         browser.find_element(By.CSS_SELECTOR, '.range-btn[data-last="1h"]').click()
         until(browser, lambda d: chart(d, "chart-done")["step"] == "10s", 10, "back to the last hour")
         before = chart(browser, "chart-done")
         over = browser.find_element(By.CSS_SELECTOR, "#chart-done .u-over")
         width = over.size["width"]
-        ActionChains(browser).move_to_element_with_offset(over, int(width * 0.1), 10).click_and_hold() \
-            .move_by_offset(int(width * 0.3), 0).release().perform()  # fmt: skip
+        ActionChains(browser).move_to_element_with_offset(over, int(width * 0.1), 10).click_and_hold().move_by_offset(
+            int(width * 0.3), 0
+        ).release().perform()
         zoomed = until(browser, lambda d: (c := chart(d, "chart-done"))["since"] != before["since"] and c, 10, "a zoom")
         assert int(before["since"]) < int(zoomed["since"]) < int(zoomed["until"]) < int(before["until"])
         assert browser.find_element(By.ID, "zoom-out").is_displayed()
@@ -130,7 +150,9 @@ def test_every_page_of_the_dashboard_in_chromium(browser, crawl, make_shop, redi
         until(browser, lambda d: not d.find_element(By.ID, "zoom-out").is_displayed(), 5, "the zoom undone")
         # the picture: zoomed (as a drag does) onto the run's few seconds and a minute around them
         run = dash.http.get("/api/runs").json()["runs"][0]
-        browser.execute_script("Charts.zoomTo(arguments[0], arguments[1])", run["started"] - 40_000, run["ended"] + 40_000)
+        browser.execute_script(
+            "Charts.zoomTo(arguments[0], arguments[1])", run["started"] - 40_000, run["ended"] + 40_000
+        )
         until(browser, lambda d: chart(d, "chart-queue")["since"] == str(run["started"] - 40_000), 10, "the zoom")
         screenshot(browser, "dashboard-overview")
 
@@ -157,10 +179,20 @@ def test_every_page_of_the_dashboard_in_chromium(browser, crawl, make_shop, redi
         form.find_element(By.NAME, "base_url").send_keys(shop.url)
         form.find_element(By.NAME, "definition").send_keys(MISSING_SKU)
         form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        state = until(browser, lambda d: d.find_element(By.ID, "try-result").get_attribute("data-state") in ("done", "error")
-                      and d.find_element(By.ID, "try-result").get_attribute("data-state"), 40, "the trial's result")  # fmt: skip
+        state = until(
+            browser,
+            lambda d: (
+                d.find_element(By.ID, "try-result").get_attribute("data-state") in ("done", "error")
+                and d.find_element(By.ID, "try-result").get_attribute("data-state")
+            ),
+            40,
+            "the trial's result",
+        )
         assert state == "done", browser.find_element(By.ID, "try-result").text
-        outcomes = {row.get_attribute("data-field"): row for row in browser.find_elements(By.CSS_SELECTOR, "#try-fields tr[data-field]")}
+        outcomes = {
+            row.get_attribute("data-field"): row
+            for row in browser.find_elements(By.CSS_SELECTOR, "#try-fields tr[data-field]")
+        }
         assert outcomes["name"].get_attribute("data-outcome") == "filled"
         assert outcomes["sku"].get_attribute("data-outcome") == "missing"
         assert "missing: the selector matched nothing" in outcomes["sku"].text

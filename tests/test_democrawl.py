@@ -29,10 +29,24 @@ def _row(summary: str, label: str) -> str:
 def test_two_node_demo_crawl(redis_url, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "crawlplug.demo.crawl", "--nodes", "2", "--items", "300",
-         "--redis-url", redis_url, "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "crawlplug.demo.crawl",
+            "--nodes",
+            "2",
+            "--items",
+            "300",
+            "--redis-url",
+            redis_url,
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     report = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert proc.returncode == 0, report
     assert "Demo crawl OK" in proc.stdout, report
@@ -53,8 +67,11 @@ def test_two_node_demo_crawl(redis_url, tmp_path):
 def test_unreachable_redis_fails_cleanly():
     proc = subprocess.run(
         [sys.executable, "-m", "crawlplug.demo.crawl", "--redis-url", "redis://:s3cret@127.0.0.1:1/0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert "cannot reach Redis at redis://:***@127.0.0.1:1/0" in proc.stderr
     assert "s3cret" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
@@ -89,10 +106,26 @@ def test_in_a_terminal_the_dashboard_stays_up_until_enter(redis_url, tmp_path):
     while the summary is read, and goes when the user presses Enter."""
     master, slave = os.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crawlplug.demo.crawl", "--nodes", "1", "--items", "60", "--redis-url", redis_url,
-         "--out", str(tmp_path / "run"), "--dashboard-port", "0"],
-        cwd=ROOT, stdin=slave, stdout=slave, stderr=slave,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "crawlplug.demo.crawl",
+            "--nodes",
+            "1",
+            "--items",
+            "60",
+            "--redis-url",
+            redis_url,
+            "--out",
+            str(tmp_path / "run"),
+            "--dashboard-port",
+            "0",
+        ],
+        cwd=ROOT,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+    )
     os.close(slave)
     try:
         shown = _read_until(master, "press Enter to stop it and exit", 180)
@@ -122,10 +155,26 @@ def test_the_demo_says_what_became_of_the_embedded_redis(tmp_path):
     was_running = embedded.running(directory)
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     proc = subprocess.run(
-        [sys.executable, "-m", "crawlplug.demo.crawl", "--nodes", "1", "--items", "40", "--out", str(tmp_path / "run"),
-         "--dashboard-port", "-1"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "crawlplug.demo.crawl",
+            "--nodes",
+            "1",
+            "--items",
+            "40",
+            "--out",
+            str(tmp_path / "run"),
+            "--dashboard-port",
+            "-1",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     report = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert proc.returncode == 0, report
     if was_running:

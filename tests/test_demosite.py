@@ -63,9 +63,7 @@ def server(shop: DemoShop) -> Iterator[ShopServer]:
         yield srv
 
 
-def test_every_page_answers_and_site_is_closed_under_links(
-    shop: DemoShop, server: ShopServer
-) -> None:
+def test_every_page_answers_and_site_is_closed_under_links(shop: DemoShop, server: ShopServer) -> None:
     paths = shop.paths()
     seen_links: set[str] = set()
     for path in sorted(paths):
@@ -224,8 +222,7 @@ def test_deterministic_bytes() -> None:
 def test_cli_port_file(tmp_path: Path) -> None:
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crawlplug.demo.shop", "--port", "0", "--items", "20",
-         "--port-file", str(port_file)],
+        [sys.executable, "-m", "crawlplug.demo.shop", "--port", "0", "--items", "20", "--port-file", str(port_file)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

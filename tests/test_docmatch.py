@@ -46,13 +46,16 @@ def test_an_excerpt_finds_its_lines_in_order_among_others():
     assert "line 2" in (docmatch.excerpt("... INFO: one\n... ERROR: three", log) or "")
 
 
-@pytest.mark.parametrize(("marker", "field", "value"), [
-    ("background, terminal 1", "terminal", "terminal 1"),
-    ("excerpt of terminal 1 and terminal 2, ended", "excerpt_of", "terminal 1 and terminal 2"),
-    ("fails", "fails", True),
-    ("timeout 30", "timeout", patient(30.0)),  # a wait, times CRAWLPLUG_TEST_PATIENCE
-    ("set shopcrawl/settings.py", "file_action", ("set", "shopcrawl/settings.py")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("marker", "field", "value"),
+    [
+        ("background, terminal 1", "terminal", "terminal 1"),
+        ("excerpt of terminal 1 and terminal 2, ended", "excerpt_of", "terminal 1 and terminal 2"),
+        ("fails", "fails", True),
+        ("timeout 30", "timeout", patient(30.0)),  # a wait, times CRAWLPLUG_TEST_PATIENCE
+        ("set shopcrawl/settings.py", "file_action", ("set", "shopcrawl/settings.py")),
+    ],
+)
 def test_marker_clauses(marker, field, value):
     assert getattr(Options.parse(marker), field) == value
 
@@ -63,9 +66,11 @@ def test_an_unknown_marker_clause_is_refused():
 
 
 def test_a_page_pairs_each_command_block_with_its_output_and_flags_an_orphan():
-    text = ("```sh\necho hi\n```\n\n```\nhi\n```\n\n"
-            "<!-- doc-test: background, terminal 1 -->\n```sh\nsleep 9\n```\n\n"
-            "Text.\n\n```\nnobody prints this\n```\n")  # fmt: skip
+    text = (
+        "```sh\necho hi\n```\n\n```\nhi\n```\n\n"
+        "<!-- doc-test: background, terminal 1 -->\n```sh\nsleep 9\n```\n\n"
+        "Text.\n\n```\nnobody prints this\n```\n"
+    )
     steps = [region.parsed for region in parse_steps(Document(text, "page.md"), lambda example: None)]
     assert [(s.kind, s.expected) for s in steps] == [("commands", "hi\n"), ("commands", None), ("orphan", None)]
     assert steps[1].options.background and steps[1].options.terminal == "terminal 1"
@@ -73,5 +78,8 @@ def test_a_page_pairs_each_command_block_with_its_output_and_flags_an_orphan():
 
 def test_set_assignments_replaces_a_setting_or_adds_it():
     module = 'BOT_NAME = "x"\nADDONS = {}\n'
-    assert set_assignments(module, 'ADDONS = {"crawlplug.Addon": 0}') == 'BOT_NAME = "x"\nADDONS = {"crawlplug.Addon": 0}\n'
+    assert (
+        set_assignments(module, 'ADDONS = {"crawlplug.Addon": 0}')
+        == 'BOT_NAME = "x"\nADDONS = {"crawlplug.Addon": 0}\n'
+    )
     assert set_assignments(module, "DOWNLOAD_DELAY = 1").endswith("ADDONS = {}\nDOWNLOAD_DELAY = 1\n")

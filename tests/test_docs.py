@@ -79,8 +79,11 @@ def _defined_tests(path: Path) -> set[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             found.add(node.name)
         elif isinstance(node, ast.ClassDef):
-            found.update(f"{node.name}::{item.name}" for item in node.body
-                         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)))  # fmt: skip
+            found.update(
+                f"{node.name}::{item.name}"
+                for item in node.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            )
     return found
 
 

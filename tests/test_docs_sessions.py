@@ -69,8 +69,9 @@ def _stop_embedded_servers(under: Path) -> None:
 
 
 @contextmanager
-def session(docs_install: tuple[Path, Path], workdir: Path, env: dict[str, str] | None = None,
-            **kwargs: object) -> Iterator[Session]:  # fmt: skip
+def session(
+    docs_install: tuple[Path, Path], workdir: Path, env: dict[str, str] | None = None, **kwargs: object
+) -> Iterator[Session]:
     workdir.mkdir(parents=True, exist_ok=True)
     venv, wheel = docs_install
     s = Session(workdir, environment(ROOT / ".venv", env), venv, wheel, **kwargs)  # type: ignore[arg-type]
@@ -89,8 +90,11 @@ def _run(path: Path, s: Session) -> None:
 
 def test_getting_started(docs_install, tmp_path):
     shop = free_port()
-    with session(docs_install, tmp_path / "gs",
-                 addresses={"127.0.0.1:8000": f"127.0.0.1:{shop}", "--port 8000": f"--port {shop}"}) as s:  # fmt: skip
+    with session(
+        docs_install,
+        tmp_path / "gs",
+        addresses={"127.0.0.1:8000": f"127.0.0.1:{shop}", "--port 8000": f"--port {shop}"},
+    ) as s:
         _run(ROOT / "docs" / "getting-started.md", s)
 
 
@@ -107,12 +111,16 @@ def _getting_started_spider(into: Path, shop: int) -> Path:
 
 def test_tutorial(docs_install, tmp_path):
     shop = free_port()
-    addresses = {"127.0.0.1:8000": f"127.0.0.1:{shop}", "--port 8000": f"--port {shop}",
-                 # the pid of the third node, as the status shows it
-                 "kill -9 19772": lambda s: f"kill -9 {s.pid_in('terminal 3')}"}  # fmt: skip
+    addresses = {
+        "127.0.0.1:8000": f"127.0.0.1:{shop}",
+        "--port 8000": f"--port {shop}",
+        # the pid of the third node, as the status shows it
+        "kill -9 19772": lambda s: f"kill -9 {s.pid_in('terminal 3')}",
+    }
     spider = _getting_started_spider(tmp_path, shop)
-    with session(docs_install, tmp_path / "tutorial", addresses=addresses,
-                 env={"DOCS_GETTING_STARTED_SPIDER": str(spider)}) as s:  # fmt: skip
+    with session(
+        docs_install, tmp_path / "tutorial", addresses=addresses, env={"DOCS_GETTING_STARTED_SPIDER": str(spider)}
+    ) as s:
         _run(ROOT / "docs" / "tutorial.md", s)
 
 
@@ -134,10 +142,16 @@ def test_alerts(docs_install, tmp_path):
 
 def test_metrics(docs_install, tmp_path):
     control, dashboard = free_port(), free_port()
-    addresses = {**_shop(), "--metrics-port 9642": f"--metrics-port {control}", "127.0.0.1:9642": f"127.0.0.1:{control}",
-                 # the dashboard on loopback, not every interface, on a free port
-                 "--host 0.0.0.0": f"--host 127.0.0.1 --port {dashboard}", "0.0.0.0:8642": f"127.0.0.1:{dashboard}",
-                 "127.0.0.1:8642": f"127.0.0.1:{dashboard}", "example.org:8642": f"example.org:{dashboard}"}  # fmt: skip
+    addresses = {
+        **_shop(),
+        "--metrics-port 9642": f"--metrics-port {control}",
+        "127.0.0.1:9642": f"127.0.0.1:{control}",
+        # the dashboard on loopback, not every interface, on a free port
+        "--host 0.0.0.0": f"--host 127.0.0.1 --port {dashboard}",
+        "0.0.0.0:8642": f"127.0.0.1:{dashboard}",
+        "127.0.0.1:8642": f"127.0.0.1:{dashboard}",
+        "example.org:8642": f"example.org:{dashboard}",
+    }
     with session(docs_install, tmp_path / "metrics", addresses=addresses) as s:
         _run(ROOT / "docs" / "metrics.md", s)
 
@@ -176,15 +190,20 @@ def test_scrapyd(docs_install, dist, tmp_path):
     srv = machines["web1"] / "srv" / "shop"
     srv.parent.mkdir()
     addresses = {
-        "git clone https://git.example.com/crawlers/shop.git /srv/shop && cd /srv/shop":
-            f"cp -r {repo} {srv} && cd {srv} && "
-            f"printf '[scrapyd]\\nbind_address = 127.0.0.1\\nhttp_port = {web1}\\n' > scrapyd.conf",
-        "redis://10.0.0.5:6379/0": redis.url, "http://10.0.0.11:6800": f"http://127.0.0.1:{web1}",
-        "http://10.0.0.12:6800": f"http://127.0.0.1:{web2}", "https://shop.example.com": f"http://127.0.0.1:{shop}",
-    }  # fmt: skip
+        "git clone https://git.example.com/crawlers/shop.git /srv/shop && cd /srv/shop": f"cp -r {repo} {srv} && cd {srv} && "
+        f"printf '[scrapyd]\\nbind_address = 127.0.0.1\\nhttp_port = {web1}\\n' > scrapyd.conf",
+        "redis://10.0.0.5:6379/0": redis.url,
+        "http://10.0.0.11:6800": f"http://127.0.0.1:{web1}",
+        "http://10.0.0.12:6800": f"http://127.0.0.1:{web2}",
+        "https://shop.example.com": f"http://127.0.0.1:{shop}",
+    }
     # the page's machines have crawlplug and Scrapyd on their PATH (web1's venv is the page's own)
-    env = {"PATH": f"{venv / 'bin'}{os.pathsep}{environment(ROOT / '.venv')['PATH']}", "DOCS_PROJECT": str(repo),
-           "DOCS_WEB2": str(tmp_path / "web2"), "DOCS_WEB2_PORT": str(web2)}  # fmt: skip
+    env = {
+        "PATH": f"{venv / 'bin'}{os.pathsep}{environment(ROOT / '.venv')['PATH']}",
+        "DOCS_PROJECT": str(repo),
+        "DOCS_WEB2": str(tmp_path / "web2"),
+        "DOCS_WEB2_PORT": str(web2),
+    }
     try:
         with session(docs_install, tmp_path / "main", env=env, addresses=addresses, hosts=machines) as s:
             s.main.run(f"python -m crawlplug.demo.shop --port {shop} --items 20000 --delay 2 > shop.log 2>&1 &", 30)

@@ -178,8 +178,11 @@ def test_a_dead_node_frees_its_domains_slots_before_its_leases_expire(r, domains
     def step() -> None:
         reaper.heartbeat([])
         reaper.reap()
-        state = ("dies" in {m.decode() for m in r.zrange(K.nodes, 0, -1)}, r.zscore(K.leases, held.id) is not None,
-                 r.hget(K.dstate, "b:k.test"))  # fmt: skip
+        state = (
+            "dies" in {m.decode() for m in r.zrange(K.nodes, 0, -1)},
+            r.zscore(K.leases, held.id) is not None,
+            r.hget(K.dstate, "b:k.test"),
+        )
         if not events or events[-1] != state:
             events.append(state)
         time.sleep(0.005)
@@ -268,7 +271,7 @@ def test_ten_thousand_domains_pop_from_distinct_domains(frontier, domains, r):
     domains.configure({"s:*": "1000 1"})
     items = [(fp(i), 0, f"d{i}.test/x".encode(), f"d{i}.test") for i in range(10_000)]
     for start in range(0, len(items), 1000):
-        frontier.admit(items[start:start + 1000])
+        frontier.admit(items[start : start + 1000])
     assert r.zcard(K.domains) == 10_000
     got = frontier.pop(32)
     assert len({x.payload.split(b"/")[0] for x in got}) == 32
@@ -295,13 +298,17 @@ def test_request_domain_by_host_or_registered_domain():
 
 
 def test_settings_become_limits_and_bad_ones_are_refused():
-    s = Settings({"DOWNLOAD_DELAY": 0.25, "CONCURRENT_REQUESTS_PER_DOMAIN": 3,
-                  "CRAWLPLUG_DOMAINS": {"a.test": {"delay": 2}}})  # fmt: skip
+    s = Settings(
+        {"DOWNLOAD_DELAY": 0.25, "CONCURRENT_REQUESTS_PER_DOMAIN": 3, "CRAWLPLUG_DOMAINS": {"a.test": {"delay": 2}}}
+    )
     assert domain_limits(s) == {"s:*": "250 3", "s:a.test": "2000 -"}
     s = Settings({"CRAWLPLUG_DOMAIN_DELAY": "0.5", "CRAWLPLUG_DOMAIN_CONCURRENCY": "0"})
     assert domain_limits(s)["s:*"] == "500 0"
-    for bad in ({"CRAWLPLUG_DOMAIN_DELAY": -1}, {"CRAWLPLUG_DOMAINS": {"a": {"speed": 1}}},
-                {"CRAWLPLUG_DOMAINS": {"a": {"delay": "fast"}}}):  # fmt: skip
+    for bad in (
+        {"CRAWLPLUG_DOMAIN_DELAY": -1},
+        {"CRAWLPLUG_DOMAINS": {"a": {"speed": 1}}},
+        {"CRAWLPLUG_DOMAINS": {"a": {"delay": "fast"}}},
+    ):
         with pytest.raises(ConfigError):
             domain_limits(Settings(bad))
 
@@ -312,12 +319,18 @@ FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 1, "CRAWLPLUG_LEASE_TI
 DOMAIN = {"CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue"}
 
 
-@pytest.mark.parametrize("dupefilter", ["crawlplug.dupefilters.RedisSetDupeFilter",
-                                        "crawlplug.dupefilters.RedisBloomDupeFilter"])  # fmt: skip
+@pytest.mark.parametrize(
+    "dupefilter", ["crawlplug.dupefilters.RedisSetDupeFilter", "crawlplug.dupefilters.RedisBloomDupeFilter"]
+)
 def test_two_nodes_crawl_the_shop_through_the_domain_queue_exactly_once(crawl, make_shop, redis_url, dupefilter):
     shop = make_shop(items=300)
-    settings = {"REDIS_URL": redis_url, "DUPEFILTER_CLASS": dupefilter, "CRAWLPLUG_DOMAIN_CONCURRENCY": 4,
-                **DOMAIN, **FAST}  # fmt: skip
+    settings = {
+        "REDIS_URL": redis_url,
+        "DUPEFILTER_CLASS": dupefilter,
+        "CRAWLPLUG_DOMAIN_CONCURRENCY": 4,
+        **DOMAIN,
+        **FAST,
+    }
     nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
     for node in nodes:
         assert node.wait(180) == 0, node.text()[-3000:]

@@ -81,8 +81,12 @@ def test_a_link_met_again_is_not_fingerprinted_again_and_gets_the_same_fingerpri
     # Scrapy's fingerprint() caches each request it hashes: this one it never saw
     assert again not in scrapy_request._fingerprint_cache
     # what the default fingerprint depends on besides the URL still tells requests apart
-    other = [Request(again.url, method="POST"), Request(again.url, body=b"q=1"),
-             Request(again.url, meta={"verbatim_url": True}), Request("http://example.com/a?x=1#top")]  # fmt: skip
+    other = [
+        Request(again.url, method="POST"),
+        Request(again.url, body=b"q=1"),
+        Request(again.url, meta={"verbatim_url": True}),
+        Request("http://example.com/a?x=1#top"),
+    ]
     assert [df.fingerprint(req) for req in other] == [crawler.request_fingerprinter.fingerprint(req) for req in other]
 
 
@@ -207,7 +211,8 @@ def test_the_default_starts_are_deduplicated_once_a_run_and_a_custom_start_keeps
     assert default_start(Genspider()) and not default_start(Login())
     gen = asyncio.run(through(Genspider))
     assert [(x.url, x.dont_filter, x.meta) for x in gen] == [
-        (url, False, {START_ONCE_META: True, "allow_offsite": True}) for url in Genspider.start_urls]
+        (url, False, {START_ONCE_META: True, "allow_offsite": True}) for url in Genspider.start_urls
+    ]
     login, catalog, item = asyncio.run(through(Login))
     assert login.dont_filter and START_ONCE_META not in login.meta, "a custom start's request: per node"
     assert not catalog.dont_filter and catalog.meta[START_ONCE_META] and item == {"an": "item"}

@@ -35,8 +35,9 @@ def start_two(crawl: Any, tmp_path: Path, shop: Any, settings: list[dict[str, An
     page, started together (go file), run to the end."""
     go = tmp_path / "go"
     starts = [shop.url + "/", shop.url + "/category/2/"]
-    nodes = [crawl("multisite", args={"start_urls": url, "go_file": str(go)}, settings=s)
-             for url, s in zip(starts, settings)]  # fmt: skip
+    nodes = [
+        crawl("multisite", args={"start_urls": url, "go_file": str(go)}, settings=s) for url, s in zip(starts, settings)
+    ]
     return run_together(nodes, go, "multisite", 120)
 
 
@@ -52,8 +53,13 @@ def assert_every_page_once(shop: Any, nodes: list[Any]) -> None:
 
 def test_two_nodes_with_scrapys_own_scheduler_share_a_bloom_filter(crawl, make_shop, redis_url, tmp_path):
     shop = make_shop(items=40)
-    settings = {"REDIS_URL": redis_url, "SCHEDULER": STOCK, "DUPEFILTER_CLASS": BLOOM,
-                "CRAWLPLUG_BLOOM_CAPACITY": 1000, "CRAWLPLUG_BLOOM_ERROR_RATE": 0.00001}  # fmt: skip
+    settings = {
+        "REDIS_URL": redis_url,
+        "SCHEDULER": STOCK,
+        "DUPEFILTER_CLASS": BLOOM,
+        "CRAWLPLUG_BLOOM_CAPACITY": 1000,
+        "CRAWLPLUG_BLOOM_ERROR_RATE": 0.00001,
+    }
     nodes = start_two(crawl, tmp_path, shop, [settings, settings])
     assert_every_page_once(shop, nodes)
     for node in nodes:

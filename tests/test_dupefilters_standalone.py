@@ -97,8 +97,9 @@ def test_request_seen_is_one_script_call(kind, redis_url, r):
     df = opened(kind, redis_url)
     df.request_seen(Request("http://shop.test/warm"))  # a Bloom filter creates its first layer
     results: list[bool] = []
-    sent = commands_sent(r, lambda: results.extend(df.request_seen(Request(f"http://shop.test/{i % 40}"))
-                                                    for i in range(100)))  # fmt: skip
+    sent = commands_sent(
+        r, lambda: results.extend(df.request_seen(Request(f"http://shop.test/{i % 40}")) for i in range(100))
+    )
     assert results.count(False) == 40
     assert sent == ["EVALSHA"] * 100, f"one EVALSHA per request_seen and nothing else: {sorted(set(sent))}"
 
@@ -206,7 +207,7 @@ def test_bloom_on_its_own_costs_about_two_bytes_per_fingerprint(redis_url, r):
     requests = [Request(f"http://shop.test/item/{i}") for i in range(capacity)]
     flags = ""
     for i in range(0, capacity, 1000):
-        flags += bloom.frontier.record_seen([(bloom.argument(q), "") for q in requests[i:i + 1000]])
+        flags += bloom.frontier.record_seen([(bloom.argument(q), "") for q in requests[i : i + 1000]])
     new = flags.count("1")
     assert new >= capacity * 0.998, "false positives stay near the 0.1 % rate"
     assert all(bloom.request_seen(q) for q in requests[::50]), "no false negatives"

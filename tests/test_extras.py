@@ -25,8 +25,7 @@ def _env(redis_url: str) -> dict[str, str]:
 
 
 def _run(cmd: list[str], redis_url: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, env=_env(redis_url), capture_output=True, text=True, timeout=120, check=False,
-                          **kwargs)  # type: ignore[call-overload]
+    return subprocess.run(cmd, env=_env(redis_url), capture_output=True, text=True, timeout=120, check=False, **kwargs)  # type: ignore[call-overload]
 
 
 @pytest.mark.integration  # starts processes of its own
@@ -39,12 +38,32 @@ def test_core_and_command_work_without_the_extras(redis_url, shop):
     imports = "import crawlplug, crawlplug.scheduler, crawlplug.dupefilters, crawlplug.spiders, crawlplug.cli"
     proc = _run([sys.executable, "-c", imports], redis_url)
     assert proc.returncode == 0, proc.stderr
-    for args in (["--version"], ["crawls"], ["push", "--crawl", "other", "http://example.com/"], ["status", "--crawl", "other"]):
+    for args in (
+        ["--version"],
+        ["crawls"],
+        ["push", "--crawl", "other", "http://example.com/"],
+        ["status", "--crawl", "other"],
+    ):
         proc = _run([CRAWLPLUG, *args], redis_url)
         assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
     # a real crawl, with only the core installed (the demo project's spiders minus the site spider)
-    crawl = _run([SCRAPY, "crawl", "shop", "-a", f"base_url={shop.url}", "-s", "CRAWLPLUG_IDLE_CLOSE=1",
-                  "-s", "SPIDER_MODULES=spiders.shop", "-s", "LOG_LEVEL=INFO"], redis_url, cwd=ROOT)  # fmt: skip
+    crawl = _run(
+        [
+            SCRAPY,
+            "crawl",
+            "shop",
+            "-a",
+            f"base_url={shop.url}",
+            "-s",
+            "CRAWLPLUG_IDLE_CLOSE=1",
+            "-s",
+            "SPIDER_MODULES=spiders.shop",
+            "-s",
+            "LOG_LEVEL=INFO",
+        ],
+        redis_url,
+        cwd=ROOT,
+    )
     assert crawl.returncode == 0, crawl.stderr[-3000:]
     assert "'finish_reason': 'finished'" in crawl.stderr
     assert set(shop.hits) == shop.shop.paths()
@@ -54,7 +73,9 @@ def test_core_and_command_work_without_the_extras(redis_url, shop):
 def test_features_that_need_an_extra_say_which(redis_url):
     proc = _run([CRAWLPLUG, "dashboard", "--crawl", "shop", "--port", "0"], redis_url)
     assert proc.returncode == 1
-    assert "the dashboard needs crawlplug's [web] extra" in proc.stderr and "pip install 'crawlplug[web]'" in proc.stderr
+    assert (
+        "the dashboard needs crawlplug's [web] extra" in proc.stderr and "pip install 'crawlplug[web]'" in proc.stderr
+    )
     proc = _run([CRAWLPLUG, "sites", "list"], redis_url)
     assert proc.returncode == 1
     assert "site definitions need crawlplug's [sites] extra" in proc.stderr

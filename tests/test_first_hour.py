@@ -32,8 +32,7 @@ SHOP = CrawlKeys("shop")
 
 
 def cli(redis_url: str, *args: str):
-    return CliRunner().invoke(main, ["--redis-url", redis_url, *args],
-                              env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None})  # fmt: skip
+    return CliRunner().invoke(main, ["--redis-url", redis_url, *args], env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None})
 
 
 def _reason(node) -> str:
@@ -52,8 +51,9 @@ def _first_lines(node) -> list[str]:
     return lines
 
 
-def test_a_limit_ends_a_trial_run_and_a_crawl_typed_at_a_terminal_begins_the_next(crawl, make_shop, redis_url, r,
-                                                                                    tmp_path):  # fmt: skip
+def test_a_limit_ends_a_trial_run_and_a_crawl_typed_at_a_terminal_begins_the_next(
+    crawl, make_shop, redis_url, r, tmp_path
+):
     shop = make_shop(items=40)
     base = {"REDIS_URL": redis_url, **FAST}
     # a trial run: 5 pages, then the run has ended by its limit
@@ -77,8 +77,10 @@ def test_a_limit_ends_a_trial_run_and_a_crawl_typed_at_a_terminal_begins_the_nex
     assert restarted.wait(60) == 1, restarted.text()[-3000:]
     said = restarted.text()
     assert "run 1 of crawl 'shop' was ended by a limit (closespider_pagecount: 5 pages) at " in said, said[-3000:]
-    assert ("a node begins one itself when started at a terminal, or with -s CRAWLPLUG_NEW_RUN_AFTER_LIMIT=True "
-            "(this one: its standard input is not a terminal): this node exits") in said, said[-3000:]
+    assert (
+        "a node begins one itself when started at a terminal, or with -s CRAWLPLUG_NEW_RUN_AFTER_LIMIT=True "
+        "(this one: its standard input is not a terminal): this node exits"
+    ) in said, said[-3000:]
     assert feed.read_text() == '{"from": "the last run"}\n'
     assert sum(shop.hits.values()) == fetched and runs.record(r, SHOP)["id"] == "1"
 
@@ -87,17 +89,25 @@ def test_a_limit_ends_a_trial_run_and_a_crawl_typed_at_a_terminal_begins_the_nex
     Crawl.of(Frontier(r, SHOP)).pause(by="the test")
     typed = crawl(args={"base_url": shop.url}, settings=base, overwrite=True, items=feed, terminal=True)
     wait_until(lambda: "starting run 2" in typed.text(), "the typed node to begin run 2", nodes=[typed])
-    assert re.search(r"crawlplug: node \S+ starting run 2 of crawl 'shop' \(run 1 ended by a limit at \d\d:\d\d, "
-                     r"fingerprints cleared\), as this node was started at a terminal "
-                     r"\(CRAWLPLUG_NEW_RUN_AFTER_LIMIT unset\); what run 1 left queued is dropped", typed.text())
+    assert re.search(
+        r"crawlplug: node \S+ starting run 2 of crawl 'shop' \(run 1 ended by a limit at \d\d:\d\d, "
+        r"fingerprints cleared\), as this node was started at a terminal "
+        r"\(CRAWLPLUG_NEW_RUN_AFTER_LIMIT unset\); what run 1 left queued is dropped",
+        typed.text(),
+    )
     res = cli(redis_url, "stop", "shop")
     assert res.exit_code == 0, res.output
     assert typed.wait(60) == 0, typed.text()[-3000:]
     assert runs.record(r, SHOP)["state"] == "stopped"
 
     # after an operator's stop, neither a terminal nor the setting begins a run
-    again = crawl(args={"base_url": shop.url}, settings={**base, "CRAWLPLUG_NEW_RUN_AFTER_LIMIT": True},
-                  overwrite=True, items=feed, terminal=True)  # fmt: skip
+    again = crawl(
+        args={"base_url": shop.url},
+        settings={**base, "CRAWLPLUG_NEW_RUN_AFTER_LIMIT": True},
+        overwrite=True,
+        items=feed,
+        terminal=True,
+    )
     assert again.wait(60) == 1, again.text()[-3000:]
     said = again.text()
     assert "run 2 of crawl 'shop' was stopped by crawlplug stop" in said and "this node exits" in said, said[-3000:]
@@ -115,8 +125,10 @@ def test_one_definition_of_a_failure_and_reports_and_alerts_with_the_add_on_alon
     missing = f"{shop.url}/no-such-page"
     res = cli(redis_url, "push", "--crawl", "shop", missing)
     assert res.exit_code == 0, res.output
-    node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST, "ROBOTSTXT_OBEY": True,
-                                                         "CRAWLPLUG_STATS_INTERVAL": 0.5})  # fmt: skip
+    node = crawl(
+        args={"base_url": shop.url},
+        settings={"REDIS_URL": redis_url, **FAST, "ROBOTSTXT_OBEY": True, "CRAWLPLUG_STATS_INTERVAL": 0.5},
+    )
     assert node.wait(90) == 0, node.text()[-3000:]
     assert shop.hits["/robots.txt"] == 1, "fetched: the node obeys robots.txt"
 
@@ -138,15 +150,19 @@ def test_one_definition_of_a_failure_and_reports_and_alerts_with_the_add_on_alon
 
     # alert rules: error_rate from the run's counters; a null_rate of no item counted: unknown, said so
     assert cli(redis_url, "alerts", "add", "shop", "--name", "errors", "--when", "error_rate > 0.01").exit_code == 0
-    assert cli(redis_url, "alerts", "add", "shop", "--name", "prices", "--when",
-               "null_rate(shop.price) > 0.1").exit_code == 0  # fmt: skip
+    assert (
+        cli(redis_url, "alerts", "add", "shop", "--name", "prices", "--when", "null_rate(shop.price) > 0.1").exit_code
+        == 0
+    )
     evaluator = alerts.Evaluator(r, "test")
     evaluator.tick()
     evaluator.release()
     listed = cli(redis_url, "alerts", "list", "shop").output
     assert f"shop/errors  error_rate > 0.01  firing, value {round(1 / (pages + 1), 4):g}" in listed, listed
-    assert ("shop/prices  null_rate(shop.price) > 0.1  unknown (no item of site 'shop' counted for field 'price' "
-            "yet (is 'shop.price' right?))") in listed, listed
+    assert (
+        "shop/prices  null_rate(shop.price) > 0.1  unknown (no item of site 'shop' counted for field 'price' "
+        "yet (is 'shop.price' right?))"
+    ) in listed, listed
 
 
 def test_start_urls_of_the_default_start_are_fetched_once_in_a_run(crawl, make_shop, redis_url, r):

@@ -41,14 +41,22 @@ URLS = [f"http://shop.test/item/{i}/" for i in range(6)]
 
 
 def forget(redis_url: str, *args: str, input: str | None = None) -> Any:
-    return CliRunner().invoke(main, ["--redis-url", redis_url, "--crawl", K.crawl, "forget", *args], input=input,
-                              env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None})  # fmt: skip
+    return CliRunner().invoke(
+        main,
+        ["--redis-url", redis_url, "--crawl", K.crawl, "forget", *args],
+        input=input,
+        env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None},
+    )
 
 
 def admitted(frontier: Any, urls: list[str], route: bool = False) -> str:
     """Admit a request per URL as the Scheduler would: the flags ("1" new)."""
-    items = [(frontier.dedup.argument(FP.fingerprint(Request(u))), 0.0, b"{}", "", Request(u).url.split("/")[2])
-             if route else (frontier.dedup.argument(FP.fingerprint(Request(u))), 0.0, b"{}") for u in urls]  # fmt: skip
+    items = [
+        (frontier.dedup.argument(FP.fingerprint(Request(u))), 0.0, b"{}", "", Request(u).url.split("/")[2])
+        if route
+        else (frontier.dedup.argument(FP.fingerprint(Request(u))), 0.0, b"{}")
+        for u in urls
+    ]
     return frontier.admit(items).flags
 
 
@@ -137,11 +145,14 @@ def test_a_pattern_matching_nothing_and_a_dry_run_change_nothing(redis_url, r, c
     assert admitted(f, URLS[:1]) == "0"
 
 
-@pytest.mark.parametrize(("args", "why"), [
-    ((), "nothing to forget"),
-    (("--roll", URLS[0]), "give it alone"),
-    (("not a url",), "argument 1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        ((), "nothing to forget"),
+        (("--roll", URLS[0]), "give it alone"),
+        (("not a url",), "argument 1"),
+    ],
+)
 def test_bad_invocations_say_why(redis_url, crawl_in, args, why):
     crawl_in()
     result = forget(redis_url, *args)
@@ -159,12 +170,24 @@ def test_forgotten_urls_pushed_again_are_crawled_again(crawl, make_shop, redis_u
     shop = make_shop(items=6)
     pages = [f"{shop.url}/item/{i}/" for i in range(1, 5)]
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CRAWLPLUG_CRAWL")}
-    settings = {"REDIS_URL": redis_url, "CRAWLPLUG_INCREMENTAL": True, "CRAWLPLUG_IDLE_CLOSE": 1,
-                "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5}  # fmt: skip
+    settings = {
+        "REDIS_URL": redis_url,
+        "CRAWLPLUG_INCREMENTAL": True,
+        "CRAWLPLUG_IDLE_CLOSE": 1,
+        "CRAWLPLUG_HEARTBEAT": 0.5,
+        "CRAWLPLUG_LEASE_TIMEOUT": 5,
+    }
 
     def cli(*args: str) -> str:
-        proc = subprocess.run([CRAWLPLUG, "--redis-url", redis_url, "--crawl", "slowstart", *args], cwd=ROOT,
-                              env=env, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        proc = subprocess.run(
+            [CRAWLPLUG, "--redis-url", redis_url, "--crawl", "slowstart", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc.stdout
 

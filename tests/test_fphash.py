@@ -70,7 +70,7 @@ def _fps(n: int, salt: str = "") -> list[bytes]:
 def _admit(frontier: Frontier, fps: list[bytes], batch: int = 17) -> str:
     flags = ""
     for i in range(0, len(fps), batch):
-        flags += frontier.admit([(fp, 0, b"payload") for fp in fps[i:i + batch]]).flags
+        flags += frontier.admit([(fp, 0, b"payload") for fp in fps[i : i + batch]]).flags
     return flags
 
 
@@ -108,8 +108,11 @@ def test_the_splitting_store_stays_compact_with_one_lookup_a_url(server: redis.R
 
     assert Crawl.of(frontier).status()["seen"] == 6000  # what `crawlplug status` and the metrics show
     new = _fps(17, "one lookup")
-    sent = [words for by_lua, words in monitored(server, lambda: frontier.admit([(fp, 0, b"p") for fp in new]))
-            if by_lua and words[0].strip('"').upper() in ("HEXISTS", "HSETNX")]  # fmt: skip
+    sent = [
+        words
+        for by_lua, words in monitored(server, lambda: frontier.admit([(fp, 0, b"p") for fp in new]))
+        if by_lua and words[0].strip('"').upper() in ("HEXISTS", "HSETNX")
+    ]
     assert len(sent) == 17, f"one lookup a URL, not {len(sent)} for 17: {sent}"
 
 
@@ -124,8 +127,8 @@ def test_nodes_behind_the_splits_are_told_and_stay_exact(r: redis.Redis) -> None
     assert _admit(b, fps[:1500], batch=300) == "0" * 1500  # b at level 0: told, then exact
     assert b_dedup.level == a.dedup.level > 6
     for i in range(1500, 3000, 100):  # the two take turns, each behind the other's splits
-        assert _admit(a, fps[i:i + 50], batch=50) == "1" * 50
-        assert _admit(b, fps[i:i + 100], batch=100) == "0" * 50 + "1" * 50
+        assert _admit(a, fps[i : i + 50], batch=50) == "1" * 50
+        assert _admit(b, fps[i : i + 100], batch=100) == "0" * 50 + "1" * 50
     assert _admit(a, fps, batch=500) == "0" * 3000 and _admit(b, fps, batch=500) == "0" * 3000
     assert int(r.hget(KEYS.key("fph"), "count")) == 3000
 
@@ -177,8 +180,11 @@ def test_a_buckets_lookup_is_its_check_and_refuses_a_corrupt_one_having_written_
     fps = _fps(300, "lookup")
     assert _admit(frontier, fps) == "1" * 300 and dedup.level == 2
     old = fps[:17]
-    sent = [words for by_lua, words in monitored(r, lambda: frontier.admit([(fp, 0, b"p") for fp in old]))
-            if by_lua and ":fph:" in " ".join(words)]  # fmt: skip
+    sent = [
+        words
+        for by_lua, words in monitored(r, lambda: frontier.admit([(fp, 0, b"p") for fp in old]))
+        if by_lua and ":fph:" in " ".join(words)
+    ]
     assert [w[0].strip('"').upper() for w in sent] == ["HEXISTS"] * 17, sent
     bad, *others = _fps(20, "corrupt")
     bad_key = home(dedup, bad, dedup.level, dedup.next)[0]
@@ -362,8 +368,7 @@ def _dupefilter_on(client: redis.Redis, keys: CrawlKeys, **settings: object) -> 
 
 
 @pytest.mark.parametrize("shards", [None, 3])
-def test_migrate_moves_a_crawls_set_into_the_compact_store(r: redis.Redis, redis_url: str,
-                                                           shards: int | None) -> None:  # fmt: skip
+def test_migrate_moves_a_crawls_set_into_the_compact_store(r: redis.Redis, redis_url: str, shards: int | None) -> None:
     from click.testing import CliRunner
 
     from crawlplug.cli import main

@@ -113,9 +113,22 @@ def test_every_key_shares_the_crawl_hash_tag(r, frontier):
     # every key the scripts wrote is a documented name (or a node's hash or last reply), and the
     # frontier's own keys were all exercised
     assert keys <= {K.key(name) for name in NAMES} | {K.node(n) for n in ("node-a", "node-b")} | {
-        K.reply(n) for n in ("node-a", "node-b")}
-    core = ("queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "dead", "stats", "nodes",
-            "producers", "series")  # fmt: skip
+        K.reply(n) for n in ("node-a", "node-b")
+    }
+    core = (
+        "queue",
+        "requests",
+        "seq",
+        "leases",
+        "leased",
+        "deliveries",
+        "seen",
+        "dead",
+        "stats",
+        "nodes",
+        "producers",
+        "series",
+    )
     assert {K.key(name) for name in core} <= keys
     for key in keys:
         assert key.startswith("crawlplug:{crawl}:"), key

@@ -230,8 +230,7 @@ class FrontierUnderTest:
                     # tries again at the next refusal): the node stays of its epoch, and the
                     # part done is still done
                     rejoin_error = rexc
-            raise Partial(exc.flags, exc.cause, exc.acks_done, exc.acked, exc.stale, rejoined,
-                          rejoin_error) from exc  # fmt: skip
+            raise Partial(exc.flags, exc.cause, exc.acks_done, exc.acked, exc.stale, rejoined, rejoin_error) from exc
 
     def _rejoin(self, node: str, refusal: StaleEpoch) -> Rejoined:
         before = self.joined[node]
@@ -263,14 +262,21 @@ class FrontierUnderTest:
             out.append(item)
         return out
 
-    def admit(self, node: str, items: list[tuple[str, str, float, str]], acks: list[str],
-              events: list[tuple[str, str]]) -> tuple[str, int, int]:  # fmt: skip
+    def admit(
+        self, node: str, items: list[tuple[str, str, float, str]], acks: list[str], events: list[tuple[str, str]]
+    ) -> tuple[str, int, int]:
         """(flags, acked, stale); raises :class:`Partial` when only part of the batch was stored."""
         result = self._run(node, lambda: self.frontier(node).admit(self._items(node, items), acks, events))
         return result.flags, result.acked, result.stale
 
-    def admit_and_pop(self, node: str, items: list[tuple[str, str, float, str]], acks: list[str],
-                      events: list[tuple[str, str]], n: int) -> tuple[str, int, int, list[tuple[str, str, int, str]]]:  # fmt: skip
+    def admit_and_pop(
+        self,
+        node: str,
+        items: list[tuple[str, str, float, str]],
+        acks: list[str],
+        events: list[tuple[str, str]],
+        n: int,
+    ) -> tuple[str, int, int, list[tuple[str, str, int, str]]]:
         """(flags, acked, stale, what was leased)."""
         f = self.frontier(node)
         result, leased = self._run(node, lambda: f.admit_and_pop(self._items(node, items), acks, n, events))
@@ -321,8 +327,15 @@ class FrontierUnderTest:
 
     def view(self) -> dict[str, Any]:
         """What Redis holds, with lease ids as the frontier names them (read in one round trip)."""
-        out: dict[str, Any] = {"requests": {}, "queued": set(), "leases": {}, "deliveries": {}, "dead": Counter(),
-                               "seen": set(), "stats": Counter()}  # fmt: skip
+        out: dict[str, Any] = {
+            "requests": {},
+            "queued": set(),
+            "leases": {},
+            "deliveries": {},
+            "dead": Counter(),
+            "seen": set(),
+            "stats": Counter(),
+        }
         pipe = self.client.pipeline(transaction=False)
         parts = self.parts()
         for part in parts:
@@ -378,8 +391,13 @@ class FrontierUnderTest:
     def key(self, name: str, shard: int | None) -> str:
         part = self.part_keys(shard)
         if name == "seen":
-            return {"set": part.seen, "hash": part.key("fph"), "hashgen": part.key("fph"), "ttl": part.key("seen_ttl"),
-                    "bloom": f"{part.tag}:bloom:meta"}[self.config.dedup]  # fmt: skip
+            return {
+                "set": part.seen,
+                "hash": part.key("fph"),
+                "hashgen": part.key("fph"),
+                "ttl": part.key("seen_ttl"),
+                "bloom": f"{part.tag}:bloom:meta",
+            }[self.config.dedup]
         return part.key(name)
 
 
@@ -389,8 +407,16 @@ class Partial(Exception):
     if the rest was refused for its epoch (the node then joined again), ``rejoin_error`` if
     it was and the join met a corrupt key (the node is still of its epoch)."""
 
-    def __init__(self, flags: str, cause: Exception, acks_done: list[str], acked: int, stale: int,
-                 rejoined: Rejoined | None = None, rejoin_error: Exception | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        flags: str,
+        cause: Exception,
+        acks_done: list[str],
+        acked: int,
+        stale: int,
+        rejoined: Rejoined | None = None,
+        rejoin_error: Exception | None = None,
+    ) -> None:
         super().__init__(flags, cause, acks_done)
         self.flags, self.cause, self.acks_done, self.acked, self.stale = flags, cause, acks_done, acked, stale
         self.rejoined, self.rejoin_error = rejoined, rejoin_error
@@ -427,10 +453,22 @@ NOT_DONE = (REFUSED, REJOINED)
 #: keys a corruption step may break, with the part they live in ("shard": a shard's
 #: keys on a sharded crawl, the crawl's own otherwise; "base": always the crawl's own)
 CORRUPTIBLE = {
-    "queue": "shard", "requests": "shard", "seq": "shard", "leases": "shard", "leased": "shard",
-    "deliveries": "shard", "stats": "shard", "dead": "shard", "seen": "shard", "epoch": "shard",
-    "start_urls": "base", "nodes": "base", "producers": "base", "control": "base", "run": "base",
-}  # fmt: skip
+    "queue": "shard",
+    "requests": "shard",
+    "seq": "shard",
+    "leases": "shard",
+    "leased": "shard",
+    "deliveries": "shard",
+    "stats": "shard",
+    "dead": "shard",
+    "seen": "shard",
+    "epoch": "shard",
+    "start_urls": "base",
+    "nodes": "base",
+    "producers": "base",
+    "control": "base",
+    "run": "base",
+}
 DOMAIN_KEYS = {"dq": "shard", "domains": "shard", "dstate": "shard", "dconf": "shard"}
 #: statistic-only keys: of the wrong type they are started again, not refused (guard.lua)
 STATISTICS = ("series", "graveyard", "node")
@@ -597,8 +635,9 @@ class FrontierModel(RuleBasedStateMachine):
                 self.seq += 1
                 self.reqs[payload] = Req(payload, url, False, (score, self.seq))
 
-    def _expect_partial(self, node: str, items: list[tuple[str, str, float, str]], acks: list[str],
-                        partial: Partial) -> None:  # fmt: skip
+    def _expect_partial(
+        self, node: str, items: list[tuple[str, str, float, str]], acks: list[str], partial: Partial
+    ) -> None:
         """The part of a batch stored, and the acks made, while another part was refused."""
         done = [(item, flag) for item, flag in zip(items, partial.flags) if flag != "-"]
         self._expect_admit([item for item, _ in done], "".join(flag for _, flag in done))
@@ -617,8 +656,14 @@ class FrontierModel(RuleBasedStateMachine):
                     del self.reqs[payload]
                 else:
                     acked += 1
-            elif (req is not None and req.state == "queued" and not self.config.domains and not req.start
-                  and req.reaped_id == lease and req.deliveries > 0):  # fmt: skip
+            elif (
+                req is not None
+                and req.state == "queued"
+                and not self.config.domains
+                and not req.start
+                and req.reaped_id == lease
+                and req.deliveries > 0
+            ):
                 req.state = "acked"  # reaped while its node stalled, taken by no one: finished now
                 acked += 1
             else:
@@ -949,8 +994,15 @@ class FrontierModel(RuleBasedStateMachine):
             if name == "seq":
                 c.set(key, "12abc")
             else:
-                c.hset(key, data.draw(st.sampled_from(["enqueued", "filtered", "acked", "leased", "reaped",
-                                                       "released", "dead", "start_taken"])), "1.5x")  # fmt: skip
+                c.hset(
+                    key,
+                    data.draw(
+                        st.sampled_from(
+                            ["enqueued", "filtered", "acked", "leased", "reaped", "released", "dead", "start_taken"]
+                        )
+                    ),
+                    "1.5x",
+                )
         else:
             kind = c.type(key).decode()
             c.delete(key)
@@ -995,6 +1047,7 @@ class FrontierModel(RuleBasedStateMachine):
             self.client.set(key, "junk")
         else:
             self.client.rpush(key, "junk")
+
         def write_it() -> Any:
             if name == "node":
                 return self._beat(node)
@@ -1130,9 +1183,20 @@ class FrontierModel(RuleBasedStateMachine):
         assert v["start_urls"] == self.start_list, "start entries"
         if self.config.dedup in ("set", "hash", "hashgen", "ttl"):
             assert v["seen"] == {fingerprint(u) for u in self.seen}, "recorded fingerprints"
-        for name in ("enqueued", "filtered", "acked", "start_acked", "stale_acks", "reaped", "dead",
-                     "start_taken", "start_returned"):  # fmt: skip
-            assert v["stats"].get(name, 0) == self.counters[name], f"counter {name}: {v['stats'].get(name, 0)} in Redis, {self.counters[name]} in the model"
+        for name in (
+            "enqueued",
+            "filtered",
+            "acked",
+            "start_acked",
+            "stale_acks",
+            "reaped",
+            "dead",
+            "start_taken",
+            "start_returned",
+        ):
+            assert v["stats"].get(name, 0) == self.counters[name], (
+                f"counter {name}: {v['stats'].get(name, 0)} in Redis, {self.counters[name]} in the model"
+            )
         # a sharded pop that met a corrupt shard gave back, unstarted, what the other shards
         # leased in the same call: those count as leased and released alike (the model does
         # not know how many: that is the shards' rotation)
@@ -1170,8 +1234,13 @@ def test_the_frontier_matches_its_model(config: Config, model_server: RedisServe
     FrontierModel.tally = Counter()
     run_state_machine_as_test(
         machine,
-        settings=settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=False,
-                          suppress_health_check=list(HealthCheck)),
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=STEPS,
+            deadline=None,
+            derandomize=False,
+            suppress_health_check=list(HealthCheck),
+        ),
     )
     tally = FrontierModel.tally
     tally["steps"] = tally["checks"] - tally["examples"]
@@ -1184,7 +1253,8 @@ def test_the_frontier_matches_its_model(config: Config, model_server: RedisServe
 
 
 def test_an_admission_done_in_part_whose_rejoin_meets_a_corrupt_key_keeps_the_part_done(
-        model_server: RedisServer) -> None:  # fmt: skip
+    model_server: RedisServer,
+) -> None:
     """The steps CI's draw found (shrunk by hand): on a sharded crawl, one shard's epoch key
     deleted by hand (a repair the docs allow: the first node refused for it puts it back),
     then the crawl's control key corrupt. A batch over both shards is stored in the shard

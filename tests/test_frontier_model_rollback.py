@@ -158,9 +158,13 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
         return HashDedup(SplitSpec(fill=2)) if self.config.dedup == "hash" else SetDedup()
 
     def _build(self, name: str, epoch: str) -> Any:
-        kwargs: dict[str, Any] = {"queue": DomainQueue() if self.config.domains else PriorityQueue(),
-                                  "node_id": f"node-{name}", "lease_timeout": LEASE, "heartbeat": LEASE / 4,
-                                  "epoch": epoch}  # fmt: skip
+        kwargs: dict[str, Any] = {
+            "queue": DomainQueue() if self.config.domains else PriorityQueue(),
+            "node_id": f"node-{name}",
+            "lease_timeout": LEASE,
+            "heartbeat": LEASE / 4,
+            "epoch": epoch,
+        }
         if self.config.sharded:
             return Frontier(self.client, K, shards=SHARDS, dedup_factory=self._dedup, **kwargs)
         return Frontier(self.client, K, dedup=self._dedup(), **kwargs)
@@ -203,8 +207,12 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
         for _, url, kind in sent:
             self.n += 1
             arg = b"" if kind == "d" else node.frontier.dedup.argument(fingerprint(url))
-            item: tuple[Any, ...] = (arg, 0.0, f"{url}#{self.n}".encode() if kind != "r" else b"",
-                                     host(url) if self.config.domains else "")  # fmt: skip
+            item: tuple[Any, ...] = (
+                arg,
+                0.0,
+                f"{url}#{self.n}".encode() if kind != "r" else b"",
+                host(url) if self.config.domains else "",
+            )
             if self.config.sharded:
                 item += (host(url),)
             out.append(item)
@@ -266,8 +274,26 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
     #: what happens next: a node's action, an operator's push, or Redis saving a snapshot
     #: or going back to one (all of it, or one shard of a sharded crawl). One rule, so that
     #: hypothesis's choice of rules per example (swarm testing) never leaves one out.
-    ACTIONS = ("take", "take", "pop", "fetch", "fetch", "fetch", "admit", "admit", "admit", "heartbeat", "reap",
-               "release", "push", "snapshot", "snapshot", "back", "back", "shard back")
+    ACTIONS = (
+        "take",
+        "take",
+        "pop",
+        "fetch",
+        "fetch",
+        "fetch",
+        "admit",
+        "admit",
+        "admit",
+        "heartbeat",
+        "reap",
+        "release",
+        "push",
+        "snapshot",
+        "snapshot",
+        "back",
+        "back",
+        "shard back",
+    )
 
     @rule(data=st.data(), name=st.sampled_from(NODES), action=st.sampled_from(ACTIONS))
     def step(self, data: st.DataObject, name: str, action: str) -> None:
@@ -431,15 +457,19 @@ def rollback_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisS
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 def test_no_page_is_lost_when_redis_goes_back_in_time(config: Config, rollback_server: RedisServer) -> None:
-    machine = type(f"Rollback_{config}".replace("-", "_"), (CrawlWithRollbacks,),
-                   {"config": config, "server": rollback_server})  # fmt: skip
+    machine = type(
+        f"Rollback_{config}".replace("-", "_"), (CrawlWithRollbacks,), {"config": config, "server": rollback_server}
+    )
     CrawlWithRollbacks.tally = Counter()
     run_state_machine_as_test(
         machine,
-        settings=settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
-                          suppress_health_check=list(HealthCheck)),
+        settings=settings(
+            max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, suppress_health_check=list(HealthCheck)
+        ),
     )
     tally = CrawlWithRollbacks.tally
     print(f"{config}: {dict(sorted(tally.items()))}")
-    assert tally["rollbacks"] + tally["shard rollbacks"] >= EXAMPLES // 3, f"too few rollbacks to prove anything: {tally}"
+    assert tally["rollbacks"] + tally["shard rollbacks"] >= EXAMPLES // 3, (
+        f"too few rollbacks to prove anything: {tally}"
+    )
     assert tally["rollbacks found"] > 0, tally

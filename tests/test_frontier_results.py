@@ -23,8 +23,10 @@ def test_calls_answer_with_what_they_found(r, shards):
     if shards > 1:
         claim_shards(r, keys, shards)
     f = open_frontier(r, keys, shards=shards, node_id="node-a")
-    items = [(f"r{j}".encode().ljust(20, b"_"), 0.0, json.dumps({"url": f"http://h{j}.test/"}).encode(), "",
-              f"h{j}.test") for j in range(20)]  # fmt: skip
+    items = [
+        (f"r{j}".encode().ljust(20, b"_"), 0.0, json.dumps({"url": f"http://h{j}.test/"}).encode(), "", f"h{j}.test")
+        for j in range(20)
+    ]
     result, leased = f.admit_and_pop(items, [], 5)
     assert result.admitted == 20
     assert isinstance(leased, Leases) and len(leased) == 5

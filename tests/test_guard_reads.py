@@ -46,8 +46,26 @@ def script_commands(r: redis.Redis, action: Callable[[], Any]) -> list[tuple[str
     return [(words[0].upper(), words[1] if len(words) > 1 else "") for lua, words in monitored(r, action) if lua]
 
 
-WRITES = frozenset({"SET", "INCR", "HSET", "HSETNX", "HDEL", "HINCRBY", "ZADD", "ZREM", "ZREMRANGEBYSCORE", "RPUSH",
-                    "LPUSH", "DEL", "PEXPIRE", "SETBIT", "SETRANGE", "SADD"})  # fmt: skip
+WRITES = frozenset(
+    {
+        "SET",
+        "INCR",
+        "HSET",
+        "HSETNX",
+        "HDEL",
+        "HINCRBY",
+        "ZADD",
+        "ZREM",
+        "ZREMRANGEBYSCORE",
+        "RPUSH",
+        "LPUSH",
+        "DEL",
+        "PEXPIRE",
+        "SETBIT",
+        "SETRANGE",
+        "SADD",
+    }
+)
 
 
 def typed_checks(sent: list[tuple[str, str]], key: str) -> list[str]:
@@ -62,8 +80,11 @@ def snapshot(r: redis.Redis) -> dict[bytes, bytes | None]:
 
 
 def frontier(r: redis.Redis, store: str = "hash") -> Frontier:
-    dedup = {"bloom": lambda: BloomDedup(BloomSpec(50, 0.01)), "hashgen": lambda: HashDedup(HashSpec(bits=1)),
-             "hash": lambda: HashDedup(SplitSpec())}[store]()  # fmt: skip
+    dedup = {
+        "bloom": lambda: BloomDedup(BloomSpec(50, 0.01)),
+        "hashgen": lambda: HashDedup(HashSpec(bits=1)),
+        "hash": lambda: HashDedup(SplitSpec()),
+    }[store]()
     return Frontier(r, K, node_id="node-a", dedup=dedup, queue=FifoQueue)
 
 
@@ -99,7 +120,7 @@ CASES: dict[str, tuple[Callable[[Frontier, list[str]], Any], Callable[[CrawlKeys
     "heartbeat: counted": (lambda f, held: f.heartbeat(held, totals={"items": 3}), lambda k: k.counted, "HMGET"),
     "renew: leased": (lambda f, held: renew(f, held), lambda k: k.leased, "HMGET"),
     "release: leased": (lambda f, held: f.release(held, unstarted=False), lambda k: k.leased, "HMGET"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -148,8 +169,7 @@ def test_a_bloom_filters_layer_count_is_its_check_and_read_once(r):
         r.delete(key)
     f = frontier(r, "bloom")
     f.admit([item(f, 1)])
-    metas = {k for cmd, k in script_commands(r, lambda: f.admit([item(f, 2)]))
-             if cmd == "HGET" and ":bloom" in k}  # fmt: skip
+    metas = {k for cmd, k in script_commands(r, lambda: f.admit([item(f, 2)])) if cmd == "HGET" and ":bloom" in k}
     assert metas, "the filter's hash of layer counts was read"
     sent = script_commands(r, lambda: f.admit([item(f, 3)]))
     for meta in metas:

@@ -68,8 +68,10 @@ def test_a_heartbeat_samples_the_crawl_into_a_minute_and_an_hour_record(r):
     # acked, enqueued, items, errors; queued, in flight, dead letters, live nodes
     assert [int(n) for n in numbers] == [0, 5, 7, 1, 3, 2, 0, 1]
     # compact (a listpack hash), and gone by itself: a day after its hour, a month after its day
-    for key, kept in ((records.minute_key(K, hour), (hour + 1) * HOUR_MS + DAY_MS - now),
-                      (records.hour_key(K, day), (day + 1) * DAY_MS + 31 * DAY_MS - now)):  # fmt: skip
+    for key, kept in (
+        (records.minute_key(K, hour), (hour + 1) * HOUR_MS + DAY_MS - now),
+        (records.hour_key(K, day), (day + 1) * DAY_MS + 31 * DAY_MS - now),
+    ):
         assert r.object("encoding", key) in (b"listpack", b"ziplist")  # Redis 7, 6.2
         assert kept - 5_000 <= r.pttl(key) <= kept
 
@@ -130,12 +132,33 @@ def _two_runs(r, at: HistoryAt, now: int) -> dict[str, int]:
     """Run 1: 10 minutes from 40 min ago, 10 pages a minute, 5 more after its last sample;
     run 2: from 20 min ago, 3 pages a minute, no record in one of its minutes."""
     start1 = (now - 40 * MINUTE_MS) // MINUTE_MS * MINUTE_MS
-    r.hset(K.runs, "1", json.dumps({"id": 1, "state": "finished", "started": start1 + 1000,
-                                    "ended": start1 + 10 * MINUTE_MS, "pages": 105, "enqueued": 200,
-                                    "items": 52, "errors": 1}))  # fmt: skip
+    r.hset(
+        K.runs,
+        "1",
+        json.dumps(
+            {
+                "id": 1,
+                "state": "finished",
+                "started": start1 + 1000,
+                "ended": start1 + 10 * MINUTE_MS,
+                "pages": 105,
+                "enqueued": 200,
+                "items": 52,
+                "errors": 1,
+            }
+        ),
+    )
     for m in range(10):
-        at.sample(K, start1 + m * MINUTE_MS + 50_000, run=1, acked=10 * (m + 1), enqueued=20 * (m + 1),
-                  items=5 * (m + 1), errors=1 if m >= 5 else 0, queued=10 - m)  # fmt: skip
+        at.sample(
+            K,
+            start1 + m * MINUTE_MS + 50_000,
+            run=1,
+            acked=10 * (m + 1),
+            enqueued=20 * (m + 1),
+            items=5 * (m + 1),
+            errors=1 if m >= 5 else 0,
+            queued=10 - m,
+        )
     start2 = (now - 20 * MINUTE_MS) // MINUTE_MS * MINUTE_MS
     r.hset(K.run, mapping={"id": 2, "state": "running", "started": start2 + 2000, "epoch": "x"})
     for m in range(10):
@@ -173,8 +196,22 @@ def test_two_runs_in_one_minute_keep_a_record_each(r):
     at = HistoryAt(r)
     now = redis_ms(r)
     minute = (now - 5 * MINUTE_MS) // MINUTE_MS * MINUTE_MS
-    r.hset(K.runs, "1", json.dumps({"id": 1, "state": "finished", "started": minute + 1000, "ended": minute + 25_000,
-                                    "pages": 12, "enqueued": 12, "items": 6, "errors": 0}))  # fmt: skip
+    r.hset(
+        K.runs,
+        "1",
+        json.dumps(
+            {
+                "id": 1,
+                "state": "finished",
+                "started": minute + 1000,
+                "ended": minute + 25_000,
+                "pages": 12,
+                "enqueued": 12,
+                "items": 6,
+                "errors": 0,
+            }
+        ),
+    )
     r.hset(K.run, mapping={"id": 2, "state": "running", "started": minute + 30_000})
     at.sample(K, minute + 10_000, run=1, acked=4, enqueued=12, items=2)
     at.sample(K, minute + 20_000, run=1, acked=10, enqueued=12, items=5)
@@ -219,8 +256,15 @@ def test_a_month_of_history_stays_in_bounded_memory(r):
     times = [t for t in range(start, now - 26 * HOUR_MS, HOUR_MS)] + list(range(now - 26 * HOUR_MS, now, MINUTE_MS))
     pipe = r.pipeline(transaction=False)
     for i, t in enumerate(times):
-        pipe.hset(K.stats, mapping={"acked": 10_000_000 + i * 97, "enqueued": 12_000_000 + i * 101,
-                                    "items": 9_000_000 + i * 89, "errors": 100_000 + i})  # fmt: skip
+        pipe.hset(
+            K.stats,
+            mapping={
+                "acked": 10_000_000 + i * 97,
+                "enqueued": 12_000_000 + i * 101,
+                "items": 9_000_000 + i * 89,
+                "errors": 100_000 + i,
+            },
+        )
         at.call(K, t, pipe, run=12)
         if len(pipe) >= 1000:
             pipe.execute()
@@ -232,8 +276,10 @@ def test_a_month_of_history_stays_in_bounded_memory(r):
     assert {r.object("encoding", k) for k in keys} <= {b"listpack", b"ziplist"}
     minutes_bytes = sum(r.memory_usage(k) for k in minute_keys)
     hours_bytes = sum(r.memory_usage(k) for k in hour_keys)
-    print(f"\n[history memory] {len(minute_keys)} minute keys {minutes_bytes:,} B + {len(hour_keys)} hour keys "
-          f"{hours_bytes:,} B = {minutes_bytes + hours_bytes:,} B per crawl part")  # fmt: skip
+    print(
+        f"\n[history memory] {len(minute_keys)} minute keys {minutes_bytes:,} B + {len(hour_keys)} hour keys "
+        f"{hours_bytes:,} B = {minutes_bytes + hours_bytes:,} B per crawl part"
+    )
     assert minutes_bytes + hours_bytes < 160_000
 
     day = history.history(r, K, since_ms=now - DAY_MS + MINUTE_MS, step="minute")
@@ -252,10 +298,24 @@ def test_status_since_prints_and_serves_the_history(r, redis_url):
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     head = next(line for line in lines if line.startswith("history, "))
-    assert re.fullmatch(r"history, since the crawl began, 4[01]m\d\ds ago \(of the last 1 h asked\): 135 pages, "
-                        r"52 items, 1 errors, 230 admitted; per 2 min \(minute records\)", head), head
-    table = lines[lines.index(head) + 1:]
-    assert table[0].split() == ["from", "pages", "items", "errors", "admitted", "queued", "in", "flight", "dead", "nodes"]
+    assert re.fullmatch(
+        r"history, since the crawl began, 4[01]m\d\ds ago \(of the last 1 h asked\): 135 pages, "
+        r"52 items, 1 errors, 230 admitted; per 2 min \(minute records\)",
+        head,
+    ), head
+    table = lines[lines.index(head) + 1 :]
+    assert table[0].split() == [
+        "from",
+        "pages",
+        "items",
+        "errors",
+        "admitted",
+        "queued",
+        "in",
+        "flight",
+        "dead",
+        "nodes",
+    ]
     rows = table[1:-1]
     assert rows[0].split()[0] == time.strftime("%H:%M", time.localtime(t["start1"] / 1000)), "the first row: it began"
     assert rows[0].split()[1] != "-" and len(rows) <= 21
@@ -282,8 +342,12 @@ def test_the_dashboard_serves_the_history_of_a_range_or_a_run(r):
     assert app.get("/api/history?since=20m&finest=minute").json()["step"] == "minute"
     legacy = app.get("/api/history").json()
     assert legacy["bucket_seconds"] == 10 and len(legacy["t"]) == 360, "no range asked: the hour of 10 s points"
-    for query, said in (("since=6x", "is not a duration"), ("run=9", "has no run 9"), ("since=1h&step=week", "unknown"),
-                        ("since=5m&until=1h", "its start must be before its end")):  # fmt: skip
+    for query, said in (
+        ("since=6x", "is not a duration"),
+        ("run=9", "has no run 9"),
+        ("since=1h&step=week", "unknown"),
+        ("since=5m&until=1h", "its start must be before its end"),
+    ):
         res = app.get(f"/api/history?{query}")
         assert res.status_code == 400 and said in res.json()["error"], (query, res.text)
     runs_listed = app.get("/api/runs").json()
@@ -296,11 +360,27 @@ def test_a_crawl_begun_in_the_range_shows_no_row_before_its_first_record():
     from crawlplug.cli.status import _history_lines
 
     t0 = 1_700_000_040_000  # a minute boundary
-    points: dict = {"since": t0 + 58_000, "until": t0 + 60_000 + 9_000, "began": t0 + 58_000, "asked_seconds": 3600,
-                    "step": "minute", "step_seconds": 60, "t": [t0, t0 + 60_000],
-                    "totals": {"done": 32, "items": 20, "errors": 1, "admitted": 32}, "pages_per_min": [None, 32.0]}
-    for name, values in {"done": [None, 32], "admitted": [None, 32], "items": [None, 20], "errors": [None, 1],
-                         "queued": [None, 0], "in_flight": [None, 0], "dead": [None, 0], "nodes": [None, 1]}.items():
+    points: dict = {
+        "since": t0 + 58_000,
+        "until": t0 + 60_000 + 9_000,
+        "began": t0 + 58_000,
+        "asked_seconds": 3600,
+        "step": "minute",
+        "step_seconds": 60,
+        "t": [t0, t0 + 60_000],
+        "totals": {"done": 32, "items": 20, "errors": 1, "admitted": 32},
+        "pages_per_min": [None, 32.0],
+    }
+    for name, values in {
+        "done": [None, 32],
+        "admitted": [None, 32],
+        "items": [None, 20],
+        "errors": [None, 1],
+        "queued": [None, 0],
+        "in_flight": [None, 0],
+        "dead": [None, 0],
+        "nodes": [None, 1],
+    }.items():
         points[name] = values
     lines = _history_lines(points)
     rows = lines[2:-1]  # after the head and the column names, before the sparkline

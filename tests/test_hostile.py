@@ -107,20 +107,25 @@ def test_every_kind_of_bad_entry_is_dead_lettered_and_the_whole_site_crawled(cra
         f"{host}/item/3/".encode(): "no scheme",
         b"ftp://127.0.0.1/file": "scheme 'ftp' is not crawlable",
         b"javascript:alert(1)": "not crawlable",
-        json.dumps({"url": shop.url + "/item/4/", "callback": "parse_nothing"}).encode(): "has no method 'parse_nothing'",
+        json.dumps(
+            {"url": shop.url + "/item/4/", "callback": "parse_nothing"}
+        ).encode(): "has no method 'parse_nothing'",
         json.dumps({"url": shop.url + "/item/4/", "callback": "os.system"}).encode(): "must be a spider method name",
         json.dumps({"url": shop.url + "/item/5/", "_class": "os.system"}).encode(): "allow-list",
         b'{"url": "' + shop.url.encode() + b'/item/6/", "meta": {"x": 1e999}}': "out of range",
         json.dumps({"url": shop.url + "/item/7/", "method": "POST", "body": "x" * (50 * MB)}).encode(): "larger than",
         # under the 1 MiB of a start entry, but its request is over this crawl's payload limit
-        json.dumps({"url": shop.url + "/item/8/", "method": "POST", "body": "x" * 700_000}).encode():
-            "exceeds CRAWLPLUG_MAX_PAYLOAD_BYTES (600000)",
+        json.dumps(
+            {"url": shop.url + "/item/8/", "method": "POST", "body": "x" * 700_000}
+        ).encode(): "exceeds CRAWLPLUG_MAX_PAYLOAD_BYTES (600000)",
         pickle.dumps(_Touch(marker), protocol=2): "not UTF-8",
         pickle.dumps(_Touch(marker), protocol=0): "one URL on one line",  # protocol 0 is text
     }
     # popped first (score -100), mixed with the real crawl; the good start entry comes last
     frontier.admit([(b"", -100.0, payload) for payload in queue])
-    client.rpush(KEYS.start_urls, *starts, json.dumps({"url": shop.url + "/item/1/?via=start", "callback": "parse_item"}))
+    client.rpush(
+        KEYS.start_urls, *starts, json.dumps({"url": shop.url + "/item/1/?via=start", "callback": "parse_item"})
+    )
 
     limit = {"CRAWLPLUG_MAX_PAYLOAD_BYTES": 600_000}
     node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST, **limit})
@@ -151,8 +156,15 @@ def _attacks(tmp_path: Path, shop_url: str) -> dict[str, tuple[bytes, Path]]:
     for name in ("raw", "magic-no-signature", "wrong-key", "right-key", "right-key-in-meta"):
         marker = tmp_path / f"pwned-{name}"
         if name == "right-key-in-meta":
-            body = pickle.dumps({"v": 1, "url": shop_url + "/item/2/", "callback": "parse_item",
-                                 "meta": {"x": _Touch(marker, "subprocess")}}, protocol=5)  # fmt: skip
+            body = pickle.dumps(
+                {
+                    "v": 1,
+                    "url": shop_url + "/item/2/",
+                    "callback": "parse_item",
+                    "meta": {"x": _Touch(marker, "subprocess")},
+                },
+                protocol=5,
+            )
         else:
             body = pickle.dumps(_Touch(marker), protocol=2)
         payload = {
@@ -202,8 +214,12 @@ def test_a_planted_pickle_runs_under_no_serializer(crawl, make_shop, redis_url, 
         planted.append((b"", -100.0, sign(pickle.dumps(fields, protocol=5))))
     frontier.admit(planted)
 
-    settings: dict[str, object] = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_SERIALIZER": serializer,
-                                   "LOG_LEVEL": "DEBUG"}  # fmt: skip
+    settings: dict[str, object] = {
+        "REDIS_URL": redis_url,
+        **FAST,
+        "CRAWLPLUG_SERIALIZER": serializer,
+        "LOG_LEVEL": "DEBUG",
+    }
     env = {"CRAWLPLUG_SECRET": ""}
     if secret_from == "setting":
         settings["CRAWLPLUG_SECRET"] = SECRET
@@ -250,8 +266,13 @@ def test_a_short_secret_refuses_to_start_without_showing_it(redis_url):
     env["CRAWLPLUG_SECRET"] = "tiny-s3cret"
     proc = subprocess.run(
         [SCRAPY, "crawl", "shop", "-s", f"REDIS_URL={redis_url}", "-s", "CRAWLPLUG_SERIALIZER=pickle"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode != 0
     assert "CRAWLPLUG_SECRET is too short (11 bytes, at least 16)" in proc.stderr
     assert "tiny-s3cret" not in proc.stderr + proc.stdout

@@ -33,8 +33,12 @@ def test_a_write_by_a_package_the_table_does_not_name_is_caught(r):
         _as_module("crawlplug.frontier.fake", "r.zadd(key, {'x': 1})", r=r, key=key)
         assert keyaudit.take_violations() == [], "the frontier owns the queue"
         _as_module("crawlplug.web.fake", "r.zadd(key, {'y': 1})", r=r, key=key)
-        _as_module("crawlplug.cli.fake", "p = r.pipeline(); p.hset(key2, 'f', 1); p.execute()", r=r,
-                   key2="crawlplug:{keyaudit}:run")  # fmt: skip
+        _as_module(
+            "crawlplug.cli.fake",
+            "p = r.pipeline(); p.hset(key2, 'f', 1); p.execute()",
+            r=r,
+            key2="crawlplug:{keyaudit}:run",
+        )
         assert keyaudit.take_violations() == ["cli wrote 'run' (HSET)", "web wrote 'queue' (ZADD)"]
         r.zadd(key, {"z": 1})  # the test's own write (a fixture, a corrupt key made on purpose): not counted
         _as_module("crawlplug.web.fake", "r.zrange(key, 0, -1)", r=r, key=key)  # a read

@@ -69,8 +69,11 @@ class LineFlushedFileFeedStorage(FileFeedStorage):
 #: -s settings selecting the feed storage of a test variant
 FEEDS = {
     "scrapy-default": {},
-    "line-flushed": {"FEED_STORAGES": json.dumps({"": f"{__name__}.LineFlushedFileFeedStorage",
-                                                  "file": f"{__name__}.LineFlushedFileFeedStorage"})},
+    "line-flushed": {
+        "FEED_STORAGES": json.dumps(
+            {"": f"{__name__}.LineFlushedFileFeedStorage", "file": f"{__name__}.LineFlushedFileFeedStorage"}
+        )
+    },
 }
 
 
@@ -245,10 +248,20 @@ def test_random_kills_of_three_nodes_lose_nothing(feed, crawl, make_shop, redis_
         # the earliest), so this is exactly what it held when it died; it may have
         # leased more since `before` was read.
         at_death = len(held_by(client, victim.proc.pid))
-        deaths.append({"slot": slot, "pid": victim.proc.pid, "fetched": fetched(shop),
-                       "held_before": before, "held_at_death": at_death})  # fmt: skip
-        print(f"[kill] SIGKILL node {slot} (pid {victim.proc.pid}) after {deaths[-1]['fetched']} "
-              f"fetches: {before} leases read just before, {at_death} held at death", flush=True)  # fmt: skip
+        deaths.append(
+            {
+                "slot": slot,
+                "pid": victim.proc.pid,
+                "fetched": fetched(shop),
+                "held_before": before,
+                "held_at_death": at_death,
+            }
+        )
+        print(
+            f"[kill] SIGKILL node {slot} (pid {victim.proc.pid}) after {deaths[-1]['fetched']} "
+            f"fetches: {before} leases read just before, {at_death} held at death",
+            flush=True,
+        )
         time.sleep(rng.uniform(0, 1.0))
         slots[slot] = start()
         every.append(slots[slot])
@@ -259,11 +272,19 @@ def test_random_kills_of_three_nodes_lose_nothing(feed, crawl, make_shop, redis_
     held = sum(int(d["held_at_death"]) for d in deaths)
     extra = sum(hits.values()) - pages
     _, partial = read_items(every)
-    report(record_property, kills=len(deaths), pages=pages, fetches=sum(hits.values()),
-           extra_fetches=extra, pages_fetched_twice=sum(1 for n in hits.values() if n > 1),
-           held_at_deaths=held, held_before_kills=sum(int(d["held_before"]) for d in deaths),
-           items=len({json.loads(x)["url"] for x in _lines(every)}), partial_feed_lines=partial,
-           deaths=json.dumps(deaths))  # fmt: skip
+    report(
+        record_property,
+        kills=len(deaths),
+        pages=pages,
+        fetches=sum(hits.values()),
+        extra_fetches=extra,
+        pages_fetched_twice=sum(1 for n in hits.values() if n > 1),
+        held_at_deaths=held,
+        held_before_kills=sum(int(d["held_before"]) for d in deaths),
+        items=len({json.loads(x)["url"] for x in _lines(every)}),
+        partial_feed_lines=partial,
+        deaths=json.dumps(deaths),
+    )
     assert len(deaths) >= 3
     assert extra <= held, f"{extra} extra fetches, but the killed nodes held only {held} leases"
     assert_redis_drained(client)
@@ -281,8 +302,12 @@ def test_all_nodes_killed_at_once_then_restarted(feed, crawl, make_shop, redis_u
     client = redis.Redis.from_url(redis_url)
     settings = _settings(redis_url, feed)
     first = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(3)]
-    wait_until(lambda: fetched(shop) >= pages // 3 and all(held_by(client, n.proc.pid) for n in first),
-               90, "a third of the site, every node crawling", first)  # fmt: skip
+    wait_until(
+        lambda: fetched(shop) >= pages // 3 and all(held_by(client, n.proc.pid) for n in first),
+        90,
+        "a third of the site, every node crawling",
+        first,
+    )
     for node in first:
         node.signal(signal.SIGKILL)
     for node in first:
@@ -296,9 +321,16 @@ def test_all_nodes_killed_at_once_then_restarted(feed, crawl, make_shop, redis_u
     finish(second)
     hits = assert_everything_fetched(shop)
     extra = sum(hits.values()) - pages
-    report(record_property, feed=feed, pages=pages, fetched_at_kill=at_kill, held_at_death=held,
-           extra_fetches=extra, fetches=sum(hits.values()),
-           items=len({json.loads(x)["url"] for x in _lines(first + second)}))  # fmt: skip
+    report(
+        record_property,
+        feed=feed,
+        pages=pages,
+        fetched_at_kill=at_kill,
+        held_at_death=held,
+        extra_fetches=extra,
+        fetches=sum(hits.values()),
+        items=len({json.loads(x)["url"] for x in _lines(first + second)}),
+    )
     assert extra <= held, f"{extra} extra fetches, but the killed nodes held only {held} leases"
     assert max(hits.values()) <= 2
     assert_redis_drained(client)
@@ -317,8 +349,7 @@ def test_frozen_node_loses_its_leases_and_nothing_else(crawl, make_shop, redis_u
     frozen, runner = (crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2))
     both = [frozen, runner]
     # freeze once the crawl is well under way and the node holds leases
-    wait_until(lambda: fetched(shop) >= pages // 5 and held_by(client, frozen.proc.pid),
-               90, "the node to crawl", both)  # fmt: skip
+    wait_until(lambda: fetched(shop) >= pages // 5 and held_by(client, frozen.proc.pid), 90, "the node to crawl", both)
     frozen.signal(signal.SIGSTOP)
     try:
         time.sleep(0.2)  # SIGSTOP is asynchronous; from now on the frozen node changes nothing
@@ -326,11 +357,14 @@ def test_frozen_node_loses_its_leases_and_nothing_else(crawl, make_shop, redis_u
         assert held
         hits_at_freeze = fetched(shop)
         # past the lease timeout (3 s) plus a heartbeat of the other node, they are reaped
-        wait_until(lambda: not held_by(client, frozen.proc.pid), 15,
-                   "the frozen node's leases to be reaped", [runner])  # fmt: skip
+        wait_until(lambda: not held_by(client, frozen.proc.pid), 15, "the frozen node's leases to be reaped", [runner])
         # ... and the other node does that work: it leases, fetches and acks every one
-        wait_until(lambda: not any(client.hmget(KEYS.requests, held)), 20,
-                   "the other node to finish the reaped requests", [runner])  # fmt: skip
+        wait_until(
+            lambda: not any(client.hmget(KEYS.requests, held)),
+            20,
+            "the other node to finish the reaped requests",
+            [runner],
+        )
         assert fetched(shop) > hits_at_freeze, "the other node went on crawling"
     finally:
         frozen.signal(signal.SIGCONT)
@@ -340,10 +374,17 @@ def test_frozen_node_loses_its_leases_and_nothing_else(crawl, make_shop, redis_u
     stats = final_stats(frozen)
     lost = int(stats.get("crawlplug/lost_leases", 0))
     extra = sum(hits.values()) - pages
-    report(record_property, pages=pages, held_at_freeze=len(held), lost_leases=lost, extra_fetches=extra,
-           fetches=sum(hits.values()), max_fetches_per_page=max(hits.values()),
-           stale_acks=stats.get("crawlplug/stale_acks"),
-           runner_reaped=final_stats(runner).get("crawlplug/reaped"))  # fmt: skip
+    report(
+        record_property,
+        pages=pages,
+        held_at_freeze=len(held),
+        lost_leases=lost,
+        extra_fetches=extra,
+        fetches=sum(hits.values()),
+        max_fetches_per_page=max(hits.values()),
+        stale_acks=stats.get("crawlplug/stale_acks"),
+        runner_reaped=final_stats(runner).get("crawlplug/reaped"),
+    )
     assert WARNING in frozen.text(), frozen.text()[-3000:]
     assert lost > 0, stats
     assert max(hits.values()) <= 2, {p: n for p, n in hits.items() if n > 2}

@@ -19,9 +19,11 @@ DEADLINES = {"past": NOW - 1, "now": NOW, "soon": NOW + 1, "later": NOW + 60_000
 def _lua(r, zset: str, members: list[str], now: int) -> list[int]:
     """The Lua side of the rule, run on Redis as the scripts run it (the piece in front)."""
     piece = files("crawlplug.frontier").joinpath("lua", "leases.lua").read_text(encoding="utf-8")
-    body = ("local out = {live_count(KEYS[1], tonumber(ARGV[1]))}\n"
-            "for i = 2, #ARGV do out[#out + 1] = is_live(KEYS[1], ARGV[i], tonumber(ARGV[1])) and 1 or 0 end\n"
-            "return out")  # fmt: skip
+    body = (
+        "local out = {live_count(KEYS[1], tonumber(ARGV[1]))}\n"
+        "for i = 2, #ARGV do out[#out + 1] = is_live(KEYS[1], ARGV[i], tonumber(ARGV[1])) and 1 or 0 end\n"
+        "return out"
+    )
     return r.eval(piece + "\n" + body, 1, zset, now, *members)
 
 

@@ -19,8 +19,11 @@ from crawlplug import starts
 from crawlplug.errors import DecodeError, SerializationError
 from crawlplug.serializers import JsonSerializer, PickleSerializer, metakeys
 
-SERIALIZERS = {"compact": JsonSerializer(), "long-keys": JsonSerializer(payload_format=1),
-               "pickle": PickleSerializer(secret="k" * 32)}  # fmt: skip
+SERIALIZERS = {
+    "compact": JsonSerializer(),
+    "long-keys": JsonSerializer(payload_format=1),
+    "pickle": PickleSerializer(secret="k" * 32),
+}
 
 #: a value of each of scrapy-playwright's keys as a hostile payload would write it
 PLANTED: dict[str, Any] = {
@@ -71,8 +74,11 @@ def payload(meta: dict[str, Any]) -> bytes:
 
 def test_the_issues_payload_is_refused_naming_the_key_and_the_opt_in():
     raw = b'{"v":3,"u":"http://x.test/a","m":{"playwright":true,"playwright_page_init_callback":"os.getcwd"}}'
-    with pytest.raises(DecodeError, match=r"meta\['playwright_page_init_callback'\] is refused: it imports a "
-                                          r"function by the path it names.*crawlplug_meta_keys.*CRAWLPLUG_META_KEYS"):
+    with pytest.raises(
+        DecodeError,
+        match=r"meta\['playwright_page_init_callback'\] is refused: it imports a "
+        r"function by the path it names.*crawlplug_meta_keys.*CRAWLPLUG_META_KEYS",
+    ):
         JsonSerializer().loads(raw, make())
 
 
@@ -100,8 +106,13 @@ def test_a_signed_pickle_payload_is_checked_as_json_is():
 
 def test_keys_not_registered_stay_data_and_scrapy_playwrights_own_context_name_needs_no_opt_in():
     spider = make()
-    meta = {"playwright": True, "playwright_include_page": False, "proxy": "http://10.0.0.1:3128",
-            "playwright_page_goto_kwargs": {"wait_until": "networkidle"}, "playwright_context": "default"}  # fmt: skip
+    meta = {
+        "playwright": True,
+        "playwright_include_page": False,
+        "proxy": "http://10.0.0.1:3128",
+        "playwright_page_goto_kwargs": {"wait_until": "networkidle"},
+        "playwright_context": "default",
+    }
     for serializer in SERIALIZERS.values():
         assert serializer.loads(serializer.dumps(Request("http://x.test/", meta=meta), spider), spider).meta == meta
 
@@ -115,11 +126,15 @@ def test_opting_in_by_attribute_allows_the_values_listed_and_only_them():
         JsonSerializer().loads(payload({"playwright_context": "logged-in"}), spider)
 
 
-@pytest.mark.parametrize("opt_in", [
-    ["playwright_context_kwargs", "playwright_context"],
-    "playwright_context_kwargs,playwright_context",
-    '{"playwright_context_kwargs": true, "playwright_context": ["logged-in"]}',
-], ids=["list", "comma-text", "json-text"])  # fmt: skip
+@pytest.mark.parametrize(
+    "opt_in",
+    [
+        ["playwright_context_kwargs", "playwright_context"],
+        "playwright_context_kwargs,playwright_context",
+        '{"playwright_context_kwargs": true, "playwright_context": ["logged-in"]}',
+    ],
+    ids=["list", "comma-text", "json-text"],
+)
 def test_opting_in_by_setting_in_each_form(opt_in):
     spider = make(CRAWLPLUG_META_KEYS=opt_in)
     meta = {"playwright_context": "logged-in", "playwright_context_kwargs": PLANTED["playwright_context_kwargs"]}
@@ -138,10 +153,12 @@ def test_event_handlers_only_among_the_spider_methods_listed():
     spider = make(OptedIn)
     back = JsonSerializer().loads(payload({"playwright_page_event_handlers": {"dialog": "on_dialog"}}), spider)
     assert back.meta["playwright_page_event_handlers"] == {"dialog": "on_dialog"}
-    for handlers, why in [({"close": "closed"}, "'closed' is not one of the spider methods listed for it"),
-                          ({"dialog": "init_page"}, "'init_page' is not one"),
-                          ({"dialog": 5}, "is not a spider method"),
-                          (["on_dialog"], "must be a dict of page event")]:  # fmt: skip
+    for handlers, why in [
+        ({"close": "closed"}, "'closed' is not one of the spider methods listed for it"),
+        ({"dialog": "init_page"}, "'init_page' is not one"),
+        ({"dialog": 5}, "is not a spider method"),
+        (["on_dialog"], "must be a dict of page event"),
+    ]:
         with pytest.raises(DecodeError, match=why):
             JsonSerializer().loads(payload({"playwright_page_event_handlers": handlers}), spider)
     # a key allowed "whole" still names no handler: the methods must be listed by name
@@ -156,8 +173,9 @@ def test_an_event_handler_given_as_the_spiders_method_is_stored_by_name():
     stored = JsonSerializer().dumps(request, spider)
     assert json.loads(stored)["m"]["playwright_page_event_handlers"] == {"dialog": "on_dialog"}
     with pytest.raises(SerializationError, match="not a spider method"):
-        JsonSerializer().dumps(Request("http://x.test/", meta={
-            "playwright_page_event_handlers": {"dialog": print}}), spider)  # fmt: skip
+        JsonSerializer().dumps(
+            Request("http://x.test/", meta={"playwright_page_event_handlers": {"dialog": print}}), spider
+        )
 
 
 def test_an_init_callback_is_a_listed_spider_method_read_back_bound_so_nothing_is_imported():
@@ -167,17 +185,22 @@ def test_an_init_callback_is_a_listed_spider_method_read_back_bound_so_nothing_i
     assert json.loads(stored)["m"]["playwright_page_init_callback"] == "init_page"
     back = JsonSerializer().loads(stored, spider).meta["playwright_page_init_callback"]
     assert back == spider.init_page and back.__self__ is spider  # scrapy-playwright's load_object returns it as is
-    listed = JsonSerializer().loads(payload({"playwright_page_init_callback": "tests.test_metakeys.module_init"}),
-                                    spider)  # fmt: skip
+    listed = JsonSerializer().loads(
+        payload({"playwright_page_init_callback": "tests.test_metakeys.module_init"}), spider
+    )
     assert listed.meta["playwright_page_init_callback"] == "tests.test_metakeys.module_init"
 
 
-@pytest.mark.parametrize(("value", "why"), [
-    ("os.getcwd", "'os.getcwd' is an import path this node does not list"),
-    ("on_dialog", "'on_dialog' is not one of the spider methods listed"),
-    ("no_such_method", "not one of the spider methods listed"),
-    (["init_page"], "is not one of the spider methods listed"),
-], ids=["unlisted-path", "unlisted-method", "missing", "not-a-name"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("os.getcwd", "'os.getcwd' is an import path this node does not list"),
+        ("on_dialog", "'on_dialog' is not one of the spider methods listed"),
+        ("no_such_method", "not one of the spider methods listed"),
+        (["init_page"], "is not one of the spider methods listed"),
+    ],
+    ids=["unlisted-path", "unlisted-method", "missing", "not-a-name"],
+)
 def test_an_init_callback_not_listed_is_refused_even_when_the_key_is_opted_in(value, why):
     with pytest.raises(DecodeError, match=why):
         JsonSerializer().loads(payload({"playwright_page_init_callback": value}), make(OptedIn))
@@ -197,8 +220,9 @@ def test_a_start_entry_carrying_a_registered_key_is_refused_as_an_invalid_entry(
     line = json.dumps({"url": "http://x.test/", "meta": {"playwright_page_init_callback": "os.getcwd"}})
     with pytest.raises(DecodeError, match="playwright_page_init_callback"):
         starts.build(starts.parse(line), make())
-    ok = starts.build(starts.parse(json.dumps({"url": "http://x.test/", "meta": {"playwright_context": "mobile"}})),
-                      make(OptedIn))  # fmt: skip
+    ok = starts.build(
+        starts.parse(json.dumps({"url": "http://x.test/", "meta": {"playwright_context": "mobile"}})), make(OptedIn)
+    )
     assert ok.meta["playwright_context"] == "mobile"
 
 

@@ -52,21 +52,31 @@ def test_top_domains_keeps_n_and_sums_the_rest_as_other():
     got = metrics.top_domains(rows, 2)
     assert [r["domain"] for r in got] == ["d4", "d3", "other"]
     assert got[-1] == {"domain": "other", "queued": 0 + 1 + 2, "in_flight": 3, "leased_total": 0 + 10 + 20}
-    assert metrics.top_domains(rows, 10) == [{k: r[k] for k in ("domain", "queued", "in_flight", "leased_total")}
-                                             for r in reversed(rows)]  # fmt: skip
+    assert metrics.top_domains(rows, 10) == [
+        {k: r[k] for k in ("domain", "queued", "in_flight", "leased_total")} for r in reversed(rows)
+    ]
 
 
 @pytest.mark.e2e
-def test_metrics_scraped_during_a_real_crawl_agree_with_redis(redis_url, r: redis.Redis, crawl, make_shop,
-                                                              tmp_path: Path):  # fmt: skip
+def test_metrics_scraped_during_a_real_crawl_agree_with_redis(
+    redis_url, r: redis.Redis, crawl, make_shop, tmp_path: Path
+):
     shop = make_shop(items=400, delay=0.1)  # ~10 s of crawling: still running when it is paused
     node_port = free_port()
-    settings = {"CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_IDLE_CLOSE": 2, "CONCURRENT_REQUESTS": 2,
-                "STATS_CLASS": "crawlplug.stats.RedisStatsCollector", "REDIS_URL": redis_url,
-                "CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue", "STATS_DUMP": False,
-                "CRAWLPLUG_STATS_INTERVAL": 0.5}  # fmt: skip
-    nodes = [crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_METRICS_PORT": node_port}),
-             crawl(args={"base_url": shop.url}, settings=settings)]  # fmt: skip
+    settings = {
+        "CRAWLPLUG_HEARTBEAT": 0.5,
+        "CRAWLPLUG_IDLE_CLOSE": 2,
+        "CONCURRENT_REQUESTS": 2,
+        "STATS_CLASS": "crawlplug.stats.RedisStatsCollector",
+        "REDIS_URL": redis_url,
+        "CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue",
+        "STATS_DUMP": False,
+        "CRAWLPLUG_STATS_INTERVAL": 0.5,
+    }
+    nodes = [
+        crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_METRICS_PORT": node_port}),
+        crawl(args={"base_url": shop.url}, settings=settings),
+    ]
     wait_for(lambda: int(r.hget(KEYS.stats, "acked") or 0) >= 10, 60, "pages crawled")
     dash = start_dashboard(redis_url, "shop", tmp_path)
     control = ControlProcess(redis_url, tmp_path / "control.log", ("--metrics-port", "0", "--top-domains", "0"))
@@ -75,22 +85,34 @@ def test_metrics_scraped_during_a_real_crawl_agree_with_redis(redis_url, r: redi
         during = scrape(f"{dash.url}/metrics")
         assert one(during, "crawlplug_live_nodes", crawl="shop") == 2
         assert one(during, "crawlplug_requests_done_total", crawl="shop") >= 10
-        assert one(during, "crawlplug_queued_requests", crawl="shop") + one(during, "crawlplug_in_flight_requests",
-                                                                             crawl="shop") > 0  # fmt: skip
+        assert (
+            one(during, "crawlplug_queued_requests", crawl="shop")
+            + one(during, "crawlplug_in_flight_requests", crawl="shop")
+            > 0
+        )
         # a scrape while nothing moves: pause the crawl, wait for what is in flight to end
         Crawl.of(open_frontier(r, KEYS)).pause(by="test")
         wait_for(lambda: r.zcard(KEYS.leases) == 0, 30, "the requests in flight to end")
 
         def settled() -> bool:  # every node's heartbeat and stats flush after the last ack
             acked = int(r.hget(KEYS.stats, "acked") or 0)
-            per_node = sum(int(r.hget(KEYS.node(n), "acked") or 0) for n in (x.decode() for x in r.zrange(KEYS.nodes, 0, -1)))
+            per_node = sum(
+                int(r.hget(KEYS.node(n), "acked") or 0) for n in (x.decode() for x in r.zrange(KEYS.nodes, 0, -1))
+            )
             items = sum(int(s.get("item_scraped_count", 0)) for s in node_stats(r, KEYS).values())
             return acked == per_node and 0 < items == int(r.hget(KEYS.crawlstats, "item_scraped_count") or 0)
 
         wait_for(settled, 20, "the nodes' heartbeats and stats to catch up")
-        wait_for(lambda: Crawl.of(open_frontier(r, KEYS)).status()["nodes"] and all(
-            int(r.hget(KEYS.node(n), "paused") or 0) for n in Crawl.of(open_frontier(r, KEYS)).status()["nodes"]), 20,
-            "both nodes to say they are paused")  # fmt: skip
+        wait_for(
+            lambda: (
+                Crawl.of(open_frontier(r, KEYS)).status()["nodes"]
+                and all(
+                    int(r.hget(KEYS.node(n), "paused") or 0) for n in Crawl.of(open_frontier(r, KEYS)).status()["nodes"]
+                )
+            ),
+            20,
+            "both nodes to say they are paused",
+        )
         time.sleep(1.5)  # one more heartbeat and stats flush each
         from_dash = scrape(f"{dash.url}/metrics")
         from_control = scrape(control_url)
@@ -109,7 +131,9 @@ def test_metrics_scraped_during_a_real_crawl_agree_with_redis(redis_url, r: redi
             assert one(found, "crawlplug_paused", crawl="shop") == 1
             assert one(found, "crawlplug_requests_failed_total", crawl="shop") == 0
             for node_id, stats in node_stats(r, KEYS).items():
-                assert one(found, "crawlplug_node_pages_total", node=node_id) == int(r.hget(KEYS.node(node_id), "acked"))
+                assert one(found, "crawlplug_node_pages_total", node=node_id) == int(
+                    r.hget(KEYS.node(node_id), "acked")
+                )
                 assert one(found, "crawlplug_node_items_total", node=node_id) == stats["item_scraped_count"]
                 assert one(found, "crawlplug_node_up", node=node_id) == 1
             assert one(found, "crawlplug_redis_commands_processed_total") > 0
@@ -135,8 +159,12 @@ def test_the_grafana_dashboard_and_the_docs_use_the_names_served():
     root = Path(__file__).resolve().parent.parent
     served = {name + ("_total" if kind == "counter" else "") for name, (kind, _) in metrics.METRICS.items()}
     grafana = json.loads((root / "docs" / "grafana-dashboard.json").read_text())
-    used = {name for panel in grafana["panels"] for target in panel["targets"]
-            for name in re.findall(r"crawlplug_[a-z_]+", target["expr"])}  # fmt: skip
+    used = {
+        name
+        for panel in grafana["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"crawlplug_[a-z_]+", target["expr"])
+    }
     assert used and used <= served, used - served
     documented = set(re.findall(r"`(crawlplug_[a-z_]+)`", (root / "docs" / "metrics.md").read_text()))
     assert documented == served

@@ -59,8 +59,9 @@ def migrate(redis_url: str, *args: str):
     return run("--redis-url", redis_url, "migrate", "from-scrapy-redis", "shop", *args)
 
 
-def scrapy_redis_crawl(r: redis.Redis, requests: list[scrapy.Request], *, seen: list[scrapy.Request] = (),
-                       queue_cls=SrPriority) -> None:  # fmt: skip
+def scrapy_redis_crawl(
+    r: redis.Redis, requests: list[scrapy.Request], *, seen: list[scrapy.Request] = (), queue_cls=SrPriority
+) -> None:
     """What scrapy-redis leaves in Redis: queued requests (and their fingerprints), plus
     the fingerprints of requests it already fetched."""
     queue = queue_cls(r, SHOP, "%(spider)s:requests")
@@ -106,8 +107,14 @@ class EvalEvil:
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
 def test_restricted_unpickler_reads_what_scrapy_redis_writes(protocol):
-    request = scrapy.FormRequest(f"{BASE}/search", formdata={"q": "lamp"}, callback=SHOP.parse_list,
-                                 meta={"depth": 2, "tags": {"a", "b"}}, priority=5, headers={"X-A": "1"})  # fmt: skip
+    request = scrapy.FormRequest(
+        f"{BASE}/search",
+        formdata={"q": "lamp"},
+        callback=SHOP.parse_list,
+        meta={"depth": 2, "tags": {"a", "b"}},
+        priority=5,
+        headers={"X-A": "1"},
+    )
     d = request.to_dict(spider=SHOP)
     assert restricted_loads(pickle.dumps(d, protocol=protocol)) == d
 
@@ -123,8 +130,9 @@ def test_restricted_unpickler_refuses_a_crafted_pickle(tmp_path, protocol):
     for evil, path in ((EvalEvil(), "builtins.eval"),):
         with pytest.raises(RefusedGlobal, match=path):
             restricted_loads(pickle.dumps(evil, protocol=protocol))
-    assert pickle.loads(data) == {"url": f"{BASE}/", "meta": {"x": 0}} and marker.exists(), \
-        "the same bytes do run a command through pickle.loads: the test's pickle is real"  # fmt: skip
+    assert pickle.loads(data) == {"url": f"{BASE}/", "meta": {"x": 0}} and marker.exists(), (
+        "the same bytes do run a command through pickle.loads: the test's pickle is real"
+    )
 
 
 def test_restricted_unpickler_refuses_size_bombs_and_other_codecs():
@@ -139,12 +147,15 @@ def test_restricted_unpickler_refuses_size_bombs_and_other_codecs():
 # -- scrapy-redis's fingerprints ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("request_", [
-    scrapy.Request(f"{BASE}/item/1/"),
-    scrapy.Request(f"{BASE}/list?b=2&a=1#frag", headers={"Cookie": "x=1"}),
-    scrapy.Request(f"{BASE}/post", method="POST", body=b"a=1&b=\xff"),
-    scrapy.FormRequest(f"{BASE}/form", formdata={"q": "caf\u00e9"}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "request_",
+    [
+        scrapy.Request(f"{BASE}/item/1/"),
+        scrapy.Request(f"{BASE}/list?b=2&a=1#frag", headers={"Cookie": "x=1"}),
+        scrapy.Request(f"{BASE}/post", method="POST", body=b"a=1&b=\xff"),
+        scrapy.FormRequest(f"{BASE}/form", formdata={"q": "caf\u00e9"}),
+    ],
+)
 def test_fingerprint_functions_are_scrapy_redis_ones(request_):
     assert scrapy_redis_fingerprint(request_) == RFPDupeFilter.request_fingerprint(None, request_)
     # scrapy-redis <= 0.7 used Scrapy's request_fingerprint(): sha1(method + canonical url + body)
@@ -178,9 +189,13 @@ def hashlib_hex(i: int) -> str:
 
 
 def test_migrates_queue_fingerprints_and_start_urls(redis_url, r):
-    queued = [item(3, priority=1), item(1, priority=5), item(2, priority=5),
-              scrapy.FormRequest(f"{BASE}/search", formdata={"q": "lamp"}, callback=SHOP.parse_list),
-              item(4, dont_filter=True, meta={"depth": 2}, cb_kwargs={"k": 1})]  # fmt: skip
+    queued = [
+        item(3, priority=1),
+        item(1, priority=5),
+        item(2, priority=5),
+        scrapy.FormRequest(f"{BASE}/search", formdata={"q": "lamp"}, callback=SHOP.parse_list),
+        item(4, dont_filter=True, meta={"depth": 2}, cb_kwargs={"k": 1}),
+    ]
     fetched = [scrapy.Request(f"{BASE}/"), item(9)]
     scrapy_redis_crawl(r, queued, seen=fetched)
     r.rpush("shop:start_urls", f"{BASE}/category/1/", json.dumps({"url": f"{BASE}/category/2/"}))
@@ -214,7 +229,9 @@ def test_migrates_queue_fingerprints_and_start_urls(redis_url, r):
     assert len(old) == 6 and old.seen(scrapy.Request(f"{BASE}/")) and old.seen(item(3))
     assert not old.seen(item(77))
     assert [x.decode() for x in r.lrange(KEYS.start_urls, 0, -1)] == [
-        f"{BASE}/category/1/", json.dumps({"url": f"{BASE}/category/2/"})]  # fmt: skip
+        f"{BASE}/category/1/",
+        json.dumps({"url": f"{BASE}/category/2/"}),
+    ]
     assert not r.exists("shop:requests") and not r.exists("shop:start_urls")
     assert r.zcard("shop:requests:migrated") == 5 and r.llen("shop:start_urls:migrated") == 2
     assert r.scard("shop:dupefilter") == 6, "the fingerprint set is left as it was"
@@ -256,9 +273,14 @@ def test_entries_that_cannot_be_carried_over_are_skipped_and_reported(redis_url,
     assert res.exit_code == 0, res.output
     assert not marker.exists(), "the crafted pickle ran"
     assert "requests: 8 read, 2 admitted, 0 already in the crawl, 6 skipped" in res.output
-    for reason in ("refused global posix.system", "spider 'shop' has no method 'parse_nothing'",
-                   "'start' is a method of scrapy.Spider itself", "cannot be stored as JSON",
-                   "'myproject.http.SpecialRequest' is not allowed", "not a pickle crawlplug can read"):  # fmt: skip
+    for reason in (
+        "refused global posix.system",
+        "spider 'shop' has no method 'parse_nothing'",
+        "'start' is a method of scrapy.Spider itself",
+        "cannot be stored as JSON",
+        "'myproject.http.SpecialRequest' is not allowed",
+        "not a pickle crawlplug can read",
+    ):
         assert reason in res.output, reason
     assert "1 entries named globals outside the allow-list (posix.system); nothing of them was run" in res.output
     assert "(the skipped entries are there)" in res.output
@@ -290,9 +312,15 @@ def test_refuses_to_unpickle_without_yes_when_not_interactive(redis_url, r):
     assert "not run in a terminal: nothing is unpickled without a confirmation; pass --yes" in res.output
     assert snapshot(r) == before
     # the installed command, its standard input not a terminal
-    proc = subprocess.run([CRAWLPLUG, "--redis-url", redis_url, "migrate", "from-scrapy-redis", "shop"],
-                          cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        [CRAWLPLUG, "--redis-url", redis_url, "migrate", "from-scrapy-redis", "shop"],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "pass --yes" in proc.stderr
     assert snapshot(r) == before
@@ -305,8 +333,13 @@ def test_asks_in_a_terminal(redis_url, r, answer, code):
     before = snapshot(r)
     primary, secondary = pty.openpty()  # a terminal for its standard input
     try:
-        proc = subprocess.Popen([CRAWLPLUG, "--redis-url", redis_url, "migrate", "from-scrapy-redis", "shop"],
-                                cwd=ROOT, stdin=secondary, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        proc = subprocess.Popen(
+            [CRAWLPLUG, "--redis-url", redis_url, "migrate", "from-scrapy-redis", "shop"],
+            cwd=ROOT,
+            stdin=secondary,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         os.write(primary, answer)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -327,8 +360,16 @@ def test_nothing_to_migrate_and_other_key_templates(redis_url, r):
     queue = SrPriority(r, SHOP, "proj:%(spider)s:q")
     queue.push(item(1))
     RFPDupeFilter(r, "proj:shop:df").request_seen(item(1))
-    res = migrate(redis_url, "--yes", "--queue-key", "proj:%(spider)s:q", "--dupefilter-key", "proj:%(spider)s:df",
-                  "--crawl", "proj-shop")  # fmt: skip
+    res = migrate(
+        redis_url,
+        "--yes",
+        "--queue-key",
+        "proj:%(spider)s:q",
+        "--dupefilter-key",
+        "proj:%(spider)s:df",
+        "--crawl",
+        "proj-shop",
+    )
     assert res.exit_code == 0, res.output
     assert "into crawl 'proj-shop'" in res.output and "1 admitted" in res.output
     assert r.zcard(CrawlKeys("proj-shop").queue) == 1
@@ -387,10 +428,15 @@ def test_migration_into_the_per_domain_queue(r):
     queue = DomainQueue()
     frontier = Frontier(r, KEYS, queue=queue)
     migration = ScrapyRedisMigration(
-        r, SourceKeys.from_templates("shop", "%(spider)s:requests", "%(spider)s:dupefilter", "%(name)s:start_urls"),
-        frontier, spider_name="shop", fingerprinter=crawler.request_fingerprinter, serializer=JsonSerializer(),
-        queue=queue, spidercls=ShopSpider,
-    )  # fmt: skip
+        r,
+        SourceKeys.from_templates("shop", "%(spider)s:requests", "%(spider)s:dupefilter", "%(name)s:start_urls"),
+        frontier,
+        spider_name="shop",
+        fingerprinter=crawler.request_fingerprinter,
+        serializer=JsonSerializer(),
+        queue=queue,
+        spidercls=ShopSpider,
+    )
     assert migration.check().queued == 3
     report = migration.run()
     assert (report.admitted, report.skipped_total, report.fingerprints_copied) == (3, 0, 3)
@@ -399,13 +445,20 @@ def test_migration_into_the_per_domain_queue(r):
     urls = [JsonSerializer().loads(payload, SHOP).url for payload in r.hvals(KEYS.requests)]
     leased = frontier.pop(10)  # the per-domain queue hands them out: one per domain at first
     assert {urlsplit(JsonSerializer().loads(x.payload, SHOP).url).hostname for x in leased} == {
-        "shop.test", "other.test"}  # fmt: skip
+        "shop.test",
+        "other.test",
+    }
     assert sorted(urls) == sorted([f"{BASE}/item/1/", f"{BASE}/item/2/", "http://other.test/page/"])
     # a plain-queue migration into this crawl would split it: refused
     plain = ScrapyRedisMigration(
-        r, migration.source, Frontier(r, KEYS), spider_name="shop", fingerprinter=crawler.request_fingerprinter,
-        serializer=JsonSerializer(), queue=PriorityQueue(),
-    )  # fmt: skip
+        r,
+        migration.source,
+        Frontier(r, KEYS),
+        spider_name="shop",
+        fingerprinter=crawler.request_fingerprinter,
+        serializer=JsonSerializer(),
+        queue=PriorityQueue(),
+    )
     frontier.release([x.id for x in leased], unstarted=True)
     with pytest.raises(MigrationError, match="another queue kind"):
         plain.check()

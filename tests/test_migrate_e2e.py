@@ -43,8 +43,9 @@ CRAWLPLUG_NODE = {
 
 def migrate(redis_url: str, *args: str) -> subprocess.CompletedProcess:
     cmd = [CRAWLPLUG, "--redis-url", redis_url, "migrate", "from-scrapy-redis", "shop", "--yes", *args]
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
-                         stdin=subprocess.DEVNULL)  # fmt: skip
+    res = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     return res
 
@@ -73,8 +74,9 @@ def finish_with_crawlplug(crawl, shop, redis_url, first, client, shards: int = 1
     status = Crawl.of(frontier).status()
     assert status["queued"] == queued
 
-    second = crawl(args={"base_url": shop.url},
-                   settings={"REDIS_URL": redis_url, **CRAWLPLUG_NODE, "CRAWLPLUG_SHARDS": shards})  # fmt: skip
+    second = crawl(
+        args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **CRAWLPLUG_NODE, "CRAWLPLUG_SHARDS": shards}
+    )
     assert second.wait(180) == 0, second.text()[-3000:]
     log = second.text()
     assert "'finish_reason': 'finished'" in log, log[-3000:]
@@ -101,8 +103,9 @@ def finish_with_crawlplug(crawl, shop, redis_url, first, client, shards: int = 1
 @pytest.mark.parametrize("shards", [1, 4], ids=["unsharded", "4-shards"])
 def test_scrapy_redis_crawl_stopped_by_sigterm_is_finished_by_crawlplug(crawl, make_shop, redis_url, r, shards):
     shop = make_shop(items=400, delay=0.02)
-    first = crawl(args={"base_url": shop.url},
-                  settings={"REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 4, **SCRAPY_REDIS})  # fmt: skip
+    first = crawl(
+        args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 4, **SCRAPY_REDIS}
+    )
     deadline = time.monotonic() + 90
     while sum(shop.hits.values()) < 150:
         assert first.proc.poll() is None, first.text()[-3000:]
@@ -122,8 +125,13 @@ def test_scrapy_redis_list_queue_stopped_by_closespider_is_finished_by_crawlplug
     crawl, make_shop, redis_url, r, queue_class
 ):
     shop = make_shop(items=300)
-    settings = {"REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 4, "CLOSESPIDER_PAGECOUNT": 120,
-                "SCHEDULER_QUEUE_CLASS": queue_class, **SCRAPY_REDIS}  # fmt: skip
+    settings = {
+        "REDIS_URL": redis_url,
+        "CONCURRENT_REQUESTS": 4,
+        "CLOSESPIDER_PAGECOUNT": 120,
+        "SCHEDULER_QUEUE_CLASS": queue_class,
+        **SCRAPY_REDIS,
+    }
     first = crawl(args={"base_url": shop.url}, settings=settings)
     assert first.wait(120) == 0, first.text()[-3000:]
     assert "'finish_reason': 'closespider_pagecount'" in first.text()

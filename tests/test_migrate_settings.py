@@ -50,15 +50,18 @@ def test_scheduler_idle_before_close_positive_is_the_idle_grace():
         SchedulerConfig.from_settings(Settings({"SCHEDULER_IDLE_BEFORE_CLOSE": "soon"}))
 
 
-@pytest.mark.parametrize(("path", "queue"), [
-    ("scrapy_redis.queue.PriorityQueue", PriorityQueue),
-    ("scrapy_redis.queue.FifoQueue", FifoQueue),
-    ("scrapy_redis.queue.LifoQueue", LifoQueue),
-    ("scrapy_redis.queue.SpiderPriorityQueue", PriorityQueue),
-    ("scrapy_redis.queue.SpiderQueue", FifoQueue),
-    ("scrapy_redis.queue.SpiderStack", LifoQueue),
-    ("crawlplug.queues.LifoQueue", LifoQueue),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("path", "queue"),
+    [
+        ("scrapy_redis.queue.PriorityQueue", PriorityQueue),
+        ("scrapy_redis.queue.FifoQueue", FifoQueue),
+        ("scrapy_redis.queue.LifoQueue", LifoQueue),
+        ("scrapy_redis.queue.SpiderPriorityQueue", PriorityQueue),
+        ("scrapy_redis.queue.SpiderQueue", FifoQueue),
+        ("scrapy_redis.queue.SpiderStack", LifoQueue),
+        ("crawlplug.queues.LifoQueue", LifoQueue),
+    ],
+)
 def test_scheduler_queue_class_maps_to_crawlplugs_queue(path, queue):
     s = Settings({"SCHEDULER_QUEUE_CLASS": path})
     assert load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")) is queue
@@ -68,7 +71,9 @@ def test_scheduler_queue_class_maps_to_crawlplugs_queue(path, queue):
 
 
 def test_crawlplug_queue_class_wins_and_a_foreign_queue_is_refused():
-    s = Settings({"SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.LifoQueue", "CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.FifoQueue"})
+    s = Settings(
+        {"SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.LifoQueue", "CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.FifoQueue"}
+    )
     assert load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")) is FifoQueue
     with pytest.raises(ConfigError, match="SCHEDULER_QUEUE_CLASS='myproject.queues.Custom'.*CRAWLPLUG_QUEUE_CLASS"):
         setting(Settings({"SCHEDULER_QUEUE_CLASS": "myproject.queues.Custom"}), "CRAWLPLUG_QUEUE_CLASS")
@@ -76,8 +81,13 @@ def test_crawlplug_queue_class_wins_and_a_foreign_queue_is_refused():
 
 def test_deliberate_differences_are_logged_once(caplog):
     names._noted.clear()
-    s = Settings({"SCHEDULER_PERSIST": False, "SCHEDULER_QUEUE_KEY": "proj:%(spider)s:requests",
-                  "SCHEDULER_SERIALIZER": "scrapy_redis.picklecompat"})  # fmt: skip
+    s = Settings(
+        {
+            "SCHEDULER_PERSIST": False,
+            "SCHEDULER_QUEUE_KEY": "proj:%(spider)s:requests",
+            "SCHEDULER_SERIALIZER": "scrapy_redis.picklecompat",
+        }
+    )
     with caplog.at_level(logging.INFO, logger="crawlplug"):
         SchedulerConfig.from_settings(s)
         SchedulerConfig.from_settings(s)
@@ -107,8 +117,7 @@ def test_redis_host_port_db_name_the_server():
 def test_redis_url_wins_and_settings_win_over_redis_params():
     url, params = server_settings(Settings({"REDIS_URL": "redis://a:1/0", "REDIS_HOST": "b"}))
     assert url == "redis://a:1/0" and "host" not in params
-    s = Settings({"REDIS_PARAMS": {"host": "p", "port": 2, "password": "pw", "socket_timeout": 3},
-                  "REDIS_HOST": "h"})  # fmt: skip
+    s = Settings({"REDIS_PARAMS": {"host": "p", "port": 2, "password": "pw", "socket_timeout": 3}, "REDIS_HOST": "h"})
     url, params = server_settings(s)
     assert url == "redis://h:2/0"
     assert params == {"password": "pw", "socket_timeout": 3}
@@ -118,8 +127,12 @@ def test_redis_url_wins_and_settings_win_over_redis_params():
 
 
 def test_scrapy_redis_only_params_are_dropped_and_encoding_is_passed(caplog):
-    s = Settings({"REDIS_PARAMS": {"redis_cls": "redis.StrictRedis", "decode_responses": True,
-                                   "retry_on_timeout": True}, "REDIS_ENCODING": "latin-1"})  # fmt: skip
+    s = Settings(
+        {
+            "REDIS_PARAMS": {"redis_cls": "redis.StrictRedis", "decode_responses": True, "retry_on_timeout": True},
+            "REDIS_ENCODING": "latin-1",
+        }
+    )
     with caplog.at_level(logging.WARNING):
         _, params = server_settings(s)
     assert params == {"retry_on_timeout": True, "encoding": "latin-1"}
@@ -196,8 +209,7 @@ def test_stats_key_keeps_a_scrapy_redis_style_copy_of_the_crawl_stats(r):
     stats.set_value("finish_reason", "finished")
     assert stats.flush()
     copy = {k.decode(): v.decode() for k, v in r.hgetall("statskey:stats").items()}
-    assert copy == {"start_time": str(start.timestamp()), "response_received_count": "3",
-                    "finish_reason": "finished"}  # fmt: skip
+    assert copy == {"start_time": str(start.timestamp()), "response_received_count": "3", "finish_reason": "finished"}
     stats.inc_value("response_received_count")
     assert stats.flush()
     assert r.hget("statskey:stats", "response_received_count") == b"4"

@@ -72,8 +72,10 @@ class Outcome:
     extra_fetches: int
 
     def line(self) -> str:
-        return (f"{self.pages} pages, {self.fetched} fetched, {self.never} never, {self.twice} fetched twice "
-                f"({self.extra_fetches} extra fetches)")  # fmt: skip
+        return (
+            f"{self.pages} pages, {self.fetched} fetched, {self.never} never, {self.twice} fetched twice "
+            f"({self.extra_fetches} extra fetches)"
+        )
 
 
 def outcome(shop) -> Outcome:
@@ -169,8 +171,10 @@ def test_an_admission_sent_again_after_its_reply_was_lost_is_done_once(r, proxie
     for after in (0, 3):  # no byte of the reply, then a few
         proxy.reset_reply(ADMIT_SHA, after=after)
         resets = proxy.resets
-        result = frontier.admit([(_fp(after + 1), 0.0, _payload(after + 1)), (_fp(after + 2), 0.0, _payload(after + 2))],
-                                acks=[parent] if after == 0 else [])  # fmt: skip
+        result = frontier.admit(
+            [(_fp(after + 1), 0.0, _payload(after + 1)), (_fp(after + 2), 0.0, _payload(after + 2))],
+            acks=[parent] if after == 0 else [],
+        )
         assert proxy.resets == resets + 1, "the reply was cut off, the call sent again"
         assert (result.flags, result.acked, result.stale) == ("11", 1 if after == 0 else 0, 0)
     assert r.hlen(KEYS.requests) == 4 and r.zcard(KEYS.queue) == 4
@@ -188,8 +192,9 @@ def test_an_admission_whose_retry_failed_is_sent_again_first_by_the_next_call(r,
     with pytest.raises(redis.ConnectionError):
         frontier.admit_and_pop([(_fp(10), 0.0, _payload(10))], [parents[0]], 1)
     assert proxy.resets == 2 and _stats(r)["enqueued"] == 4 and _stats(r)["acked"] == 1, "the lost call ran, once"
-    result, leased = frontier.admit_and_pop([(_fp(10), 0.0, _payload(10)), (_fp(11), 0.0, _payload(11))],
-                                            [parents[0], parents[1]], 1)  # fmt: skip
+    result, leased = frontier.admit_and_pop(
+        [(_fp(10), 0.0, _payload(10)), (_fp(11), 0.0, _payload(11))], [parents[0], parents[1]], 1
+    )
     assert (result.flags, result.acked, result.stale) == ("11", 2, 0)
     assert len(leased) == 1
     # the lost call's pop answered again with the lease it gave: none orphaned (issue 32)
@@ -247,8 +252,14 @@ def test_a_link_that_stops_answering_is_noticed_and_the_crawl_completes(crawl, m
     finish(nodes)
     assert "crawlplug: Redis is back after" in a.text()
     assert blackholed > 0, "the fault happened: the node sent into the void"
-    assert_complete(shop, nodes, in_flight, "blackhole on node A", noticed_after_s=f"{noticed:.1f}",
-                    reaped=int(r.hget(KEYS.stats, "reaped") or 0))  # fmt: skip
+    assert_complete(
+        shop,
+        nodes,
+        in_flight,
+        "blackhole on node A",
+        noticed_after_s=f"{noticed:.1f}",
+        reaped=int(r.hget(KEYS.stats, "reaped") or 0),
+    )
 
 
 @pytest.mark.parametrize("after", [0, 3], ids=["no-reply-byte", "3-reply-bytes"])
@@ -263,8 +274,9 @@ def test_a_reply_lost_after_the_admission_ran_neither_loses_nor_counts_twice(cra
     proxies[0].reset_reply(ADMIT_SHA, after=after, times=4)
     wait_until(lambda: proxies[0].resets >= 4, 60, "four admissions of node A cut off")
     finish(nodes)
-    seen = assert_complete(shop, nodes, in_flight, f"reset mid-admission ({after} reply bytes) on node A",
-                           resets=proxies[0].resets)  # fmt: skip
+    seen = assert_complete(
+        shop, nodes, in_flight, f"reset mid-admission ({after} reply bytes) on node A", resets=proxies[0].resets
+    )
     assert seen.twice == 0, "no lease expired: nothing was fetched twice"
     stats = {k.decode(): int(v) for k, v in r.hgetall(KEYS.stats).items()}
     per_node = [node_stats(node) for node in nodes]
@@ -284,9 +296,14 @@ def test_two_hundred_ms_of_latency(crawl, make_shop, r, proxies):
     started = time.monotonic()
     nodes = start_nodes(crawl, shop, proxies)
     finish(nodes)
-    seen = assert_complete(shop, nodes, 0, "200 ms added to every reply, both nodes",
-                           crawl_s=f"{time.monotonic() - started:.1f}",
-                           round_trips=sum(p.sent for p in proxies))  # fmt: skip
+    seen = assert_complete(
+        shop,
+        nodes,
+        0,
+        "200 ms added to every reply, both nodes",
+        crawl_s=f"{time.monotonic() - started:.1f}",
+        round_trips=sum(p.sent for p in proxies),
+    )
     assert seen.twice == 0
     assert not any("Redis error" in node.text() for node in nodes), "latency is no outage"
 
@@ -309,8 +326,15 @@ def test_links_cut_and_restored_every_few_seconds(crawl, make_shop, r, proxies):
     assert cuts >= 3, "the crawl outlived several cuts"
     resets = sum(p.resets for p in proxies)
     assert resets > 0
-    seen = assert_complete(shop, nodes, in_flight, "links cut for 1 s every 3 s, both nodes",
-                           cuts=cuts, connections_reset=resets, refused=sum(p.refused for p in proxies))  # fmt: skip
+    seen = assert_complete(
+        shop,
+        nodes,
+        in_flight,
+        "links cut for 1 s every 3 s, both nodes",
+        cuts=cuts,
+        connections_reset=resets,
+        refused=sum(p.refused for p in proxies),
+    )
     assert seen.twice == 0, "a cut shorter than the lease timeout makes no lease expire"
 
 

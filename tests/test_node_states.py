@@ -34,13 +34,13 @@ from .support.dashboardproc import wait_for
 HOSTS = [f"127.0.0.{i}" for i in range(21, 27)]
 KEYS = CrawlKeys("multisite")
 #: heartbeat 1 s: silent after 2 s without one; leases (and the node) expire after 6 s
-NODE = {"CRAWLPLUG_HEARTBEAT": 1, "CRAWLPLUG_LEASE_TIMEOUT": 6, "CRAWLPLUG_IDLE_CLOSE": 2,
-        "CONCURRENT_REQUESTS": 4}  # fmt: skip
+NODE = {"CRAWLPLUG_HEARTBEAT": 1, "CRAWLPLUG_LEASE_TIMEOUT": 6, "CRAWLPLUG_IDLE_CLOSE": 2, "CONCURRENT_REQUESTS": 4}
 
 
 def _cli(redis_url: str, *args: str) -> str:
-    res = CliRunner().invoke(main, ["--redis-url", redis_url, "--crawl", KEYS.crawl, *args],
-                             env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None})  # fmt: skip
+    res = CliRunner().invoke(
+        main, ["--redis-url", redis_url, "--crawl", KEYS.crawl, *args], env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None}
+    )
     assert res.exit_code == 0, res.output
     return res.output
 
@@ -56,8 +56,15 @@ def _views(redis_url: str, dashboard: TestClient, node_id: str) -> dict[str, Any
         return next((n for n in nodes if n["id"] == node_id), None)
 
     line = next((x for x in text.splitlines() if node_id in x), None)
-    return {"json": by_id(report["nodes"]), "report": report, "text": text, "line": line,
-            "api": by_id(api["nodes"]), "api_status": api, "api_nodes": by_id(listed)}  # fmt: skip
+    return {
+        "json": by_id(report["nodes"]),
+        "report": report,
+        "text": text,
+        "line": line,
+        "api": by_id(api["nodes"]),
+        "api_status": api,
+        "api_nodes": by_id(listed),
+    }
 
 
 def _node_id(client: redis.Redis, pid: int) -> str | None:
@@ -73,8 +80,10 @@ def _leases_per_part(client: redis.Redis, node_id: str) -> list[int]:
 @pytest.mark.parametrize("shards", [1, 3])
 def test_a_killed_node_is_shown_silent_then_dead_with_its_leases(crawl, redis_url, r, shards):
     try:
-        servers = [serve(DemoShop(items=80, per_page=10, categories=3, seed=i, delay=0.05), host=h)
-                   for i, h in enumerate(HOSTS)]  # fmt: skip
+        servers = [
+            serve(DemoShop(items=80, per_page=10, categories=3, seed=i, delay=0.05), host=h)
+            for i, h in enumerate(HOSTS)
+        ]
     except OSError as exc:  # pragma: no cover - a machine without 127/8 routed to lo
         pytest.skip(f"cannot bind loopback addresses {HOSTS[0]}-{HOSTS[-1]}: {exc}")
     try:
@@ -99,8 +108,12 @@ def test_a_killed_node_is_shown_silent_then_dead_with_its_leases(crawl, redis_ur
             assert sum(1 for n in held if n) >= 2, f"leases in several shards: {held}"
 
         # -- silent: its heartbeat is late, it is not "live" any more, its work is said to wait
-        silent = wait_for(lambda: (v := _views(redis_url, dashboard, victim_id))["json"]["state"] == "silent" and v,
-                          10, "the victim to be shown silent", step=0.1)  # fmt: skip
+        silent = wait_for(
+            lambda: (v := _views(redis_url, dashboard, victim_id))["json"]["state"] == "silent" and v,
+            10,
+            "the victim to be shown silent",
+            step=0.1,
+        )
         node = silent["json"]
         assert node["alive"] is False and node["silent_for"] >= 2
         assert 0 <= node["leases_back_in"] <= 6
@@ -111,7 +124,9 @@ def test_a_killed_node_is_shown_silent_then_dead_with_its_leases(crawl, redis_ur
         assert said and 0 <= int(said.group(1)) - round(node["silent_for"]) <= 1, silent["line"]
         assert "last: " in silent["line"] and f"pid {victim.proc.pid}" in silent["line"]
         report = silent["report"]
-        assert report["held"]["text"].startswith(f"{node['leases']} requests held by a silent node, back in the queue in")
+        assert report["held"]["text"].startswith(
+            f"{node['leases']} requests held by a silent node, back in the queue in"
+        )
         assert f"WAITING: {report['held']['text']}" in silent["text"]
         assert "nodes: 1 live, 1 silent" in silent["text"]
         for seen in (silent["api"], silent["api_nodes"]):  # the dashboard says the same
@@ -212,12 +227,12 @@ def test_a_draining_queue_gets_an_eta(crawl, make_shop, redis_url, r):
         time.sleep(0.5)
     assert node.proc.returncode == 0, node.text()[-3000:]
     peak = max(range(len(seen)), key=lambda i: seen[i][0])
-    draining = [s for s in seen[peak + 1:] if s[0] < seen[peak][0]]
+    draining = [s for s in seen[peak + 1 :] if s[0] < seen[peak][0]]
     known = [i for i, (_, eta, _) in enumerate(draining) if eta]
     assert known, f"no ETA while the work left shrank: {draining}"
     # how soon the first one comes depends on when the heartbeats sampled (a loaded machine
     # is late); once given, it stays a number until the end, taken at the recent pace
-    after = draining[known[0]:]
+    after = draining[known[0] :]
     assert all(eta and text.startswith("at the pace of the last ") for _, eta, text in after), after
     assert len(after) >= 5, f"an ETA only at the very end: {draining}"
     assert not [s for s in seen if "not shrinking" in s[2]]

@@ -126,8 +126,10 @@ def test_redis_crashes_and_restarts_mid_crawl(crawl, make_shop, tmp_path, mode):
         missing = shop.shop.paths() - set(hits)
         twice = sum(n - 1 for n in hits.values() if n > 1)
         texts = [node.text() for node in nodes]
-        print(f"\n{mode}: crash after {fetched_at_crash} of {pages} pages; never fetched {len(missing)}, "
-              f"fetched twice {twice} (pages fetched in the 2 s before the crash: {recent})")  # fmt: skip
+        print(
+            f"\n{mode}: crash after {fetched_at_crash} of {pages} pages; never fetched {len(missing)}, "
+            f"fetched twice {twice} (pages fetched in the 2 s before the crash: {recent})"
+        )
         for text in texts:
             assert "Traceback" not in text, text[-3000:]
             assert _outage_lines(text) == 1, "the outage is logged once per node"
@@ -149,7 +151,9 @@ def test_redis_crashes_and_restarts_mid_crawl(crawl, make_shop, tmp_path, mode):
         assert twice <= lost_window + leases, f"{mode}: {twice} pages fetched twice"
         if mode == "aof-always":
             assert twice <= leases
-        status = json.loads(CliRunner().invoke(main, ["status", "--json", "--redis-url", server.url, "--crawl", "shop"]).output)
+        status = json.loads(
+            CliRunner().invoke(main, ["status", "--json", "--redis-url", server.url, "--crawl", "shop"]).output
+        )
         assert (status["queued"], status["in_flight"]) == (0, 0)
     finally:
         server.stop()
@@ -159,8 +163,9 @@ def test_a_longer_outage_closes_the_node_and_its_leases_return(crawl, make_shop,
     shop = make_shop(items=200, delay=0.05)
     args = MODES["aof-always"]
     server = _server(tmp_path, args)
-    first = crawl(args={"base_url": shop.url},
-                  settings={"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT": 3})  # fmt: skip
+    first = crawl(
+        args={"base_url": shop.url}, settings={"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT": 3}
+    )
     _wait_hits(shop, 60, [first], [])
     _crash(server)
     assert first.wait(90) == 1, "a node that gave up on Redis exits 1: " + first.text()[-3000:]
@@ -172,8 +177,9 @@ def test_a_longer_outage_closes_the_node_and_its_leases_return(crawl, make_shop,
     # Redis comes back; a new node finishes the crawl, the first node's leases included
     server = RedisServer(server.port, server.directory, args).start()
     try:
-        second = crawl(args={"base_url": shop.url},
-                       settings={"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_LEASE_TIMEOUT": 2})  # fmt: skip
+        second = crawl(
+            args={"base_url": shop.url}, settings={"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_LEASE_TIMEOUT": 2}
+        )
         assert second.wait(120) == 0, second.text()[-3000:]
         assert "'finish_reason': 'finished'" in second.text()
         assert set(shop.hits) == shop.shop.paths(), "every page fetched"
@@ -246,8 +252,9 @@ def test_a_full_redis_longer_than_the_lease_timeout_refetches_nothing(crawl, mak
     shop = make_shop(items=300, delay=0.05)
     directory = tmp_path / "redis"
     directory.mkdir()
-    server = RedisServer(free_port(), directory, ["--maxmemory-policy", "noeviction"],
-                         binary=FULL_SERVERS[binary]).start()  # fmt: skip
+    server = RedisServer(
+        free_port(), directory, ["--maxmemory-policy", "noeviction"], binary=FULL_SERVERS[binary]
+    ).start()
     client = redis.Redis.from_url(server.url)
     version = client.info("server")["redis_version"]
     settings = {"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_LEASE_TIMEOUT": FULL_LEASE}
@@ -257,8 +264,9 @@ def test_a_full_redis_longer_than_the_lease_timeout_refetches_nothing(crawl, mak
         # would meet the full Redis in its join, and close saying so: not this test's case)
         deadline = time.monotonic() + 60
         while not all(re.search(r"(joining|starting) run \d+ of crawl", node.text()) for node in nodes):
-            assert time.monotonic() < deadline and all(n.proc.poll() is None for n in nodes), \
-                [node.text()[-2000:] for node in nodes]
+            assert time.monotonic() < deadline and all(n.proc.poll() is None for n in nodes), [
+                node.text()[-2000:] for node in nodes
+            ]
             time.sleep(0.05)
         # early, while list pages still bring links: their admission is what is refused
         _wait_hits(shop, 20, nodes, [])
@@ -277,9 +285,11 @@ def test_a_full_redis_longer_than_the_lease_timeout_refetches_nothing(crawl, mak
         missing = shop.shop.paths() - set(hits)
         twice = sum(n - 1 for n in hits.values() if n > 1)
         texts = [node.text() for node in nodes]
-        print(f"\nRedis {version}, full for {FULL_FOR:.0f} s, 2 nodes, {FULL_LEASE} s leases: "
-              f"{fetched_while_full} pages fetched while full; fetched twice {twice}, never fetched "
-              f"{len(missing)}, dead letters {client.llen(KEYS.dead)}")  # fmt: skip
+        print(
+            f"\nRedis {version}, full for {FULL_FOR:.0f} s, 2 nodes, {FULL_LEASE} s leases: "
+            f"{fetched_while_full} pages fetched while full; fetched twice {twice}, never fetched "
+            f"{len(missing)}, dead letters {client.llen(KEYS.dead)}"
+        )
         assert not missing, f"nothing lost: {sorted(missing)[:5]}"
         assert twice == 0, f"nothing fetched twice: {[p for p, n in hits.items() if n > 1][:5]}"
         assert client.llen(KEYS.dead) == 0, "nothing dead-lettered"

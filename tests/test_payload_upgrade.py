@@ -68,8 +68,9 @@ def test_a_shop_link_costs_three_fifths_of_its_old_payload():
     """The demo shop's item link, as its spider yields it (depth and Referer from Scrapy's
     middlewares): the Referer relative to the URL, short keys, nothing in base64."""
     data = READER.dumps(REQUESTS["shop-item"](), SPIDER)
-    assert data == (b'{"v":3,"u":"http://127.0.0.1:8000/item/464/","r":"/category/4/page/3/","m":{"depth":4},'
-                    b'"c":"parse_item"}')  # fmt: skip
+    assert data == (
+        b'{"v":3,"u":"http://127.0.0.1:8000/item/464/","r":"/category/4/page/3/","m":{"depth":4},"c":"parse_item"}'
+    )
     old = CASES["shop-item"]["payload"].encode("utf-8")
     assert len(data) <= 0.6 * len(old), (len(data), len(old))
 
@@ -78,8 +79,12 @@ def test_an_export_file_of_old_payloads_is_imported_and_crawlable(r, fresh_redis
     """An export made while the queue held d7f69e2's payloads (the file carries payloads as
     they are) is imported, popped and read by this version."""
     keys = CrawlKeys("upgrade")
-    Frontier(r, keys).admit([(fingerprint(REQUESTS[name]()), float(i), CASES[name]["payload"].encode("utf-8"))
-                             for i, name in enumerate(sorted(CASES))])  # fmt: skip
+    Frontier(r, keys).admit(
+        [
+            (fingerprint(REQUESTS[name]()), float(i), CASES[name]["payload"].encode("utf-8"))
+            for i, name in enumerate(sorted(CASES))
+        ]
+    )
     out = io.StringIO()
     export_crawl(r, keys, out)
     target = redis.Redis.from_url(fresh_redis.url)
@@ -101,8 +106,9 @@ def test_a_queue_an_old_format_node_filled_is_crawled_by_a_new_one(crawl, make_s
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("shop")
     settings = {"REDIS_URL": redis_url, "CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 1}
-    old = crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_PAYLOAD_FORMAT": 1,
-                                                        "CONCURRENT_REQUESTS": 1})  # fmt: skip
+    old = crawl(
+        args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_PAYLOAD_FORMAT": 1, "CONCURRENT_REQUESTS": 1}
+    )
     wait_for_fetches(shop, old, 4)
     old.signal(signal.SIGTERM)  # a graceful stop: its leases go back to the queue
     assert old.wait(60) == 0, old.text()[-3000:]
@@ -119,8 +125,9 @@ def test_a_queue_an_old_format_node_filled_is_crawled_by_a_new_one(crawl, make_s
     wait_until(both_formats_seen, "old and new payloads queued together", 60, [new])
     assert new.wait(90) == 0, new.text()[-3000:]
     assert set(shop.hits) >= shop.shop.paths(), "every page fetched"
-    assert all(shop.hits[d["url"].split(shop.url, 1)[1]] > fetched_before.get(d["url"].split(shop.url, 1)[1], 0)
-               for d in left), "the new node fetched every request the old one left"  # fmt: skip
+    assert all(
+        shop.hits[d["url"].split(shop.url, 1)[1]] > fetched_before.get(d["url"].split(shop.url, 1)[1], 0) for d in left
+    ), "the new node fetched every request the old one left"
     items = [json.loads(line) for node in (old, new) for line in node.item_lines()]
     assert {item["url"].split(shop.url, 1)[1] for item in items} == shop.shop.item_paths()
     assert client.llen(keys.dead) == 0 and client.hlen(keys.requests) == 0

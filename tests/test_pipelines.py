@@ -94,19 +94,43 @@ def test_every_item_type_goes_in_as_json(r):
 def test_values_json_cannot_hold_are_converted():
     when = datetime(2025, 6, 1, 12, 30, tzinfo=timezone.utc)
     item = {
-        "when": when, "naive": datetime(2025, 6, 1, 12, 30), "day": date(2025, 6, 1), "at": time(7, 5),
-        "price": Decimal("0.10"), "text": b"caf\xc3\xa9", "blob": b"\xff\x00",
-        "tags": {"b", "a"}, "pair": (1, 2), "colour": Colour.RED, "id": uuid.UUID(int=1),
-        "path": PurePosixPath("/a/b"), "took": timedelta(seconds=1.5), "nan": float("nan"),
-        "inf": [float("inf"), 1.0], "maker": Product(name="ACME"), "offer": Offer("u", Decimal("1.5")),
-    }  # fmt: skip
+        "when": when,
+        "naive": datetime(2025, 6, 1, 12, 30),
+        "day": date(2025, 6, 1),
+        "at": time(7, 5),
+        "price": Decimal("0.10"),
+        "text": b"caf\xc3\xa9",
+        "blob": b"\xff\x00",
+        "tags": {"b", "a"},
+        "pair": (1, 2),
+        "colour": Colour.RED,
+        "id": uuid.UUID(int=1),
+        "path": PurePosixPath("/a/b"),
+        "took": timedelta(seconds=1.5),
+        "nan": float("nan"),
+        "inf": [float("inf"), 1.0],
+        "maker": Product(name="ACME"),
+        "offer": Offer("u", Decimal("1.5")),
+    }
     assert json.loads(item_json(item)) == {
-        "when": "2025-06-01T12:30:00+00:00", "naive": "2025-06-01T12:30:00", "day": "2025-06-01",
-        "at": "07:05:00", "price": "0.10", "text": "café", "blob": {"$base64": "/wA="},
-        "tags": ["a", "b"], "pair": [1, 2], "colour": "red", "id": str(uuid.UUID(int=1)),
-        "path": "/a/b", "took": 1.5, "nan": None, "inf": [None, 1.0], "maker": {"name": "ACME"},
+        "when": "2025-06-01T12:30:00+00:00",
+        "naive": "2025-06-01T12:30:00",
+        "day": "2025-06-01",
+        "at": "07:05:00",
+        "price": "0.10",
+        "text": "café",
+        "blob": {"$base64": "/wA="},
+        "tags": ["a", "b"],
+        "pair": [1, 2],
+        "colour": "red",
+        "id": str(uuid.UUID(int=1)),
+        "path": "/a/b",
+        "took": 1.5,
+        "nan": None,
+        "inf": [None, 1.0],
+        "maker": {"name": "ACME"},
         "offer": {"url": "u", "price": "1.5"},
-    }  # fmt: skip
+    }
     assert "\n" not in item_json({"text": "two\nlines"})  # one item, one line
 
 
@@ -143,10 +167,14 @@ def test_stream_with_maxlen(r):
 
 
 def test_settings(r):
-    crawler = get_crawler(settings_dict={
-        "CRAWLPLUG_ITEMS_FORMAT": "Stream", "CRAWLPLUG_ITEMS_MAXLEN": "100",
-        "CRAWLPLUG_ITEMS_KEY": "out:%(crawl)s:%(spider)s", "CRAWLPLUG_ITEMS_RETRY": "0",
-    })  # fmt: skip
+    crawler = get_crawler(
+        settings_dict={
+            "CRAWLPLUG_ITEMS_FORMAT": "Stream",
+            "CRAWLPLUG_ITEMS_MAXLEN": "100",
+            "CRAWLPLUG_ITEMS_KEY": "out:%(crawl)s:%(spider)s",
+            "CRAWLPLUG_ITEMS_RETRY": "0",
+        }
+    )
     p = RedisItemPipeline.from_crawler(crawler)
     assert (p.format, p.maxlen, p.retry) == ("stream", 100, 0.0)
     assert p.key_for(CrawlKeys("mycrawl"), "myspider") == "out:mycrawl:myspider"
@@ -261,11 +289,16 @@ def test_cli_without_items(r, redis_url):
 def test_crawl_into_a_capped_stream(crawl, shop, redis_url, tmp_path):
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("shop")
-    node = crawl(args={"base_url": shop.url}, settings={
-        "REDIS_URL": redis_url, **FAST,
-        "ITEM_PIPELINES": json.dumps({"crawlplug.pipelines.RedisItemPipeline": 300}),
-        "CRAWLPLUG_ITEMS_FORMAT": "stream", "CRAWLPLUG_ITEMS_MAXLEN": 100,
-    })  # fmt: skip
+    node = crawl(
+        args={"base_url": shop.url},
+        settings={
+            "REDIS_URL": redis_url,
+            **FAST,
+            "ITEM_PIPELINES": json.dumps({"crawlplug.pipelines.RedisItemPipeline": 300}),
+            "CRAWLPLUG_ITEMS_FORMAT": "stream",
+            "CRAWLPLUG_ITEMS_MAXLEN": 100,
+        },
+    )
     assert node.wait(120) == 0, node.text()[-3000:]
     text = node.text()
     assert "'finish_reason': 'finished'" in text
@@ -289,10 +322,15 @@ def test_redis_outage_mid_crawl_loses_no_item(crawl, make_shop, fresh_redis):
     shop = make_shop(items=300, delay=0.02)
     client = redis.Redis.from_url(fresh_redis.url)
     keys = CrawlKeys("shop")
-    node = crawl(args={"base_url": shop.url}, settings={
-        "REDIS_URL": fresh_redis.url, **FAST, "CONCURRENT_REQUESTS": 4,
-        "ITEM_PIPELINES": json.dumps({"crawlplug.pipelines.RedisItemPipeline": 300}),
-    })  # fmt: skip
+    node = crawl(
+        args={"base_url": shop.url},
+        settings={
+            "REDIS_URL": fresh_redis.url,
+            **FAST,
+            "CONCURRENT_REQUESTS": 4,
+            "ITEM_PIPELINES": json.dumps({"crawlplug.pipelines.RedisItemPipeline": 300}),
+        },
+    )
     while client.llen(keys.items) < 50:
         assert node.proc.poll() is None, node.text()[-3000:]
         clock.sleep(0.05)

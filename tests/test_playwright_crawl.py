@@ -46,8 +46,11 @@ def test_a_javascript_page_is_crawled_with_its_page_methods_read_back_from_redis
     # the quotes come 2 s after the page: a control page read without the wait has none yet, even
     # when a loaded machine renders slowly (at 0.5 s, one read on the suite's workers had both)
     with JsSite(pages=3, per_page=2, delay_ms=2000) as site:
-        node = crawl("jsquotes", args={"base_url": site.url, "refused": "1", "control": "1"},
-                     settings={"REDIS_URL": redis_url, "PLAYWRIGHT_LAUNCH_OPTIONS": json.dumps(launch), **FAST})
+        node = crawl(
+            "jsquotes",
+            args={"base_url": site.url, "refused": "1", "control": "1"},
+            settings={"REDIS_URL": redis_url, "PLAYWRIGHT_LAUNCH_OPTIONS": json.dumps(launch), **FAST},
+        )
         assert node.wait(120) == 0, node.text()[-3000:]
         log = node.text()
         assert "'finish_reason': 'finished'" in log, log[-3000:]
@@ -71,27 +74,43 @@ def test_planted_meta_keys_that_name_code_or_paths_run_nothing_and_are_dead_lett
     launch = _launch_options()
     marker, har = tmp_path / "imported", tmp_path / "planted.har"
     with JsSite(pages=1, per_page=1, delay_ms=100) as site:
+
         def planted(path: str, meta: dict[str, object], xmeta: dict[str, object] | None = None) -> bytes:
             fields = {"v": 3, "u": f"{site.url}{path}", "c": "parse", "m": {"playwright": True, **meta}}
             return json.dumps({**fields, **({"x": xmeta} if xmeta else {})}).encode()
 
         queue = {  # planted payload -> words its dead letter's reason must hold
-            planted("/page/91/", {"playwright_page_init_callback": "tests.support.importmarker.init_page"}):
-                "meta['playwright_page_init_callback'] is refused: it imports a function by the path it names",
-            planted("/page/92/", {"playwright_page_event_handlers": {"load": "parse"}}):
-                "meta['playwright_page_event_handlers'] is refused",
-            planted("/page/93/", {"playwright_context": "planted",
-                                  "playwright_context_kwargs": {"record_har_path": str(har)}}):
-                "meta['playwright_context'] is refused",
-            planted("/page/94/", {}, {"playwright_page_methods": [{"$crawlplug": "playwright.PageMethod", "data": {
-                "method": "wait_for_selector", "args": ["body"], "kwargs": {"method": "x"}}}]}):
-                "kwargs name 'method', which is PageMethod's own argument",
-        }  # fmt: skip
+            planted(
+                "/page/91/", {"playwright_page_init_callback": "tests.support.importmarker.init_page"}
+            ): "meta['playwright_page_init_callback'] is refused: it imports a function by the path it names",
+            planted(
+                "/page/92/", {"playwright_page_event_handlers": {"load": "parse"}}
+            ): "meta['playwright_page_event_handlers'] is refused",
+            planted(
+                "/page/93/",
+                {"playwright_context": "planted", "playwright_context_kwargs": {"record_har_path": str(har)}},
+            ): "meta['playwright_context'] is refused",
+            planted(
+                "/page/94/",
+                {},
+                {
+                    "playwright_page_methods": [
+                        {
+                            "$crawlplug": "playwright.PageMethod",
+                            "data": {"method": "wait_for_selector", "args": ["body"], "kwargs": {"method": "x"}},
+                        }
+                    ]
+                },
+            ): "kwargs name 'method', which is PageMethod's own argument",
+        }
         frontier = Frontier(redis.Redis.from_url(redis_url), CrawlKeys("jsquotes"))
         frontier.admit([(b"", -100.0, payload) for payload in queue])
-        node = crawl("jsquotes", args={"base_url": site.url},
-                     settings={"REDIS_URL": redis_url, "PLAYWRIGHT_LAUNCH_OPTIONS": json.dumps(launch), **FAST},
-                     env={MARKER_ENV: str(marker)})  # fmt: skip
+        node = crawl(
+            "jsquotes",
+            args={"base_url": site.url},
+            settings={"REDIS_URL": redis_url, "PLAYWRIGHT_LAUNCH_OPTIONS": json.dumps(launch), **FAST},
+            env={MARKER_ENV: str(marker)},
+        )
         assert node.wait(120) == 0, node.text()[-3000:]
         log = node.text()
         assert "'finish_reason': 'finished'" in log, log[-3000:]

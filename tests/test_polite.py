@@ -70,8 +70,17 @@ FAST: dict[str, object] = {
 # -- helpers ------------------------------------------------------------------------------
 
 
-def run_crawl(crawl: Callable[..., Any], tmp_path: Path, site: PoliteSite, redis_url: str, *,
-              nodes: int, crawl_id: str, settings: dict[str, object], timeout: float = 50) -> list[Any]:  # fmt: skip
+def run_crawl(
+    crawl: Callable[..., Any],
+    tmp_path: Path,
+    site: PoliteSite,
+    redis_url: str,
+    *,
+    nodes: int,
+    crawl_id: str,
+    settings: dict[str, object],
+    timeout: float = 50,
+) -> list[Any]:
     """Start ``nodes`` multisite nodes on one crawl, start them together, wait until they finish."""
     go = tmp_path / f"go-{crawl_id}"
     args = {"start_urls": ",".join(site.start_urls), "go_file": str(go)}
@@ -109,10 +118,13 @@ def children(visits: list[Visit]) -> list[Visit]:
 def test_measurements_on_a_known_record():
     a, b = "127.0.0.2", "127.0.0.3"
     visits = [
-        Visit(a, "/", 0.0, 1.0), Visit(a, "/page/1", 0.5, 1.5), Visit(a, "/page/2", 0.9, 1.0),
+        Visit(a, "/", 0.0, 1.0),
+        Visit(a, "/page/1", 0.5, 1.5),
+        Visit(a, "/page/2", 0.9, 1.0),
         Visit(a, "/page/3", 1.5, 2.0),  # starts when /page/1 ends: no overlap
-        Visit(b, "/", 0.0, 0.1), Visit(b, "/page/1", 0.3, 0.4),
-    ]  # fmt: skip
+        Visit(b, "/", 0.0, 0.1),
+        Visit(b, "/page/1", 0.3, 0.4),
+    ]
     assert max_in_flight(visits) == {a: 3, b: 1}
     gaps = min_start_gap(visits)
     assert gaps[a] == pytest.approx(0.4) and gaps[b] == pytest.approx(0.3)
@@ -141,11 +153,12 @@ def test_multisite_spider_stays_on_each_pages_host():
         MultiSiteSpider(start_urls="http://127.0.0.2:1/,/relative")
     spider = MultiSiteSpider(start_urls=" http://127.0.0.2:1/ , http://127.0.0.3:1/", max_pages="2")
     assert spider.start_urls == ["http://127.0.0.2:1/", "http://127.0.0.3:1/"]
-    page = ('<a href="/page/1">x</a><a href="http://127.0.0.2:9/other">same host, other port</a>'
-            '<a href="http://127.0.0.3:1/">other host</a><a href="mailto:a@b">mail</a>')  # fmt: skip
+    page = (
+        '<a href="/page/1">x</a><a href="http://127.0.0.2:9/other">same host, other port</a>'
+        '<a href="http://127.0.0.3:1/">other host</a><a href="mailto:a@b">mail</a>'
+    )
     url = "http://127.0.0.2:1/"
-    response = HtmlResponse(url, body=f"<title>T</title>{page}".encode(), encoding="utf-8",
-                            request=Request(url))  # fmt: skip
+    response = HtmlResponse(url, body=f"<title>T</title>{page}".encode(), encoding="utf-8", request=Request(url))
     out = list(spider.parse_page(response))
     assert out[0] == {"url": url, "host": "127.0.0.2", "status": 200, "title": "T"}
     assert [r.url for r in out[1:]] == ["http://127.0.0.2:1/page/1", "http://127.0.0.2:9/other"]
@@ -168,8 +181,10 @@ def test_domain_delay_is_crawl_wide(crawl, redis_url, tmp_path):
         assert_each_page_once(site, nodes)
         gap = min_start_gap(visits)[host]
         polite_rate = start_rate(children(visits))
-        print(f"\n[polite] DomainQueue delay 0.5 s, 3 nodes: min gap {gap:.3f} s, "
-              f"{polite_rate:.2f} requests/s, pages per node {per_node(nodes)}")  # fmt: skip
+        print(
+            f"\n[polite] DomainQueue delay 0.5 s, 3 nodes: min gap {gap:.3f} s, "
+            f"{polite_rate:.2f} requests/s, pages per node {per_node(nodes)}"
+        )
         assert gap >= 0.5 - TOLERANCE, f"two request starts of {host} only {gap:.3f} s apart (delay 0.5 s)"
 
         # Baseline: the default queue and a node-local DOWNLOAD_DELAY of 0.5 s on each
@@ -181,12 +196,16 @@ def test_domain_delay_is_crawl_wide(crawl, redis_url, tmp_path):
         nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=3, crawl_id="local-delay", settings=local)
         visits = site.pages(host)
         assert_each_page_once(site, nodes)
-        assert all("politeness: per node (CRAWLPLUG_POLITENESS='node'): DOWNLOAD_DELAY=0.5s holds in each node"
-                   in n.text() for n in nodes), nodes[0].text()[-3000:]
+        assert all(
+            "politeness: per node (CRAWLPLUG_POLITENESS='node'): DOWNLOAD_DELAY=0.5s holds in each node" in n.text()
+            for n in nodes
+        ), nodes[0].text()[-3000:]
         local_rate = start_rate(children(visits))
-        print(f"[polite] default queue, DOWNLOAD_DELAY 0.5 s per node, 3 nodes: min gap "
-              f"{min_start_gap(visits)[host]:.3f} s, {local_rate:.2f} requests/s, pages per node "
-              f"{per_node(nodes)}; rate ratio {local_rate / polite_rate:.2f}")  # fmt: skip
+        print(
+            f"[polite] default queue, DOWNLOAD_DELAY 0.5 s per node, 3 nodes: min gap "
+            f"{min_start_gap(visits)[host]:.3f} s, {local_rate:.2f} requests/s, pages per node "
+            f"{per_node(nodes)}; rate ratio {local_rate / polite_rate:.2f}"
+        )
         assert local_rate / polite_rate >= 2.0, (
             f"node-local delays: {local_rate:.2f} requests/s, crawl-wide delay: {polite_rate:.2f} requests/s"
         )
@@ -199,17 +218,24 @@ def test_scrapy_delay_a_project_sets_holds_for_the_crawl(crawl, redis_url, tmp_p
     # 24 pages at 0.5 s: a crawl of 12 s, so that nodes started late on a loaded machine
     # still find work (with 12 pages one node once crawled them all before the others began)
     with PoliteSite({host: HostSite(pages=24, latency=0.05)}) as site:
-        project = {"DOWNLOAD_DELAY": 0.5, "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
-                   "RANDOMIZE_DOWNLOAD_DELAY": True}  # Scrapy's default: each node's own jitter must not show  # fmt: skip
+        project = {
+            "DOWNLOAD_DELAY": 0.5,
+            "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+            "RANDOMIZE_DOWNLOAD_DELAY": True,
+        }  # Scrapy's default: each node's own jitter must not show
         nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=3, crawl_id="project-delay", settings=project)
         assert_each_page_once(site, nodes)
         visits = site.pages(host)
         gap = min_start_gap(visits)[host]
-        print(f"\n[polite] DOWNLOAD_DELAY 0.5 s and CONCURRENT_REQUESTS_PER_DOMAIN 1 of the project, 3 nodes: min "
-              f"gap {gap:.3f} s, at most {max_in_flight(visits)[host]} in flight, pages per node {per_node(nodes)}")
+        print(
+            f"\n[polite] DOWNLOAD_DELAY 0.5 s and CONCURRENT_REQUESTS_PER_DOMAIN 1 of the project, 3 nodes: min "
+            f"gap {gap:.3f} s, at most {max_in_flight(visits)[host]} in flight, pages per node {per_node(nodes)}"
+        )
         for node in nodes:
-            assert ("politeness: crawl-wide: DOWNLOAD_DELAY=0.5s and CONCURRENT_REQUESTS_PER_DOMAIN=1 hold per "
-                    "domain for every node together") in node.text(), node.text()[-3000:]
+            assert (
+                "politeness: crawl-wide: DOWNLOAD_DELAY=0.5s and CONCURRENT_REQUESTS_PER_DOMAIN=1 hold per "
+                "domain for every node together"
+            ) in node.text(), node.text()[-3000:]
         assert gap >= 0.5 - TOLERANCE, f"two request starts of {host} only {gap:.3f} s apart (DOWNLOAD_DELAY 0.5 s)"
         assert max_in_flight(visits)[host] == 1
         assert sum(1 for n in per_node(nodes) if n) >= 2, f"one node crawled alone: {per_node(nodes)}"
@@ -219,26 +245,35 @@ def test_domain_concurrency_is_crawl_wide(crawl, redis_url, tmp_path):
     """b. CRAWLPLUG_DOMAIN_CONCURRENCY=2, three nodes of CONCURRENT_REQUESTS=8: never more than 2 in flight."""
     host = loopback_hosts(1)[0]
     with PoliteSite({host: HostSite(pages=20, latency=0.3)}) as site:
-        polite = {"CRAWLPLUG_QUEUE_CLASS": DOMAIN_QUEUE, "CRAWLPLUG_DOMAIN_CONCURRENCY": 2,
-                  "CRAWLPLUG_DOMAIN_DELAY": 0, "CONCURRENT_REQUESTS": 8}  # fmt: skip
+        polite = {
+            "CRAWLPLUG_QUEUE_CLASS": DOMAIN_QUEUE,
+            "CRAWLPLUG_DOMAIN_CONCURRENCY": 2,
+            "CRAWLPLUG_DOMAIN_DELAY": 0,
+            "CONCURRENT_REQUESTS": 8,
+        }
         nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=3, crawl_id="polite-conc", settings=polite)
         assert_each_page_once(site, nodes)
         visits = site.pages(host)
         peak = max_in_flight(visits)[host]
-        print(f"\n[polite] DomainQueue concurrency 2, 3 nodes x 8: at most {peak} in flight, "
-              f"{mean_in_flight(children(visits)):.2f} on average, pages per node {per_node(nodes)}")  # fmt: skip
+        print(
+            f"\n[polite] DomainQueue concurrency 2, 3 nodes x 8: at most {peak} in flight, "
+            f"{mean_in_flight(children(visits)):.2f} on average, pages per node {per_node(nodes)}"
+        )
         assert peak <= 2, f"the server answered {peak} requests of {host} at once (limit 2)"
         assert peak == 2, "never 2 requests in flight: the limit was not reached, the test proves nothing"
 
         # Baseline: the default queue lets each node run 8 at once.
         site.reset()
-        nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=3, crawl_id="local-conc",
-                          settings={"CONCURRENT_REQUESTS": 8})  # fmt: skip
+        nodes = run_crawl(
+            crawl, tmp_path, site, redis_url, nodes=3, crawl_id="local-conc", settings={"CONCURRENT_REQUESTS": 8}
+        )
         assert_each_page_once(site, nodes)
         visits = site.pages(host)
         base_peak = max_in_flight(visits)[host]
-        print(f"[polite] default queue, 3 nodes x 8: at most {base_peak} in flight, "
-              f"{mean_in_flight(children(visits)):.2f} on average, pages per node {per_node(nodes)}")  # fmt: skip
+        print(
+            f"[polite] default queue, 3 nodes x 8: at most {base_peak} in flight, "
+            f"{mean_in_flight(children(visits)):.2f} on average, pages per node {per_node(nodes)}"
+        )
         assert base_peak > 2, "the measurement cannot see more than 2 in flight even without the limit"
 
 
@@ -251,8 +286,10 @@ def finish_report(site: PoliteSite, big: str) -> tuple[list[tuple[str, float]], 
     text = ", ".join(f"{h.rsplit('.', 1)[1]}{'(big)' if h == big else ''} {t:.2f}s" for h, t in order)
     text += f"; big host pages started when the last small host was done: {big_started}/{site.hosts[big].pages + 1}"
     big_visits = [v for v in visits if v.host == big]
-    text += (f"; big host: at most {max_in_flight(big_visits)[big]}, on average "
-             f"{mean_in_flight(children(big_visits)):.2f} in flight")  # fmt: skip
+    text += (
+        f"; big host: at most {max_in_flight(big_visits)[big]}, on average "
+        f"{mean_in_flight(children(big_visits)):.2f} in flight"
+    )
     return order, text
 
 
@@ -264,11 +301,11 @@ def test_small_hosts_are_not_held_up_by_a_big_one(crawl, redis_url, tmp_path):
     # trees of 10 pages (fanout 2, 3 levels), so each of their levels is only
     # discovered after the previous one was fetched: a queue that serves hosts in
     # one crawl-wide FIFO puts every level of a small host behind the big host's backlog.
-    spec = {h: HostSite(pages=100, latency=0.1) if h == big else HostSite(pages=10, fanout=2, latency=0.1)
-            for h in hosts}  # fmt: skip
+    spec = {
+        h: HostSite(pages=100, latency=0.1) if h == big else HostSite(pages=10, fanout=2, latency=0.1) for h in hosts
+    }
     with PoliteSite(spec) as site:
-        polite = {"CRAWLPLUG_QUEUE_CLASS": DOMAIN_QUEUE, "CRAWLPLUG_DOMAIN_CONCURRENCY": 2,
-                  "CRAWLPLUG_DOMAIN_DELAY": 0}  # fmt: skip
+        polite = {"CRAWLPLUG_QUEUE_CLASS": DOMAIN_QUEUE, "CRAWLPLUG_DOMAIN_CONCURRENCY": 2, "CRAWLPLUG_DOMAIN_DELAY": 0}
         nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=2, crawl_id="polite-fair", settings=polite)
         assert_each_page_once(site, nodes)
         order, text = finish_report(site, big)
@@ -284,13 +321,22 @@ def test_small_hosts_are_not_held_up_by_a_big_one(crawl, redis_url, tmp_path):
         # CONCURRENT_REQUESTS_PER_DOMAIN when several requests of a slot are queued at once:
         # the printed "most in flight" shows what the server really saw.)
         site.reset()
-        nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=2, crawl_id="local-fair",
-                          settings={"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "CRAWLPLUG_POLITENESS": "node"})  # fmt: skip
+        nodes = run_crawl(
+            crawl,
+            tmp_path,
+            site,
+            redis_url,
+            nodes=2,
+            crawl_id="local-fair",
+            settings={"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "CRAWLPLUG_POLITENESS": "node"},
+        )
         assert_each_page_once(site, nodes)
         base_order, base_text = finish_report(site, big)
         same = [h for h, _ in base_order] == [h for h, _ in order]
-        print(f"[polite] PriorityQueue finish order{' (the same)' if same else ''}: {base_text}; "
-              f"most in flight of any host {max(max_in_flight(site.pages()).values())}")  # fmt: skip
+        print(
+            f"[polite] PriorityQueue finish order{' (the same)' if same else ''}: {base_text}; "
+            f"most in flight of any host {max(max_in_flight(site.pages()).values())}"
+        )
 
 
 def test_robots_crawl_delay(crawl, redis_url, tmp_path):
@@ -303,10 +349,14 @@ def test_robots_crawl_delay(crawl, redis_url, tmp_path):
         assert_each_page_once(site, nodes)
         gaps = min_start_gap(site.pages())
         robots = Counter(v.host for v in site.visits if v.path == "/robots.txt")
-        print(f"\n[polite] robots Crawl-delay 1 on {slow}: min gap {gaps[slow]:.3f} s; "
-              f"no Crawl-delay on {other}: min gap {gaps[other]:.3f} s; robots.txt fetches {dict(robots)}")  # fmt: skip
+        print(
+            f"\n[polite] robots Crawl-delay 1 on {slow}: min gap {gaps[slow]:.3f} s; "
+            f"no Crawl-delay on {other}: min gap {gaps[other]:.3f} s; robots.txt fetches {dict(robots)}"
+        )
         assert robots[slow] >= 1, "robots.txt was never fetched"
-        assert gaps[slow] >= 1 - TOLERANCE, f"two request starts of {slow} only {gaps[slow]:.3f} s apart (Crawl-delay 1)"
+        assert gaps[slow] >= 1 - TOLERANCE, (
+            f"two request starts of {slow} only {gaps[slow]:.3f} s apart (Crawl-delay 1)"
+        )
 
 
 def test_delay_holds_when_nodes_fetch_robots_txt_first(crawl, redis_url, tmp_path):
@@ -319,16 +369,16 @@ def test_delay_holds_when_nodes_fetch_robots_txt_first(crawl, redis_url, tmp_pat
     host = loopback_hosts(1)[0]
     with PoliteSite({host: HostSite(pages=8, latency=0.3)}) as site:  # robots.txt: 404 after 0.3 s
         settings = {"CRAWLPLUG_QUEUE_CLASS": DOMAIN_QUEUE, "ROBOTSTXT_OBEY": True, "CRAWLPLUG_DOMAIN_DELAY": 1}
-        nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=3, crawl_id="polite-robots-fetch",
-                          settings=settings)  # fmt: skip
+        nodes = run_crawl(crawl, tmp_path, site, redis_url, nodes=3, crawl_id="polite-robots-fetch", settings=settings)
         assert_each_page_once(site, nodes)
         gap = min_start_gap(site.pages(host))[host]
         robots = sum(1 for v in site.visits if v.path == "/robots.txt")
-        print(f"\n[polite] delay 1 s, ROBOTSTXT_OBEY, 3 nodes, 0.3 s answers: min gap between page starts "
-              f"{gap:.3f} s (robots.txt included: {min_start_gap(site.visits)[host]:.3f} s), "
-              f"{robots} robots.txt fetches, pages per node {per_node(nodes)}")  # fmt: skip
+        print(
+            f"\n[polite] delay 1 s, ROBOTSTXT_OBEY, 3 nodes, 0.3 s answers: min gap between page starts "
+            f"{gap:.3f} s (robots.txt included: {min_start_gap(site.visits)[host]:.3f} s), "
+            f"{robots} robots.txt fetches, pages per node {per_node(nodes)}"
+        )
         assert gap >= 1 - TOLERANCE, f"two request starts of {host} only {gap:.3f} s apart (delay 1 s)"
-
 
 
 def test_a_killed_node_frees_its_domains_slot_before_its_lease_expires(crawl, redis_url, r, tmp_path):
@@ -342,9 +392,16 @@ def test_a_killed_node_frees_its_domains_slot_before_its_lease_expires(crawl, re
     host = loopback_hosts(1)[0]
     keys = CrawlKeys("polite-dead")
     with PoliteSite({host: HostSite(pages=5, latency=0.8)}) as site:
-        settings = {"REDIS_URL": redis_url, "CRAWLPLUG_CRAWL_ID": keys.crawl, **FAST, "CRAWLPLUG_LEASE_TIMEOUT": 4,
-                    "CRAWLPLUG_QUEUE_CLASS": DOMAIN_QUEUE, "CRAWLPLUG_DOMAIN_CONCURRENCY": 1,
-                    "CRAWLPLUG_DOMAIN_DELAY": 0, "CONCURRENT_REQUESTS": 1}  # fmt: skip
+        settings = {
+            "REDIS_URL": redis_url,
+            "CRAWLPLUG_CRAWL_ID": keys.crawl,
+            **FAST,
+            "CRAWLPLUG_LEASE_TIMEOUT": 4,
+            "CRAWLPLUG_QUEUE_CLASS": DOMAIN_QUEUE,
+            "CRAWLPLUG_DOMAIN_CONCURRENCY": 1,
+            "CRAWLPLUG_DOMAIN_DELAY": 0,
+            "CONCURRENT_REQUESTS": 1,
+        }
         go = tmp_path / "go"
         args = {"start_urls": ",".join(site.start_urls), "go_file": str(go)}
         nodes = [crawl("multisite", args=args, settings=settings) for _ in range(2)]
@@ -373,9 +430,14 @@ def test_a_killed_node_frees_its_domains_slot_before_its_lease_expires(crawl, re
             pipe.zscore(keys.leases, held)
             pipe.hgetall(keys.leased)
             registered, deadline, leased = pipe.execute()
-            state = (any(n.decode().split(":")[1] == pid for n in registered), deadline is not None,
-                     any(info.decode().split(":")[1] == str(survivor.proc.pid) and info.decode().count("|") >= 3
-                         for info in leased.values()))  # fmt: skip
+            state = (
+                any(n.decode().split(":")[1] == pid for n in registered),
+                deadline is not None,
+                any(
+                    info.decode().split(":")[1] == str(survivor.proc.pid) and info.decode().count("|") >= 3
+                    for info in leased.values()
+                ),
+            )
             if not states or states[-1] != state:
                 states.append(state)
             if not state[1]:

@@ -137,7 +137,8 @@ def test_load_queue_class_maps_paths(path, cls):
 
 
 @pytest.mark.parametrize(
-    "path", ["collections.deque", "scrapy.Request", "crawlplug.queues.load_queue_class", dict, "no.such.Queue", "nodots"]
+    "path",
+    ["collections.deque", "scrapy.Request", "crawlplug.queues.load_queue_class", dict, "no.such.Queue", "nodots"],
 )
 def test_load_queue_class_rejects_non_queues(path):
     with pytest.raises(ConfigError, match="CRAWLPLUG_QUEUE_CLASS"):

@@ -59,8 +59,13 @@ def push(redis_url: str, crawl: str, *entries: str) -> subprocess.CompletedProce
 
 def test_two_redisshop_nodes_crawl_a_pushed_site_once(crawl, make_shop, redis_url):
     shop = make_shop(items=300, delay=0.02)
-    settings = {"REDIS_URL": redis_url, "CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 0.5,
-                "CRAWLPLUG_LEASE_TIMEOUT": 5, "CONCURRENT_REQUESTS": 8}  # fmt: skip
+    settings = {
+        "REDIS_URL": redis_url,
+        "CRAWLPLUG_IDLE_CLOSE": 2,
+        "CRAWLPLUG_HEARTBEAT": 0.5,
+        "CRAWLPLUG_LEASE_TIMEOUT": 5,
+        "CONCURRENT_REQUESTS": 8,
+    }
     nodes = [crawl("redisshop", settings=settings) for _ in range(2)]
     pushed = push(redis_url, "redisshop", shop.url + "/")
     assert "pushed 1 start entries" in pushed.stdout
@@ -121,8 +126,13 @@ def test_kill_9_while_holding_start_leases_loses_no_entry(crawl, make_shop, redi
     shop = make_shop(items=20)
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("slowstart")
-    settings = {"REDIS_URL": redis_url, "CRAWLPLUG_LEASE_TIMEOUT": 4, "CRAWLPLUG_HEARTBEAT": 1,
-                "CRAWLPLUG_IDLE_CLOSE": 2, "REDIS_START_URLS_BATCH_SIZE": 4}  # fmt: skip
+    settings = {
+        "REDIS_URL": redis_url,
+        "CRAWLPLUG_LEASE_TIMEOUT": 4,
+        "CRAWLPLUG_HEARTBEAT": 1,
+        "CRAWLPLUG_IDLE_CLOSE": 2,
+        "REDIS_START_URLS_BATCH_SIZE": 4,
+    }
     urls = [f"{shop.url}/item/{i}/" for i in range(1, 11)]
     paths = {f"/item/{i}/" for i in range(1, 11)}
     Crawl.of(Frontier(client, keys)).push_starts(urls)
@@ -131,8 +141,11 @@ def test_kill_9_while_holding_start_leases_loses_no_entry(crawl, make_shop, redi
 
     def start_leases() -> list[str]:
         marker = f":{first.proc.pid}:"
-        return [rid.decode() for rid, info in client.hgetall(keys.leased).items()
-                if marker in info.decode() and "|start|" in info.decode()]  # fmt: skip
+        return [
+            rid.decode()
+            for rid, info in client.hgetall(keys.leased).items()
+            if marker in info.decode() and "|start|" in info.decode()
+        ]
 
     wait_until(lambda: len(start_leases()) > 0, 30, "the first node to lease start entries", [first])
     held = start_leases()
@@ -162,8 +175,13 @@ def test_sigterm_while_holding_start_leases_gives_them_back_at_once(crawl, make_
     shop = make_shop(items=20)
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("slowstart")
-    settings = {"REDIS_URL": redis_url, "CRAWLPLUG_LEASE_TIMEOUT": 60, "CRAWLPLUG_HEARTBEAT": 1,
-                "CRAWLPLUG_IDLE_CLOSE": 2, "REDIS_START_URLS_BATCH_SIZE": 4}  # fmt: skip
+    settings = {
+        "REDIS_URL": redis_url,
+        "CRAWLPLUG_LEASE_TIMEOUT": 60,
+        "CRAWLPLUG_HEARTBEAT": 1,
+        "CRAWLPLUG_IDLE_CLOSE": 2,
+        "REDIS_START_URLS_BATCH_SIZE": 4,
+    }
     urls = [f"{shop.url}/item/{i}/" for i in range(1, 7)]
     Crawl.of(Frontier(client, keys)).push_starts(urls)
     first = crawl("slowstart", args={"sleep": 1.5}, settings=settings)
@@ -193,19 +211,33 @@ def test_sigterm_while_holding_start_leases_gives_them_back_at_once(crawl, make_
 
 def test_plain_spider_worker_crawls_pushed_entries(crawl, make_shop, redis_url):
     shop = make_shop(items=30)
-    node = crawl("shop", args={"base_url": shop.url}, settings={
-        "REDIS_URL": redis_url, "CRAWLPLUG_IDLE_CLOSE": 0, "CRAWLPLUG_HEARTBEAT": 1, "CRAWLPLUG_LEASE_TIMEOUT": 5,
-    })  # fmt: skip
+    node = crawl(
+        "shop",
+        args={"base_url": shop.url},
+        settings={
+            "REDIS_URL": redis_url,
+            "CRAWLPLUG_IDLE_CLOSE": 0,
+            "CRAWLPLUG_HEARTBEAT": 1,
+            "CRAWLPLUG_LEASE_TIMEOUT": 5,
+        },
+    )
     pages = shop.shop.paths()
     wait_until(lambda: set(shop.hits) == pages, 30, "the first crawl", [node])
     time.sleep(1.0)
     assert all(n == 1 for n in shop.hits.values())
     t0 = time.monotonic()
-    push(redis_url, "shop",
-         json.dumps({"url": shop.url + "/item/3/?extra=1", "callback": "parse_item"}),
-         json.dumps({"url": shop.url + "/", "callback": "parse_list"}))  # fmt: skip
-    wait_until(lambda: shop.hits["/item/3/?extra=1"] == 1 and shop.hits["/"] == 2, 10,
-               "the pushed entries to be fetched", [node])  # fmt: skip
+    push(
+        redis_url,
+        "shop",
+        json.dumps({"url": shop.url + "/item/3/?extra=1", "callback": "parse_item"}),
+        json.dumps({"url": shop.url + "/", "callback": "parse_list"}),
+    )
+    wait_until(
+        lambda: shop.hits["/item/3/?extra=1"] == 1 and shop.hits["/"] == 2,
+        10,
+        "the pushed entries to be fetched",
+        [node],
+    )
     print(f"\n[plain spider] pushed entries fetched {time.monotonic() - t0:.2f} s after `crawlplug push` started")
     time.sleep(1.0)
     hits = shop.hits
@@ -225,8 +257,15 @@ def test_redisshop_reads_scrapy_redis_start_urls_key(crawl, make_shop, redis_url
     shop = make_shop(items=30)
     client = redis.Redis.from_url(redis_url)
     client.sadd("redisshop:start_urls", shop.url + "/")  # as scrapy-redis users push (REDIS_START_URLS_AS_SET)
-    node = crawl("redisshop", settings={"REDIS_URL": redis_url, "CRAWLPLUG_IDLE_CLOSE": 2,
-                                        "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5})  # fmt: skip
+    node = crawl(
+        "redisshop",
+        settings={
+            "REDIS_URL": redis_url,
+            "CRAWLPLUG_IDLE_CLOSE": 2,
+            "CRAWLPLUG_HEARTBEAT": 0.5,
+            "CRAWLPLUG_LEASE_TIMEOUT": 5,
+        },
+    )
     assert node.wait(40) == 0, node.text()[-3000:]
     assert set(shop.hits) == shop.shop.paths()
     assert all(n == 1 for n in shop.hits.values())
@@ -239,8 +278,12 @@ def test_redisshop_reads_scrapy_redis_start_urls_key(crawl, make_shop, redis_url
 
 def test_redis_crawl_spider_follows_its_rules_from_a_pushed_url(crawl, make_shop, redis_url):
     shop = make_shop(items=120)
-    settings = {"REDIS_URL": redis_url, "CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 0.5,
-                "CRAWLPLUG_LEASE_TIMEOUT": 10}  # fmt: skip
+    settings = {
+        "REDIS_URL": redis_url,
+        "CRAWLPLUG_IDLE_CLOSE": 2,
+        "CRAWLPLUG_HEARTBEAT": 0.5,
+        "CRAWLPLUG_LEASE_TIMEOUT": 10,
+    }
     node = crawl("redisrules", settings=settings)
     push(redis_url, "redisrules", shop.url + "/")
     assert node.wait(60) == 0, node.text()[-3000:]

@@ -50,8 +50,12 @@ def test_a_node_counts_pages_items_errors_and_time_per_host():
     crawler = get_crawler(Spider, settings_dict={"CRAWLPLUG_REPORT_DOMAINS": 2})
     mw = DomainStatsMiddleware.from_crawler(crawler)
     spider = Spider("x")
-    for url, status, latency in (("http://a.test/1", 200, 0.010), ("http://a.test/2", 404, 0.030),
-                                 ("http://A.test:8080/3", 301, None), ("http://b.test/", 503, 0.5)):  # fmt: skip
+    for url, status, latency in (
+        ("http://a.test/1", 200, 0.010),
+        ("http://a.test/2", 404, 0.030),
+        ("http://A.test:8080/3", 301, None),
+        ("http://b.test/", 503, 0.5),
+    ):
         request, response = page(url, status, latency)
         assert mw.process_response(request, response, spider) is response
     mw.process_exception(Request("http://b.test/x"), TwistedTimeout(), spider)
@@ -63,18 +67,27 @@ def test_a_node_counts_pages_items_errors_and_time_per_host():
     _, response = page("http://a.test/1")
     crawler.signals.send_catch_log(signals.item_scraped, item={}, response=response, spider=spider)
     crawler.signals.send_catch_log(signals.item_scraped, item={}, response=response, spider=spider)
-    crawler.signals.send_catch_log(signals.spider_error, failure=Failure(KeyError("x")), response=response,
-                                   spider=spider)  # fmt: skip
+    crawler.signals.send_catch_log(
+        signals.spider_error, failure=Failure(KeyError("x")), response=response, spider=spider
+    )
     request, response = page("http://c.test/")  # a third host, past CRAWLPLUG_REPORT_DOMAINS=2
     mw.process_response(request, response, spider)
     stats = {k: v for k, v in crawler.stats.get_stats().items() if k.startswith("domain/")}
     assert stats == {
-        "domain/a.test/pages": 3, "domain/a.test/ok": 2, "domain/a.test/latency_ms": 40,
-        "domain/a.test/error/http/404": 1, "domain/a.test/items": 2, "domain/a.test/error/spider/KeyError": 1,
-        "domain/b.test/pages": 1, "domain/b.test/latency_ms": 500, "domain/b.test/error/http/503": 1,
+        "domain/a.test/pages": 3,
+        "domain/a.test/ok": 2,
+        "domain/a.test/latency_ms": 40,
+        "domain/a.test/error/http/404": 1,
+        "domain/a.test/items": 2,
+        "domain/a.test/error/spider/KeyError": 1,
+        "domain/b.test/pages": 1,
+        "domain/b.test/latency_ms": 500,
+        "domain/b.test/error/http/503": 1,
         "domain/b.test/error/download/TimeoutError": 1,
-        f"domain/{OTHER}/pages": 1, f"domain/{OTHER}/ok": 1, f"domain/{OTHER}/latency_ms": 20,
-    }  # fmt: skip
+        f"domain/{OTHER}/pages": 1,
+        f"domain/{OTHER}/ok": 1,
+        f"domain/{OTHER}/latency_ms": 20,
+    }
     # every failure once more, the count the run's errors sum (crawlplug.failures)
     assert crawler.stats.get_value(FAILED) == 4, "404, 503, the timeout and the callback that raised"
     # the errors page's middleware counts the same failures by the same definition
@@ -107,9 +120,16 @@ def test_a_page_is_counted_without_parsing_its_url_again(monkeypatch):
         crawler.signals.send_catch_log(signals.item_scraped, item={}, response=response, spider=None)
     assert parsed == []
     stats = {k: v for k, v in crawler.stats.get_stats().items() if k.startswith("domain/")}
-    assert stats == {"domain/shop.test/pages": 3, "domain/shop.test/ok": 3, "domain/shop.test/latency_ms": 30,
-                     "domain/shop.test/items": 3, "domain/b.test/pages": 1, "domain/b.test/ok": 1,
-                     "domain/b.test/latency_ms": 20, "domain/b.test/items": 1}  # fmt: skip
+    assert stats == {
+        "domain/shop.test/pages": 3,
+        "domain/shop.test/ok": 3,
+        "domain/shop.test/latency_ms": 30,
+        "domain/shop.test/items": 3,
+        "domain/b.test/pages": 1,
+        "domain/b.test/ok": 1,
+        "domain/b.test/latency_ms": 20,
+        "domain/b.test/items": 1,
+    }
 
 
 def test_errors_found_last_reach_redis_at_close(r):
@@ -129,7 +149,8 @@ def test_errors_found_last_reach_redis_at_close(r):
     crawler.engine = SimpleNamespace(scheduler=None)  # the engine closed its slot before spider_closed
     samples.spider_closed(Spider("x"))
     assert [(e["kind"], e["count"], e["samples"]) for e in errorsamples.read(r, keys)] == [
-        ("http/404", 1, ["http://a.test/gone"])]
+        ("http/404", 1, ["http://a.test/gone"])
+    ]
 
 
 # -- the report, from the stats nodes wrote to Redis ------------------------------------------------
@@ -144,17 +165,41 @@ def node(r, name: str, stats: dict[str, int]) -> RedisStatsCollector:
     return collector
 
 
-NODE_A = {"domain/a.test/pages": 10, "domain/a.test/ok": 9, "domain/a.test/latency_ms": 250,
-          "domain/a.test/items": 8, "domain/a.test/error/http/404": 1, "domain/a.test/error/download/DNSLookupError": 2,
-          "domain/b.test/pages": 4, "domain/b.test/ok": 4, "domain/b.test/latency_ms": 40,
-          "site/shop/step/list/pages": 3, "site/shop/step/item/pages": 7, "site/shop/step/item/failed": 1,
-          "site/shop/items/ok": 6, "site/shop/items/incomplete": 1, "site/shop/version/abc123": 1,
-          "site/shop/field/name/filled": 7, "site/shop/field/sku/filled": 6, "site/shop/field/sku/missing": 1,
-          "site/shop/field/price/filled": 6, "site/shop/field/price/invalid": 1, "site/shop/field/price/missing": 1,
-          "site/shop/field/category/default": 2, "site/shop/field/category/filled": 5}  # fmt: skip
-NODE_B = {"domain/a.test/pages": 6, "domain/a.test/ok": 6, "domain/a.test/latency_ms": 30, "domain/a.test/items": 6,
-          "site/shop/step/item/pages": 5, "site/shop/items/ok": 5, "site/shop/version/abc123": 1,
-          "site/shop/field/name/filled": 5}  # fmt: skip
+NODE_A = {
+    "domain/a.test/pages": 10,
+    "domain/a.test/ok": 9,
+    "domain/a.test/latency_ms": 250,
+    "domain/a.test/items": 8,
+    "domain/a.test/error/http/404": 1,
+    "domain/a.test/error/download/DNSLookupError": 2,
+    "domain/b.test/pages": 4,
+    "domain/b.test/ok": 4,
+    "domain/b.test/latency_ms": 40,
+    "site/shop/step/list/pages": 3,
+    "site/shop/step/item/pages": 7,
+    "site/shop/step/item/failed": 1,
+    "site/shop/items/ok": 6,
+    "site/shop/items/incomplete": 1,
+    "site/shop/version/abc123": 1,
+    "site/shop/field/name/filled": 7,
+    "site/shop/field/sku/filled": 6,
+    "site/shop/field/sku/missing": 1,
+    "site/shop/field/price/filled": 6,
+    "site/shop/field/price/invalid": 1,
+    "site/shop/field/price/missing": 1,
+    "site/shop/field/category/default": 2,
+    "site/shop/field/category/filled": 5,
+}
+NODE_B = {
+    "domain/a.test/pages": 6,
+    "domain/a.test/ok": 6,
+    "domain/a.test/latency_ms": 30,
+    "domain/a.test/items": 6,
+    "site/shop/step/item/pages": 5,
+    "site/shop/items/ok": 5,
+    "site/shop/version/abc123": 1,
+    "site/shop/field/name/filled": 5,
+}
 
 
 def test_node_by_domain_site_and_field_tables(r, redis_url):
@@ -165,23 +210,47 @@ def test_node_by_domain_site_and_field_tables(r, redis_url):
     assert rep["run"] == {"id": 1, "state": "running", "source": "live"} and rep["nodes"] == ["node-a", "node-b"]
     rows = {(row["node"], row["domain"]): row for row in rep["domains"]}
     assert rows["node-a", "a.test"] == {
-        "node": "node-a", "domain": "a.test", "pages": 10, "items": 8, "errors": 3,
+        "node": "node-a",
+        "domain": "a.test",
+        "pages": 10,
+        "items": 8,
+        "errors": 3,
         "errors_by_kind": {"download/DNSLookupError": 2, "http/404": 1},
-        "success_rate": round(9 / 12, 4), "mean_response_ms": 25.0,
-    }  # fmt: skip
+        "success_rate": round(9 / 12, 4),
+        "mean_response_ms": 25.0,
+    }
     assert rows[report.ALL, "a.test"]["pages"] == 16 and rows[report.ALL, "a.test"]["success_rate"] == round(15 / 18, 4)
     assert rows[report.ALL, "a.test"]["mean_response_ms"] == round(280 / 16, 1)
     assert [(row["node"], row["domain"]) for row in rep["domains"]] == [
-        ("node-a", "a.test"), ("node-a", "b.test"), ("node-b", "a.test"), (report.ALL, "a.test"), (report.ALL, "b.test"),
-    ], "each node's busiest domain first, then every node's"  # fmt: skip
+        ("node-a", "a.test"),
+        ("node-a", "b.test"),
+        ("node-b", "a.test"),
+        (report.ALL, "a.test"),
+        (report.ALL, "b.test"),
+    ], "each node's busiest domain first, then every node's"
 
     sites = {row["node"]: row for row in rep["sites"]}
-    assert sites["node-a"] == {"node": "node-a", "site": "shop", "versions": {"abc123": 1}, "pages": 10, "items_ok": 6,
-                               "items_incomplete": 1, "errors": 1, "success_rate": round(6 / 7, 4)}  # fmt: skip
+    assert sites["node-a"] == {
+        "node": "node-a",
+        "site": "shop",
+        "versions": {"abc123": 1},
+        "pages": 10,
+        "items_ok": 6,
+        "items_incomplete": 1,
+        "errors": 1,
+        "success_rate": round(6 / 7, 4),
+    }
     assert sites[report.ALL]["items_ok"] == 11 and sites[report.ALL]["versions"] == {"abc123": 2}
     fields = {(row["node"], row["field"]): row for row in rep["fields"]}
-    assert fields["node-a", "price"] == {"node": "node-a", "site": "shop", "field": "price", "filled": 6, "missing": 1,
-                                         "invalid": 1, "defaulted": 0}  # fmt: skip
+    assert fields["node-a", "price"] == {
+        "node": "node-a",
+        "site": "shop",
+        "field": "price",
+        "filled": 6,
+        "missing": 1,
+        "invalid": 1,
+        "defaulted": 0,
+    }
     assert fields["node-a", "category"]["defaulted"] == 2 and fields[report.ALL, "name"]["filled"] == 12
 
     # the command: text, JSON, CSV
@@ -195,9 +264,16 @@ def test_node_by_domain_site_and_field_tables(r, redis_url):
     assert any(line.split()[:4] == ["node-a", "shop", "price", "6"] for line in lines)
     assert json.loads(cli(redis_url, "report", "rep", "--json").output)["domains"] == rep["domains"]
     table = list(csv.DictReader(io.StringIO(cli(redis_url, "report", "--crawl", "rep", "--csv").output)))
-    assert table[0] == {"node": "node-a", "domain": "a.test", "pages": "10", "items": "8", "errors": "3",
-                        "errors_by_kind": "download/DNSLookupError=2;http/404=1", "success_rate": "0.75",
-                        "mean_response_ms": "25.0"}  # fmt: skip
+    assert table[0] == {
+        "node": "node-a",
+        "domain": "a.test",
+        "pages": "10",
+        "items": "8",
+        "errors": "3",
+        "errors_by_kind": "download/DNSLookupError=2;http/404=1",
+        "success_rate": "0.75",
+        "mean_response_ms": "25.0",
+    }
     fields_csv = cli(redis_url, "report", "rep", "--csv", "--table", "fields").output.splitlines()
     assert fields_csv[0] == "node,site,field,filled,missing,invalid,defaulted"
     assert "node-a,shop,price,6,1,1,0" in fields_csv
@@ -216,8 +292,9 @@ def test_an_ended_run_keeps_its_report_and_a_worker_counts_its_share(r, redis_ur
 
     now = report.report(r, K)
     assert now["run"]["id"] == 2
-    assert [(row["domain"], row["pages"], row["errors"]) for row in now["domains"]] == [("a.test", 5, 0)], \
+    assert [(row["domain"], row["pages"], row["errors"]) for row in now["domains"]] == [("a.test", 5, 0)], (
         "the 10 pages it counted in run 1 are run 1's"
+    )
     before = report.report(r, K, run=1)
     assert before["run"] == {"id": 1, "state": "finished", "source": "kept"}
     assert before["domains"][0]["pages"] == 10 and before["sites"][0]["items_ok"] == 6
@@ -231,8 +308,10 @@ def test_an_ended_run_keeps_its_report_and_a_worker_counts_its_share(r, redis_ur
     assert res.exit_code == 0 and "run 1 (finished), from the node stats kept when it ended" in res.output
     missing = cli(redis_url, "report", "rep", "--run", "7")
     assert missing.exit_code == 1
-    assert "no report kept of run 7 of crawl 'rep' (the node stats of ended runs are kept for the last 20: " \
-           "runs 1, and the current run 2)" in missing.output
+    assert (
+        "no report kept of run 7 of crawl 'rep' (the node stats of ended runs are kept for the last 20: "
+        "runs 1, and the current run 2)" in missing.output
+    )
     assert cli(redis_url, "report", "rep", "--json", "--csv").exit_code == 1
 
 
@@ -248,8 +327,10 @@ def test_a_report_without_stats_says_why(r, redis_url):
     runs.join(r, K, node_id="a", ttl_ms=10_000)
     res = cli(redis_url, "report", "rep")
     assert res.exit_code == 0
-    assert "no node stats for this run: the crawl's nodes keep their Scrapy stats in Redis only with " \
-           "STATS_CLASS = 'crawlplug.stats.RedisStatsCollector'" in res.output
+    assert (
+        "no node stats for this run: the crawl's nodes keep their Scrapy stats in Redis only with "
+        "STATS_CLASS = 'crawlplug.stats.RedisStatsCollector'" in res.output
+    )
     assert cli(redis_url, "report", "nosuchcrawl").exit_code == 1
 
 
@@ -260,9 +341,14 @@ def test_two_real_runs_are_reported_and_charted(crawl, shop, r, redis_url):
     """Two nodes crawl the demo shop, then one node crawls it again (run 2): each run's report
     and history count its own pages, and run 1's stay readable once run 2 began."""
     shop_keys = CrawlKeys("shop")
-    settings = {"REDIS_URL": redis_url, "CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 0.5,
-                "CRAWLPLUG_LEASE_TIMEOUT": 5, "STATS_CLASS": "crawlplug.stats.RedisStatsCollector",
-                "CRAWLPLUG_STATS_INTERVAL": 0.5}  # fmt: skip
+    settings = {
+        "REDIS_URL": redis_url,
+        "CRAWLPLUG_IDLE_CLOSE": 1,
+        "CRAWLPLUG_HEARTBEAT": 0.5,
+        "CRAWLPLUG_LEASE_TIMEOUT": 5,
+        "STATS_CLASS": "crawlplug.stats.RedisStatsCollector",
+        "CRAWLPLUG_STATS_INTERVAL": 0.5,
+    }
     pages, items = len(shop.shop.paths()), len(shop.shop.item_paths())
     first = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
     for n in first:

@@ -112,4 +112,6 @@ def test_an_admission_over_65536_buckets_of_the_compact_store_is_sent_in_parts(r
     result = node.admit(items, [parent.id])
     assert result.flags == "1" * 70_000 and result.acked == 1
     assert r.zcard(K.queue) == 70_000
-    assert node.record_seen([(hashlib.sha1(b"%d" % i).digest(), "") for i in range(69_990, 70_010)]) == "0" * 10 + "1" * 10
+    assert (
+        node.record_seen([(hashlib.sha1(b"%d" % i).digest(), "") for i in range(69_990, 70_010)]) == "0" * 10 + "1" * 10
+    )

@@ -10,16 +10,44 @@ from crawlplug.frontier.scripts import NAMES, Scripts
 from crawlplug.serializers import JsonSerializer
 
 # commands the scripts run inside Redis (counted by commandstats too, but no round trip)
-SCRIPT_ONLY = {"sadd", "incr", "hset", "hget", "hdel", "zadd", "zrem", "zrange", "zrevrange",
-               "hincrby", "zrangebyscore", "zremrangebyscore", "zcount", "time", "rpush",
-               "pexpire", "pexpireat", "getbit", "setbit", "setrange", "zscore", "exists",
-               "type",  # guard.lua names what a refused key holds, and checks kinds with no typed length
-               "zcard", "hlen", "scard", "strlen", "incrby",  # guard.lua's cheap checks; admit.lua's block of ids
-               "get",  # guard.lua's integer checks, and the epoch guard of every node script (lua/epoch.lua)
-               "set",  # admit.lua keeps the node's last reply (its replay guard)
-               "hmget", "hexists",  # guard.lua's counter checks, heartbeat.lua's switches
-               "hsetnx",  # the compact exact store records a fingerprint in its bucket (dedup.lua)
-               "hgetall", "llen", "hkeys"}  # fmt: skip  (join.lua, finish.lua, idle.lua)
+SCRIPT_ONLY = {
+    "sadd",
+    "incr",
+    "hset",
+    "hget",
+    "hdel",
+    "zadd",
+    "zrem",
+    "zrange",
+    "zrevrange",
+    "hincrby",
+    "zrangebyscore",
+    "zremrangebyscore",
+    "zcount",
+    "time",
+    "rpush",
+    "pexpire",
+    "pexpireat",
+    "getbit",
+    "setbit",
+    "setrange",
+    "zscore",
+    "exists",
+    "type",  # guard.lua names what a refused key holds, and checks kinds with no typed length
+    "zcard",
+    "hlen",
+    "scard",
+    "strlen",
+    "incrby",  # guard.lua's cheap checks; admit.lua's block of ids
+    "get",  # guard.lua's integer checks, and the epoch guard of every node script (lua/epoch.lua)
+    "set",  # admit.lua keeps the node's last reply (its replay guard)
+    "hmget",
+    "hexists",  # guard.lua's counter checks, heartbeat.lua's switches
+    "hsetnx",  # the compact exact store records a fingerprint in its bucket (dedup.lua)
+    "hgetall",
+    "llen",
+    "hkeys",
+}  # (join.lua, finish.lua, idle.lua)
 
 
 def test_script_calls_per_page_on_the_demo_shop(crawl, shop, r, redis_url):
@@ -36,8 +64,9 @@ def test_script_calls_per_page_on_the_demo_shop(crawl, shop, r, redis_url):
     # scripts may declare flags, crawlplug.frontier.scripts.server_major), and a node asks INFO memory at start
     # SCRIPT's calls: "script" on Redis 6.2, one entry per subcommand ("script|load") on 7
     script_calls = {name: n for name, n in stats.items() if name == "script" or name.startswith("script|")}
-    top_level = evalsha + sum(n for name, n in stats.items()
-                              if name not in SCRIPT_ONLY | {"evalsha"} and name not in script_calls)  # fmt: skip
+    top_level = evalsha + sum(
+        n for name, n in stats.items() if name not in SCRIPT_ONLY | {"evalsha"} and name not in script_calls
+    )
     assert stats.get("info", 0) <= 5, stats  # a few per node, whatever the number of pages
     # each script the crawl calls is loaded once, at its first call's NOSCRIPT (the server had
     # none; crawlplug.frontier.scripts.Scripts.load), and the stats collector's own
@@ -45,8 +74,10 @@ def test_script_calls_per_page_on_the_demo_shop(crawl, shop, r, redis_url):
     # every pipeline
     assert sum(script_calls.values()) <= len(NAMES) + 1 + 1, stats
     assert not script_calls.get("script|exists"), stats
-    print(f"\n{top_level} top-level commands for {pages} pages: {top_level / pages:.2f} (INFO {stats.get('info', 0)}); "
-          f"{stats.get('type', 0)} TYPE checks inside the scripts")
+    print(
+        f"\n{top_level} top-level commands for {pages} pages: {top_level / pages:.2f} (INFO {stats.get('info', 0)}); "
+        f"{stats.get('type', 0)} TYPE checks inside the scripts"
+    )
     assert top_level / pages <= 1.0, (top_level, pages, stats)
 
 

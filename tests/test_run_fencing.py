@@ -37,8 +37,9 @@ def test_a_node_that_stalled_beginning_a_run_clears_nothing_of_the_run_another_b
 
     monkeypatch.setattr(runs, "begin", begin)
     joined: dict[str, runs.Joined] = {}
-    stalled = threading.Thread(target=lambda: joined.update(a=runs.join(r, K, node_id="a", ttl_ms=10_000)),
-                               name="stalled")  # fmt: skip
+    stalled = threading.Thread(
+        target=lambda: joined.update(a=runs.join(r, K, node_id="a", ttl_ms=10_000)), name="stalled"
+    )
     stalled.start()
     assert stalling.wait(30), "node a began run 2 and stalls before clearing run 1's state"
     time.sleep(0.4)  # past its grace: node b takes the beginning over and begins run 2 itself

@@ -38,8 +38,7 @@ SHOP = CrawlKeys("shop")
 
 
 def cli(redis_url: str, *args: str):
-    return CliRunner().invoke(main, ["--redis-url", redis_url, *args],
-                              env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None})  # fmt: skip
+    return CliRunner().invoke(main, ["--redis-url", redis_url, *args], env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None})
 
 
 def _payload(i: int) -> bytes:
@@ -191,7 +190,11 @@ def test_a_node_that_may_begin_after_a_limit_does_so_but_never_after_a_stop(r):
     assert (ended.value.state, ended.value.run_state) == ("closespider_pagecount", "limit")
     typed = runs.join(r, keys, node_id="typed", ttl_ms=10_000, want="after-limit")
     assert (typed.action, typed.run, typed.previous["state"], typed.previous["reason"]) == (
-        "new", 2, "limit", "closespider_pagecount")
+        "new",
+        2,
+        "limit",
+        "closespider_pagecount",
+    )
     summary = json.loads(r.hget(keys.runs, "1"))
     assert (summary["state"], summary["pages"], summary["enqueued"]) == ("limit", 2, 5)
     assert r.zcard(keys.queue) == 0, "what run 1 left queued is dropped"
@@ -250,13 +253,20 @@ def test_a_drained_run_ends_stopped_when_its_queue_has_run_out(r):
         runs.join(r, keys, node_id="late", ttl_ms=10_000)
     leased = node.pop(5)
     assert len(leased) == 2, "a draining run crawls what is queued"
-    assert Crawl.of(node).finish_run(joined.run, node_id=node.node_id, epoch=node.epoch, lanes=node.lanes) == ("busy", None)
+    assert Crawl.of(node).finish_run(joined.run, node_id=node.node_id, epoch=node.epoch, lanes=node.lanes) == (
+        "busy",
+        None,
+    )
     node.admit([], [x.id for x in leased])
     state, ended = Crawl.of(node).finish_run(joined.run, node_id=node.node_id, epoch=node.epoch, lanes=node.lanes)
     assert state == "stopped" and ended
     summary = json.loads(r.hget(keys.runs, "1"))
-    assert (summary["state"], summary["reason"], summary["by"], summary["drained"]) == ("stopped", "stopped",
-                                                                                       "op --drain", True)
+    assert (summary["state"], summary["reason"], summary["by"], summary["drained"]) == (
+        "stopped",
+        "stopped",
+        "op --drain",
+        True,
+    )
     assert r.llen(keys.start_urls) == 1, "the start entry is kept"
 
 
@@ -316,7 +326,8 @@ def test_politeness_and_limits_from_settings():
     with pytest.raises(ConfigError, match="'crawl' or 'node'"):
         line(CRAWLPLUG_POLITENESS="cluster")
     assert control.from_settings(Settings({"CLOSESPIDER_PAGECOUNT": 300, "CLOSESPIDER_TIMEOUT": 1.5})) == Limits(
-        pages=300, timeout=1.5)
+        pages=300, timeout=1.5
+    )
     with pytest.raises(ConfigError, match="CLOSESPIDER_ITEMCOUNT"):
         control.from_settings(Settings({"CLOSESPIDER_ITEMCOUNT": -1}))
 
@@ -343,9 +354,11 @@ def test_five_nodes_stop_at_a_crawl_wide_page_limit(crawl, make_shop, redis_url,
         assert node.wait(120) == 0, node.text()[-3000:]
     fetched = sum(shop.hits.values())
     in_flight_bound = 5 * 16  # CONCURRENT_REQUESTS of each node: what may be leased at once
-    print(f"\n[limits] CLOSESPIDER_PAGECOUNT=300, 5 nodes: {fetched} pages fetched, overshoot {fetched - 300} "
-          f"(bound: {in_flight_bound} in flight); pages per node "
-          f"{[len(n.item_lines()) for n in nodes]} items")  # fmt: skip
+    print(
+        f"\n[limits] CLOSESPIDER_PAGECOUNT=300, 5 nodes: {fetched} pages fetched, overshoot {fetched - 300} "
+        f"(bound: {in_flight_bound} in flight); pages per node "
+        f"{[len(n.item_lines()) for n in nodes]} items"
+    )
     assert 300 <= fetched <= 300 + in_flight_bound
     assert max(shop.hits.values()) == 1
     for node in nodes:
@@ -356,8 +369,9 @@ def test_five_nodes_stop_at_a_crawl_wide_page_limit(crawl, make_shop, redis_url,
     record = runs.record(r, SHOP)
     assert (record["state"], record["reason"]) == ("limit", "closespider_pagecount")
     shown = json.loads(cli(redis_url, "crawls", "show", "shop", "--json").output)
-    assert [(x["state"], x["reason"], x["pages"]) for x in shown["runs"]] == [("limit", "closespider_pagecount",
-                                                                               fetched)]
+    assert [(x["state"], x["reason"], x["pages"]) for x in shown["runs"]] == [
+        ("limit", "closespider_pagecount", fetched)
+    ]
     # a node started afterwards says so and exits
     late = crawl(args={"base_url": shop.url}, settings=settings)
     assert late.wait(60) == 1
@@ -386,8 +400,11 @@ def test_stop_ends_the_run_on_every_node_and_stays_stopped(crawl, make_shop, red
     _wait_for(lambda: sum(shop.hits.values()) >= 30 and _live_nodes(r) == 2, "both nodes crawling", nodes=nodes)
     res = cli(redis_url, "stop", "shop")
     assert res.exit_code == 0, res.output
-    assert re.search(r"run 1 of crawl 'shop' stopped: (1 live node finishes what it|2 live nodes finish what they) "
-                     r"download", res.output), res.output
+    assert re.search(
+        r"run 1 of crawl 'shop' stopped: (1 live node finishes what it|2 live nodes finish what they) "
+        r"download",
+        res.output,
+    ), res.output
     for node in nodes:
         assert node.wait(30) == 0, node.text()[-3000:]
         assert _reason(node) == "stopped"
@@ -400,8 +417,11 @@ def test_stop_ends_the_run_on_every_node_and_stays_stopped(crawl, make_shop, red
     # sticky: a node started later says who stopped the run, and when, and exits
     late = crawl(args={"base_url": shop.url}, settings=settings)
     assert late.wait(60) == 1
-    assert re.search(r"run 1 of crawl 'shop' was stopped by crawlplug stop \(.*\) at \d{4}-\d\d-\d\d "
-                     r"\d\d:\d\d:\d\d; .*`crawlplug continue shop`", late.text()), late.text()[-3000:]
+    assert re.search(
+        r"run 1 of crawl 'shop' was stopped by crawlplug stop \(.*\) at \d{4}-\d\d-\d\d "
+        r"\d\d:\d\d:\d\d; .*`crawlplug continue shop`",
+        late.text(),
+    ), late.text()[-3000:]
     assert Counter(shop.hits) == stopped_at
     # continued: the run goes on where it stopped, and every page is fetched once
     res = cli(redis_url, "continue", "shop")

@@ -35,8 +35,9 @@ SHOP = CrawlKeys("shop")
 
 
 def cli(redis_url: str, *args: str, input: str | None = None):
-    return CliRunner().invoke(main, ["--redis-url", redis_url, *args], input=input,
-                              env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None})  # fmt: skip
+    return CliRunner().invoke(
+        main, ["--redis-url", redis_url, *args], input=input, env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None}
+    )
 
 
 def _wait_ok(*nodes, timeout: float = 180) -> None:
@@ -78,7 +79,9 @@ def test_a_finished_crawl_started_again_is_crawled_again(crawl, make_shop, redis
     second = crawl(args={"base_url": shop.url}, settings=settings)
     _wait_ok(second)
     line = _run_line(second)
-    assert re.search(r"starting run 2 of crawl 'shop' \(run 1 finished at \d\d:\d\d, fingerprints cleared\)", line), line
+    assert re.search(r"starting run 2 of crawl 'shop' \(run 1 finished at \d\d:\d\d, fingerprints cleared\)", line), (
+        line
+    )
     again = _fetched_since(shop, before)
     assert set(again) == pages and max(again.values()) == 1, "the second run fetched every page, once"
     assert "'finish_reason': 'finished'" in second.text()
@@ -86,8 +89,10 @@ def test_a_finished_crawl_started_again_is_crawled_again(crawl, make_shop, redis
     res = cli(redis_url, "crawls", "show", "shop", "--json")
     assert res.exit_code == 0, res.output
     shown = json.loads(res.output)
-    assert [(r["id"], r["state"], r["pages"]) for r in shown["runs"]] == [(1, "finished", len(pages)),
-                                                                          (2, "finished", len(pages))]
+    assert [(r["id"], r["state"], r["pages"]) for r in shown["runs"]] == [
+        (1, "finished", len(pages)),
+        (2, "finished", len(pages)),
+    ]
     assert all(r["items"] == len(shop.shop.item_paths()) for r in shown["runs"]), shown["runs"]
     assert shown["runs"][0]["ended"] <= shown["runs"][1]["started"]
     text = cli(redis_url, "crawls", "show", "shop").output
@@ -150,8 +155,11 @@ def test_a_node_started_during_the_idle_grace_joins_that_run_and_finishes_with_i
     settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 14}
     first = crawl(args={"base_url": shop.url}, settings=settings)
     _wait_for(lambda: set(shop.hits) == shop.shop.paths(), "the first node to fetch every page", nodes=[first])
-    _wait_for(lambda: runs.totals(redis.Redis.from_url(redis_url), [SHOP])["pages"] == len(shop.shop.paths()),
-              "every page acknowledged", nodes=[first])  # fmt: skip
+    _wait_for(
+        lambda: runs.totals(redis.Redis.from_url(redis_url), [SHOP])["pages"] == len(shop.shop.paths()),
+        "every page acknowledged",
+        nodes=[first],
+    )
     time.sleep(1)  # well into the 14 s idle grace
     late = crawl(args={"base_url": shop.url}, settings=settings)
     _wait_ok(first, late)
@@ -197,8 +205,9 @@ def test_a_killed_crawl_is_interrupted_and_resumed(crawl, make_shop, redis_url):
     assert re.search(r"shop\s+1\s+interrupted\s+\d+", res.output), res.output
     again = crawl(args={"base_url": shop.url}, settings=settings)
     _wait_ok(again)
-    assert re.search(r"resuming run 1 of crawl 'shop' \(\d+ queued, \d+ in flight; no node was running\)",
-                     _run_line(again)), _run_line(again)  # fmt: skip
+    assert re.search(
+        r"resuming run 1 of crawl 'shop' \(\d+ queued, \d+ in flight; no node was running\)", _run_line(again)
+    ), _run_line(again)
     assert set(shop.hits) == shop.shop.paths(), "nothing lost"
     assert runs.view(client, SHOP).state == "finished"
 
@@ -209,8 +218,11 @@ def test_a_node_stopped_during_the_idle_grace_records_the_end(crawl, make_shop, 
     node = crawl(args={"base_url": shop.url}, settings=settings)
     client = redis.Redis.from_url(redis_url)
     _wait_for(lambda: runs.totals(client, [SHOP])["pages"] == len(shop.shop.paths()), "every page", nodes=[node])
-    _wait_for(lambda: "nothing queued or in flight in crawl 'shop'; closing in 30 s" in node.text(),
-              "the node to wait out its idle grace", nodes=[node])  # fmt: skip
+    _wait_for(
+        lambda: "nothing queued or in flight in crawl 'shop'; closing in 30 s" in node.text(),
+        "the node to wait out its idle grace",
+        nodes=[node],
+    )
     node.signal(signal.SIGTERM)
     assert node.wait(30) == 0
     assert "run 1 of crawl 'shop' is finished (this node stopped while the whole crawl was done" in node.text()
@@ -244,8 +256,11 @@ def test_a_purge_under_live_workers_reaches_every_node(crawl, make_shop, redis_u
     _wait_for(lambda: client.zcard(keys.nodes) == 2, "two live workers", nodes=nodes)
     assert cli(redis_url, "push", "--crawl", "redisshop", shop.url + "/").exit_code == 0
     _wait_for(lambda: set(shop.hits) == shop.shop.paths(), "the first crawl", nodes=nodes)
-    _wait_for(lambda: runs.totals(client, runs.part_keys(client, keys))["pages"] == len(shop.shop.paths()),
-              "every page acked", nodes=nodes)  # fmt: skip
+    _wait_for(
+        lambda: runs.totals(client, runs.part_keys(client, keys))["pages"] == len(shop.shop.paths()),
+        "every page acked",
+        nodes=nodes,
+    )
     assert runs.view(client, keys).state == "running", "a worker crawl does not finish by itself"
     res = cli(redis_url, "purge", "--crawl", "redisshop", "--yes")
     assert res.exit_code == 0, res.output
@@ -253,8 +268,12 @@ def test_a_purge_under_live_workers_reaches_every_node(crawl, make_shop, redis_u
     assert "Deleted" in res.output
     before = Counter(shop.hits)
     assert cli(redis_url, "push", "--crawl", "redisshop", shop.url + "/").exit_code == 0
-    _wait_for(lambda: set(_fetched_since(shop, before)) == shop.shop.paths(), "the crawl after the purge",
-              nodes=nodes, timeout=90)  # fmt: skip
+    _wait_for(
+        lambda: set(_fetched_since(shop, before)) == shop.shop.paths(),
+        "the crawl after the purge",
+        nodes=nodes,
+        timeout=90,
+    )
     for node in nodes:
         node.signal(signal.SIGTERM)
     _wait_ok(*nodes, timeout=60)
@@ -272,8 +291,10 @@ def test_flush_on_start_under_a_live_node(crawl, make_shop, redis_url):
     _wait_for(lambda: sum(shop.hits.values()) > 40, "the first node under way", nodes=[first])
     flusher = crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_FLUSH_ON_START": True})
     _wait_ok(first, flusher, timeout=240)
-    assert "starting run 2 of crawl 'shop' (run 1 reset by CRAWLPLUG_FLUSH_ON_START, fingerprints cleared)" \
-        in _run_line(flusher)  # fmt: skip
+    assert (
+        "starting run 2 of crawl 'shop' (run 1 reset by CRAWLPLUG_FLUSH_ON_START, fingerprints cleared)"
+        in _run_line(flusher)
+    )
     assert "the crawl was reset or began a new run (`crawlplug purge`" in first.text()
     assert "now in run 2" in first.text()
     history = runs.history(client, SHOP)
@@ -299,8 +320,9 @@ def test_calls_of_an_old_epoch_are_refused_whole(r):
         "admit (with an ack)": lambda: node.admit([(b"h" * 20, 0.0, b"{}")], acks=[leased[0].id]),
         "pop": lambda: node.pop(5),
         "heartbeat": lambda: node.heartbeat([leased[0].id]),
-        "renew": lambda: node.scripts.renew(keys=node.base.renew_call([leased[0].id])[1],
-                                            args=node.base.renew_call([leased[0].id])[2]),
+        "renew": lambda: node.scripts.renew(
+            keys=node.base.renew_call([leased[0].id])[1], args=node.base.renew_call([leased[0].id])[2]
+        ),
         "release": lambda: node.release([leased[0].id], unstarted=True),
         "dead letter": lambda: node.dead_letter(leased[0].id, "why"),
         "start entries": lambda: node.take_starts(5),
@@ -352,8 +374,9 @@ def test_crawls_lists_every_crawl_and_show_its_runs(crawl, make_shop, redis_url)
     res = cli(redis_url, "crawls")
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[0].startswith("2 crawls on redis://")
-    assert re.search(r"shop\s+1\s+finished\s+0\s+0\s+" + str(len(shop.shop.paths())) + r"\s+0\s+\d+s ago",
-                     res.output), res.output  # fmt: skip
+    assert re.search(
+        r"shop\s+1\s+finished\s+0\s+0\s+" + str(len(shop.shop.paths())) + r"\s+0\s+\d+s ago", res.output
+    ), res.output
     assert re.search(r"legacy\s+-\s+none\s+1\s+0\s+0\s+0", res.output), res.output
     rows = json.loads(cli(redis_url, "crawls", "--json").output)["crawls"]
     assert {r["crawl"]: r["state"] for r in rows} == {"legacy": "none", "shop": "finished"}

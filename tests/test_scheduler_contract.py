@@ -104,8 +104,9 @@ def test_a_request_redis_filters_is_dropped_and_not_counted_enqueued(redis_url, 
         other.batch.flush()
     with open_scheduler(redis_url) as (scheduler, _):
         dropped: list[str] = []
-        scheduler.crawler.signals.connect(lambda request, spider: dropped.append(request.url),
-                                          signal=signals.request_dropped, weak=False)  # fmt: skip
+        scheduler.crawler.signals.connect(
+            lambda request, spider: dropped.append(request.url), signal=signals.request_dropped, weak=False
+        )
         assert scheduler.enqueue_request(scrapy.Request("http://site.test/known")) is True  # unknown here
         assert scheduler.enqueue_request(scrapy.Request("http://site.test/new")) is True
         scheduler.batch.flush()
@@ -155,7 +156,9 @@ def test_leases_redis_lost_are_not_called_expired(redis_url, r, caplog):
         r.zadd(K.queue, {lease_id: score})
         with caplog.at_level(logging.WARNING, "crawlplug.scheduler"):
             scheduler.liveness.heartbeat()
-        assert "Redis no longer holds 1 leases of this node, though it renewed them in time (within 30.0s)" in caplog.text
+        assert (
+            "Redis no longer holds 1 leases of this node, though it renewed them in time (within 30.0s)" in caplog.text
+        )
         assert "stalled longer than" not in caplog.text
 
 

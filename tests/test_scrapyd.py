@@ -40,6 +40,7 @@ def cli(redis_url: str, *args: str):
 
 def finished_on(daemons, n: int, timeout: float = 60, project: str = "default"):
     """Wait until the daemons list ``n`` finished jobs between them; returns them."""
+
     def done():
         found = [j for d in daemons for j in d.jobs(project)["finished"]]
         return found if len(found) >= n else None
@@ -95,16 +96,31 @@ def test_start_on_two_daemons_is_one_crawl_and_shows_each_nodes_job(make_scrapyd
 def test_cancel_removes_a_waiting_job_and_signals_a_running_one(make_scrapyd, make_shop, redis_url, r):
     shop = make_shop(items=200, delay=0.2)  # slow: the nodes do not end by themselves within the grace time
     daemon = make_scrapyd(max_proc=1)  # one slot: the second job waits
-    res = cli(redis_url, "start", "shop", "--scrapyd", daemon.url, "--nodes-per-host", "2", *FAST,
-              "-s", "CONCURRENT_REQUESTS=2", "-a", f"base_url={shop.url}")  # fmt: skip
+    res = cli(
+        redis_url,
+        "start",
+        "shop",
+        "--scrapyd",
+        daemon.url,
+        "--nodes-per-host",
+        "2",
+        *FAST,
+        "-s",
+        "CONCURRENT_REQUESTS=2",
+        "-a",
+        f"base_url={shop.url}",
+    )
     assert res.exit_code == 0, res.output
     wait_for(lambda: any(j["state"] == "running" for j in jobs.all_jobs(r, KEYS)), 60, "the first node to open")
     assert len(daemon.jobs()["pending"]) == 1
     # the dashboard shows the running node's job
     (running,) = [j for j in jobs.all_jobs(r, KEYS) if j["state"] == "running"]
     dash = TestClient(create_app(r, KEYS), base_url="http://127.0.0.1")
-    rows = wait_for(lambda: [n for n in dash.get("/api/nodes").json()["nodes"] if n["id"] == running["node"]], 10,
-                    "the node's first heartbeat")  # fmt: skip
+    rows = wait_for(
+        lambda: [n for n in dash.get("/api/nodes").json()["nodes"] if n["id"] == running["node"]],
+        10,
+        "the node's first heartbeat",
+    )
     assert rows[0]["job"] == {"id": running["id"], "daemon": daemon.url, "state": "running"}
 
     res = cli(redis_url, "scrapyd", "cancel", "shop", "--grace", "1")
@@ -132,16 +148,29 @@ def test_stop_lets_running_nodes_close_and_cancels_the_jobs_that_do_not_end(make
     when the grace time is over. Either way no job of the run is left open."""
     shop = make_shop(items=200, delay=0.2)
     daemon = make_scrapyd(max_proc=1)  # one slot: the second job waits
-    res = cli(redis_url, "start", "shop", "--scrapyd", daemon.url, "--nodes-per-host", "2", *FAST,
-              "-s", "CONCURRENT_REQUESTS=2", "-a", f"base_url={shop.url}")  # fmt: skip
+    res = cli(
+        redis_url,
+        "start",
+        "shop",
+        "--scrapyd",
+        daemon.url,
+        "--nodes-per-host",
+        "2",
+        *FAST,
+        "-s",
+        "CONCURRENT_REQUESTS=2",
+        "-a",
+        f"base_url={shop.url}",
+    )
     assert res.exit_code == 0, res.output
     wait_for(lambda: any(j["state"] == "running" for j in jobs.all_jobs(r, KEYS)), 60, "the first node to open")
     assert len(daemon.jobs()["pending"]) == 1
     res = cli(redis_url, "stop", "shop", "--grace", "30")
     assert res.exit_code == 0, res.output
     assert "waiting up to 30 s for the run's Scrapyd jobs to end by themselves" in res.output
-    said = re.findall(r"^(\d+) jobs? (ended by themselves|were waiting on their daemon and were removed)", res.output,
-                      re.MULTILINE)  # fmt: skip
+    said = re.findall(
+        r"^(\d+) jobs? (ended by themselves|were waiting on their daemon and were removed)", res.output, re.MULTILINE
+    )
     assert sum(int(n) for n, _ in said) == 2, res.output
     assert "were running and were sent the signal" not in res.output, "a stopped node had to be signalled"
     assert open_jobs(r, KEYS) == []
@@ -204,8 +233,9 @@ def test_a_daemon_without_the_spider_starts_nothing_anywhere(make_scrapyd, redis
     assert res.exit_code == 1 and "no crawl 'nosuchspider' on this Redis; known crawls: none" in res.output
 
 
-def test_an_egg_deployed_with_scrapyd_deploy_runs(make_scrapyd, make_shop, project_copy: Path, redis_url, tmp_path,
-                                                  r: redis.Redis):  # fmt: skip
+def test_an_egg_deployed_with_scrapyd_deploy_runs(
+    make_scrapyd, make_shop, project_copy: Path, redis_url, tmp_path, r: redis.Redis
+):
     """The other way to deploy: a daemon started in an empty directory gets the project as an
     egg (scrapyd-deploy builds and uploads it), and runs it under the [deploy] project's name."""
     empty = tmp_path / "machine"
@@ -214,14 +244,29 @@ def test_an_egg_deployed_with_scrapyd_deploy_runs(make_scrapyd, make_shop, proje
     assert daemon.get("listprojects.json")["projects"] == []
     cfg = project_copy / "scrapy.cfg"
     cfg.write_text(cfg.read_text() + f"\n[deploy:test]\nurl = {daemon.url}/\nproject = crawlplug_demo\n")
-    deploy = subprocess.run([str(Path(sys.executable).with_name("scrapyd-deploy")), "test"], cwd=project_copy,
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    deploy = subprocess.run(
+        [str(Path(sys.executable).with_name("scrapyd-deploy")), "test"],
+        cwd=project_copy,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert deploy.returncode == 0, deploy.stdout + deploy.stderr
     assert daemon.get("listprojects.json")["projects"] == ["crawlplug_demo"]
 
     shop = make_shop(items=10)
-    res = cli(redis_url, "start", "shop", "--scrapyd", daemon.url, "--project", "crawlplug_demo", *FAST,
-              "-a", f"base_url={shop.url}")  # fmt: skip
+    res = cli(
+        redis_url,
+        "start",
+        "shop",
+        "--scrapyd",
+        daemon.url,
+        "--project",
+        "crawlplug_demo",
+        *FAST,
+        "-a",
+        f"base_url={shop.url}",
+    )
     assert res.exit_code == 0, res.output
     finished_on([daemon], 1, project="crawlplug_demo")
     (job,) = jobs.all_jobs(r, KEYS)

@@ -69,9 +69,17 @@ def test_a_piece_is_cut_to_the_definitions_used_and_those_they_use():
     cut = _only_what_is_used(pieces, "return used(1)").split("\n")
     assert len(cut) == len(pieces.split("\n"))
     kept = [line for line in cut if line]
-    assert kept == ["local LIMIT = 10", "local now = redis.call('TIME')", "local function helper(x)",
-                    "  local inner = x + LIMIT", "  return inner", "end", "local function used(x)",
-                    "  return helper(x) + now[1]", "end"]  # fmt: skip
+    assert kept == [
+        "local LIMIT = 10",
+        "local now = redis.call('TIME')",
+        "local function helper(x)",
+        "  local inner = x + LIMIT",
+        "  return inner",
+        "end",
+        "local function used(x)",
+        "  return helper(x) + now[1]",
+        "end",
+    ]
 
 
 def test_a_comment_after_code_goes_and_a_string_holding_two_dashes_stays():
@@ -104,7 +112,9 @@ def test_the_library_loads_with_every_script_a_function_with_its_flags(r):
         functions = [dict(_pairs(f)) for f in listed[b"functions"]]
         flags = {_text(f[b"name"]): {_text(x) for x in f[b"flags"]} for f in functions}
         assert set(flags) == set(lib.functions.values())
-        assert flags[lib.functions["heartbeat"]] == {"allow-oom"} and flags[lib.functions["domaintable"]] == {"no-writes"}
+        assert flags[lib.functions["heartbeat"]] == {"allow-oom"} and flags[lib.functions["domaintable"]] == {
+            "no-writes"
+        }
         assert flags[lib.functions["admit"]] == set()
         # the pieces once: the library is smaller than the scripts it holds, sent one by one
         assert len(lib.text) < 0.5 * sum(len(source(n, True)) for n in NAMES)

@@ -60,8 +60,10 @@ KEYS = CrawlKeys("shop")
 SECRETS = (CRAWLER_PASSWORD, quote(CRAWLER_PASSWORD, safe=""))  # as typed, and as it appears in a URL
 #: users that lack one part of the rule: the scripts, or the crawl's keys
 NO_SCRIPTS = crawler_user(rules="~crawlplug:* resetchannels -@all +@read +@write +time +ping", name="noscripts")
-OTHER_KEYS = crawler_user(rules="~elsewhere:* resetchannels -@all +@read +@write +@transaction +evalsha "
-                                "+script|load +time +ping", name="otherkeys")  # fmt: skip
+OTHER_KEYS = crawler_user(
+    rules="~elsewhere:* resetchannels -@all +@read +@write +@transaction +evalsha +script|load +time +ping",
+    name="otherkeys",
+)
 WATCHER = crawler_user(rules=WATCHER_RULES, name="watcher")
 USERS = (crawler_user(), NO_SCRIPTS, OTHER_KEYS, WATCHER)
 
@@ -153,9 +155,19 @@ def test_two_nodes_crawl_over_tls_as_a_restricted_user(crawl, shop, tls_redis, t
 
     conn = Connection(client_from_url(url), url, embedded=False)
     try:
-        dash = TestClient(create_app(conn.client, KEYS, "a-dashboard-token-0123", conn.safe_url), base_url="http://127.0.0.1")
-        for path in ("/api", "/api/status", "/api/history", "/api/nodes", "/api/errors", "/api/domains",
-                     "/api/fields", "/api/dead"):  # fmt: skip
+        dash = TestClient(
+            create_app(conn.client, KEYS, "a-dashboard-token-0123", conn.safe_url), base_url="http://127.0.0.1"
+        )
+        for path in (
+            "/api",
+            "/api/status",
+            "/api/history",
+            "/api/nodes",
+            "/api/errors",
+            "/api/domains",
+            "/api/fields",
+            "/api/dead",
+        ):
             res = dash.get(path)
             assert res.status_code == 200, (path, res.text)
             assert_no_secret(res.text, f"the dashboard's {path}")
@@ -168,8 +180,13 @@ def test_redis_params_carry_credentials_and_tls_files(crawl, make_shop, tls_redi
     """REDIS_URL names only the server; the user, the password and the TLS files come in
     REDIS_PARAMS (a JSON text given with -s): the crawl completes, the password is not logged."""
     shop = make_shop(items=40)
-    params = {"username": CRAWLER, "password": CRAWLER_PASSWORD, "ssl_ca_certs": str(certs.ca),
-              "ssl_certfile": str(certs.client_cert), "ssl_keyfile": str(certs.client_key)}  # fmt: skip
+    params = {
+        "username": CRAWLER,
+        "password": CRAWLER_PASSWORD,
+        "ssl_ca_certs": str(certs.ca),
+        "ssl_certfile": str(certs.client_cert),
+        "ssl_keyfile": str(certs.client_key),
+    }
     settings = {"REDIS_URL": f"rediss://127.0.0.1:{tls_redis.port}/0", "REDIS_PARAMS": json.dumps(params), **FAST}
     node = crawl(args={"base_url": shop.url}, settings=settings)
     assert node.wait(120) == 0, node.text()[-3000:]
@@ -298,7 +315,9 @@ def test_a_read_only_user_can_watch_a_crawl(acl_redis):
     assert "no permissions" in res.output
     client = client_from_url(url)
     try:
-        dash = TestClient(create_app(client, KEYS, "a-dashboard-token-0123", mask_url(url)), base_url="http://127.0.0.1")
+        dash = TestClient(
+            create_app(client, KEYS, "a-dashboard-token-0123", mask_url(url)), base_url="http://127.0.0.1"
+        )
         for path in ("/api/status", "/api/history", "/api/nodes", "/api/errors", "/api/domains", "/api/dead"):
             res = dash.get(path)
             if path == "/api/domains" and not read_only_scripts:
@@ -347,10 +366,28 @@ def test_democrawl_passes_the_url_in_the_environment(acl_redis, tmp_path):
 
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "crawlplug.demo.crawl", "--nodes", "1", "--items", "40", "--redis-url", url,
-         "--out", str(out), "--dashboard-port", "-1"],
-        cwd=ROOT, check=False, capture_output=True, text=True, timeout=120, env={**os.environ, "REDIS_URL": ""},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "crawlplug.demo.crawl",
+            "--nodes",
+            "1",
+            "--items",
+            "40",
+            "--redis-url",
+            url,
+            "--out",
+            str(out),
+            "--dashboard-port",
+            "-1",
+        ],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "REDIS_URL": ""},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Demo crawl OK" in proc.stdout
     assert mask_url(url) in proc.stdout

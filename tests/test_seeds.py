@@ -46,8 +46,19 @@ def start_urls(client: redis.Redis, keys: CrawlKeys = KEYS) -> list[str]:
 # -- schedules --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, seconds", [("90s", 90), ("15m", 900), ("6h", 21600), ("1d", 86400),
-                                           ("2w", 1209600), ("1h30m", 5400), ("45", 45), (" 2S ", 2)])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("90s", 90),
+        ("15m", 900),
+        ("6h", 21600),
+        ("1d", 86400),
+        ("2w", 1209600),
+        ("1h30m", 5400),
+        ("45", 45),
+        (" 2S ", 2),
+    ],
+)
 def test_parse_every(text, seconds):
     assert parse_every(text) == seconds
 
@@ -255,10 +266,16 @@ def test_seed_every_2s_recrawls_a_seen_url(crawl, make_shop, redis_url):
     URL, seen by the crawl long before, is fetched again at least twice within ~10 s."""
     shop = make_shop(items=30)
     target = "/item/5/"
-    node = crawl("shop", args={"base_url": shop.url}, settings={
-        "REDIS_URL": redis_url, "CRAWLPLUG_IDLE_CLOSE": 0, "CRAWLPLUG_HEARTBEAT": 1,
-        "CRAWLPLUG_LEASE_TIMEOUT": 5,
-    })  # fmt: skip
+    node = crawl(
+        "shop",
+        args={"base_url": shop.url},
+        settings={
+            "REDIS_URL": redis_url,
+            "CRAWLPLUG_IDLE_CLOSE": 0,
+            "CRAWLPLUG_HEARTBEAT": 1,
+            "CRAWLPLUG_LEASE_TIMEOUT": 5,
+        },
+    )
     pages = shop.shop.paths()
     deadline = time.monotonic() + 30
     while set(shop.hits) != pages:

@@ -57,15 +57,18 @@ def _stat(text: str, name: str) -> int:
 def _offsets(setup) -> tuple[int, int]:
     primary, replica = setup.primary.client(), setup.replica.client()
     try:
-        return (int(primary.info("replication")["master_repl_offset"]),
-                int(replica.info("replication")["slave_repl_offset"]))  # fmt: skip
+        return (
+            int(primary.info("replication")["master_repl_offset"]),
+            int(replica.info("replication")["slave_repl_offset"]),
+        )
     finally:
         primary.close()
         replica.close()
 
 
-def _crawl_through_a_failover(crawl, make_shop, setup, hold: float, at: float = 0.5,
-                              settings: dict | None = None) -> dict:
+def _crawl_through_a_failover(
+    crawl, make_shop, setup, hold: float, at: float = 0.5, settings: dict | None = None
+) -> dict:
     """Two nodes crawl a slow shop; when a fraction ``at`` of its pages was fetched the primary
     is killed (after ``hold`` seconds of replication held back). Returns what was measured;
     asserts the crawl completed with every page fetched."""
@@ -108,8 +111,11 @@ def _crawl_through_a_failover(crawl, make_shop, setup, hold: float, at: float = 
         client.close()
     # writes the nodes saw acknowledged that the promoted replica never got
     told = {name: sum(_stat(t, f"crawlplug/{name}") for t in texts) for name in ("leased", "admitted", "acked")}
-    kept = {"leased": status["stats"].get("leased", 0), "admitted": status["stats"].get("enqueued", 0),
-            "acked": status["stats"].get("acked", 0)}  # fmt: skip
+    kept = {
+        "leased": status["stats"].get("leased", 0),
+        "admitted": status["stats"].get("enqueued", 0),
+        "acked": status["stats"].get("acked", 0),
+    }
     report = {
         "held replication (s)": hold,
         "pages": len(pages),
@@ -170,11 +176,14 @@ def test_a_failover_losing_a_second_of_acknowledged_writes_refetches_pages_but_l
 
 @HOLDABLE
 def test_the_same_failover_without_the_local_fingerprint_cache_loses_no_page(crawl, make_shop, redis_sentinel):
-    report = _crawl_through_a_failover(crawl, make_shop, redis_sentinel, hold=1.0, at=0.1,
-                                       settings={"CRAWLPLUG_FP_CACHE": 0})  # fmt: skip
+    report = _crawl_through_a_failover(
+        crawl, make_shop, redis_sentinel, hold=1.0, at=0.1, settings={"CRAWLPLUG_FP_CACHE": 0}
+    )
     assert report["replica behind at kill (bytes)"] > 0, "the replica really fell behind"
     assert redis_sentinel.link.dropped > 0
-    lost = {k: report["counted by the nodes (leased, admitted, acked)"][k] - report["counted on the new primary"][k]
-            for k in ("leased", "acked")}  # fmt: skip
+    lost = {
+        k: report["counted by the nodes (leased, admitted, acked)"][k] - report["counted on the new primary"][k]
+        for k in ("leased", "acked")
+    }
     assert lost["acked"] > 0, f"acknowledged acks were really lost: {lost}"
     assert report["pages fetched twice"] > 0, "a lost ack means a page fetched again"

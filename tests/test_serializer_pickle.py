@@ -37,8 +37,6 @@ from tests.support.spiders import ShopSpider
 SECRET = "test-secret-0123456789abcdef"
 
 
-
-
 @pytest.fixture
 def spider() -> ShopSpider:
     return ShopSpider()
@@ -57,8 +55,20 @@ def sign(body: bytes, secret: str = SECRET) -> bytes:
 
 def assert_same(a: Request, b: Request) -> None:
     assert type(b) is type(a)
-    for attr in ("url", "method", "body", "cookies", "meta", "cb_kwargs", "priority", "dont_filter",
-                 "flags", "encoding", "callback", "errback"):  # fmt: skip
+    for attr in (
+        "url",
+        "method",
+        "body",
+        "cookies",
+        "meta",
+        "cb_kwargs",
+        "priority",
+        "dont_filter",
+        "flags",
+        "encoding",
+        "callback",
+        "errback",
+    ):
         assert getattr(b, attr) == getattr(a, attr), attr
     assert dict(b.headers) == dict(a.headers)
 
@@ -75,14 +85,22 @@ def test_round_trip_keeps_what_json_cannot_hold(ser, spider):
         headers={"Accept": ["text/html", "application/xml"], "X-Bin": [b"\x00\xff"]},
         body=bytes(range(256)),
         cookies=[{"name": "s", "value": "1", "domain": "example.com"}],
-        meta={"raw": b"\x00\xff", "pair": (1, "a"), "tags": {"x", "y"}, "frozen": frozenset({1}),
-              7: "int key", "nested": {"t": ((1, 2), [b"z"])}, "big": 10**40, "inf": float("inf")},
+        meta={
+            "raw": b"\x00\xff",
+            "pair": (1, "a"),
+            "tags": {"x", "y"},
+            "frozen": frozenset({1}),
+            7: "int key",
+            "nested": {"t": ((1, 2), [b"z"])},
+            "big": 10**40,
+            "inf": float("inf"),
+        },
         cb_kwargs={"page": 2, "key": b"k"},
         priority=-7,
         dont_filter=True,
         flags=["seed"],
         encoding="latin-1",
-    )  # fmt: skip
+    )
     data = ser.dumps(req, spider)
     assert data.startswith(PICKLE_MAGIC)
     back = ser.loads(data, spider)
@@ -94,14 +112,15 @@ def test_round_trip_keeps_what_json_cannot_hold(ser, spider):
 @pytest.mark.parametrize(
     "make",
     [
-        lambda s: FormRequest("http://example.com/login", formdata={"user": "ann", "pw": "s3cr\u00e9t"},
-                              callback=s.parse_item),
+        lambda s: FormRequest(
+            "http://example.com/login", formdata={"user": "ann", "pw": "s3cr\u00e9t"}, callback=s.parse_item
+        ),
         lambda s: FormRequest("http://example.com/search", method="GET", formdata={"q": "shoes"}),
         lambda s: JsonRequest("http://example.com/api", data={"q": [1, 2]}, dumps_kwargs={"sort_keys": True}),
         lambda s: Request("http://example.com/"),
     ],
     ids=["form-post", "form-get", "json", "plain"],
-)  # fmt: skip
+)
 def test_request_classes_round_trip(ser, spider, make):
     req = make(spider)
     back = ser.loads(ser.dumps(req, spider), spider)
@@ -150,9 +169,10 @@ class Opaque:
 
 
 @pytest.mark.parametrize(
-    "value", [Opaque(), __import__("datetime").date(2026, 1, 1), 1 + 2j, ValueError("x")],
+    "value",
+    [Opaque(), __import__("datetime").date(2026, 1, 1), 1 + 2j, ValueError("x")],
     ids=["project-class", "date", "complex", "exception"],
-)  # fmt: skip
+)
 def test_values_the_restricted_unpickler_refuses_are_refused_at_store(ser, spider, value):
     """A node never stores what no node could read back: the error names the key."""
     with pytest.raises(SerializationError, match=r"meta\['the_key'\]"):
@@ -223,8 +243,9 @@ def evil_pickles(marker: Path) -> dict[str, bytes]:
     return out
 
 
-@pytest.mark.parametrize("name", [*EVIL_KINDS, *(f"{k}-in-meta" for k in EVIL_KINDS), "protocol-0",
-                                  "bytes-bomb", "codec"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name", [*EVIL_KINDS, *(f"{k}-in-meta" for k in EVIL_KINDS), "protocol-0", "bytes-bomb", "codec"]
+)
 def test_a_malicious_pickle_runs_under_no_serializer(ser, spider, tmp_path, name):
     marker = tmp_path / "pwned"
     body = evil_pickles(marker)[name]
@@ -333,20 +354,25 @@ def test_the_default_limit():
     assert serializer_from_settings(Settings({"CRAWLPLUG_MAX_PAYLOAD_BYTES": "2048"})).max_payload_bytes == 2048
 
 
-@pytest.mark.parametrize("make", [JsonSerializer, lambda **kw: PickleSerializer(secret=SECRET, **kw)],
-                         ids=["json", "pickle"])  # fmt: skip
+@pytest.mark.parametrize(
+    "make", [JsonSerializer, lambda **kw: PickleSerializer(secret=SECRET, **kw)], ids=["json", "pickle"]
+)
 def test_a_payload_over_the_limit_is_never_stored_nor_read(spider, make):
     small = make(max_payload_bytes=4096)
     ok = Request("http://example.com/", body=b"x" * 1000)
     assert small.loads(small.dumps(ok, spider), spider).body == ok.body
-    for big in (Request("http://example.com/", body=b"x" * 5000),  # the body alone
-                Request("http://example.com/", body=b"\x00" * 4050),  # the encoded payload (base64)
-                Request("http://example.com/", meta={"m": "y" * 5000})):  # fmt: skip
+    for big in (
+        Request("http://example.com/", body=b"x" * 5000),  # the body alone
+        Request("http://example.com/", body=b"\x00" * 4050),  # the encoded payload (base64)
+        Request("http://example.com/", meta={"m": "y" * 5000}),
+    ):
         with pytest.raises(SerializationError, match="exceeds CRAWLPLUG_MAX_PAYLOAD_BYTES"):
             small.dumps(big, spider)
         payload = make(max_payload_bytes=0).dumps(big, spider)  # 0: no limit
         assert len(payload) > 4096
-        with pytest.raises(DecodeError, match=rf"payload of {len(payload)} bytes exceeds CRAWLPLUG_MAX_PAYLOAD_BYTES \(4096\)"):
+        with pytest.raises(
+            DecodeError, match=rf"payload of {len(payload)} bytes exceeds CRAWLPLUG_MAX_PAYLOAD_BYTES \(4096\)"
+        ):
             small.loads(payload, spider)
 
 

@@ -32,8 +32,6 @@ PROPS = settings(max_examples=examples(150), deadline=None, database=None, suppr
 SECRET = "property-secret-0123456789"
 
 
-
-
 SPIDER = ShopSpider()
 JSON = JsonSerializer()
 V1 = JsonSerializer(payload_format=1)
@@ -53,10 +51,12 @@ _hashable = st.none() | st.booleans() | st.integers() | _text | st.binary(max_si
 #: What the pickle format holds exactly: bytes, tuples, sets, non-str keys too.
 pickle_values = st.recursive(
     _json_scalars | st.floats(allow_nan=False) | st.binary(max_size=12) | st.frozensets(_hashable, max_size=3),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.tuples(inner, inner)
-    | st.sets(_hashable, max_size=3)
-    | st.dictionaries(_hashable, inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.sets(_hashable, max_size=3)
+        | st.dictionaries(_hashable, inner, max_size=3)
+    ),
     max_leaves=10,
 )
 
@@ -134,8 +134,20 @@ def _make(draw, url, common):
 
 def assert_same(a: Request, b: Request) -> None:
     assert type(b) is type(a)
-    for attr in ("url", "method", "body", "cookies", "meta", "cb_kwargs", "priority", "dont_filter",
-                 "flags", "encoding", "callback", "errback"):  # fmt: skip
+    for attr in (
+        "url",
+        "method",
+        "body",
+        "cookies",
+        "meta",
+        "cb_kwargs",
+        "priority",
+        "dont_filter",
+        "flags",
+        "encoding",
+        "callback",
+        "errback",
+    ):
         assert getattr(b, attr) == getattr(a, attr), attr
     for attr in ("meta", "cb_kwargs"):  # == holds for 1 and True, (1,) and [1]: compare types too
         assert _shape(getattr(b, attr)) == _shape(getattr(a, attr)), attr
@@ -187,18 +199,31 @@ _compact_fields = {
     "h": st.lists(st.lists(_bytes_values, max_size=3), max_size=3) | json_values,
     "r": st.sampled_from(["/a/", "http://x.org/", "", "//evil"]) | json_values,
     "b": _bytes_values,
-    "k": json_values, "m": json_values, "a": json_values, "f": json_values, "n": json_values,
-    "p": json_values, "d": json_values, "x": json_values,
+    "k": json_values,
+    "m": json_values,
+    "a": json_values,
+    "f": json_values,
+    "n": json_values,
+    "p": json_values,
+    "d": json_values,
+    "x": json_values,
     "o": st.dictionaries(st.sampled_from(["dumps_kwargs", "url", "callback", "_class", "v"]), json_values, max_size=2)
     | json_values,
     "url": json_values,
-}  # fmt: skip
+}
 
 
 @PROPS
-@given(st.fixed_dictionaries({"v": st.just(3), "u": st.sampled_from(["http://example.com/", "https://x.org/a?b",
-                                                                       "ftp://x/", "/rel", "http:"]) | json_values},
-                             optional=_compact_fields))  # fmt: skip
+@given(
+    st.fixed_dictionaries(
+        {
+            "v": st.just(3),
+            "u": st.sampled_from(["http://example.com/", "https://x.org/a?b", "ftp://x/", "/rel", "http:"])
+            | json_values,
+        },
+        optional=_compact_fields,
+    )
+)
 def test_hostile_compact_payloads_never_raise_anything_but_decode_error(d):
     """What anyone able to write to the crawl's Redis could store as a compact payload."""
     try:
@@ -218,13 +243,17 @@ def test_every_request_round_trips_exactly_through_pickle(req):
 @PROPS
 @given(any_request(json_values), st.integers(200, 2000))
 def test_the_size_limit_holds_for_any_request(req, limit):
-    for serializer in (JsonSerializer(max_payload_bytes=limit), PickleSerializer(secret=SECRET, max_payload_bytes=limit)):
+    for serializer in (
+        JsonSerializer(max_payload_bytes=limit),
+        PickleSerializer(secret=SECRET, max_payload_bytes=limit),
+    ):
         try:
             data = serializer.dumps(req, SPIDER)
         except SerializationError as exc:
             assert "exceeds CRAWLPLUG_MAX_PAYLOAD_BYTES" in str(exc)
-            data = type(serializer)(**({"secret": SECRET} if serializer.name == "pickle" else {}),
-                                    max_payload_bytes=0).dumps(req, SPIDER)  # fmt: skip
+            data = type(serializer)(
+                **({"secret": SECRET} if serializer.name == "pickle" else {}), max_payload_bytes=0
+            ).dumps(req, SPIDER)
             assert len(data) > limit
             try:
                 serializer.loads(data, SPIDER)
@@ -256,14 +285,23 @@ def _only_decode_errors(serializer, data: bytes) -> None:
 
 
 _valid_pickle = pickle.dumps(
-    {"v": 1, "url": "http://example.com/", "callback": "parse_item", "meta": {"a": (1, b"x")},
-     "headers": [[b"Accept", [b"text/html"]]], "body": b"\x00body", "priority": 3},
+    {
+        "v": 1,
+        "url": "http://example.com/",
+        "callback": "parse_item",
+        "meta": {"a": (1, b"x")},
+        "headers": [[b"Accept", [b"text/html"]]],
+        "body": b"\x00body",
+        "priority": 3,
+    },
     protocol=5,
-)  # fmt: skip
+)
 
 
 @PROPS
-@given(st.binary(max_size=300) | st.binary(max_size=300).map(lambda b: PICKLE_MAGIC + b) | mutated(_sign(_valid_pickle)))
+@given(
+    st.binary(max_size=300) | st.binary(max_size=300).map(lambda b: PICKLE_MAGIC + b) | mutated(_sign(_valid_pickle))
+)
 def test_arbitrary_bytes_never_raise_anything_but_decode_error_under_pickle(data):
     _only_decode_errors(PICKLE, data)
     _only_decode_errors(JSON, data)
@@ -276,16 +314,30 @@ def test_arbitrary_signed_bytes_never_raise_anything_but_decode_error(body):
     _only_decode_errors(PICKLE, _sign(body))
 
 
-_field_values = pickle_values | st.sampled_from([b"", "GET", "parse", "parse_item", "__init__", "os.system",
-                                                 "scrapy.http.request.form.FormRequest", [[b"A", [b"1"]]]])  # fmt: skip
+_field_values = pickle_values | st.sampled_from(
+    [
+        b"",
+        "GET",
+        "parse",
+        "parse_item",
+        "__init__",
+        "os.system",
+        "scrapy.http.request.form.FormRequest",
+        [[b"A", [b"1"]]],
+    ]
+)
 
 
 @PROPS
 @given(
     st.fixed_dictionaries(
-        {"v": st.just(1) | pickle_values, "url": st.sampled_from(["http://example.com/", "ftp://x/", "x"]) | pickle_values},
-        optional={key: _field_values for key in (*Request.attributes, "_class", "dumps_kwargs", "formdata")
-                  if key != "url"},
+        {
+            "v": st.just(1) | pickle_values,
+            "url": st.sampled_from(["http://example.com/", "ftp://x/", "x"]) | pickle_values,
+        },
+        optional={
+            key: _field_values for key in (*Request.attributes, "_class", "dumps_kwargs", "formdata") if key != "url"
+        },
     )
     | pickle_values
 )

@@ -33,8 +33,6 @@ from tests.support.spiders import ShopSpider
 FAST = settings(max_examples=examples(200), deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-
-
 class TrackedRequest(Request):
     """A project-specific Request subclass, outside the default allow-list."""
 
@@ -207,9 +205,7 @@ def _plain_function(response):  # pragma: no cover
     pass
 
 
-@pytest.mark.parametrize(
-    "callback", [lambda response: None, _plain_function], ids=["lambda", "module-function"]
-)
+@pytest.mark.parametrize("callback", [lambda response: None, _plain_function], ids=["lambda", "module-function"])
 def test_callback_that_is_not_a_spider_method_is_refused(ser, spider, callback):
     with pytest.raises(SerializationError):
         ser.dumps(Request("http://example.com/", callback=callback), spider)
@@ -369,7 +365,9 @@ def test_arbitrary_bytes_never_raise_anything_but_decode_error(data):
         assert fn is None or fn.__self__ is spider
 
 
-json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=10)
+json_scalars = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=10)
+)
 json_values = st.recursive(
     json_scalars,
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
@@ -424,8 +422,9 @@ _query = st.dictionaries(
     max_size=3,
 )
 urls = st.builds(
-    lambda scheme, host, port, path, query: f"{scheme}://{host}{port}/{path}"
-    + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""),
+    lambda scheme, host, port, path, query: (
+        f"{scheme}://{host}{port}/{path}" + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+    ),
     st.sampled_from(["http", "https"]),
     _host,
     st.sampled_from(["", ":8080", ":443"]),
@@ -446,12 +445,16 @@ headers = st.dictionaries(header_names, st.lists(st.binary(max_size=20), min_siz
     headers=headers,
     body=st.binary(max_size=200),
     meta=meta_values,
-    cb_kwargs=st.dictionaries(st.text(alphabet=string.ascii_lowercase, min_size=1, max_size=6), json_values, max_size=3),
+    cb_kwargs=st.dictionaries(
+        st.text(alphabet=string.ascii_lowercase, min_size=1, max_size=6), json_values, max_size=3
+    ),
     priority=st.integers(-(10**9), 10**9),
     dont_filter=st.booleans(),
     with_callback=st.booleans(),
 )
-def test_generated_requests_round_trip(url, method, headers, body, meta, cb_kwargs, priority, dont_filter, with_callback):
+def test_generated_requests_round_trip(
+    url, method, headers, body, meta, cb_kwargs, priority, dont_filter, with_callback
+):
     ser, spider = JsonSerializer(), ShopSpider()
     req = Request(
         url,

@@ -17,9 +17,13 @@ MISSPELT = {
 }
 #: set too, and must not be reported: Scrapy's own, a project's own, scrapy-redis's real ones
 NOT_REPORTED = {
-    "DOWNLOAD_TIMEOUT": 30, "SCHEDULER_DEBUG": False, "MY_PROJECT_API_KEY": "x", "REDIS_PASSWORD": "x",
-    "SCHEDULER_DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter", "CRAWLPLUG_LEASE_TIMEOUT": 9,
-}  # fmt: skip
+    "DOWNLOAD_TIMEOUT": 30,
+    "SCHEDULER_DEBUG": False,
+    "MY_PROJECT_API_KEY": "x",
+    "REDIS_PASSWORD": "x",
+    "SCHEDULER_DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+    "CRAWLPLUG_LEASE_TIMEOUT": 9,
+}
 
 
 def test_a_node_names_each_misspelt_setting_once(crawl, shop, redis_url, r):
@@ -44,11 +48,22 @@ def test_a_node_names_each_misspelt_setting_once(crawl, shop, redis_url, r):
 
 def test_names_crawlplug_does_not_know_and_those_it_leaves_alone():
     s = Settings()
-    s.setdict({**{k: 1 for k in MISSPELT}, **NOT_REPORTED, "CRAWLPLUG_NO_SUCH_THING": 1, "CRAWLPLUG_CRAWL": "shop",
-               "REDIS_ULR": "redis://x"})  # fmt: skip
+    s.setdict(
+        {
+            **{k: 1 for k in MISSPELT},
+            **NOT_REPORTED,
+            "CRAWLPLUG_NO_SUCH_THING": 1,
+            "CRAWLPLUG_CRAWL": "shop",
+            "REDIS_ULR": "redis://x",
+        }
+    )
     found = {name: meant for name, meant, _ in misspelt_settings(s)}
-    assert found == {**MISSPELT, "CRAWLPLUG_NO_SUCH_THING": None, "CRAWLPLUG_CRAWL": "CRAWLPLUG_CRAWL_ID",
-                     "REDIS_ULR": "REDIS_URL"}  # fmt: skip
+    assert found == {
+        **MISSPELT,
+        "CRAWLPLUG_NO_SUCH_THING": None,
+        "CRAWLPLUG_CRAWL": "CRAWLPLUG_CRAWL_ID",
+        "REDIS_ULR": "REDIS_URL",
+    }
     assert misspelt_settings(Settings()) == [], "Scrapy's defaults alone are never reported"
 
 

@@ -134,8 +134,11 @@ _LEFT_STATE = ("next_ready_ms", "queued_seen", "start_entries", "paused", "run_s
 def test_one_frontier_class_implements_the_protocol_over_any_number_of_parts(r):
     """One implementation: the frontier of an unsharded crawl and of a sharded one are the
     same class (no second class to keep in step with it), and both are the Protocol."""
-    classes = [obj for name, obj in inspect.getmembers(crawlplug.frontier.core, inspect.isclass)
-               if obj.__module__ == "crawlplug.frontier.core" and not name.startswith("_")]  # fmt: skip
+    classes = [
+        obj
+        for name, obj in inspect.getmembers(crawlplug.frontier.core, inspect.isclass)
+        if obj.__module__ == "crawlplug.frontier.core" and not name.startswith("_")
+    ]
     assert [c.__name__ for c in classes] == ["Frontier"]
     one, four = Frontier(r, CrawlKeys("shape-one")), Frontier(r, CrawlKeys("shape-four"), shards=4)
     assert isinstance(one, CrawlFrontier) and isinstance(four, CrawlFrontier)
@@ -151,10 +154,15 @@ def test_the_hot_path_protocol_is_small_and_answers_in_results():
     fields = set(CrawlFrontier.__annotations__)
     assert len(set(members) | fields) <= 15, sorted(set(members) | fields)
     assert not fields & set(_LEFT_STATE), sorted(fields & set(_LEFT_STATE))
-    hints = {name: inspect.signature(getattr(CrawlFrontier, name)).return_annotation
-             for name in ("admit_and_pop", "heartbeat_and_reap", "idle_state")}  # fmt: skip
-    assert hints == {"admit_and_pop": "tuple[AdmitResult | None, Leases]", "heartbeat_and_reap": "Beat",
-                     "idle_state": "Idle"}, hints  # fmt: skip
+    hints = {
+        name: inspect.signature(getattr(CrawlFrontier, name)).return_annotation
+        for name in ("admit_and_pop", "heartbeat_and_reap", "idle_state")
+    }
+    assert hints == {
+        "admit_and_pop": "tuple[AdmitResult | None, Leases]",
+        "heartbeat_and_reap": "Beat",
+        "idle_state": "Idle",
+    }, hints
 
 
 def test_a_long_module_says_why_it_is_long():
@@ -202,10 +210,14 @@ def _writes_to_parts(source: str) -> list[tuple[int, str]]:
 def test_no_scheduler_part_writes_another_parts_state():
     """Each part of the Scheduler owns its state: the others read it and change it through
     the owner's methods (Batch.pause, drain, close_run, new_run, saw_queued, wake; ...)."""
-    writes = [f"{path.relative_to(ROOT)}:{line} {what}"
-              for path in sorted((ROOT / "crawlplug" / "scheduler").glob("*.py"))
-              for line, what in _writes_to_parts(path.read_text(encoding="utf-8"))]  # fmt: skip
+    writes = [
+        f"{path.relative_to(ROOT)}:{line} {what}"
+        for path in sorted((ROOT / "crawlplug" / "scheduler").glob("*.py"))
+        for line, what in _writes_to_parts(path.read_text(encoding="utf-8"))
+    ]
     assert not writes, f"a part writes another's state: {writes}"
     # the check sees what it must
     assert _writes_to_parts("def f(self, batch):\n    self.batch.paused = True\n    batch.queued_seen += 1\n") == [
-        (2, "batch.paused"), (3, "batch.queued_seen")]
+        (2, "batch.paused"),
+        (3, "batch.queued_seen"),
+    ]

@@ -282,8 +282,7 @@ def test_shard_tags_land_on_every_primary_of_the_cluster(cluster_client, cluster
 # -- real crawls ---------------------------------------------------------------------------------
 
 HOSTS = [f"127.0.0.{i}" for i in range(11, 19)]
-FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4,
-        "CRAWLPLUG_SHARDS": N}  # fmt: skip
+FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4, "CRAWLPLUG_SHARDS": N}
 
 
 @pytest.fixture
@@ -348,8 +347,9 @@ def test_two_nodes_crawl_eight_hosts_over_four_shards_on_one_redis(crawl, sites,
 
 
 @pytest.mark.parametrize("variant", ["plain", "domainqueue"])
-def test_two_nodes_crawl_over_four_shards_on_the_cluster(crawl, sites, cluster_url, cluster_client,
-                                                         cluster_deployment, variant):  # fmt: skip
+def test_two_nodes_crawl_over_four_shards_on_the_cluster(
+    crawl, sites, cluster_url, cluster_client, cluster_deployment, variant
+):
     settings = {"REDIS_URL": cluster_url, **FAST, **VARIANTS[variant]}
     nodes = [crawl("multisite", args={"start_urls": _start_urls(sites)}, settings=settings) for _ in range(2)]
     _finish(nodes)
@@ -363,20 +363,22 @@ def test_two_nodes_crawl_over_four_shards_on_the_cluster(crawl, sites, cluster_u
     assert len(by_primary) == 3, f"shard keys per primary: {dict(by_primary)}"
     seen = {key_slot(k.encode()) for k in names if k.endswith((":seen", ":fph", ":dq"))}
     assert len(seen) == N
-    print(f"\n{variant}: {pages} pages; shard keys per primary {dict(by_primary)}; "
-          f"keys per primary {cluster_deployment.dbsizes()}")  # fmt: skip
+    print(
+        f"\n{variant}: {pages} pages; shard keys per primary {dict(by_primary)}; "
+        f"keys per primary {cluster_deployment.dbsizes()}"
+    )
 
 
 def _leases_of(client: redis.Redis, keys: CrawlKeys, pid: int) -> int:
     prefix = f"{socket.gethostname()}:{pid}:".encode()
-    return sum(
-        1 for part in parts(client, keys) for v in client.hvals(part.leased) if v.startswith(prefix)
-    )
+    return sum(1 for part in parts(client, keys) for v in client.hvals(part.leased) if v.startswith(prefix))
 
 
 def test_a_killed_node_loses_nothing_on_a_sharded_crawl(crawl, redis_url, r):
-    servers = [serve(DemoShop(items=60, per_page=10, categories=3, seed=i, delay=0.02), host=h)
-               for i, h in enumerate(HOSTS[:6])]  # fmt: skip
+    servers = [
+        serve(DemoShop(items=60, per_page=10, categories=3, seed=i, delay=0.02), host=h)
+        for i, h in enumerate(HOSTS[:6])
+    ]
     try:
         settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 4}
         keys = CrawlKeys("multisite")
@@ -401,12 +403,17 @@ def test_a_killed_node_loses_nothing_on_a_sharded_crawl(crawl, redis_url, r):
 
 def test_a_node_with_another_shard_count_is_refused(crawl, redis_url, r, sites):
     claim_shards(r, CrawlKeys("multisite"), 4)
-    node = crawl("multisite", args={"start_urls": _start_urls(sites[:1])},
-                 settings={"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_SHARDS": 2})  # fmt: skip
+    node = crawl(
+        "multisite",
+        args={"start_urls": _start_urls(sites[:1])},
+        settings={"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_SHARDS": 2},
+    )
     assert node.wait(60) != 0, "a node that cannot join exits non-zero"
     text = node.text()
     errors = [line for line in text.splitlines() if " ERROR: " in line]
-    assert len(errors) == 1 and "is split into 4 shards" in errors[0] and "CRAWLPLUG_SHARDS=2" in errors[0], text[-2000:]
+    assert len(errors) == 1 and "is split into 4 shards" in errors[0] and "CRAWLPLUG_SHARDS=2" in errors[0], text[
+        -2000:
+    ]
     assert "Traceback" not in text
     assert "'finish_reason': 'config_error'" in text
     assert not any(s.hits for s in sites[:1])
@@ -429,8 +436,13 @@ def test_cli_and_dashboard_add_the_shards_up(request, where):
     url = request.getfixturevalue("redis_url" if where == "one-redis" else "cluster_url")
     a = sharded(client, queue=DomainQueue())
     hosts = hosts_per_shard()
-    a.admit([(fp(f"{h}/{j}"), 0.0, json.dumps({"url": f"http://{h}/{j}"}).encode(), h, h)
-             for h in hosts.values() for j in range(5)])  # fmt: skip
+    a.admit(
+        [
+            (fp(f"{h}/{j}"), 0.0, json.dumps({"url": f"http://{h}/{j}"}).encode(), h, h)
+            for h in hosts.values()
+            for j in range(5)
+        ]
+    )
     held = a.pop(32)
     assert len(held) == 4, "one request per domain at a time (DomainQueue)"
     for x in held[:2]:
@@ -452,8 +464,9 @@ def test_cli_and_dashboard_add_the_shards_up(request, where):
     assert json.loads(res.output)["domains"] == 4
     res = _cli("domains", "set", hosts[1], "--delay", "2", *common)
     assert res.exit_code == 0, res.output
-    row = next(r for r in json.loads(_cli("domains", "list", "--json", *common).output)["rows"]
-               if r["domain"] == hosts[1])  # fmt: skip
+    row = next(
+        r for r in json.loads(_cli("domains", "list", "--json", *common).output)["rows"] if r["domain"] == hosts[1]
+    )
     assert row["delay"] == 2.0
 
     res = _cli("dead", "list", *common)
@@ -477,13 +490,18 @@ def test_cli_and_dashboard_add_the_shards_up(request, where):
 
 
 def test_a_sharded_crawl_stopped_on_one_redis_finishes_on_another(crawl, redis_url, r, fresh_redis, tmp_path):
-    servers = [serve(DemoShop(items=60, per_page=10, categories=3, seed=i, delay=0.02), host=h)
-               for i, h in enumerate(HOSTS[:6])]  # fmt: skip
+    servers = [
+        serve(DemoShop(items=60, per_page=10, categories=3, seed=i, delay=0.02), host=h)
+        for i, h in enumerate(HOSTS[:6])
+    ]
     try:
         keys = CrawlKeys("multisite")
         args = {"start_urls": _start_urls(servers)}
-        settings = {**FAST, "CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue",
-                    "DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter"}  # fmt: skip
+        settings = {
+            **FAST,
+            "CRAWLPLUG_QUEUE_CLASS": "crawlplug.queues.DomainQueue",
+            "DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisBloomDupeFilter",
+        }
         first = crawl("multisite", args=args, settings={"REDIS_URL": redis_url, **settings})
         deadline = time.monotonic() + 60
         while sum(sum(s.hits.values()) for s in servers) < 80 and time.monotonic() < deadline:
@@ -542,8 +560,10 @@ def test_a_sharded_export_keeps_leases_starts_and_dead_letters_in_their_parts(r,
     b = open_frontier(target, K)
     status = Crawl.of(b).status()
     assert (status["queued"], status["in_flight"], status["dead"], status["start_urls"]) == (11, 0, 1, 1)
-    assert status["shards"] == [{"queued": 3 - (held[0].id.startswith(f"{i}.")), "in_flight": 0,
-                                 "dead": int(held[0].id.startswith(f"{i}."))} for i in range(N)]  # fmt: skip
+    assert status["shards"] == [
+        {"queued": 3 - (held[0].id.startswith(f"{i}.")), "in_flight": 0, "dead": int(held[0].id.startswith(f"{i}."))}
+        for i in range(N)
+    ]
     assert b.admit([item(hosts[s], j) for s in range(N) for j in range(3)]).filtered == 12, "dedup moved"
     # the layout must agree with the header
     lines = out.getvalue().splitlines()
@@ -567,8 +587,9 @@ def test_a_call_refused_in_a_corrupt_shard_changes_nothing_there(r):
     from crawlplug.frontier.keys import CrawlKeys
     from crawlplug.frontier.layout import shard_of
 
-    f = open_frontier(r, CrawlKeys("cshard"), shards=2, dedup_factory=SetDedup, node_id="n1",
-                      lease_timeout=30.0, heartbeat=2.0)  # fmt: skip
+    f = open_frontier(
+        r, CrawlKeys("cshard"), shards=2, dedup_factory=SetDedup, node_id="n1", lease_timeout=30.0, heartbeat=2.0
+    )
     hosts = [f"h{i}.test" for i in range(8)]
     one = next(h for h in hosts if shard_of(h, 2) == 1)
     zero = [h for h in hosts if shard_of(h, 2) == 0]

@@ -127,6 +127,10 @@ def test_status_shows_the_outcomes_per_site(redis_url, r):
     fields = TestClient(create_app(r, keys), base_url="http://127.0.0.1").get("/api/fields").json()
     assert fields["sites"]["cars"]["items/ok"] == 90
     rows = {row["outcome"]: row for row in fields["rows"]}
-    assert rows["field/year/missing"] == {"site": "cars", "outcome": "field/year/missing", "label": "year is null",
-                                          "value": 7}  # fmt: skip
+    assert rows["field/year/missing"] == {
+        "site": "cars",
+        "outcome": "field/year/missing",
+        "label": "year is null",
+        "value": 7,
+    }
     assert rows["steps"]["value"] == "brand,series,model"

@@ -29,9 +29,12 @@ SITES = ROOT / "spiders" / "sites"
 #: the demo project's CRAWLPLUG_SITE_PIPELINES (settings/__init__.py)
 STEPS = ("spiders.sitesteps.AddSite",)
 SETTINGS: dict[str, object] = {
-    "CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5,
-    "CRAWLPLUG_STATS_INTERVAL": 0.3, "CONCURRENT_REQUESTS": 4,
-}  # fmt: skip
+    "CRAWLPLUG_IDLE_CLOSE": 1,
+    "CRAWLPLUG_HEARTBEAT": 0.5,
+    "CRAWLPLUG_LEASE_TIMEOUT": 5,
+    "CRAWLPLUG_STATS_INTERVAL": 0.3,
+    "CONCURRENT_REQUESTS": 4,
+}
 
 
 def items_of(nodes) -> list[dict[str, Any]]:
@@ -49,7 +52,7 @@ def finished(nodes) -> None:
 def same_as_truth(items: list[dict[str, Any]], base: str, truth: dict[str, dict[str, Any]], **renamed: str) -> None:
     assert sorted(item["url"] for item in items) == sorted(base + path for path in truth), "every item once"
     for item in items:
-        expected = {renamed.get(k, k): v for k, v in truth[item["url"][len(base):]].items() if k != "url_path"}
+        expected = {renamed.get(k, k): v for k, v in truth[item["url"][len(base) :]].items() if k != "url_path"}
         assert {k: item[k] for k in expected} == expected, item
 
 
@@ -81,8 +84,10 @@ def test_cars_from_its_definition_in_redis_on_two_nodes(crawl, redis_url, r):
     with serve_cars(cars) as server:
         base = server.url
         SiteStore(r).put(cars_doc(), "cars.yaml", pipelines=STEPS)
-        nodes = [crawl("site", args={"site": "cars", "base_url": base}, settings={"REDIS_URL": redis_url, **SETTINGS})
-                 for _ in range(2)]  # fmt: skip
+        nodes = [
+            crawl("site", args={"site": "cars", "base_url": base}, settings={"REDIS_URL": redis_url, **SETTINGS})
+            for _ in range(2)
+        ]
         finished(nodes)
         hits = server.hits
     items = items_of(nodes)
@@ -116,8 +121,10 @@ def test_broken_selectors_are_counted_per_field_not_a_crash(crawl, redis_url, r)
     SiteStore(r).put(doc, pipelines=STEPS)
     with serve_cars(cars) as server:
         base = server.url
-        nodes = [crawl("site", args={"site": "cars", "base_url": base}, settings={"REDIS_URL": redis_url, **SETTINGS})
-                 for _ in range(2)]  # fmt: skip
+        nodes = [
+            crawl("site", args={"site": "cars", "base_url": base}, settings={"REDIS_URL": redis_url, **SETTINGS})
+            for _ in range(2)
+        ]
         finished(nodes)
     keys = CrawlKeys("site-cars")
     stats = crawl_stats(r, keys)
@@ -174,17 +181,26 @@ def test_a_definition_changed_in_redis_mid_crawl_changes_every_node(crawl, redis
             base = server.url
             nodes = [crawl("site", args={"site": "cars", "base_url": base}, settings=settings) for _ in range(2)]
             # the first 20 model pages are extracted with version 1; every later request is held
-            wait_for(lambda: crawl_stats(r, keys).get("site/cars/items/ok") == cars.first, 60,
-                     "the first model pages to be extracted")  # fmt: skip
+            wait_for(
+                lambda: crawl_stats(r, keys).get("site/cars/items/ok") == cars.first,
+                60,
+                "the first model pages to be extracted",
+            )
             # both nodes run version 1 before it changes (a node slow to start on a loaded
             # machine would otherwise load version 2 first, and have no change to report)
-            wait_for(lambda: [s.get(f"site/cars/version/{v1}") for s in node_stats(r, keys).values()] == [1, 1], 60,
-                     "both nodes to run version 1")  # fmt: skip
+            wait_for(
+                lambda: [s.get(f"site/cars/version/{v1}") for s in node_stats(r, keys).values()] == [1, 1],
+                60,
+                "both nodes to run version 1",
+            )
             doc = cars_doc()
             doc["fields"]["title"] = doc["fields"].pop("name")  # version 2: "name" is now "title"
             v2 = store.put(doc, pipelines=STEPS).version
-            wait_for(lambda: [s.get(f"site/cars/version/{v2}") for s in node_stats(r, keys).values()] == [1, 1], 30,
-                     "both nodes to switch to version 2")  # fmt: skip
+            wait_for(
+                lambda: [s.get(f"site/cars/version/{v2}") for s in node_stats(r, keys).values()] == [1, 1],
+                30,
+                "both nodes to switch to version 2",
+            )
             cars.gate.set()
             finished(nodes)
     finally:
@@ -209,8 +225,12 @@ def test_a_definition_changed_in_redis_mid_crawl_changes_every_node(crawl, redis
 
 
 def test_a_missing_or_broken_definition_is_one_clear_error(crawl, redis_url, r):
-    record = {"doc": {"name": "broken", "start_urls": ["http://127.0.0.1:9/"], "steps": [], "fields": {}},
-              "version": "x", "source": "", "stored_at": 0}  # fmt: skip
+    record = {
+        "doc": {"name": "broken", "start_urls": ["http://127.0.0.1:9/"], "steps": [], "fields": {}},
+        "version": "x",
+        "source": "",
+        "stored_at": 0,
+    }
     r.hset("crawlplug:sites", mapping={"broken": json.dumps(record), "broken#v": "x"})  # written around `sites put`
     missing = crawl("site", args={"site": "nosuch"}, settings={"REDIS_URL": redis_url, **SETTINGS})
     broken = crawl("site", args={"site": "broken"}, settings={"REDIS_URL": redis_url, **SETTINGS})
@@ -219,7 +239,9 @@ def test_a_missing_or_broken_definition_is_one_clear_error(crawl, redis_url, r):
     assert "ERROR: site spider: which site? scrapy crawl site -a site=NAME" in unnamed.text()
     assert "Traceback" not in unnamed.text()
     text = missing.text()
-    assert "ERROR: site 'nosuch': no definition of site 'nosuch': not in Redis (crawlplug sites put FILE) nor in" in text
+    assert (
+        "ERROR: site 'nosuch': no definition of site 'nosuch': not in Redis (crawlplug sites put FILE) nor in" in text
+    )
     assert "'finish_reason': 'site_definition_error'" in text and "Traceback" not in text
     text = broken.text()
     assert "ERROR: site 'broken': invalid site definition 'broken' stored in Redis:" in text

@@ -130,7 +130,9 @@ def test_required_fields_and_exactly_one_selector():
 def test_relative_start_urls_need_base_url_and_yaml_errors_say_where():
     doc = doc_of("shop")
     del doc["base_url"]
-    assert errors_of(doc) == ["start_urls: '/category/1/' is not an absolute http(s) URL (relative start URLs need base_url)"]
+    assert errors_of(doc) == [
+        "start_urls: '/category/1/' is not an absolute http(s) URL (relative start URLs need base_url)"
+    ]
     with pytest.raises(ConfigError, match=r"x.yaml: not valid YAML/JSON \(line 3, column 1\): expected .,. or .\]."):
         parse_text("name: a\nsteps: [unclosed\n", "x.yaml")
     with pytest.raises(ConfigError, match="the top level must be a mapping"):
@@ -152,7 +154,10 @@ def test_load_file_names_a_definition_after_its_file(tmp_path: Path):
 
 def test_start_urls_ranges_templates_and_padding():
     doc = {
-        "name": "t", "base_url": BASE, "steps": [{"name": "a"}, {"name": "b"}], "fields": {"x": {"css": "x"}},
+        "name": "t",
+        "base_url": BASE,
+        "steps": [{"name": "a"}, {"name": "b"}],
+        "fields": {"x": {"css": "x"}},
         "start_urls": [
             "/p/{1..3}",
             "/q/{08..10}/{0..4..2}",
@@ -160,17 +165,29 @@ def test_start_urls_ranges_templates_and_padding():
             "https://other.test/{3..1}",
             "/p/2",  # a duplicate: once
         ],
-    }  # fmt: skip
+    }
     urls = expand_start_urls(validate(doc))
     assert urls == [
-        (f"{BASE}/p/1", "a"), (f"{BASE}/p/2", "a"), (f"{BASE}/p/3", "a"),
-        (f"{BASE}/q/08/0", "a"), (f"{BASE}/q/08/2", "a"), (f"{BASE}/q/08/4", "a"),
-        (f"{BASE}/q/09/0", "a"), (f"{BASE}/q/09/2", "a"), (f"{BASE}/q/09/4", "a"),
-        (f"{BASE}/q/10/0", "a"), (f"{BASE}/q/10/2", "a"), (f"{BASE}/q/10/4", "a"),
-        (f"{BASE}/brand/x.html?page=2", "b"), (f"{BASE}/brand/x.html?page=1", "b"),
-        (f"{BASE}/brand/y.html?page=2", "b"), (f"{BASE}/brand/y.html?page=1", "b"),
-        ("https://other.test/3", "a"), ("https://other.test/2", "a"), ("https://other.test/1", "a"),
-    ]  # fmt: skip
+        (f"{BASE}/p/1", "a"),
+        (f"{BASE}/p/2", "a"),
+        (f"{BASE}/p/3", "a"),
+        (f"{BASE}/q/08/0", "a"),
+        (f"{BASE}/q/08/2", "a"),
+        (f"{BASE}/q/08/4", "a"),
+        (f"{BASE}/q/09/0", "a"),
+        (f"{BASE}/q/09/2", "a"),
+        (f"{BASE}/q/09/4", "a"),
+        (f"{BASE}/q/10/0", "a"),
+        (f"{BASE}/q/10/2", "a"),
+        (f"{BASE}/q/10/4", "a"),
+        (f"{BASE}/brand/x.html?page=2", "b"),
+        (f"{BASE}/brand/x.html?page=1", "b"),
+        (f"{BASE}/brand/y.html?page=2", "b"),
+        (f"{BASE}/brand/y.html?page=1", "b"),
+        ("https://other.test/3", "a"),
+        ("https://other.test/2", "a"),
+        ("https://other.test/1", "a"),
+    ]
     doc["start_urls"] = ["/p/{1..200000}"]
     assert errors_of(doc) == ["start_urls: range 1..200000 has 200000 values (at most 100000)"]
     doc["start_urls"] = [{"url": "/p/{nope}"}]
@@ -194,7 +211,9 @@ def test_cars_definition_extracts_the_ground_truth_and_follows_only_its_regions(
     ], "the nav bar, the popular models and the footer are not followed"
     series = site.links(page(cars, "/series/1-1.html"), "series")
     models = [f"{BASE}/model/{i}.html" for i in range(1, 5)]
-    assert [link.url for link in series if link.step == "model"] == models[: len([x for x in series if x.step == "model"])]
+    assert [link.url for link in series if link.step == "model"] == models[
+        : len([x for x in series if x.step == "model"])
+    ]
     assert all(link.priority == 0 for link in series if link.step == "model")
     compare = page(cars, "/series/1-1.html").css("aside.compare a::attr(href)").getall()
     assert compare and not {BASE + href for href in compare} & {link.url for link in series}
@@ -210,10 +229,15 @@ def test_shop_definition_extracts_the_ground_truth():
     site = compiled("shop")
     links = site.links(page(shop, "/category/1/"), "list")
     assert [(link.url, link.step) for link in links] == [
-        *((f"{BASE}/item/{i}/", "item") for i in (1, 3, 5)), (f"{BASE}/category/1/page/2/", "list")]
+        *((f"{BASE}/item/{i}/", "item") for i in (1, 3, 5)),
+        (f"{BASE}/category/1/page/2/", "list"),
+    ]
     for path, truth in shop.truth().items():
         result = site.extract(page(shop, path))
-        assert result.complete and result.item == {"url": BASE + path, **{k: v for k, v in truth.items() if k != "url_path"}}
+        assert result.complete and result.item == {
+            "url": BASE + path,
+            **{k: v for k, v in truth.items() if k != "url_path"},
+        }
 
 
 def test_broken_selectors_are_data_not_exceptions():
@@ -240,11 +264,18 @@ def test_broken_selectors_are_data_not_exceptions():
 def test_outcome_names_and_the_status_section():
     stats = {
         "site/cars/steps": "brand,series,model",
-        "site/cars/step/brand/pages": 6, "site/cars/step/series/pages": 30, "site/cars/step/model/pages": 100,
-        "site/cars/step/series/links": 120, "site/cars/items/ok": 90, "site/cars/items/incomplete": 10,
-        "site/cars/field/year/missing": 10, "site/cars/field/seats/invalid": 4, "site/cars/errors/ValueError": 2,
-        "site/cars/version/abc": 2, "response_received_count": 136,
-    }  # fmt: skip
+        "site/cars/step/brand/pages": 6,
+        "site/cars/step/series/pages": 30,
+        "site/cars/step/model/pages": 100,
+        "site/cars/step/series/links": 120,
+        "site/cars/items/ok": 90,
+        "site/cars/items/incomplete": 10,
+        "site/cars/field/year/missing": 10,
+        "site/cars/field/seats/invalid": 4,
+        "site/cars/errors/ValueError": 2,
+        "site/cars/version/abc": 2,
+        "response_received_count": 136,
+    }
     assert siteoutcomes.outcomes(stats)["cars"]["field/year/missing"] == 10
     assert siteoutcomes.describe("field/year/missing") == "year is null"
     lines = siteoutcomes.status_lines(stats)
@@ -276,9 +307,16 @@ class Upper:
 
 
 def spider_for(redis_url: str, site: str = "cars", **settings) -> SiteSpider:
-    crawler = get_crawler(SiteSpider, settings_dict={"REDIS_URL": redis_url, "CRAWLPLUG_SITES_REFRESH": 0,
-                                                    "CRAWLPLUG_SITES_DIR": str(SITES),
-                                                    "CRAWLPLUG_SITE_PIPELINES": list(STEPS), **settings})  # fmt: skip
+    crawler = get_crawler(
+        SiteSpider,
+        settings_dict={
+            "REDIS_URL": redis_url,
+            "CRAWLPLUG_SITES_REFRESH": 0,
+            "CRAWLPLUG_SITES_DIR": str(SITES),
+            "CRAWLPLUG_SITE_PIPELINES": list(STEPS),
+            **settings,
+        },
+    )
     crawler.spider = spider = SiteSpider.from_crawler(crawler, site=site)
     return spider
 
@@ -387,7 +425,7 @@ def planted_module(tmp_path, monkeypatch):
     (tmp_path / f"{name}.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).touch()\n"
         "class Step:\n    def process_item(self, item):\n        return item\n"
-    )  # fmt: skip
+    )
     (tmp_path / f"{name}_broken.py").write_text("raise RuntimeError('half-deployed module')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     return name, marker
@@ -396,8 +434,9 @@ def planted_module(tmp_path, monkeypatch):
 def test_a_pipeline_step_the_node_does_not_list_is_an_error_and_is_never_imported(planted_module, redis_url, r):
     name, marker = planted_module
     doc = {**doc_of("cars"), "pipelines": [f"{name}.Step"]}
-    not_listed = f"pipelines[0]: '{name}.Step' is not a pipeline step this node allows: list it in " \
-                 "CRAWLPLUG_SITE_PIPELINES"  # fmt: skip
+    not_listed = (
+        f"pipelines[0]: '{name}.Step' is not a pipeline step this node allows: list it in CRAWLPLUG_SITE_PIPELINES"
+    )
     assert errors_of(doc)[0].startswith(not_listed)
     with pytest.raises(ConfigError, match="CRAWLPLUG_SITE_PIPELINES"):
         SiteStore(r).put(doc, pipelines=STEPS)
@@ -417,7 +456,8 @@ def test_any_exception_a_listed_step_raises_at_import_is_an_error_of_the_definit
     name, _ = planted_module
     doc = {**doc_of("cars"), "pipelines": [f"{name}_broken.Step"]}
     assert errors_of(doc, pipelines=doc["pipelines"]) == [
-        f"pipelines[0]: cannot import '{name}_broken.Step': RuntimeError: half-deployed module"]
+        f"pipelines[0]: cannot import '{name}_broken.Step': RuntimeError: half-deployed module"
+    ]
 
 
 def test_the_site_pipeline_loads_no_step_its_settings_do_not_list(redis_url):

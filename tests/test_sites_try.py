@@ -38,8 +38,11 @@ TOKEN = "trial-token-0123456789"
 #: the shop's definition with a required field whose selector matches nothing (sku) and one
 #: whose text does not convert (price as an integer: "123.02")
 BAD = {**yaml.safe_load(SHOP_YAML.read_text()), "name": "shopbad"}
-BAD["fields"] = {**BAD["fields"], "sku": {"css": "span.no-such-class::text", "required": True},
-                 "price": {**BAD["fields"]["price"], "type": "int"}}  # fmt: skip
+BAD["fields"] = {
+    **BAD["fields"],
+    "sku": {"css": "span.no-such-class::text", "required": True},
+    "price": {**BAD["fields"]["price"], "type": "int"},
+}
 
 
 def page(site: object, path: str, base: str = "http://shop.test") -> HtmlResponse:
@@ -61,8 +64,10 @@ def test_the_fields_of_a_page_and_why_one_is_missing():
     assert fields["sku"] == {**fields["sku"], "outcome": "missing", "matched": 0, "why": "the selector matched nothing"}
     price = fields["price"]
     assert price["outcome"] == "missing" and price["matched"] == 1
-    assert price["why"] == (f"matched 1, but the value was refused: Input should be a valid integer, unable to parse "
-                            f"string as an integer: '{truth['price']:.2f}'")  # fmt: skip
+    assert price["why"] == (
+        f"matched 1, but the value was refused: Input should be a valid integer, unable to parse "
+        f"string as an integer: '{truth['price']:.2f}'"
+    )
     assert result["complete"] is False and result["missing"] == ["price", "sku"] and result["dropped"] is True
     # the very item and outcomes a site spider gets from the page
     crawl = CompiledSite(validate(BAD), "", "").extract(response)
@@ -75,18 +80,21 @@ def test_a_default_says_why_and_each_step_shows_its_links():
     site, _ = load_file(CARS_YAML, pipelines=["spiders.sitesteps.AddSite"])
     result = explain(site, page(cars, on_request))
     price = next(f for f in result["fields"] if f["name"] == "price")
-    assert price["outcome"] == "defaulted" and price["why"] == "matched 1, but the value was refused: map turns " \
-                                                               "'on request' into null"
+    assert (
+        price["outcome"] == "defaulted"
+        and price["why"] == "matched 1, but the value was refused: map turns 'on request' into null"
+    )
     assert result["complete"] and [b["step"] for b in result["links"]] == ["brand", "series"]
 
     shop = DemoShop(items=300)  # 30 items a category: two list pages
     listing = explain(load_file(SHOP_YAML)[0], page(shop, "/category/2/"), step="list")
     assert listing["fields"] is None, "a list page: no fields"
     [block] = listing["links"]
-    items = [f"http://shop.test/item/{i}/" for i in shop.category_items(2)[:shop.per_page]]
+    items = [f"http://shop.test/item/{i}/" for i in shop.category_items(2)[: shop.per_page]]
     assert [r["urls"] for r in block["rules"]] == [items, ["http://shop.test/category/2/page/2/"]]
     assert [(x["url"], x["step"]) for x in block["follow"]] == [(u, "item") for u in items] + [
-        ("http://shop.test/category/2/page/2/", "list")]
+        ("http://shop.test/category/2/page/2/", "list")
+    ]
     with pytest.raises(ConfigError, match="has no step 'detail' \\(steps: list, item\\)"):
         explain(load_file(SHOP_YAML)[0], page(shop, "/category/2/"), step="detail")
 
@@ -95,8 +103,14 @@ def test_a_default_says_why_and_each_step_shows_its_links():
 
 
 def run_try(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CRAWLPLUG, "sites", "try", *args], cwd=project, capture_output=True, text=True, timeout=120,
-                          env={"PATH": str(Path(sys.executable).parent), "HOME": str(project)})  # fmt: skip
+    return subprocess.run(
+        [CRAWLPLUG, "sites", "try", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": str(Path(sys.executable).parent), "HOME": str(project)},
+    )
 
 
 def test_sites_try_fetches_with_the_projects_settings_and_touches_no_crawl(project_copy, shop, r, redis_url):
@@ -110,8 +124,12 @@ def test_sites_try_fetches_with_the_projects_settings_and_touches_no_crawl(proje
     truth = shop.shop.item(3)
     assert f"  name      {truth['name'] + MARK!r}" in lines, "the page came through the project's middleware"
     assert "  sku       MISSING (required): the selector matched nothing" in lines
-    assert any(line.startswith("  price     MISSING (required): matched 1, but the value was refused: Input should "
-                               "be a valid integer") for line in lines)  # fmt: skip
+    assert any(
+        line.startswith(
+            "  price     MISSING (required): matched 1, but the value was refused: Input should be a valid integer"
+        )
+        for line in lines
+    )
     assert "item: INCOMPLETE, price is null, sku is null; the crawl drops it (incomplete_items: drop)" in lines
     assert lines[-1] == "(nothing was stored: no crawl's state was touched)"
     assert r.dbsize() == 0, "the project's crawlplug (REDIS_URL set) wrote nothing: the trial runs without it"
@@ -122,7 +140,7 @@ def test_sites_try_fetches_with_the_projects_settings_and_touches_no_crawl(proje
     got = json.loads(listing.stdout)
     assert got["page"]["status"] == 200 and got["fields"] is None
     follow = [x["url"] for x in got["links"][0]["follow"]]
-    assert follow[:-1] == [f"{shop.url}/item/{i}/" for i in shop.shop.category_items(1)[:shop.shop.per_page]]
+    assert follow[:-1] == [f"{shop.url}/item/{i}/" for i in shop.shop.category_items(1)[: shop.shop.per_page]]
     assert follow[-1] == f"{shop.url}/category/1/page/2/"
     assert r.dbsize() == 0
 
@@ -149,10 +167,14 @@ def test_the_dashboard_tries_a_stored_definition(shop, r):
     assert {f["name"]: f["outcome"] for f in got["fields"]}["sku"] == "missing"
     listed = app.get("/api/sites").json()["sites"]
     assert [(s["name"], s["base_url"]) for s in listed] == [("shopbad", shop.url)]
-    for bad_body, said in (({"site": "nope", "url": "/x"}, "no site 'nope' stored in Redis (stored: shopbad)"),
-                           ({"definition": "name: [", "url": "/x"}, "not valid YAML/JSON"),
-                           ({"site": "shopbad"}, "which page? give its url")):  # fmt: skip
+    for bad_body, said in (
+        ({"site": "nope", "url": "/x"}, "no site 'nope' stored in Redis (stored: shopbad)"),
+        ({"definition": "name: [", "url": "/x"}, "not valid YAML/JSON"),
+        ({"site": "shopbad"}, "which page? give its url"),
+    ):
         res = app.post("/api/sites/try", json=bad_body, headers=auth)
         assert res.status_code == 400 and said in res.json()["error"], res.text
-    res = app.post("/api/sites/try", json={"definition": yaml.safe_dump({**BAD, "steps": []}), "url": "/x"}, headers=auth)
+    res = app.post(
+        "/api/sites/try", json={"definition": yaml.safe_dump({**BAD, "steps": []}), "url": "/x"}, headers=auth
+    )
     assert res.status_code == 400 and "invalid site definition the definition given:" in res.json()["error"]

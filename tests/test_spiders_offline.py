@@ -33,9 +33,7 @@ SMALL = {"items": 50, "per_page": 4, "categories": 3, "related": 3, "seed": 3}
 def response_for(shop: DemoShop, request: scrapy.Request) -> HtmlResponse:
     path = request.url.removeprefix(BASE)
     status, body = shop.render(path)
-    return HtmlResponse(
-        url=request.url, status=status, body=body, encoding="utf-8", request=request
-    )
+    return HtmlResponse(url=request.url, status=status, body=body, encoding="utf-8", request=request)
 
 
 def page(shop: DemoShop, path: str) -> HtmlResponse:
@@ -123,8 +121,7 @@ def test_parse_item_yields_exact_truth(shop: DemoShop) -> None:
 def test_names_with_entities_are_unescaped() -> None:
     shop = DemoShop(items=400, seed=0)
     item_id = next(i for i in range(1, 401) if "&" in shop.item(i)["name"])
-    [item] = [x for x in ShopSpider(base_url=BASE).parse_item(page(shop, f"/item/{item_id}/"))
-              if isinstance(x, dict)]
+    [item] = [x for x in ShopSpider(base_url=BASE).parse_item(page(shop, f"/item/{item_id}/")) if isinstance(x, dict)]
     assert item["name"] == shop.item(item_id)["name"]
 
 

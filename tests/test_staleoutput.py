@@ -51,6 +51,12 @@ def test_a_stale_page_yields_nothing_and_is_counted_and_the_others_pass():
     assert run(mw, "http://a.test/new", outputs) == outputs
     assert scheduler.asked == 3
     assert crawler.stats.get_value("crawlplug/stale_output") == 2
-    assert list(mw.process_spider_output(HtmlResponse("http://a.test/old", request=Request("http://a.test/old"),
-                                                      body=b""), iter([1, 2]))) == []  # fmt: skip
+    assert (
+        list(
+            mw.process_spider_output(
+                HtmlResponse("http://a.test/old", request=Request("http://a.test/old"), body=b""), iter([1, 2])
+            )
+        )
+        == []
+    )
     assert crawler.stats.get_value("crawlplug/stale_output") == 4

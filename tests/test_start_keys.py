@@ -81,7 +81,7 @@ def test_an_entry_given_back_returns_to_its_lane(r):
 def test_an_entry_of_a_lane_the_caller_does_not_read_returns_through_start_urls(r):
     f = frontier(r)  # reads no lane
     Crawl.of(f).push_starts(["h1"], "start_urls:high")
-    (lease, raw), = f.take_starts(1, None, LANES)
+    ((lease, raw),) = f.take_starts(1, None, LANES)
     assert f.release([lease], unstarted=True) == 1
     assert r.lrange(K.start_urls, 0, -1) == [raw]
     assert taken(f, 1, lanes=start_keys(["start_urls:high"])) == ["h1"], "start_urls is read first when unlisted"
@@ -99,7 +99,9 @@ def test_lanes_are_counted_by_status_peek_crawls_and_the_end_of_a_run(r):
     Crawl.of(f).push_starts(["l1", "l2"], "start_urls:low")
     assert Crawl.of(f).status()["start_urls"] == 2
     assert f.idle_state()[0] == 2 and f.start_entries == 2
-    assert Crawl.of(f).finish_run(joined.run, node_id=f.node_id, epoch=f.epoch, lanes=f.lanes)[0] == "busy", "the run does not finish under entries waiting in a lane"
+    assert Crawl.of(f).finish_run(joined.run, node_id=f.node_id, epoch=f.epoch, lanes=f.lanes)[0] == "busy", (
+        "the run does not finish under entries waiting in a lane"
+    )
     assert views.head(r, K, 5).entries == ["l1", "l2"] and views.head(r, K, 5).entries_waiting == 2
     [row] = [x for x in runs.crawl_rows(r, names=[K.crawl])]
     assert row["start_entries"] == 2
@@ -133,18 +135,22 @@ def test_purge_deletes_the_lanes(r):
     assert not r.exists(K.key("start_urls:high"))
 
 
-@pytest.mark.parametrize(("value", "want"), [
-    (None, ("start_urls",)),
-    ([], ("start_urls",)),
-    (["start_urls:high", "start_urls:low"], ("start_urls", "start_urls:high", "start_urls:low")),
-    (["start_urls:high", "start_urls", "start_urls:low"], ("start_urls:high", "start_urls", "start_urls:low")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (None, ("start_urls",)),
+        ([], ("start_urls",)),
+        (["start_urls:high", "start_urls:low"], ("start_urls", "start_urls:high", "start_urls:low")),
+        (["start_urls:high", "start_urls", "start_urls:low"], ("start_urls:high", "start_urls", "start_urls:low")),
+    ],
+)
 def test_start_keys_setting(value, want):
     assert start_keys(value) == want
 
 
-@pytest.mark.parametrize("bad", [["queue"], ["start_urls:"], ["start_urls:a b"], ["high"], ["start_urls", "start_urls"],
-                                 [3]])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad", [["queue"], ["start_urls:"], ["start_urls:a b"], ["high"], ["start_urls", "start_urls"], [3]]
+)
 def test_start_keys_that_are_not_a_crawls_start_lists_are_refused(bad):
     with pytest.raises(ConfigError, match="start-entry key|twice"):
         start_keys(bad)
@@ -157,11 +163,14 @@ def test_the_setting_reaches_the_scheduler_config():
     assert config.start_keys == ("start_urls", "start_urls:high", "start_urls:low")
 
 
-@pytest.mark.parametrize(("value", "want"), [
-    ("%(name)s:start_urls", ["shop:start_urls"]),
-    (["%(name)s:high", "%(name)s:low", "%(name)s:high"], ["shop:high", "shop:low"]),
-    (("plain",), ["plain"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("%(name)s:start_urls", ["shop:start_urls"]),
+        (["%(name)s:high", "%(name)s:low", "%(name)s:high"], ["shop:high", "shop:low"]),
+        (("plain",), ["plain"]),
+    ],
+)
 def test_redis_key_may_be_a_list_in_priority_order(value, want):
     assert legacy_keys(value, "shop") == want
 
@@ -173,8 +182,11 @@ def test_a_bad_redis_key_is_a_config_error(bad):
 
 
 def push(redis_url: str, *args: str, crawl: str = K.crawl) -> Any:
-    return CliRunner().invoke(main, ["--redis-url", redis_url, "--crawl", crawl, "push", *args],
-                              env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None})  # fmt: skip
+    return CliRunner().invoke(
+        main,
+        ["--redis-url", redis_url, "--crawl", crawl, "push", *args],
+        env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None},
+    )
 
 
 def test_push_to_a_lane(redis_url, r):
@@ -200,11 +212,18 @@ def test_a_redisspider_takes_pushed_entries_in_lane_order(crawl, make_shop, redi
     pages = [f"{shop.url}/item/{i}/" for i in range(1, 10)]
     for key, urls in (("start_urls:low", pages[6:]), ("start_urls", pages[3:6]), ("start_urls:high", pages[:3])):
         assert push(redis_url, "--key", key, *urls, crawl="slowstart").exit_code == 0
-    node = crawl("slowstart", settings={
-        "REDIS_URL": redis_url, "CRAWLPLUG_START_KEYS": ",".join(LANES), "CRAWLPLUG_IDLE_CLOSE": 1,
-        "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5, "CONCURRENT_REQUESTS": 1,
-        "CRAWLPLUG_START_BATCH": 2,
-    })  # fmt: skip
+    node = crawl(
+        "slowstart",
+        settings={
+            "REDIS_URL": redis_url,
+            "CRAWLPLUG_START_KEYS": ",".join(LANES),
+            "CRAWLPLUG_IDLE_CLOSE": 1,
+            "CRAWLPLUG_HEARTBEAT": 0.5,
+            "CRAWLPLUG_LEASE_TIMEOUT": 5,
+            "CONCURRENT_REQUESTS": 1,
+            "CRAWLPLUG_START_BATCH": 2,
+        },
+    )
     assert node.wait(60) == 0, node.text()[-3000:]
     fetched = [json.loads(line)["url"] for line in node.item_lines()]
     assert fetched == pages, "high, then start_urls, then low; each key in push order"

@@ -63,19 +63,36 @@ def test_plain_url_entries(line, url):
 
 
 def test_full_json_entry():
-    line = json.dumps({
-        "url": "https://example.com/search", "method": "post", "body": "q=1",
-        "headers": {"Content-Type": "application/x-www-form-urlencoded", "X-Many": ["a", "b"]},
-        "meta": {"job": 7}, "priority": -5, "callback": "parse_item", "errback": "on_error",
-        "cb_kwargs": {"page": 1}, "dont_filter": False, "encoding": "latin-1",
-    })  # fmt: skip
+    line = json.dumps(
+        {
+            "url": "https://example.com/search",
+            "method": "post",
+            "body": "q=1",
+            "headers": {"Content-Type": "application/x-www-form-urlencoded", "X-Many": ["a", "b"]},
+            "meta": {"job": 7},
+            "priority": -5,
+            "callback": "parse_item",
+            "errback": "on_error",
+            "cb_kwargs": {"page": 1},
+            "dont_filter": False,
+            "encoding": "latin-1",
+        }
+    )
     entry = starts.parse(line)
     assert entry == StartEntry(
-        url="https://example.com/search", method="POST", body="q=1",
+        url="https://example.com/search",
+        method="POST",
+        body="q=1",
         headers={"Content-Type": ["application/x-www-form-urlencoded"], "X-Many": ["a", "b"]},
-        meta={"job": 7}, priority=-5, callback="parse_item", errback="on_error", cb_kwargs={"page": 1},
-        dont_filter=False, formdata=None, encoding="latin-1",
-    )  # fmt: skip
+        meta={"job": 7},
+        priority=-5,
+        callback="parse_item",
+        errback="on_error",
+        cb_kwargs={"page": 1},
+        dont_filter=False,
+        formdata=None,
+        encoding="latin-1",
+    )
 
 
 def test_minimal_json_entry_equals_plain_url():
@@ -139,8 +156,11 @@ def test_malformed_entry_is_refused_with_its_reason(line, reason):
     assert reason in str(info.value), f"unclear reason for {line!r}: {info.value}"
 
 
-@pytest.mark.parametrize("line", ["[1, 2]", '["http://example.com/"]', '"http://example.com/"', "[]"],
-                         ids=["array", "array of url", "string", "empty array"])  # fmt: skip
+@pytest.mark.parametrize(
+    "line",
+    ["[1, 2]", '["http://example.com/"]', '"http://example.com/"', "[]"],
+    ids=["array", "array of url", "string", "empty array"],
+)
 def test_non_object_json_is_refused_as_json(line):
     """A JSON value that is not an object is refused, and the reason says so
     (not "URL has no scheme", which would send the operator looking at the wrong thing)."""
@@ -192,8 +212,9 @@ _json = st.recursive(
 )
 _urls = st.one_of(
     st.text(max_size=40),
-    st.builds(lambda s, rest: f"{s}://{rest}",
-              st.sampled_from(["http", "https", "HTTP", "ftp", "x"]), st.text(max_size=30)),
+    st.builds(
+        lambda s, rest: f"{s}://{rest}", st.sampled_from(["http", "https", "HTTP", "ftp", "x"]), st.text(max_size=30)
+    ),
     st.just("http://example.com/"),
 )
 _keys = st.sampled_from(sorted(starts.KNOWN_KEYS) + ["x", "q", "__class__"])
@@ -249,11 +270,13 @@ def test_fuzz_any_json_value_raises_only_decode_error(value):
 
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.recursive(
-    st.text(alphabet=st.characters(min_codepoint=0xD7F0, max_codepoint=0xE010), max_size=5),
-    lambda inner: st.dictionaries(st.sampled_from(["meta", "cb_kwargs", "q", "a"]), inner, max_size=3),
-    max_leaves=4,
-).map(lambda extra: {"url": "http://example.com/", **extra} if isinstance(extra, dict) else {"url": extra}))
+@given(
+    st.recursive(
+        st.text(alphabet=st.characters(min_codepoint=0xD7F0, max_codepoint=0xE010), max_size=5),
+        lambda inner: st.dictionaries(st.sampled_from(["meta", "cb_kwargs", "q", "a"]), inner, max_size=3),
+        max_leaves=4,
+    ).map(lambda extra: {"url": "http://example.com/", **extra} if isinstance(extra, dict) else {"url": extra})
+)
 def test_fuzz_json_with_surrogate_escapes_round_trip(obj):
     """JSON text may escape lone surrogates (\\ud800), which no UTF-8 text can hold."""
     _round_trip(json.dumps(obj))
@@ -322,10 +345,20 @@ def test_body_and_form_fields_together_are_refused_by_build():
 
 
 def test_build_plain_request():
-    entry = starts.parse(json.dumps({
-        "url": "http://example.com/p", "method": "PUT", "body": "héllo", "headers": {"X-A": "1"},
-        "meta": {"m": 1}, "priority": 3, "cb_kwargs": {"k": "v"}, "dont_filter": False,
-    }))  # fmt: skip
+    entry = starts.parse(
+        json.dumps(
+            {
+                "url": "http://example.com/p",
+                "method": "PUT",
+                "body": "héllo",
+                "headers": {"X-A": "1"},
+                "meta": {"m": 1},
+                "priority": 3,
+                "cb_kwargs": {"k": "v"},
+                "dont_filter": False,
+            }
+        )
+    )
     request = starts.build(entry, None)
     assert type(request) is Request
     assert (request.method, request.body, request.priority, request.dont_filter) == ("PUT", "héllo".encode(), 3, False)
@@ -384,13 +417,22 @@ def test_build_unknown_encoding_is_a_decode_error():
     [
         StartEntry(url="http://example.com/"),
         StartEntry(url="http://example.com/", dont_filter=False),
-        StartEntry(url="https://example.com/s", method="POST", body="a=1", headers={"A": ["1", "2"]},
-                   meta={"k": [1, {"x": None}]}, priority=-3, callback="parse_item", errback="parse_list",
-                   cb_kwargs={"p": 2}, encoding="latin-1"),
+        StartEntry(
+            url="https://example.com/s",
+            method="POST",
+            body="a=1",
+            headers={"A": ["1", "2"]},
+            meta={"k": [1, {"x": None}]},
+            priority=-3,
+            callback="parse_item",
+            errback="parse_list",
+            cb_kwargs={"p": 2},
+            encoding="latin-1",
+        ),
         StartEntry(url="http://example.com/f", method="POST", formdata={"x": "1", "y": ["a", "b"]}),
         StartEntry(url="http://example.com/ünï", meta={"ü": "é"}),
     ],
-)  # fmt: skip
+)
 def test_to_line_parse_round_trip(entry):
     entry = starts.parse(starts.to_line(entry)) if "ü" in entry.url else entry  # make the URL canonical first
     line = starts.to_line(entry)
@@ -399,11 +441,14 @@ def test_to_line_parse_round_trip(entry):
     assert starts.to_line(starts.parse(line)) == line
 
 
-@pytest.mark.parametrize("line", [
-    r'{"url": "http://example.com/", "meta": {"x": "\ud800"}}',
-    r'{"url": "http://example.com/", "q": "\udfff"}',
-    r'{"url": "http://example.com/", "body": "a\ud83d"}',
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "line",
+    [
+        r'{"url": "http://example.com/", "meta": {"x": "\ud800"}}',
+        r'{"url": "http://example.com/", "q": "\udfff"}',
+        r'{"url": "http://example.com/", "body": "a\ud83d"}',
+    ],
+)
 def test_lone_surrogates_are_refused_or_stored_as_utf8(line):
     """A JSON escape of a lone surrogate is valid JSON but no UTF-8 text: parse must refuse
     it (DecodeError), or to_line must give a line that can be stored."""
@@ -559,8 +604,7 @@ def test_legacy_set_is_read_after_ours(r):
 
 def test_legacy_zset_is_read_highest_score_first(r):
     node = _frontier(r, "n")
-    r.zadd(LEGACY, {"http://legacy.example/low": 1, "http://legacy.example/high": 10,
-                    "http://legacy.example/mid": 5})  # fmt: skip
+    r.zadd(LEGACY, {"http://legacy.example/low": 1, "http://legacy.example/high": 10, "http://legacy.example/mid": 5})
     Crawl.of(node).push_starts(["http://ours.example/1"])
     got = [raw.decode() for _, raw in node.take_starts(3, LEGACY)]
     assert got == ["http://ours.example/1", "http://legacy.example/high", "http://legacy.example/mid"]
@@ -593,10 +637,13 @@ def test_legacy_key_of_another_type_is_ignored(r):
 def test_taken_entries_build_requests_for_a_spider(r):
     """What comes out of Redis is what went in: the entries push stores build the right requests."""
     node = _frontier(r, "n")
-    lines = [starts.to_line(starts.parse(x)) for x in (
-        "http://shop.test/",
-        '{"url": "http://shop.test/item/3/", "callback": "parse_item", "priority": 4}',
-    )]  # fmt: skip
+    lines = [
+        starts.to_line(starts.parse(x))
+        for x in (
+            "http://shop.test/",
+            '{"url": "http://shop.test/item/3/", "callback": "parse_item", "priority": 4}',
+        )
+    ]
     Crawl.of(node).push_starts(lines)
     spider = ShopSpider(base_url="http://shop.test")
     built = [starts.build(starts.parse(raw), spider) for _, raw in node.take_starts(5)]

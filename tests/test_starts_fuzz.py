@@ -82,9 +82,14 @@ def _stored_and_read_back(line: str | bytes) -> None:
     payload = SERIALIZER.dumps(request, SPIDER)  # must not raise: the entry was accepted
     back = SERIALIZER.loads(payload, SPIDER)
     assert (back.url, back.method, back.body, back.meta, back.cb_kwargs, back.priority, back.callback) == (
-        request.url, request.method, request.body, request.meta, request.cb_kwargs, request.priority,
+        request.url,
+        request.method,
+        request.body,
+        request.meta,
+        request.cb_kwargs,
+        request.priority,
         request.callback,
-    )  # fmt: skip
+    )
     assert back.url.startswith(("http://", "https://"))
 
 

@@ -149,8 +149,12 @@ def test_a_stats_call_is_one_python_call():
 def test_a_spider_argument_still_warns():
     stats = RedisStatsCollector(get_crawler(settings_dict={"STATS_DUMP": False}))
     spider = object()
-    for call in (lambda: stats.inc_value("pages", spider=spider), lambda: stats.set_value("x", 1, spider),
-                 lambda: stats.max_value("m", 2, spider=spider), lambda: stats.get_value("x", None, spider)):
+    for call in (
+        lambda: stats.inc_value("pages", spider=spider),
+        lambda: stats.set_value("x", 1, spider),
+        lambda: stats.max_value("m", 2, spider=spider),
+        lambda: stats.get_value("x", None, spider),
+    ):
         with pytest.warns(ScrapyDeprecationWarning, match="'spider' argument to RedisStatsCollector"):
             call()
     with warnings.catch_warnings():
@@ -255,11 +259,12 @@ def test_two_node_crawl_stats_and_items(crawl, shop, redis_url, tmp_path):
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("shop")
     settings = {
-        "REDIS_URL": redis_url, **FAST,
+        "REDIS_URL": redis_url,
+        **FAST,
         "STATS_CLASS": "crawlplug.stats.RedisStatsCollector",
         "CRAWLPLUG_STATS_INTERVAL": 0.5,
         "ITEM_PIPELINES": json.dumps({"crawlplug.pipelines.RedisItemPipeline": 300}),
-    }  # fmt: skip
+    }
     nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
     seen_running = 0  # crawl-wide pages read while a node still ran
     deadline = time.monotonic() + 120

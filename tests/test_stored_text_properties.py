@@ -37,8 +37,12 @@ from .support.nodes import ROOT
 page = pytest.importorskip("scrapy_playwright.page", reason="scrapy-playwright is not installed (the playwright extra)")
 PageMethod = page.PageMethod
 
-FUZZ = settings(max_examples=examples(300), deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])  # fmt: skip
+FUZZ = settings(
+    max_examples=examples(300),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 SERIALIZER = JsonSerializer()
 
 _json = st.recursive(
@@ -67,8 +71,13 @@ def test_any_lease_record_reads_without_raising(record):
 def test_a_lease_record_reads_back_what_was_written(node, score, deliveries, domain, freed):
     record = f"{node}|{score}|{deliveries}" + (f"|{domain}" if domain or freed else "") + ("|f" if freed else "")
     lease = parse_lease(record.encode())
-    assert (lease.node, lease.score, lease.deliveries, lease.domain, lease.freed) == (node, score, deliveries,
-                                                                                       domain, freed)  # fmt: skip
+    assert (lease.node, lease.score, lease.deliveries, lease.domain, lease.freed) == (
+        node,
+        score,
+        deliveries,
+        domain,
+        freed,
+    )
 
 
 @FUZZ
@@ -79,9 +88,11 @@ def test_any_domain_queue_member_reads_without_raising(member):
 
 
 @FUZZ
-@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\t"), max_size=20),
-       st.integers(-(2**49), 2**49),
-       st.text(max_size=12))  # fmt: skip
+@given(
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\t"), max_size=20),
+    st.integers(-(2**49), 2**49),
+    st.text(max_size=12),
+)
 def test_a_domain_queue_member_reads_back_what_was_written(domain, score, request_id):
     read = parse_dq_member(dq_member(domain, float(score), request_id))
     assert (read.domain, read.score, read.id) == (domain, float(score), request_id)
@@ -89,10 +100,51 @@ def test_a_domain_queue_member_reads_back_what_was_written(domain, score, reques
 
 # -- alert rules: only ConfigError, and what is accepted reads back the same -----------------------
 
-_RULE_TOKENS = ["error_rate", "null_rate", "run_end", "silent_nodes", "limit_reached", "redis_memory_percent",
-                "(", ")", ",", "shop.price", "my-site.f_1", "finished", "10m", "1h30m", "0s", ">", ">=", "<", "<=",
-                "==", "!=", "=", "0.2", "3", "007", "9" * 30, "1.", "*", "last_run", ".", "for", "2m", "2x", "at",
-                "end", "x", "'", "__import__", "-", "\t", "\n", "é", "₁"]  # fmt: skip
+_RULE_TOKENS = [
+    "error_rate",
+    "null_rate",
+    "run_end",
+    "silent_nodes",
+    "limit_reached",
+    "redis_memory_percent",
+    "(",
+    ")",
+    ",",
+    "shop.price",
+    "my-site.f_1",
+    "finished",
+    "10m",
+    "1h30m",
+    "0s",
+    ">",
+    ">=",
+    "<",
+    "<=",
+    "==",
+    "!=",
+    "=",
+    "0.2",
+    "3",
+    "007",
+    "9" * 30,
+    "1.",
+    "*",
+    "last_run",
+    ".",
+    "for",
+    "2m",
+    "2x",
+    "at",
+    "end",
+    "x",
+    "'",
+    "__import__",
+    "-",
+    "\t",
+    "\n",
+    "é",
+    "₁",
+]
 _rules = st.lists(st.sampled_from(_RULE_TOKENS), max_size=14).flatmap(
     lambda tokens: st.lists(st.sampled_from(["", " ", "  "]), min_size=len(tokens), max_size=len(tokens)).map(
         lambda gaps: "".join(g + t for g, t in zip(gaps, tokens))
@@ -131,11 +183,53 @@ def test_any_rule_read_from_redis_or_the_settings_is_skipped_or_used_never_raisi
 
 # -- cron expressions and time zones: only ConfigError, and an accepted one has a next time ---------
 
-_CRON_FIELDS = ["*", "*/5", "*/0", "1-5", "5-1", "1,2", "0", "59", "60", "31", "29", "2", "L", "W", "1W", "?",
-                "mon", "jan", "MON-FRI", "5#2", "7#6", "7", "-1", "1-", ",", "H", "%", "1/0", "0/15", "99999999"]
+_CRON_FIELDS = [
+    "*",
+    "*/5",
+    "*/0",
+    "1-5",
+    "5-1",
+    "1,2",
+    "0",
+    "59",
+    "60",
+    "31",
+    "29",
+    "2",
+    "L",
+    "W",
+    "1W",
+    "?",
+    "mon",
+    "jan",
+    "MON-FRI",
+    "5#2",
+    "7#6",
+    "7",
+    "-1",
+    "1-",
+    ",",
+    "H",
+    "%",
+    "1/0",
+    "0/15",
+    "99999999",
+]
 _crons = st.lists(st.sampled_from(_CRON_FIELDS), min_size=4, max_size=7).map(" ".join) | st.text(max_size=40)
-_zones = st.sampled_from(["UTC", "utc", "Europe/Paris", "America/New_York", "Asia/Kathmandu", "Nope/Zone", "",
-                          "../../etc/passwd", "a" * 300, "Europe"])  # fmt: skip
+_zones = st.sampled_from(
+    [
+        "UTC",
+        "utc",
+        "Europe/Paris",
+        "America/New_York",
+        "Asia/Kathmandu",
+        "Nope/Zone",
+        "",
+        "../../etc/passwd",
+        "a" * 300,
+        "Europe",
+    ]
+)
 
 
 @FUZZ
@@ -200,7 +294,11 @@ def test_any_definition_text_raises_only_config_error(text):
 
 
 @FUZZ
-@given(st.binary(max_size=80) | _json.map(json.dumps) | st.just('{"doc": {}, "version": 1, "stored_at": ' + "9" * 400 + "}"))
+@given(
+    st.binary(max_size=80)
+    | _json.map(json.dumps)
+    | st.just('{"doc": {}, "version": 1, "stored_at": ' + "9" * 400 + "}")
+)
 def test_any_stored_definition_record_raises_only_config_error(raw):
     try:
         stored = SiteStore._decode("cars", raw)
@@ -231,18 +329,36 @@ def _spider(**settings: Any) -> Spider:
     return spider
 
 
-SPIDERS = [_spider(), _spider(CRAWLPLUG_PAGE_METHODS=["evaluate", "scroll_down"],
-                              CRAWLPLUG_META_KEYS={"playwright_context": True, "playwright_page_init_callback":
-                                                   ["scroll_down", "os.getcwd"],
-                                                   "playwright_page_event_handlers": ["scroll_down"]})]  # fmt: skip
-_names = st.sampled_from(["click", "evaluate", "goto", "screenshot", "scroll_down", "closed", "__init__"]) | \
-    st.text(max_size=10)  # fmt: skip
-_kwargs = st.dictionaries(st.sampled_from(["method", "self", "path", "timeout", "state"]) | st.text(max_size=6),
-                          _json, max_size=3)  # fmt: skip
-_page_methods = st.fixed_dictionaries({}, optional={
-    "method": _names | _json, "spider_method": _names | _json, "args": st.lists(_json, max_size=3) | _json,
-    "kwargs": _kwargs | _json, "extra": _json,
-}) | _json  # fmt: skip
+SPIDERS = [
+    _spider(),
+    _spider(
+        CRAWLPLUG_PAGE_METHODS=["evaluate", "scroll_down"],
+        CRAWLPLUG_META_KEYS={
+            "playwright_context": True,
+            "playwright_page_init_callback": ["scroll_down", "os.getcwd"],
+            "playwright_page_event_handlers": ["scroll_down"],
+        },
+    ),
+]
+_names = st.sampled_from(["click", "evaluate", "goto", "screenshot", "scroll_down", "closed", "__init__"]) | st.text(
+    max_size=10
+)
+_kwargs = st.dictionaries(
+    st.sampled_from(["method", "self", "path", "timeout", "state"]) | st.text(max_size=6), _json, max_size=3
+)
+_page_methods = (
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "method": _names | _json,
+            "spider_method": _names | _json,
+            "args": st.lists(_json, max_size=3) | _json,
+            "kwargs": _kwargs | _json,
+            "extra": _json,
+        },
+    )
+    | _json
+)
 
 
 @FUZZ
@@ -259,13 +375,18 @@ def test_any_stored_page_method_raises_only_decode_error(data, which):
     assert all(type(pm) is PageMethod for pm in request.meta["playwright_page_methods"])
 
 
-_meta_values = _json | st.sampled_from(["default", "scroll_down", "os.getcwd", "os.system", "closed"]) | \
-    st.dictionaries(st.text(max_size=6), st.sampled_from(["scroll_down", "closed", "parse"]) | _json, max_size=2)  # fmt: skip
+_meta_values = (
+    _json
+    | st.sampled_from(["default", "scroll_down", "os.getcwd", "os.system", "closed"])
+    | st.dictionaries(st.text(max_size=6), st.sampled_from(["scroll_down", "closed", "parse"]) | _json, max_size=2)
+)
 
 
 @FUZZ
-@given(st.dictionaries(st.sampled_from(sorted(metakeys.registered())) | st.text(max_size=6), _meta_values,
-                       max_size=3), st.sampled_from([0, 1]))  # fmt: skip
+@given(
+    st.dictionaries(st.sampled_from(sorted(metakeys.registered())) | st.text(max_size=6), _meta_values, max_size=3),
+    st.sampled_from([0, 1]),
+)
 def test_any_meta_naming_code_raises_only_decode_error_and_what_is_read_stores_again(meta, which):
     spider = SPIDERS[which]
     try:
@@ -278,10 +399,17 @@ def test_any_meta_naming_code_raises_only_decode_error_and_what_is_read_stores_a
 
 
 @FUZZ
-@given(st.sampled_from(sorted(("click", "fill", "press", "wait_for_selector", "screenshot", "hover"))),
-       st.lists(_json, max_size=3),
-       st.dictionaries(st.text(alphabet=string.ascii_lowercase, min_size=1, max_size=6).filter(
-           lambda k: k not in ("method", "self", "path")), _json, max_size=3))  # fmt: skip
+@given(
+    st.sampled_from(sorted(("click", "fill", "press", "wait_for_selector", "screenshot", "hover"))),
+    st.lists(_json, max_size=3),
+    st.dictionaries(
+        st.text(alphabet=string.ascii_lowercase, min_size=1, max_size=6).filter(
+            lambda k: k not in ("method", "self", "path")
+        ),
+        _json,
+        max_size=3,
+    ),
+)
 def test_an_allowed_page_method_with_any_json_arguments_round_trips(name, args, kwargs):
     spider = SPIDERS[0]
     request = Request("http://x.test/", meta={"playwright_page_methods": [PageMethod(name, *args, **kwargs)]})

@@ -93,7 +93,9 @@ def build_plain(client: redis.Redis):
     leased = f.pop(4)
     assert f.dead_letter(leased[0].id, "undecodable", detail="a test")
     assert f.release([leased[1].id], unstarted=False) == 1  # queued again, delivered once
-    Crawl.of(f).push_starts(["http://example.com/s1", '{"url":"http://example.com/s2","priority":5}', "http://example.com/s3"])
+    Crawl.of(f).push_starts(
+        ["http://example.com/s1", '{"url":"http://example.com/s2","priority":5}', "http://example.com/s3"]
+    )
     started = f.take_starts(1)  # a start entry in flight
     Seeds(client, K).add(make_seed("http://example.com/daily", every="1d"))
     return f, items, leased, started
@@ -125,7 +127,9 @@ def test_plain_crawl_moves_with_leases_queued_dedup_order_and_ids(a, b):
     assert Counter(requests_b.values()) == Counter(p for _, _, p in items if p != leased[0].payload)
     # deliveries carried over: the released one, and the two that were in flight
     assert {k.decode(): int(v) for k, v in b.hgetall(K.deliveries).items()} == {
-        leased[1].id: 1, **{i: 1 for i in in_flight}}
+        leased[1].id: 1,
+        **{i: 1 for i in in_flight},
+    }
     # the start entry in flight is first in line again; the rest as they were
     assert b.lrange(K.start_urls, 0, -1) == [started[0][1], *starts_a]
     assert b.lrange(K.dead, 0, -1) == dead_a
@@ -198,7 +202,12 @@ def test_domain_queue_moves_with_schedule_limits_and_per_domain_order(a, b):
     # two that waited longest, delay and slow; zz.test is still waiting since its admission
     leased = pop_sent(f_a, 3) + pop_sent(f_a, 2)
     assert sorted(describe_payload(x.payload)["url"].split("/")[2] for x in leased) == [
-        "a.test", "b.test", "c.test", "delay.test", "slow.test"]
+        "a.test",
+        "b.test",
+        "c.test",
+        "delay.test",
+        "slow.test",
+    ]
     leased_info = {k.decode(): v.decode() for k, v in a.hgetall(KD.leased).items()}
     dq_a = {m.decode() for m in a.zrange(KD.dq, 0, -1)}
     expected_dq = dq_a | {
@@ -252,8 +261,9 @@ KB = CrawlKeys("bloomy")
 
 
 def bloom_node(client: redis.Redis, **settings) -> tuple[RedisBloomDupeFilter, Frontier]:
-    crawler = get_crawler(settings_dict={"CRAWLPLUG_BLOOM_CAPACITY": 50, "CRAWLPLUG_BLOOM_ERROR_RATE": 0.01,
-                                         **settings})  # fmt: skip
+    crawler = get_crawler(
+        settings_dict={"CRAWLPLUG_BLOOM_CAPACITY": 50, "CRAWLPLUG_BLOOM_ERROR_RATE": 0.01, **settings}
+    )
     df = RedisBloomDupeFilter.from_crawler(crawler)
     frontier = Frontier(client, KB, dedup=df.strategy)
     df.bind(frontier)
@@ -264,14 +274,15 @@ def fps(n: int, salt: str) -> list[bytes]:
     return [hashlib.sha1(f"{salt}{i}".encode()).digest() for i in range(n)]
 
 
-@pytest.mark.parametrize("settings", [{}, {"CRAWLPLUG_BLOOM_GENERATIONS": 2, "CRAWLPLUG_DEDUP_TTL": 3600}],
-                         ids=["scalable", "generations"])  # fmt: skip
+@pytest.mark.parametrize(
+    "settings", [{}, {"CRAWLPLUG_BLOOM_GENERATIONS": 2, "CRAWLPLUG_DEDUP_TTL": 3600}], ids=["scalable", "generations"]
+)
 def test_bloom_dedup_moves_bit_for_bit_and_answers_the_same(a, b, settings):
     df_a, f_a = bloom_node(a, **settings)
     known = fps(300, "known")
     flags = ""
     for i in range(0, 300, 50):  # several calls: the filter grows layer by layer
-        flags += f_a.admit([(df_a.strategy.argument(fp), 0.0, b"payload %d" % i) for fp in known[i:i + 50]]).flags
+        flags += f_a.admit([(df_a.strategy.argument(fp), 0.0, b"payload %d" % i) for fp in known[i : i + 50]]).flags
     bloom_keys = [k for k in crawl_keys(a, KB) if ":bloom" in k]
     assert len(bloom_keys) > 4
 
@@ -283,7 +294,8 @@ def test_bloom_dedup_moves_bit_for_bit_and_answers_the_same(a, b, settings):
         kind = a.type(key)
         assert b.type(key) == kind
         assert (b.get(key) if kind == b"string" else b.hgetall(key)) == (
-            a.get(key) if kind == b"string" else a.hgetall(key)), key
+            a.get(key) if kind == b"string" else a.hgetall(key)
+        ), key
         ttl_a, ttl_b = a.pttl(key), b.pttl(key)
         assert (ttl_a < 0 and ttl_b < 0) or abs(ttl_a - ttl_b) < 5000, key
     df_b, f_b = bloom_node(b, **settings)
@@ -356,18 +368,26 @@ def test_import_refuses_a_crawl_that_has_keys_unless_replace(a, b):
     assert b.get("crawlplug:{other}:queue") == b"another crawl: untouched"
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda lines: lines.__setitem__(5, lines[5][:-3]), r"line 6: not valid JSON"),
-    (lambda lines: lines.__setitem__(-2, '{"type":"seen","hex":["zz"]}'), r"line {n_1}: fingerprint 0 is not hex"),
-    (lambda lines: lines.__setitem__(3, '{"type":"request","id":"12","score":0,"payload":{"b64":"@@"}}'),
-     r"line 4: payload is not valid base64"),
-    (lambda lines: lines.__setitem__(2, '{"type":"mystery"}'), r"line 3: unknown record type"),
-    (lambda lines: lines.pop(), r"line {n_1}: the file ends without its end record: truncated\?"),
-    (lambda lines: lines.pop(4), r"the end record counts \d+ records, the file has \d+"),
-    (lambda lines: lines.__setitem__(0, '{"type":"crawlplug-export","version":2,"crawl":"x","queue":"plain"}'),
-     r"line 1: export format version 2"),
-    (lambda lines: lines.__setitem__(0, '{"hello": 1}'), r"line 1: not a crawlplug export"),
-], ids=["json", "hex", "base64", "type", "truncated", "line-lost", "version", "header"])  # fmt: skip
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda lines: lines.__setitem__(5, lines[5][:-3]), r"line 6: not valid JSON"),
+        (lambda lines: lines.__setitem__(-2, '{"type":"seen","hex":["zz"]}'), r"line {n_1}: fingerprint 0 is not hex"),
+        (
+            lambda lines: lines.__setitem__(3, '{"type":"request","id":"12","score":0,"payload":{"b64":"@@"}}'),
+            r"line 4: payload is not valid base64",
+        ),
+        (lambda lines: lines.__setitem__(2, '{"type":"mystery"}'), r"line 3: unknown record type"),
+        (lambda lines: lines.pop(), r"line {n_1}: the file ends without its end record: truncated\?"),
+        (lambda lines: lines.pop(4), r"the end record counts \d+ records, the file has \d+"),
+        (
+            lambda lines: lines.__setitem__(0, '{"type":"crawlplug-export","version":2,"crawl":"x","queue":"plain"}'),
+            r"line 1: export format version 2",
+        ),
+        (lambda lines: lines.__setitem__(0, '{"hello": 1}'), r"line 1: not a crawlplug export"),
+    ],
+    ids=["json", "hex", "base64", "type", "truncated", "line-lost", "version", "header"],
+)
 def test_a_bad_line_is_named_and_nothing_is_written(a, b, damage, message):
     lines = exported_text(a).splitlines()
     n = len(lines)
@@ -500,11 +520,10 @@ def test_export_of_a_crawl_with_nothing_stored_is_valid_and_empty(a, b):
 
 def test_payload_kinds_round_trip_exactly(a, b):
     f = Frontier(a, K)
-    payloads = [b'{"url":"http://example.com/\xc3\xa9t\xc3\xa9"}', b"\x80\x81\x82", b"line\nbreak\ttab \\ \""]
+    payloads = [b'{"url":"http://example.com/\xc3\xa9t\xc3\xa9"}', b"\x80\x81\x82", b'line\nbreak\ttab \\ "']
     f.admit([(b"", float(i), p) for i, p in enumerate(payloads)])
     move(a, b)
     assert sorted(b.hvals(K.requests)) == sorted(payloads)
-
 
 
 def test_lanes_move_with_their_entries_and_a_leased_one_goes_back_to_its_lane(a, b):
@@ -526,10 +545,21 @@ def test_lanes_move_with_their_entries_and_a_leased_one_goes_back_to_its_lane(a,
 
 
 def test_an_import_refuses_a_start_entry_whose_lane_names_another_key(b):
-    header = {"type": "crawlplug-export", "version": 1, "crawl": "laned", "exported_at": "x",
-              "exported_at_ms": 0, "queue": "plain", "dedup": "none", "seq": 0}  # fmt: skip
-    records = [header, {"type": "start", "entry": "http://example.com/", "lane": "queue"},
-               {"type": "end", "records": 1, "counts": {}}]  # fmt: skip
+    header = {
+        "type": "crawlplug-export",
+        "version": 1,
+        "crawl": "laned",
+        "exported_at": "x",
+        "exported_at_ms": 0,
+        "queue": "plain",
+        "dedup": "none",
+        "seq": 0,
+    }
+    records = [
+        header,
+        {"type": "start", "entry": "http://example.com/", "lane": "queue"},
+        {"type": "end", "records": 1, "counts": {}},
+    ]
     with pytest.raises(TransferError, match="lane"):
         import_crawl(b, CrawlKeys("laned"), io.StringIO("".join(json.dumps(r) + "\n" for r in records)))
     assert crawl_keys(b, CrawlKeys("laned")) == []

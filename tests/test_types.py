@@ -86,9 +86,14 @@ def _class_anys(cls: ast.ClassDef, where: str, aliases: dict[str, ast.expr]) -> 
             if _public(node.name):
                 found += _function_anys(node, f"{where}.{node.name}", aliases)
             for stmt in ast.walk(node):  # self.name: T in any method, public or not
-                if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Attribute)
-                        and isinstance(stmt.target.value, ast.Name) and stmt.target.value.id == "self"
-                        and _public(stmt.target.attr) and _says_any(stmt.annotation, aliases)):  # fmt: skip
+                if (
+                    isinstance(stmt, ast.AnnAssign)
+                    and isinstance(stmt.target, ast.Attribute)
+                    and isinstance(stmt.target.value, ast.Name)
+                    and stmt.target.value.id == "self"
+                    and _public(stmt.target.attr)
+                    and _says_any(stmt.annotation, aliases)
+                ):
                     found.append(f"{where}.{stmt.target.attr}")
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _public(node.target.id):
             if _says_any(node.annotation, aliases):
@@ -104,11 +109,20 @@ def public_anys(path: Path) -> list[str]:
     exported = set(_declared_all(tree) or ())
     aliases: dict[str, ast.expr] = {}
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, (ast.Subscript, ast.BinOp, ast.Attribute, ast.Name))):  # fmt: skip
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, (ast.Subscript, ast.BinOp, ast.Attribute, ast.Name))
+        ):
             aliases[node.targets[0].id] = node.value  # a type alias (or a constant: it says no Any)
-        elif (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None
-              and isinstance(node.annotation, ast.Name) and node.annotation.id == "TypeAlias"):  # fmt: skip
+        elif (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.value is not None
+            and isinstance(node.annotation, ast.Name)
+            and node.annotation.id == "TypeAlias"
+        ):
             aliases[node.target.id] = node.value
     found: list[str] = []
     for node in tree.body:
@@ -181,5 +195,13 @@ def test_the_check_sees_any_where_it_stands(tmp_path):
         "    def method(self, y: list['Any']) -> None: ...\n"
     )
     assert public_anys(module) == [
-        "LIMIT", "f(rest)", "f(kw)", "f -> return", "g(a)", "C.size", "C.public", "C.method(y)", "Row (an alias)",
+        "LIMIT",
+        "f(rest)",
+        "f(kw)",
+        "f -> return",
+        "g(a)",
+        "C.size",
+        "C.public",
+        "C.method(y)",
+        "Row (an alias)",
     ]

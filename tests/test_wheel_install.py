@@ -36,8 +36,12 @@ VERSION = crawlplug.__version__
 ADDON_LINE = 'ADDONS = {"crawlplug.Addon": 0}'
 #: Passed with -s, not written into settings.py: the template's DOWNLOAD_DELAY = 1 and one
 #: request at a time per domain would make 331 pages take minutes; a short idle grace.
-FAST = {"DOWNLOAD_DELAY": "0", "CONCURRENT_REQUESTS_PER_DOMAIN": "16", "CRAWLPLUG_IDLE_CLOSE": "2",
-        "CRAWLPLUG_HEARTBEAT": "1"}  # fmt: skip
+FAST = {
+    "DOWNLOAD_DELAY": "0",
+    "CONCURRENT_REQUESTS_PER_DOMAIN": "16",
+    "CRAWLPLUG_IDLE_CLOSE": "2",
+    "CRAWLPLUG_HEARTBEAT": "1",
+}
 
 #: The spider of docs/getting-started.md (and of the tutorial), as a reader copies it.
 GUIDE = ROOT / "docs" / "getting-started.md"
@@ -67,8 +71,11 @@ _run = run
 def _package_files() -> set[str]:
     """Every file of the crawlplug package in the checkout (modules, .lua, static files, py.typed)."""
     package = ROOT / "crawlplug"
-    return {p.relative_to(ROOT).as_posix() for p in package.rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}  # fmt: skip
+    return {
+        p.relative_to(ROOT).as_posix()
+        for p in package.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
 
 
 @pytest.mark.e2e  # starts processes of its own
@@ -109,8 +116,14 @@ def _stop_embedded(venv: Path, project: Path) -> None:
     data = project / ".crawlplug"
     if not data.exists():
         return
-    subprocess.run([str(venv / "bin" / "crawlplug"), "embedded", "stop"], cwd=project, env=_clean_env(),
-                   capture_output=True, timeout=60, check=False)  # fmt: skip
+    subprocess.run(
+        [str(venv / "bin" / "crawlplug"), "embedded", "stop"],
+        cwd=project,
+        env=_clean_env(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     pid = data / "redis.pid"
     if pid.exists():  # the stop failed (the test's own failure says why): leave no server behind
         try:
@@ -125,10 +138,12 @@ def test_wheel_in_a_fresh_venv_runs_a_two_node_crawl_of_a_startproject_project(v
     work.mkdir()
     assert not work.resolve().is_relative_to(ROOT.resolve())
     bin_ = venv / "bin"
-    site_packages = Path(_run([bin_ / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              cwd=work).strip())  # fmt: skip
-    shown = _run([bin_ / "python", "-c", "import crawlplug; print(crawlplug.__file__, crawlplug.__version__)"],
-                 cwd=work).split()  # fmt: skip
+    site_packages = Path(
+        _run([bin_ / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=work).strip()
+    )
+    shown = _run(
+        [bin_ / "python", "-c", "import crawlplug; print(crawlplug.__file__, crawlplug.__version__)"], cwd=work
+    ).split()
     assert Path(shown[0]).is_relative_to(site_packages) and shown[1] == VERSION, shown
     assert _run([bin_ / "crawlplug", "--version"], cwd=work).strip() == f"crawlplug {VERSION}"
 
@@ -147,13 +162,23 @@ def test_wheel_in_a_fresh_venv_runs_a_two_node_crawl_of_a_startproject_project(v
         (project / "shopcrawl" / "spiders" / "shop.py").write_text(guide_spider(server.url))
         try:
             for n in (1, 2):  # started together: one of them starts the embedded Redis, under its lock
-                cmd = [str(bin_ / "scrapy"), "crawl", "shop", "-O", f"items{n}.jsonl", "-s", f"LOG_FILE=node{n}.log",
-                       "-s", "LOG_LEVEL=INFO"]  # fmt: skip
+                cmd = [
+                    str(bin_ / "scrapy"),
+                    "crawl",
+                    "shop",
+                    "-O",
+                    f"items{n}.jsonl",
+                    "-s",
+                    f"LOG_FILE=node{n}.log",
+                    "-s",
+                    "LOG_LEVEL=INFO",
+                ]
                 for key, value in FAST.items():
                     cmd += ["-s", f"{key}={value}"]
                 err = open(project / f"node{n}.err", "wb")
-                nodes.append((subprocess.Popen(cmd, cwd=project, env=_clean_env(), stdout=subprocess.DEVNULL,
-                                               stderr=err), err))  # fmt: skip
+                nodes.append(
+                    (subprocess.Popen(cmd, cwd=project, env=_clean_env(), stdout=subprocess.DEVNULL, stderr=err), err)
+                )
             for n, (proc, err) in enumerate(nodes, 1):
                 code = proc.wait(240)
                 err.close()
@@ -164,8 +189,11 @@ def test_wheel_in_a_fresh_venv_runs_a_two_node_crawl_of_a_startproject_project(v
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(30)
-            untracked = (_run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=project)
-                         if (project / ".git").exists() else None)  # fmt: skip
+            untracked = (
+                _run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=project)
+                if (project / ".git").exists()
+                else None
+            )
             _stop_embedded(venv, project)
 
     logs = [(project / f"node{n}.log").read_text() for n in (1, 2)]

@@ -56,6 +56,21 @@ from .common import main
 __all__ = ["main"]
 # the command modules register themselves on `main` when imported
 _COMMANDS = (
-    alerts, crawls, dead, domains, embedded, feed, forget, items, launch, migrate, report, runctl, schedule, sites,
-    status, transfer, web,
-)  # fmt: skip
+    alerts,
+    crawls,
+    dead,
+    domains,
+    embedded,
+    feed,
+    forget,
+    items,
+    launch,
+    migrate,
+    report,
+    runctl,
+    schedule,
+    sites,
+    status,
+    transfer,
+    web,
+)

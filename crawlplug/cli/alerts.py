@@ -44,30 +44,59 @@ def _free_name(have: dict[str, Any]) -> str:
 
 @alerts_group.command("add")
 @pass_cli(crawl_argument="CRAWL")
-@click.option("--when", "when", required=True, help="The condition: METRIC[(ARG)] [OP NUMBER] [for DURATION], e.g. "
-              "'error_rate > 0.2 for 2m', 'no_progress_minutes >= 10', 'null_rate(shop.price) > 0.1'.")  # fmt: skip
-@click.option("--notify", "notify", multiple=True, metavar="URL",
-              help="Where to send it: an Apprise URL (json://host:port/path or jsons:// posts JSON to a webhook; "
-                   "mailto://, slack://, tgram://...). Repeatable; none: recorded and shown only.")  # fmt: skip
+@click.option(
+    "--when",
+    "when",
+    required=True,
+    help="The condition: METRIC[(ARG)] [OP NUMBER] [for DURATION], e.g. "
+    "'error_rate > 0.2 for 2m', 'no_progress_minutes >= 10', 'null_rate(shop.price) > 0.1'.",
+)
+@click.option(
+    "--notify",
+    "notify",
+    multiple=True,
+    metavar="URL",
+    help="Where to send it: an Apprise URL (json://host:port/path or jsons:// posts JSON to a webhook; "
+    "mailto://, slack://, tgram://...). Repeatable; none: recorded and shown only.",
+)
 @click.option("--name", "rule_name", default=None, help="The rule's name (the same name replaces it; default rule<N>).")
-@click.option("--cooldown", type=click.FloatRange(min=0), default=defaults.SETTINGS["CRAWLPLUG_ALERT_COOLDOWN"][0],
-              show_default=True, help="Seconds after a notification during which a new episode is not sent.")  # fmt: skip
-@click.option("--create", is_flag=True, help="CRAWL does not exist yet (its first node has not started): create it. "
-              "Without it a crawl unknown to this Redis is refused: a rule on a misspelt crawl never fires.")  # fmt: skip
-def alerts_add(keys: CrawlKeys, target: Target, when: str, notify: tuple[str, ...],
-               rule_name: str | None, cooldown: float, create: bool) -> None:  # fmt: skip
+@click.option(
+    "--cooldown",
+    type=click.FloatRange(min=0),
+    default=defaults.SETTINGS["CRAWLPLUG_ALERT_COOLDOWN"][0],
+    show_default=True,
+    help="Seconds after a notification during which a new episode is not sent.",
+)
+@click.option(
+    "--create",
+    is_flag=True,
+    help="CRAWL does not exist yet (its first node has not started): create it. "
+    "Without it a crawl unknown to this Redis is refused: a rule on a misspelt crawl never fires.",
+)
+def alerts_add(
+    keys: CrawlKeys,
+    target: Target,
+    when: str,
+    notify: tuple[str, ...],
+    rule_name: str | None,
+    cooldown: float,
+    create: bool,
+) -> None:
     """Add an alert rule to CRAWL."""
     if not create and not registry.exists(target.client, keys):
-        fail(f"{registry.unknown_crawl_message(target.client, keys)}; to watch a crawl before its first node "
-             "starts, give --create")  # fmt: skip
+        fail(
+            f"{registry.unknown_crawl_message(target.client, keys)}; to watch a crawl before its first node "
+            "starts, give --create"
+        )
     have = stored.rules(target.client, keys)
     rule = alerts.make_rule(rule_name or _free_name(have), when, list(notify), cooldown)
     if create_if_new(target, keys):
         click.echo(f"crawl {keys.crawl!r} is new: created it")
     new = stored.put(target.client, keys, rule)
     where = f"notifying {len(notify)} URL{'s' if len(notify) != 1 else ''}" if notify else "recorded only (no --notify)"
-    click.echo(f"{'added' if new else 'replaced'} alert rule {rule['id']!r} of crawl {keys.crawl!r}: "
-               f"{rule['when']}; {where}")  # fmt: skip
+    click.echo(
+        f"{'added' if new else 'replaced'} alert rule {rule['id']!r} of crawl {keys.crawl!r}: {rule['when']}; {where}"
+    )
     click.echo("  it is evaluated by `crawlplug control` (or the crawl's dashboard) while one runs")
 
 
@@ -92,11 +121,15 @@ def alerts_list(cli: Cli, as_json: bool) -> None:
             value = f", value {rule['value']:g}" if isinstance(rule.get("value"), (int, float)) else ""
             if rule.get("why"):  # its metric cannot be evaluated now
                 value = f" ({rule['why']})"
-            click.echo(f"  {crawl_name}/{rule['id']}  {rule['when']}  {rule['state']}{value}  "
-                       f"notify {len(rule.get('notify') or [])} URL(s), cooldown {rule.get('cooldown', 0):g} s")  # fmt: skip
+            click.echo(
+                f"  {crawl_name}/{rule['id']}  {rule['when']}  {rule['state']}{value}  "
+                f"notify {len(rule.get('notify') or [])} URL(s), cooldown {rule.get('cooldown', 0):g} s"
+            )
         for event in got["events"][:5]:
-            click.echo(f"    {utc(event.get('at'))}: {event.get('rule')} {event.get('event')} "
-                       f"(value {event.get('value')}){'' if event.get('sent') else ', not sent'}")  # fmt: skip
+            click.echo(
+                f"    {utc(event.get('at'))}: {event.get('rule')} {event.get('event')} "
+                f"(value {event.get('value')}){'' if event.get('sent') else ', not sent'}"
+            )
 
 
 @alerts_group.command("delete")

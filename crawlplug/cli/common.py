@@ -70,13 +70,22 @@ def shared_options(*, envvar: bool) -> Callable[[F], F]:
 
     def decorate(func: F) -> F:
         func = click.option(
-            "--crawl", "crawl", metavar="NAME", default=None,
-            envvar=CRAWL_ENVVAR if envvar else None, show_envvar=envvar, help=_CRAWL_HELP,
-        )(func)  # fmt: skip
+            "--crawl",
+            "crawl",
+            metavar="NAME",
+            default=None,
+            envvar=CRAWL_ENVVAR if envvar else None,
+            show_envvar=envvar,
+            help=_CRAWL_HELP,
+        )(func)
         func = click.option(
-            "--redis-url", metavar="URL", default=None,
-            envvar="REDIS_URL" if envvar else None, show_envvar=envvar, help=_REDIS_HELP,
-        )(func)  # fmt: skip
+            "--redis-url",
+            metavar="URL",
+            default=None,
+            envvar="REDIS_URL" if envvar else None,
+            show_envvar=envvar,
+            help=_REDIS_HELP,
+        )(func)
         return func
 
     return decorate
@@ -178,19 +187,29 @@ Target = clients.Connection
 #: it, only once their own checks passed (a refused command creates nothing), and say so: the
 #: commands that create a crawl, with a node that joins it (docs/operations.md). Every other
 #: command that names an unknown crawl, to read it or change it, fails naming the known crawls.
-CRAWL_MAY_BE_NEW = frozenset({
-    # feed a crawl before (or while) its nodes run: they create it
-    "push", "seeds add", "domains set", "import", "migrate from-scrapy-redis",
-    # start a crawl's nodes through Scrapyd, or schedule them: the first start creates the crawl
-    "start", "schedule add",
-    # an alert rule may watch a crawl before its first node starts, with --create only (a
-    # rule on a misspelt crawl would never fire): the command checks it itself
-    "alerts add",
-    # a dashboard started before the crawl's first node: it says the crawl does not exist yet
-    "dashboard",
-    # name no crawl
-    "crawls", "embedded start", "embedded stop", "embedded url",
-})  # fmt: skip
+CRAWL_MAY_BE_NEW = frozenset(
+    {
+        # feed a crawl before (or while) its nodes run: they create it
+        "push",
+        "seeds add",
+        "domains set",
+        "import",
+        "migrate from-scrapy-redis",
+        # start a crawl's nodes through Scrapyd, or schedule them: the first start creates the crawl
+        "start",
+        "schedule add",
+        # an alert rule may watch a crawl before its first node starts, with --create only (a
+        # rule on a misspelt crawl would never fire): the command checks it itself
+        "alerts add",
+        # a dashboard started before the crawl's first node: it says the crawl does not exist yet
+        "dashboard",
+        # name no crawl
+        "crawls",
+        "embedded start",
+        "embedded stop",
+        "embedded url",
+    }
+)
 
 
 def _command_name() -> str:
@@ -212,8 +231,11 @@ def connect(opts: Options) -> Target:
         except OSError as exc:
             fail(f"could not start the embedded Redis in {directory}: {exc}")
         if not was_running:  # not silently: it goes on running after this command
-            click.echo(f"crawlplug: started the embedded Redis of {directory}; it keeps running "
-                       "(`crawlplug embedded stop` stops it)", err=True)  # fmt: skip
+            click.echo(
+                f"crawlplug: started the embedded Redis of {directory}; it keeps running "
+                "(`crawlplug embedded stop` stops it)",
+                err=True,
+            )
         is_embedded = True
     target = clients.Connection(clients.client_from_url(url), url, is_embedded)
     clients.check(target)  # RedisUnavailable: "cannot reach Redis at <masked url>: ..."
@@ -266,8 +288,13 @@ _CRAWL_ARGUMENT = "crawl_argument"
 _PASSED = {("keys", "target"): "crawl", ("target",): "server", ("cli",): "cli"}
 
 
-def pass_cli(*, crawl_argument: str | None = None, required: bool = False, crawl_option: bool = True,
-             redis_help: str = _REDIS_HELP) -> Callable[[F], F]:  # fmt: skip
+def pass_cli(
+    *,
+    crawl_argument: str | None = None,
+    required: bool = False,
+    crawl_option: bool = True,
+    redis_help: str = _REDIS_HELP,
+) -> Callable[[F], F]:
     """The one decorator of a command that reaches Redis, put right under the command's
     ``@group.command()``: it attaches ``--redis-url`` and ``--crawl`` (over the group's,
     which read REDIS_URL and CRAWLPLUG_CRAWL; ``crawl_option=False``: the Redis only), and
@@ -288,8 +315,10 @@ def pass_cli(*, crawl_argument: str | None = None, required: bool = False, crawl
         names = tuple(inspect.signature(func).parameters)
         mode = next((m for first, m in _PASSED.items() if names[: len(first)] == first), None)
         if mode is None:
-            raise TypeError(f"{func.__qualname__}: a command of pass_cli takes (keys, target, ...), "
-                            f"(target, ...) or (cli, ...), not {names[:2]}")  # fmt: skip
+            raise TypeError(
+                f"{func.__qualname__}: a command of pass_cli takes (keys, target, ...), "
+                f"(target, ...) or (cli, ...), not {names[:2]}"
+            )
 
         @functools.wraps(func)
         def command(*args: Any, redis_url: str | None, crawl: str | None = None, **kwargs: Any) -> Any:
@@ -325,8 +354,10 @@ def create_if_new(target: Target, keys: CrawlKeys) -> bool:
 
 
 def created_note(keys: CrawlKeys) -> str:
-    return (f"crawl {keys.crawl!r} is new: created it (nodes of a spider named {keys.crawl!r}, or with "
-            f"CRAWLPLUG_CRAWL_ID={keys.crawl}, crawl it; is --crawl right?)")  # fmt: skip
+    return (
+        f"crawl {keys.crawl!r} is new: created it (nodes of a spider named {keys.crawl!r}, or with "
+        f"CRAWLPLUG_CRAWL_ID={keys.crawl}, crawl it; is --crawl right?)"
+    )
 
 
 def crawl_keys(opts: Options) -> CrawlKeys:

@@ -66,13 +66,17 @@ def crawls(cli: Cli, as_json: bool) -> None:
         return
     now = redis_ms(target.client)
     width = max(len(r["crawl"]) for r in rows)
-    click.echo(f"  {'crawl'.ljust(width)}  {'run':>4}  {'state':<11}  {'queued':>8}  {'in flight':>9}  "
-               f"{'done':>8}  {'nodes':>5}  last activity")  # fmt: skip
+    click.echo(
+        f"  {'crawl'.ljust(width)}  {'run':>4}  {'state':<11}  {'queued':>8}  {'in flight':>9}  "
+        f"{'done':>8}  {'nodes':>5}  last activity"
+    )
     for r in rows:
         queued = r["queued"] + r["start_entries"]
-        click.echo(f"  {r['crawl'].ljust(width)}  {r['run'] if r['run'] is not None else '-':>4}  "
-                   f"{r['state']:<11}  {queued:>8}  {r['in_flight']:>9}  {r['done']:>8}  {r['live_nodes']:>5}  "
-                   f"{_ago(r['last_activity'], now)}")  # fmt: skip
+        click.echo(
+            f"  {r['crawl'].ljust(width)}  {r['run'] if r['run'] is not None else '-':>4}  "
+            f"{r['state']:<11}  {queued:>8}  {r['in_flight']:>9}  {r['done']:>8}  {r['live_nodes']:>5}  "
+            f"{_ago(r['last_activity'], now)}"
+        )
         for job in r.get("jobs", []):
             node = f"node {job['node']}" if job.get("node") else "no node yet"
             click.echo(f"  {''.ljust(width)}    Scrapyd {job['daemon']} job {job['id']}: {job['state']}, {node}")
@@ -136,8 +140,10 @@ def crawls_show(cli: Cli, as_json: bool) -> None:
             run["jobs"] = [{**j, "daemon": ops_jobs.daemon_label(j)} for j in by_run.get(run.get("id"), [])]
         click.echo(json.dumps({"crawl": keys.crawl, "current": current.as_dict(), "runs": history}, indent=2))
         return
-    click.echo(f"crawl {keys.crawl!r} on {target.safe_url}: "
-               + (f"run {current.id} {current.state}" if current.id is not None else "no run recorded"))
+    click.echo(
+        f"crawl {keys.crawl!r} on {target.safe_url}: "
+        + (f"run {current.id} {current.state}" if current.id is not None else "no run recorded")
+    )
     for run in history:
         click.echo(f"  {_show_row(run)}")
         for job in by_run.get(run.get("id"), []):

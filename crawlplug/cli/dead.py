@@ -18,10 +18,21 @@ def dead() -> None:
 
 @dead.command("list")
 @pass_cli()
-@click.option("-n", "count", type=click.IntRange(min=0), default=20, show_default=True,
-              help="Show the newest N dead letters (0: all).")  # fmt: skip
-@click.option("--run", "run", type=click.IntRange(min=1), default=None,
-              help="Those an earlier run left (kept when the next run began); default: the current run's.")
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="Show the newest N dead letters (0: all).",
+)
+@click.option(
+    "--run",
+    "run",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Those an earlier run left (kept when the next run began); default: the current run's.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def dead_list(keys: CrawlKeys, target: Target, count: int, run: int | None, as_json: bool) -> None:
     """Each dead letter's index, time, URL and reason (oldest first)."""

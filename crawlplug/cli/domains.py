@@ -19,8 +19,9 @@ def domains() -> None:
 
 @domains.command("list")
 @pass_cli()
-@click.option("-n", "count", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Show the N domains due soonest.")  # fmt: skip
+@click.option(
+    "-n", "count", type=click.IntRange(min=1), default=20, show_default=True, help="Show the N domains due soonest."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def domains_list(keys: CrawlKeys, target: Target, count: int, as_json: bool) -> None:
     """Domains with queued requests, soonest due first, and the limits in force.
@@ -33,20 +34,22 @@ def domains_list(keys: CrawlKeys, target: Target, count: int, as_json: bool) -> 
     total = view.scheduled_count()
     rows = view.table(count)
     if as_json:
-        click.echo(json.dumps({"crawl": keys.crawl, "domains": total, "limits": view.limits(), "rows": rows},
-                              indent=2))  # fmt: skip
+        click.echo(json.dumps({"crawl": keys.crawl, "domains": total, "limits": view.limits(), "rows": rows}, indent=2))
         return
     shown = f", showing {len(rows)}" if len(rows) < total else ""
     click.echo(f"{total} domains with queued requests in crawl {keys.crawl!r} on {target.safe_url}{shown}")
     if rows:
         width = max(len(r["domain"]) for r in rows)
-        click.echo(f"  {'domain'.ljust(width)}  {'queued':>8}  {'in flight':>9}  {'delay s':>7}  "
-                   f"{'concurrency':>11}  next")  # fmt: skip
+        click.echo(
+            f"  {'domain'.ljust(width)}  {'queued':>8}  {'in flight':>9}  {'delay s':>7}  {'concurrency':>11}  next"
+        )
     for r in rows:
         nxt = "at concurrency limit" if r["at_concurrency"] else f"in {r['ready_in']:.1f}s"
         conc = r["concurrency"] or "no limit"
-        click.echo(f"  {r['domain'].ljust(width)}  {r['queued']:>8}  {r['in_flight']:>9}  {r['delay']:>7.2f}  "
-                   f"{conc!s:>11}  {nxt}")  # fmt: skip
+        click.echo(
+            f"  {r['domain'].ljust(width)}  {r['queued']:>8}  {r['in_flight']:>9}  {r['delay']:>7.2f}  "
+            f"{conc!s:>11}  {nxt}"
+        )
 
 
 def _limit_text(value: float | None, scale: int = 1) -> str:
@@ -56,12 +59,19 @@ def _limit_text(value: float | None, scale: int = 1) -> str:
 @domains.command("set")
 @pass_cli()
 @click.argument("domain")
-@click.option("--delay", type=click.FloatRange(min=0), default=None,
-              help="Seconds between two request starts of DOMAIN, crawl-wide.")  # fmt: skip
-@click.option("--concurrency", type=click.IntRange(min=0), default=None,
-              help="Most requests of DOMAIN in flight, crawl-wide (0: no limit).")  # fmt: skip
-def domains_set(cli: Cli, domain: str, delay: float | None,
-                concurrency: int | None) -> None:  # fmt: skip
+@click.option(
+    "--delay",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds between two request starts of DOMAIN, crawl-wide.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Most requests of DOMAIN in flight, crawl-wide (0: no limit).",
+)
+def domains_set(cli: Cli, domain: str, delay: float | None, concurrency: int | None) -> None:
     """Override DOMAIN's limits while the crawl runs ("*" = every domain's default).
 
     Takes effect at once on every node and outlives node restarts; a limit

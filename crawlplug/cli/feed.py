@@ -38,17 +38,31 @@ def _lines(urls: tuple[str, ...], file: TextIO | None) -> list[tuple[str, str]]:
 @main.command()
 @pass_cli()
 @click.argument("urls", nargs=-1)
-@click.option("--file", "-f", "file", type=click.File("r", encoding="utf-8"), default=None,
-              help="Read entries from FILE, one per line ('-': standard input).")  # fmt: skip
+@click.option(
+    "--file",
+    "-f",
+    "file",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help="Read entries from FILE, one per line ('-': standard input).",
+)
 @click.option("--stdin", "use_stdin", is_flag=True, hidden=True)
-@click.option("--strict", is_flag=True,
-              help="Refuse every JSON key that is not a request attribute (form fields then go under "
-                   '"formdata"), instead of taking it as a form field as scrapy-redis does.')  # fmt: skip
-@click.option("--key", "lane", default="start_urls", show_default=True, metavar="KEY",
-              help="The crawl's start-entry list to push to: start_urls, or a lane start_urls:<lane> that "
-                   "the nodes read in CRAWLPLUG_START_KEYS order (e.g. start_urls:high).")  # fmt: skip
-def push(cli: Cli, urls: tuple[str, ...], file: TextIO | None,
-         use_stdin: bool, strict: bool, lane: str) -> None:  # fmt: skip
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse every JSON key that is not a request attribute (form fields then go under "
+    '"formdata"), instead of taking it as a form field as scrapy-redis does.',
+)
+@click.option(
+    "--key",
+    "lane",
+    default="start_urls",
+    show_default=True,
+    metavar="KEY",
+    help="The crawl's start-entry list to push to: start_urls, or a lane start_urls:<lane> that "
+    "the nodes read in CRAWLPLUG_START_KEYS order (e.g. start_urls:high).",
+)
+def push(cli: Cli, urls: tuple[str, ...], file: TextIO | None, use_stdin: bool, strict: bool, lane: str) -> None:
     """Feed start URLs to a crawl: URL arguments, --file F, or '-' for standard input.
 
     An entry is a URL or a JSON line: {"url": ..., "method", "headers",
@@ -80,14 +94,21 @@ def push(cli: Cli, urls: tuple[str, ...], file: TextIO | None,
             click.echo(f"crawlplug: {where}: skipped: {exc}", err=True)
     keys, target = cli.keys, cli.target  # after the checks of its own arguments
     created = bool(valid) and create_if_new(target, keys)
-    waiting = (Crawl(target.client, keys).push_starts(valid, lane) if valid
-               else views.start_entries_waiting(target.client, keys, lane))  # fmt: skip
+    waiting = (
+        Crawl(target.client, keys).push_starts(valid, lane)
+        if valid
+        else views.start_entries_waiting(target.client, keys, lane)
+    )
     where = "" if lane == "start_urls" else f" {lane}"
-    click.echo(f"pushed {len(valid)} start entries to crawl {keys.crawl!r}{where} ({waiting} waiting"
-               f"{' there' if where else ''})" + (f"; skipped {bad} malformed" if bad else ""))  # fmt: skip
+    click.echo(
+        f"pushed {len(valid)} start entries to crawl {keys.crawl!r}{where} ({waiting} waiting"
+        f"{' there' if where else ''})" + (f"; skipped {bad} malformed" if bad else "")
+    )
     if where:
-        click.echo(f"nodes read {lane} where their CRAWLPLUG_START_KEYS lists it (start_urls first unless "
-                   "listed); a node that does not list it leaves its entries waiting")  # fmt: skip
+        click.echo(
+            f"nodes read {lane} where their CRAWLPLUG_START_KEYS lists it (start_urls first unless "
+            "listed); a node that does not list it leaves its entries waiting"
+        )
     if created:
         click.echo(created_note(keys))
     if bad:
@@ -106,14 +127,22 @@ def _describe(payload: bytes) -> dict[str, Any]:
 
 @main.command()
 @pass_cli()
-@click.option("-n", "count", type=click.IntRange(min=1), default=10, show_default=True,
-              help="How many of the next requests to show.")  # fmt: skip
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="How many of the next requests to show.",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of text.")
 def peek(keys: CrawlKeys, target: Target, count: int, as_json: bool) -> None:
     """The next requests in the queue (read-only), and the start entries waiting."""
     head = views.head(target.client, keys, count)  # a sharded crawl: each shard's head, shard by shard
-    rows = [{"id": rid, **(_describe(payload) if payload is not None else {"url": "<payload missing>"})}
-            for rid, payload in head.requests]  # fmt: skip
+    rows = [
+        {"id": rid, **(_describe(payload) if payload is not None else {"url": "<payload missing>"})}
+        for rid, payload in head.requests
+    ]
     queued, entries, waiting = head.queued, head.entries, head.entries_waiting
     if as_json:
         for row in rows:
@@ -132,9 +161,6 @@ def peek(keys: CrawlKeys, target: Target, count: int, as_json: bool) -> None:
 
 
 # -- dead letters: requeue / drop ------------------------------------------------------
-
-
-
 
 
 # -- recurring seeds and their timer ----------------------------------------------------
@@ -157,10 +183,10 @@ def _utc(ms: int | None) -> str:
 @click.option("--every", default=None, metavar="INTERVAL", help="Run every INTERVAL: 90s, 15m, 6h, 1d, 1h30m.")
 @click.option("--cron", default=None, metavar="EXPR", help='A cron schedule, e.g. "10 1 * * *" (01:10 daily).')
 @click.option("--tz", default="UTC", show_default=True, help="Time zone of a --cron schedule.")
-@click.option("--now/--later", "run_now", default=True, show_default=True,
-              help="First run now, or at the first scheduled time.")  # fmt: skip
-def seeds_add(cli: Cli, urls: tuple[str, ...], every: str | None,
-              cron: str | None, tz: str, run_now: bool) -> None:  # fmt: skip
+@click.option(
+    "--now/--later", "run_now", default=True, show_default=True, help="First run now, or at the first scheduled time."
+)
+def seeds_add(cli: Cli, urls: tuple[str, ...], every: str | None, cron: str | None, tz: str, run_now: bool) -> None:
     """Add recurring seeds (URLs or JSON entries); adding one again replaces its schedule.
 
     The timer runs inside the crawl's nodes (one at a time, under a Redis
@@ -181,8 +207,9 @@ def seeds_add(cli: Cli, urls: tuple[str, ...], every: str | None,
         if not run_now:
             first = seed.next_after(redis_ms(target.client))
         book.add(seed, first_run_ms=first)
-        click.echo(f"seed {seed.id}: {starts_url(seed.entry)} ({seed.schedule()}), "
-                   f"first run {_utc(first) if first else 'now'}")  # fmt: skip
+        click.echo(
+            f"seed {seed.id}: {starts_url(seed.entry)} ({seed.schedule()}), first run {_utc(first) if first else 'now'}"
+        )
 
 
 def starts_url(entry: str) -> str:
@@ -198,16 +225,28 @@ def seeds_list(keys: CrawlKeys, target: Target, as_json: bool) -> None:
     """Every seed, its schedule, last and next run (UTC)."""
     book = Seeds(target.client, keys)
     all_, due = book.all(), book.due_times()
-    rows = [{"id": sid, "entry": s.entry, "url": starts_url(s.entry), "schedule": s.schedule(), "every": s.every,
-             "cron": s.cron, "tz": s.tz, "last_run_ms": s.last, "next_run_ms": due.get(sid)}
-            for sid, s in sorted(all_.items(), key=lambda kv: due.get(kv[0], 0))]  # fmt: skip
+    rows = [
+        {
+            "id": sid,
+            "entry": s.entry,
+            "url": starts_url(s.entry),
+            "schedule": s.schedule(),
+            "every": s.every,
+            "cron": s.cron,
+            "tz": s.tz,
+            "last_run_ms": s.last,
+            "next_run_ms": due.get(sid),
+        }
+        for sid, s in sorted(all_.items(), key=lambda kv: due.get(kv[0], 0))
+    ]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     click.echo(f"{len(rows)} seeds in crawl {keys.crawl!r}")
     for r in rows:
-        click.echo(f"  {r['id']}  {r['url']}  {r['schedule']}  last {_utc(r['last_run_ms'])}  "
-                   f"next {_utc(r['next_run_ms'])}")  # fmt: skip
+        click.echo(
+            f"  {r['id']}  {r['url']}  {r['schedule']}  last {_utc(r['last_run_ms'])}  next {_utc(r['next_run_ms'])}"
+        )
 
 
 @seeds.command("remove")
@@ -225,8 +264,9 @@ def seeds_remove(keys: CrawlKeys, target: Target, idents: tuple[str, ...]) -> No
 @main.command()
 @pass_cli()
 @click.option("--once", is_flag=True, help="Fire what is due now and exit.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
-              help="Seconds between checks.")  # fmt: skip
+@click.option(
+    "--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True, help="Seconds between checks."
+)
 def timer(keys: CrawlKeys, target: Target, once: bool, interval: float) -> None:
     """Run the seed timer for a crawl with no node running (nodes run it themselves).
 

@@ -31,8 +31,10 @@ from .common import Cli, fail, main, pass_cli, scrapy_project
 from .feed import _lines
 
 #: What running nodes still do after a forget (said after every change).
-LOCAL_CACHE_NOTE = ("running nodes still filter the URLs they saw recently (their CRAWLPLUG_FP_CACHE) until "
-                    "they restart; a start entry (`crawlplug push`) is crawled even if seen")  # fmt: skip
+LOCAL_CACHE_NOTE = (
+    "running nodes still filter the URLs they saw recently (their CRAWLPLUG_FP_CACHE) until "
+    "they restart; a start entry (`crawlplug push`) is crawled even if seen"
+)
 
 
 def _given(urls: tuple[str, ...], file: TextIO | None) -> list[tuple[str, Request]]:
@@ -65,20 +67,42 @@ def _dead(crawl: Crawl) -> tuple[list[tuple[str, Request]], int]:
 @main.command()
 @pass_cli()
 @click.argument("urls", nargs=-1)
-@click.option("--file", "-f", "file", type=click.File("r", encoding="utf-8"), default=None,
-              help="Read URLs (or JSON entries, as push takes them) from FILE, one per line ('-': standard input).")
-@click.option("--pattern", "patterns", multiple=True, metavar="GLOB",
-              help="Only the URLs matching GLOB (*, ?, [...]; repeatable), of those given and of the dead "
-                   "letters with --from-dead. Fingerprints are one-way hashes: no pattern can be matched "
-                   "against them, only against URLs crawlplug can read.")
+@click.option(
+    "--file",
+    "-f",
+    "file",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help="Read URLs (or JSON entries, as push takes them) from FILE, one per line ('-': standard input).",
+)
+@click.option(
+    "--pattern",
+    "patterns",
+    multiple=True,
+    metavar="GLOB",
+    help="Only the URLs matching GLOB (*, ?, [...]; repeatable), of those given and of the dead "
+    "letters with --from-dead. Fingerprints are one-way hashes: no pattern can be matched "
+    "against them, only against URLs crawlplug can read.",
+)
 @click.option("--from-dead", is_flag=True, help="Also the URLs of the crawl's dead letters.")
-@click.option("--roll", is_flag=True,
-              help="Forget every fingerprint at once: a new generation of the dedup in which every URL is new "
-                   "(the only way a Bloom filter forgets).")
+@click.option(
+    "--roll",
+    is_flag=True,
+    help="Forget every fingerprint at once: a new generation of the dedup in which every URL is new "
+    "(the only way a Bloom filter forgets).",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be forgotten; change nothing.")
 @click.option("--yes", "-y", is_flag=True, help="--roll: do not ask for confirmation.")
-def forget(cli: Cli, urls: tuple[str, ...], file: TextIO | None,
-           patterns: tuple[str, ...], from_dead: bool, roll: bool, dry_run: bool, yes: bool) -> None:  # fmt: skip
+def forget(
+    cli: Cli,
+    urls: tuple[str, ...],
+    file: TextIO | None,
+    patterns: tuple[str, ...],
+    from_dead: bool,
+    roll: bool,
+    dry_run: bool,
+    yes: bool,
+) -> None:
     """Remove URLs' fingerprints from a crawl's dedup, so that they are crawled again when
     they are met again (found as links, pushed, or in the next run of an incremental crawl).
 
@@ -110,8 +134,11 @@ def forget(cli: Cli, urls: tuple[str, ...], file: TextIO | None,
             click.echo(f"crawlplug: note: {unreadable} dead letters are not JSON requests: left out", err=True)
     chosen = [(w, r) for w, r in candidates if not patterns or any(fnmatch.fnmatchcase(r.url, p) for p in patterns)]
     if not chosen:
-        fail(f"no URL to forget ({len(candidates)} given or read, none matching {' or '.join(patterns)})"
-             if patterns else "no URL to forget")  # fmt: skip
+        fail(
+            f"no URL to forget ({len(candidates)} given or read, none matching {' or '.join(patterns)})"
+            if patterns
+            else "no URL to forget"
+        )
     settings = project.settings
     queue = load_queue_class(setting(settings, "CRAWLPLUG_QUEUE_CLASS")).from_settings(settings)
     fingerprint = project.crawler.request_fingerprinter.fingerprint
@@ -126,8 +153,10 @@ def forget(cli: Cli, urls: tuple[str, ...], file: TextIO | None,
         fail(forgetting.BLOOM_CANNOT_FORGET.format(crawl=keys.crawl, kind=done.bloom))
     for (_, request), flag in zip(chosen, done.flags):
         click.echo(f"  {'forgot' if flag == '1' else 'not recorded'}  {request.method} {request.url}")
-    click.echo(f"crawl {keys.crawl!r}: forgot {done.removed} of {len(chosen)} URLs"
-               + (f" ({len(chosen) - done.removed} were not recorded)" if done.removed < len(chosen) else ""))
+    click.echo(
+        f"crawl {keys.crawl!r}: forgot {done.removed} of {len(chosen)} URLs"
+        + (f" ({len(chosen) - done.removed} were not recorded)" if done.removed < len(chosen) else "")
+    )
     if done.removed:
         click.echo(f"crawlplug: {LOCAL_CACHE_NOTE}")
     else:
@@ -138,8 +167,9 @@ def _roll(client: Any, keys: Any, dry_run: bool, yes: bool) -> None:
     if dry_run:
         click.echo(f"crawl {keys.crawl!r}: --roll would forget every fingerprint (dry run: nothing changed)")
         return
-    if not yes and not click.confirm(f"Forget every fingerprint of crawl {keys.crawl!r}? Every URL will be "
-                                     "crawled again when met.", default=False):  # fmt: skip
+    if not yes and not click.confirm(
+        f"Forget every fingerprint of crawl {keys.crawl!r}? Every URL will be crawled again when met.", default=False
+    ):
         fail("nothing forgotten")
     deleted = forgetting.roll(client, keys)
     if not deleted:

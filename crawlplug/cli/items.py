@@ -46,14 +46,30 @@ def items_count(cli: Cli, key: str | None) -> None:
 @items.command("export")
 @pass_cli()
 @click.option("--key", default=None, metavar="KEY", help=_KEY_HELP)
-@click.option("--output", "-o", default="-", metavar="FILE", show_default=True,
-              help="Write the JSON lines to FILE ('-': standard output).")  # fmt: skip
-@click.option("-n", "limit", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Export the first (oldest) N items only; 0: all.")  # fmt: skip
-@click.option("--chunk", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Items read per round trip (LRANGE / XRANGE).")  # fmt: skip
-def items_export(cli: Cli, key: str | None, output: str,
-                 limit: int, chunk: int) -> None:  # fmt: skip
+@click.option(
+    "--output",
+    "-o",
+    default="-",
+    metavar="FILE",
+    show_default=True,
+    help="Write the JSON lines to FILE ('-': standard output).",
+)
+@click.option(
+    "-n",
+    "limit",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Export the first (oldest) N items only; 0: all.",
+)
+@click.option(
+    "--chunk",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Items read per round trip (LRANGE / XRANGE).",
+)
+def items_export(cli: Cli, key: str | None, output: str, limit: int, chunk: int) -> None:
     """Write the items as JSON lines, one item per line, oldest first.
 
     Items are written as stored: the compact JSON of RedisItemPipeline. A

@@ -25,12 +25,14 @@ from .plan import make_plan, plan_options
 @main.command("start")
 @pass_cli(crawl_argument="CRAWL")
 @plan_options
-@click.option("--new-run", is_flag=True,
-              help="Begin a new run now, whatever the state of the last one (a run still running is cut "
-                   "short: recorded as reset; its live nodes join the new run).")  # fmt: skip
+@click.option(
+    "--new-run",
+    is_flag=True,
+    help="Begin a new run now, whatever the state of the last one (a run still running is cut "
+    "short: recorded as reset; its live nodes join the new run).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def start(keys: CrawlKeys, target: Target, new_run: bool, as_json: bool,
-          **kw: Any) -> None:  # fmt: skip
+def start(keys: CrawlKeys, target: Target, new_run: bool, as_json: bool, **kw: Any) -> None:
     """Start CRAWL's nodes on Scrapyd daemons: N jobs on each (schedule.json), one crawl.
 
     Every node gets the settings that make them one crawl: REDIS_URL (the Redis
@@ -47,21 +49,40 @@ def start(keys: CrawlKeys, target: Target, new_run: bool, as_json: bool,
     new = not registry.exists(target.client, keys)
     # launch checks first (the Redis reachable from every daemon, each daemon running the
     # spider, the run's state) and raises having written nothing: a refused start creates nothing
-    out = launch(target.client, keys, plan, by="start",
-                 warn=lambda warning: click.echo(f"crawlplug: warning: {warning}", err=True))
+    out = launch(
+        target.client,
+        keys,
+        plan,
+        by="start",
+        warn=lambda warning: click.echo(f"crawlplug: warning: {warning}", err=True),
+    )
     created = new and registry.register(target.client, keys)  # its job records are its first keys
     if as_json:
-        click.echo(json.dumps({"crawl": keys.crawl, "action": out.action, "run": out.run, "message": out.message,
-                               "jobs": out.jobs, "refused": out.refused, "warnings": out.warnings}, indent=2,
-                              default=str))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "crawl": keys.crawl,
+                    "action": out.action,
+                    "run": out.run,
+                    "message": out.message,
+                    "jobs": out.jobs,
+                    "refused": out.refused,
+                    "warnings": out.warnings,
+                },
+                indent=2,
+                default=str,
+            )
+        )
     else:
         if created:
             click.echo(f"crawl {keys.crawl!r} is new: created it")
         started = len(out.jobs) - len(out.refused)
         click.echo(f"crawl {keys.crawl!r} on {target.safe_url}: {out.message}")
-        click.echo(f"  scheduled {started} node{'s' if started != 1 else ''} on {len(plan.daemons)} Scrapyd "
-                   f"daemon{'s' if len(plan.daemons) != 1 else ''} (spider {plan.spider_name!r}, project "
-                   f"{plan.project!r}):")  # fmt: skip
+        click.echo(
+            f"  scheduled {started} node{'s' if started != 1 else ''} on {len(plan.daemons)} Scrapyd "
+            f"daemon{'s' if len(plan.daemons) != 1 else ''} (spider {plan.spider_name!r}, project "
+            f"{plan.project!r}):"
+        )
         for job in out.jobs:
             state = "refused" if job.get("daemon_state") == "error" else "scheduled"
             click.echo(f"    {ops_jobs.daemon_label(job)}  job {job['id']}  {state}")
@@ -77,13 +98,22 @@ def scrapyd_group() -> None:
 
 @scrapyd_group.command("cancel")
 @pass_cli(crawl_argument="CRAWL")
-@click.option("--grace", type=float, default=30.0, show_default=True,
-              help="Seconds the jobs get to end by themselves before they are cancelled.")  # fmt: skip
+@click.option(
+    "--grace",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds the jobs get to end by themselves before they are cancelled.",
+)
 @click.option("--run", "run_id", type=int, default=None, help="Only the jobs of this run (default: every open job).")
-@click.option("--signal", "sig", default="TERM", show_default=True,
-              help="The signal cancel.json sends a running job (TERM: Scrapy closes cleanly; KILL: at once).")
-def scrapyd_cancel(cli: Cli, grace: float, run_id: int | None,
-                   sig: str) -> None:  # fmt: skip
+@click.option(
+    "--signal",
+    "sig",
+    default="TERM",
+    show_default=True,
+    help="The signal cancel.json sends a running job (TERM: Scrapy closes cleanly; KILL: at once).",
+)
+def scrapyd_cancel(cli: Cli, grace: float, run_id: int | None, sig: str) -> None:
     """Cancel CRAWL's Scrapyd jobs that do not end by themselves within --grace seconds.
 
     Pending jobs are removed from their daemon's queue; running ones are sent

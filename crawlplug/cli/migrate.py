@@ -67,8 +67,9 @@ LIFO_PATHS = ("scrapy_redis.queue.LifoQueue", "scrapy_redis.queue.SpiderStack")
 LEGACY_DUPEFILTER = "crawlplug.legacy.ScrapyRedisDupeFilter"
 
 
-def _frontier(crawler: Any, client: Any, keys: CrawlKeys, queue: Any, shards: int,
-              notes: list[str]) -> tuple[CrawlFrontier, Callable[[], None]]:  # fmt: skip
+def _frontier(
+    crawler: Any, client: Any, keys: CrawlKeys, queue: Any, shards: int, notes: list[str]
+) -> tuple[CrawlFrontier, Callable[[], None]]:
     """The crawl's frontier (sharded as the crawl is) with the dedup strategy of the
     project's DUPEFILTER_CLASS, and what binds that dupefilter to it, as a node of the crawl
     would have it (binding may record the crawl's exact store: called only when the
@@ -80,12 +81,16 @@ def _frontier(crawler: Any, client: Any, keys: CrawlKeys, queue: Any, shards: in
         factory: Any = Dedup
     else:
         if not (isinstance(cls, type) and issubclass(cls, RedisSetDupeFilter)):
-            notes.append(f"DUPEFILTER_CLASS is {path!r}, not crawlplug's: requests are admitted with crawlplug's "
-                         f"exact store (as {LEGACY_DUPEFILTER} and RedisSetDupeFilter use)")  # fmt: skip
+            notes.append(
+                f"DUPEFILTER_CLASS is {path!r}, not crawlplug's: requests are admitted with crawlplug's "
+                f"exact store (as {LEGACY_DUPEFILTER} and RedisSetDupeFilter use)"
+            )
             cls = RedisSetDupeFilter
         if issubclass(cls, ExpiringDupeFilter):
-            notes.append("ExpiringDupeFilter cannot consult scrapy-redis's fingerprints while the crawl runs "
-                         f"(use {LEGACY_DUPEFILTER} until it ends)")  # fmt: skip
+            notes.append(
+                "ExpiringDupeFilter cannot consult scrapy-redis's fingerprints while the crawl runs "
+                f"(use {LEGACY_DUPEFILTER} until it ends)"
+            )
         df = build_from_crawler(cls, crawler)
         factory = df.make_strategy
     frontier = open_frontier(client, keys, shards=shards, queue=queue, dedup_factory=factory)
@@ -119,26 +124,55 @@ def migrate_group() -> None:
 @migrate_group.command("from-scrapy-redis")
 @pass_cli()
 @click.argument("spider")
-@click.option("--source-url", metavar="URL", default=None,
-              help="Redis of the scrapy-redis crawl, when it is not the crawl's own Redis (--redis-url).")
-@click.option("--queue-key", metavar="TEMPLATE", default=None,
-              help="scrapy-redis's queue key. Default: the project's SCHEDULER_QUEUE_KEY, else "
-                   f"{SCRAPY_REDIS_KEYS['SCHEDULER_QUEUE_KEY']!r}.")
-@click.option("--dupefilter-key", metavar="TEMPLATE", default=None,
-              help="scrapy-redis's fingerprint set. Default: the project's SCHEDULER_DUPEFILTER_KEY, else "
-                   f"{SCRAPY_REDIS_KEYS['SCHEDULER_DUPEFILTER_KEY']!r}.")
-@click.option("--start-urls-key", metavar="TEMPLATE", default=None,
-              help="scrapy-redis's start URLs. Default: the project's REDIS_START_URLS_KEY, else "
-                   f"{SCRAPY_REDIS_KEYS['REDIS_START_URLS_KEY']!r}.")
-@click.option("--fingerprints", "function", type=click.Choice(["auto", *FINGERPRINT_FUNCTIONS]), default="auto",
-              show_default=True,
-              help="scrapy-redis's fingerprint function: json (scrapy-redis >= 0.8), concat (<= 0.7), or "
-                   "auto: found from the queued requests.")
+@click.option(
+    "--source-url",
+    metavar="URL",
+    default=None,
+    help="Redis of the scrapy-redis crawl, when it is not the crawl's own Redis (--redis-url).",
+)
+@click.option(
+    "--queue-key",
+    metavar="TEMPLATE",
+    default=None,
+    help="scrapy-redis's queue key. Default: the project's SCHEDULER_QUEUE_KEY, else "
+    f"{SCRAPY_REDIS_KEYS['SCHEDULER_QUEUE_KEY']!r}.",
+)
+@click.option(
+    "--dupefilter-key",
+    metavar="TEMPLATE",
+    default=None,
+    help="scrapy-redis's fingerprint set. Default: the project's SCHEDULER_DUPEFILTER_KEY, else "
+    f"{SCRAPY_REDIS_KEYS['SCHEDULER_DUPEFILTER_KEY']!r}.",
+)
+@click.option(
+    "--start-urls-key",
+    metavar="TEMPLATE",
+    default=None,
+    help="scrapy-redis's start URLs. Default: the project's REDIS_START_URLS_KEY, else "
+    f"{SCRAPY_REDIS_KEYS['REDIS_START_URLS_KEY']!r}.",
+)
+@click.option(
+    "--fingerprints",
+    "function",
+    type=click.Choice(["auto", *FINGERPRINT_FUNCTIONS]),
+    default="auto",
+    show_default=True,
+    help="scrapy-redis's fingerprint function: json (scrapy-redis >= 0.8), concat (<= 0.7), or "
+    "auto: found from the queued requests.",
+)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before unpickling (needed when not run in a terminal).")
 @click.option("--dry-run", is_flag=True, help="Read, unpickle and check everything; write nothing.")
-def from_scrapy_redis(cli: Cli, spider: str, source_url: str | None,
-                      queue_key: str | None, dupefilter_key: str | None, start_urls_key: str | None,
-                      function: str, yes: bool, dry_run: bool) -> None:  # fmt: skip
+def from_scrapy_redis(
+    cli: Cli,
+    spider: str,
+    source_url: str | None,
+    queue_key: str | None,
+    dupefilter_key: str | None,
+    start_urls_key: str | None,
+    function: str,
+    yes: bool,
+    dry_run: bool,
+) -> None:
     """Move scrapy-redis's crawl of SPIDER into a crawlplug crawl.
 
     Its queue (pickled requests, re-fingerprinted and stored as crawlplug's
@@ -151,9 +185,12 @@ def from_scrapy_redis(cli: Cli, spider: str, source_url: str | None,
     s = project.settings
     templates = [
         given or s.get(name) or SCRAPY_REDIS_KEYS[name]
-        for given, name in ((queue_key, "SCHEDULER_QUEUE_KEY"), (dupefilter_key, "SCHEDULER_DUPEFILTER_KEY"),
-                            (start_urls_key, "REDIS_START_URLS_KEY"))
-    ]  # fmt: skip
+        for given, name in (
+            (queue_key, "SCHEDULER_QUEUE_KEY"),
+            (dupefilter_key, "SCHEDULER_DUPEFILTER_KEY"),
+            (start_urls_key, "REDIS_START_URLS_KEY"),
+        )
+    ]
     source_keys = SourceKeys.from_templates(spider, *templates)
     target = _client(cli.redis_url) if cli.redis_url else clients.from_settings(s)
     if not cli.redis_url:
@@ -165,7 +202,9 @@ def from_scrapy_redis(cli: Cli, spider: str, source_url: str | None,
     queue = load_queue_class(setting(s, "CRAWLPLUG_QUEUE_CLASS")).from_settings(s)
     frontier, bind = _frontier(project.crawler, target.client, keys, queue, shards, project.notes)
     migration = ScrapyRedisMigration(
-        source.client, source_keys, frontier,
+        source.client,
+        source_keys,
+        frontier,
         spider_name=spider,
         fingerprinter=project.crawler.request_fingerprinter,
         serializer=serializer_from_settings(s),
@@ -173,21 +212,22 @@ def from_scrapy_redis(cli: Cli, spider: str, source_url: str | None,
         spidercls=project.spidercls,
         lifo=str(s.get("SCHEDULER_QUEUE_CLASS") or "") in LIFO_PATHS,
         function=function,
-    )  # fmt: skip
+    )
     inventory = migration.check()
     _show_plan(spider, source, source_keys, inventory, target, frontier)
     for note in project.notes:
         click.echo(f"note: {note}")
     if not (inventory.queued or inventory.fingerprints or inventory.start_entries):
-        fail(f"nothing to migrate: no scrapy-redis queue, fingerprints or start URLs for spider {spider!r} "
-              f"on {source.safe_url} (another spider name, Redis, or key template?)")  # fmt: skip
+        fail(
+            f"nothing to migrate: no scrapy-redis queue, fingerprints or start URLs for spider {spider!r} "
+            f"on {source.safe_url} (another spider name, Redis, or key template?)"
+        )
     click.echo(WARNING, err=True)
     if not yes:
         if not sys.stdin.isatty():
             fail("not run in a terminal: nothing is unpickled without a confirmation; pass --yes to confirm")
         verb = "Check (dry run)" if dry_run else "Migrate"
-        if not click.confirm(f"{verb}: unpickle {inventory.queued} requests from {source_keys.queue}?",
-                             default=False):  # fmt: skip
+        if not click.confirm(f"{verb}: unpickle {inventory.queued} requests from {source_keys.queue}?", default=False):
             click.echo("Nothing migrated.", err=True)
             raise click.exceptions.Exit(1)
     if shards > 1 and not dry_run:
@@ -198,54 +238,82 @@ def from_scrapy_redis(cli: Cli, spider: str, source_url: str | None,
     _show_report(report, source_keys, keys, target)
 
 
-def _show_plan(spider: str, source: clients.Connection, sk: SourceKeys, inv: Inventory,
-               target: clients.Connection, frontier: CrawlFrontier) -> None:  # fmt: skip
+def _show_plan(
+    spider: str,
+    source: clients.Connection,
+    sk: SourceKeys,
+    inv: Inventory,
+    target: clients.Connection,
+    frontier: CrawlFrontier,
+) -> None:
     names = {"zset": "sorted set", "list": "list", "set": "set", "none": "absent"}
     width = max(len(sk.queue), len(sk.dupefilter), len(sk.start_urls))
     click.echo(f"scrapy-redis crawl of spider {spider!r} on {source.safe_url}:")
     click.echo(f"  {sk.queue.ljust(width)}  {names[inv.queue_type]}, {inv.queued} requests (pickled)")
     click.echo(f"  {sk.dupefilter.ljust(width)}  {inv.fingerprints} fingerprints")
-    click.echo(f"  {sk.start_urls.ljust(width)}  {names.get(inv.start_type, inv.start_type)}, "
-               f"{inv.start_entries} start entries")  # fmt: skip
+    click.echo(
+        f"  {sk.start_urls.ljust(width)}  {names.get(inv.start_type, inv.start_type)}, "
+        f"{inv.start_entries} start entries"
+    )
     st = Crawl.of(frontier).status()
-    click.echo(f"into crawlplug crawl {frontier.keys.crawl!r} on {target.safe_url} "
-               f"({type(frontier.queue).__name__}, {frontier.dedup.mode} dedup): "
-               f"{st['queued']} queued, {st['in_flight']} in flight, {st['seen']} seen now")  # fmt: skip
+    click.echo(
+        f"into crawlplug crawl {frontier.keys.crawl!r} on {target.safe_url} "
+        f"({type(frontier.queue).__name__}, {frontier.dedup.mode} dedup): "
+        f"{st['queued']} queued, {st['in_flight']} in flight, {st['seen']} seen now"
+    )
 
 
 def _show_report(report: Report, sk: SourceKeys, keys: CrawlKeys, target: clients.Connection) -> None:
     head = "dry run, nothing written; would migrate" if report.dry_run else "migrated"
     click.echo(f"{head} into crawl {keys.crawl!r} on {target.safe_url}:")
-    admitted = (f"{report.admitted} to admit" if report.dry_run
-                else f"{report.admitted} admitted, {report.already_seen} already in the crawl")  # fmt: skip
+    admitted = (
+        f"{report.admitted} to admit"
+        if report.dry_run
+        else f"{report.admitted} admitted, {report.already_seen} already in the crawl"
+    )
     click.echo(f"  requests: {report.requests_read} read, {admitted}, {report.skipped_total} skipped")
     for reason, count in report.skipped.most_common(10):
         click.echo(f"    {count:>6}  {reason}")
     if len(report.skipped) > 10:
         click.echo(f"    ... and {len(report.skipped) - 10} other reasons")
     invalid = f", {report.fingerprints_invalid} not hex SHA-1s (ignored)" if report.fingerprints_invalid else ""
-    click.echo(f"  fingerprints: {report.fingerprints_copied} copied{invalid}, function {report.function!r} "
-               f"({report.function_evidence}); {report.fingerprints_total} in the crawl's scrapy-redis set")  # fmt: skip
+    click.echo(
+        f"  fingerprints: {report.fingerprints_copied} copied{invalid}, function {report.function!r} "
+        f"({report.function_evidence}); {report.fingerprints_total} in the crawl's scrapy-redis set"
+    )
     click.echo(f"  start entries: {report.start_entries}")
     for key, backup in report.backups.items():
-        click.echo(f"  backup: {key} renamed to {backup}"
-                   + (" (the skipped entries are there)" if key == sk.queue and report.skipped_total else ""))
+        click.echo(
+            f"  backup: {key} renamed to {backup}"
+            + (" (the skipped entries are there)" if key == sk.queue and report.skipped_total else "")
+        )
     for key, count in report.late_writes.items():
-        click.echo(f"crawlplug: warning: {count} entries were written to {key} while migrating: a scrapy-redis "
-                   "node is still running? Stop it, then migrate again (nothing is admitted twice)", err=True)
+        click.echo(
+            f"crawlplug: warning: {count} entries were written to {key} while migrating: a scrapy-redis "
+            "node is still running? Stop it, then migrate again (nothing is admitted twice)",
+            err=True,
+        )
     if report.refused_globals:
-        click.echo(f"crawlplug: warning: {sum(report.refused_globals.values())} entries named globals outside the "
-                   f"allow-list ({', '.join(sorted(report.refused_globals))}); nothing of them was run", err=True)
+        click.echo(
+            f"crawlplug: warning: {sum(report.refused_globals.values())} entries named globals outside the "
+            f"allow-list ({', '.join(sorted(report.refused_globals))}); nothing of them was run",
+            err=True,
+        )
     if not report.dry_run and report.fingerprints_total:
-        click.echo(f"next: crawl with DUPEFILTER_CLASS = {LEGACY_DUPEFILTER!r} until this crawl ends, so that "
-                   "pages scrapy-redis already scheduled are not fetched again (docs/migrating.md)")  # fmt: skip
+        click.echo(
+            f"next: crawl with DUPEFILTER_CLASS = {LEGACY_DUPEFILTER!r} until this crawl ends, so that "
+            "pages scrapy-redis already scheduled are not fetched again (docs/migrating.md)"
+        )
 
 
 @migrate_group.command("seen-to-hash")
 @pass_cli()
-@click.option("--capacity", type=int, default=None,
-              help="URLs the compact store is begun with buckets for (it splits buckets as it grows). "
-                   "Default: the set's size.")
+@click.option(
+    "--capacity",
+    type=int,
+    default=None,
+    help="URLs the compact store is begun with buckets for (it splits buckets as it grows). Default: the set's size.",
+)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (needed when not run in a terminal).")
 @click.option("--dry-run", is_flag=True, help="Say what would be moved; change nothing.")
 def seen_to_hash(keys: CrawlKeys, target: Target, capacity: int | None, yes: bool, dry_run: bool) -> None:
@@ -267,8 +335,10 @@ def seen_to_hash(keys: CrawlKeys, target: Target, capacity: int | None, yes: boo
     if live:
         fail(f"crawl {keys.crawl!r} has {len(live)} live node(s) ({', '.join(sorted(live)[:3])}): stop them first")
     spec = SplitSpec.for_capacity(capacity or size)
-    click.echo(f"crawl {keys.crawl!r}: {size} fingerprints in its set, in {len(parts)} part(s); compact store "
-               f"begun with {1 << spec.level} buckets (split as it grows)")  # fmt: skip
+    click.echo(
+        f"crawl {keys.crawl!r}: {size} fingerprints in its set, in {len(parts)} part(s); compact store "
+        f"begun with {1 << spec.level} buckets (split as it grows)"
+    )
     if dry_run:
         click.echo("dry run: nothing changed")
         return
@@ -276,5 +346,7 @@ def seen_to_hash(keys: CrawlKeys, target: Target, capacity: int | None, yes: boo
         fail("nothing moved")
     bind_hash_parts(frontier, spec)
     done = migrate_set(frontier)
-    click.echo(f"crawl {keys.crawl!r}: {done['copied']} fingerprints moved into the compact store "
-               f"({done['already']} were there already); its set deleted")  # fmt: skip
+    click.echo(
+        f"crawl {keys.crawl!r}: {done['copied']} fingerprints moved into the compact store "
+        f"({done['already']} were there already); its set deleted"
+    )

@@ -16,8 +16,10 @@ _TEXT_COLUMNS = frozenset({"node", "domain", "site", "field", "versions", "error
 def _lines(rep: dict) -> list[str]:
     run = rep["run"]
     where = "its nodes' stats in Redis" if run["source"] == "live" else "the node stats kept when it ended"
-    lines = [f"report of crawl {rep['crawl']!r}, run {run['id'] if run['id'] is not None else '-'} "
-             f"({run['state']}), from {where}: {len(rep['nodes'])} node{'s' * (len(rep['nodes']) != 1)}"]  # fmt: skip
+    lines = [
+        f"report of crawl {rep['crawl']!r}, run {run['id'] if run['id'] is not None else '-'} "
+        f"({run['state']}), from {where}: {len(rep['nodes'])} node{'s' * (len(rep['nodes']) != 1)}"
+    ]
     if rep["note"]:
         lines.append(f"  ({rep['note']})")
         return lines
@@ -38,14 +40,23 @@ def _lines(rep: dict) -> list[str]:
 
 @main.command()
 @pass_cli(crawl_argument="[CRAWL]")
-@click.option("--run", "run", type=click.IntRange(min=1), default=None,
-              help="An ended run (the node stats of the last 20 are kept); default: the current run.")  # fmt: skip
+@click.option(
+    "--run",
+    "run",
+    type=click.IntRange(min=1),
+    default=None,
+    help="An ended run (the node stats of the last 20 are kept); default: the current run.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as one JSON object.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print one table as CSV (--table).")
-@click.option("--table", type=click.Choice(sorted(run_report.COLUMNS)), default="domains", show_default=True,
-              help="With --csv: node x domain, node x site, or per field.")  # fmt: skip
-def report(cli: Cli, run: int | None, as_json: bool,
-           as_csv: bool, table: str) -> None:  # fmt: skip
+@click.option(
+    "--table",
+    type=click.Choice(sorted(run_report.COLUMNS)),
+    default="domains",
+    show_default=True,
+    help="With --csv: node x domain, node x site, or per field.",
+)
+def report(cli: Cli, run: int | None, as_json: bool, as_csv: bool, table: str) -> None:
     """Per node: pages, items, errors by kind, success rate and mean response time of each
     domain; pages, items and errors of each site definition, and each field's filled,
     missing, invalid and defaulted counts.

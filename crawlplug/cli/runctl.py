@@ -34,8 +34,9 @@ _LIMIT_OPTIONS = (
 
 def _limit_options(func: Any) -> Any:
     for name, kind, text in reversed(_LIMIT_OPTIONS):
-        func = click.option(f"--{name}", type=kind, default=None, metavar="N" if name != "timeout" else "S",
-                            help=f"{text} 0: no limit.")(func)  # fmt: skip
+        func = click.option(
+            f"--{name}", type=kind, default=None, metavar="N" if name != "timeout" else "S", help=f"{text} 0: no limit."
+        )(func)
     return func
 
 
@@ -70,14 +71,19 @@ def _no_run(keys: CrawlKeys) -> None:
 
 @main.command()
 @pass_cli(crawl_argument="CRAWL")
-@click.option("--drain", is_flag=True, help="Admit no new requests and let the queue run out first; the run then "
-                                            "ends as stopped.")  # fmt: skip
-@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="Seconds the run's Scrapyd jobs (crawlplug start) get to end by themselves before they are "
-                   "cancelled (cancel.json); not with --drain.")  # fmt: skip
+@click.option(
+    "--drain", is_flag=True, help="Admit no new requests and let the queue run out first; the run then ends as stopped."
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds the run's Scrapyd jobs (crawlplug start) get to end by themselves before they are "
+    "cancelled (cancel.json); not with --drain.",
+)
 @click.option("--no-cancel", is_flag=True, help="Leave the run's Scrapyd jobs alone.")
-def stop(keys: CrawlKeys, target: Target, drain: bool, grace: float,
-         no_cancel: bool) -> None:  # fmt: skip
+def stop(keys: CrawlKeys, target: Target, drain: bool, grace: float, no_cancel: bool) -> None:
     """Stop the current run of CRAWL (not a pause: see `crawlplug pause`).
 
     Every node finishes what it is downloading, gives back what it has not
@@ -92,8 +98,9 @@ def stop(keys: CrawlKeys, target: Target, drain: bool, grace: float,
     --grace seconds are cancelled on their daemon (a waiting job is removed, a
     running one sent TERM); a drained run's jobs end by themselves.
     """
-    out = control.stop(target.client, keys, by=control.operator("crawlplug stop" + (" --drain" if drain else "")),
-                       drain=drain)  # fmt: skip
+    out = control.stop(
+        target.client, keys, by=control.operator("crawlplug stop" + (" --drain" if drain else "")), drain=drain
+    )
     crawl_name = keys.crawl
     if out.outcome == "none":
         _no_run(keys)
@@ -102,30 +109,40 @@ def stop(keys: CrawlKeys, target: Target, drain: bool, grace: float,
             click.echo(f"run {out.run} of crawl {crawl_name!r} was already stopped{_ended_how(target, keys)}")
             return
         if out.state == "draining" and drain:
-            click.echo(f"run {out.run} of crawl {crawl_name!r} is already draining; `crawlplug stop {crawl_name}` "
-                       "stops it now")  # fmt: skip
+            click.echo(
+                f"run {out.run} of crawl {crawl_name!r} is already draining; `crawlplug stop {crawl_name}` stops it now"
+            )
             return
-        hint = {"finished": "it is finished", "limit": f"it ended by a limit{_ended_how(target, keys)}",
-                "starting": "a node is beginning it: try again in a moment"}.get(out.state, out.state)  # fmt: skip
+        hint = {
+            "finished": "it is finished",
+            "limit": f"it ended by a limit{_ended_how(target, keys)}",
+            "starting": "a node is beginning it: try again in a moment",
+        }.get(out.state, out.state)
         fail(f"run {out.run} of crawl {crawl_name!r} was not stopped: {hint}")
     st = Crawl(target.client, keys).status()
     live = _live(target, keys)
     one = live == 1
     nodes = f"{live} live node{'' if one else 's'}"
     if drain:
-        click.echo(f"run {out.run} of crawl {crawl_name!r} is draining: {nodes} {'admits' if one else 'admit'} no "
-                   f"new requests (from {'its' if one else 'their'} next heartbeat) and {'crawls' if one else 'crawl'} "
-                   f"the {st['queued']} queued and {st['in_flight']} in flight; then the run ends as stopped and "
-                   f"{'it closes' if one else 'they close'} with 'stopped'. Nodes started meanwhile exit.")  # fmt: skip
+        click.echo(
+            f"run {out.run} of crawl {crawl_name!r} is draining: {nodes} {'admits' if one else 'admit'} no "
+            f"new requests (from {'its' if one else 'their'} next heartbeat) and {'crawls' if one else 'crawl'} "
+            f"the {st['queued']} queued and {st['in_flight']} in flight; then the run ends as stopped and "
+            f"{'it closes' if one else 'they close'} with 'stopped'. Nodes started meanwhile exit."
+        )
         return
-    click.echo(f"run {out.run} of crawl {crawl_name!r} stopped: {nodes} {'finishes' if one else 'finish'} what "
-               f"{'it downloads' if one else 'they download'}, {'gives' if one else 'give'} back what "
-               f"{'it has' if one else 'they have'} not started and {'closes' if one else 'close'} with 'stopped'; "
-               f"{st['queued']} requests stay queued. Nodes started later exit until `crawlplug continue "
-               f"{crawl_name}` (the run goes on) or `crawlplug new-run {crawl_name}`.")  # fmt: skip
+    click.echo(
+        f"run {out.run} of crawl {crawl_name!r} stopped: {nodes} {'finishes' if one else 'finish'} what "
+        f"{'it downloads' if one else 'they download'}, {'gives' if one else 'give'} back what "
+        f"{'it has' if one else 'they have'} not started and {'closes' if one else 'close'} with 'stopped'; "
+        f"{st['queued']} requests stay queued. Nodes started later exit until `crawlplug continue "
+        f"{crawl_name}` (the run goes on) or `crawlplug new-run {crawl_name}`."
+    )
     if not no_cancel and ops_jobs.open_jobs(target.client, keys, run=out.run):
-        click.echo(f"waiting up to {grace:g} s for the run's Scrapyd jobs to end by themselves, then cancelling the "
-                   "rest (--grace, --no-cancel)")  # fmt: skip
+        click.echo(
+            f"waiting up to {grace:g} s for the run's Scrapyd jobs to end by themselves, then cancelling the "
+            "rest (--grace, --no-cancel)"
+        )
         for line in ops_jobs.cancel_jobs(target.client, keys, grace=grace, run=out.run).lines():
             click.echo(line)
 
@@ -148,20 +165,30 @@ def continue_(keys: CrawlKeys, target: Target, **limits: float | None) -> None:
     if out.outcome == "reached":
         done = _counts(target, keys)
         option = {v[2]: k for k, v in control.LIMITS.items()}.get(out.reached, "pages")
-        fail(f"run {out.run} of crawl {crawl_name!r} was not continued: its limit {out.reached} is still reached "
-             f"({out.limits.text()}; done: {done['pages']} pages, {done['items']} items, {done['errors']} spider "
-             f"errors, {done['seconds']} s): raise it, e.g. `crawlplug continue {crawl_name} --{option} N`, "
-             "or drop it with 0")  # fmt: skip
+        fail(
+            f"run {out.run} of crawl {crawl_name!r} was not continued: its limit {out.reached} is still reached "
+            f"({out.limits.text()}; done: {done['pages']} pages, {done['items']} items, {done['errors']} spider "
+            f"errors, {done['seconds']} s): raise it, e.g. `crawlplug continue {crawl_name} --{option} N`, "
+            "or drop it with 0"
+        )
     if not out.ok:
-        hint = {"running": "it is running", "finished": "it is finished: a node that starts begins a new run",
-                "starting": "a node is beginning it"}.get(out.state, out.state)  # fmt: skip
+        hint = {
+            "running": "it is running",
+            "finished": "it is finished: a node that starts begins a new run",
+            "starting": "a node is beginning it",
+        }.get(out.state, out.state)
         fail(f"run {out.run} of crawl {crawl_name!r} has nothing to continue: {hint}")
     queued = Crawl(target.client, keys).status()["queued"]
     live = _live(target, keys)
-    nodes = (f"{live} live node{'s' if live != 1 else ''} go on (admitting new requests again if it was draining)"
-             if live else "no node is live: start nodes, they join it")  # fmt: skip
-    click.echo(f"run {out.run} of crawl {crawl_name!r} continues (limits: {out.limits.text()}); {queued} requests "
-               f"queued; {nodes}.")  # fmt: skip
+    nodes = (
+        f"{live} live node{'s' if live != 1 else ''} go on (admitting new requests again if it was draining)"
+        if live
+        else "no node is live: start nodes, they join it"
+    )
+    click.echo(
+        f"run {out.run} of crawl {crawl_name!r} continues (limits: {out.limits.text()}); {queued} requests "
+        f"queued; {nodes}."
+    )
 
 
 @main.command("new-run")
@@ -176,25 +203,34 @@ def new_run(keys: CrawlKeys, target: Target) -> None:
         _no_run(keys)
     if not out.ok:
         if out.state == "finished":
-            click.echo(f"run {out.run} of crawl {crawl_name!r} is finished: the next node that starts begins a new "
-                       "run anyway")  # fmt: skip
+            click.echo(
+                f"run {out.run} of crawl {crawl_name!r} is finished: the next node that starts begins a new run anyway"
+            )
             return
-        fail(f"run {out.run} of crawl {crawl_name!r} is {out.state}: stop it first (`crawlplug stop {crawl_name}`), "
-             "then ask for a new run")  # fmt: skip
+        fail(
+            f"run {out.run} of crawl {crawl_name!r} is {out.state}: stop it first (`crawlplug stop {crawl_name}`), "
+            "then ask for a new run"
+        )
     ended = {"limit": "ended by a limit"}.get(out.state, out.state)
-    click.echo(f"run {out.run} of crawl {crawl_name!r} stays {ended}; the next node that starts begins run "
-               f"{out.run + 1} (what run {out.run} left queued is dropped then)")  # fmt: skip
+    click.echo(
+        f"run {out.run} of crawl {crawl_name!r} stays {ended}; the next node that starts begins run "
+        f"{out.run + 1} (what run {out.run} left queued is dropped then)"
+    )
 
 
 @main.command()
 @pass_cli(crawl_argument="CRAWL")
 @_limit_options
-@click.option("--domain-pages", type=click.IntRange(min=0), default=None, metavar="N",
-              help="Most pages of one domain admitted in a run (per-domain queue; overrides CRAWLPLUG_DOMAIN_PAGES). "
-                   "0: back to the nodes' setting.")  # fmt: skip
+@click.option(
+    "--domain-pages",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Most pages of one domain admitted in a run (per-domain queue; overrides CRAWLPLUG_DOMAIN_PAGES). "
+    "0: back to the nodes' setting.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def limits(keys: CrawlKeys, target: Target, domain_pages: int | None, as_json: bool,
-           **given: float | None) -> None:  # fmt: skip
+def limits(keys: CrawlKeys, target: Target, domain_pages: int | None, as_json: bool, **given: float | None) -> None:
     """Show, or change, the crawl-wide limits of the current run of CRAWL.
 
     The run takes them from its nodes' CLOSESPIDER_* settings when it begins
@@ -208,8 +244,10 @@ def limits(keys: CrawlKeys, target: Target, domain_pages: int | None, as_json: b
         if out.outcome == "none":
             _no_run(keys)
         if not out.ok:
-            fail(f"run {out.run} of crawl {keys.crawl!r} is {out.state}: its limits no longer matter (the next run "
-                 "takes its nodes' settings)")  # fmt: skip
+            fail(
+                f"run {out.run} of crawl {keys.crawl!r} is {out.state}: its limits no longer matter (the next run "
+                "takes its nodes' settings)"
+            )
     if domain_pages is not None:
         control.set_domain_pages(target.client, keys, domain_pages)
     view = runs.view(target.client, keys)
@@ -219,10 +257,24 @@ def limits(keys: CrawlKeys, target: Target, domain_pages: int | None, as_json: b
     done = _counts(target, keys)
     cap = control.domain_pages(target.client, keys)
     if as_json:
-        click.echo(json.dumps({"crawl": keys.crawl, "run": view.id, "state": view.state,
-                               "limits": {"pages": in_force.pages, "items": in_force.items, "errors": in_force.errors,
-                                          "timeout": in_force.timeout},
-                               "done": done, "domain_pages": cap}, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "crawl": keys.crawl,
+                    "run": view.id,
+                    "state": view.state,
+                    "limits": {
+                        "pages": in_force.pages,
+                        "items": in_force.items,
+                        "errors": in_force.errors,
+                        "timeout": in_force.timeout,
+                    },
+                    "done": done,
+                    "domain_pages": cap,
+                },
+                indent=2,
+            )
+        )
         return
     click.echo(f"run {view.id} of crawl {keys.crawl!r} ({view.state}): crawl-wide limits {in_force.text()}")
     seconds = f", {done['seconds']} s since it began" if done["seconds"] is not None else ""

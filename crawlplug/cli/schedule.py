@@ -55,15 +55,22 @@ def schedule_group() -> None:
 
 @schedule_group.command("add")
 @pass_cli(crawl_argument="CRAWL")
-@click.option("--cron", required=True,
-              help="When: five fields (minute hour day month weekday: '0 2 * * *' is 02:00 every day), or six "
-                   "with seconds last ('* * * * * */30': every 30 seconds).")  # fmt: skip
+@click.option(
+    "--cron",
+    required=True,
+    help="When: five fields (minute hour day month weekday: '0 2 * * *' is 02:00 every day), or six "
+    "with seconds last ('* * * * * */30': every 30 seconds).",
+)
 @click.option("--tz", default="UTC", show_default=True, help="The time zone the cron expression is read in.")
-@click.option("--name", "schedule_name", default="default", show_default=True,
-              help="The schedule's name (a crawl may have several; the same name replaces it).")  # fmt: skip
+@click.option(
+    "--name",
+    "schedule_name",
+    default="default",
+    show_default=True,
+    help="The schedule's name (a crawl may have several; the same name replaces it).",
+)
 @plan_options
-def schedule_add(keys: CrawlKeys, target: Target, cron: str, tz: str,
-                 schedule_name: str, **kw: Any) -> None:  # fmt: skip
+def schedule_add(keys: CrawlKeys, target: Target, cron: str, tz: str, schedule_name: str, **kw: Any) -> None:
     """Start a NEW run of CRAWL at the times of --cron, on the --scrapyd daemons.
 
     At each time the leading `crawlplug control` process begins a new run (the
@@ -82,10 +89,12 @@ def schedule_add(keys: CrawlKeys, target: Target, cron: str, tz: str,
     new = schedules.add(target.client, keys, spec)
     if created:
         click.echo(f"crawl {keys.crawl!r} is new: created it")
-    click.echo(f"{'added' if new else 'replaced'} schedule {schedule_name!r} of crawl {keys.crawl!r}: cron "
-               f"'{cron}' ({tz}), {plan.nodes_per_host} node{'s' if plan.nodes_per_host != 1 else ''} on each of "
-               f"{len(plan.daemons)} Scrapyd daemon{'s' if len(plan.daemons) != 1 else ''}; next run "
-               f"{utc(spec['next'])}")  # fmt: skip
+    click.echo(
+        f"{'added' if new else 'replaced'} schedule {schedule_name!r} of crawl {keys.crawl!r}: cron "
+        f"'{cron}' ({tz}), {plan.nodes_per_host} node{'s' if plan.nodes_per_host != 1 else ''} on each of "
+        f"{len(plan.daemons)} Scrapyd daemon{'s' if len(plan.daemons) != 1 else ''}; next run "
+        f"{utc(spec['next'])}"
+    )
     click.echo("  it is fired by `crawlplug control` (run it next to Redis; several may run, one fires)")
 
 
@@ -122,9 +131,11 @@ def schedule_list(cli: Cli, as_json: bool) -> None:
                 click.echo(f"  {crawl_name}/{spec_name}: unreadable ({spec['unreadable']!r}): delete it")
                 continue
             plan = spec.get("plan") or {}
-            click.echo(f"  {crawl_name}/{spec_name}  cron '{spec.get('cron')}' ({spec.get('tz')})  next "
-                       f"{utc(spec.get('next'))}  {plan.get('nodes_per_host')} x {len(plan.get('daemons') or [])} "
-                       f"daemons")  # fmt: skip
+            click.echo(
+                f"  {crawl_name}/{spec_name}  cron '{spec.get('cron')}' ({spec.get('tz')})  next "
+                f"{utc(spec.get('next'))}  {plan.get('nodes_per_host')} x {len(plan.get('daemons') or [])} "
+                f"daemons"
+            )
             click.echo(f"    {_last(spec)}")
 
 
@@ -142,19 +153,43 @@ def schedule_delete(keys: CrawlKeys, target: Target, schedule_name: str) -> None
 @main.command("control")
 @pass_cli()
 @click.option("--tick", type=float, default=TICK, show_default=True, help="Seconds between two looks at the schedules.")
-@click.option("--lease", type=float, default=LEASE, show_default=True,
-              help="Seconds a leader's lease lasts unless renewed: how soon another process takes over "
-                   "from one that died.")  # fmt: skip
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
-              help="Serve every crawl's Prometheus metrics at http://HOST:PORT/metrics (0: any free port, "
-                   "printed). Off unless given.")  # fmt: skip
+@click.option(
+    "--lease",
+    type=float,
+    default=LEASE,
+    show_default=True,
+    help="Seconds a leader's lease lasts unless renewed: how soon another process takes over from one that died.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve every crawl's Prometheus metrics at http://HOST:PORT/metrics (0: any free port, "
+    "printed). Off unless given.",
+)
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics listen on.")
-@click.option("--top-domains", type=click.IntRange(0, 10_000), default=defaults.SETTINGS["CRAWLPLUG_METRICS_TOP_DOMAINS"][0],
-              show_default=True, help="Domains with labels of their own in the metrics; the rest are 'other'.")  # fmt: skip
-@click.option("--dashboard-url", default="", envvar="CRAWLPLUG_DASHBOARD_URL",
-              help="The dashboard's address, linked from alert notifications (also CRAWLPLUG_DASHBOARD_URL).")  # fmt: skip
-def control(cli: Cli, tick: float, lease: float, metrics_port: int | None,
-            metrics_host: str, top_domains: int, dashboard_url: str) -> None:  # fmt: skip
+@click.option(
+    "--top-domains",
+    type=click.IntRange(0, 10_000),
+    default=defaults.SETTINGS["CRAWLPLUG_METRICS_TOP_DOMAINS"][0],
+    show_default=True,
+    help="Domains with labels of their own in the metrics; the rest are 'other'.",
+)
+@click.option(
+    "--dashboard-url",
+    default="",
+    envvar="CRAWLPLUG_DASHBOARD_URL",
+    help="The dashboard's address, linked from alert notifications (also CRAWLPLUG_DASHBOARD_URL).",
+)
+def control(
+    cli: Cli,
+    tick: float,
+    lease: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    top_domains: int,
+    dashboard_url: str,
+) -> None:
     """The control process: fires every crawl's scheduled runs and evaluates its alert
     rules (crawlplug alerts); with --metrics-port it serves their Prometheus metrics.
     Run it next to Redis.
@@ -182,10 +217,14 @@ def control(cli: Cli, tick: float, lease: float, metrics_port: int | None,
             server, _ = start_http_server(metrics_port, metrics_host, registry=reg)
         except OSError as exc:
             fail(f"cannot serve the metrics on {metrics_host}:{metrics_port}: {exc.strerror or exc}")
-        click.echo(f"crawlplug control: Prometheus metrics at http://{metrics_host}:{server.server_port}/metrics",
-                   err=True)  # fmt: skip
-    click.echo(f"crawlplug control {proc.owner} on {target.safe_url}: firing the scheduled runs and evaluating the "
-               "alert rules of every crawl (Ctrl-C stops)", err=True)  # fmt: skip
+        click.echo(
+            f"crawlplug control: Prometheus metrics at http://{metrics_host}:{server.server_port}/metrics", err=True
+        )
+    click.echo(
+        f"crawlplug control {proc.owner} on {target.safe_url}: firing the scheduled runs and evaluating the "
+        "alert rules of every crawl (Ctrl-C stops)",
+        err=True,
+    )
     try:
         proc.run()
     except KeyboardInterrupt:

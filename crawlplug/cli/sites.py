@@ -45,6 +45,7 @@ def _need_sites() -> None:
     if _MISSING is not None:
         fail(f"site definitions need crawlplug's [sites] extra ({_MISSING}): pip install 'crawlplug[sites]'")
 
+
 _REDIS_HELP = "Redis holding the definitions (default: REDIS_URL, else the project's embedded Redis)."
 
 
@@ -64,9 +65,11 @@ def _store(target: Target) -> tuple[SiteStore, str]:
 
 
 def _summary(site: Any) -> str:
-    return (f"{len(expand_start_urls(site))} start URLs, steps {' -> '.join(s.name for s in site.steps)} "
-            f"(detail: {site.detail_step}), {len(site.fields)} fields "
-            f"({sum(f.required for f in site.fields.values())} required)")  # fmt: skip
+    return (
+        f"{len(expand_start_urls(site))} start URLs, steps {' -> '.join(s.name for s in site.steps)} "
+        f"(detail: {site.detail_step}), {len(site.fields)} fields "
+        f"({sum(f.required for f in site.fields.values())} required)"
+    )
 
 
 @click.group("sites")
@@ -138,20 +141,26 @@ def sites_list(target: Target, as_json: bool) -> None:
     rows = []
     for stored in store.all():
         doc = stored.doc
-        rows.append({
-            "name": stored.name, "version": stored.version, "source": stored.source,
-            "stored_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stored.stored_at)),
-            "steps": [s.get("name") for s in doc.get("steps", []) if isinstance(s, dict)],
-            "fields": list(doc.get("fields", {}) or {}),
-        })  # fmt: skip
+        rows.append(
+            {
+                "name": stored.name,
+                "version": stored.version,
+                "source": stored.source,
+                "stored_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stored.stored_at)),
+                "steps": [s.get("name") for s in doc.get("steps", []) if isinstance(s, dict)],
+                "fields": list(doc.get("fields", {}) or {}),
+            }
+        )
     if as_json:
         click.echo(json.dumps({"redis": where, "sites": rows}, indent=2))
         return
     click.echo(f"{len(rows)} site definitions on {where}")
     for row in rows:
-        click.echo(f"  {row['name']}  version {row['version']}  stored {row['stored_at']}"
-                   f"{'  from ' + row['source'] if row['source'] else ''}  "
-                   f"steps {' -> '.join(map(str, row['steps']))}  {len(row['fields'])} fields")  # fmt: skip
+        click.echo(
+            f"  {row['name']}  version {row['version']}  stored {row['stored_at']}"
+            f"{'  from ' + row['source'] if row['source'] else ''}  "
+            f"steps {' -> '.join(map(str, row['steps']))}  {len(row['fields'])} fields"
+        )
 
 
 @sites.command("show")
@@ -166,12 +175,24 @@ def sites_show(target: Target, name: str, as_json: bool) -> None:
         known = ", ".join(store.names()) or "none"
         fail(f"no site {name!r} stored on {where} (stored: {known})")
     if as_json:
-        click.echo(json.dumps({"name": stored.name, "version": stored.version, "source": stored.source,
-                               "stored_at": stored.stored_at, "definition": stored.doc}, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "name": stored.name,
+                    "version": stored.version,
+                    "source": stored.source,
+                    "stored_at": stored.stored_at,
+                    "definition": stored.doc,
+                },
+                indent=2,
+            )
+        )
         return
-    click.echo(f"# site {stored.name!r} version {stored.version}, stored "
-               f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(stored.stored_at))}"
-               f"{' from ' + stored.source if stored.source else ''}")  # fmt: skip
+    click.echo(
+        f"# site {stored.name!r} version {stored.version}, stored "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(stored.stored_at))}"
+        f"{' from ' + stored.source if stored.source else ''}"
+    )
     click.echo(yaml.safe_dump(stored.doc, sort_keys=False, allow_unicode=True, width=100).rstrip())
 
 
@@ -189,15 +210,21 @@ def sites_delete(target: Target, name: str) -> None:
 @sites.command("try")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.argument("url")
-@click.option("--step", default=None, metavar="NAME",
-              help="The step the page is a page of (default: show the fields and every step's links).")  # fmt: skip
+@click.option(
+    "--step",
+    default=None,
+    metavar="NAME",
+    help="The step the page is a page of (default: show the fields and every step's links).",
+)
 @click.option("--base-url", default=None, metavar="URL", help="As -a base_url=URL: the host relative URLs are on.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=30.0, show_default=True,
-              help="Seconds to wait for the page.")  # fmt: skip
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=30.0, show_default=True, help="Seconds to wait for the page."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the whole trial as JSON (every link).")
 @click.option("--verbose", "-v", is_flag=True, help="Show Scrapy's log (INFO) while fetching.")
-def sites_try(file: str, url: str, step: str | None, base_url: str | None, timeout: float, as_json: bool,
-              verbose: bool) -> None:  # fmt: skip
+def sites_try(
+    file: str, url: str, step: str | None, base_url: str | None, timeout: float, as_json: bool, verbose: bool
+) -> None:
     """Fetch URL through Scrapy with the project's settings and run FILE's definition on it.
 
     Shows the fields it extracts and, for a missing one, why (the selector matched
@@ -213,9 +240,16 @@ def sites_try(file: str, url: str, step: str | None, base_url: str | None, timeo
         site, doc = load_file(file, pipelines=pipelines)
         if base_url:
             site = site.with_base_url(base_url)
-        result = site_fetch.try_definition(site, url, settings=get_project_settings(), version=version_of(doc),
-                                           origin=str(file), step=step, timeout=timeout,
-                                           log_level="INFO" if verbose else "ERROR")  # fmt: skip
+        result = site_fetch.try_definition(
+            site,
+            url,
+            settings=get_project_settings(),
+            version=version_of(doc),
+            origin=str(file),
+            step=step,
+            timeout=timeout,
+            log_level="INFO" if verbose else "ERROR",
+        )
     except CrawlplugError as exc:
         fail(str(exc))
     if as_json:

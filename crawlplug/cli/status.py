@@ -47,17 +47,40 @@ def _status_report(target: Target, keys: CrawlKeys, since_ms: int | None = None)
         began = crawl_history.began(target.client, keys)
         later = began is not None and start < began < snap["now_ms"]
         # minute or hour records: items and errors too (the 10 s series has neither)
-        past = crawl_history.history(target.client, keys, since_ms=began if later else start,
-                                     until_ms=snap["now_ms"], finest="minute")  # fmt: skip
+        past = crawl_history.history(
+            target.client, keys, since_ms=began if later else start, until_ms=snap["now_ms"], finest="minute"
+        )
         if later:
             past["began"], past["asked_seconds"] = began, since_ms // 1000
     return {
         "crawl": keys.crawl,
         "redis": target.safe_url,
         "embedded": target.embedded,
-        **{k: snap[k] for k in ("run", "paused", "queued", "start_urls", "in_flight", "seen", "done", "failed", "dead",
-                                "domains", "shards", "redis_memory", "pages_per_min", "pages_last_min",
-                                "net_drain_per_min", "eta_seconds", "eta_text", "rate", "held", "history")},
+        **{
+            k: snap[k]
+            for k in (
+                "run",
+                "paused",
+                "queued",
+                "start_urls",
+                "in_flight",
+                "seen",
+                "done",
+                "failed",
+                "dead",
+                "domains",
+                "shards",
+                "redis_memory",
+                "pages_per_min",
+                "pages_last_min",
+                "net_drain_per_min",
+                "eta_seconds",
+                "eta_text",
+                "rate",
+                "held",
+                "history",
+            )
+        },
         "stats": snap["counters"],
         "scrapy_stats": snap["scrapy_stats"],
         "sites": outcomes.outcomes(snap["scrapy_stats"]),
@@ -66,7 +89,7 @@ def _status_report(target: Target, keys: CrawlKeys, since_ms: int | None = None)
         "exists": (exists := registry.exists(target.client, keys)),
         "known_crawls": None if exists else registry.known_crawls(target.client, keys.prefix),
         **({"since": past} if past is not None else {}),
-    }  # fmt: skip
+    }
 
 
 def _nodes_summary(report: dict[str, Any]) -> str:
@@ -87,28 +110,37 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"run {run['id']}: {run['state']}, started {when(run.get('started'))}{ended}")
         limits = run.get("limits") or {}
         if limits:
-            shown = ", ".join(f"{value:g} s" if name == "timeout" else f"{value} {name}" for name, value in limits.items())
+            shown = ", ".join(
+                f"{value:g} s" if name == "timeout" else f"{value} {name}" for name, value in limits.items()
+            )
             lines.append(f"limits (crawl-wide, `crawlplug limits`): {shown}")
         if run.get("state") == "stopped":
-            lines.append(f"STOPPED by {run.get('by') or '?'}: nodes started now exit (`crawlplug continue "
-                         f"{report['crawl']}` or `crawlplug new-run {report['crawl']}`)")  # fmt: skip
+            lines.append(
+                f"STOPPED by {run.get('by') or '?'}: nodes started now exit (`crawlplug continue "
+                f"{report['crawl']}` or `crawlplug new-run {report['crawl']}`)"
+            )
         elif run.get("state") == "draining":
             lines.append("DRAINING: no new requests are admitted; the run stops when the queue has run out")
     if report.get("paused"):
         lines.append(f"PAUSED by {report['paused'].get('by', '?')} (crawlplug resume to go on)")
     mem = report.get("redis_memory") or {}
     if mem.get("nearly_full"):
-        lines.append(f"WARNING: Redis uses {mem['ratio']:.0%} of its maxmemory ({mem['policy']}): when full it "
-                     "refuses new requests and the nodes wait")
+        lines.append(
+            f"WARNING: Redis uses {mem['ratio']:.0%} of its maxmemory ({mem['policy']}): when full it "
+            "refuses new requests and the nodes wait"
+        )
     if report.get("held"):
         lines.append(f"WAITING: {report['held']['text']}")
     if report.get("shards"):
         per = " ".join(f"{sh['queued']}/{sh['in_flight']}" for sh in report["shards"])
         lines.append(f"{len(report['shards'])} shards (CRAWLPLUG_SHARDS), queued/in flight per shard: {per}")
     rows: list[tuple[str, Any]] = [
-        ("queued", report["queued"]), ("in flight", report["in_flight"]), ("done", report["done"]),
-        ("seen", report["seen"]), ("dead", report["dead"]),
-    ]  # fmt: skip
+        ("queued", report["queued"]),
+        ("in flight", report["in_flight"]),
+        ("done", report["done"]),
+        ("seen", report["seen"]),
+        ("dead", report["dead"]),
+    ]
     if report["failed"] is not None:
         rows.append(("failed", report["failed"]))
     if report["start_urls"]:
@@ -131,11 +163,21 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
     lines += [f"  {_node_line(n)}" for n in report["nodes"]]
     if report.get("since") is not None:
         lines += _history_lines(report["since"])
-    if not any((report["queued"], report["in_flight"], report["seen"], report["dead"], report["stats"],
-                report["nodes"], report["start_urls"])):  # fmt: skip
+    if not any(
+        (
+            report["queued"],
+            report["in_flight"],
+            report["seen"],
+            report["dead"],
+            report["stats"],
+            report["nodes"],
+            report["start_urls"],
+        )
+    ):
         known = ", ".join(repr(c) for c in report.get("known_crawls") or []) or "none"
-        lines.append(f"(nothing is stored for crawl {report['crawl']!r} on this Redis: is --crawl right? "
-                     f"Known crawls: {known})")
+        lines.append(
+            f"(nothing is stored for crawl {report['crawl']!r} on this Redis: is --crawl right? Known crawls: {known})"
+        )
     return lines
 
 
@@ -154,8 +196,10 @@ def _history_lines(points: dict[str, Any]) -> list[str]:
         over = f"since the crawl began, {crawl_status.duration(seconds)} ago (of the last {asked_text} asked)"
     else:
         over = f"last {crawl_history.span(seconds) if seconds % 60 == 0 else crawl_status.duration(seconds)}"
-    head = (f"history, {over}: {totals['done']:,} pages, {totals['items']:,} items, {totals['errors']:,} errors, "
-            f"{totals['admitted']:,} admitted")  # fmt: skip
+    head = (
+        f"history, {over}: {totals['done']:,} pages, {totals['items']:,} items, {totals['errors']:,} errors, "
+        f"{totals['admitted']:,} admitted"
+    )
     if not rows or all(r["done"] is None for r in rows):
         return [head, "  (no record in this range: no node was running, or it ran before the history was kept)"]
     lines = [f"{head}; {crawl_history.describe_step(points, rows[0]['points'])}"]
@@ -163,17 +207,22 @@ def _history_lines(points: dict[str, Any]) -> list[str]:
     stamp = "%m-%d %H:%M" if long else "%H:%M"
     names = ("done", "items", "errors", "admitted", "queued", "in_flight", "dead", "nodes")
     labels = ("pages", "items", "errors", "admitted", "queued", "in flight", "dead", "nodes")
-    cells = [[time.strftime(stamp, time.localtime(r["t"] / 1000))]
-             + ["-" if r[n] is None else f"{r[n]:,}" for n in names] for r in rows]  # fmt: skip
+    cells = [
+        [time.strftime(stamp, time.localtime(r["t"] / 1000))] + ["-" if r[n] is None else f"{r[n]:,}" for n in names]
+        for r in rows
+    ]
     header = ["from", *labels]
     widths = [max(len(str(c[i])) for c in [header, *cells]) for i in range(len(header))]
-    fmt = lambda c: "  " + "  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(c, widths)))
+    fmt = lambda c: (
+        "  " + "  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(c, widths)))
+    )
     lines += [fmt(header), *(fmt(c) for c in cells)]
     rates = [v for v in points["pages_per_min"] if v is not None]
     if rates:
         per = {"10s": "10 s point", "minute": "minute", "hour": "hour"}[points["step"]]
-        lines.append(f"  pages/min {_spark([round(v) for v in rates])}  (a bar per {per} with a record, "
-                     f"top {max(rates):,.0f})")  # fmt: skip
+        lines.append(
+            f"  pages/min {_spark([round(v) for v in rates])}  (a bar per {per} with a record, top {max(rates):,.0f})"
+        )
     return lines
 
 
@@ -190,27 +239,42 @@ def _status_view(report: dict[str, Any]) -> Any:
     from rich.table import Table  # noqa: PLC0415
 
     counts = Table.grid(padding=(0, 2))
-    for label, key in (("queued", "queued"), ("in flight", "in_flight"), ("done", "done"), ("seen", "seen"),
-                       ("dead", "dead"), ("failed", "failed"), ("start entries", "start_urls")):  # fmt: skip
+    for label, key in (
+        ("queued", "queued"),
+        ("in flight", "in_flight"),
+        ("done", "done"),
+        ("seen", "seen"),
+        ("dead", "dead"),
+        ("failed", "failed"),
+        ("start entries", "start_urls"),
+    ):
         if report.get(key) is not None:
             counts.add_row(label, str(report[key]))
     total = report["done"] + report["queued"] + report["in_flight"] + report["start_urls"]
     eta = report["eta_seconds"]
     eta_text = "done" if eta == 0 else (crawl_status.duration(eta) if eta is not None else "unknown")
-    head = (f"crawl [bold]{report['crawl']}[/] on {report['redis']}   {report['rate']['text']}   "
-            f"ETA {eta_text}   {_nodes_summary(report)}")  # fmt: skip
+    head = (
+        f"crawl [bold]{report['crawl']}[/] on {report['redis']}   {report['rate']['text']}   "
+        f"ETA {eta_text}   {_nodes_summary(report)}"
+    )
     if report.get("held"):
         head += f"\n[yellow]{report['held']['text']}[/]"
     bar = Table.grid(padding=(0, 1))
-    bar.add_row(ProgressBar(total=max(total, 1), completed=report["done"], width=50),
-                f"{report['done']}/{total}")  # fmt: skip
+    bar.add_row(ProgressBar(total=max(total, 1), completed=report["done"], width=50), f"{report['done']}/{total}")
     hist = report["history"]["acked"]
     nodes = Table("node", "host", "pid", "pages/min", "leases", "heartbeat", "state", box=None)
     for n in report["nodes"]:
         age = n["heartbeat_age"]
         state = n["state_text"] if n["state"] == "live" else f"[red]{n['state_text']}[/]"
-        nodes.add_row(n["id"], n["host"], str(n.get("pid", "")), str(n.get("pages_per_min", "")),
-                      str(n.get("leases", "")), f"{age:.1f}s ago" if age is not None else "-", state)  # fmt: skip
+        nodes.add_row(
+            n["id"],
+            n["host"],
+            str(n.get("pid", "")),
+            str(n.get("pages_per_min", "")),
+            str(n.get("leases", "")),
+            f"{age:.1f}s ago" if age is not None else "-",
+            state,
+        )
     return Group(head, bar, counts, f"pages/min, last {len(hist)} min: {_spark(hist)}", nodes)
 
 
@@ -218,14 +282,23 @@ def _status_view(report: dict[str, Any]) -> Any:
 @pass_cli()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--watch", "-w", is_flag=True, help="Redraw live, with progress bars, until Ctrl-C.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
-              help="Seconds between redraws with --watch.")  # fmt: skip
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    help="Seconds between redraws with --watch.",
+)
 @click.option("--count", type=click.IntRange(min=1), default=None, help="With --watch: stop after N redraws.")
-@click.option("--since", "since", metavar="DURATION", default=None,
-              help="Also show the crawl's history over the last DURATION (6h, 90m, 2d; per minute for a "
-                   "day, per hour for a month).")  # fmt: skip
-def status(cli: Cli, as_json: bool, watch: bool, interval: float,
-           count: int | None, since: str | None) -> None:  # fmt: skip
+@click.option(
+    "--since",
+    "since",
+    metavar="DURATION",
+    default=None,
+    help="Also show the crawl's history over the last DURATION (6h, 90m, 2d; per minute for a "
+    "day, per hour for a month).",
+)
+def status(cli: Cli, as_json: bool, watch: bool, interval: float, count: int | None, since: str | None) -> None:
     """Counts, rate, ETA, counters and nodes of the crawl.
 
     Queued and in-flight requests, pages done, fingerprints seen, dead letters,
@@ -271,13 +344,17 @@ def purge(keys: CrawlKeys, target: Target, yes: bool) -> None:
     """
     st = Crawl(target.client, keys).status()
     live = len(_alive(target, st["nodes"]))
-    what = (f"crawl {keys.crawl!r} on {target.safe_url} ({st['queued']} queued, {st['in_flight']} in flight, "
-            f"{st['seen']} seen, {st['dead']} dead, and the history of its runs)")  # fmt: skip
+    what = (
+        f"crawl {keys.crawl!r} on {target.safe_url} ({st['queued']} queued, {st['in_flight']} in flight, "
+        f"{st['seen']} seen, {st['dead']} dead, and the history of its runs)"
+    )
     if live:
-        nodes = (f"{live} node{'s are' if live != 1 else ' is'} live: each drops what it holds of this crawl "
-                 "(in-flight pages and their links, its fingerprint cache) at its next call to Redis, and "
-                 "stays, joining the crawl afresh (a worker waits for new start entries; others finish "
-                 "once nothing is pushed)")  # fmt: skip
+        nodes = (
+            f"{live} node{'s are' if live != 1 else ' is'} live: each drops what it holds of this crawl "
+            "(in-flight pages and their links, its fingerprint cache) at its next call to Redis, and "
+            "stays, joining the crawl afresh (a worker waits for new start entries; others finish "
+            "once nothing is pushed)"
+        )
     else:
         nodes = "no node is live"
     if yes:

@@ -37,9 +37,15 @@ def _summary(counts: dict[str, Any]) -> str:
     parts = [f"{counts['requests']} requests"]
     if counts.get("leased"):
         parts[0] += f" ({counts['leased']} in flight, queued again on import)"
-    for name, label in (("start_entries", "start entries"), ("dead", "dead letters"), ("seeds", "seeds"),
-                        ("domains", "domains"), ("fingerprints", "fingerprints"), ("bloom_keys", "Bloom keys"),
-                        ("bf_chunks", "native Bloom chunks")):  # fmt: skip
+    for name, label in (
+        ("start_entries", "start entries"),
+        ("dead", "dead letters"),
+        ("seeds", "seeds"),
+        ("domains", "domains"),
+        ("fingerprints", "fingerprints"),
+        ("bloom_keys", "Bloom keys"),
+        ("bf_chunks", "native Bloom chunks"),
+    ):
         if counts.get(name):
             parts.append(f"{counts[name]} {label}")
     return ", ".join(parts)
@@ -47,8 +53,14 @@ def _summary(counts: dict[str, Any]) -> str:
 
 @main.command("export")
 @pass_cli()
-@click.option("--output", "-o", metavar="FILE", default="-", show_default=True,
-              help="Write to FILE ('-': standard output). Written whole or not at all.")  # fmt: skip
+@click.option(
+    "--output",
+    "-o",
+    metavar="FILE",
+    default="-",
+    show_default=True,
+    help="Write to FILE ('-': standard output). Written whole or not at all.",
+)
 def export_command(cli: Cli, output: str) -> None:
     """Write the crawl's queue, leases, dedup state, start entries, seeds, dead
     letters, per-domain limits and counters as JSON lines (a summary goes to stderr).
@@ -90,13 +102,18 @@ def export_command(cli: Cli, output: str) -> None:
         where = output
     click.echo(f"exported crawl {keys.crawl!r} from {target.safe_url} to {where}: {_summary(counts)}", err=True)
     if counts["live_nodes"]:
-        click.echo(f"crawlplug: warning: {counts['live_nodes']} node(s) of crawl {keys.crawl!r} are live: this "
-                   "export is not a consistent snapshot; stop them first (a graceful stop hands their leases "
-                   "back)", err=True)  # fmt: skip
+        click.echo(
+            f"crawlplug: warning: {counts['live_nodes']} node(s) of crawl {keys.crawl!r} are live: this "
+            "export is not a consistent snapshot; stop them first (a graceful stop hands their leases "
+            "back)",
+            err=True,
+        )
     if counts["not_exported"]:
-        click.echo(f"not exported: {', '.join(counts['not_exported'])}"
-                   + (" (scraped items: use `crawlplug items export`)" if "items" in counts["not_exported"] else ""),
-                   err=True)  # fmt: skip
+        click.echo(
+            f"not exported: {', '.join(counts['not_exported'])}"
+            + (" (scraped items: use `crawlplug items export`)" if "items" in counts["not_exported"] else ""),
+            err=True,
+        )
 
 
 @main.command("import")
@@ -133,8 +150,9 @@ def _import(cli: Cli, file: TextIO, replace: bool, yes: bool) -> None:
         if existing:
             if stdin:
                 fail("--replace with standard input needs --yes (the confirmation would read the input)")
-            question = (f"Delete crawl {keys.crawl!r} on {target.safe_url} ({existing} keys) and replace it "
-                        f"with {file.name}?")  # fmt: skip
+            question = (
+                f"Delete crawl {keys.crawl!r} on {target.safe_url} ({existing} keys) and replace it with {file.name}?"
+            )
             if not click.confirm(question, default=False):
                 click.echo("Nothing imported.", err=True)
                 raise click.exceptions.Exit(1)

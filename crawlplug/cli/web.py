@@ -44,21 +44,37 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            fail(f"port {port} on {host} is already in use (another dashboard?): give another one with "
-                  "--port N, or --port 0 for any free port")  # fmt: skip
+            fail(
+                f"port {port} on {host} is already in use (another dashboard?): give another one with "
+                "--port N, or --port 0 for any free port"
+            )
         fail(f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}")
     return sock
 
 
 @main.command()
 @pass_cli()
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (loopback by default; 0.0.0.0 exposes it to your network).")  # fmt: skip
-@click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True,
-              help="Port to listen on (0: any free port, printed at start).")  # fmt: skip
-@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
-              help="Answer requests for this host name too (repeatable; *.example.com allowed; also "
-                   f"{HOSTS_ENVVAR}). By default only 127.0.0.1, localhost, [::1] and the --host address.")  # fmt: skip
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (loopback by default; 0.0.0.0 exposes it to your network).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8642,
+    show_default=True,
+    help="Port to listen on (0: any free port, printed at start).",
+)
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Answer requests for this host name too (repeatable; *.example.com allowed; also "
+    f"{HOSTS_ENVVAR}). By default only 127.0.0.1, localhost, [::1] and the --host address.",
+)
 def dashboard(cli: Cli, host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
     """Serve the live dashboard of a crawl (pages, and a JSON API under /api).
 
@@ -88,14 +104,24 @@ def dashboard(cli: Cli, host: str, port: int, allow_hosts: tuple[str, ...]) -> N
     mode = "actions need the token" if token else f"read-only (set {TOKEN_ENVVAR} to allow actions)"
     click.echo(f"crawlplug dashboard of crawl {keys.crawl!r} on http://{shown}:{port}/  ({mode})", err=True)
     if not registry.exists(target.client, keys):  # started before the crawl's first node, or misspelt
-        click.echo(f"note: {registry.unknown_crawl_message(target.client, keys)}: it shows the crawl once "
-                   "a node (or `crawlplug push`) creates it", err=True)  # fmt: skip
+        click.echo(
+            f"note: {registry.unknown_crawl_message(target.client, keys)}: it shows the crawl once "
+            "a node (or `crawlplug push`) creates it",
+            err=True,
+        )
     if "*" in hosts:
         click.echo("warning: --allow-host '*': any Host header is answered (no DNS-rebinding protection)", err=True)
     else:
         click.echo(f"answering Host: {', '.join(hosts)} (others get 400; --allow-host adds one)", err=True)
     if not is_loopback(host):
-        click.echo(f"warning: {host} is not a loopback address: anyone who can reach it can read the crawl's "
-                   "state" + (", and the token crosses the network in clear text (plain HTTP): put a "
-                              "TLS-terminating proxy in front" if token else ""), err=True)  # fmt: skip
+        click.echo(
+            f"warning: {host} is not a loopback address: anyone who can reach it can read the crawl's "
+            "state"
+            + (
+                ", and the token crosses the network in clear text (plain HTTP): put a TLS-terminating proxy in front"
+                if token
+                else ""
+            ),
+            err=True,
+        )
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

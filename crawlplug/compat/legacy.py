@@ -217,8 +217,7 @@ def load(client: redis.Redis, keys: CrawlKeys) -> ScrapyRedisFingerprints | None
     expected = meta.get("count")
     if expected is not None and expected.isdigit() and int(expected) != len(values):
         raise ConfigError(
-            f"{packed_key(keys)} holds {len(values)} fingerprints, its meta says {expected}; "
-            "run the migration again"
+            f"{packed_key(keys)} holds {len(values)} fingerprints, its meta says {expected}; run the migration again"
         )
     return ScrapyRedisFingerprints(values, meta.get("function", "json"))
 
@@ -257,14 +256,17 @@ def merge(client: redis.Redis, keys: CrawlKeys, values: Iterable[int], function:
     sources = [x for x in meta.get("source", "").split(", ") if x]
     if source not in sources:
         sources.append(source)
-    store(client, keys, packed, {
-        "function": function,
-        "source": ", ".join(sources),
-        "migrated_at": int(time.time()),
-    })  # fmt: skip
+    store(
+        client,
+        keys,
+        packed,
+        {
+            "function": function,
+            "source": ", ".join(sources),
+            "migrated_at": int(time.time()),
+        },
+    )
     return len(packed) // PREFIX_BYTES
-
-
 
 
 # -- the dupefilters ------------------------------------------------------------------------
@@ -283,8 +285,9 @@ class ScrapyRedisSeen:
             logger.info(
                 "crawlplug: crawl %r has no fingerprints migrated from scrapy-redis; %s "
                 "deduplicates with crawlplug's own state only",
-                frontier.keys.crawl, type(self).__name__,
-            )  # fmt: skip
+                frontier.keys.crawl,
+                type(self).__name__,
+            )
             return
         self._sentinel_arg = self.strategy.argument(SENTINEL)  # type: ignore[attr-defined]
         # the marker must be in the dedup state before any request maps to it: in
@@ -294,8 +297,10 @@ class ScrapyRedisSeen:
         logger.info(
             "crawlplug: %d fingerprints of scrapy-redis (%s function) are consulted before "
             "admission (%.1f MB in memory)",
-            len(self.legacy), self.legacy.function, len(self.legacy) * PREFIX_BYTES / 1e6,
-        )  # fmt: skip
+            len(self.legacy),
+            self.legacy.function,
+            len(self.legacy) * PREFIX_BYTES / 1e6,
+        )
 
     def bind_plain(self, frontier: CrawlFrontier) -> None:
         """Bind as the plain crawlplug dupefilter, without the migrated fingerprints

@@ -79,7 +79,6 @@ READ_BATCH = 1000
 DETECT_SAMPLE = 200
 
 
-
 @dataclass(frozen=True)
 class SourceKeys:
     """scrapy-redis's keys of one spider (templates filled in)."""
@@ -172,7 +171,9 @@ class ScrapyRedisMigration:
         function: str = "auto",
     ) -> None:
         if function != "auto" and function not in legacy.FINGERPRINT_FUNCTIONS:
-            raise ConfigError(f"unknown fingerprint function {function!r}: auto, {', '.join(legacy.FINGERPRINT_FUNCTIONS)}")
+            raise ConfigError(
+                f"unknown fingerprint function {function!r}: auto, {', '.join(legacy.FINGERPRINT_FUNCTIONS)}"
+            )
         self.source_client = source_client
         self.source = source
         self.frontier = frontier
@@ -204,7 +205,9 @@ class ScrapyRedisMigration:
         inv = self.inventory()
         k = self.source
         if inv.queue_type not in ("zset", "list", "none"):
-            raise MigrationError(f"{k.queue} is a Redis {inv.queue_type}, not a scrapy-redis queue (sorted set or list)")
+            raise MigrationError(
+                f"{k.queue} is a Redis {inv.queue_type}, not a scrapy-redis queue (sorted set or list)"
+            )
         kind = _type(self.source_client, k.dupefilter)
         if kind not in ("set", "none"):
             raise MigrationError(f"{k.dupefilter} is a Redis {kind}, not a scrapy-redis fingerprint set")
@@ -238,9 +241,13 @@ class ScrapyRedisMigration:
             logger.info(
                 "crawlplug: migrated scrapy-redis's %s into crawl %r: %d requests admitted, %d skipped, "
                 "%d fingerprints, %d start entries",
-                self.source.queue, self.frontier.keys.crawl, report.admitted, report.skipped_total,
-                report.fingerprints_copied, report.start_entries,
-            )  # fmt: skip
+                self.source.queue,
+                self.frontier.keys.crawl,
+                report.admitted,
+                report.skipped_total,
+                report.fingerprints_copied,
+                report.start_entries,
+            )
         return report
 
     def _freeze(self, key: str, report: Report) -> str:

@@ -43,10 +43,19 @@ SCRAPY_REDIS_QUEUES = {
 }
 
 #: scrapy-redis settings that crawlplug does not read but that are real names (no misspelling).
-SCRAPY_REDIS_OTHER_NAMES = frozenset({
-    "DUPEFILTER_CLASS", "SCHEDULER_DUPEFILTER_CLASS", "SCHEDULER_SERIALIZER", "REDIS_CLS", "REDIS_DECODE_RESPONSES",
-    "REDIS_ITEMS_SERIALIZER", "DUPEFILTER_KEY",
-})  # fmt: skip
+SCRAPY_REDIS_OTHER_NAMES = frozenset(
+    {
+        "DUPEFILTER_CLASS",
+        "SCHEDULER_DUPEFILTER_CLASS",
+        "SCHEDULER_SERIALIZER",
+        "REDIS_CLS",
+        "REDIS_DECODE_RESPONSES",
+        "REDIS_ITEMS_SERIALIZER",
+        "DUPEFILTER_KEY",
+    }
+)
+
+
 def scrapy_redis_value(settings: BaseSettings, name: str) -> Any:
     """The value scrapy-redis's setting gives crawlplug's ``name``; None if it gives none.
 
@@ -97,26 +106,41 @@ def scrapy_redis_notes(settings: BaseSettings) -> list[tuple[int, str]]:
     notes: list[tuple[int, str]] = []
     persist = settings.get("SCHEDULER_PERSIST")
     if persist is not None and not settings.getbool("SCHEDULER_PERSIST"):
-        notes.append((logging.INFO, (
-            "SCHEDULER_PERSIST=False (scrapy-redis) is followed as crawlplug's runs do it: a new run, "
-            "started after a finished one, starts without the old fingerprints; but a closing node never "
-            "deletes the queue or fingerprints that other nodes, and an interrupted run, still need"
-        )))  # fmt: skip
+        notes.append(
+            (
+                logging.INFO,
+                (
+                    "SCHEDULER_PERSIST=False (scrapy-redis) is followed as crawlplug's runs do it: a new run, "
+                    "started after a finished one, starts without the old fingerprints; but a closing node never "
+                    "deletes the queue or fingerprints that other nodes, and an interrupted run, still need"
+                ),
+            )
+        )
     if settings.get("CRAWLPLUG_CRAWL_ID") is None:
         for name in ("SCHEDULER_QUEUE_KEY", "SCHEDULER_DUPEFILTER_KEY"):
             value = settings.get(name)
             if value and value != SCRAPY_REDIS_KEYS[name]:
-                notes.append((logging.WARNING, (
-                    f"{name}={value!r} (scrapy-redis) does not name crawlplug's keys: they are "
-                    "crawlplug:{<crawl>}:..., the crawl being CRAWLPLUG_CRAWL_ID, else the spider's name. "
-                    "If this template kept crawls apart on one Redis, give each its own "
-                    "CRAWLPLUG_CRAWL_ID (`crawlplug migrate from-scrapy-redis` reads the old keys from it)"
-                )))  # fmt: skip
+                notes.append(
+                    (
+                        logging.WARNING,
+                        (
+                            f"{name}={value!r} (scrapy-redis) does not name crawlplug's keys: they are "
+                            "crawlplug:{<crawl>}:..., the crawl being CRAWLPLUG_CRAWL_ID, else the spider's name. "
+                            "If this template kept crawls apart on one Redis, give each its own "
+                            "CRAWLPLUG_CRAWL_ID (`crawlplug migrate from-scrapy-redis` reads the old keys from it)"
+                        ),
+                    )
+                )
     if settings.get("SCHEDULER_SERIALIZER"):
-        notes.append((logging.INFO, (
-            f"SCHEDULER_SERIALIZER={settings.get('SCHEDULER_SERIALIZER')!r} (scrapy-redis) is not used: "
-            "crawlplug stores requests as JSON (CRAWLPLUG_SERIALIZER)"
-        )))  # fmt: skip
+        notes.append(
+            (
+                logging.INFO,
+                (
+                    f"SCHEDULER_SERIALIZER={settings.get('SCHEDULER_SERIALIZER')!r} (scrapy-redis) is not used: "
+                    "crawlplug stores requests as JSON (CRAWLPLUG_SERIALIZER)"
+                ),
+            )
+        )
     return notes
 
 
@@ -129,5 +153,3 @@ def log_scrapy_redis_notes(settings: BaseSettings) -> None:
         if message not in _noted:
             _noted.add(message)
             logger.log(level, "crawlplug: %s", message)
-
-

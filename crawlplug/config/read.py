@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+
 def setting(settings: BaseSettings, name: str, kind: str = "get") -> Any:
     """A crawlplug setting; unset, scrapy-redis's name for it, else its documented default."""
     if settings.get(name) is None:
@@ -92,7 +93,7 @@ def misspelt_settings(settings: BaseSettings) -> list[tuple[str, str | None, str
                 meant = "CRAWLPLUG_CRAWL_ID" if name == "CRAWLPLUG_CRAWL" else None
                 out.append((name, meant, f"{name} is ignored as a setting: it is {NOT_SETTINGS[name]}"))
                 continue
-            close = difflib.get_close_matches(name[len(_PREFIX):], [n[len(_PREFIX):] for n in ours], 1, _OURS_CUTOFF)
+            close = difflib.get_close_matches(name[len(_PREFIX) :], [n[len(_PREFIX) :] for n in ours], 1, _OURS_CUTOFF)
             meant = _PREFIX + close[0] if close else None
             hint = f"did you mean {meant}?" if meant else "no crawlplug setting is close to it (docs/settings.md)"
             out.append((name, meant, f"{name} is not a crawlplug setting and is ignored: {hint}"))
@@ -122,8 +123,10 @@ START_KEY = re.compile(r"start_urls(?::[A-Za-z0-9_.-]{1,64})?")
 def start_key(name: Any) -> str:
     """``name`` if it names one of a crawl's start-entry lists, else a ConfigError saying what does."""
     if not isinstance(name, str) or not START_KEY.fullmatch(name):
-        raise ConfigError(f"{name!r} is not a start-entry key of a crawl: use 'start_urls' or "
-                          "'start_urls:<lane>' (letters, digits, '_', '.', '-')")  # fmt: skip
+        raise ConfigError(
+            f"{name!r} is not a start-entry key of a crawl: use 'start_urls' or "
+            "'start_urls:<lane>' (letters, digits, '_', '.', '-')"
+        )
     return name
 
 
@@ -179,8 +182,11 @@ class SchedulerConfig:
             )
         if self.max_deliveries < 1:
             raise ConfigError(f"CRAWLPLUG_MAX_DELIVERIES must be at least 1, got {self.max_deliveries}")
-        for name, value in (("CRAWLPLUG_BATCH_SIZE", self.batch_size), ("CRAWLPLUG_PREFETCH", self.prefetch),
-                            ("CRAWLPLUG_START_BATCH", self.start_batch)):  # fmt: skip
+        for name, value in (
+            ("CRAWLPLUG_BATCH_SIZE", self.batch_size),
+            ("CRAWLPLUG_PREFETCH", self.prefetch),
+            ("CRAWLPLUG_START_BATCH", self.start_batch),
+        ):
             if value < 1:
                 raise ConfigError(f"{name} must be at least 1, got {value}")
         if self.for_run is not None and self.for_run < 1:
@@ -207,7 +213,8 @@ class SchedulerConfig:
             fp_cache=setting(s, "CRAWLPLUG_FP_CACHE", "getint"),
             start_batch=setting(s, "CRAWLPLUG_START_BATCH", "getint"),
             seeds=setting(s, "CRAWLPLUG_SEEDS", "getbool"),
-            incremental=None if setting(s, "CRAWLPLUG_INCREMENTAL") is None
+            incremental=None
+            if setting(s, "CRAWLPLUG_INCREMENTAL") is None
             else setting(s, "CRAWLPLUG_INCREMENTAL", "getbool"),
             start_keys=start_keys(setting(s, "CRAWLPLUG_START_KEYS", "getlist")),
             for_run=_run_id(s.get("CRAWLPLUG_FOR_RUN")),

@@ -109,8 +109,9 @@ class Limits:
             except (TypeError, ValueError):
                 return 0.0
 
-        return cls(int(number("lim_pages")), int(number("lim_items")), int(number("lim_errors")),
-                   number("lim_timeout") / 1000)  # fmt: skip
+        return cls(
+            int(number("lim_pages")), int(number("lim_items")), int(number("lim_errors")), number("lim_timeout") / 1000
+        )
 
     def items_text(self) -> list[str]:
         out = []
@@ -129,8 +130,11 @@ class Limits:
 
     def differs(self, other: Limits) -> list[str]:
         """The settings of ``self`` (a node's) that ``other`` (the run's) does not hold."""
-        return [LIMITS[f.name][1] for f in fields(self)
-                if getattr(self, f.name) and getattr(self, f.name) != getattr(other, f.name)]  # fmt: skip
+        return [
+            LIMITS[f.name][1]
+            for f in fields(self)
+            if getattr(self, f.name) and getattr(self, f.name) != getattr(other, f.name)
+        ]
 
 
 def from_settings(settings: BaseSettings) -> Limits:
@@ -173,9 +177,17 @@ def operator(command: str) -> str:
     return f"{command} ({user}@{socket.gethostname()})"
 
 
-def _call(client: redis.Redis, keys: CrawlKeys, action: str, *, run_id: int | None = None, by: str = "",
-          arg: Mapping[str, object] | None = None, mode: str = "set",
-          scripts: Scripts | None = None) -> Outcome:  # fmt: skip
+def _call(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    action: str,
+    *,
+    run_id: int | None = None,
+    by: str = "",
+    arg: Mapping[str, object] | None = None,
+    mode: str = "set",
+    scripts: Scripts | None = None,
+) -> Outcome:
     scripts = scripts or Scripts(client)
     raw = scripts.runctl(
         keys=[keys.run, keys.runs, keys.stats],
@@ -185,8 +197,9 @@ def _call(client: redis.Redis, keys: CrawlKeys, action: str, *, run_id: int | No
     return Outcome(text(raw[0]), text(raw[1]), int(raw[2]), limits, text(raw[4]))
 
 
-def apply(client: redis.Redis, keys: CrawlKeys, run_id: int, limits: Limits, *, by: str,
-          scripts: Scripts | None = None) -> Outcome:  # fmt: skip
+def apply(
+    client: redis.Redis, keys: CrawlKeys, run_id: int, limits: Limits, *, by: str, scripts: Scripts | None = None
+) -> Outcome:
     """A node's limits, written to run ``run_id`` where it has none yet (the run keeps those it
     began with); returns the limits in force."""
     return _call(client, keys, "limits", run_id=run_id, by=by, arg=limits.run_fields(), mode="nx", scripts=scripts)

@@ -67,8 +67,14 @@ class Crawl:
     """The control plane of crawl ``keys`` on ``client`` over ``parts`` (the crawl's own key
     set, then each shard's; by default as the crawl recorded them)."""
 
-    def __init__(self, client: redis.Redis, keys: CrawlKeys, *, parts: Sequence[CrawlKeys] | None = None,
-                 scripts: Scripts | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: CrawlKeys,
+        *,
+        parts: Sequence[CrawlKeys] | None = None,
+        scripts: Scripts | None = None,
+    ) -> None:
         self.client = client
         self.keys = keys
         self._parts = list(parts) if parts is not None else None
@@ -156,12 +162,21 @@ class Crawl:
         pipe.execute()
 
     # -- the run ---------------------------------------------------------------------
-    def finish_run(self, run_id: int, *, node_id: str, epoch: int | str, lanes: Sequence[str] = (),
-                   reason: str = "finished") -> tuple[str, int | None]:  # fmt: skip
+    def finish_run(
+        self, run_id: int, *, node_id: str, epoch: int | str, lanes: Sequence[str] = (), reason: str = "finished"
+    ) -> tuple[str, int | None]:
         """Record run ``run_id`` as ended if the crawl is done (lua/finish.lua): ("finished",
         ended ms), ("busy", None) when work or a producer appeared, or (state, None)."""
-        return runs.finish(self.client, self.keys, node_id=node_id, run_id=run_id, epoch=epoch, reason=reason,
-                           scripts=self.scripts, lanes=lanes)  # fmt: skip
+        return runs.finish(
+            self.client,
+            self.keys,
+            node_id=node_id,
+            run_id=run_id,
+            epoch=epoch,
+            reason=reason,
+            scripts=self.scripts,
+            lanes=lanes,
+        )
 
     def counter(self, name: str) -> int:
         """One of the run's counters in the crawl's own stats (start_taken, items, ...)."""
@@ -185,7 +200,12 @@ class Crawl:
             return out
         out["shards"] = []
         summed: tuple[Literal["queued", "domains", "in_flight", "seen", "dead"], ...] = (
-            "queued", "domains", "in_flight", "seen", "dead")  # fmt: skip
+            "queued",
+            "domains",
+            "in_flight",
+            "seen",
+            "dead",
+        )
         for part in shards:
             st = part_status(self.client, part)
             for name in summed:
@@ -197,9 +217,10 @@ class Crawl:
 
     def dead_letters(self, start: int = 0, stop: int = -1) -> list[DeadLetter]:
         """The dead letters of every part, oldest first within a part (the crawl's own, then each shard's)."""
-        letters = [DeadLetter.parse(x) for k in self.parts()
-                   for x in cast("list[bytes]", self.client.lrange(k.dead, 0, -1))]  # fmt: skip
-        return letters[start:None if stop == -1 else stop + 1]
+        letters = [
+            DeadLetter.parse(x) for k in self.parts() for x in cast("list[bytes]", self.client.lrange(k.dead, 0, -1))
+        ]
+        return letters[start : None if stop == -1 else stop + 1]
 
     def queued_elsewhere(self, domains: bool) -> int:
         """Requests waiting in the other kind of queue than a node's (``domains``: it uses

@@ -24,8 +24,9 @@ from . import runs
 __all__ = ["begin_new_run"]
 
 
-def begin_new_run(client: redis.Redis, keys: CrawlKeys, *, by: str, reason: str,
-                  incremental: bool | None = None) -> runs.Joined:  # fmt: skip
+def begin_new_run(
+    client: redis.Redis, keys: CrawlKeys, *, by: str, reason: str, incremental: bool | None = None
+) -> runs.Joined:
     """Begin the crawl's next run now, whatever the state of the last one.
 
     ``incremental`` (keep the fingerprints) defaults to what the last run recorded (the
@@ -38,10 +39,15 @@ def begin_new_run(client: redis.Redis, keys: CrawlKeys, *, by: str, reason: str,
         # join.lua would call it "reset by CRAWLPLUG_FLUSH_ON_START": say who ended it and why
         ended = current.state in ("finished", "limit", "stopped")
         parts = runs.part_keys(client, keys)
-        summary = {"id": current.id, "state": current.state if ended else "reset",
-                   "reason": current.reason if ended and current.reason else reason, "started": current.started,
-                   "ended": current.ended if ended and current.ended else redis_ms(client),
-                   "by": current.by if ended and current.by else by, **runs.totals(client, parts)}  # fmt: skip
+        summary = {
+            "id": current.id,
+            "state": current.state if ended else "reset",
+            "reason": current.reason if ended and current.reason else reason,
+            "started": current.started,
+            "ended": current.ended if ended and current.ended else redis_ms(client),
+            "by": current.by if ended and current.by else by,
+            **runs.totals(client, parts),
+        }
         client.hsetnx(keys.runs, str(current.id), json.dumps(summary, separators=(",", ":")))
     if incremental is None:
         incremental = current.incremental

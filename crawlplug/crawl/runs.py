@@ -97,14 +97,27 @@ BEGIN_GRACE_MS = 30_000
 #: or in DEDUP_NAMES is kept: seq, meta, dconf, seeds, control, series, items, run,
 #: runs, epoch, dead letters of earlier runs, start entries waiting, the history (hist:*)
 #: and the node stats of ended runs (runstats:*, crawlplug.frontier.runstats).
-RUN_STATE_NAMES = frozenset({
-    "queue", "requests", "leases", "leased", "deliveries", "dq", "domains", "dstate",
-    "stats", "counted", "errors", "crawlstats", "statnodes", "producers", "graveyard",
-})  # fmt: skip
+RUN_STATE_NAMES = frozenset(
+    {
+        "queue",
+        "requests",
+        "leases",
+        "leased",
+        "deliveries",
+        "dq",
+        "domains",
+        "dstate",
+        "stats",
+        "counted",
+        "errors",
+        "crawlstats",
+        "statnodes",
+        "producers",
+        "graveyard",
+    }
+)
 #: Name prefixes of per-node records (live metrics, Scrapy stats), of the run that ends.
 NODE_PREFIX = "node:"
-
-
 
 
 class _JoinArgs(TypedDict):
@@ -155,13 +168,23 @@ class RunView:
     raw: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
-        limits = {name[4:]: int(value) for name, value in self.raw.items()
-                  if name.startswith("lim_") and value.isdigit()}  # fmt: skip
+        limits = {
+            name[4:]: int(value) for name, value in self.raw.items() if name.startswith("lim_") and value.isdigit()
+        }
         if "timeout" in limits:
             limits["timeout"] = limits["timeout"] / 1000  # type: ignore[assignment]
-        return {"id": self.id, "state": self.state, "started": self.started, "ended": self.ended,
-                "reason": self.reason, "by": self.by, "epoch": self.epoch, "incremental": self.incremental,
-                "limits": limits, "next": self.raw.get("next")}  # fmt: skip
+        return {
+            "id": self.id,
+            "state": self.state,
+            "started": self.started,
+            "ended": self.ended,
+            "reason": self.reason,
+            "by": self.by,
+            "epoch": self.epoch,
+            "incremental": self.incremental,
+            "limits": limits,
+            "next": self.raw.get("next"),
+        }
 
 
 def part_keys(client: redis.Redis, keys: CrawlKeys) -> list[CrawlKeys]:
@@ -232,17 +255,44 @@ def join(
     while True:
         parts = part_keys(client, keys)
         raw = scripts.join(
-            keys=[k.run, k.runs, k.epoch, k.nodes, k.producers, k.queue, k.dq, k.leases, k.start_urls,
-                  *lane_keys(k, lanes)],
-            args=[node_id, ttl_ms, begin_as, "1" if incremental else "0", BEGIN_GRACE_MS, "1" if worker else "0",
-                  _shard_work(client, parts), "1" if _holds_state(client, parts) else "0", new_token(), for_run or 0],
-        )  # fmt: skip
+            keys=[
+                k.run,
+                k.runs,
+                k.epoch,
+                k.nodes,
+                k.producers,
+                k.queue,
+                k.dq,
+                k.leases,
+                k.start_urls,
+                *lane_keys(k, lanes),
+            ],
+            args=[
+                node_id,
+                ttl_ms,
+                begin_as,
+                "1" if incremental else "0",
+                BEGIN_GRACE_MS,
+                "1" if worker else "0",
+                _shard_work(client, parts),
+                "1" if _holds_state(client, parts) else "0",
+                new_token(),
+                for_run or 0,
+            ],
+        )
         action, run_id, epoch, detail = text(raw[0]), int(raw[1]), text(raw[2]), raw[4]
         if action in ("join", "resume"):
             _adopt_epoch(client, parts, epoch)
             registry.register(client, keys)
-            return Joined(action, run_id, epoch, live_nodes=int(detail), incremental=incremental,
-                          waited=time.monotonic() - started, at_ms=redis_ms(client))  # fmt: skip
+            return Joined(
+                action,
+                run_id,
+                epoch,
+                live_nodes=int(detail),
+                incremental=incremental,
+                waited=time.monotonic() - started,
+                at_ms=redis_ms(client),
+            )
         if action == "ended":
             state = text(raw[3])
             summary = json_record(detail) or _ended_fields(record(client, keys))
@@ -251,10 +301,13 @@ def join(
         if action == "over":
             summary = json_record(detail) or {}
             state = text(raw[3]) or str(summary.get("state") or "ended")
-            raise RunOver(f"crawl {keys.crawl!r}: run {for_run}, which this node was started for, has "
-                          f"{'finished' if state == 'finished' else 'ended (' + state + ')'} and no later run "
-                          f"is running; this node begins none (`crawlplug start {keys.crawl}` begins the next)",
-                          "finished" if state == "finished" else str(summary.get("reason") or state), state)  # fmt: skip
+            raise RunOver(
+                f"crawl {keys.crawl!r}: run {for_run}, which this node was started for, has "
+                f"{'finished' if state == 'finished' else 'ended (' + state + ')'} and no later run "
+                f"is running; this node begins none (`crawlplug start {keys.crawl}` begins the next)",
+                "finished" if state == "finished" else str(summary.get("reason") or state),
+                state,
+            )
         if action == "wait":
             if time.monotonic() - started > timeout:
                 raise ConfigError(
@@ -266,8 +319,17 @@ def join(
         # "begin": this node clears what the last run left behind, then the run runs
         previous = json_record(detail)
         try:
-            cleared = begin(client, keys, parts, epoch=epoch, previous=previous, incremental=incremental,
-                            flush=begin_as == "new", fence=int(raw[5]), scripts=scripts)  # fmt: skip
+            cleared = begin(
+                client,
+                keys,
+                parts,
+                epoch=epoch,
+                previous=previous,
+                incremental=incremental,
+                flush=begin_as == "new",
+                fence=int(raw[5]),
+                scripts=scripts,
+            )
         except Overtaken:  # it stalled past its grace and another node took the beginning over: join again
             begin_as = "auto" if begin_as == "new" else begin_as
             continue
@@ -278,12 +340,27 @@ def join(
             begin_as = "auto" if begin_as == "new" else begin_as
             continue
         registry.register(client, keys)
-        return Joined("new", run_id, epoch, previous=previous, cleared=cleared, incremental=incremental,
-                      waited=time.monotonic() - started, at_ms=redis_ms(client))  # fmt: skip
+        return Joined(
+            "new",
+            run_id,
+            epoch,
+            previous=previous,
+            cleared=cleared,
+            incremental=incremental,
+            waited=time.monotonic() - started,
+            at_ms=redis_ms(client),
+        )
 
 
-def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Joined, *, shards: int = 1,
-           **kwargs: Unpack[JoinArgs]) -> tuple[Joined, bool]:  # fmt: skip
+def rejoin(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    refusal: StaleEpoch,
+    joined: Joined,
+    *,
+    shards: int = 1,
+    **kwargs: Unpack[JoinArgs],
+) -> tuple[Joined, bool]:
     """Join again after a script refused a node's epoch (``refusal``): (the run joined now,
     whether Redis lost the crawl's data). The epoch vanished without a purge since the node
     joined ``joined``: the data was lost (a restart without persistence, a flush, a failover
@@ -301,7 +378,9 @@ def rejoin(client: redis.Redis, keys: CrawlKeys, refusal: StaleEpoch, joined: Jo
         return joined, bool(client.hexists(keys.control, "lost"))
     # another node may have seen the loss first and begun a run since (then the epoch is
     # no longer "0"): its mark says so
-    lost = (refusal.stored == "0" and vanished(client, keys, joined.at_ms)) or bool(client.hexists(keys.control, "lost"))
+    lost = (refusal.stored == "0" and vanished(client, keys, joined.at_ms)) or bool(
+        client.hexists(keys.control, "lost")
+    )
     if lost:
         mark_lost(client, keys, kwargs.get("node_id", "?"))  # before the join: the next node sees it
     return join(client, keys, **kwargs), lost
@@ -322,8 +401,11 @@ def _restore_deleted_epoch(client: redis.Redis, keys: CrawlKeys, joined: Joined)
     for part in part_keys(client, keys):
         pipe.set(part.epoch, joined.epoch, nx=True)
     pipe.execute()
-    logger.warning("crawlplug: crawl %r: its epoch key was deleted (by hand?) while its run %d went on; put back",
-                   keys.crawl, joined.run)  # fmt: skip
+    logger.warning(
+        "crawlplug: crawl %r: its epoch key was deleted (by hand?) while its run %d went on; put back",
+        keys.crawl,
+        joined.run,
+    )
     return True
 
 
@@ -339,8 +421,11 @@ def _check_keys(client: redis.Redis, keys: CrawlKeys) -> None:
     for key, held in zip((keys.control, keys.run), pipe.execute()):
         held = text(held)
         if held not in ("hash", "none"):
-            raise CorruptKey(f"CORRUPT crawl key {key} holds a {held}, not a hash: nothing was done "
-                             "(repair or delete the key; see docs/faults.md)", key)  # fmt: skip
+            raise CorruptKey(
+                f"CORRUPT crawl key {key} holds a {held}, not a hash: nothing was done "
+                "(repair or delete the key; see docs/faults.md)",
+                key,
+            )
 
 
 def vanished(client: redis.Redis, keys: CrawlKeys, since_ms: int) -> bool:
@@ -400,9 +485,12 @@ def begin(
     def fenced(part: CrawlKeys, action: str, *names: str, epoch_for: str = "") -> int:
         out = scripts.runclear(keys=[part.key("runfence"), *names], args=[fence, action, epoch_for])
         if text(out[0]) != "ok":
-            logger.warning("crawlplug: crawl %r: another node took over the beginning of its run (this one "
-                           "stalled past %.0f s): this node clears nothing and joins again", keys.crawl,
-                           BEGIN_GRACE_MS / 1000)  # fmt: skip
+            logger.warning(
+                "crawlplug: crawl %r: another node took over the beginning of its run (this one "
+                "stalled past %.0f s): this node clears nothing and joins again",
+                keys.crawl,
+                BEGIN_GRACE_MS / 1000,
+            )
             raise Overtaken
         return int(out[1])
 
@@ -424,7 +512,7 @@ def begin(
         dead_to: str | None = None
         for raw in client.scan_iter(match=part.pattern(), count=1000):
             key = text(raw)
-            name = key[len(part.tag) + 1:]
+            name = key[len(part.tag) + 1 :]
             run_state = name in RUN_STATE_NAMES or name.startswith(NODE_PREFIX)
             dedup = name in DEDUP_NAMES or name.startswith(DEDUP_PREFIXES)
             if run_state or (clear_dedup and dedup):
@@ -434,7 +522,7 @@ def begin(
         if dead_to is not None:  # the run's dead letters under dead:<run> (appended to a retried beginning's)
             fenced(part, "dead", part.dead, dead_to)
         for i in range(0, len(doomed), 500):
-            fenced(part, "unlink", *doomed[i:i + 500])
+            fenced(part, "unlink", *doomed[i : i + 500])
     return clear_dedup
 
 
@@ -512,9 +600,16 @@ def view(client: redis.Redis, keys: CrawlKeys, *, live_nodes: int | None = None,
         if live_nodes == 0 and work > 0:
             state = "interrupted"
     return RunView(
-        _int(raw.get("id")), state, _int(raw.get("started")), _int(raw.get("ended")), raw.get("reason"),
-        raw.get("by"), raw.get("epoch", ""), raw.get("incremental") == "1", raw,
-    )  # fmt: skip
+        _int(raw.get("id")),
+        state,
+        _int(raw.get("started")),
+        _int(raw.get("ended")),
+        raw.get("reason"),
+        raw.get("by"),
+        raw.get("epoch", ""),
+        raw.get("incremental") == "1",
+        raw,
+    )
 
 
 def _work(client: redis.Redis, parts: Sequence[CrawlKeys]) -> int:
@@ -567,9 +662,12 @@ def ended_message(keys: CrawlKeys, run_id: int, state: str, summary: Mapping[str
         if state == "limit":
             by = None  # the node whose heartbeat found the limit reached: not news
             reason = info.get("reason")
-            limit = {"closespider_pagecount": ("lim_pages", "pages"), "closespider_itemcount": ("lim_items", "items"),
-                     "closespider_errorcount": ("lim_errors", "spider errors"),
-                     "closespider_timeout": ("lim_timeout", "s")}.get(str(reason), ("", ""))  # fmt: skip
+            limit = {
+                "closespider_pagecount": ("lim_pages", "pages"),
+                "closespider_itemcount": ("lim_items", "items"),
+                "closespider_errorcount": ("lim_errors", "spider errors"),
+                "closespider_timeout": ("lim_timeout", "s"),
+            }.get(str(reason), ("", ""))
             value = info.get(limit[0])
             if limit[1] == "s" and isinstance(value, int):
                 value = f"{value / 1000:g}"
@@ -580,8 +678,10 @@ def ended_message(keys: CrawlKeys, run_id: int, state: str, summary: Mapping[str
     how = f"`crawlplug continue {crawl}`"
     if state == "limit":
         how += " with the limit raised, e.g. --pages N"
-    return (f"run {run_id} of crawl {crawl!r} was {said}{who}{at}; it stays so until an operator continues it "
-            f"({how}) or starts a new run (`crawlplug new-run {crawl}`)")  # fmt: skip
+    return (
+        f"run {run_id} of crawl {crawl!r} was {said}{who}{at}; it stays so until an operator continues it "
+        f"({how}) or starts a new run (`crawlplug new-run {crawl}`)"
+    )
 
 
 def format_ms(ms: int | None) -> str:
@@ -602,11 +702,12 @@ def purge(client: redis.Redis, keys: CrawlKeys) -> int:
     registry.mark_purged(client, keys)
     deleted = int(client.unlink(*[k.epoch for k in part_keys(client, keys)]))
     names = [
-        text(x) for pattern in (keys.pattern(), keys.shards_pattern())
+        text(x)
+        for pattern in (keys.pattern(), keys.shards_pattern())
         for x in client.scan_iter(match=pattern, count=1000)
-    ]  # fmt: skip
+    ]
     for i in range(0, len(names), 500):
-        deleted += int(client.unlink(*names[i:i + 500]))
+        deleted += int(client.unlink(*names[i : i + 500]))
     return deleted
 
 
@@ -626,13 +727,15 @@ def new_epoch(client: redis.Redis, keys: CrawlKeys) -> str:
 
 # -- the crawls on this Redis ---------------------------------------------------------
 
-def crawl_rows(client: redis.Redis, prefix: str = "crawlplug",
-               names: Iterable[str] | None = None) -> list[dict[str, object]]:  # fmt: skip
+
+def crawl_rows(
+    client: redis.Redis, prefix: str = "crawlplug", names: Iterable[str] | None = None
+) -> list[dict[str, object]]:
     """One row per crawl: name, current run and its state, queued, in flight, done,
     live nodes, last activity (ms, Redis clock)."""
     now = redis_ms(client)
     rows: list[dict[str, object]] = []
-    for crawl in (registry.known_crawls(client, prefix) if names is None else names):
+    for crawl in registry.known_crawls(client, prefix) if names is None else names:
         keys = CrawlKeys(crawl, prefix)
         parts = part_keys(client, keys)
         pipe = client.pipeline(transaction=False)
@@ -646,7 +749,7 @@ def crawl_rows(client: redis.Redis, prefix: str = "crawlplug",
         raw = pipe.execute(raise_on_error=False)  # a key of the wrong type counts 0 (_work)
         queued = in_flight = done = 0
         for i in range(len(parts)):
-            q, dq, leased, acked = raw[4 * i:4 * i + 4]
+            q, dq, leased, acked = raw[4 * i : 4 * i + 4]
             queued += (_int(q) or 0) + (_int(dq) or 0)
             in_flight += _int(leased) or 0
             done += _int(acked) or 0
@@ -656,9 +759,17 @@ def crawl_rows(client: redis.Redis, prefix: str = "crawlplug",
         activity = [v for v in (run.started, run.ended) if v]
         if last_node and not isinstance(last_node, redis.ResponseError):
             activity.append(int(last_node[0][1]))
-        rows.append({
-            "crawl": crawl, "run": run.id, "state": run.state, "queued": queued, "start_entries": starts,
-            "in_flight": in_flight, "done": done, "live_nodes": live,
-            "last_activity": max(activity) if activity else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "crawl": crawl,
+                "run": run.id,
+                "state": run.state,
+                "queued": queued,
+                "start_entries": starts,
+                "in_flight": in_flight,
+                "done": done,
+                "live_nodes": live,
+                "last_activity": max(activity) if activity else None,
+            }
+        )
     return rows

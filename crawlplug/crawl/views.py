@@ -196,5 +196,6 @@ def start_entries_waiting(client: redis.Redis, keys: CrawlKeys, lane: str = "sta
 
 def key_count(client: redis.Redis, keys: CrawlKeys) -> int:
     """How many keys the crawl has (every part)."""
-    return sum(1 for pattern in (keys.pattern(), keys.shards_pattern()) for _ in client.scan_iter(match=pattern,
-                                                                                                   count=1000))
+    return sum(
+        1 for pattern in (keys.pattern(), keys.shards_pattern()) for _ in client.scan_iter(match=pattern, count=1000)
+    )

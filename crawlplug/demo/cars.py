@@ -39,8 +39,20 @@ __all__ = ["DemoCars", "main", "serve"]
 
 logger = logging.getLogger(__name__)
 
-_BRANDS = ("Aurora", "Borealis", "Cobalt", "Dynamo", "Ember", "Falcon", "Glacier", "Horizon",
-           "Ion", "Juniper", "Kestrel", "Lumen")  # fmt: skip
+_BRANDS = (
+    "Aurora",
+    "Borealis",
+    "Cobalt",
+    "Dynamo",
+    "Ember",
+    "Falcon",
+    "Glacier",
+    "Horizon",
+    "Ion",
+    "Juniper",
+    "Kestrel",
+    "Lumen",
+)
 _SERIES = ("Coupe", "Tourer", "Roadster", "Wagon", "Cross", "Sport")
 _TRIMS = ("1.5T", "2.0", "2.0T", "Hybrid", "EV", "3.0 V6", "Base", "Luxury", "Long Range")
 _SEATS = (2, 4, 5, 5, 5, 7)
@@ -50,8 +62,10 @@ _SERIES_RE = re.compile(r"^/series/([1-9][0-9]*)-([1-9][0-9]*)(?:-p([1-9][0-9]*)
 _MODEL_RE = re.compile(r"^/model/([1-9][0-9]*)\.html$")
 _DEALER_RE = re.compile(r"^/dealers/([1-9][0-9]*)\.html$")
 
-_NOT_FOUND = (b"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Not found</title></head>"
-              b"<body><h1>404</h1></body></html>\n")  # fmt: skip
+_NOT_FOUND = (
+    b'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>Not found</title></head>'
+    b"<body><h1>404</h1></body></html>\n"
+)
 
 
 @dataclass
@@ -113,7 +127,7 @@ class DemoCars:
     def crawl_paths(self) -> set[str]:
         """Every page of the brand -> series -> model walk from the brand pages (and none else)."""
         paths = {f"/brand/{b}.html" for b in range(1, self.brands + 1)}
-        for (b, s) in self._series:
+        for b, s in self._series:
             paths |= {self.series_path(b, s, p) for p in range(1, self.series_pages(b, s) + 1)}
         return paths | {f"/model/{i}.html" for i in self._model_of}
 
@@ -172,13 +186,16 @@ class DemoCars:
 
     @staticmethod
     def _page(title: str, body: list[str]) -> bytes:
-        head = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                f"<title>{html.escape(title)} | Demo Cars</title></head>\n<body>\n")  # fmt: skip
+        head = (
+            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{html.escape(title)} | Demo Cars</title></head>\n<body>\n"
+        )
         return (head + "\n".join(body) + "\n</body></html>\n").encode("utf-8")
 
     def _nav(self) -> str:
-        links = " ".join(f'<a href="/brand/{b}.html">{html.escape(self.brand_name(b))}</a>'
-                         for b in range(1, self.brands + 1))  # fmt: skip
+        links = " ".join(
+            f'<a href="/brand/{b}.html">{html.escape(self.brand_name(b))}</a>' for b in range(1, self.brands + 1)
+        )
         return f'<nav class="top"><a href="/">Home</a> {links}</nav>'
 
     def _footer(self, b: int = 1) -> str:
@@ -189,23 +206,35 @@ class DemoCars:
 
     def _brand(self, b: int) -> bytes:
         name = html.escape(self.brand_name(b))
-        series = [f'<li><a href="{self.series_path(b, s)}">{name} {self.series_name(b, s)}</a></li>'
-                  for s in range(1, self.series_count(b) + 1)]  # fmt: skip
+        series = [
+            f'<li><a href="{self.series_path(b, s)}">{name} {self.series_name(b, s)}</a></li>'
+            for s in range(1, self.series_count(b) + 1)
+        ]
         popular = self._rng("popular", b).sample(sorted(self._model_of), min(3, self.models))
-        return self._page(self.brand_name(b), [
-            self._nav(), f"<h1>{name}</h1>",
-            '<div class="series-list"><h2>Series</h2><ul>', *series, "</ul></div>",
-            '<aside class="popular"><h3>Popular right now</h3>',
-            *(f'<a href="/model/{i}.html">{html.escape(self.model(i)["name"])}</a>' for i in popular),
-            "</aside>", self._footer(b),
-        ])  # fmt: skip
+        return self._page(
+            self.brand_name(b),
+            [
+                self._nav(),
+                f"<h1>{name}</h1>",
+                '<div class="series-list"><h2>Series</h2><ul>',
+                *series,
+                "</ul></div>",
+                '<aside class="popular"><h3>Popular right now</h3>',
+                *(f'<a href="/model/{i}.html">{html.escape(self.model(i)["name"])}</a>' for i in popular),
+                "</aside>",
+                self._footer(b),
+            ],
+        )
 
     def _series_page(self, b: int, s: int, page: int) -> bytes:
         ids = self._series[(b, s)]
-        shown = ids[(page - 1) * self.per_page: page * self.per_page]
+        shown = ids[(page - 1) * self.per_page : page * self.per_page]
         title = f"{self.brand_name(b)} {self.series_name(b, s)}"
-        rows = [f'<tr><td><a href="/model/{i}.html">{html.escape(self.model(i)["name"])}</a></td>'
-                f'<td>{self.model(i)["year"]}</td></tr>' for i in shown]  # fmt: skip
+        rows = [
+            f'<tr><td><a href="/model/{i}.html">{html.escape(self.model(i)["name"])}</a></td>'
+            f"<td>{self.model(i)['year']}</td></tr>"
+            for i in shown
+        ]
         pager = []
         if page > 1:
             pager.append(f'<a class="prev" href="{self.series_path(b, s, page - 1)}">previous</a>')
@@ -213,36 +242,49 @@ class DemoCars:
             pager.append(f'<a class="next" href="{self.series_path(b, s, page + 1)}">next</a>')
         others = [i for i in self._model_of if self._model_of[i] != (b, s)]
         compare = self._rng("compare", b, s, page).sample(others, min(2, len(others)))
-        return self._page(title, [
-            self._nav(), f'<div class="crumbs"><a href="/brand/{b}.html">{html.escape(self.brand_name(b))}</a></div>',
-            f"<h1>{html.escape(title)}</h1>",
-            '<table class="models"><tr><th>Model</th><th>Year</th></tr>', *rows, "</table>",
-            f'<div class="pages">Page {page} of {self.series_pages(b, s)} {" ".join(pager)}</div>',
-            '<aside class="compare">Compare with: ',
-            *(f'<a href="/model/{i}.html">{html.escape(self.model(i)["name"])}</a>' for i in compare),
-            "</aside>", self._footer(b),
-        ])  # fmt: skip
+        return self._page(
+            title,
+            [
+                self._nav(),
+                f'<div class="crumbs"><a href="/brand/{b}.html">{html.escape(self.brand_name(b))}</a></div>',
+                f"<h1>{html.escape(title)}</h1>",
+                '<table class="models"><tr><th>Model</th><th>Year</th></tr>',
+                *rows,
+                "</table>",
+                f'<div class="pages">Page {page} of {self.series_pages(b, s)} {" ".join(pager)}</div>',
+                '<aside class="compare">Compare with: ',
+                *(f'<a href="/model/{i}.html">{html.escape(self.model(i)["name"])}</a>' for i in compare),
+                "</aside>",
+                self._footer(b),
+            ],
+        )
 
     def _model_page(self, model_id: int) -> bytes:
         m = self.model(model_id)
         b, s = self._model_of[model_id]
         price = "Price: on request" if m["price"] is None else f"Price: {m['price']:,} yuan"
         similar = [i for i in self._series[(b, s)] if i != model_id][:2]
-        crumbs = (f'<div class="crumbs"><a href="/">Home</a> &rsaquo; <a href="/brand/{b}.html">{html.escape(m["brand"])}'
-                  f'</a> &rsaquo; <a href="{self.series_path(b, s)}">{html.escape(m["series"])}</a></div>')  # fmt: skip
-        return self._page(m["name"], [
-            crumbs,
-            f'<h2 class="title">{html.escape(m["name"])}</h2>',
-            '<table class="spec">',
-            f"<tr><th>Year</th><td>{m['year']}</td></tr>",
-            f"<tr><th>Price</th><td>{price}</td></tr>",
-            f"<tr><th>Electric</th><td>{'yes' if m['electric'] else 'no'}</td></tr>",
-            f"<tr><th>Seats</th><td>{m['seats']} seats</td></tr>",
-            "</table>",
-            '<div class="similar"><h3>Similar</h3>',
-            *(f'<a href="/model/{i}.html">{html.escape(self.model(i)["name"])}</a>' for i in similar),
-            "</div>", self._footer(b),
-        ])  # fmt: skip
+        crumbs = (
+            f'<div class="crumbs"><a href="/">Home</a> &rsaquo; <a href="/brand/{b}.html">{html.escape(m["brand"])}'
+            f'</a> &rsaquo; <a href="{self.series_path(b, s)}">{html.escape(m["series"])}</a></div>'
+        )
+        return self._page(
+            m["name"],
+            [
+                crumbs,
+                f'<h2 class="title">{html.escape(m["name"])}</h2>',
+                '<table class="spec">',
+                f"<tr><th>Year</th><td>{m['year']}</td></tr>",
+                f"<tr><th>Price</th><td>{price}</td></tr>",
+                f"<tr><th>Electric</th><td>{'yes' if m['electric'] else 'no'}</td></tr>",
+                f"<tr><th>Seats</th><td>{m['seats']} seats</td></tr>",
+                "</table>",
+                '<div class="similar"><h3>Similar</h3>',
+                *(f'<a href="/model/{i}.html">{html.escape(self.model(i)["name"])}</a>' for i in similar),
+                "</div>",
+                self._footer(b),
+            ],
+        )
 
 
 def serve(cars: DemoCars, host: str = "127.0.0.1", port: int = 0) -> ShopServer:
@@ -266,9 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     return serve_until_stopped(
-        lambda: serve(cars, args.host, args.port), "demo cars", args.host, args.port,
-        lambda server: f"Demo cars ({cars.models} models, {len(cars.crawl_paths())} pages to crawl) serving at {server.url}",
-    )  # fmt: skip
+        lambda: serve(cars, args.host, args.port),
+        "demo cars",
+        args.host,
+        args.port,
+        lambda server: (
+            f"Demo cars ({cars.models} models, {len(cars.crawl_paths())} pages to crawl) serving at {server.url}"
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -75,9 +75,7 @@ def project_dir() -> Path:
     for candidate in (Path(__file__).resolve().parent.parent, Path.cwd()):
         if (candidate / "scrapy.cfg").is_file():
             return candidate
-    raise DemoError(
-        "cannot find the crawlplug demo project (scrapy.cfg): run this from the repository root"
-    )
+    raise DemoError("cannot find the crawlplug demo project (scrapy.cfg): run this from the repository root")
 
 
 def scrapy_executable() -> str:
@@ -207,10 +205,18 @@ def node_command(scrapy: str, number: int, out: Path, base_url: str) -> list[str
     password, and any local user can read a process's command line (``ps``)."""
     log, items = out / f"node{number}.log", out / f"node{number}.jsonl"
     return [
-        scrapy, "crawl", CRAWL, "-a", f"base_url={base_url}",
-        "-o", f"{items}:jsonlines", "-s", f"LOG_FILE={log}",
-        "-s", f"CRAWLPLUG_IDLE_CLOSE={IDLE_CLOSE}",
-    ]  # fmt: skip
+        scrapy,
+        "crawl",
+        CRAWL,
+        "-a",
+        f"base_url={base_url}",
+        "-o",
+        f"{items}:jsonlines",
+        "-s",
+        f"LOG_FILE={log}",
+        "-s",
+        f"CRAWLPLUG_IDLE_CLOSE={IDLE_CLOSE}",
+    ]
 
 
 def node_env(url: str, is_embedded: bool) -> dict[str, str]:
@@ -224,9 +230,7 @@ def node_env(url: str, is_embedded: bool) -> dict[str, str]:
     return env
 
 
-def start_nodes(
-    count: int, project: Path, out: Path, base_url: str, url: str, is_embedded: bool
-) -> list[Node]:
+def start_nodes(count: int, project: Path, out: Path, base_url: str, url: str, is_embedded: bool) -> list[Node]:
     scrapy = scrapy_executable()
     env = node_env(url, is_embedded)
     nodes = []
@@ -238,9 +242,14 @@ def start_nodes(
             # then stops the nodes with one SIGTERM (a second signal would make
             # Scrapy skip its graceful shutdown, where the leases are given back).
             proc = subprocess.Popen(
-                cmd, cwd=project, env=env, stdin=subprocess.DEVNULL,
-                stdout=err_fh, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                cmd,
+                cwd=project,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=err_fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         nodes.append(Node(k, proc, log, items, err))
     return nodes
 
@@ -268,8 +277,9 @@ def stop_nodes(nodes: Sequence[Node], grace: float = STOP_GRACE) -> None:
 # -- progress and the final check --------------------------------------------------------------
 
 
-def _progress(start: float, server: ShopServer, site_pages: int, items: int,
-              nodes: Sequence[Node], frontier: CrawlFrontier) -> str:  # fmt: skip
+def _progress(
+    start: float, server: ShopServer, site_pages: int, items: int, nodes: Sequence[Node], frontier: CrawlFrontier
+) -> str:
     fetched = sum(server.hits.values())
     got = sum(n.item_count() for n in nodes)
     running = sum(1 for n in nodes if n.proc.poll() is None)
@@ -290,8 +300,9 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
 
 
-def check(shop: DemoShop, server: ShopServer, nodes: Sequence[Node], seconds: float,
-          url: str, is_embedded: bool, out: Path) -> Outcome:  # fmt: skip
+def check(
+    shop: DemoShop, server: ShopServer, nodes: Sequence[Node], seconds: float, url: str, is_embedded: bool, out: Path
+) -> Outcome:
     result = Outcome()
     hits = server.hits
     site = shop.paths()
@@ -391,17 +402,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--items", type=int, default=2000, help="items in the demo shop (default 2000)")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds the shop waits before each answer")
     parser.add_argument(
-        "--redis-url", default=None,
+        "--redis-url",
+        default=None,
         help="Redis to share the crawl through (default: $REDIS_URL, else the project's embedded Redis)",
-    )  # fmt: skip
-    parser.add_argument("--dashboard-port", type=int, default=8642,
-                        help="serve the live dashboard on this loopback port while the crawl runs "
-                             "(a free one if taken; -1: no dashboard)")  # fmt: skip
+    )
+    parser.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=8642,
+        help="serve the live dashboard on this loopback port while the crawl runs "
+        "(a free one if taken; -1: no dashboard)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds (default 600)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="directory for the logs and items (default .crawlplug/demo-runs/<timestamp>)")  # fmt: skip
-    parser.add_argument("--keep", action="store_true",
-                        help=f"keep every earlier run under .crawlplug/demo-runs (default: the {RUNS_KEPT} newest)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="directory for the logs and items (default .crawlplug/demo-runs/<timestamp>)",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help=f"keep every earlier run under .crawlplug/demo-runs (default: the {RUNS_KEPT} newest)",
+    )
     args = parser.parse_args(argv)
     if args.nodes < 1:
         parser.error("--nodes must be at least 1")
@@ -454,8 +477,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _crawl(args: argparse.Namespace, project: Path, url: str, is_embedded: bool, frontier: CrawlFrontier,
-           deleted: int) -> int:  # fmt: skip
+def _crawl(
+    args: argparse.Namespace, project: Path, url: str, is_embedded: bool, frontier: CrawlFrontier, deleted: int
+) -> int:
     """Serve the shop (and the dashboard), run the nodes, check the result: the exit status."""
     runs = embedded_dir(project) / "demo-runs"
     out = args.out.resolve() if args.out else _new_run_dir(runs)
@@ -502,8 +526,11 @@ def _crawl(args: argparse.Namespace, project: Path, url: str, is_embedded: bool,
         outcome = check(shop, server, nodes, seconds, url, is_embedded, out)
         outcome.rows.insert(-2, ("rate (crawlplug status)", _crawl_rate(frontier)))
     except Interrupted as exc:
-        print("\nInterrupted: stopping the nodes (SIGTERM, SIGKILL after "
-              f"{STOP_GRACE:.0f}s; interrupt again to kill them now).", flush=True)  # fmt: skip
+        print(
+            "\nInterrupted: stopping the nodes (SIGTERM, SIGKILL after "
+            f"{STOP_GRACE:.0f}s; interrupt again to kill them now).",
+            flush=True,
+        )
         stop_nodes(nodes)
         print(f"Stopped. Logs and items so far: {out}")
         print("The crawl's state is left in Redis; the next demo run purges it.")
@@ -551,8 +578,7 @@ def linger(dash: DashboardThread, stdin: Any = None) -> bool:
     stdin = stdin or sys.stdin
     if not stdin.isatty():
         return False
-    print(f"\nThe dashboard still shows the finished crawl at {dash.url}: press Enter to stop it and exit.",
-          flush=True)  # fmt: skip
+    print(f"\nThe dashboard still shows the finished crawl at {dash.url}: press Enter to stop it and exit.", flush=True)
     try:
         stdin.readline()
     except KeyboardInterrupt:
@@ -566,21 +592,24 @@ def _embedded_note(project: Path, url: str, started: bool) -> str:
     if started:
         stopped = embedded.stop(directory)
         state = "is stopped" if stopped else "had already stopped"
-        return (f"The embedded Redis this demo started {state}; its data stays in {directory} "
-                "(`make clean` deletes it).")  # fmt: skip
+        return f"The embedded Redis this demo started {state}; its data stays in {directory} (`make clean` deletes it)."
     stop = _crawlplug_command(project, url, True, "embedded stop")
     return f"The embedded Redis at {clients.mask_url(url)} was running before and is left running: `{stop}` stops it."
 
 
 def _next_steps(project: Path, url: str, is_embedded: bool) -> str:
     rows = [
-        (_crawlplug_command(project, url, is_embedded, f"status --crawl {CRAWL}"),
-         "the crawl as it ended: its rate, nodes and counters"),
-        (_crawlplug_command(project, url, is_embedded, f"dashboard --crawl {CRAWL}"),
-         "the same in the browser (http://127.0.0.1:8642/)"),
+        (
+            _crawlplug_command(project, url, is_embedded, f"status --crawl {CRAWL}"),
+            "the crawl as it ended: its rate, nodes and counters",
+        ),
+        (
+            _crawlplug_command(project, url, is_embedded, f"dashboard --crawl {CRAWL}"),
+            "the same in the browser (http://127.0.0.1:8642/)",
+        ),
         ("make crawl NODES=4 ITEMS=20000", "more nodes, a bigger shop"),
         ("README.md, docs/operations.md", "your own spider, start URLs, kill -9 a node, pause, dead letters"),
-    ]  # fmt: skip
+    ]
     width = max(len(cmd) for cmd, _ in rows)
     return "\nWhat to try next:\n" + "\n".join(f"  {cmd.ljust(width)}  {what}" for cmd, what in rows)
 

@@ -54,18 +54,54 @@ HITS_PATH = "/__hits"
 """Control endpoint answering the hit counts as JSON; it is not counted itself."""
 
 _ADJECTIVES = (
-    "Sturdy", "Gentle", "Vintage", "Compact", "Deluxe", "Rustic", "Polished",
-    "Handmade", "Classic", "Bright", "Quiet", "Nimble", "Cosy", "Bold",
-    "Elegant", "Tiny",
+    "Sturdy",
+    "Gentle",
+    "Vintage",
+    "Compact",
+    "Deluxe",
+    "Rustic",
+    "Polished",
+    "Handmade",
+    "Classic",
+    "Bright",
+    "Quiet",
+    "Nimble",
+    "Cosy",
+    "Bold",
+    "Elegant",
+    "Tiny",
 )
 _MATERIALS = (
-    "Oak", "Steel", "Linen", "Ceramic", "Copper", "Bamboo", "Glass", "Wool",
-    "Leather", "Marble", "Cotton", "Brass",
+    "Oak",
+    "Steel",
+    "Linen",
+    "Ceramic",
+    "Copper",
+    "Bamboo",
+    "Glass",
+    "Wool",
+    "Leather",
+    "Marble",
+    "Cotton",
+    "Brass",
 )
 _NOUNS = (
-    "Lamp", "Kettle", "Chair", "Notebook", "Teapot", "Backpack", "Clock",
-    "Mug", "Blanket", "Vase", "Shelf", "Salt & Pepper Mill", "Cutting Board",
-    "Candle", "Basket", "Umbrella",
+    "Lamp",
+    "Kettle",
+    "Chair",
+    "Notebook",
+    "Teapot",
+    "Backpack",
+    "Clock",
+    "Mug",
+    "Blanket",
+    "Vase",
+    "Shelf",
+    "Salt & Pepper Mill",
+    "Cutting Board",
+    "Candle",
+    "Basket",
+    "Umbrella",
 )
 _BLURBS = (
     "Built to last for years of daily use.",
@@ -88,9 +124,9 @@ SITEMAP_PATH = "/sitemap.xml"
 _SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 
 _NOT_FOUND = (
-    b"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    b'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
     b"<title>Not found | Demo Shop</title></head>\n"
-    b"<body><h1>404 Not Found</h1><p><a href=\"/\">Back to the shop</a></p>"
+    b'<body><h1>404 Not Found</h1><p><a href="/">Back to the shop</a></p>'
     b"</body></html>\n"
 )
 
@@ -115,9 +151,7 @@ class DemoShop:
     seed: int = 0
     """Changes names, prices, stock and related links, not the site's shape."""
 
-    _cache: dict[str, tuple[int, bytes]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
+    _cache: dict[str, tuple[int, bytes]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.items < 0:
@@ -161,11 +195,7 @@ class DemoShop:
 
     def list_paths(self) -> set[str]:
         """Paths of all list pages of all categories."""
-        return {
-            self.list_path(c, n)
-            for c in range(1, self.categories + 1)
-            for n in range(1, self.list_pages(c) + 1)
-        }
+        return {self.list_path(c, n) for c in range(1, self.categories + 1) for n in range(1, self.list_pages(c) + 1)}
 
     def item_paths(self) -> set[str]:
         """Paths of all item pages."""
@@ -184,8 +214,10 @@ class DemoShop:
         (sitemaps hold absolute URLs, so they depend on the address asked); None: not a sitemap."""
         base = base_url.rstrip("/")
         if path == SITEMAP_PATH:
-            entries = [f"<sitemap><loc>{html.escape(base)}/sitemap/{c}.xml</loc></sitemap>"
-                       for c in range(1, self.categories + 1)]  # fmt: skip
+            entries = [
+                f"<sitemap><loc>{html.escape(base)}/sitemap/{c}.xml</loc></sitemap>"
+                for c in range(1, self.categories + 1)
+            ]
             tag = "sitemapindex"
         else:
             match = _SITEMAP_RE.match(path)
@@ -194,8 +226,9 @@ class DemoShop:
             category = int(match.group(1))
             if category > self.categories:
                 return 404, _NOT_FOUND
-            entries = [f"<url><loc>{html.escape(base + self.item_path(i))}</loc></url>"
-                       for i in self.category_items(category)]  # fmt: skip
+            entries = [
+                f"<url><loc>{html.escape(base + self.item_path(i))}</loc></url>" for i in self.category_items(category)
+            ]
             tag = "urlset"
         body = f'<?xml version="1.0" encoding="UTF-8"?>\n<{tag} xmlns="{_SITEMAP_NS}">\n'
         body += "\n".join(entries) + f"\n</{tag}>\n"
@@ -216,10 +249,7 @@ class DemoShop:
         """
         self._check_item(item_id)
         rng = self._rng(item_id)
-        name = (
-            f"{rng.choice(_ADJECTIVES)} {rng.choice(_MATERIALS)} "
-            f"{rng.choice(_NOUNS)} {item_id}"
-        )
+        name = f"{rng.choice(_ADJECTIVES)} {rng.choice(_MATERIALS)} {rng.choice(_NOUNS)} {item_id}"
         price = rng.randint(99, 99_999) / 100
         in_stock = rng.random() < 0.8
         return {
@@ -292,15 +322,14 @@ class DemoShop:
     @staticmethod
     def _page(title: str, body: list[str]) -> bytes:
         head = (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{html.escape(title)} | Demo Shop</title></head>\n<body>\n"
         )
         return (head + "\n".join(body) + "\n</body></html>\n").encode("utf-8")
 
     def _nav(self) -> str:
         links = ['<a href="/">Home</a>'] + [
-            f'<a class="cat" href="{self.list_path(c)}">Category {c}</a>'
-            for c in range(1, self.categories + 1)
+            f'<a class="cat" href="{self.list_path(c)}">Category {c}</a>' for c in range(1, self.categories + 1)
         ]
         return '<nav class="menu">' + " ".join(links) + "</nav>"
 
@@ -309,10 +338,7 @@ class DemoShop:
             "<h1>Demo Shop</h1>",
             f"<p>{self.items} products in {self.categories} categories.</p>",
             '<ul class="categories">',
-            *(
-                f'<li><a href="{self.list_path(c)}">Category {c}</a></li>'
-                for c in range(1, self.categories + 1)
-            ),
+            *(f'<li><a href="{self.list_path(c)}">Category {c}</a></li>' for c in range(1, self.categories + 1)),
             "</ul>",
         ]
         return self._page("Home", body)
@@ -328,20 +354,15 @@ class DemoShop:
             f'<p class="pager">Page {page} of {pages}</p>',
             '<ul class="products">',
             *(
-                f'<li class="product"><a href="{self.item_path(i)}">'
-                f"{html.escape(self.item(i)['name'])}</a></li>"
+                f'<li class="product"><a href="{self.item_path(i)}">{html.escape(self.item(i)["name"])}</a></li>'
                 for i in shown
             ),
             "</ul>",
         ]
         if page > 1:
-            body.append(
-                f'<a class="prev" href="{self.list_path(category, page - 1)}">Previous</a>'
-            )
+            body.append(f'<a class="prev" href="{self.list_path(category, page - 1)}">Previous</a>')
         if page < pages:
-            body.append(
-                f'<a class="next" href="{self.list_path(category, page + 1)}">Next</a>'
-            )
+            body.append(f'<a class="next" href="{self.list_path(category, page + 1)}">Next</a>')
         return self._page(f"Category {category}, page {page}", body)
 
     def _render_item(self, item_id: int) -> bytes:
@@ -362,8 +383,7 @@ class DemoShop:
             "<h2>Related products</h2>",
             '<ul class="related">',
             *(
-                f'<li><a class="related" href="{self.item_path(k)}">'
-                f"{html.escape(self.item(k)['name'])}</a></li>"
+                f'<li><a class="related" href="{self.item_path(k)}">{html.escape(self.item(k)["name"])}</a></li>'
                 for k in self.related_ids(item_id)
             ),
             "</ul>",
@@ -557,8 +577,14 @@ def _write_port_file(path: str, port: int) -> None:
     os.replace(tmp, path)
 
 
-def serve_until_stopped(start: Callable[[], ShopServer], name: str, host: str, port: int,
-                        banner: Callable[[ShopServer], str], port_file: str | None = None) -> int:  # fmt: skip
+def serve_until_stopped(
+    start: Callable[[], ShopServer],
+    name: str,
+    host: str,
+    port: int,
+    banner: Callable[[ShopServer], str],
+    port_file: str | None = None,
+) -> int:
     """Serve what ``start()`` serves (on host:port) until SIGTERM or SIGINT, for the demo
     sites' command lines: 0, or 1 when the port cannot be had."""
     stop = threading.Event()
@@ -593,12 +619,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--categories", type=int, default=DemoShop.categories)
     parser.add_argument("--related", type=int, default=DemoShop.related)
     parser.add_argument("--seed", type=int, default=DemoShop.seed)
-    parser.add_argument(
-        "--delay", type=float, default=0.0, help="seconds to wait before each answer"
-    )
-    parser.add_argument(
-        "--port-file", help="write the bound port to this file once listening"
-    )
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds to wait before each answer")
+    parser.add_argument("--port-file", help="write the bound port to this file once listening")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
@@ -615,10 +637,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
 
     return serve_until_stopped(
-        lambda: serve(shop, args.host, args.port), "demo shop", args.host, args.port,
+        lambda: serve(shop, args.host, args.port),
+        "demo shop",
+        args.host,
+        args.port,
         lambda server: f"Demo shop ({shop.items} items, {len(shop.paths())} pages) serving at {server.url}",
         args.port_file,
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

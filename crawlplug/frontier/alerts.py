@@ -66,7 +66,9 @@ def rules(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, object]]:
     for raw_id, raw in client.hgetall(keys.alerts).items():
         rule_id = text(raw_id)
         rule = json_record(raw)
-        out[rule_id] = rule if rule is not None and "raw" not in rule else {"id": rule_id, "unreadable": text(raw)[:200]}
+        out[rule_id] = (
+            rule if rule is not None and "raw" not in rule else {"id": rule_id, "unreadable": text(raw)[:200]}
+        )
     return dict(sorted(out.items()))
 
 

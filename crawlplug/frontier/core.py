@@ -77,9 +77,14 @@ logger = logging.getLogger(__name__)
 BASE = -1
 
 
-def open_frontier(client: redis.Redis, keys: CrawlKeys, *, shards: int | None = None,
-                  dedup_factory: Callable[[], Dedup] | None = None,
-                  **kwargs: Unpack[FrontierOptions]) -> Frontier:  # fmt: skip
+def open_frontier(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    *,
+    shards: int | None = None,
+    dedup_factory: Callable[[], Dedup] | None = None,
+    **kwargs: Unpack[FrontierOptions],
+) -> Frontier:
     """The one place a node's frontier is built: over as many shards as the crawl has
     (``shards``, else the count the crawl recorded, else one), each part's dedup strategy
     from ``dedup_factory`` (default: the exact set). The Scheduler, the tools and the
@@ -115,9 +120,14 @@ class _Plan:
     def touched(self) -> list[int]:
         return list(dict.fromkeys([*self.by_part, *self.now_acks, *self.event_parts]))
 
-    def share(self, items: Sequence[Admission], part: int
-              ) -> tuple[list[Admission], Sequence[str], Sequence[tuple[str, str]]]:  # fmt: skip
-        return [items[i] for i in self.by_part.get(part, ())], self.now_acks.get(part, ()), self.event_parts.get(part, ())
+    def share(
+        self, items: Sequence[Admission], part: int
+    ) -> tuple[list[Admission], Sequence[str], Sequence[tuple[str, str]]]:
+        return (
+            [items[i] for i in self.by_part.get(part, ())],
+            self.now_acks.get(part, ()),
+            self.event_parts.get(part, ()),
+        )
 
 
 @dataclass
@@ -167,18 +177,25 @@ class Frontier:
         strategy = (lambda: dedup_factory()) if dedup_factory else (lambda: dedup)
         if not self.sharded:
             # one key set: the crawl's own, holding its requests and dedup state too
-            self.base = Part(client, keys, dedup=strategy(), node_id=node_id, scripts=self._scripts, epoch=epoch,
-                             **kwargs)  # fmt: skip
+            self.base = Part(
+                client, keys, dedup=strategy(), node_id=node_id, scripts=self._scripts, epoch=epoch, **kwargs
+            )
             self.shards = [self.base]
         else:
             # the crawl's own keys: nodes, control, start entries and their leases
-            self.base = Part(client, keys, dedup="none", node_id=node_id, scripts=self._scripts, epoch=epoch,
-                             **kwargs)  # fmt: skip
+            self.base = Part(client, keys, dedup="none", node_id=node_id, scripts=self._scripts, epoch=epoch, **kwargs)
             self.shards = [
-                Part(client, keys.shard_keys(i, shards), node_id=self.base.node_id, scripts=self._scripts,
-                     dedup=strategy(), epoch=epoch, **kwargs)
+                Part(
+                    client,
+                    keys.shard_keys(i, shards),
+                    node_id=self.base.node_id,
+                    scripts=self._scripts,
+                    dedup=strategy(),
+                    epoch=epoch,
+                    **kwargs,
+                )
                 for i in range(shards)
-            ]  # fmt: skip
+            ]
         #: every distinct part, the crawl's own first
         self.all_parts = [self.base] if not self.sharded else [self.base, *self.shards]
         #: the part index lease ids without a shard name
@@ -372,7 +389,8 @@ class Frontier:
         if plan.later_acks:
             self._ack_later(plan.later_acks, tally)
         return AdmitResult("".join(tally.flags), tally.acked, tally.stale), Leases(
-            tally.leased, next_ready_ms=self.next_ready_ms, queued_seen=self.queued_seen)  # fmt: skip
+            tally.leased, next_ready_ms=self.next_ready_ms, queued_seen=self.queued_seen
+        )
 
     def _route(self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]) -> _Plan:
         """Which part gets which items, acks and events; an ack rides with its part's items
@@ -398,14 +416,15 @@ class Frontier:
         for part in [p for p in plan.touched() if self.part(p).uncertain]:
             indexes, part_acks = plan.by_part.get(part, []), plan.now_acks.get(part, ())
             before, replayed, rest, rest_acks, rest_events = self.part(part).settle(
-                [items[i] for i in indexes], part_acks, plan.event_parts.get(part, ()))  # fmt: skip
+                [items[i] for i in indexes], part_acks, plan.event_parts.get(part, ())
+            )
             if before is None:
                 continue
             done = len(indexes) - len(rest)
             for i, flag in zip(indexes[:done], before.flags):
                 tally.flags[i] = flag
             tally.acked, tally.stale = tally.acked + before.acked, tally.stale + before.stale
-            tally.acks_done += self._named(part, part_acks[:len(part_acks) - len(rest_acks)])
+            tally.acks_done += self._named(part, part_acks[: len(part_acks) - len(rest_acks)])
             tally.leased += self._wrap(part, replayed)
             plan.by_part[part] = indexes[done:]
             if part in plan.now_acks:
@@ -413,8 +432,9 @@ class Frontier:
             if part in plan.event_parts:
                 plan.event_parts[part] = list(rest_events)
 
-    def _first_round(self, items: Sequence[Admission], plan: _Plan, pop: int, tally: _Tally,
-                     waits: list[int]) -> tuple[set[int], set[int]]:  # fmt: skip
+    def _first_round(
+        self, items: Sequence[Admission], plan: _Plan, pop: int, tally: _Tally, waits: list[int]
+    ) -> tuple[set[int], set[int]]:
         """Each part's admission (with its share of the pop: admit.lua pops after admitting, one
         guard pass for both, and a key refusing either refuses the call there) and the other
         shards' pops, in one round trip, read back. Returns the parts admitting in this call
@@ -423,8 +443,7 @@ class Frontier:
         kinds: list[tuple[str, int]] = []
         asked: set[int] = set()
         share_of = dict(self._shares(pop - len(tally.leased) if pop else 0, asked))
-        todo = [p for p in plan.touched()
-                if plan.by_part.get(p) or plan.now_acks.get(p) or plan.event_parts.get(p)]  # fmt: skip
+        todo = [p for p in plan.touched() if plan.by_part.get(p) or plan.now_acks.get(p) or plan.event_parts.get(p)]
         for part in todo:
             args = plan.share(items, part)
             if part != BASE and part in share_of:
@@ -456,8 +475,9 @@ class Frontier:
         self._raise_if_failed(tally)
         return admitting, asked
 
-    def _read_admission(self, items: Sequence[Admission], plan: _Plan, part: int, call: Call, raw: Any,
-                        tally: _Tally) -> None:  # fmt: skip
+    def _read_admission(
+        self, items: Sequence[Admission], plan: _Plan, part: int, call: Call, raw: Any, tally: _Tally
+    ) -> None:
         """One part's admission reply (or the error it met) into ``tally``."""
         frontier = self.part(part)
         part_items, part_acks, part_events = plan.share(items, part)
@@ -473,7 +493,7 @@ class Frontier:
             result = frontier.read_admission(raw, call[2], part_acks)
             if not isinstance(result, AdmitResult):  # the Bloom filter grew: finish this part alone
                 done = result or ""
-                result = frontier.admit(part_items[len(done):], part_acks, part_events)
+                result = frontier.admit(part_items[len(done) :], part_acks, part_events)
                 result.flags = done + result.flags
         except RolledBack as exc:
             tally.rolled[part] = exc
@@ -557,8 +577,9 @@ class Frontier:
             mine = {x.id for x in tally.leased}
             error.given_back = [x for x in error.given_back if x not in mine]
         if incomplete or any(tally.flags) or tally.acks_done:
-            raise AdmissionIncomplete("".join(f or "-" for f in tally.flags), error, tally.acks_done, tally.acked,
-                                      tally.stale) from error  # fmt: skip
+            raise AdmissionIncomplete(
+                "".join(f or "-" for f in tally.flags), error, tally.acks_done, tally.acked, tally.stale
+            ) from error
         raise error
 
     def _shares(self, n: int, asked: set[int]) -> list[tuple[int, int]]:
@@ -579,7 +600,7 @@ class Frontier:
         self._rr = (self._rr + 1) % self.n
         # each shard asked gets MIN_SHARE requests at least: one script call per shard
         # has a fixed cost, and the rotation visits every shard anyway
-        live = live[:max(1, n // self.MIN_SHARE)]
+        live = live[: max(1, n // self.MIN_SHARE)]
         base, extra = divmod(n, len(live)) if live else (0, 0)
         shares = [(s, base + (1 if j < extra else 0)) for j, s in enumerate(live)]
         shares = [(s, k) for s, k in shares if k > 0]
@@ -630,13 +651,14 @@ class Frontier:
                 got = result.flags
             else:  # the Bloom filter grew: this shard alone, again
                 done = result or ""
-                got = done + frontier.record_seen([items[i] for i in indexes[len(done):]])
+                got = done + frontier.record_seen([items[i] for i in indexes[len(done) :]])
             for i, flag in zip(indexes, got):
                 flags[i] = flag
         return "".join(flags)
 
-    def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
-                    lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
+    def take_starts(
+        self, n: int, legacy_key: str | Sequence[str] | None = None, lanes: Sequence[str] = ()
+    ) -> list[tuple[str, bytes]]:
         """Lease up to ``n`` start entries from the crawl's ``lanes`` (start_urls alone by
         default), then scrapy-redis's ``legacy_key`` (one or several), in that order:
         [(lease id, raw entry)], acked with the admission of the requests made from it."""
@@ -644,7 +666,11 @@ class Frontier:
 
     # -- leases ------------------------------------------------------------------
     def heartbeat(
-        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: Mapping[str, Arg] | None = None,
+        self,
+        lease_ids: Iterable[str],
+        *,
+        producing: bool = False,
+        metrics: Mapping[str, Arg] | None = None,
         totals: dict[str, int] | None = None,
     ) -> list[str]:
         """Mark this node alive, renew its leases, count its ``totals`` in the run's counters
@@ -664,21 +690,33 @@ class Frontier:
         return requeued, dead
 
     def heartbeat_and_reap(
-        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: Mapping[str, Arg] | None = None,
-        totals: dict[str, int] | None = None, limit: int = 1000,
-    ) -> Beat:  # fmt: skip
+        self,
+        lease_ids: Iterable[str],
+        *,
+        producing: bool = False,
+        metrics: Mapping[str, Arg] | None = None,
+        totals: dict[str, int] | None = None,
+        limit: int = 1000,
+    ) -> Beat:
         """:meth:`heartbeat`, then :meth:`reap` and a history sample (crawlplug.frontier.history)
         of every part, in one round trip (a shard's renewal before its reap: same keys, same
         node, in call order)."""
         return self._beat(lease_ids, producing, metrics, totals, reap_limit=limit)
 
-    def _beat(self, lease_ids: Iterable[str], producing: bool, metrics: Mapping[str, Arg] | None,
-              totals: dict[str, int] | None, reap_limit: int | None) -> Beat:  # fmt: skip
+    def _beat(
+        self,
+        lease_ids: Iterable[str],
+        producing: bool,
+        metrics: Mapping[str, Arg] | None,
+        totals: dict[str, int] | None,
+        reap_limit: int | None,
+    ) -> Beat:
         """The heartbeat in the crawl's own keys, each shard's renewal of this node's leases
         and, with ``reap_limit``, every part's reap and history sample: one pipeline."""
         groups = self._group_ids(lease_ids)
-        calls = [self.base.heartbeat_call(groups.get(self._own, ()), producing=producing, metrics=metrics,
-                                          totals=totals)]  # fmt: skip
+        calls = [
+            self.base.heartbeat_call(groups.get(self._own, ()), producing=producing, metrics=metrics, totals=totals)
+        ]
         # each shard holding leases of this node, or its record (lua/record.lua: did it go back in time?)
         shards = [p for p in range(self.n) if p in groups or self.shards[p].record.confirmed] if self.sharded else []
         calls += [self.shards[p].renew_call(groups.get(p, ())) for p in shards]
@@ -691,7 +729,7 @@ class Frontier:
             calls += [f.history_call(now) for f in everyone]
         results: list[Any] = self.scripts.run_many(calls)  # replies, read below by their scripts' shapes
         if reap_limit is not None:
-            results, sampled = results[:-len(everyone)], results[-len(everyone):]
+            results, sampled = results[: -len(everyone)], results[-len(everyone) :]
         rolled = {p: raw for p, raw in zip([self._own, *shards], results) if isinstance(raw, RolledBack)}
         if rolled:
             raise self.went_back(rolled)
@@ -701,11 +739,16 @@ class Frontier:
         for reply in sampled:
             self.base.history_sampled(reply)
         lost, self.paused, self.run_state, self.data_lost = self.base.read_beat(results[0])
-        for p, raw in zip(shards, results[1:1 + len(shards)]):
+        for p, raw in zip(shards, results[1 : 1 + len(shards)]):
             lost += [f"{p}.{x}" for x in self.shards[p].read_renewal(raw)]
-        reaped = results[1 + len(shards):]
-        return Beat(lost, (sum(int(raw[0]) for raw in reaped), sum(int(raw[1]) for raw in reaped)),
-                    paused=self.paused, run_state=self.run_state, data_lost=self.data_lost)  # fmt: skip
+        reaped = results[1 + len(shards) :]
+        return Beat(
+            lost,
+            (sum(int(raw[0]) for raw in reaped), sum(int(raw[1]) for raw in reaped)),
+            paused=self.paused,
+            run_state=self.run_state,
+            data_lost=self.data_lost,
+        )
 
     # -- when a part went back in time (crawlplug.frontier.record) -------------------------
     def went_back(self, rolled: dict[int, RolledBack]) -> RolledBack:
@@ -721,7 +764,7 @@ class Frontier:
         for index, exc in rolled.items():
             self.part(index).record.confirmed = exc.found  # what it has now: the next call is checked against it
         given: list[str] = []
-        for index in ([self._own] if not self.sharded else [BASE, *range(self.n)]):
+        for index in [self._own] if not self.sharded else [BASE, *range(self.n)]:
             given += self._named(index, self.part(index).give_back_held())
         for index, exc in sorted(rolled.items()):
             log_went_back(self.part(index).keys, len(given))
@@ -739,18 +782,29 @@ class Frontier:
                 "crawlplug: shard %d of crawl %r went back further than this node's resend log reaches "
                 "(CRAWLPLUG_RESEND_WINDOW=%ss): requests it admitted there before then may be lost; the "
                 "crawl goes on with what the shard holds (docs/faults.md, 'When Redis goes back in time')",
-                shard, self.keys.crawl, self.resend[shard].window,
-            )  # fmt: skip
+                shard,
+                self.keys.crawl,
+                self.resend[shard].window,
+            )
         if not items:
             return
         try:
             result = self.shards[shard].admit(items)
         except (redis.RedisError, RuntimeError) as exc:
-            logger.error("crawlplug: could not send %d requests again to shard %d after it went back in time "
-                         "(%s): they may be lost", len(items), shard, exc)  # fmt: skip
+            logger.error(
+                "crawlplug: could not send %d requests again to shard %d after it went back in time "
+                "(%s): they may be lost",
+                len(items),
+                shard,
+                exc,
+            )
             return
-        logger.warning("crawlplug: sent %d requests again to shard %d, which went back in time (%d of them "
-                       "were missing there)", len(items), shard, result.admitted)  # fmt: skip
+        logger.warning(
+            "crawlplug: sent %d requests again to shard %d, which went back in time (%d of them were missing there)",
+            len(items),
+            shard,
+            result.admitted,
+        )
 
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         """Give leases back to the queue now (``unstarted``: without counting a delivery)."""
@@ -791,8 +845,14 @@ class Frontier:
                 self.start_entries = int(raw[3])
                 self.data_lost = bool(int(raw[4]))
                 self.start_urls_kind = text(raw[5])
-        return Idle(queued, leased, producers, start_entries=self.start_entries, data_lost=self.data_lost,
-                    start_urls_kind=self.start_urls_kind)  # fmt: skip
+        return Idle(
+            queued,
+            leased,
+            producers,
+            start_entries=self.start_entries,
+            data_lost=self.data_lost,
+            start_urls_kind=self.start_urls_kind,
+        )
 
     def __len__(self) -> int:
         return sum(len(f) for f in self.shards)

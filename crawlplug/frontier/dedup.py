@@ -37,7 +37,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-
 class DedupPart(Protocol):
     """A part of a crawl's frontier as the dedup helpers (here, crawlplug.frontier.fphash and
     fpadmin) see it: a :class:`crawlplug.frontier.part.Part`, which imports this module."""
@@ -56,6 +55,7 @@ class DedupFrontier(Protocol):
     keys: CrawlKeys
 
     def dedup_parts(self) -> Sequence[DedupPart]: ...
+
 
 class Dedup:
     """No dedup: every request is admitted (``scrapy.dupefilters.BaseDupeFilter``)."""
@@ -180,9 +180,7 @@ class BloomDedup(Dedup):
     def layer_keys(self, keys: CrawlKeys, count: int, generation: int = 0) -> list[str]:
         prefix = self._prefix(keys, generation)
         return [
-            f"{prefix}:{layer.index + 1}:{chunk}"
-            for layer in self.spec.layers(count)
-            for chunk in range(layer.chunks)
+            f"{prefix}:{layer.index + 1}:{chunk}" for layer in self.spec.layers(count) for chunk in range(layer.chunks)
         ]
 
     def param(self) -> str:
@@ -258,7 +256,7 @@ def has_native_bloom(client: redis.Redis) -> bool:
 
 
 def _choose_format(client: redis.Redis, keys: CrawlKeys, spec: BloomSpec, native: bool | str, generations: int) -> str:
-    """"lua" or "native": what the crawl already uses, else what is asked and possible."""
+    """ "lua" or "native": what the crawl already uses, else what is asked and possible."""
     key = BloomDedup(spec).seen_key(keys)
     stored = cast("bytes | None", client.hget(key, "format"))  # crawlplug's clients answer bytes
     available = has_native_bloom(client)
@@ -312,9 +310,14 @@ def bloom_info(frontier: DedupFrontier, spec: BloomSpec, strategy: Dedup | None 
             info = {text(k): v for k, v in raw.items()}
         else:
             info = {text(raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
-        return {"native": True, "capacity": info.get("Capacity"), "memory_bytes": info.get("Size"),
-                "filters": info.get("Number of filters"), "added": info.get("Number of items inserted"),
-                "error_rate": spec.error_rate}  # fmt: skip
+        return {
+            "native": True,
+            "capacity": info.get("Capacity"),
+            "memory_bytes": info.get("Size"),
+            "filters": info.get("Number of filters"),
+            "added": info.get("Number of items inserted"),
+            "error_rate": spec.error_rate,
+        }
     if isinstance(strategy, BloomDedup) and strategy.generations:
         return {"generations": strategy.generations, "window_ms": strategy.window_ms}
     plain = BloomDedup(spec)
@@ -333,11 +336,18 @@ def bloom_info(frontier: DedupFrontier, spec: BloomSpec, strategy: Dedup | None 
         fp_rate = layer.fill_to_fp(fill)
         miss_all *= 1 - fp_rate
         estimate = -layer.bits_per_slice * math.log(1 - fill) if fill < 1 else float("inf")
-        layers.append({
-            "layer": layer.index + 1, "capacity": layer.capacity, "error_rate": layer.error_rate,
-            "added": int(meta.get(f"count:{layer.index + 1}", 0)), "estimated_count": round(estimate),
-            "fill_ratio": fill, "false_positive_rate": fp_rate, "bits": layer.bits,
-        })  # fmt: skip
+        layers.append(
+            {
+                "layer": layer.index + 1,
+                "capacity": layer.capacity,
+                "error_rate": layer.error_rate,
+                "added": int(meta.get(f"count:{layer.index + 1}", 0)),
+                "estimated_count": round(estimate),
+                "fill_ratio": fill,
+                "false_positive_rate": fp_rate,
+                "bits": layer.bits,
+            }
+        )
     return {
         "capacity": spec.capacity,
         "error_rate": spec.error_rate,

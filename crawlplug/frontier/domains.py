@@ -87,15 +87,20 @@ class Domains:
             now = int(raw[0])
             for i in range(1, len(raw), 7):
                 score = float(raw[i + 1])
-                out.append((score, {
-                    "domain": text(raw[i]),
-                    "queued": int(raw[i + 2]),
-                    "in_flight": int(raw[i + 3]),
-                    "leased_total": int(raw[i + 4]),
-                    "delay": float(raw[i + 5]) / 1000,
-                    "concurrency": int(raw[i + 6]),
-                    "ready_in": None if score == float("inf") else max(0.0, (score - now) / 1000),
-                    "at_concurrency": score == float("inf"),
-                }))  # fmt: skip
+                out.append(
+                    (
+                        score,
+                        {
+                            "domain": text(raw[i]),
+                            "queued": int(raw[i + 2]),
+                            "in_flight": int(raw[i + 3]),
+                            "leased_total": int(raw[i + 4]),
+                            "delay": float(raw[i + 5]) / 1000,
+                            "concurrency": int(raw[i + 6]),
+                            "ready_in": None if score == float("inf") else max(0.0, (score - now) / 1000),
+                            "at_concurrency": score == float("inf"),
+                        },
+                    )
+                )
         out.sort(key=lambda scored: scored[0])
         return [row for _, row in out[:limit]]

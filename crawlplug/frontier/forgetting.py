@@ -63,7 +63,7 @@ def _dedup_parts(client: redis.Redis, keys: CrawlKeys) -> list[CrawlKeys]:
 
 
 def bloom_kind(client: redis.Redis, keys: CrawlKeys) -> str:
-    """"bloom" or "bf" if a part of the crawl holds a Bloom filter, else ""."""
+    """ "bloom" or "bf" if a part of the crawl holds a Bloom filter, else ""."""
     pipe = client.pipeline(transaction=False)
     for part in _dedup_parts(client, keys):
         pipe.exists(part.key("bloom"), part.key("bloom:meta"))  # its sizing (every node records it), its layers
@@ -75,8 +75,9 @@ def bloom_kind(client: redis.Redis, keys: CrawlKeys) -> str:
     return ""
 
 
-def forget(client: redis.Redis, keys: CrawlKeys, items: Sequence[tuple[bytes, str]],
-           scripts: Scripts | None = None) -> Forgotten:  # fmt: skip
+def forget(
+    client: redis.Redis, keys: CrawlKeys, items: Sequence[tuple[bytes, str]], scripts: Scripts | None = None
+) -> Forgotten:
     """Remove each (raw fingerprint, route) from the exact dedup state: the route (the
     request's domain or host, crawlplug.queues.route) picks the shard of a sharded crawl.
     Refuses, removing nothing, a crawl whose dedup is a Bloom filter."""
@@ -90,9 +91,13 @@ def forget(client: redis.Redis, keys: CrawlKeys, items: Sequence[tuple[bytes, st
     scripts = scripts or Scripts(client)
     order = list(by_part)
     calls: list[Call] = [
-        ("forget", [targets[p].seen, targets[p].key("seen_ttl"), targets[p].key("bloom"), targets[p].key("bf")],
-         [items[i][0] for i in by_part[p]]) for p in order
-    ]  # fmt: skip
+        (
+            "forget",
+            [targets[p].seen, targets[p].key("seen_ttl"), targets[p].key("bloom"), targets[p].key("bf")],
+            [items[i][0] for i in by_part[p]],
+        )
+        for p in order
+    ]
     flags = ["0"] * len(items)
     raw: Any  # forget.lua's reply
     for p, raw in zip(order, scripts.run_many(calls)):
@@ -116,9 +121,9 @@ def roll(client: redis.Redis, keys: CrawlKeys) -> int:
     for part in _dedup_parts(client, keys):
         doomed = []
         for raw in client.scan_iter(match=part.pattern(), count=1000):
-            name = text(raw)[len(part.tag) + 1:]
+            name = text(raw)[len(part.tag) + 1 :]
             if name in DEDUP_NAMES or name.startswith(DEDUP_PREFIXES):
                 doomed.append(raw)
         for i in range(0, len(doomed), 500):
-            deleted += int(client.unlink(*doomed[i:i + 500]))
+            deleted += int(client.unlink(*doomed[i : i + 500]))
     return deleted

@@ -51,7 +51,7 @@ def hash_info(frontier: DedupFrontier, *, memory: bool = True) -> dict[str, obje
         limit = _entries_limit(client)
         names = _bucket_names(client, keys)
         for start in range(0, len(names), 1000):
-            chunk = names[start:start + 1000]
+            chunk = names[start : start + 1000]
             pipe = client.pipeline(transaction=False)
             for name in chunk:
                 pipe.hlen(name)
@@ -70,12 +70,20 @@ def hash_info(frontier: DedupFrontier, *, memory: bool = True) -> dict[str, obje
                     over += 1
                     over_bytes += size
     return {
-        "store": "hash", "buckets": buckets, "fingerprints": fingerprints,
-        "mean_fill": fingerprints / buckets if buckets else 0.0, "largest": largest,
-        "compact_limit": limit, "over_limit": over, "over_limit_bytes": over_bytes,
-        "memory_bytes": total_bytes, "generations": dict(sorted(by_gen.items())),
-        "splitting": bool(levels), "levels": [{"level": a, "next": b} for a, b in levels], "counted": splitting,
-    }  # fmt: skip
+        "store": "hash",
+        "buckets": buckets,
+        "fingerprints": fingerprints,
+        "mean_fill": fingerprints / buckets if buckets else 0.0,
+        "largest": largest,
+        "compact_limit": limit,
+        "over_limit": over,
+        "over_limit_bytes": over_bytes,
+        "memory_bytes": total_bytes,
+        "generations": dict(sorted(by_gen.items())),
+        "splitting": bool(levels),
+        "levels": [{"level": a, "next": b} for a, b in levels],
+        "counted": splitting,
+    }
 
 
 def _entries_limit(client: redis.Redis) -> int:
@@ -133,16 +141,21 @@ def forget_hashed(client: redis.Redis, keys: CrawlKeys, fingerprints: Sequence[b
         strategy = HashDedup(spec)
         strategy.observe(text(raw[1]) if raw[1] is not None else "")
         gens = range(1, strategy.gens + 1)
-        targets = [[(strategy.bucket_key(keys, g, strategy.bucket(fp, g)), strategy.field(fp, g)) for g in gens]
-                   for fp in fingerprints]  # fmt: skip
+        targets = [
+            [(strategy.bucket_key(keys, g, strategy.bucket(fp, g)), strategy.field(fp, g)) for g in gens]
+            for fp in fingerprints
+        ]
     pipe = client.pipeline(transaction=False)
     names = sorted({name for per_fp in targets for name, _ in per_fp})
     for name in names:
         pipe.type(name)
     for name, kind in zip(names, pipe.execute()):
         if text(kind) not in ("hash", "none"):
-            raise CorruptKey(f"CORRUPT crawl key {name} holds a {text(kind)}, not a hash: nothing was done "
-                             "(repair or delete the key; see docs/faults.md)", name)  # fmt: skip
+            raise CorruptKey(
+                f"CORRUPT crawl key {name} holds a {text(kind)}, not a hash: nothing was done "
+                "(repair or delete the key; see docs/faults.md)",
+                name,
+            )
     pipe = client.pipeline(transaction=True)
     for per_fp in targets:
         for name, field in per_fp:
@@ -151,7 +164,7 @@ def forget_hashed(client: redis.Redis, keys: CrawlKeys, fingerprints: Sequence[b
     flags = []
     by_gen: dict[int, int] = {}
     for n, _ in enumerate(fingerprints):
-        hits = removed[n * len(gens):(n + 1) * len(gens)]
+        hits = removed[n * len(gens) : (n + 1) * len(gens)]
         flags.append("1" if any(hits) else "0")
         for g, hit in zip(gens, hits):
             if hit:

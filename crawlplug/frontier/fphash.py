@@ -39,6 +39,9 @@ In Redis (one crawl part's keys): ``fph`` (hash) "spec" the bucketing; splitting
 ``fph:<level>:<bucket hex>`` (hash) the buckets. By generations: "gens" the generation
 count, "count:<g>" fingerprints added to generation g; ``fph:<g>:<bucket hex>`` generation
 g's buckets. Every bucket key a call touches is passed in KEYS.
+
+Its size: the store's two layouts (splitting and generations) share their bucket arithmetic
+and one Dedup class; this docstring is a tenth of the module.
 """
 
 from __future__ import annotations
@@ -203,23 +206,28 @@ class HashDedup(Dedup):
 
     def field(self, fingerprint: bytes, generation: int) -> bytes:
         """What generation ``generation`` stores: the bytes its bucket does not fix."""
-        return fingerprint[self._generations().gen_bits(generation) // 8:]
+        return fingerprint[self._generations().gen_bits(generation) // 8 :]
 
     def _generations(self) -> HashSpec:
         if isinstance(self.spec, SplitSpec):
-            raise TypeError("a splitting store has levels, not generations: "
-                            "HashDedup.level_home is its bucket and field")
+            raise TypeError(
+                "a splitting store has levels, not generations: HashDedup.level_home is its bucket and field"
+            )
         return self.spec
 
     def param(self) -> str:
         if isinstance(self.spec, SplitSpec):
             return f"S {self.level} {self.next} {self._window()} {self.spec.identity()}"
         gens = range(1, self.gens + 1)
-        return f"{self.gens} {self.spec.identity()}" + "".join(f";{self.spec.gen_bits(g) // 8},{self.spec.capacity(g)}" for g in gens)
+        return f"{self.gens} {self.spec.identity()}" + "".join(
+            f";{self.spec.gen_bits(g) // 8},{self.spec.capacity(g)}" for g in gens
+        )
 
     def argument(self, fingerprint: bytes, ttl_ms: int | None = None) -> bytes:
         if len(fingerprint) < 4:
-            raise ValueError(f"a fingerprint of {len(fingerprint)} bytes is too short for the compact store (4 or more)")
+            raise ValueError(
+                f"a fingerprint of {len(fingerprint)} bytes is too short for the compact store (4 or more)"
+            )
         return fingerprint
 
     def _window(self) -> int:
@@ -251,8 +259,10 @@ class HashDedup(Dedup):
             top = int.from_bytes(fingerprint[:4], "big")
             bucket = top >> shift
             refs = []
-            for wanted, name in ((bucket >= nxt, f"{low}{bucket:x}"),
-                                 (bucket < margin, f"{high}{top >> (shift - 1):x}")):  # fmt: skip
+            for wanted, name in (
+                (bucket >= nxt, f"{low}{bucket:x}"),
+                (bucket < margin, f"{high}{top >> (shift - 1):x}"),
+            ):
                 if not wanted:
                     refs.append(none)
                     continue
@@ -260,8 +270,10 @@ class HashDedup(Dedup):
                 if at is None:
                     at = index[name] = len(names)
                     if at >= NO_BUCKET:
-                        raise ValueError("too many fingerprints in one call for the compact store (65,535 buckets "
-                                         "at most): split the batch (Frontier.admit does, by most_per_call)")  # fmt: skip
+                        raise ValueError(
+                            "too many fingerprints in one call for the compact store (65,535 buckets "
+                            "at most): split the batch (Frontier.admit does, by most_per_call)"
+                        )
                     names.append(name)
                 refs.append(at.to_bytes(2, "big"))
             out.append(refs[0] + refs[1] + fingerprint)
@@ -271,7 +283,7 @@ class HashDedup(Dedup):
     def level_home(keys: CrawlKeys, fingerprint: bytes, level: int) -> tuple[str, bytes]:
         """A splitting store's bucket of ``fingerprint`` at ``level`` (its key) and its field there."""
         bucket = int.from_bytes(fingerprint[:4], "big") >> (32 - level) if level else 0
-        return keys.key(f"fph:{level}:{bucket:x}"), fingerprint[level // 8:]
+        return keys.key(f"fph:{level}:{bucket:x}"), fingerprint[level // 8 :]
 
     def call_keys(self, keys: CrawlKeys, arguments: Sequence[bytes]) -> tuple[list[str], list[bytes]]:
         if isinstance(self.spec, SplitSpec):
@@ -294,8 +306,10 @@ class HashDedup(Dedup):
                 if at is None:
                     at = index[name] = len(names)
                     if at > 0xFFFF:  # before to_bytes would raise OverflowError
-                        raise ValueError("too many fingerprints in one call for the compact store (65,536 buckets "
-                                         "at most): split the batch (Frontier.admit does, by most_per_call)")  # fmt: skip
+                        raise ValueError(
+                            "too many fingerprints in one call for the compact store (65,536 buckets "
+                            "at most): split the batch (Frontier.admit does, by most_per_call)"
+                        )
                     names.append(name)
                 refs += at.to_bytes(2, "big")
             out.append(bytes(refs) + fingerprint)
@@ -332,10 +346,14 @@ class HashDedup(Dedup):
         try:
             spec = parse_spec(identity)
         except ValueError:
-            raise ConfigError(f"the compact store's spec holds {identity!r}, not split:fill:level "
-                              "or bits:fill:growth") from None  # fmt: skip
-        logger.info("crawlplug: the crawl buckets its fingerprints as %s, not as this node did "
-                    "(%s): following the crawl's", identity, self.spec.identity())  # fmt: skip
+            raise ConfigError(
+                f"the compact store's spec holds {identity!r}, not split:fill:level or bits:fill:growth"
+            ) from None
+        logger.info(
+            "crawlplug: the crawl buckets its fingerprints as %s, not as this node did (%s): following the crawl's",
+            identity,
+            self.spec.identity(),
+        )
         self.spec = spec
         self.forget()
 
@@ -366,16 +384,26 @@ def choose_store(frontier: DedupFrontier, wanted: str, spec: Spec) -> None:
         client.hsetnx(base.meta, STORE_FIELD, store)
         recorded = client.hget(base.meta, STORE_FIELD)
         if legacy and text(recorded) == "set" and wanted == "hash":
-            logger.info("crawlplug: crawl %r keeps its fingerprint set (%d fingerprints in `seen`): "
-                        "`crawlplug --crawl %s migrate seen-to-hash` moves it into the compact store (a third of the memory)",
-                        base.crawl, sum(int(p.client.scard(p.keys.seen)) for p in legacy), base.crawl)  # fmt: skip
+            logger.info(
+                "crawlplug: crawl %r keeps its fingerprint set (%d fingerprints in `seen`): "
+                "`crawlplug --crawl %s migrate seen-to-hash` moves it into the compact store (a third of the memory)",
+                base.crawl,
+                sum(int(p.client.scard(p.keys.seen)) for p in legacy),
+                base.crawl,
+            )
     store = text(recorded)
     if store not in STORES:
-        raise ConfigError(f"crawl {base.crawl!r} records the exact store {store!r} in {base.meta} "
-                          f"field {STORE_FIELD}, not one of {', '.join(STORES)}")  # fmt: skip
+        raise ConfigError(
+            f"crawl {base.crawl!r} records the exact store {store!r} in {base.meta} "
+            f"field {STORE_FIELD}, not one of {', '.join(STORES)}"
+        )
     if store != wanted:
-        logger.info("crawlplug: crawl %r keeps its exact store %r (CRAWLPLUG_DEDUP_STORE=%r is for new crawls)",
-                    base.crawl, store, wanted)  # fmt: skip
+        logger.info(
+            "crawlplug: crawl %r keeps its exact store %r (CRAWLPLUG_DEDUP_STORE=%r is for new crawls)",
+            base.crawl,
+            store,
+            wanted,
+        )
     for part in parts:
         part.dedup = SetDedup() if store == "set" else _hash_part(part, spec)
 
@@ -398,19 +426,26 @@ def _hash_part(part: DedupPart, spec: Spec) -> HashDedup:
     raw = client.hmget(key, "spec", "gens", "level", "next", "count")
     stored = text(raw[0]) if raw[0] is not None else spec.identity()
     if stored != spec.identity():
-        logger.info("crawlplug: crawl %r buckets its fingerprints as %s, not as this node's "
-                    "CRAWLPLUG_DEDUP_CAPACITY would (%s): following the crawl's", part.keys.crawl, stored,
-                    spec.identity())  # fmt: skip
+        logger.info(
+            "crawlplug: crawl %r buckets its fingerprints as %s, not as this node's "
+            "CRAWLPLUG_DEDUP_CAPACITY would (%s): following the crawl's",
+            part.keys.crawl,
+            stored,
+            spec.identity(),
+        )
         try:
             spec = parse_spec(stored)
         except ValueError:
-            raise ConfigError(f"crawl key {key} field spec holds {stored!r}, not split:fill:level "
-                              "or bits:fill:growth") from None  # fmt: skip
+            raise ConfigError(
+                f"crawl key {key} field spec holds {stored!r}, not split:fill:level or bits:fill:growth"
+            ) from None
     strategy = HashDedup(spec)
     try:
         strategy.observe_stored(raw[1:])
     except ValueError:
-        raise CorruptKey(f"CORRUPT crawl key {key}: gens, level, next or count is not an integer "
-                         f"({[text(x) if x is not None else None for x in raw[1:]]}); see docs/faults.md", key) from None
+        raise CorruptKey(
+            f"CORRUPT crawl key {key}: gens, level, next or count is not an integer "
+            f"({[text(x) if x is not None else None for x in raw[1:]]}); see docs/faults.md",
+            key,
+        ) from None
     return strategy
-

@@ -84,8 +84,15 @@ def sample_call(keys: CrawlKeys, now_ms: int, epoch: str, run: int | None) -> Ca
     if base:
         names.append(keys.nodes)
     names.append(keys.epoch)
-    args: list[Arg] = [hour, day, "1" if base else "0", "" if run is None else run, MINUTES_KEPT_MS, HOURS_KEPT_MS,
-                       epoch]  # fmt: skip
+    args: list[Arg] = [
+        hour,
+        day,
+        "1" if base else "0",
+        "" if run is None else run,
+        MINUTES_KEPT_MS,
+        HOURS_KEPT_MS,
+        epoch,
+    ]
     return ("history", names, args)
 
 
@@ -111,14 +118,15 @@ def parse(raw: bytes | str, bucket_ms: int) -> Record | None:
         run_id = None if run == "-" else int(run)
     except ValueError:
         return None
-    counters = values[:len(COUNTERS)]
+    counters = values[: len(COUNTERS)]
     if any(v is None for v in counters):
         return None
-    return Record(at, run_id, tuple(counters), tuple(values[len(COUNTERS):]))  # type: ignore[arg-type]
+    return Record(at, run_id, tuple(counters), tuple(values[len(COUNTERS) :]))  # type: ignore[arg-type]
 
 
-def records(client: redis.Redis, keys: CrawlKeys, step_ms: int, since_ms: int,
-            until_ms: int) -> list[list[tuple[int, Record]]]:  # fmt: skip
+def records(
+    client: redis.Redis, keys: CrawlKeys, step_ms: int, since_ms: int, until_ms: int
+) -> list[list[tuple[int, Record]]]:
     """Every part's records of resolution ``step_ms`` (MINUTE_MS or HOUR_MS) whose bucket
     starts in [since_ms, until_ms], as (bucket start ms, record) in the order they were
     taken (a bucket two runs sampled has a record of each), part by part (the crawl's own

@@ -50,46 +50,46 @@ class CrawlFrontier(Protocol):
     def dedup(self) -> Dedup:
         """The dedup strategy of the crawl's parts (crawlplug.frontier.dedup); read-only."""
 
-
-    def admit(self, items: Sequence[Admission], acks: Sequence[str] = (),
-              events: Sequence[tuple[str, str]] = ()) -> AdmitResult:  # fmt: skip
+    def admit(
+        self, items: Sequence[Admission], acks: Sequence[str] = (), events: Sequence[tuple[str, str]] = ()
+    ) -> AdmitResult:
         """Deduplicate and store ``items``, then acknowledge ``acks``: one script per part,
         the acks only once every child is stored."""
 
-
-    def admit_and_pop(self, items: Sequence[Admission], acks: Sequence[str], n: int,
-                      events: Sequence[tuple[str, str]] = ()) -> tuple[AdmitResult | None, Leases]:  # fmt: skip
+    def admit_and_pop(
+        self, items: Sequence[Admission], acks: Sequence[str], n: int, events: Sequence[tuple[str, str]] = ()
+    ) -> tuple[AdmitResult | None, Leases]:
         """:meth:`admit`, then lease up to ``n`` requests, in as few round trips as the parts allow."""
-
 
     def record_seen(self, items: Sequence[tuple[bytes, str]]) -> str:
         """Check and record (dedup argument, route) items storing no request, each in one
         step (``lua/seen.lua``): a dupefilter used on its own. A flag per item, "1" new."""
 
-
     def release(self, ids: Sequence[str], *, unstarted: bool) -> int:
         """Give leases back to the queue (``unstarted``: without counting a delivery)."""
-
 
     def dead_letter(self, lease_id: str, reason: str, **extra: object) -> bool:
         """Move a leased request to the dead letters, with why."""
 
-
-    def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
-                    lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
+    def take_starts(
+        self, n: int, legacy_key: str | Sequence[str] | None = None, lanes: Sequence[str] = ()
+    ) -> list[tuple[str, bytes]]:
         """Lease up to ``n`` start entries from the crawl's ``lanes`` (start_urls alone by
         default), then scrapy-redis's ``legacy_key`` (one or several), in that order."""
 
-
-    def heartbeat_and_reap(self, lease_ids: Iterable[str], *, producing: bool = False,
-                           metrics: Mapping[str, Arg] | None = None, totals: dict[str, int] | None = None,
-                           limit: int = 1000) -> Beat:  # fmt: skip
+    def heartbeat_and_reap(
+        self,
+        lease_ids: Iterable[str],
+        *,
+        producing: bool = False,
+        metrics: Mapping[str, Arg] | None = None,
+        totals: dict[str, int] | None = None,
+        limit: int = 1000,
+    ) -> Beat:
         """:meth:`heartbeat` and :meth:`reap` in one round trip."""
-
 
     def idle_state(self) -> Idle:
         """(queued, leased, start entries) over every part, to tell an idle crawl from a done one."""
-
 
     def parts(self) -> list[CrawlKeys]:
         """The key sets holding this crawl's frontier: its own, then each shard's."""

@@ -44,15 +44,17 @@ __all__ = [
 KEEP = 1000
 
 #: Fields holding whole numbers (read back as int).
-INT_FIELDS = frozenset({"scheduled", "run", "slot", "pid", "started", "ended", "pages", "items",
-                        "daemon_pid", "checked", "fence"})  # fmt: skip
+INT_FIELDS = frozenset(
+    {"scheduled", "run", "slot", "pid", "started", "ended", "pages", "items", "daemon_pid", "checked", "fence"}
+)
 
 #: What the daemon said of a job (``listjobs.json``), or what became of asking it.
 DAEMON_STATES = ("pending", "running", "finished", "cancelled", "unknown", "error")
 
 
-def record(client: redis.Redis, keys: CrawlKeys, job_id: str, fields: Mapping[str, object], *,
-           scheduled_ms: int | None = None) -> None:  # fmt: skip
+def record(
+    client: redis.Redis, keys: CrawlKeys, job_id: str, fields: Mapping[str, object], *, scheduled_ms: int | None = None
+) -> None:
     """Record job ``job_id`` (a new one with ``scheduled_ms``), setting ``fields`` (None values
     are left out); the oldest jobs past :data:`KEEP` are dropped."""
     values: dict[FieldT, EncodableT] = {k: str(v) for k, v in fields.items() if v is not None}
@@ -142,8 +144,9 @@ def get(client: redis.Redis, keys: CrawlKeys, job_id: str) -> dict[str, object] 
     return _decode(job_id, raw) if raw else None
 
 
-def all_jobs(client: redis.Redis, keys: CrawlKeys, *, run: int | None = None,
-             ids: Iterable[str] | None = None) -> list[dict[str, object]]:  # fmt: skip
+def all_jobs(
+    client: redis.Redis, keys: CrawlKeys, *, run: int | None = None, ids: Iterable[str] | None = None
+) -> list[dict[str, object]]:
     """The crawl's recorded jobs, oldest first (of run ``run`` only, if given)."""
     names = [text(x) for x in client.zrange(keys.jobs, 0, -1)] if ids is None else list(ids)
     pipe = client.pipeline(transaction=False)
@@ -165,8 +168,9 @@ def by_node(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, object]
     return {str(j["node"]): j for j in all_jobs(client, keys) if j.get("node")}
 
 
-def node_opened(client: redis.Redis, keys: CrawlKeys, job_id: str, *, node: str, host: str, pid: int,
-                run: int | None) -> dict[str, object]:  # fmt: skip
+def node_opened(
+    client: redis.Redis, keys: CrawlKeys, job_id: str, *, node: str, host: str, pid: int, run: int | None
+) -> dict[str, object]:
     """The node of job ``job_id`` opened its spider (written by the node). A job no
     ``crawlplug start`` recorded (scheduled on the daemon by hand, say) is recorded now."""
     fields: dict[str, Any] = {"node": node, "host": host, "pid": pid, "run": run, "started": redis_ms(client)}
@@ -177,7 +181,6 @@ def node_opened(client: redis.Redis, keys: CrawlKeys, job_id: str, *, node: str,
     return fields
 
 
-def node_closed(client: redis.Redis, keys: CrawlKeys, job_id: str, *, reason: str, pages: int,
-                items: int) -> None:  # fmt: skip
+def node_closed(client: redis.Redis, keys: CrawlKeys, job_id: str, *, reason: str, pages: int, items: int) -> None:
     """The node of job ``job_id`` closed its spider with ``reason`` (written by the node)."""
     update(client, keys, job_id, {"ended": redis_ms(client), "reason": reason, "pages": pages, "items": items})

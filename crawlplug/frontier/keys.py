@@ -92,9 +92,25 @@ NAMES = (
 #: shard's own hash tag; every other name stays under the crawl's tag. The crawl's
 #: tag keeps its own queue keys too: they hold the leases of start entries.
 SHARDED_NAMES = (
-    "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "fph", "dead", "stats", "series",
-    "dq", "domains", "dstate", "dconf", "epoch", "graveyard", "runfence",
-)  # fmt: skip
+    "queue",
+    "requests",
+    "seq",
+    "leases",
+    "leased",
+    "deliveries",
+    "seen",
+    "fph",
+    "dead",
+    "stats",
+    "series",
+    "dq",
+    "domains",
+    "dstate",
+    "dconf",
+    "epoch",
+    "graveyard",
+    "runfence",
+)
 
 #: The per-domain queue's keys, in the order the scripts take them.
 DOMAIN_NAMES = ("dq", "domains", "dstate", "dconf")

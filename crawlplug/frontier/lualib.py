@@ -89,7 +89,7 @@ def library(names: Sequence[str]) -> Library:
             init.extend([f"{value.group(1)} ={value.group(2)}", *block[1:]])
         elif block[0].startswith("local "):
             top.extend(block)  # a declaration alone (no value): nil at each call's start
-            init.append(f"{block[0][len('local '):]} = nil")
+            init.append(f"{block[0][len('local ') :]} = nil")
         else:
             init.extend(block)  # a statement: a call's
     body = ["local KEYS, ARGV", *top, "local function init()", *init, "end"]

@@ -35,7 +35,7 @@ def _uses(name: str, text: str) -> list[str]:
     """The pieces ``<name>.lua`` names on its ``-- uses:`` line, checked."""
     for line in text.splitlines():
         if line.startswith("-- uses:"):
-            used = line[len("-- uses:"):].split("(", 1)[0].split()
+            used = line[len("-- uses:") :].split("(", 1)[0].split()
             unknown = [u for u in used if u not in PIECES]
             if unknown:
                 raise ValueError(f"{name}.lua uses unknown pieces {unknown} (known: {PIECES})")

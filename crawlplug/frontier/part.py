@@ -126,15 +126,36 @@ class Part:
         self._history_failed = False  # a failed history sample was logged (once)
         dk = k.domain_keys()
         # the run hash last but one: its state and limits (a shard's is absent: no limit there)
-        self._pop_keys = [k.queue, k.requests, k.leases, k.leased, k.deliveries, k.stats, *dk, k.reply(self.node_id),
-                          k.run, k.epoch]  # fmt: skip
+        self._pop_keys = [
+            k.queue,
+            k.requests,
+            k.leases,
+            k.leased,
+            k.deliveries,
+            k.stats,
+            *dk,
+            k.reply(self.node_id),
+            k.run,
+            k.epoch,
+        ]
         #: a pop whose reply was lost: (keys, args), sent again first by the next pop (its
         #: leases come back, pop.lua's replay, instead of waiting to expire): pop_call, read_pop
         self._uncertain_pop: tuple[list[str], list[Any]] | None = None
         self._reap_keys = [
-            k.leases, k.leased, k.queue, k.deliveries, k.requests, k.dead, k.stats, k.nodes, k.producers, *dk,
-            k.start_urls, k.series, k.graveyard,
-        ]  # fmt: skip
+            k.leases,
+            k.leased,
+            k.queue,
+            k.deliveries,
+            k.requests,
+            k.dead,
+            k.stats,
+            k.nodes,
+            k.producers,
+            *dk,
+            k.start_urls,
+            k.series,
+            k.graveyard,
+        ]
 
     @property
     def epoch(self) -> str:
@@ -153,20 +174,35 @@ class Part:
     def _admit_keys(self, extra: Sequence[str]) -> list[str]:
         k = self.keys
         return [
-            self.dedup.seen_key(k), k.queue, k.requests, k.seq, k.leases, k.leased, k.deliveries, k.stats,
-            *k.domain_keys(), k.series, k.reply(self.node_id), k.run, *extra, k.epoch,
-        ]  # fmt: skip
+            self.dedup.seen_key(k),
+            k.queue,
+            k.requests,
+            k.seq,
+            k.leases,
+            k.leased,
+            k.deliveries,
+            k.stats,
+            *k.domain_keys(),
+            k.series,
+            k.reply(self.node_id),
+            k.run,
+            *extra,
+            k.epoch,
+        ]
 
     def _admit_args(
-        self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]] = (),
-        call: str = "", dedup_args: Sequence[bytes] | None = None,
-    ) -> list[Any]:  # fmt: skip
+        self,
+        items: Sequence[Admission],
+        acks: Sequence[str],
+        events: Sequence[tuple[str, str]] = (),
+        call: str = "",
+        dedup_args: Sequence[bytes] | None = None,
+    ) -> list[Any]:
         """The admission's ARGV, with no pop (:data:`POP_ARG`); ``dedup_args``: the items'
         dedup arguments as the call takes them (Dedup.call_keys), else :meth:`_dedup_keys`'s."""
         if dedup_args is None:
             dedup_args = self._dedup_keys([item[0] for item in items])[1]
-        args: list[Any] = [self.dedup.mode, self.node_id, self.dedup.param(), call, "", len(acks), *acks,
-                           len(events)]  # fmt: skip
+        args: list[Any] = [self.dedup.mode, self.node_id, self.dedup.param(), call, "", len(acks), *acks, len(events)]
         for lease_id, kind in events:
             args += [lease_id, kind]
         for item, darg in zip(items, dedup_args):
@@ -179,8 +215,9 @@ class Part:
         arguments it sends (Dedup.call_keys)."""
         return self.dedup.call_keys(self.keys, arguments)
 
-    def read_admission(self, raw: Reply, args: Sequence[Arg] | None = None,
-                acks: Sequence[str] = ()) -> AdmitResult | str | None:  # fmt: skip
+    def read_admission(
+        self, raw: Reply, args: Sequence[Arg] | None = None, acks: Sequence[str] = ()
+    ) -> AdmitResult | str | None:
         """The script's answer: a result, None to call again (Bloom filter grew
         elsewhere), or the flags of a partial batch (Bloom filter grew twice). ``args``:
         the admission's ARGV, whose call id is then recorded as Redis's last of this
@@ -224,7 +261,7 @@ class Part:
         done = ""
         stale_rounds = 0
         while True:
-            rest = items[len(done):]
+            rest = items[len(done) :]
             call = self.admit_call(rest, acks, events)
             try:
                 raw = self._guarded(call, len(rest), len(acks), len(events), self.scripts.admit)
@@ -255,10 +292,10 @@ class Part:
         the rest of a batch that needed two new layers."""
         most = self.dedup.most_per_call()
         if len(items) > most:
-            return "".join(self.record_seen(items[i:i + most]) for i in range(0, len(items), most))
+            return "".join(self.record_seen(items[i : i + most]) for i in range(0, len(items), most))
         done = ""
         for _ in range(12):
-            rest = [arg for arg, _ in items[len(done):]]
+            rest = [arg for arg, _ in items[len(done) :]]
             if not rest:
                 return done
             _, keys, args = self.seen_call(rest)
@@ -301,8 +338,16 @@ class Part:
         one admit.lua call (:meth:`admit_pop_call`)."""
         k = self.keys
         extra = self._dedup_keys(())[0]
-        keys = [*self._pop_keys[:-3], self.dedup.seen_key(k), k.seq, k.series, *extra, k.reply(self.node_id),
-                k.run, k.epoch]  # fmt: skip
+        keys = [
+            *self._pop_keys[:-3],
+            self.dedup.seen_key(k),
+            k.seq,
+            k.series,
+            *extra,
+            k.reply(self.node_id),
+            k.run,
+            k.epoch,
+        ]
         args = [*self._pop_args(n)[:-1], self.dedup.mode, self.dedup.param(), self.epoch]
         return ("pop", keys, args)
 
@@ -326,7 +371,7 @@ class Part:
     def _with_pop(self, args: list[Any], n: int) -> list[Any]:
         """An admission's ARGV with the pop of ``n`` after it (admit.lua ARGV[5])."""
         pop = POP_ARG.format(n=max(0, int(n)), lease_ms=self.lease_ms, order=self.queue.order)
-        return [*args[:POP_AT], pop, *args[POP_AT + 1:]]
+        return [*args[:POP_AT], pop, *args[POP_AT + 1 :]]
 
     # -- admissions whose reply was lost ------------------------------------------
     # admit.lua answers a call sent again with its id (the connection reset after the
@@ -337,8 +382,9 @@ class Part:
     def _call_id(self) -> str:
         return self.record.next_call()
 
-    def _guarded(self, call: tuple[str, list[str], list[Any]], n_items: int, n_acks: int, n_events: int,
-                 run: Any) -> Any:  # fmt: skip
+    def _guarded(
+        self, call: tuple[str, list[str], list[Any]], n_items: int, n_acks: int, n_events: int, run: Any
+    ) -> Any:
         """``run(keys=, args=)`` for an admission call; a Redis error leaves it uncertain."""
         _, keys, args = call
         try:
@@ -352,8 +398,7 @@ class Part:
         self.uncertain = None
         return raw
 
-    def note_uncertain(self, call: Call, exc: BaseException, n_items: int, n_acks: int,
-                       n_events: int) -> None:  # fmt: skip
+    def note_uncertain(self, call: Call, exc: BaseException, n_items: int, n_acks: int, n_events: int) -> None:
         """An admission ``call`` sent outside :meth:`admit` (a sharded crawl's pipeline) met
         ``exc``: if its reply may have been lost, the next admission sends it again first."""
         if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
@@ -376,11 +421,13 @@ class Part:
         if uncertain is None:
             return None, Leases(), items, acks, events
         call, keys, args, n_items, n_acks, n_events = uncertain
-        admission = [*args[:POP_AT], "", *args[POP_AT + 1:]]  # the call's admission alone
+        admission = [*args[:POP_AT], "", *args[POP_AT + 1 :]]  # the call's admission alone
         repeated = (
-            len(items) >= n_items and len(acks) >= n_acks and len(events) >= n_events
+            len(items) >= n_items
+            and len(acks) >= n_acks
+            and len(events) >= n_events
             and self._admit_args(items[:n_items], acks[:n_acks], events[:n_events], call) == admission
-        )  # fmt: skip
+        )
         if not repeated:
             return None, Leases(), items, acks, events
         raw = self._guarded(("admit", keys, args), n_items, n_acks, n_events, self.scripts.admit)
@@ -394,7 +441,7 @@ class Part:
         if result is None:  # a Bloom filter grew elsewhere: that call changed nothing
             return None, leased, items, acks, events
         # PARTIAL: the requests its flags cover are stored, none of its acks made
-        return AdmitResult(result, 0, 0), leased, items[len(result):], acks, events
+        return AdmitResult(result, 0, 0), leased, items[len(result) :], acks, events
 
     def pop_call(self, n: int, *, after_admit: bool = False) -> Call:
         """A pop of ``n``: the one whose reply was lost, if any, sent again as it was."""
@@ -407,28 +454,44 @@ class Part:
     def renew_call(self, lease_ids: Sequence[str]) -> Call:
         """Renew ``lease_ids`` in this part (a shard) and check that it did not go back in time."""
         k = self.keys
-        return ("renew", [k.leases, k.leased, k.reply(self.node_id), k.epoch],
-                [self.node_id, self.lease_ms, self.record.check(), *lease_ids, self.epoch])  # fmt: skip
+        return (
+            "renew",
+            [k.leases, k.leased, k.reply(self.node_id), k.epoch],
+            [self.node_id, self.lease_ms, self.record.check(), *lease_ids, self.epoch],
+        )
 
     def reap_call(self, limit: int = 1000) -> Call:
         return ("reap", [*self._reap_keys, *self.keys.lane_keys(self.lanes)], [self.max_deliveries, limit])
 
     def idle_call(self) -> Call:
         k = self.keys
-        return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls, k.control, *k.lane_keys(self.lanes)],
-                [])  # fmt: skip
+        return ("idle", [k.queue, k.leases, k.producers, k.dq, k.start_urls, k.control, *k.lane_keys(self.lanes)], [])
 
     def release_call(self, ids: Sequence[str], *, unstarted: bool) -> Call:
         k = self.keys
         return (
             "release",
-            [k.leases, k.leased, k.queue, k.deliveries, k.stats, *k.domain_keys(), k.requests, k.start_urls,
-             *k.lane_keys(self.lanes), k.epoch],
+            [
+                k.leases,
+                k.leased,
+                k.queue,
+                k.deliveries,
+                k.stats,
+                *k.domain_keys(),
+                k.requests,
+                k.start_urls,
+                *k.lane_keys(self.lanes),
+                k.epoch,
+            ],
             [self.node_id, "1" if unstarted else "0", *ids, self.epoch],
         )
 
     def heartbeat_call(
-        self, lease_ids: Iterable[str], *, producing: bool = False, metrics: Mapping[str, Arg] | None = None,
+        self,
+        lease_ids: Iterable[str],
+        *,
+        producing: bool = False,
+        metrics: Mapping[str, Arg] | None = None,
         totals: Mapping[str, int] | None = None,
     ) -> Call:
         k = self.keys
@@ -442,11 +505,33 @@ class Part:
             added += [name, int(value)]
         return (
             "heartbeat",
-            [k.nodes, k.leases, k.leased, k.node(self.node_id), k.producers, k.control, k.stats, k.run,
-             k.counted, k.reply(self.node_id), k.epoch],
-            [self.node_id, self.lease_ms, self.node_ttl_ms, "1" if producing else "0", self.record.check(),
-             len(pairs) // 2, *pairs, len(added) // 2, *added, *lease_ids, self.epoch],
-        )  # fmt: skip
+            [
+                k.nodes,
+                k.leases,
+                k.leased,
+                k.node(self.node_id),
+                k.producers,
+                k.control,
+                k.stats,
+                k.run,
+                k.counted,
+                k.reply(self.node_id),
+                k.epoch,
+            ],
+            [
+                self.node_id,
+                self.lease_ms,
+                self.node_ttl_ms,
+                "1" if producing else "0",
+                self.record.check(),
+                len(pairs) // 2,
+                *pairs,
+                len(added) // 2,
+                *added,
+                *lease_ids,
+                self.epoch,
+            ],
+        )
 
     # -- the history (crawlplug.frontier.history) ------------------------------------
     def note_clock(self, redis_now_ms: int) -> None:
@@ -472,8 +557,11 @@ class Part:
         if isinstance(reply, Exception):
             if not isinstance(reply, StaleEpoch) and not self._history_failed:
                 self._history_failed = True
-                logger.warning("crawlplug: could not write the crawl's history (%s); the crawl goes on, "
-                               "its history has a gap (said once, until a sample goes through again)", reply)  # fmt: skip
+                logger.warning(
+                    "crawlplug: could not write the crawl's history (%s); the crawl goes on, "
+                    "its history has a gap (said once, until a sample goes through again)",
+                    reply,
+                )
             return
         self._history_failed = False
 
@@ -487,9 +575,14 @@ class Part:
         else:
             # the per-domain queue: a report flag per request, and when its next domain is ready
             self.next_ready_ms = int(raw[-1])
-            leased = Leases((Leased(text(raw[i]), raw[i + 1], int(raw[i + 2]), text(raw[i + 3]))
-                             for i in range(0, len(raw) - 1, 4)),
-                            next_ready_ms=self.next_ready_ms, queued_seen=self.queued_seen)  # fmt: skip
+            leased = Leases(
+                (
+                    Leased(text(raw[i]), raw[i + 1], int(raw[i + 2]), text(raw[i + 3]))
+                    for i in range(0, len(raw) - 1, 4)
+                ),
+                next_ready_ms=self.next_ready_ms,
+                queued_seen=self.queued_seen,
+            )
         self.record.took(x.id for x in leased)
         return leased
 
@@ -506,12 +599,16 @@ class Part:
                 _, keys, args = self.release_call(ids, unstarted=False)
                 self.scripts.release(keys=keys, args=args)
             except redis.RedisError as exc:
-                logger.warning("crawlplug: could not give back %d leases now (%s); they expire and are fetched "
-                               "again then", len(ids), exc)  # fmt: skip
+                logger.warning(
+                    "crawlplug: could not give back %d leases now (%s); they expire and are fetched again then",
+                    len(ids),
+                    exc,
+                )
         return ids
 
-    def take_starts(self, n: int, legacy_key: str | Sequence[str] | None = None,
-                    lanes: Sequence[str] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
+    def take_starts(
+        self, n: int, legacy_key: str | Sequence[str] | None = None, lanes: Sequence[str] = ()
+    ) -> list[tuple[str, bytes]]:
         """Lease up to ``n`` start entries: [(lease id, raw entry)]. Ack a lease
         with the admission of the requests made from it (``admit(..., acks)``).
 
@@ -591,7 +688,7 @@ class Part:
         for pattern in ("node:*", "reply:*", "bloom*", "seen*", "fph*", "start_urls:*"):  # start_urls:*: its lanes
             names += [text(x) for x in self.client.scan_iter(match=f"{self.keys.tag}:{pattern}", count=1000)]
         names = list(dict.fromkeys(names))
-        return sum(int(self.client.delete(*names[i:i + 1000])) for i in range(0, len(names), 1000))
+        return sum(int(self.client.delete(*names[i : i + 1000])) for i in range(0, len(names), 1000))
 
 
 def _dedup(dedup: str | Dedup) -> Dedup:
@@ -608,9 +705,13 @@ def _dedup(dedup: str | Dedup) -> Dedup:
     raise ValueError(f"unknown dedup mode {dedup!r}; pass a crawlplug.frontier.dedup strategy")
 
 
-def admit_in_parts(admit: Callable[[Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]], AdmitResult],
-                   items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]],
-                   most: int) -> AdmitResult:  # fmt: skip
+def admit_in_parts(
+    admit: Callable[[Sequence[Admission], Sequence[str], Sequence[tuple[str, str]]], AdmitResult],
+    items: Sequence[Admission],
+    acks: Sequence[str],
+    events: Sequence[tuple[str, str]],
+    most: int,
+) -> AdmitResult:
     """``admit`` over ``items`` in parts of ``most``, the acks and events with the last (never
     before a request of the batch is stored). A part that fails after others went through
     raises AdmissionIncomplete saying which requests are stored."""
@@ -618,11 +719,12 @@ def admit_in_parts(admit: Callable[[Sequence[Admission], Sequence[str], Sequence
     for start in range(0, len(items), most):
         last = start + most >= len(items)
         try:
-            result = admit(items[start:start + most], acks if last else (), events if last else ())
+            result = admit(items[start : start + most], acks if last else (), events if last else ())
         except AdmissionIncomplete as exc:
             flags = (done.flags if done else "") + exc.flags
-            raise AdmissionIncomplete(flags + "-" * (len(items) - len(flags)), exc.cause, exc.acks_done, exc.acked,
-                                      exc.stale) from exc  # fmt: skip
+            raise AdmissionIncomplete(
+                flags + "-" * (len(items) - len(flags)), exc.cause, exc.acks_done, exc.acked, exc.stale
+            ) from exc
         except redis.RedisError as exc:
             if done is None:
                 raise
@@ -639,6 +741,7 @@ def log_went_back(keys: CrawlKeys, given: int) -> None:
         "call (a restart from a snapshot, a failover to a replica that lagged, a restored backup), so what "
         "this node's pages produced since may be lost. It gave back the %d leases it held, to be fetched "
         "again, and forgets the fingerprints it knew (docs/faults.md, 'When Redis goes back in time')",
-        keys.crawl, keys.tag, given,
-    )  # fmt: skip
-
+        keys.crawl,
+        keys.tag,
+        given,
+    )

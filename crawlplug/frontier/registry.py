@@ -68,7 +68,7 @@ def _scan_crawls(client: redis.Redis, prefix: str) -> set[str]:
         key = text(raw)
         if not key.startswith(head):
             continue
-        crawl = key[len(head):].split("}", 1)[0].split("#", 1)[0]
+        crawl = key[len(head) :].split("}", 1)[0].split("#", 1)[0]
         if crawl:
             found.add(crawl)
     return found

@@ -106,7 +106,8 @@ def leased_from(raw: Sequence[bytes | int]) -> list[Leased]:
     """A pop's reply, (id, payload, deliveries) flat, as leases."""
     return [
         # a flat reply's every second of three is a payload (bytes): no type says that
-        Leased(text(raw[i]), raw[i + 1], int(raw[i + 2])) for i in range(0, len(raw), 3)  # type: ignore[arg-type]
+        Leased(text(raw[i]), raw[i + 1], int(raw[i + 2]))  # type: ignore[arg-type]
+        for i in range(0, len(raw), 3)
     ]
 
 
@@ -135,8 +136,15 @@ class Beat(tuple):
     run_state: str
     data_lost: bool
 
-    def __new__(cls, lost: list[str], reaped: tuple[int, int], *, paused: bool, run_state: str,  # noqa: PYI034
-                data_lost: bool) -> Beat:  # fmt: skip
+    def __new__(  # noqa: PYI034
+        cls,
+        lost: list[str],
+        reaped: tuple[int, int],
+        *,
+        paused: bool,
+        run_state: str,
+        data_lost: bool,
+    ) -> Beat:
         self = super().__new__(cls, (lost, reaped))
         self.lost, self.reaped = lost, reaped
         self.paused, self.run_state, self.data_lost = paused, run_state, data_lost
@@ -155,8 +163,16 @@ class Idle(tuple):
     data_lost: bool
     start_urls_kind: str
 
-    def __new__(cls, queued: int, leased: int, producers: int, *, start_entries: int, data_lost: bool,  # noqa: PYI034
-                start_urls_kind: str) -> Idle:  # fmt: skip
+    def __new__(  # noqa: PYI034
+        cls,
+        queued: int,
+        leased: int,
+        producers: int,
+        *,
+        start_entries: int,
+        data_lost: bool,
+        start_urls_kind: str,
+    ) -> Idle:
         self = super().__new__(cls, (queued, leased, producers))
         self.queued, self.leased, self.producers = queued, leased, producers
         self.start_entries, self.data_lost, self.start_urls_kind = start_entries, data_lost, start_urls_kind

@@ -39,8 +39,9 @@ def keep(client: redis.Redis, keys: CrawlKeys, run: int) -> int:
         pipe.hgetall(keys.node_stats(node))
     copied: dict[FieldT, EncodableT] = {
         node: json.dumps({text(k): text(v) for k, v in raw.items()}, separators=(",", ":"), sort_keys=True)
-        for node, raw in zip(nodes, pipe.execute() if nodes else []) if raw
-    }  # fmt: skip
+        for node, raw in zip(nodes, pipe.execute() if nodes else [])
+        if raw
+    }
     if copied:
         client.hset(runstats_key(keys, run), mapping=copied)
     old = [r for r in kept(client, keys) if r <= run - KEEP]
@@ -52,7 +53,7 @@ def keep(client: redis.Redis, keys: CrawlKeys, run: int) -> int:
 def kept(client: redis.Redis, keys: CrawlKeys) -> list[int]:
     """The runs whose nodes' stats are kept, oldest first."""
     head = f"{keys.tag}:runstats:"
-    found = {text(k)[len(head):] for k in client.scan_iter(match=f"{head}*", count=1000)}
+    found = {text(k)[len(head) :] for k in client.scan_iter(match=f"{head}*", count=1000)}
     return sorted(int(r) for r in found if r.isdigit())
 
 

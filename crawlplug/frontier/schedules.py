@@ -96,8 +96,15 @@ class Leadership:
     so a dashboard evaluating alert rules never takes the schedules from a control process.
     """
 
-    def __init__(self, client: redis.Redis, keys: CrawlKeys, owner: str, lease_ms: int,
-                 scripts: Scripts | None = None, duty: str = "schedules") -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: CrawlKeys,
+        owner: str,
+        lease_ms: int,
+        scripts: Scripts | None = None,
+        duty: str = "schedules",
+    ) -> None:
         self.client = client
         self.keys = keys
         self.duty = duty
@@ -118,7 +125,8 @@ class Leadership:
     def hold(self) -> str:
         """Become or stay the leader: "acquired", "renewed", or "held" (by ``holder``)."""
         fence, what, holder = self.scripts.leader(
-            keys=[self.leader_key, self.fence_key], args=[self.owner, self.lease_ms, "hold"])
+            keys=[self.leader_key, self.fence_key], args=[self.owner, self.lease_ms, "hold"]
+        )
         self.fence, self.holder = int(fence), text(holder)
         return text(what)
 

@@ -29,10 +29,29 @@ __all__ = ["ALLOW_OOM", "NAMES", "PIECES", "READ_ONLY", "Scripts", "server_major
 logger = logging.getLogger(__name__)
 
 NAMES = (
-    "admit", "pop", "heartbeat", "renew", "reap", "release", "dead", "idle", "domainconf", "starts",
-    "join", "runstart", "runclear", "finish", "domaintable", "leader", "firing", "alert", "seen", "forget", "history",
+    "admit",
+    "pop",
+    "heartbeat",
+    "renew",
+    "reap",
+    "release",
+    "dead",
+    "idle",
+    "domainconf",
+    "starts",
+    "join",
+    "runstart",
+    "runclear",
+    "finish",
+    "domaintable",
+    "leader",
+    "firing",
+    "alert",
+    "seen",
+    "forget",
+    "history",
     "runctl",
-)  # fmt: skip
+)
 
 _versions: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
@@ -123,8 +142,7 @@ class Scripts:
         wanted = {self._scripts[calls[i][0]].sha: self._scripts[calls[i][0]] for i in indexes}
         return [script for sha, script in wanted.items() if sha not in held]
 
-    def _ran(self, server: str, calls: Sequence[Call], indexes: list[int],
-             out: list[Any]) -> None:  # fmt: skip
+    def _ran(self, server: str, calls: Sequence[Call], indexes: list[int], out: list[Any]) -> None:
         """After a pipeline: what ``server`` holds, from each call's reply (NOSCRIPT: not that)."""
         held = self._held.setdefault(server, set())
         for i, value in zip(indexes, out):
@@ -174,8 +192,7 @@ class Scripts:
         self._pipeline(client, server, calls, list(range(len(calls))), out)
         return [script_error(x) if isinstance(x, redis.ResponseError) else x for x in out]
 
-    def _pipeline(self, client: Any, server: str, calls: Sequence[Call],
-                  indexes: list[int], out: list[Any]) -> None:  # fmt: skip
+    def _pipeline(self, client: Any, server: str, calls: Sequence[Call], indexes: list[int], out: list[Any]) -> None:
         """Run ``calls[indexes]`` on ``client`` (one server) in one pipeline, each reply (or
         the error it met, unraised) into ``out``: the SCRIPT LOAD of any script the server
         was not seen to hold first (:meth:`_loads`), then the EVALSHAs in call order."""
@@ -189,7 +206,7 @@ class Scripts:
                 name, keys, args = calls[i]
                 pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
             try:
-                replies = pipe.execute(raise_on_error=False)[len(loads):]
+                replies = pipe.execute(raise_on_error=False)[len(loads) :]
             except (redis.exceptions.RedisError, *_cluster_errors()) as exc:
                 replies = [exc] * len(todo)
             for i, value in zip(todo, replies):
@@ -277,8 +294,7 @@ class Scripts:
                     results[i] = script_error(results[i])
         return results
 
-    def _fan_out(self, calls: Sequence[Call], groups: list[tuple[Any, list[int]]],
-                 results: list[Any]) -> None:  # fmt: skip
+    def _fan_out(self, calls: Sequence[Call], groups: list[tuple[Any, list[int]]], results: list[Any]) -> None:
         """EVALSHA ``calls`` on several nodes at once: send to all, then read from each."""
         sent: list[tuple[Any, Any, list[int], str, int]] = []
         try:
@@ -289,11 +305,23 @@ class Scripts:
                 loads = self._loads(node.name, calls, indexes)  # ahead of the calls: run in order
                 sent.append((pool, conn, indexes, node.name, len(loads)))
                 try:
-                    conn.send_packed_command(conn.pack_commands([
-                        *(("SCRIPT", "LOAD", script.script) for script in loads),
-                        *(("EVALSHA", self._scripts[calls[i][0]].sha, len(calls[i][1]), *calls[i][1], *calls[i][2])
-                          for i in indexes),
-                    ]))  # fmt: skip
+                    conn.send_packed_command(
+                        conn.pack_commands(
+                            [
+                                *(("SCRIPT", "LOAD", script.script) for script in loads),
+                                *(
+                                    (
+                                        "EVALSHA",
+                                        self._scripts[calls[i][0]].sha,
+                                        len(calls[i][1]),
+                                        *calls[i][1],
+                                        *calls[i][2],
+                                    )
+                                    for i in indexes
+                                ),
+                            ]
+                        )
+                    )
                 except redis.exceptions.RedisError as exc:
                     conn.disconnect()
                     for i in indexes:

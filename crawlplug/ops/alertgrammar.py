@@ -71,8 +71,7 @@ WS: /[ \t\r\n\f]+/
 """
 
 #: How a rule is written, said with every error.
-USAGE = ("write METRIC[(ARG)] [OP NUMBER] [for DURATION], e.g. 'error_rate > 0.2 for 2m' "
-         "(OP one of > >= < <= == !=)")  # fmt: skip
+USAGE = "write METRIC[(ARG)] [OP NUMBER] [for DURATION], e.g. 'error_rate > 0.2 for 2m' (OP one of > >= < <= == !=)"
 
 
 @functools.cache
@@ -126,8 +125,13 @@ class Condition:
 
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
-}  # fmt: skip
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
 
 
 def span(ms: int) -> str:
@@ -176,8 +180,9 @@ def _condition(tree: Tree, text: str) -> Condition:
     metric = parts["metric"].children
     name, args = str(metric[0]), [str(a) for a in metric[1:]]
     if len(args) > 2:
-        raise ConfigError(f"cannot read the condition {text[:120]!r}: {name} takes at most two arguments, "
-                          f"given {len(args)}")  # fmt: skip
+        raise ConfigError(
+            f"cannot read the condition {text[:120]!r}: {name} takes at most two arguments, given {len(args)}"
+        )
     window_ms = _duration(args[1], f"the window of {name}", text) if len(args) == 2 else 0
     op, threshold, baseline = ">", 0.0, None
     if "comparison" in parts:

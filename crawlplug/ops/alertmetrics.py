@@ -15,6 +15,7 @@ from . import status
 
 __all__ = ["METRICS", "NO_SCRAPY_STATS", "RUN_END_STATES", "WINDOWED", "Metric", "Unknown"]
 
+
 class Unknown(str):
     """What a metric gives when it cannot be evaluated now: the reason, in words."""
 
@@ -22,9 +23,11 @@ class Unknown(str):
 Metric = Callable[[redis.Redis, CrawlKeys, dict[str, Any], "str | None"], "float | Unknown"]
 
 #: Why a metric of the crawl-wide Scrapy stats cannot be evaluated when there are none.
-NO_SCRAPY_STATS = ("no crawl-wide Scrapy stats in Redis: the nodes keep them with STATS_CLASS = "
-                   "'crawlplug.stats.RedisStatsCollector', which the add-on sets unless the project "
-                   "names another")  # fmt: skip
+NO_SCRAPY_STATS = (
+    "no crawl-wide Scrapy stats in Redis: the nodes keep them with STATS_CLASS = "
+    "'crawlplug.stats.RedisStatsCollector', which the add-on sets unless the project "
+    "names another"
+)
 
 
 def _error_rate(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
@@ -60,8 +63,10 @@ def _null_rate(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: 
     stats = snap["scrapy_stats"]
     if not stats:
         return Unknown(NO_SCRAPY_STATS)
-    counts = {what: int(stats.get(f"site/{site}/field/{field}/{what}", 0) or 0)
-              for what in ("filled", "missing", "invalid", "default")}  # fmt: skip
+    counts = {
+        what: int(stats.get(f"site/{site}/field/{field}/{what}", 0) or 0)
+        for what in ("filled", "missing", "invalid", "default")
+    }
     total = sum(counts.values())
     if not total:
         return Unknown(f"no item of site {site!r} counted for field {field!r} yet (is {arg!r} right?)")
@@ -89,23 +94,42 @@ def _memory(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str
 
 #: name -> (what it is, the argument it takes or None, how it is computed).
 METRICS: dict[str, tuple[str, str | None, Metric]] = {
-    "error_rate": ("failed requests (crawlplug status's failed: HTTP 400 and more, download errors after retries, "
-                   "callbacks that raised; robots.txt is no page) per request done in the run", None, _error_rate),
-    "dead_letters_growth": ("dead letters added over the last minute (as the heartbeats sampled them)", None,
-                            _dead_growth),
-    "no_progress_minutes": ("minutes since a request last finished, while work is queued, in flight or waiting "
-                            "in start_urls (0 when there is none)", None, _no_progress),
-    "silent_nodes": ("nodes whose heartbeat is late (silent) or expired (dead, listed until the next run, an "
-                     "hour at most)", None, _silent_nodes),
-    "null_rate": ("share of a site definition's items whose field was null: null_rate(SITE.FIELD); unknown "
-                  "until an item of it is counted; null_rate(SITE.FIELD, 10m), over a window, parses but is not "
-                  "evaluated yet", "SITE.FIELD", _null_rate),
+    "error_rate": (
+        "failed requests (crawlplug status's failed: HTTP 400 and more, download errors after retries, "
+        "callbacks that raised; robots.txt is no page) per request done in the run",
+        None,
+        _error_rate,
+    ),
+    "dead_letters_growth": (
+        "dead letters added over the last minute (as the heartbeats sampled them)",
+        None,
+        _dead_growth,
+    ),
+    "no_progress_minutes": (
+        "minutes since a request last finished, while work is queued, in flight or waiting "
+        "in start_urls (0 when there is none)",
+        None,
+        _no_progress,
+    ),
+    "silent_nodes": (
+        "nodes whose heartbeat is late (silent) or expired (dead, listed until the next run, an hour at most)",
+        None,
+        _silent_nodes,
+    ),
+    "null_rate": (
+        "share of a site definition's items whose field was null: null_rate(SITE.FIELD); unknown "
+        "until an item of it is counted; null_rate(SITE.FIELD, 10m), over a window, parses but is not "
+        "evaluated yet",
+        "SITE.FIELD",
+        _null_rate,
+    ),
     "limit_reached": ("1 when the run ended by a limit (run state 'limit'), else 0", None, _limit_reached),
-    "run_end": ("1 when the crawl's last run ended in STATE (finished, limit, stopped, interrupted), else 0: "
-                "run_end(STATE)", "STATE", _run_end),
+    "run_end": (
+        "1 when the crawl's last run ended in STATE (finished, limit, stopped, interrupted), else 0: run_end(STATE)",
+        "STATE",
+        _run_end,
+    ),
     "redis_memory_percent": ("Redis memory used, % of maxmemory (0 when no maxmemory is set)", None, _memory),
-}  # fmt: skip
+}
 #: Metrics that take a window as a second argument (parsed; not evaluated yet).
 WINDOWED = frozenset({"null_rate"})
-
-

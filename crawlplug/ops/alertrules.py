@@ -94,5 +94,9 @@ class SettingsRules:
         except (*REDIS_ERRORS, RedisUnavailable, ConfigError) as exc:
             logger.warning("crawlplug: could not store the alert rules of CRAWLPLUG_ALERTS: %s", exc)
             return
-        logger.info("crawlplug: %d alert rules of CRAWLPLUG_ALERTS in crawl %r (%d new or changed)", len(rules),
-                    keys.crawl, len(changed))  # fmt: skip
+        logger.info(
+            "crawlplug: %d alert rules of CRAWLPLUG_ALERTS in crawl %r (%d new or changed)",
+            len(rules),
+            keys.crawl,
+            len(changed),
+        )

@@ -22,6 +22,9 @@ episode that starts within the rule's cooldown of the last announcement fires
 quietly (recorded and shown, not sent), and so does its clearing. The state is
 recorded (lua/alert.lua) before the notification is sent: a leader that dies in
 between loses that one notification rather than sending it twice.
+
+Its size: one feature, a rule from its text to its notification, with the leader's loop
+(:class:`Evaluator`) most of the module.
 """
 
 from __future__ import annotations
@@ -58,12 +61,13 @@ __all__ = [
     "parse",
     "step",
     "view",
-]  # fmt: skip
+]
 
 logger = logging.getLogger(__name__)
 
 #: Seconds after an announcement during which a new episode of the same rule is not sent.
 COOLDOWN = 300.0
+
 
 def parse(text: str, *, max_length: int | None = MAX_LENGTH) -> Condition:
     """``text`` as a :class:`Condition`: its syntax (:func:`.alertgrammar.read`, text over
@@ -95,8 +99,10 @@ def make_rule(rule_id: str, when: str, notify: list[str], cooldown: float = COOL
         raise ConfigError(f"invalid rule name {rule_id!r}: letters, digits, '_', '.', '-' (at most 64)")
     condition = parse(when)
     if condition.not_evaluated:
-        raise ConfigError(f"the condition {when!r} reads, but {condition.not_evaluated} is not evaluated yet "
-                          "(planned: docs/alerts.md); nothing stored")  # fmt: skip
+        raise ConfigError(
+            f"the condition {when!r} reads, but {condition.not_evaluated} is not evaluated yet "
+            "(planned: docs/alerts.md); nothing stored"
+        )
     if cooldown < 0:
         raise ConfigError(f"the cooldown must be >= 0 seconds, not {cooldown:g}")
     for url in notify:
@@ -108,16 +114,19 @@ def _apprise() -> Any:
     try:
         import apprise  # noqa: PLC0415 - the [alerts] extra
     except ImportError as exc:
-        raise ConfigError(f"alert notifications need crawlplug's [alerts] extra ({exc}): "
-                          "pip install 'crawlplug[alerts]'") from None  # fmt: skip
+        raise ConfigError(
+            f"alert notifications need crawlplug's [alerts] extra ({exc}): pip install 'crawlplug[alerts]'"
+        ) from None
     return apprise
 
 
 def check_url(url: str) -> None:
     """ConfigError unless Apprise knows how to notify ``url`` (json://host/path, mailto://, slack://...)."""
     if not _apprise().Apprise().add(url):
-        raise ConfigError(f"Apprise cannot notify {url!r}: see https://github.com/caronc/apprise/wiki "
-                          "(a webhook: json://host:port/path or jsons:// for HTTPS)")  # fmt: skip
+        raise ConfigError(
+            f"Apprise cannot notify {url!r}: see https://github.com/caronc/apprise/wiki "
+            "(a webhook: json://host:port/path or jsons:// for HTTPS)"
+        )
 
 
 def notify(urls: list[str], title: str, body: str) -> bool:
@@ -147,8 +156,9 @@ def message(event: dict[str, Any]) -> tuple[str, str]:
 # -- evaluation -----------------------------------------------------------------------------------
 
 
-def step(state: dict[str, Any], holds: bool, now_ms: int, for_ms: int,
-         cooldown_ms: int) -> tuple[dict[str, Any], str | None]:  # fmt: skip
+def step(
+    state: dict[str, Any], holds: bool, now_ms: int, for_ms: int, cooldown_ms: int
+) -> tuple[dict[str, Any], str | None]:
     """A rule's next state from its last one and whether its condition holds now, and the
     event of the change ("fired", "cleared" or None)."""
     current = state.get("state", "ok")
@@ -176,8 +186,16 @@ class Evaluator:
     """Evaluates the rules of every crawl that has some, where it leads their ``alerts``
     duty (module docstring). ``dashboard_url``: the link notifications carry."""
 
-    def __init__(self, client: redis.Redis, owner: str, *, prefix: str = "crawlplug", lease_ms: int = 15_000,
-                 dashboard_url: str = "", crawls: list[str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: redis.Redis,
+        owner: str,
+        *,
+        prefix: str = "crawlplug",
+        lease_ms: int = 15_000,
+        dashboard_url: str = "",
+        crawls: list[str] | None = None,
+    ) -> None:
         self.client = client
         self.owner = owner
         self.prefix = prefix
@@ -201,17 +219,23 @@ class Evaluator:
         for crawl in crawls:
             lead = self.leads.get(crawl)
             if lead is None:
-                lead = self.leads[crawl] = Leadership(self.client, CrawlKeys(crawl, self.prefix), self.owner,
-                                                      self.lease_ms, duty="alerts")  # fmt: skip
+                lead = self.leads[crawl] = Leadership(
+                    self.client, CrawlKeys(crawl, self.prefix), self.owner, self.lease_ms, duty="alerts"
+                )
             if lead.hold() == "acquired":
-                logger.info("crawlplug alerts %s: evaluating the alert rules of crawl %r (fence %d)", self.owner,
-                            crawl, lead.fence)  # fmt: skip
+                logger.info(
+                    "crawlplug alerts %s: evaluating the alert rules of crawl %r (fence %d)",
+                    self.owner,
+                    crawl,
+                    lead.fence,
+                )
             if lead.fence:
                 try:
                     self.evaluate(lead)
                 except CrawlplugError as exc:  # a corrupt key (written by hand): this crawl only, said once
-                    self._once(f"{crawl}/error", "crawlplug alerts: the rules of crawl %r not evaluated: %s", crawl,
-                               exc)  # fmt: skip
+                    self._once(
+                        f"{crawl}/error", "crawlplug alerts: the rules of crawl %r not evaluated: %s", crawl, exc
+                    )
 
     def release(self) -> None:
         for lead in self.leads.values():
@@ -241,39 +265,73 @@ class Evaluator:
             except REDIS_ERRORS:
                 raise
             except Exception as exc:  # noqa: BLE001 - one rule, written by hand into Redis, never stops the others
-                self._once(f"{keys.crawl}/{rule_id}/error", "crawlplug alerts: rule %r of crawl %r not evaluated: "
-                           "%s: %s", rule_id, keys.crawl, type(exc).__name__, exc)  # fmt: skip
+                self._once(
+                    f"{keys.crawl}/{rule_id}/error",
+                    "crawlplug alerts: rule %r of crawl %r not evaluated: %s: %s",
+                    rule_id,
+                    keys.crawl,
+                    type(exc).__name__,
+                    exc,
+                )
 
     def _condition(self, keys: CrawlKeys, rule_id: str, rule: dict[str, Any]) -> Condition | None:
         """The rule's condition, or None (said once) if this evaluator cannot use it."""
         when = rule.get("when", "")
         if isinstance(when, str) and len(when) > MAX_LENGTH:
-            self._once(f"{keys.crawl}/{rule_id}", "crawlplug alerts: rule %r of crawl %r is skipped: its condition "
-                       "has %d characters (at most %d); delete it and add it again", rule_id, keys.crawl, len(when),
-                       MAX_LENGTH)  # fmt: skip
+            self._once(
+                f"{keys.crawl}/{rule_id}",
+                "crawlplug alerts: rule %r of crawl %r is skipped: its condition "
+                "has %d characters (at most %d); delete it and add it again",
+                rule_id,
+                keys.crawl,
+                len(when),
+                MAX_LENGTH,
+            )
             return None
         try:
             condition = parse(when)
         except ConfigError as exc:
-            self._once(f"{keys.crawl}/{rule_id}", "crawlplug alerts: rule %r of crawl %r is unreadable (%s); "
-                       "delete it and add it again", rule_id, keys.crawl, exc)  # fmt: skip
+            self._once(
+                f"{keys.crawl}/{rule_id}",
+                "crawlplug alerts: rule %r of crawl %r is unreadable (%s); delete it and add it again",
+                rule_id,
+                keys.crawl,
+                exc,
+            )
             return None
         if condition.not_evaluated:
-            self._once(f"{keys.crawl}/{rule_id}", "crawlplug alerts: rule %r of crawl %r is skipped: %s is not "
-                       "evaluated yet", rule_id, keys.crawl, condition.not_evaluated)  # fmt: skip
+            self._once(
+                f"{keys.crawl}/{rule_id}",
+                "crawlplug alerts: rule %r of crawl %r is skipped: %s is not evaluated yet",
+                rule_id,
+                keys.crawl,
+                condition.not_evaluated,
+            )
             return None
         return condition
 
-    def _evaluate_rule(self, lead: Leadership, rule_id: str, rule: dict[str, Any], condition: Condition,
-                       snap: dict[str, Any], states: dict[str, Any]) -> bool:  # fmt: skip
+    def _evaluate_rule(
+        self,
+        lead: Leadership,
+        rule_id: str,
+        rule: dict[str, Any],
+        condition: Condition,
+        snap: dict[str, Any],
+        states: dict[str, Any],
+    ) -> bool:
         """Evaluate one rule, record its state and send its notification; False once deposed."""
         keys = lead.keys
         value = METRICS[condition.metric][2](self.client, keys, snap, condition.arg)
         last = states.get(rule_id, {})
         if isinstance(value, Unknown) or value is None:  # recorded as unknown, with why: shown so, not "ok"
             why = value if isinstance(value, Unknown) else Unknown(f"{condition.metric} is unknown")
-            self._once(f"{keys.crawl}/{rule_id}/unknown/{why}", "crawlplug alerts: rule %r of crawl %r cannot "
-                       "be evaluated: %s", rule_id, keys.crawl, why)  # fmt: skip
+            self._once(
+                f"{keys.crawl}/{rule_id}/unknown/{why}",
+                "crawlplug alerts: rule %r of crawl %r cannot be evaluated: %s",
+                rule_id,
+                keys.crawl,
+                why,
+            )
             return last.get("unknown") == why or self._record_unknown(lead, rule_id, last, why, snap)
         cooldown_ms = int(float(rule.get("cooldown", COOLDOWN)) * 1000)
         new, event = step(last, condition.holds(value), snap["now_ms"], condition.for_ms, cooldown_ms)
@@ -286,9 +344,17 @@ class Evaluator:
             send = not new.get("quiet")
             if send:
                 new["announced_ms"] = snap["now_ms"]
-            record = {"at": snap["now_ms"], "event": event, "crawl": keys.crawl, "run": snap["run"].get("id"),
-                      "rule": rule_id, "when": rule.get("when"), "value": value, "sent": send,
-                      "dashboard": self.dashboard_url or None}  # fmt: skip
+            record = {
+                "at": snap["now_ms"],
+                "event": event,
+                "crawl": keys.crawl,
+                "run": snap["run"].get("id"),
+                "rule": rule_id,
+                "when": rule.get("when"),
+                "value": value,
+                "sent": send,
+                "dashboard": self.dashboard_url or None,
+            }
         what = stored.record(lead, rule_id, new, record)
         if what == "deposed":
             lead.fence = 0
@@ -296,8 +362,15 @@ class Evaluator:
             return False
         if what != "done" or record is None:
             return True
-        logger.warning("crawlplug alerts: crawl %r: rule %r (%s) %s, value %g%s", keys.crawl, rule_id,
-                       rule.get("when"), event, value, "" if send else " (within its cooldown: not sent)")  # fmt: skip
+        logger.warning(
+            "crawlplug alerts: crawl %r: rule %r (%s) %s, value %g%s",
+            keys.crawl,
+            rule_id,
+            rule.get("when"),
+            event,
+            value,
+            "" if send else " (within its cooldown: not sent)",
+        )
         if send and rule.get("notify"):
             title, body = message(record)
             try:
@@ -306,13 +379,17 @@ class Evaluator:
                 self._once("apprise", "crawlplug alerts: %s", exc)
                 ok = False
             if not ok:
-                logger.warning("crawlplug alerts: crawl %r: the notification of rule %r did not go through "
-                               "(see Apprise's log above)", keys.crawl, rule_id)  # fmt: skip
+                logger.warning(
+                    "crawlplug alerts: crawl %r: the notification of rule %r did not go through "
+                    "(see Apprise's log above)",
+                    keys.crawl,
+                    rule_id,
+                )
         return True
 
-
-    def _record_unknown(self, lead: Leadership, rule_id: str, last: dict[str, Any], why: str,
-                        snap: dict[str, Any]) -> bool:  # fmt: skip
+    def _record_unknown(
+        self, lead: Leadership, rule_id: str, last: dict[str, Any], why: str, snap: dict[str, Any]
+    ) -> bool:
         """Record that ``rule_id`` cannot be evaluated (``why``), its state otherwise kept; False
         if this process no longer leads the crawl's alerts."""
         state = {**last, "unknown": str(why), "value": None, "checked_ms": snap["now_ms"]}
@@ -340,8 +417,20 @@ def view(client: redis.Redis, keys: CrawlKeys, n: int = 20) -> dict[str, Any]:
         # a rule whose metric cannot be evaluated shows as such, with why; "held" is the state it keeps meanwhile
         held = state.get("state", "ok")
         unknown = state.get("unknown")
-        rows.append({**shown, "state": "unknown" if unknown else held, "why": unknown or None, "held": held,
-                     "since_ms": state.get("since"), "fired_ms": state.get("fired_ms"), "value": state.get("value"),
-                     "checked_ms": state.get("checked_ms")})  # fmt: skip
-    return {"rules": rows, "active": [r for r in rows if r["held"] == "firing"],
-            "events": stored.events(client, keys, n)}  # fmt: skip
+        rows.append(
+            {
+                **shown,
+                "state": "unknown" if unknown else held,
+                "why": unknown or None,
+                "held": held,
+                "since_ms": state.get("since"),
+                "fired_ms": state.get("fired_ms"),
+                "value": state.get("value"),
+                "checked_ms": state.get("checked_ms"),
+            }
+        )
+    return {
+        "rules": rows,
+        "active": [r for r in rows if r["held"] == "firing"],
+        "events": stored.events(client, keys, n),
+    }

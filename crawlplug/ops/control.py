@@ -56,9 +56,17 @@ def utc(ms: int | None) -> str:
 class Control:
     """One control process (module docstring)."""
 
-    def __init__(self, client: redis.Redis, *, prefix: str = "crawlplug", lease: float = LEASE,
-                 tick: float = TICK, timeout: float = 30.0, owner: str | None = None,
-                 dashboard_url: str = "") -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = "crawlplug",
+        lease: float = LEASE,
+        tick: float = TICK,
+        timeout: float = 30.0,
+        owner: str | None = None,
+        dashboard_url: str = "",
+    ) -> None:
         self.client = client
         self.prefix = prefix
         self.lease_ms = int(lease * 1000)
@@ -72,8 +80,7 @@ class Control:
         #: outcomes of firings this process carried out but could not record yet (a Redis error)
         self._unrecorded: dict[tuple[str, str, int], dict[str, Any]] = {}
         #: evaluates the alert rules of every crawl whose ``alerts`` duty this process leads
-        self.alerts = Evaluator(client, self.owner, prefix=prefix, lease_ms=self.lease_ms,
-                                dashboard_url=dashboard_url)  # fmt: skip
+        self.alerts = Evaluator(client, self.owner, prefix=prefix, lease_ms=self.lease_ms, dashboard_url=dashboard_url)
         #: what runs at every tick (metrics are served apart: crawlplug.ops.metrics, read at scrape time)
         self.duties: list[Callable[[], None]] = [self.fire_schedules, self.alerts.tick]
 
@@ -83,13 +90,15 @@ class Control:
         with self._lock:
             lead = self.leads.get(crawl)
             if lead is None:
-                lead = self.leads[crawl] = Leadership(self.client, CrawlKeys(crawl, self.prefix), self.owner,
-                                                      self.lease_ms)  # fmt: skip
+                lead = self.leads[crawl] = Leadership(
+                    self.client, CrawlKeys(crawl, self.prefix), self.owner, self.lease_ms
+                )
             was = lead.fence
             what = lead.hold()
         if what == "acquired":
-            logger.info("crawlplug control %s: leading the schedules of crawl %r (fence %d)", self.owner, crawl,
-                        lead.fence)  # fmt: skip
+            logger.info(
+                "crawlplug control %s: leading the schedules of crawl %r (fence %d)", self.owner, crawl, lead.fence
+            )
         elif what == "held" and was:
             logger.warning("crawlplug control %s: lost the lead of crawl %r to %s", self.owner, crawl, lead.holder)
         return lead if lead.fence else None
@@ -129,8 +138,12 @@ class Control:
         keys = lead.keys
         for name, spec in stored.all_schedules(self.client, keys).items():
             if "unreadable" in spec or not isinstance(spec.get("next"), int):
-                self._once(f"{keys.crawl}/{name}", "crawlplug control: schedule %r of crawl %r is unreadable; "
-                           "delete it and add it again", name, keys.crawl)  # fmt: skip
+                self._once(
+                    f"{keys.crawl}/{name}",
+                    "crawlplug control: schedule %r of crawl %r is unreadable; delete it and add it again",
+                    name,
+                    keys.crawl,
+                )
                 continue
             last = spec.get("last") or {}
             if last.get("state") == "firing" and isinstance(last.get("due"), int):
@@ -143,8 +156,14 @@ class Control:
                 if int(last.get("fence") or 0) < lead.fence:
                     what, _ = lead.adopt(name, last["due"])
                     if what == "adopted":
-                        logger.info("crawlplug control: schedule %r of crawl %r: taking over its firing due %s, "
-                                    "left unfinished by %s", name, keys.crawl, utc(last["due"]), last.get("owner"))  # fmt: skip
+                        logger.info(
+                            "crawlplug control: schedule %r of crawl %r: taking over its firing due %s, "
+                            "left unfinished by %s",
+                            name,
+                            keys.crawl,
+                            utc(last["due"]),
+                            last.get("owner"),
+                        )
                         self._carry_out(lead, spec, last["due"], adopted=True)
                 continue
             now = redis_ms(self.client)
@@ -155,22 +174,37 @@ class Control:
                 times = schedules.times_between(spec["cron"], spec.get("tz", "UTC"), due, now)
                 next_due = schedules.next_after(spec["cron"], spec.get("tz", "UTC"), now)
             except (ConfigError, KeyError, TypeError, AttributeError) as exc:  # a schedule written by hand
-                self._once(f"{keys.crawl}/{name}", "crawlplug control: schedule %r of crawl %r is unreadable (%s); "
-                           "delete it and add it again", name, keys.crawl, exc)  # fmt: skip
+                self._once(
+                    f"{keys.crawl}/{name}",
+                    "crawlplug control: schedule %r of crawl %r is unreadable (%s); delete it and add it again",
+                    name,
+                    keys.crawl,
+                    exc,
+                )
                 continue
             what, detail = lead.claim(name, due, next_due, times)
             if what != "claimed":
-                logger.info("crawlplug control: schedule %r of crawl %r not fired here: %s %s", name, keys.crawl,
-                            what, detail)  # fmt: skip
+                logger.info(
+                    "crawlplug control: schedule %r of crawl %r not fired here: %s %s", name, keys.crawl, what, detail
+                )
                 continue
             self._carry_out(lead, spec, due, times=times, next_due=next_due)
 
-    def _carry_out(self, lead: Leadership, spec: dict[str, Any], due: int, *, adopted: bool = False,
-                   times: int = 1, next_due: int | None = None) -> None:  # fmt: skip
+    def _carry_out(
+        self,
+        lead: Leadership,
+        spec: dict[str, Any],
+        due: int,
+        *,
+        adopted: bool = False,
+        times: int = 1,
+        next_due: int | None = None,
+    ) -> None:
         keys, name = lead.keys, spec["name"]
         try:
-            outcome = schedules.fire(self.client, keys, spec, due, fence=lead.fence, adopted=adopted,
-                                     timeout=self.timeout)  # fmt: skip
+            outcome = schedules.fire(
+                self.client, keys, spec, due, fence=lead.fence, adopted=adopted, timeout=self.timeout
+            )
         except (CrawlplugError, *REDIS_ERRORS) as exc:
             outcome = {"state": "failed", "why": str(exc)[:500]}
         outcome["times"] = times
@@ -183,10 +217,24 @@ class Control:
         said = outcome.get("message") or outcome.get("why") or ""
         nxt = f"; next {utc(next_due)}" if next_due else ""
         if what != "done":
-            logger.warning("crawlplug control: schedule %r of crawl %r: the outcome of its firing due %s was not "
-                           "recorded (%s): this process no longer leads", name, keys.crawl, utc(due), what)  # fmt: skip
-        logger.info("crawlplug control: schedule %r of crawl %r due %s: %s: %s%s%s", name, keys.crawl, utc(due),
-                    outcome["state"], said, missed, nxt)  # fmt: skip
+            logger.warning(
+                "crawlplug control: schedule %r of crawl %r: the outcome of its firing due %s was not "
+                "recorded (%s): this process no longer leads",
+                name,
+                keys.crawl,
+                utc(due),
+                what,
+            )
+        logger.info(
+            "crawlplug control: schedule %r of crawl %r due %s: %s: %s%s%s",
+            name,
+            keys.crawl,
+            utc(due),
+            outcome["state"],
+            said,
+            missed,
+            nxt,
+        )
 
     # -- the loop ---------------------------------------------------------------------
     def tick(self) -> None:
@@ -201,8 +249,9 @@ class Control:
             except Exception as exc:
                 if f"duty:{type(exc).__name__}:{exc}" not in self._warned:
                     self._warned.add(f"duty:{type(exc).__name__}:{exc}")
-                    logger.exception("crawlplug control: %s failed; trying again every tick",
-                                     getattr(duty, "__name__", duty))  # fmt: skip
+                    logger.exception(
+                        "crawlplug control: %s failed; trying again every tick", getattr(duty, "__name__", duty)
+                    )
 
     def run(self, *, ticks: int | None = None) -> None:
         """Tick until :meth:`stop` (or ``ticks`` ticks); releases the leads at the end."""

@@ -85,8 +85,9 @@ def requeue_dead(
     return len(items), kept
 
 
-def dead_rows(client: redis.Redis, keys: CrawlKeys, start: int = 0, stop: int = -1,
-              run: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def dead_rows(
+    client: redis.Redis, keys: CrawlKeys, start: int = 0, stop: int = -1, run: int | None = None
+) -> list[dict[str, Any]]:
     """Dead letters as plain dicts: index, url, reason, at (ms), deliveries, node
     (``run``: those an earlier run left)."""
     letters = [DeadLetter.parse(raw) for _, _, raw in views.dead_entries(client, keys, run)]
@@ -94,16 +95,18 @@ def dead_rows(client: redis.Redis, keys: CrawlKeys, start: int = 0, stop: int = 
     if start < 0:
         start = max(0, total + start)
     rows = []
-    for index, letter in enumerate(letters[start:None if stop == -1 else stop + 1], start=start):
+    for index, letter in enumerate(letters[start : None if stop == -1 else stop + 1], start=start):
         head = letter.header
-        rows.append({
-            "index": index,
-            "url": payload_url(letter.payload),
-            "reason": head.get("reason", "?"),
-            "at": head.get("at"),
-            "deliveries": head.get("deliveries"),
-            "node": head.get("node"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "index": index,
+                "url": payload_url(letter.payload),
+                "reason": head.get("reason", "?"),
+                "at": head.get("at"),
+                "deliveries": head.get("deliveries"),
+                "node": head.get("node"),
+            }
+        )
     return rows
 
 

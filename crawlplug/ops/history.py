@@ -73,7 +73,11 @@ def choose_step(since_ms: int, until_ms: int, now_ms: int, *, run: int | None = 
     for one run: the 10 s series knows no runs; not if ``finest`` is "minute"), minutes
     within the last day, else hours."""
     ten = run is None and finest == "10s"
-    if ten and since_ms >= now_ms - status.SERIES_MS - status.BUCKET_MS and until_ms - since_ms <= HOUR_MS + status.BUCKET_MS:
+    if (
+        ten
+        and since_ms >= now_ms - status.SERIES_MS - status.BUCKET_MS
+        and until_ms - since_ms <= HOUR_MS + status.BUCKET_MS
+    ):
         return "10s"
     if since_ms >= now_ms - DAY_MS - MINUTE_MS:  # "the last 24 h" asked a moment ago: still minutes
         return "minute"
@@ -85,8 +89,11 @@ def began(client: redis.Redis, keys: CrawlKeys) -> int | None:
     node, or the command that created it) and its runs' starts; None if it has neither.
     A range of the history before it holds nothing to show."""
     entry = registry.entry(client, keys) or {}
-    times = [t for t in (entry.get("created"), *(s.get("started") for s in runs.history(client, keys)))
-             if isinstance(t, int) and not isinstance(t, bool) and t > 0]  # fmt: skip
+    times = [
+        t
+        for t in (entry.get("created"), *(s.get("started") for s in runs.history(client, keys)))
+        if isinstance(t, int) and not isinstance(t, bool) and t > 0
+    ]
     return min(times) if times else None
 
 
@@ -94,8 +101,16 @@ def _run_summaries(client: redis.Redis, keys: CrawlKeys) -> dict[int, dict[str, 
     return {s["id"]: s for s in runs.history(client, keys) if isinstance(s.get("id"), int)}
 
 
-def history(client: redis.Redis, keys: CrawlKeys, *, since_ms: int | None = None, until_ms: int | None = None,
-            run: int | None = None, step: str = "auto", finest: str = "10s") -> dict[str, Any]:  # fmt: skip
+def history(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    *,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    run: int | None = None,
+    step: str = "auto",
+    finest: str = "10s",
+) -> dict[str, Any]:
     """The crawl's points over [since_ms, until_ms] (default: the last hour; with ``run``, that
     run's time) at ``step`` ("10s", "minute", "hour" or "auto": :func:`choose_step`, no finer
     than ``finest``).
@@ -128,10 +143,20 @@ def history(client: redis.Redis, keys: CrawlKeys, *, since_ms: int | None = None
     else:
         points = _points(client, keys, STEPS[step], since, until, now, summaries, run)
     # what the points do not keep (items, errors at 10 s) has no total: None, not 0
-    totals = {name: sum(v for v in points[name] if v is not None)
-              if step != "10s" or name in ("done", "admitted") else None for name in COUNTS}  # fmt: skip
-    return {"step": step, "step_seconds": STEPS[step] // 1000, "since": since, "until": until, "now": now,
-            "run": run, **points, "totals": totals}  # fmt: skip
+    totals = {
+        name: sum(v for v in points[name] if v is not None) if step != "10s" or name in ("done", "admitted") else None
+        for name in COUNTS
+    }
+    return {
+        "step": step,
+        "step_seconds": STEPS[step] // 1000,
+        "since": since,
+        "until": until,
+        "now": now,
+        "run": run,
+        **points,
+        "totals": totals,
+    }
 
 
 def _ten_seconds(client: redis.Redis, keys: CrawlKeys, since: int, until: int, now: int) -> dict[str, Any]:
@@ -148,8 +173,16 @@ def _ten_seconds(client: redis.Redis, keys: CrawlKeys, since: int, until: int, n
 Key = tuple[int, int | None]  # (bucket start ms, run)
 
 
-def _points(client: redis.Redis, keys: CrawlKeys, step: int, since: int, until: int, now: int,
-            summaries: dict[int, dict[str, Any]], only_run: int | None) -> dict[str, Any]:  # fmt: skip
+def _points(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    step: int,
+    since: int,
+    until: int,
+    now: int,
+    summaries: dict[int, dict[str, Any]],
+    only_run: int | None,
+) -> dict[str, Any]:
     first = since // step * step
     buckets = list(range(first, until // step * step + 1, step))
     lookback = HOUR_MS if step == MINUTE_MS else DAY_MS
@@ -185,7 +218,7 @@ def _points(client: redis.Redis, keys: CrawlKeys, step: int, since: int, until: 
     for bucket, rec in per_part[0] if per_part else []:
         if rec.run not in base_runs.setdefault(bucket, []):
             base_runs[bucket].append(rec.run)
-    for (bucket, run) in counts:  # an unseen run shows in the bucket it was found in
+    for bucket, run in counts:  # an unseen run shows in the bucket it was found in
         if bucket in base_runs and run not in base_runs[bucket]:
             base_runs[bucket].insert(0, run)
     out: dict[str, Any] = {"t": buckets, "runs": []}
@@ -217,19 +250,29 @@ def _began_since(summaries: dict[int, dict[str, Any]], run: int | None, since_ms
     return isinstance(began, int) and began >= since_ms
 
 
-def _unseen_runs(summaries: dict[int, dict[str, Any]], run: int | None, prev_run: int | None,
-                 since_ms: int) -> list[int]:  # fmt: skip
+def _unseen_runs(
+    summaries: dict[int, dict[str, Any]], run: int | None, prev_run: int | None, since_ms: int
+) -> list[int]:
     """The ended runs between the record of ``prev_run`` (at ``since_ms``; None: none before)
     and one of ``run``: begun after it, ended before, so no record of theirs was kept
     (a run between two heartbeats, at hour resolution one of twenty minutes)."""
     if run is None or run == prev_run:
         return []
-    return sorted(x for x, s in summaries.items() if x < run and isinstance(s.get("ended"), int)
-                  and (x > prev_run if prev_run is not None else _began_since(summaries, x, since_ms)))  # fmt: skip
+    return sorted(
+        x
+        for x, s in summaries.items()
+        if x < run
+        and isinstance(s.get("ended"), int)
+        and (x > prev_run if prev_run is not None else _began_since(summaries, x, since_ms))
+    )
 
 
-def _add_run_tails(per_part: list[list[tuple[int, records.Record]]], counts: dict[Key, list[int | None]],
-                   summaries: dict[int, dict[str, Any]], read_until: int) -> None:  # fmt: skip
+def _add_run_tails(
+    per_part: list[list[tuple[int, records.Record]]],
+    counts: dict[Key, list[int | None]],
+    summaries: dict[int, dict[str, Any]],
+    read_until: int,
+) -> None:
     """Add to the last record of every run that ended before ``read_until`` what it finished
     after that record: its summary's totals less its last records, summed over the parts."""
     last_bucket: dict[int, int] = {}

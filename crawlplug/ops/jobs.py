@@ -28,14 +28,18 @@ from .scrapyd import Daemon
 logger = logging.getLogger(__name__)
 
 
-def refresh(client: redis.Redis, keys: CrawlKeys, *, run: int | None = None, timeout: float = 5.0,
-            only: set[str] | None = None) -> list[str]:  # fmt: skip
+def refresh(
+    client: redis.Redis, keys: CrawlKeys, *, run: int | None = None, timeout: float = 5.0, only: set[str] | None = None
+) -> list[str]:
     """Record what each daemon says of the crawl's open jobs (of ``run``, or the jobs named in
     ``only``); returns one line per daemon that could not be asked. A job a daemon no longer
     lists (it keeps ``finished_to_keep`` finished jobs, and forgets them all when restarted)
     is recorded as ``unknown``."""
-    open_jobs = [j for j in jobs.all_jobs(client, keys, run=run)
-                 if j["state"] in jobs.OPEN_STATES and (only is None or j["id"] in only)]  # fmt: skip
+    open_jobs = [
+        j
+        for j in jobs.all_jobs(client, keys, run=run)
+        if j["state"] in jobs.OPEN_STATES and (only is None or j["id"] in only)
+    ]
     by_daemon: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for job in open_jobs:
         if job.get("daemon"):
@@ -54,8 +58,12 @@ def refresh(client: redis.Redis, keys: CrawlKeys, *, run: int | None = None, tim
             if seen is None:
                 fields["daemon_state"] = "unknown" if job.get("daemon_state") != "cancelled" else "cancelled"
             else:
-                fields.update(daemon_state=seen["state"], daemon_pid=seen.get("pid"),
-                              daemon_start=seen.get("start_time"), daemon_end=seen.get("end_time"))  # fmt: skip
+                fields.update(
+                    daemon_state=seen["state"],
+                    daemon_pid=seen.get("pid"),
+                    daemon_start=seen.get("start_time"),
+                    daemon_end=seen.get("end_time"),
+                )
             jobs.update(client, keys, job["id"], fields)
     return problems
 
@@ -91,12 +99,22 @@ def open_jobs(client: redis.Redis, keys: CrawlKeys, *, run: int | None = None) -
 
 
 def _open(client: redis.Redis, keys: CrawlKeys, run: int | None, ids: set[str] | None) -> list[dict[str, Any]]:
-    return [j for j in jobs.all_jobs(client, keys, run=run)
-            if j["state"] in jobs.OPEN_STATES and (ids is None or j["id"] in ids)]  # fmt: skip
+    return [
+        j
+        for j in jobs.all_jobs(client, keys, run=run)
+        if j["state"] in jobs.OPEN_STATES and (ids is None or j["id"] in ids)
+    ]
 
 
-def _wait(client: redis.Redis, keys: CrawlKeys, run: int | None, ids: set[str], seconds: float, poll: float,
-          problems: list[str]) -> set[str]:  # fmt: skip
+def _wait(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    run: int | None,
+    ids: set[str],
+    seconds: float,
+    poll: float,
+    problems: list[str],
+) -> set[str]:
     """Wait up to ``seconds`` for the jobs ``ids`` to end; returns those still open."""
     deadline = time.monotonic() + seconds
     while True:
@@ -107,8 +125,16 @@ def _wait(client: redis.Redis, keys: CrawlKeys, run: int | None, ids: set[str], 
         time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
 
 
-def cancel_jobs(client: redis.Redis, keys: CrawlKeys, *, grace: float, run: int | None = None,
-                signal: str = "TERM", wait_after: float | None = None, poll: float = 0.5) -> Cancelled:  # fmt: skip
+def cancel_jobs(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    *,
+    grace: float,
+    run: int | None = None,
+    signal: str = "TERM",
+    wait_after: float | None = None,
+    poll: float = 0.5,
+) -> Cancelled:
     """Give the crawl's open jobs (of ``run``, default every run) ``grace`` seconds to end by
     themselves (nodes of a stopped run close at their next heartbeat); cancel the rest with
     ``cancel.json`` (a pending one is removed, a running one is sent ``signal``: TERM makes
@@ -138,8 +164,9 @@ def cancel_jobs(client: redis.Redis, keys: CrawlKeys, *, grace: float, run: int 
         else:
             out.gone.append(job_id)
     if out.signalled:
-        left = _wait(client, keys, run, set(out.signalled), grace if wait_after is None else wait_after, poll,
-                     out.problems)  # fmt: skip
+        left = _wait(
+            client, keys, run, set(out.signalled), grace if wait_after is None else wait_after, poll, out.problems
+        )
         out.ended_after = sorted(set(out.signalled) - left)
         out.still_running = sorted(left)
     logger.info("crawlplug: crawl %r: %s", keys.crawl, "; ".join(out.lines()) or "no open job")

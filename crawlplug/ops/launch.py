@@ -91,14 +91,21 @@ class Plan:
         return self.spider or self.crawl
 
     def as_dict(self) -> dict[str, Any]:
-        return {"crawl": self.crawl, "daemons": self.daemons, "spider": self.spider, "project": self.project,
-                "nodes_per_host": self.nodes_per_host, "settings": self.settings, "args": self.args,
-                "redis_url": self.redis_url, "embedded": self.embedded}  # fmt: skip
+        return {
+            "crawl": self.crawl,
+            "daemons": self.daemons,
+            "spider": self.spider,
+            "project": self.project,
+            "nodes_per_host": self.nodes_per_host,
+            "settings": self.settings,
+            "args": self.args,
+            "redis_url": self.redis_url,
+            "embedded": self.embedded,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], **override: Any) -> Plan:
-        names = ("crawl", "daemons", "spider", "project", "nodes_per_host", "settings", "args", "redis_url",
-                 "embedded")  # fmt: skip
+        names = ("crawl", "daemons", "spider", "project", "nodes_per_host", "settings", "args", "redis_url", "embedded")
         # cjson (lua/firing.lua) writes an empty object where Python wrote an empty list, and back
         values = {k: data[k] for k in names if k in data}
         for k in ("settings", "args"):
@@ -157,9 +164,11 @@ def check_reach(redis_url: str, daemons: list[str], *, embedded: bool) -> list[s
         for host in hosts:
             here = resolves_here_to_loopback(host)
             if here:
-                warnings.append(f"the Redis host {host!r} resolves to {', '.join(here)} (this machine only) here; "
-                                f"the nodes on {', '.join(remote)} resolve it themselves: make sure it names this "
-                                "machine's network address there")  # fmt: skip
+                warnings.append(
+                    f"the Redis host {host!r} resolves to {', '.join(here)} (this machine only) here; "
+                    f"the nodes on {', '.join(remote)} resolve it themselves: make sure it names this "
+                    "machine's network address there"
+                )
         return warnings
     raise ConfigError(
         f"refusing to start: the nodes would be handed Redis {mask_url(redis_url)}, {what}, and "
@@ -187,8 +196,11 @@ def run_decision(client: redis.Redis, keys: CrawlKeys, *, new_run: bool) -> tupl
         )
     if view.id is None:
         return "next", 1, f"run 1 of crawl {keys.crawl!r} (its first), begun by the first node"
-    return "next", view.id + 1, (f"run {view.id + 1} of crawl {keys.crawl!r} (run {view.id} {view.state}), "
-                                 "begun by the first node")  # fmt: skip
+    return (
+        "next",
+        view.id + 1,
+        (f"run {view.id + 1} of crawl {keys.crawl!r} (run {view.id} {view.state}), begun by the first node"),
+    )
 
 
 def preflight(plan: Plan, timeout: float) -> None:
@@ -202,8 +214,10 @@ def preflight(plan: Plan, timeout: float) -> None:
             problems.append(str(exc))
             continue
         if plan.spider_name not in spiders:
-            problems.append(f"Scrapyd {daemon.label} has no spider {plan.spider_name!r} in project "
-                            f"{plan.project!r} (it has: {', '.join(spiders) or 'none'})")  # fmt: skip
+            problems.append(
+                f"Scrapyd {daemon.label} has no spider {plan.spider_name!r} in project "
+                f"{plan.project!r} (it has: {', '.join(spiders) or 'none'})"
+            )
     if problems:
         raise ScrapydError("nothing was started: " + "; ".join(problems))
 
@@ -217,9 +231,18 @@ def _log_warning(warning: str) -> None:
     logger.warning("crawlplug start: %s", warning)
 
 
-def launch(client: redis.Redis, keys: CrawlKeys, plan: Plan, *, by: str = "start", firing: str | None = None,
-           fence: int | None = None, timeout: float = 30.0, skip: frozenset[str] = frozenset(),
-           warn: Callable[[str], None] = _log_warning) -> Launched:  # fmt: skip
+def launch(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    plan: Plan,
+    *,
+    by: str = "start",
+    firing: str | None = None,
+    fence: int | None = None,
+    timeout: float = 30.0,
+    skip: frozenset[str] = frozenset(),
+    warn: Callable[[str], None] = _log_warning,
+) -> Launched:
     """Start the plan's nodes (module docstring). ``firing`` names the schedule's firing that
     starts them (``<name>@<due ms>``; job ids follow from it, so jobs already recorded, named
     in ``skip``, are not started twice). Raises ConfigError or ScrapydError, having started
@@ -233,8 +256,11 @@ def launch(client: redis.Redis, keys: CrawlKeys, plan: Plan, *, by: str = "start
     if action == "new":
         joined = begin_new_run(client, keys, by=by, reason=f"replaced by a new run ({by})")
         if joined.action == "new":
-            before = f"run {joined.previous.get('id')} {joined.previous.get('state')}" if joined.previous and \
-                joined.previous.get("id") else "its first run"
+            before = (
+                f"run {joined.previous.get('id')} {joined.previous.get('state')}"
+                if joined.previous and joined.previous.get("id")
+                else "its first run"
+            )
             kept = "fingerprints cleared" if joined.cleared else "fingerprints kept (incremental)"
             message = f"began run {joined.run} of crawl {keys.crawl!r} ({before}, {kept})"
         else:
@@ -248,12 +274,28 @@ def launch(client: redis.Redis, keys: CrawlKeys, plan: Plan, *, by: str = "start
             job_id = f"{stem}-{d}-{slot}"
             if job_id in skip:
                 continue
-            jobs.record(client, keys, job_id, {
-                "daemon": url, "project": plan.project, "spider": plan.spider_name, "run": run_id, "slot": slot,
-                "by": by, "firing": firing, "fence": fence,
-            }, scheduled_ms=redis_ms(client))  # fmt: skip
-            settings = {**plan.settings, "REDIS_URL": plan.redis_url, "CRAWLPLUG_CRAWL_ID": keys.crawl,
-                        "CRAWLPLUG_SCRAPYD_JOB": job_id}  # fmt: skip
+            jobs.record(
+                client,
+                keys,
+                job_id,
+                {
+                    "daemon": url,
+                    "project": plan.project,
+                    "spider": plan.spider_name,
+                    "run": run_id,
+                    "slot": slot,
+                    "by": by,
+                    "firing": firing,
+                    "fence": fence,
+                },
+                scheduled_ms=redis_ms(client),
+            )
+            settings = {
+                **plan.settings,
+                "REDIS_URL": plan.redis_url,
+                "CRAWLPLUG_CRAWL_ID": keys.crawl,
+                "CRAWLPLUG_SCRAPYD_JOB": job_id,
+            }
             if run_id is not None:  # a daemon that starts it after the run ended: it begins no other
                 settings["CRAWLPLUG_FOR_RUN"] = str(run_id)
             try:

@@ -45,21 +45,29 @@ METRICS: dict[str, tuple[str, str]] = {
     "crawlplug_start_entries": ("gauge", "Start entries waiting in start_urls"),
     "crawlplug_in_flight_requests": ("gauge", "Requests leased to a node now"),
     "crawlplug_requests_done": ("counter", "Requests finished (acknowledged) in the run"),
-    "crawlplug_requests_failed": ("counter", "Failures in the crawl-wide Scrapy stats (download exceptions, "
-                                             "spider exceptions, dropped items, 4xx/5xx responses)"),
+    "crawlplug_requests_failed": (
+        "counter",
+        "Failures in the crawl-wide Scrapy stats (download exceptions, "
+        "spider exceptions, dropped items, 4xx/5xx responses)",
+    ),
     "crawlplug_requests_filtered": ("counter", "Requests the duplicate filter turned away"),
     "crawlplug_lease_reaps": ("counter", "Leases of dead nodes put back in the queue"),
     "crawlplug_dead_letters": ("gauge", "Requests in the dead letters (it drops when they are requeued)"),
     "crawlplug_seen_fingerprints": ("gauge", "Fingerprints the duplicate filter holds"),
     "crawlplug_live_nodes": ("gauge", "Nodes whose heartbeat is on time"),
-    "crawlplug_node_up": ("gauge", "1 for a live node, 0 for a silent or dead one (listed until the next run, an hour at most)"),
+    "crawlplug_node_up": (
+        "gauge",
+        "1 for a live node, 0 for a silent or dead one (listed until the next run, an hour at most)",
+    ),
     "crawlplug_node_pages": ("counter", "Requests this node finished since it started"),
     "crawlplug_node_items": ("counter", "Items this node scraped (its Scrapy stats in Redis)"),
     "crawlplug_domain_queued_requests": ("gauge", "Requests of the domain waiting in the per-domain queue"),
     "crawlplug_domain_in_flight_requests": ("gauge", "Requests of the domain leased now"),
     "crawlplug_domain_leased_requests": ("counter", "Requests of the domain leased so far (fetches started)"),
-    "crawlplug_redis_outage_seconds": ("counter", "Seconds the nodes waited for Redis to come back (summed over "
-                                                  "nodes, from their Scrapy stats in Redis)"),
+    "crawlplug_redis_outage_seconds": (
+        "counter",
+        "Seconds the nodes waited for Redis to come back (summed over nodes, from their Scrapy stats in Redis)",
+    ),
     "crawlplug_redis_commands_processed": ("counter", "Commands the Redis server ran (every client's)"),
     "crawlplug_redis_memory_used_bytes": ("gauge", "Memory the Redis server uses"),
     "crawlplug_redis_memory_max_bytes": ("gauge", "maxmemory of the Redis server (0: no limit)"),
@@ -82,8 +90,9 @@ def top_domains(rows: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     out = [{k: row[k] for k in ("domain", "queued", "in_flight", "leased_total")} for row in ranked[:n]]
     rest = ranked[n:]
     if rest:
-        out.append({"domain": "other", **{k: sum(row[k] for row in rest)
-                                          for k in ("queued", "in_flight", "leased_total")}})  # fmt: skip
+        out.append(
+            {"domain": "other", **{k: sum(row[k] for row in rest) for k in ("queued", "in_flight", "leased_total")}}
+        )
     return out
 
 
@@ -139,8 +148,7 @@ def crawl_families(client: redis.Redis, keys: CrawlKeys, top_n: int = TOP_DOMAIN
         add("crawlplug_redis_memory_max_bytes", memory.get("max"))
     states = stored_alerts.states(client, keys)
     for rule_id in stored_alerts.rules(client, keys):
-        add("crawlplug_alert_firing", 1 if states.get(rule_id, {}).get("state") == "firing" else 0,
-            {"rule": rule_id})  # fmt: skip
+        add("crawlplug_alert_firing", 1 if states.get(rule_id, {}).get("state") == "firing" else 0, {"rule": rule_id})
     return list(fams.values())
 
 
@@ -152,8 +160,15 @@ def _commands_processed(client: redis.Redis) -> int | None:
     if isinstance(info, dict) and "total_commands_processed" in info:
         return int(info["total_commands_processed"])
     # a cluster client answers per node: the sum
-    total = [int(v["total_commands_processed"]) for v in info.values() if isinstance(v, dict)
-             and "total_commands_processed" in v] if isinstance(info, dict) else []  # fmt: skip
+    total = (
+        [
+            int(v["total_commands_processed"])
+            for v in info.values()
+            if isinstance(v, dict) and "total_commands_processed" in v
+        ]
+        if isinstance(info, dict)
+        else []
+    )
     return sum(total) if total else None
 
 
@@ -161,8 +176,9 @@ class CrawlCollector(Collector):
     """A prometheus_client collector: the metrics of the crawls ``crawls()`` names, read
     from Redis at each scrape. A crawl whose read fails is left out (logged), not the scrape."""
 
-    def __init__(self, client: redis.Redis, crawls: Callable[[], Iterable[CrawlKeys]],
-                 top_n: int = TOP_DOMAINS) -> None:  # fmt: skip
+    def __init__(
+        self, client: redis.Redis, crawls: Callable[[], Iterable[CrawlKeys]], top_n: int = TOP_DOMAINS
+    ) -> None:
         self.client = client
         self.crawls = crawls
         self.top_n = top_n
@@ -192,8 +208,9 @@ class CrawlCollector(Collector):
         return []  # read at scrape time only: registering reads nothing from Redis
 
 
-def registry(client: redis.Redis, crawls: Callable[[], Iterable[CrawlKeys]],
-             top_n: int = TOP_DOMAINS) -> CollectorRegistry:  # fmt: skip
+def registry(
+    client: redis.Redis, crawls: Callable[[], Iterable[CrawlKeys]], top_n: int = TOP_DOMAINS
+) -> CollectorRegistry:
     """A registry of its own (one per process) holding :class:`CrawlCollector`."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(CrawlCollector(client, crawls, top_n))

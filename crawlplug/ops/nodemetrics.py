@@ -47,8 +47,12 @@ class NodeMetrics:
             raise ConfigError(f"CRAWLPLUG_METRICS_PORT must be a port number, not {port!r}") from None
         if not 0 <= number <= 65535:
             raise ConfigError(f"CRAWLPLUG_METRICS_PORT must be a port number (0-65535), not {number}")
-        ext = cls(crawler, number, str(setting(crawler.settings, "CRAWLPLUG_METRICS_HOST")),
-                  int(setting(crawler.settings, "CRAWLPLUG_METRICS_TOP_DOMAINS")))  # fmt: skip
+        ext = cls(
+            crawler,
+            number,
+            str(setting(crawler.settings, "CRAWLPLUG_METRICS_HOST")),
+            int(setting(crawler.settings, "CRAWLPLUG_METRICS_TOP_DOMAINS")),
+        )
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext
@@ -65,11 +69,13 @@ class NodeMetrics:
         try:
             self.server, _ = start_http_server(self.port, self.host, registry=reg)
         except OSError as exc:
-            logger.error("crawlplug: cannot serve metrics on %s:%s (CRAWLPLUG_METRICS_PORT): %s", self.host,
-                         self.port, exc)  # fmt: skip
+            logger.error(
+                "crawlplug: cannot serve metrics on %s:%s (CRAWLPLUG_METRICS_PORT): %s", self.host, self.port, exc
+            )
             return
-        logger.info("crawlplug: metrics of crawl %r at http://%s:%d/metrics", keys.crawl, self.host,
-                    self.server.server_port)  # fmt: skip
+        logger.info(
+            "crawlplug: metrics of crawl %r at http://%s:%d/metrics", keys.crawl, self.host, self.server.server_port
+        )
 
     def spider_closed(self, spider: Spider, reason: str) -> None:
         if self.server is not None:

@@ -35,8 +35,6 @@ DEFAULT_HEARTBEAT_MS = 2_000
 DEFAULT_LEASE_MS = 30_000
 
 
-
-
 def nodes(client: redis.Redis, keys: CrawlKeys, deadlines: dict[str, int], now_ms: int) -> list[dict[str, Any]]:
     """Every node registered, and every node found dead in the last hour: its published
     metrics, heartbeat age (Redis clock) and state, live ones first.
@@ -58,8 +56,9 @@ def nodes(client: redis.Redis, keys: CrawlKeys, deadlines: dict[str, int], now_m
     return out
 
 
-def _node(node_id: str, metrics: dict[str, str], deadline: int | None, grave: dict[str, int] | None,
-          now_ms: int) -> dict[str, Any] | None:  # fmt: skip
+def _node(
+    node_id: str, metrics: dict[str, str], deadline: int | None, grave: dict[str, int] | None, now_ms: int
+) -> dict[str, Any] | None:
     last_seen = metrics.pop("last_seen", None)
     seen_ms = int(last_seen) if last_seen and last_seen.isdigit() else None
     if deadline is None:  # only in the graveyard
@@ -110,12 +109,18 @@ def node_state_text(node: dict[str, Any], now_ms: int) -> str:
         return "paused" if node.get("paused") else "live"
     leases = node.get("leases")
     if node["state"] == "silent":
-        held = f"its {leases} leases go back to the queue in {node['leases_back_in']:.0f} s" if leases else "it holds no lease"
+        held = (
+            f"its {leases} leases go back to the queue in {node['leases_back_in']:.0f} s"
+            if leases
+            else "it holds no lease"
+        )
         return f"silent for {node['silent_for']:.0f} s (no heartbeat: stalled or dead); {held}"
     when = time.strftime("%H:%M:%S", time.localtime(node["dead_since_ms"] / 1000))
     if node.get("leases_back_in") is not None:
-        return (f"dead since {when} (its {node['leases']} leases go back to the queue in "
-                f"{node['leases_back_in']:.0f} s; their domains' slots are free)")  # fmt: skip
+        return (
+            f"dead since {when} (its {node['leases']} leases go back to the queue in "
+            f"{node['leases_back_in']:.0f} s; their domains' slots are free)"
+        )
     what = f"{node['requeued']} leases requeued"
     if node.get("dead_lettered"):
         what += f", {node['dead_lettered']} to the dead letters"
@@ -126,20 +131,28 @@ def held(node_list: list[dict[str, Any]], expired: int, live: int) -> dict[str, 
     """Work that waits for a lease to expire: held by silent nodes or by dead ones whose
     leases have not expired yet, or in expired leases no live node is there to put back.
     None when nothing waits so."""
-    silent = [n for n in node_list if n["state"] in ("silent", "dead") and n.get("leases")
-              and n.get("leases_back_in") is not None]  # fmt: skip
+    silent = [
+        n
+        for n in node_list
+        if n["state"] in ("silent", "dead") and n.get("leases") and n.get("leases_back_in") is not None
+    ]
     if silent:
         count = sum(int(n["leases"]) for n in silent)
         back = min(n["leases_back_in"] for n in silent)
         states = {n["state"] for n in silent}
         kind = "silent" if states == {"silent"} else "dead" if states == {"dead"} else "silent or dead"
         who = f"a {kind} node" if len(silent) == 1 else f"{len(silent)} {kind} nodes"
-        return {"requests": count, "back_in": back,
-                "text": f"{count} requests held by {who}, back in the queue in {back:.0f} s"}  # fmt: skip
+        return {
+            "requests": count,
+            "back_in": back,
+            "text": f"{count} requests held by {who}, back in the queue in {back:.0f} s",
+        }
     if expired and not live:
-        return {"requests": expired, "back_in": None,
-                "text": f"{expired} requests wait in expired leases: the first node that runs puts them "
-                        "back in the queue"}  # fmt: skip
+        return {
+            "requests": expired,
+            "back_in": None,
+            "text": f"{expired} requests wait in expired leases: the first node that runs puts them back in the queue",
+        }
     return None
 
 

@@ -70,7 +70,9 @@ def _kept(client: redis.Redis, keys: CrawlKeys, run: int) -> dict[str, dict[str,
     return None if raw is None else {n: {k: decode(v) for k, v in s.items()} for n, s in raw.items()}
 
 
-def stats_of_run(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:  # fmt: skip
+def stats_of_run(
+    client: redis.Redis, keys: CrawlKeys, run: int | None = None
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """({"id", "state", "source"}, each node's own stats) of run ``run`` (default: the
     current one): the nodes' stats in Redis for the current run, those kept at its end for
     an ended one; ConfigError naming the runs there are for one that has none."""
@@ -84,8 +86,10 @@ def stats_of_run(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -
             there = runstats.kept(client, keys)
             known = ", ".join(str(r) for r in there) or "none"
             cur = f", and the current run {current.id}" if current.id is not None else ""
-            raise ConfigError(f"no report kept of run {run} of crawl {keys.crawl!r} (the node stats of ended runs "
-                              f"are kept for the last {runstats.KEEP}: runs {known}{cur})")  # fmt: skip
+            raise ConfigError(
+                f"no report kept of run {run} of crawl {keys.crawl!r} (the node stats of ended runs "
+                f"are kept for the last {runstats.KEEP}: runs {known}{cur})"
+            )
         nodes = kept
         summary = next((s for s in runs.history(client, keys) if s.get("id") == run), {})
         info = {"id": run, "state": summary.get("state", "ended"), "source": "kept"}
@@ -103,12 +107,12 @@ def _domain_counts(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for key, value in stats.items():
         if not key.startswith(DOMAIN_PREFIX):
             continue
-        domain, _, what = key[len(DOMAIN_PREFIX):].partition("/")
+        domain, _, what = key[len(DOMAIN_PREFIX) :].partition("/")
         if not domain or not what:
             continue
         row = out.setdefault(domain, {"pages": 0, "ok": 0, "items": 0, "latency_ms": 0, "errors": {}})
         if what.startswith("error/"):
-            kind = what[len("error/"):]
+            kind = what[len("error/") :]
             row["errors"][kind] = row["errors"].get(kind, 0) + int(_number(value))
         elif what in ("pages", "ok", "items", "latency_ms"):
             row[what] += int(_number(value))
@@ -122,11 +126,15 @@ def _domain_row(node: str, domain: str, c: dict[str, Any]) -> dict[str, Any]:
     downloads_failed = sum(n for kind, n in c["errors"].items() if kind.startswith("download/"))
     attempts = c["pages"] + downloads_failed
     return {
-        "node": node, "domain": domain, "pages": c["pages"], "items": c["items"],
-        "errors": sum(c["errors"].values()), "errors_by_kind": dict(sorted(c["errors"].items())),
+        "node": node,
+        "domain": domain,
+        "pages": c["pages"],
+        "items": c["items"],
+        "errors": sum(c["errors"].values()),
+        "errors_by_kind": dict(sorted(c["errors"].items())),
         "success_rate": round(c["ok"] / attempts, 4) if attempts else None,
         "mean_response_ms": round(c["latency_ms"] / c["pages"], 1) if c["pages"] else None,
-    }  # fmt: skip
+    }
 
 
 def _add(total: dict[str, Any], c: dict[str, Any]) -> None:
@@ -162,8 +170,18 @@ def _site_counts(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
         site, _, what = key[5:].partition("/")
         if not site or not what:
             continue
-        c = out.setdefault(site, {"pages": 0, "items_ok": 0, "items_incomplete": 0, "failed": 0, "exceptions": 0,
-                                  "versions": {}, "fields": {}})  # fmt: skip
+        c = out.setdefault(
+            site,
+            {
+                "pages": 0,
+                "items_ok": 0,
+                "items_incomplete": 0,
+                "failed": 0,
+                "exceptions": 0,
+                "versions": {},
+                "fields": {},
+            },
+        )
         parts = what.split("/")
         n = int(_number(value))
         if len(parts) == 3 and parts[0] == "step" and parts[2] in ("pages", "failed"):
@@ -178,17 +196,25 @@ def _site_counts(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
             c["fields"].setdefault(parts[1], dict.fromkeys(FIELD_OUTCOMES, 0))[parts[2]] += n
     for c in out.values():
         c["fields"] = {name: f for name, f in c["fields"].items() if any(f.values())}
-    return {site: c for site, c in out.items()
-            if c["pages"] or c["items_ok"] or c["items_incomplete"] or c["failed"] or c["exceptions"] or c["fields"]}  # fmt: skip
+    return {
+        site: c
+        for site, c in out.items()
+        if c["pages"] or c["items_ok"] or c["items_incomplete"] or c["failed"] or c["exceptions"] or c["fields"]
+    }
 
 
 def _site_row(node: str, site: str, c: dict[str, Any]) -> dict[str, Any]:
     items = c["items_ok"] + c["items_incomplete"]
     return {
-        "node": node, "site": site, "versions": dict(sorted(c["versions"].items())), "pages": c["pages"],
-        "items_ok": c["items_ok"], "items_incomplete": c["items_incomplete"], "errors": c["failed"] + c["exceptions"],
+        "node": node,
+        "site": site,
+        "versions": dict(sorted(c["versions"].items())),
+        "pages": c["pages"],
+        "items_ok": c["items_ok"],
+        "items_incomplete": c["items_incomplete"],
+        "errors": c["failed"] + c["exceptions"],
         "success_rate": round(c["items_ok"] / items, 4) if items else None,
-    }  # fmt: skip
+    }
 
 
 def site_rows(nodes: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -199,9 +225,21 @@ def site_rows(nodes: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], l
     for node, stats in sorted(nodes.items()):
         for site, c in sorted(_site_counts(stats).items()):
             sites.append(_site_row(node, site, c))
-            fields += [{"node": node, "site": site, "field": name, **_field_counts(f)} for name, f in c["fields"].items()]
-            t = totals.setdefault(site, {"pages": 0, "items_ok": 0, "items_incomplete": 0, "failed": 0,
-                                         "exceptions": 0, "versions": {}, "fields": {}})  # fmt: skip
+            fields += [
+                {"node": node, "site": site, "field": name, **_field_counts(f)} for name, f in c["fields"].items()
+            ]
+            t = totals.setdefault(
+                site,
+                {
+                    "pages": 0,
+                    "items_ok": 0,
+                    "items_incomplete": 0,
+                    "failed": 0,
+                    "exceptions": 0,
+                    "versions": {},
+                    "fields": {},
+                },
+            )
             for name in ("pages", "items_ok", "items_incomplete", "failed", "exceptions"):
                 t[name] += c[name]
             for ver, n in c["versions"].items():
@@ -213,7 +251,9 @@ def site_rows(nodes: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], l
     if len(nodes) > 1:
         for site, t in sorted(totals.items()):
             sites.append(_site_row(ALL, site, t))
-            fields += [{"node": ALL, "site": site, "field": name, **_field_counts(f)} for name, f in t["fields"].items()]
+            fields += [
+                {"node": ALL, "site": site, "field": name, **_field_counts(f)} for name, f in t["fields"].items()
+            ]
     return sites, fields
 
 
@@ -228,8 +268,15 @@ def report(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -> dict
     """The report of run ``run`` (default: the current one): see the module docstring."""
     info, nodes = stats_of_run(client, keys, run)
     sites, fields = site_rows(nodes)
-    out = {"crawl": keys.crawl, "run": info, "nodes": sorted(nodes), "domains": domain_rows(nodes),
-           "sites": sites, "fields": fields, "kept_runs": runstats.kept(client, keys)}  # fmt: skip
+    out = {
+        "crawl": keys.crawl,
+        "run": info,
+        "nodes": sorted(nodes),
+        "domains": domain_rows(nodes),
+        "sites": sites,
+        "fields": fields,
+        "kept_runs": runstats.kept(client, keys),
+    }
     out["note"] = _note(out)
     return out
 
@@ -237,12 +284,16 @@ def report(client: redis.Redis, keys: CrawlKeys, run: int | None = None) -> dict
 def _note(out: dict[str, Any]) -> str | None:
     """Why a report is empty, in words (None when it is not)."""
     if not out["nodes"]:
-        return ("no node stats for this run: the crawl's nodes keep their Scrapy stats in Redis only with "
-                "STATS_CLASS = 'crawlplug.stats.RedisStatsCollector' (the add-on sets it, unless the project "
-                "names another collector), and write them every CRAWLPLUG_STATS_INTERVAL seconds")  # fmt: skip
+        return (
+            "no node stats for this run: the crawl's nodes keep their Scrapy stats in Redis only with "
+            "STATS_CLASS = 'crawlplug.stats.RedisStatsCollector' (the add-on sets it, unless the project "
+            "names another collector), and write them every CRAWLPLUG_STATS_INTERVAL seconds"
+        )
     if not out["domains"] and not out["sites"]:
-        return ("the nodes' stats hold no per-domain numbers: they are counted by "
-                "crawlplug.probes.domainstats.DomainStatsMiddleware, which the add-on enables")  # fmt: skip
+        return (
+            "the nodes' stats hold no per-domain numbers: they are counted by "
+            "crawlplug.probes.domainstats.DomainStatsMiddleware, which the add-on enables"
+        )
     return None
 
 
@@ -279,20 +330,56 @@ def kinds(errors: dict[str, int], top: int = 3) -> str:
 
 def text_tables(report_: dict[str, Any]) -> Iterable[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of each table as ``crawlplug report`` prints it."""
-    yield ("domains: pages, items, errors by kind, success rate (responses below 400 / responses and failed "
-           "downloads), mean response time",
-           ["node", "domain", "pages", "items", "errors", "success", "mean ms", "errors by kind"],
-           [[r["node"], r["domain"], f"{r['pages']:,}", f"{r['items']:,}", f"{r['errors']:,}", percent(r["success_rate"]),
-             "-" if r["mean_response_ms"] is None else f"{r['mean_response_ms']:,.0f}", kinds(r["errors_by_kind"])]
-            for r in report_["domains"]])  # fmt: skip
+    yield (
+        "domains: pages, items, errors by kind, success rate (responses below 400 / responses and failed "
+        "downloads), mean response time",
+        ["node", "domain", "pages", "items", "errors", "success", "mean ms", "errors by kind"],
+        [
+            [
+                r["node"],
+                r["domain"],
+                f"{r['pages']:,}",
+                f"{r['items']:,}",
+                f"{r['errors']:,}",
+                percent(r["success_rate"]),
+                "-" if r["mean_response_ms"] is None else f"{r['mean_response_ms']:,.0f}",
+                kinds(r["errors_by_kind"]),
+            ]
+            for r in report_["domains"]
+        ],
+    )
     if report_["sites"]:
-        yield ("sites: pages of every step, items complete and incomplete, errors (failed requests, exceptions), "
-               "success rate (complete items / items), definition versions",
-               ["node", "site", "pages", "items ok", "incomplete", "errors", "success", "versions"],
-               [[r["node"], r["site"], f"{r['pages']:,}", f"{r['items_ok']:,}", f"{r['items_incomplete']:,}",
-                 f"{r['errors']:,}", percent(r["success_rate"]), ", ".join(r["versions"]) or "-"]
-                for r in report_["sites"]])  # fmt: skip
-        yield ("fields: filled, missing (required and null), invalid (did not convert), defaulted",
-               ["node", "site", "field", "filled", "missing", "invalid", "defaulted"],
-               [[r["node"], r["site"], r["field"], f"{r['filled']:,}", f"{r['missing']:,}", f"{r['invalid']:,}",
-                 f"{r['defaulted']:,}"] for r in report_["fields"]])  # fmt: skip
+        yield (
+            "sites: pages of every step, items complete and incomplete, errors (failed requests, exceptions), "
+            "success rate (complete items / items), definition versions",
+            ["node", "site", "pages", "items ok", "incomplete", "errors", "success", "versions"],
+            [
+                [
+                    r["node"],
+                    r["site"],
+                    f"{r['pages']:,}",
+                    f"{r['items_ok']:,}",
+                    f"{r['items_incomplete']:,}",
+                    f"{r['errors']:,}",
+                    percent(r["success_rate"]),
+                    ", ".join(r["versions"]) or "-",
+                ]
+                for r in report_["sites"]
+            ],
+        )
+        yield (
+            "fields: filled, missing (required and null), invalid (did not convert), defaulted",
+            ["node", "site", "field", "filled", "missing", "invalid", "defaulted"],
+            [
+                [
+                    r["node"],
+                    r["site"],
+                    r["field"],
+                    f"{r['filled']:,}",
+                    f"{r['missing']:,}",
+                    f"{r['invalid']:,}",
+                    f"{r['defaulted']:,}",
+                ]
+                for r in report_["fields"]
+            ],
+        )

@@ -78,8 +78,9 @@ def next_after(expr: str, tz: str, after_ms: int) -> int:
     try:
         return int(_croniter()(expr, start).get_next(datetime).timestamp() * 1000)
     except Exception as exc:  # noqa: BLE001 - croniter raises CroniterError, ValueError, KeyError... on odd text
-        raise ConfigError(f"cron expression {expr!r:.120} gives no next time ({type(exc).__name__}: "
-                          f"{str(exc)[:120]})") from None  # fmt: skip
+        raise ConfigError(
+            f"cron expression {expr!r:.120} gives no next time ({type(exc).__name__}: {str(exc)[:120]})"
+        ) from None
 
 
 def times_between(expr: str, tz: str, first_ms: int, now_ms: int, cap: int = 1000) -> int:
@@ -93,15 +94,25 @@ def times_between(expr: str, tz: str, first_ms: int, now_ms: int, cap: int = 100
     return n
 
 
-def make(client: redis.Redis, keys: CrawlKeys, *, name: str, cron: str, tz: str, plan: Plan,
-         by: str = "operator") -> dict[str, Any]:  # fmt: skip
+def make(
+    client: redis.Redis, keys: CrawlKeys, *, name: str, cron: str, tz: str, plan: Plan, by: str = "operator"
+) -> dict[str, Any]:
     """A schedule's spec (checked), due at its first time after now."""
     if not NAME_RE.match(name):
         raise ConfigError(f"schedule name {name!r}: letters, digits, '_', '.', '-', at most 40")
     check_cron(cron, tz)
     now = redis_ms(client)
-    return {"name": name, "crawl": keys.crawl, "cron": cron, "tz": tz, "plan": plan.as_dict(), "created": now,
-            "by": by, "next": next_after(cron, tz, now), "last": None}  # fmt: skip
+    return {
+        "name": name,
+        "crawl": keys.crawl,
+        "cron": cron,
+        "tz": tz,
+        "plan": plan.as_dict(),
+        "created": now,
+        "by": by,
+        "next": next_after(cron, tz, now),
+        "last": None,
+    }
 
 
 def add(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any]) -> bool:
@@ -115,12 +126,23 @@ def _waiting_jobs(client: redis.Redis, keys: CrawlKeys, timeout: float) -> list[
     hold a firing back."""
     asked = redis_ms(client)
     refresh(client, keys, timeout=min(timeout, 10.0))
-    return [j["id"] for j in jobs.all_jobs(client, keys)
-            if j["state"] in ("pending", "starting") and int(j.get("checked") or 0) >= asked]  # fmt: skip
+    return [
+        j["id"]
+        for j in jobs.all_jobs(client, keys)
+        if j["state"] in ("pending", "starting") and int(j.get("checked") or 0) >= asked
+    ]
 
 
-def fire(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any], due: int, *, fence: int,
-         adopted: bool = False, timeout: float = 30.0) -> dict[str, Any]:  # fmt: skip
+def fire(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    spec: dict[str, Any],
+    due: int,
+    *,
+    fence: int,
+    adopted: bool = False,
+    timeout: float = 30.0,
+) -> dict[str, Any]:
     """Carry out one firing of ``spec`` due at ``due`` (module docstring); returns its outcome
     (state "fired", "skipped" or "failed", with what happened). ``adopted``: a firing an earlier
     leader claimed and left unfinished; the jobs it recorded are not started again, and if it
@@ -131,27 +153,41 @@ def fire(client: redis.Redis, keys: CrawlKeys, spec: dict[str, Any], due: int, *
     view = runs.view(client, keys)
     live = live_nodes(client, keys)
     if not done and view.state in ("running", "starting") and live > 0:
-        return {"state": "skipped", "run": view.id,
-                "why": f"run {view.id} still runs with {live} live node{'s' if live != 1 else ''}"}  # fmt: skip
+        return {
+            "state": "skipped",
+            "run": view.id,
+            "why": f"run {view.id} still runs with {live} live node{'s' if live != 1 else ''}",
+        }
     if not done:
         waiting = _waiting_jobs(client, keys, timeout)
         if waiting:
-            return {"state": "skipped", "run": view.id,
-                    "why": f"{len(waiting)} job{'s' if len(waiting) != 1 else ''} started before ({', '.join(waiting)}) "
-                           "have not opened their spider yet"}  # fmt: skip
+            return {
+                "state": "skipped",
+                "run": view.id,
+                "why": f"{len(waiting)} job{'s' if len(waiting) != 1 else ''} started before ({', '.join(waiting)}) "
+                "have not opened their spider yet",
+            }
     new_run = not done and view.state not in ("none", "finished")
     try:
         try:
             plan = Plan.from_dict(spec["plan"], new_run=new_run)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a plan written by hand into Redis
-            raise ConfigError(f"the schedule's plan is not readable ({type(exc).__name__}: {exc}); "
-                              "add the schedule again") from None  # fmt: skip
-        launched = launch(client, keys, plan, by=f"schedule {name}", firing=firing, fence=fence, timeout=timeout,
-                          skip=frozenset(done))  # fmt: skip
+            raise ConfigError(
+                f"the schedule's plan is not readable ({type(exc).__name__}: {exc}); add the schedule again"
+            ) from None
+        launched = launch(
+            client, keys, plan, by=f"schedule {name}", firing=firing, fence=fence, timeout=timeout, skip=frozenset(done)
+        )
     except (ConfigError, ScrapydError) as exc:
         return {"state": "failed", "why": str(exc)[:500]}
-    outcome = {"state": "fired", "run": launched.run, "action": launched.action, "message": launched.message,
-               "jobs": len(launched.jobs) - len(launched.refused), "refused": len(launched.refused)}  # fmt: skip
+    outcome = {
+        "state": "fired",
+        "run": launched.run,
+        "action": launched.action,
+        "message": launched.message,
+        "jobs": len(launched.jobs) - len(launched.refused),
+        "refused": len(launched.refused),
+    }
     if done:
         outcome["resumed"] = len(done)
     if launched.refused:

@@ -112,8 +112,7 @@ class Daemon:
     def spiders(self, project: str) -> list[str]:
         return list(self._request("listspiders.json", params=[("project", project)]).get("spiders", []))
 
-    def schedule(self, project: str, spider: str, *, job: str, settings: dict[str, str],
-                 args: dict[str, str]) -> str:  # fmt: skip
+    def schedule(self, project: str, spider: str, *, job: str, settings: dict[str, str], args: dict[str, str]) -> str:
         """``schedule.json``: queue one ``scrapy crawl`` of ``spider``; returns the job id."""
         params = [("project", project), ("spider", spider), ("jobid", job)]
         params += [("setting", f"{k}={v}") for k, v in settings.items()]
@@ -132,7 +131,8 @@ class Daemon:
     def cancel(self, project: str, job: str, signal: str = "TERM") -> str | None:
         """``cancel.json``: remove a pending job, or send ``signal`` to a running one; returns
         the job's state before ("pending", "running"), None if the daemon had no such live job."""
-        answer = self._request("cancel.json", params=[("project", project), ("job", job), ("signal", signal)],
-                               post=True)  # fmt: skip
+        answer = self._request(
+            "cancel.json", params=[("project", project), ("job", job), ("signal", signal)], post=True
+        )
         prev = answer.get("prevstate")
         return str(prev) if prev else None

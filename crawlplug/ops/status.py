@@ -53,8 +53,6 @@ SPAN_GAP_MS = 60_000
 FAILED_COUNTER = "errors"
 
 
-
-
 def _series_values(client: redis.Redis, keys: CrawlKeys, fields: list[str]) -> list[int | None]:
     """``fields`` of the crawl's series hash, summed over its shards (None: in none of them)."""
     out: list[int | None] = [None] * len(fields)
@@ -73,7 +71,7 @@ def _series(client: redis.Redis, keys: CrawlKeys, now_ms: int, minutes: int) -> 
     values = [v or 0 for v in _series_values(client, keys, fields)]
     n = len(buckets)
     acked, enqueued = values[:n], values[n:]
-    per_min = lambda xs: [sum(xs[i:i + 6]) for i in range(0, n, 6)]
+    per_min = lambda xs: [sum(xs[i : i + 6]) for i in range(0, n, 6)]
     return {"acked": per_min(acked), "enqueued": per_min(enqueued)}
 
 
@@ -145,8 +143,9 @@ def _busy_span(client: redis.Redis, keys: CrawlKeys) -> tuple[int | None, int | 
     return start, end
 
 
-def _counts(client: redis.Redis, keys: CrawlKeys, t0: int, t1: int, now_ms: int, *,
-            whole_first: bool, whole_last: bool) -> tuple[float, float]:  # fmt: skip
+def _counts(
+    client: redis.Redis, keys: CrawlKeys, t0: int, t1: int, now_ms: int, *, whole_first: bool, whole_last: bool
+) -> tuple[float, float]:
     """(finished, admitted) between ``t0`` and ``t1`` (ms) from the 10 s buckets. A bucket
     partly inside counts for the part inside (the current one for the time it covered),
     except the first (last) one when ``t0`` (``t1``) is where activity began (ended)."""
@@ -167,8 +166,9 @@ def _counts(client: redis.Redis, keys: CrawlKeys, t0: int, t1: int, now_ms: int,
     return done, admitted
 
 
-def rates(client: redis.Redis, keys: CrawlKeys, now_ms: int, *, start_ms: int | None = None,
-          finished: bool = False) -> Rates:  # fmt: skip
+def rates(
+    client: redis.Redis, keys: CrawlKeys, now_ms: int, *, start_ms: int | None = None, finished: bool = False
+) -> Rates:
     """The crawl's rates: the one definition the status, its JSON and the dashboard show.
 
     ``pages_per_min`` is the requests finished per minute over the last minute of
@@ -202,10 +202,17 @@ def rates(client: redis.Redis, keys: CrawlKeys, now_ms: int, *, start_ms: int | 
     run_done, _ = _counts(client, keys, start, end, now_ms, whole_first=True, whole_last=whole_last)
     minute = _series_values(client, keys, [f"a:{b}" for b in range(last_bucket - 5, last_bucket + 1)])
     return Rates(
-        now_ms=now_ms, pages_per_min=per_min(done), admitted_per_min=per_min(admitted), since_ms=since,
-        until_ms=end, pages_last_min=sum(v or 0 for v in minute), run_start_ms=start,
-        run_end_ms=min(now_ms, span_end) if finished else end, run_pages=round(run_done), finished=finished,
-    )  # fmt: skip
+        now_ms=now_ms,
+        pages_per_min=per_min(done),
+        admitted_per_min=per_min(admitted),
+        since_ms=since,
+        until_ms=end,
+        pages_last_min=sum(v or 0 for v in minute),
+        run_start_ms=start,
+        run_end_ms=min(now_ms, span_end) if finished else end,
+        run_pages=round(run_done),
+        finished=finished,
+    )
 
 
 def rate_text(r: Rates) -> str:
@@ -218,8 +225,10 @@ def rate_text(r: Rates) -> str:
         ago = duration(max(0.0, (r.now_ms - (r.run_end_ms or r.now_ms)) / 1000))
         if r.window_seconds >= r.run_seconds - 0.5:
             return f"{rate} over its {window} run ({r.run_pages:,} pages; finished {ago} ago)"
-        return (f"{rate} over the last minute of its {duration(r.run_seconds)} run "
-                f"({r.run_pages:,} pages; finished {ago} ago)")  # fmt: skip
+        return (
+            f"{rate} over the last minute of its {duration(r.run_seconds)} run "
+            f"({r.run_pages:,} pages; finished {ago} ago)"
+        )
     if (r.since_ms or 0) > (r.run_start_ms or 0) or r.window_seconds >= RATE_WINDOW_MS / 1000 - 0.5:
         return f"{rate} over the last minute"
     return f"{rate} over {window}, since the crawl started"
@@ -246,8 +255,16 @@ def _left_samples(client: redis.Redis, keys: CrawlKeys, now_ms: int, window_ms: 
     return [merged[i] for i in sorted(merged)]
 
 
-def eta(client: redis.Redis, keys: CrawlKeys, now_ms: int, left: int, *, paused: bool, live_nodes: int,
-        run_start_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
+def eta(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    now_ms: int,
+    left: int,
+    *,
+    paused: bool,
+    live_nodes: int,
+    run_start_ms: int | None = None,
+) -> dict[str, Any]:
     """{"seconds": ETA or None, "drain_per_min": how fast the work left shrank, "text"}.
 
     The trend is the work left now against the most of it sampled over about the last
@@ -261,8 +278,11 @@ def eta(client: redis.Redis, keys: CrawlKeys, now_ms: int, left: int, *, paused:
         return {"seconds": None, "drain_per_min": None, "text": "paused (crawlplug resume to go on)"}
     if live_nodes == 0:
         return {"seconds": None, "drain_per_min": None, "text": "no live node is crawling"}
-    usable = [(t, n) for t, n in _left_samples(client, keys, now_ms, ETA_WINDOW_MS)
-              if now_ms - t >= ETA_MIN_AGE_MS and (run_start_ms is None or t >= run_start_ms)]  # fmt: skip
+    usable = [
+        (t, n)
+        for t, n in _left_samples(client, keys, now_ms, ETA_WINDOW_MS)
+        if now_ms - t >= ETA_MIN_AGE_MS and (run_start_ms is None or t >= run_start_ms)
+    ]
     if not usable:
         return {"seconds": None, "drain_per_min": None, "text": "unknown: too early to tell"}
     # from the most work left in the window: a crawl that found its pages and now drains
@@ -272,23 +292,29 @@ def eta(client: redis.Redis, keys: CrawlKeys, now_ms: int, left: int, *, paused:
     drain = (before - left) * 60 / seconds
     over = duration(seconds)
     if drain > 0:
-        return {"seconds": max(1, round(left / drain * 60)), "drain_per_min": round(drain, 1),
-                "text": f"at the pace of the last {over} (work left {before:,} -> {left:,})"}  # fmt: skip
+        return {
+            "seconds": max(1, round(left / drain * 60)),
+            "drain_per_min": round(drain, 1),
+            "text": f"at the pace of the last {over} (work left {before:,} -> {left:,})",
+        }
     first, oldest = usable[0]
     over = duration((now_ms - first) / 1000)
     if oldest == left:
         what = f"unknown: the work left has not moved in the last {over} ({left:,})"
     else:
-        what = (f"unknown: the work left grew in the last {over} ({oldest:,} -> {left:,}): pages are found "
-                "faster than crawled")  # fmt: skip
+        what = (
+            f"unknown: the work left grew in the last {over} ({oldest:,} -> {left:,}): pages are found "
+            "faster than crawled"
+        )
     return {"seconds": None, "drain_per_min": round(drain, 1), "text": what}
 
 
 # -- the snapshot ----------------------------------------------------------------------------------
 
 
-def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15,
-             start_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
+def snapshot(
+    client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15, start_ms: int | None = None
+) -> dict[str, Any]:
     """The crawl's state now: see the module docstring. ``start_ms``: the run's start,
     when the caller knows it (rates are taken since then)."""
     crawl = Crawl(client, keys)
@@ -303,8 +329,7 @@ def snapshot(client: redis.Redis, keys: CrawlKeys, *, history_minutes: int = 15,
     node_list = nodes(client, keys, st["nodes"], now_ms)
     live = sum(1 for n in node_list if n["state"] == "live")
     paused = crawl.paused_info()
-    eta_info = eta(client, keys, now_ms, left, paused=paused is not None, live_nodes=live,
-                   run_start_ms=r.run_start_ms)  # fmt: skip
+    eta_info = eta(client, keys, now_ms, left, paused=paused is not None, live_nodes=live, run_start_ms=r.run_start_ms)
     scrapy_stats = crawl_stats(client, keys)
     failed = int(stats.get(FAILED_COUNTER, 0) or 0)
     return {
@@ -357,7 +382,7 @@ def series_points(client: redis.Redis, keys: CrawlKeys, since_ms: int, until_ms:
     n = len(buckets)
     out: dict[str, Any] = {"bucket_seconds": BUCKET_MS // 1000, "t": [b * BUCKET_MS for b in buckets]}
     for i, (prefix, name) in enumerate(names.items()):
-        chunk = values[i * n:(i + 1) * n]
+        chunk = values[i * n : (i + 1) * n]
         if prefix in "ae":
             out[name] = [int(v or 0) for v in chunk]
         else:

@@ -141,7 +141,8 @@ def read(client: redis.Redis, keys: CrawlKeys) -> list[dict[str, Any]]:
         if field.endswith("|s"):
             continue
         group, _, name = field.partition("/")
-        out.append({"kind": field, "group": group, "name": name, "count": int(value),
-                    "samples": _load(raw.get(f"{field}|s"))})  # fmt: skip
+        out.append(
+            {"kind": field, "group": group, "name": name, "count": int(value), "samples": _load(raw.get(f"{field}|s"))}
+        )
     out.sort(key=lambda e: (-e["count"], e["kind"]))
     return out

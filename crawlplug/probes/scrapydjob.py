@@ -58,11 +58,22 @@ class ScrapydJob:
             self.conn = clients.from_settings(self.crawler.settings)
             self.keys = crawl_keys(self.crawler.settings, spider.name)
             run = runs.record(self.conn.client, self.keys).get("id")
-            jobs.node_opened(self.conn.client, self.keys, self.job_id, node=process_node_id(),
-                             host=socket.gethostname(), pid=os.getpid(), run=int(run) if run else None)  # fmt: skip
+            jobs.node_opened(
+                self.conn.client,
+                self.keys,
+                self.job_id,
+                node=process_node_id(),
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                run=int(run) if run else None,
+            )
             for_run = self.crawler.settings.get("CRAWLPLUG_FOR_RUN")
-            logger.info("crawlplug: this node is Scrapyd job %s of crawl %r%s", self.job_id, self.keys.crawl,
-                        f", started for run {for_run}" if for_run else "")  # fmt: skip
+            logger.info(
+                "crawlplug: this node is Scrapyd job %s of crawl %r%s",
+                self.job_id,
+                self.keys.crawl,
+                f", started for run {for_run}" if for_run else "",
+            )
         except (*REDIS_ERRORS, RedisUnavailable, ConfigError) as exc:
             logger.warning("crawlplug: could not record Scrapyd job %s: %s", self.job_id, exc)
 
@@ -71,9 +82,14 @@ class ScrapydJob:
             return
         stats: Any = self.crawler.stats
         try:
-            jobs.node_closed(self.conn.client, self.keys, self.job_id, reason=reason,
-                             pages=int(stats.get_value("response_received_count", 0) or 0),
-                             items=int(stats.get_value("item_scraped_count", 0) or 0))  # fmt: skip
+            jobs.node_closed(
+                self.conn.client,
+                self.keys,
+                self.job_id,
+                reason=reason,
+                pages=int(stats.get_value("response_received_count", 0) or 0),
+                items=int(stats.get_value("item_scraped_count", 0) or 0),
+            )
         except REDIS_ERRORS as exc:
             logger.warning("crawlplug: could not record the end of Scrapyd job %s: %s", self.job_id, exc)
         finally:

@@ -64,9 +64,19 @@ Buffered = tuple[Request, bytes, float, bytes, str]
 class Batch(Switches):
     """Admission buffer, acks, reports and prefetched leases of one node (module docstring)."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, *, dupefilter: RedisSetDupeFilter,
-                 serializer: JsonSerializer, queue: BaseQueue, config: SchedulerConfig, outage: Outage,
-                 reporter: Reporter, spider: Spider | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        crawler: Crawler,
+        frontier: CrawlFrontier,
+        *,
+        dupefilter: RedisSetDupeFilter,
+        serializer: JsonSerializer,
+        queue: BaseQueue,
+        config: SchedulerConfig,
+        outage: Outage,
+        reporter: Reporter,
+        spider: Spider | None = None,
+    ) -> None:
         Switches.__init__(self)
         self.crawler = crawler
         self.frontier = frontier
@@ -127,9 +137,13 @@ class Batch(Switches):
         """Buffer ``request`` (False: a duplicate known locally, a request that cannot be stored, or
         any request while the run drains)."""
         if self._draining:
-            self.report.once("drained", logging.WARNING,
-                             "crawlplug: the run is draining (`crawlplug stop --drain`): new requests are not "
-                             "admitted (counted in crawlplug/drained), e.g. %s", request)  # fmt: skip
+            self.report.once(
+                "drained",
+                logging.WARNING,
+                "crawlplug: the run is draining (`crawlplug stop --drain`): new requests are not "
+                "admitted (counted in crawlplug/drained), e.g. %s",
+                request,
+            )
             self.report.count("crawlplug/drained")
             return False
         arg = b""
@@ -150,8 +164,7 @@ class Batch(Switches):
         try:
             payload = self.serializer.dumps(request, self.spider)
         except SerializationError as exc:
-            self.report.once(f"unserializable:{exc}", logging.ERROR,
-                             "crawlplug: request %s refused: %s", request, exc)  # fmt: skip
+            self.report.once(f"unserializable:{exc}", logging.ERROR, "crawlplug: request %s refused: %s", request, exc)
             self.report.count("crawlplug/unserializable")
             return False
         if not self.buffer and not self.acks:
@@ -184,8 +197,9 @@ class Batch(Switches):
         batch, acks, events = self.buffer, self.acks, self.events
         if acks:
             for error in enginehooks.flush_feeds(self.crawler):
-                self.report.once(f"feedflush:{error}", logging.WARNING,
-                                 "crawlplug: could not flush a feed file: %s", error)  # fmt: skip
+                self.report.once(
+                    f"feedflush:{error}", logging.WARNING, "crawlplug: could not flush a feed file: %s", error
+                )
         # the URL rides along: a sharded crawl's frontier routes by it (crawlplug.frontier.core.route_key)
         items: list[Admission] = [
             (fp, score, payload, domain, request.url) for request, fp, score, payload, domain in batch
@@ -204,8 +218,7 @@ class Batch(Switches):
             self.buffered = {entry[1] for entry in self.buffer if entry[1]}
             made = set(exc.acks_done)
             self.acks = [lease_id for lease_id in acks if lease_id not in made]
-            self._account([entry for entry, _ in done],
-                          AdmitResult("".join(f for _, f in done), exc.acked, exc.stale))  # fmt: skip
+            self._account([entry for entry, _ in done], AdmitResult("".join(f for _, f in done), exc.acked, exc.stale))
             if isinstance(exc.cause, RolledBack):
                 self.rolled_back(exc.cause.given_back)
             else:
@@ -256,9 +269,12 @@ class Batch(Switches):
         if filtered:
             self.report.count("crawlplug/filtered", filtered)
         if capped:
-            self.report.once("capped", logging.INFO,
-                             "crawlplug: a domain reached its page cap for this run (CRAWLPLUG_DOMAIN_PAGES): its "
-                             "further links are not crawled (counted in crawlplug/capped)")  # fmt: skip
+            self.report.once(
+                "capped",
+                logging.INFO,
+                "crawlplug: a domain reached its page cap for this run (CRAWLPLUG_DOMAIN_PAGES): its "
+                "further links are not crawled (counted in crawlplug/capped)",
+            )
             self.report.count("crawlplug/capped", capped)
         if result.acked:
             self.acked_total += result.acked
@@ -328,9 +344,13 @@ class Batch(Switches):
         return wait
 
     def _dead_letter(self, leased: Leased, reason: str) -> None:
-        self.report.once(f"undecodable:{reason}", logging.ERROR,
-                         "crawlplug: queue entry %s cannot be crawled (%s); moved to the dead letters",
-                         leased.id, reason)  # fmt: skip
+        self.report.once(
+            f"undecodable:{reason}",
+            logging.ERROR,
+            "crawlplug: queue entry %s cannot be crawled (%s); moved to the dead letters",
+            leased.id,
+            reason,
+        )
         self.report.count("crawlplug/undecodable")
         try:
             self.frontier.dead_letter(leased.id, reason, deliveries=leased.deliveries)

@@ -69,9 +69,16 @@ __all__ = ["START_META", "Scheduler"]
 class Scheduler(BaseScheduler):
     """A Scrapy scheduler whose queue, dedup and leases are shared in Redis."""
 
-    def __init__(self, crawler: Crawler, *, dupefilter: BaseDupeFilter, queue: BaseQueue,
-                 serializer: JsonSerializer | ConfigError, config: SchedulerConfig | None = None,
-                 politeness: Choice | ConfigError | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        crawler: Crawler,
+        *,
+        dupefilter: BaseDupeFilter,
+        queue: BaseQueue,
+        serializer: JsonSerializer | ConfigError,
+        config: SchedulerConfig | None = None,
+        politeness: Choice | ConfigError | None = None,
+    ) -> None:
         self.crawler = crawler
         self.df = dupefilter
         self.queue = queue
@@ -128,8 +135,9 @@ class Scheduler(BaseScheduler):
                     raise error
             self._limits = runcontrol.from_settings(self.crawler.settings)
             fallback = self.politeness.fallback if isinstance(self.politeness, Choice) else None
-            node = joining.join_crawl(self.crawler, spider.name, self.config, queue=self.queue, dupefilter=self.df,
-                                      fallback=fallback)  # fmt: skip
+            node = joining.join_crawl(
+                self.crawler, spider.name, self.config, queue=self.queue, dupefilter=self.df, fallback=fallback
+            )
         except RunOver as exc:  # started late for a run that ended: nothing to do, no failure
             logger.warning("crawlplug: %s: this node exits", exc)
             enginehooks.fail_at_start(self.crawler, exc.state, failed=False)
@@ -152,8 +160,17 @@ class Scheduler(BaseScheduler):
         try:
             status = self.crawl.status()
         except REDIS_ERRORS as exc:  # the heartbeat below says what is wrong, once
-            status = {"corrupt": {}, "queued": 0, "start_urls": 0, "domains": 0, "in_flight": 0, "seen": 0, "dead": 0,
-                      "stats": {}, "nodes": {}}  # fmt: skip
+            status = {
+                "corrupt": {},
+                "queued": 0,
+                "start_urls": 0,
+                "domains": 0,
+                "in_flight": 0,
+                "seen": 0,
+                "dead": 0,
+                "stats": {},
+                "nodes": {},
+            }
             logger.debug("crawlplug: could not read the crawl's status at start: %s", exc)
         for key, problem in status.get("corrupt", {}).items():
             if key == self.frontier.keys.start_urls:
@@ -161,9 +178,14 @@ class Scheduler(BaseScheduler):
                 with contextlib.suppress(*REDIS_ERRORS):
                     self.liveness.note_idle(self.frontier.idle_state())
                     self.liveness.check_lost()
-            self.report.once(f"corrupt:{key}", logging.ERROR,
-                             "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
-                             "this node goes on with the rest of the crawl", key, problem)  # fmt: skip
+            self.report.once(
+                f"corrupt:{key}",
+                logging.ERROR,
+                "crawlplug: crawl key %s cannot be read (%s): repair or delete it (docs/faults.md); "
+                "this node goes on with the rest of the crawl",
+                key,
+                problem,
+            )
         self.batch.saw_queued(int(status.get("queued", 0)))  # has_pending_requests before the first pop
         joining.log_join(self.frontier, node.joined, status, self.config)
         joining.log_politeness(self.frontier, self.politeness, self.queue)
@@ -174,8 +196,10 @@ class Scheduler(BaseScheduler):
         enginehooks.on_request_done(self.crawler, self.batch.finished)
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         self.liveness.heartbeat()
-        for func, interval in ((self.liveness.heartbeat, self.config.heartbeat),
-                               (self.liveness.tick, self.config.flush_interval)):  # fmt: skip
+        for func, interval in (
+            (self.liveness.heartbeat, self.config.heartbeat),
+            (self.liveness.tick, self.config.flush_interval),
+        ):
             loop = LoopingCall(func)
             loop.start(interval, now=False)
             self._loops.append(loop)
@@ -189,33 +213,66 @@ class Scheduler(BaseScheduler):
         dupefilter = cast(RedisSetDupeFilter, self.df)
         stale: list[Any] = []  # the liveness part rejoins; it is built after the outage part
         self.outage = outage = Outage(
-            self.crawler, self.report, timeout=setting(settings, "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT", "getfloat"),
-            safe_url=node.conn.safe_url, start_urls=frontier.keys.start_urls,
-            on_stale=lambda exc: stale[0](exc), on_back=lambda: batch.recent.clear(),
-        )  # fmt: skip
-        batch = self.batch = Batch(self.crawler, frontier, dupefilter=dupefilter, serializer=serializer,
-                                   queue=self.queue, config=self.config, outage=outage, reporter=self.report,
-                                   spider=spider)  # fmt: skip
+            self.crawler,
+            self.report,
+            timeout=setting(settings, "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT", "getfloat"),
+            safe_url=node.conn.safe_url,
+            start_urls=frontier.keys.start_urls,
+            on_stale=lambda exc: stale[0](exc),
+            on_back=lambda: batch.recent.clear(),
+        )
+        batch = self.batch = Batch(
+            self.crawler,
+            frontier,
+            dupefilter=dupefilter,
+            serializer=serializer,
+            queue=self.queue,
+            config=self.config,
+            outage=outage,
+            reporter=self.report,
+            spider=spider,
+        )
         seeds = Seeds(node.conn.client, frontier.keys) if self.config.seeds else None
-        self.entries = StartEntries(self.crawler, frontier, batch, crawl=node.crawl, serializer=serializer,
-                                    config=self.config, outage=outage, reporter=self.report, seeds=seeds,
-                                    spider=spider)  # fmt: skip
+        self.entries = StartEntries(
+            self.crawler,
+            frontier,
+            batch,
+            crawl=node.crawl,
+            serializer=serializer,
+            config=self.config,
+            outage=outage,
+            reporter=self.report,
+            seeds=seeds,
+            spider=spider,
+        )
         limits, crawl_wide = self._limits
-        control = runcontrol.RunControl(self.crawler, frontier, batch, crawl=node.crawl, reporter=self.report,
-                                        limits=limits, crawl_wide=crawl_wide)  # fmt: skip
+        control = runcontrol.RunControl(
+            self.crawler, frontier, batch, crawl=node.crawl, reporter=self.report, limits=limits, crawl_wide=crawl_wide
+        )
         control.take_over()  # before spider_opened: Scrapy's CloseSpider counts no limit the run counts
         self.liveness = Liveness(
-            self.crawler, frontier, batch, self.entries, crawl=node.crawl, config=self.config, outage=outage,
-            reporter=self.report, joined=node.joined, join_args=node.join_args, started=node.started,
-            enqueue=self.enqueue_request, control=control,
-        )  # fmt: skip
+            self.crawler,
+            frontier,
+            batch,
+            self.entries,
+            crawl=node.crawl,
+            config=self.config,
+            outage=outage,
+            reporter=self.report,
+            joined=node.joined,
+            join_args=node.join_args,
+            started=node.started,
+            enqueue=self.enqueue_request,
+            control=control,
+        )
         stale.append(self.liveness.rejoin)
         if self.queue.order == "domain":
             if not settings.getbool("AUTOTHROTTLE_ENABLED"):
                 enginehooks.no_local_delay(self.crawler)  # the per-domain queue spaces the crawl's requests
             queue = cast(DomainQueue, self.queue)  # the order "domain" is DomainQueue's (its host or domain key)
-            politeness = Politeness(self.crawler, frontier, queue, crawl=node.crawl, outage=outage,
-                                    reporter=self.report)  # fmt: skip
+            politeness = Politeness(
+                self.crawler, frontier, queue, crawl=node.crawl, outage=outage, reporter=self.report
+            )
             politeness.configure()
             self.crawler.signals.connect(batch.sent, signal=signals.request_reached_downloader)
             self.crawler.signals.connect(batch.downloaded, signal=signals.request_left_downloader)
@@ -252,8 +309,9 @@ class Scheduler(BaseScheduler):
             logger.error(
                 "crawlplug: could not hand back this node's leases (%s); they return to the queue "
                 "when they expire in %.0fs",
-                exc, self.config.lease_timeout,
-            )  # fmt: skip
+                exc,
+                self.config.lease_timeout,
+            )
         finally:
             self.df.close(reason)
             if self.conn is not None:
@@ -285,8 +343,7 @@ class Scheduler(BaseScheduler):
         return len(self.batch) if self.batch is not None else 0
 
     # -- what RedisSpider and StaleOutputMiddleware ask ---------------------------------
-    def take_start_requests(self, n: int, legacy_key: str | list[str] | None = None
-                            ) -> list[tuple[str, list[Request]]]:  # fmt: skip
+    def take_start_requests(self, n: int, legacy_key: str | list[str] | None = None) -> list[tuple[str, list[Request]]]:
         """Lease up to ``n`` start entries and make their requests: [(lease id, requests)]
         (crawlplug.scheduler.entries); call :meth:`start_done` for each once enqueued."""
         return self.entries.take(n, legacy_key) if self.entries is not None else []

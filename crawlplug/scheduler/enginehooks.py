@@ -181,8 +181,10 @@ def take_over_closespider(crawler: Crawler, names: list[str]) -> list[str]:
             continue
         close_on = getattr(ext, "close_on", None)
         if not isinstance(close_on, dict):
-            raise ConfigError("crawlplug cannot take over Scrapy's CloseSpider limits in this Scrapy version; "
-                              "set CRAWLPLUG_LIMITS = 'node'")  # fmt: skip
+            raise ConfigError(
+                "crawlplug cannot take over Scrapy's CloseSpider limits in this Scrapy version; "
+                "set CRAWLPLUG_LIMITS = 'node'"
+            )
         for name in names:
             if not close_on.get(name):
                 continue

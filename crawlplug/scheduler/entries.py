@@ -44,10 +44,20 @@ START_META = "_crawlplug_start"
 class StartEntries:
     """The start entries this node holds, and the seed timer it runs."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, crawl: Crawl,
-                 serializer: JsonSerializer, config: SchedulerConfig,
-                 outage: Outage, reporter: Reporter, seeds: Seeds | None = None,
-                 spider: Spider | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        crawler: Crawler,
+        frontier: CrawlFrontier,
+        batch: Batch,
+        *,
+        crawl: Crawl,
+        serializer: JsonSerializer,
+        config: SchedulerConfig,
+        outage: Outage,
+        reporter: Reporter,
+        seeds: Seeds | None = None,
+        spider: Spider | None = None,
+    ) -> None:
         self.crawler = crawler
         self.frontier = frontier
         self.crawl = crawl
@@ -91,9 +101,13 @@ class StartEntries:
                 for request in requests:  # one a node cannot store: a dead letter, not a refusal that acks it
                     self.serializer.dumps(request, self.spider)
             except (DecodeError, SerializationError) as exc:
-                self.report.once(f"badstart:{exc}", logging.ERROR,
-                                 "crawlplug: start entry %r cannot be crawled (%s); moved to the dead letters",
-                                 raw[:200], exc)  # fmt: skip
+                self.report.once(
+                    f"badstart:{exc}",
+                    logging.ERROR,
+                    "crawlplug: start entry %r cannot be crawled (%s); moved to the dead letters",
+                    raw[:200],
+                    exc,
+                )
                 self.report.count("crawlplug/start_entries_invalid")
                 self.leases.discard(lease_id)
                 try:
@@ -197,7 +211,10 @@ class StartEntries:
             "crawlplug: nothing was pushed to crawl %r for %ss, so there is nothing to crawl: push start URLs "
             "with `crawlplug push --crawl %s URL...` (or RPUSH %s, or scrapy-redis's key); closing this node "
             "(finish_reason 'nothing_pushed'; the run is not finished)",
-            keys.crawl, termination_grace, keys.crawl, keys.start_urls,
-        )  # fmt: skip
+            keys.crawl,
+            termination_grace,
+            keys.crawl,
+            keys.start_urls,
+        )
         enginehooks.close(self.crawler, "nothing_pushed")
         return True

@@ -90,8 +90,15 @@ def incremental(config: SchedulerConfig, dupefilter: BaseDupeFilter) -> bool:
     return getattr(strategy, "mode", "") == "ttl" or bool(getattr(strategy, "generations", 0))
 
 
-def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, queue: BaseQueue,
-               dupefilter: BaseDupeFilter, fallback: BaseQueue | None = None) -> Joined:  # fmt: skip
+def join_crawl(
+    crawler: Crawler,
+    spider_name: str,
+    config: SchedulerConfig,
+    *,
+    queue: BaseQueue,
+    dupefilter: BaseDupeFilter,
+    fallback: BaseQueue | None = None,
+) -> Joined:
     """Reach Redis, join the crawl's run, build the frontier (module docstring). ``fallback``:
     the plain queue to use instead of the per-domain ``queue`` (chosen for politeness, not
     named by the settings) when the crawl's requests wait in a plain queue. Raises
@@ -119,11 +126,18 @@ def join_crawl(crawler: Crawler, spider_name: str, config: SchedulerConfig, *, q
 
     def build(q: BaseQueue) -> CrawlFrontier:
         return open_frontier(
-            conn.client, keys, shards=shards, queue=q, lease_timeout=config.lease_timeout,
-            heartbeat=config.heartbeat, max_deliveries=config.max_deliveries, node_id=args["node_id"],
-            epoch=joined.epoch, dedup_factory=getattr(dupefilter, "make_strategy", None) or Dedup,
+            conn.client,
+            keys,
+            shards=shards,
+            queue=q,
+            lease_timeout=config.lease_timeout,
+            heartbeat=config.heartbeat,
+            max_deliveries=config.max_deliveries,
+            node_id=args["node_id"],
+            epoch=joined.epoch,
+            dedup_factory=getattr(dupefilter, "make_strategy", None) or Dedup,
             resend_window=setting(crawler.settings, "CRAWLPLUG_RESEND_WINDOW", "getfloat"),
-        )  # fmt: skip
+        )
 
     frontier = build(queue)
     if fallback is not None and _crawl(conn, frontier).queued_elsewhere(True):
@@ -164,9 +178,10 @@ class AfterLimit:
         return f"as this node was {self.why} ({NEW_RUN_AFTER_LIMIT} unset)"
 
     def said_on_exit(self) -> str:
-        return (f"a node begins one itself when started at a terminal, or with -s {NEW_RUN_AFTER_LIMIT}=True "
-                f"(this one: {self.why})")  # fmt: skip
-
+        return (
+            f"a node begins one itself when started at a terminal, or with -s {NEW_RUN_AFTER_LIMIT}=True "
+            f"(this one: {self.why})"
+        )
 
 
 def new_run_after_limit(crawler: Crawler) -> AfterLimit:
@@ -203,8 +218,12 @@ def _warn_about_memory(client: Any) -> None:
     if risk:
         logger.warning("crawlplug: %s", risk)
     if mem["nearly_full"]:
-        logger.warning("crawlplug: Redis uses %.0f%% of its maxmemory (%d bytes); when it is full it "
-                       "refuses new requests and this node waits", mem["ratio"] * 100, mem["max"])  # fmt: skip
+        logger.warning(
+            "crawlplug: Redis uses %.0f%% of its maxmemory (%d bytes); when it is full it "
+            "refuses new requests and this node waits",
+            mem["ratio"] * 100,
+            mem["max"],
+        )
 
 
 def _check_queue_kind(frontier: CrawlFrontier, crawl: Crawl, queue: BaseQueue) -> None:
@@ -230,8 +249,11 @@ def log_where(conn: clients.Connection, keys: CrawlKeys, settings: BaseSettings)
             "crawlplug %s: crawl %r on the embedded Redis %s (data in %s). To share this crawl "
             "with other machines, run one Redis they can all reach and set "
             "REDIS_URL='redis://<host>:6379/0' on every node.",
-            __version__, keys.crawl, conn.safe_url, clients.embedded_dir(settings),
-        )  # fmt: skip
+            __version__,
+            keys.crawl,
+            conn.safe_url,
+            clients.embedded_dir(settings),
+        )
     else:
         logger.info("crawlplug %s: crawl %r on Redis %s", __version__, keys.crawl, conn.safe_url)
 
@@ -242,10 +264,12 @@ def log_politeness(frontier: CrawlFrontier, choice: Choice | ConfigError | None,
         return
     line = choice.line
     if choice.queue.order == "domain" and queue.order != "domain":
-        line = (f"politeness: per node: crawl {frontier.keys.crawl!r} has requests waiting in a plain queue "
-                "(queued before crawl-wide politeness), so this node finishes them with it and the per-domain "
-                "limits hold in each node; the next run (once this one ends, or CRAWLPLUG_FLUSH_ON_START) makes "
-                "them hold for the crawl")  # fmt: skip
+        line = (
+            f"politeness: per node: crawl {frontier.keys.crawl!r} has requests waiting in a plain queue "
+            "(queued before crawl-wide politeness), so this node finishes them with it and the per-domain "
+            "limits hold in each node; the next run (once this one ends, or CRAWLPLUG_FLUSH_ON_START) makes "
+            "them hold for the crawl"
+        )
     logger.info("crawlplug: %s", line)
 
 
@@ -257,8 +281,9 @@ def log_join(frontier: CrawlFrontier, j: runs.Joined, status: CrawlStatus, confi
         others = f"{j.live_nodes} other node{'s' if j.live_nodes != 1 else ''}" if j.live_nodes else "no other node"
         logger.info("crawlplug: node %s joining run %d of crawl %r (%s, %s)", node, j.run, crawl, counts, others)
     elif j.action == "resume":
-        logger.info("crawlplug: node %s resuming run %d of crawl %r (%s; no node was running)",
-                    node, j.run, crawl, counts)  # fmt: skip
+        logger.info(
+            "crawlplug: node %s resuming run %d of crawl %r (%s; no node was running)", node, j.run, crawl, counts
+        )
     else:
         prev = j.previous
         if prev is None:

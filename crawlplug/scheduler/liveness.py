@@ -48,9 +48,11 @@ __all__ = ["DRAIN_GRACE", "LOST_BY_STALLING", "LOST_IN_REDIS", "Liveness"]
 logger = logging.getLogger(__name__)
 
 LOST_BY_STALLING = "crawlplug: %d leases of this node expired (stalled longer than CRAWLPLUG_LEASE_TIMEOUT=%ss) and were given to other nodes"
-LOST_IN_REDIS = ("crawlplug: Redis no longer holds %d leases of this node, though it renewed them in time (within "
-                 "%ss): it lost the calls that made them (a restart, a failover). Their requests are back in the "
-                 "queue and fetched again; this node does not acknowledge them")  # fmt: skip
+LOST_IN_REDIS = (
+    "crawlplug: Redis no longer holds %d leases of this node, though it renewed them in time (within "
+    "%ss): it lost the calls that made them (a restart, a failover). Their requests are back in the "
+    "queue and fetched again; this node does not acknowledge them"
+)
 
 DRAIN_GRACE = 3.0  #: seconds a draining run must stay empty before it ends, for workers (CRAWLPLUG_IDLE_CLOSE = 0)
 
@@ -61,13 +63,29 @@ class Liveness:
     #: Scrapy stats added to the run's counters with each heartbeat (crawlplug.crawl.runs summaries)
     #: (errors: failed requests as crawlplug.failures defines them, robots.txt none; spider_errors:
     #: what CLOSESPIDER_ERRORCOUNT counts)
-    RUN_COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {"items": ("item_scraped_count",), "errors": (FAILED,),
-                                                        "spider_errors": ("spider_exceptions/count",)}  # fmt: skip
+    RUN_COUNTS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "items": ("item_scraped_count",),
+        "errors": (FAILED,),
+        "spider_errors": ("spider_exceptions/count",),
+    }
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, entries: StartEntries, *,
-                 crawl: Crawl, config: SchedulerConfig, outage: Outage, reporter: Reporter, joined: runs.Joined,
-                 join_args: runs.JoinArgs, started: float, enqueue: Callable[[Request], bool],
-                 control: RunControl) -> None:  # fmt: skip
+    def __init__(
+        self,
+        crawler: Crawler,
+        frontier: CrawlFrontier,
+        batch: Batch,
+        entries: StartEntries,
+        *,
+        crawl: Crawl,
+        config: SchedulerConfig,
+        outage: Outage,
+        reporter: Reporter,
+        joined: runs.Joined,
+        join_args: runs.JoinArgs,
+        started: float,
+        enqueue: Callable[[Request], bool],
+        control: RunControl,
+    ) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
         self.frontier = frontier
@@ -134,14 +152,20 @@ class Liveness:
                 self.entries.forget(lost_set)
                 self.report.count("crawlplug/lost_leases", len(lost))
                 # renewed in time, they were reaped by no node: Redis lost the calls that made them
-                logger.warning(LOST_IN_REDIS if self._beat_ok - beat_before < self.config.lease_timeout
-                               else LOST_BY_STALLING, len(lost), self.config.lease_timeout)  # fmt: skip
+                logger.warning(
+                    LOST_IN_REDIS if self._beat_ok - beat_before < self.config.lease_timeout else LOST_BY_STALLING,
+                    len(lost),
+                    self.config.lease_timeout,
+                )
             self.entries.drain(self.enqueue)
             self.entries.fire_seeds(self.enqueue)
             if requeued:
                 self.report.count("crawlplug/reaped", requeued)
-                logger.info("crawlplug: put %d leases of stopped nodes back (requests in the queue, "
-                            "start entries at the head of start_urls)", requeued)  # fmt: skip
+                logger.info(
+                    "crawlplug: put %d leases of stopped nodes back (requests in the queue, "
+                    "start entries at the head of start_urls)",
+                    requeued,
+                )
                 enginehooks.wake(self.crawler)
             if dead:
                 self.report.count("crawlplug/dead", dead)
@@ -201,8 +225,10 @@ class Liveness:
             logger.warning(
                 "crawlplug: crawl %r paused by an operator: this node takes no new requests and "
                 "finishes the %d it is downloading (%d prefetched given back)",
-                self.frontier.keys.crawl, len(self.batch.book), given,
-            )  # fmt: skip
+                self.frontier.keys.crawl,
+                len(self.batch.book),
+                given,
+            )
             self.report.count("crawlplug/paused")
         else:
             logger.warning("crawlplug: crawl %r resumed", self.frontier.keys.crawl)
@@ -225,9 +251,12 @@ class Liveness:
         waiting = self.termination.empty_since is not None
         self.termination.observe(queued, leased, producers, local_pending=local or self.data_lost)
         if self.termination.empty_since is not None and not waiting and not self.termination.worker_mode:
-            logger.info("crawlplug: nothing queued or in flight in crawl %r; closing in %.4g s unless work "
-                        "comes (CRAWLPLUG_IDLE_CLOSE: time for other nodes' requests to arrive)",
-                        self.frontier.keys.crawl, self.termination.grace)  # fmt: skip
+            logger.info(
+                "crawlplug: nothing queued or in flight in crawl %r; closing in %.4g s unless work "
+                "comes (CRAWLPLUG_IDLE_CLOSE: time for other nodes' requests to arrive)",
+                self.frontier.keys.crawl,
+                self.termination.grace,
+            )
 
     def note_idle(self, idle: Idle) -> Idle:
         """Keep what an idle read (idle.lua) said beside its counts: start entries waiting, data lost."""
@@ -237,12 +266,16 @@ class Liveness:
     def check_lost(self) -> None:
         """Redis lost the crawl's data, or start_urls is of the wrong type: say so once."""
         if self.data_lost:
-            self.report.once("data-lost", logging.ERROR,
-                             "crawlplug: Redis lost crawl %r's data (its keys vanished: a restart without "
-                             "persistence, a flush, a failover to an empty replica). What was queued or in "
-                             "flight then is gone; the crawl will not end as 'finished' while this stands. Push "
-                             "its start URLs again, then `crawlplug resume --crawl %s` to accept the loss",
-                             self.frontier.keys.crawl, self.frontier.keys.crawl)  # fmt: skip
+            self.report.once(
+                "data-lost",
+                logging.ERROR,
+                "crawlplug: Redis lost crawl %r's data (its keys vanished: a restart without "
+                "persistence, a flush, a failover to an empty replica). What was queued or in "
+                "flight then is gone; the crawl will not end as 'finished' while this stands. Push "
+                "its start URLs again, then `crawlplug resume --crawl %s` to accept the loss",
+                self.frontier.keys.crawl,
+                self.frontier.keys.crawl,
+            )
         kind = self.idle.start_urls_kind
         if kind:
             self.report.wrong_start_urls(self.frontier.keys.start_urls, kind)
@@ -275,8 +308,12 @@ class Liveness:
             now = time.monotonic()
             if (batch.buffer or batch.acks or batch.events) and now - batch.since >= self.config.flush_interval:
                 batch.flush()
-            if (batch.idle and not batch.paused and not batch.pending()
-                    and now - self._last_poll >= self.config.poll_interval):  # fmt: skip
+            if (
+                batch.idle
+                and not batch.paused
+                and not batch.pending()
+                and now - self._last_poll >= self.config.poll_interval
+            ):
                 self._last_poll = now
                 queued, leased, producers = self.note_idle(self.frontier.idle_state())
                 batch.saw_queued(max(0, queued - self.idle.start_entries))  # requests, not entries
@@ -326,9 +363,11 @@ class Liveness:
         if done:
             logger.info(
                 "crawlplug: run %d of crawl %r is finished (nothing queued or leased on any node for %ss)%s",
-                self.joined.run, self.frontier.keys.crawl, self.termination.grace,
+                self.joined.run,
+                self.frontier.keys.crawl,
+                self.termination.grace,
                 "; another node recorded it" if already else "",
-            )  # fmt: skip
+            )
         return done
 
     def start_idle(self) -> bool:
@@ -356,8 +395,9 @@ class Liveness:
 
     def finish_run(self) -> tuple[str, int | None]:
         """Record the end of the run this node joined if the whole crawl is done (lua/finish.lua)."""
-        return self.crawl.finish_run(self.joined.run, node_id=self.frontier.node_id, epoch=self.frontier.epoch,
-                                     lanes=self.frontier.lanes)  # fmt: skip
+        return self.crawl.finish_run(
+            self.joined.run, node_id=self.frontier.node_id, epoch=self.frontier.epoch, lanes=self.frontier.lanes
+        )
 
     def record_end_on_close(self, reason: str) -> None:
         """Stopped (Ctrl-C, SIGTERM) while waiting out the idle grace with the whole crawl done:
@@ -365,16 +405,24 @@ class Liveness:
         if self.control.ending:
             self.control.closed()
             return
-        if (self.run_ended or self.termination.worker_mode or self.termination.empty_since is None
-                or reason == "finished"):  # fmt: skip
+        if (
+            self.run_ended
+            or self.termination.worker_mode
+            or self.termination.empty_since is None
+            or reason == "finished"
+        ):
             return
         queued, leased, producers = self.note_idle(self.frontier.idle_state())
         if queued or leased or producers or self.batch.pending():
             return
         state, _ = self.finish_run()
         if state == "finished":
-            logger.info("crawlplug: run %d of crawl %r is finished (this node stopped while the whole crawl "
-                        "was done, waiting out its idle grace)", self.joined.run, self.frontier.keys.crawl)  # fmt: skip
+            logger.info(
+                "crawlplug: run %d of crawl %r is finished (this node stopped while the whole crawl "
+                "was done, waiting out its idle grace)",
+                self.joined.run,
+                self.frontier.keys.crawl,
+            )
 
     # -- a crawl reset under the node --------------------------------------------------
     def rejoin(self, exc: StaleEpoch) -> None:
@@ -386,8 +434,9 @@ class Liveness:
         try:
             # a purge or a loss took the crawl's shard count with it: claimed again
             shards = max(1, len(self.frontier.parts()) - 1)
-            joined, lost = runs.rejoin(self.crawl.client, self.frontier.keys, exc, self.joined,
-                                       shards=shards, **self.join_args)  # fmt: skip
+            joined, lost = runs.rejoin(
+                self.crawl.client, self.frontier.keys, exc, self.joined, shards=shards, **self.join_args
+            )
         except RunEnded as rexc:
             logger.error("crawlplug: %s: this node closes", rexc)
             enginehooks.close(self.crawler, rexc.state)
@@ -420,14 +469,21 @@ class Liveness:
             self.outage.error(error)
         self.report.count("crawlplug/epoch_changes")
         self.report.count("crawlplug/stale_dropped", len(stale) + waiting)
-        what = ("Redis lost the crawl's data (a restart without persistence, a flush, a failover to an empty "
-                "replica)" if lost else "the crawl was reset or began a new run (`crawlplug purge`, "
-                "CRAWLPLUG_FLUSH_ON_START or `crawlplug import`)")  # fmt: skip
+        what = (
+            "Redis lost the crawl's data (a restart without persistence, a flush, a failover to an empty replica)"
+            if lost
+            else "the crawl was reset or began a new run (`crawlplug purge`, "
+            "CRAWLPLUG_FLUSH_ON_START or `crawlplug import`)"
+        )
         logger.warning(
             "crawlplug: crawl %r: %s while this node ran: dropped %d requests in flight (their links too) "
             "and %d waiting, and its fingerprint cache; now in run %d",
-            self.frontier.keys.crawl, what, len(stale), waiting, joined.run,
-        )  # fmt: skip
+            self.frontier.keys.crawl,
+            what,
+            len(stale),
+            waiting,
+            joined.run,
+        )
         self.check_lost()
         enginehooks.wake(self.crawler)
 

@@ -43,8 +43,17 @@ logger = logging.getLogger(__name__)
 class Outage:
     """The node's view of Redis's health, and its reaction to each error."""
 
-    def __init__(self, crawler: Crawler, reporter: Reporter, *, timeout: float, safe_url: str, start_urls: str,
-                 on_stale: Callable[[StaleEpoch], None], on_back: Callable[[], None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        crawler: Crawler,
+        reporter: Reporter,
+        *,
+        timeout: float,
+        safe_url: str,
+        start_urls: str,
+        on_stale: Callable[[StaleEpoch], None],
+        on_back: Callable[[], None],
+    ) -> None:
         self.crawler = crawler
         self.report = reporter
         self.timeout = timeout
@@ -111,18 +120,26 @@ class Outage:
                 held = re.search(r"holds an? (\w+)", str(exc))
                 self.report.wrong_start_urls(exc.key, held.group(1) if held else "value of another type")
                 return
-            self.report.once(f"corrupt:{exc.key}", logging.ERROR,
-                             "crawlplug: %s. This is not an outage: this node keeps what it could not store, "
-                             "goes on with what does not need that key, and tries again", exc)  # fmt: skip
+            self.report.once(
+                f"corrupt:{exc.key}",
+                logging.ERROR,
+                "crawlplug: %s. This is not an outage: this node keeps what it could not store, "
+                "goes on with what does not need that key, and tries again",
+                exc,
+            )
             return
         self.report.count("crawlplug/redis_errors")
         if isinstance(exc, redis.exceptions.NoPermissionError) and not self.closing:
             # waiting would not help: the Redis user lacks a grant (an ACL), e.g. on a key
             # outside the crawl's prefix such as scrapy-redis's <spider>:start_urls
             self.closing = True
-            logger.error("crawlplug: Redis at %s refused a command to this node's user: %s. Grant it (the "
-                         "ACL crawlplug needs: %s); closing this node (finish_reason 'config_error')",
-                         self.safe_url, exc, clients.ACL_DOC)  # fmt: skip
+            logger.error(
+                "crawlplug: Redis at %s refused a command to this node's user: %s. Grant it (the "
+                "ACL crawlplug needs: %s); closing this node (finish_reason 'config_error')",
+                self.safe_url,
+                exc,
+                clients.ACL_DOC,
+            )
             enginehooks.close(self.crawler, "config_error", failed=True)
             return
         now = time.monotonic()
@@ -136,13 +153,20 @@ class Outage:
             self._back_done = False
             wait = f"up to {self.timeout:g}s" if self.timeout > 0 else "as long as it takes"
             if isinstance(exc, redis.exceptions.OutOfMemoryError) or "maxmemory" in str(exc):
-                logger.error("crawlplug: Redis is out of memory (%s): it refuses to store new requests. This "
-                             "node keeps them, and does not acknowledge the pages they came from, and asks "
-                             "again every few seconds, as long as it takes; its heartbeats go on renewing its "
-                             "leases meanwhile: free memory or raise maxmemory", exc)  # fmt: skip
+                logger.error(
+                    "crawlplug: Redis is out of memory (%s): it refuses to store new requests. This "
+                    "node keeps them, and does not acknowledge the pages they came from, and asks "
+                    "again every few seconds, as long as it takes; its heartbeats go on renewing its "
+                    "leases meanwhile: free memory or raise maxmemory",
+                    exc,
+                )
             else:
-                logger.error("crawlplug: Redis error (%s); keeping this node's requests and acks and "
-                             "asking again every few seconds, %s", exc, wait)  # fmt: skip
+                logger.error(
+                    "crawlplug: Redis error (%s); keeping this node's requests and acks and "
+                    "asking again every few seconds, %s",
+                    exc,
+                    wait,
+                )
         self.backoff = min(5.0, max(0.5, self.backoff * 2))
         self.next_probe = now + self.backoff
         # the timeout counts the time Redis could not be reached: a Redis that answers
@@ -154,6 +178,7 @@ class Outage:
                 "crawlplug: Redis unreachable for %.0fs (CRAWLPLUG_REDIS_OUTAGE_TIMEOUT=%gs): closing this node "
                 "(finish_reason 'redis_unavailable'). Its unacknowledged requests return to the queue when "
                 "their leases expire; start it again once Redis is back.",
-                down, self.timeout,
-            )  # fmt: skip
+                down,
+                self.timeout,
+            )
             enginehooks.close(self.crawler, "redis_unavailable", failed=True)

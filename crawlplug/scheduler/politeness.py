@@ -84,11 +84,16 @@ def choose(settings: BaseSettings) -> Choice:
     queue = load_queue_class(setting(settings, "CRAWLPLUG_QUEUE_CLASS")).from_settings(settings)
     wanted = asked(settings)
     limits = " and ".join(wanted) + (" hold" if len(wanted) > 1 else " holds")
-    node_only = ("each node on its own: N nodes reach a site up to N times as often as one "
-                 "(the per-domain queue, DomainQueue, holds them for the crawl)")  # fmt: skip
+    node_only = (
+        "each node on its own: N nodes reach a site up to N times as often as one "
+        "(the per-domain queue, DomainQueue, holds them for the crawl)"
+    )
     if queue.order == "domain":
-        return Choice(queue, True, f"politeness: crawl-wide (DomainQueue): per domain {_in_force(settings)}, "
-                                   "for every node together")  # fmt: skip
+        return Choice(
+            queue,
+            True,
+            f"politeness: crawl-wide (DomainQueue): per domain {_in_force(settings)}, for every node together",
+        )
     if setting(settings, "CRAWLPLUG_DOMAIN_PAGES", "getint") and (named or mode == "node"):
         raise ConfigError(
             "CRAWLPLUG_DOMAIN_PAGES needs the per-domain queue (crawlplug.queues.DomainQueue), and this node uses "
@@ -100,18 +105,31 @@ def choose(settings: BaseSettings) -> Choice:
             return Choice(queue, False, f"politeness: per node ({why}): {limits} in {node_only}")
         return Choice(queue, False, f"politeness: per node ({why}; no per-domain delay or concurrency is set)")
     if not wanted:
-        return Choice(queue, False, "politeness: per node: the project sets no per-domain delay or concurrency "
-                                    "limit (Scrapy's own CONCURRENT_REQUESTS_PER_DOMAIN holds in each node)")  # fmt: skip
+        return Choice(
+            queue,
+            False,
+            "politeness: per node: the project sets no per-domain delay or concurrency "
+            "limit (Scrapy's own CONCURRENT_REQUESTS_PER_DOMAIN holds in each node)",
+        )
     if mode == "node":
         return Choice(queue, False, f"politeness: per node (CRAWLPLUG_POLITENESS='node'): {limits} in {node_only}")
     if settings.getbool("AUTOTHROTTLE_ENABLED"):
-        return Choice(queue, False, f"politeness: per node: AutoThrottle adjusts each node's delay on its own, so "
-                                    f"{limits} in each node (set CRAWLPLUG_QUEUE_CLASS = '{DOMAIN_QUEUE}' "
-                                    "and turn AutoThrottle off for limits that hold for the crawl)")  # fmt: skip
+        return Choice(
+            queue,
+            False,
+            f"politeness: per node: AutoThrottle adjusts each node's delay on its own, so "
+            f"{limits} in each node (set CRAWLPLUG_QUEUE_CLASS = '{DOMAIN_QUEUE}' "
+            "and turn AutoThrottle off for limits that hold for the crawl)",
+        )
     domain_queue = load_queue_class(DOMAIN_QUEUE).from_settings(settings)
-    return Choice(domain_queue, True, f"politeness: crawl-wide: {limits} per domain for every node together, "
-                                      "not per node (the per-domain queue, DomainQueue; CRAWLPLUG_POLITENESS='node' "
-                                      "for Scrapy's per-node meaning)", fallback=PriorityQueue())  # fmt: skip
+    return Choice(
+        domain_queue,
+        True,
+        f"politeness: crawl-wide: {limits} per domain for every node together, "
+        "not per node (the per-domain queue, DomainQueue; CRAWLPLUG_POLITENESS='node' "
+        "for Scrapy's per-node meaning)",
+        fallback=PriorityQueue(),
+    )
 
 
 def _in_force(settings: BaseSettings) -> str:
@@ -120,8 +138,10 @@ def _in_force(settings: BaseSettings) -> str:
     delay = settings.getfloat("DOWNLOAD_DELAY") if delay is None else float(delay)
     conc = setting(settings, "CRAWLPLUG_DOMAIN_CONCURRENCY")
     conc = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") if conc is None else int(conc)
-    out = [f"a delay of {delay:g}s between request starts" if delay else "no delay",
-           f"at most {conc} in flight" if conc else "no concurrency limit"]  # fmt: skip
+    out = [
+        f"a delay of {delay:g}s between request starts" if delay else "no delay",
+        f"at most {conc} in flight" if conc else "no concurrency limit",
+    ]
     pages = setting(settings, "CRAWLPLUG_DOMAIN_PAGES", "getint")
     if pages:
         out.append(f"at most {pages} pages a run")
@@ -131,8 +151,16 @@ def _in_force(settings: BaseSettings) -> str:
 class Politeness:
     """A node's writes to the crawl-wide per-domain limits."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, queue: DomainQueue, *, crawl: Crawl, outage: Outage,
-                 reporter: Reporter) -> None:  # fmt: skip
+    def __init__(
+        self,
+        crawler: Crawler,
+        frontier: CrawlFrontier,
+        queue: DomainQueue,
+        *,
+        crawl: Crawl,
+        outage: Outage,
+        reporter: Reporter,
+    ) -> None:
         self.crawler = crawler
         self.queue = queue
         self.outage = outage

@@ -34,7 +34,12 @@ class Reporter:
     def wrong_start_urls(self, key: str, kind: str) -> None:
         """The start_urls key holds a ``kind``, not a list (SADD from scrapy-redis's habit):
         said once, with what to do; its entries are left alone, the rest of the crawl goes on."""
-        self.once(f"corrupt:{key}", logging.ERROR,
-                  "crawlplug: crawl key %s holds a %s, not a list: its entries are not read. Push start "
-                  "URLs with `crawlplug push` (a list), or move them there and delete the key "
-                  "(docs/faults.md); the rest of the crawl goes on", key, kind)  # fmt: skip
+        self.once(
+            f"corrupt:{key}",
+            logging.ERROR,
+            "crawlplug: crawl key %s holds a %s, not a list: its entries are not read. Push start "
+            "URLs with `crawlplug push` (a list), or move them there and delete the key "
+            "(docs/faults.md); the rest of the crawl goes on",
+            key,
+            kind,
+        )

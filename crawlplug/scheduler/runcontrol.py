@@ -54,8 +54,17 @@ def from_settings(settings: BaseSettings) -> tuple[Limits, bool]:
 class RunControl:
     """The run's limits as this node applies them, and what it does when the run ends or drains."""
 
-    def __init__(self, crawler: Crawler, frontier: CrawlFrontier, batch: Batch, *, crawl: Crawl, reporter: Reporter,
-                 limits: Limits, crawl_wide: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        crawler: Crawler,
+        frontier: CrawlFrontier,
+        batch: Batch,
+        *,
+        crawl: Crawl,
+        reporter: Reporter,
+        limits: Limits,
+        crawl_wide: bool,
+    ) -> None:
         self.crawler = crawler
         self.frontier = frontier
         self.crawl = crawl  #: the crawl's control plane (its run record and limits)
@@ -93,27 +102,51 @@ class RunControl:
         crawl = self.frontier.keys.crawl
         if not self.crawl_wide:
             if self.limits:
-                logger.info("crawlplug: limits: per node (CRAWLPLUG_LIMITS='node'): %s this node alone, as in "
-                            "Scrapy", self._settings_text("count"))  # fmt: skip
+                logger.info(
+                    "crawlplug: limits: per node (CRAWLPLUG_LIMITS='node'): %s this node alone, as in Scrapy",
+                    self._settings_text("count"),
+                )
             return
-        outcome = control.apply(self.crawl.client, self.crawl.keys, run_id, self.limits,
-                                by=self.frontier.node_id, scripts=self.crawl.scripts)  # fmt: skip
+        outcome = control.apply(
+            self.crawl.client,
+            self.crawl.keys,
+            run_id,
+            self.limits,
+            by=self.frontier.node_id,
+            scripts=self.crawl.scripts,
+        )
         if outcome.outcome != "ok":
             logger.debug("crawlplug: the run's limits were not written (%s, run %s)", outcome.outcome, outcome.run)
             return
         self.in_force = outcome.limits
         if self.limits:
-            logger.info("crawlplug: limits: %s the whole run here, every node together: run %d of crawl %r "
-                        "ends at %s (CRAWLPLUG_LIMITS='node' for Scrapy's per-node meaning)",
-                        self._settings_text("mean"), run_id, crawl, self.in_force.text())  # fmt: skip
+            logger.info(
+                "crawlplug: limits: %s the whole run here, every node together: run %d of crawl %r "
+                "ends at %s (CRAWLPLUG_LIMITS='node' for Scrapy's per-node meaning)",
+                self._settings_text("mean"),
+                run_id,
+                crawl,
+                self.in_force.text(),
+            )
             differ = self.limits.differs(self.in_force)
             if differ:
-                logger.warning("crawlplug: run %d keeps the limits it has (%s): this node's %s not applied; "
-                               "`crawlplug limits %s --pages N ...` changes them", run_id, self.in_force.text(),
-                               " and ".join(differ) + (" are" if len(differ) > 1 else " is"), crawl)  # fmt: skip
+                logger.warning(
+                    "crawlplug: run %d keeps the limits it has (%s): this node's %s not applied; "
+                    "`crawlplug limits %s --pages N ...` changes them",
+                    run_id,
+                    self.in_force.text(),
+                    " and ".join(differ) + (" are" if len(differ) > 1 else " is"),
+                    crawl,
+                )
         elif self.in_force:
-            logger.info("crawlplug: limits: run %d of crawl %r has crawl-wide limits: %s (`crawlplug limits %s` "
-                        "shows and changes them)", run_id, crawl, self.in_force.text(), crawl)  # fmt: skip
+            logger.info(
+                "crawlplug: limits: run %d of crawl %r has crawl-wide limits: %s (`crawlplug limits %s` "
+                "shows and changes them)",
+                run_id,
+                crawl,
+                self.in_force.text(),
+                crawl,
+            )
 
     # -- the run's state, at each heartbeat -------------------------------------------
     def follow(self, state: str) -> str:
@@ -129,8 +162,11 @@ class RunControl:
         if state == "running" and self.draining:
             self.draining = False
             self.batch.drain(False)
-            logger.warning("crawlplug: run %d of crawl %r was continued by an operator: it no longer drains",
-                           self.run_id, self.frontier.keys.crawl)  # fmt: skip
+            logger.warning(
+                "crawlplug: run %d of crawl %r was continued by an operator: it no longer drains",
+                self.run_id,
+                self.frontier.keys.crawl,
+            )
             enginehooks.wake(self.crawler)
             return "continue"
         return ""
@@ -160,22 +196,39 @@ class RunControl:
             what = {reason_: name for name, (_, _, reason_) in LIMITS.items()}.get(reason, "")
             value = getattr(limits, what, 0) if what else 0
             shown = Limits(**{what: value}).text() if what and value else "its limit"
-            logger.warning("crawlplug: run %d of crawl %r ended by a limit: %s (%s, every node together): %s",
-                           self.run_id, crawl, reason, shown, closes)  # fmt: skip
+            logger.warning(
+                "crawlplug: run %d of crawl %r ended by a limit: %s (%s, every node together): %s",
+                self.run_id,
+                crawl,
+                reason,
+                shown,
+                closes,
+            )
         else:
-            logger.warning("crawlplug: run %d of crawl %r was stopped by %s at %s: %s; nodes started later exit "
-                           "until `crawlplug continue %s` or `crawlplug new-run %s`", self.run_id, crawl,
-                           record.get("by", "an operator"), runs.format_ms(_int(record.get("ended"))), closes,
-                           crawl, crawl)  # fmt: skip
+            logger.warning(
+                "crawlplug: run %d of crawl %r was stopped by %s at %s: %s; nodes started later exit "
+                "until `crawlplug continue %s` or `crawlplug new-run %s`",
+                self.run_id,
+                crawl,
+                record.get("by", "an operator"),
+                runs.format_ms(_int(record.get("ended"))),
+                closes,
+                crawl,
+                crawl,
+            )
         enginehooks.close(self.crawler, reason)
 
     def _drain(self) -> None:
         self.draining = True
         self.batch.drain(True)
         record = runs.record(self.crawl.client, self.crawl.keys)
-        logger.warning("crawlplug: run %d of crawl %r is draining (by %s): this node admits "
-                       "no new requests, crawls what is queued, and closes with 'stopped' when the queue has run out",
-                       self.run_id, self.frontier.keys.crawl, record.get("drain_by", "an operator"))  # fmt: skip
+        logger.warning(
+            "crawlplug: run %d of crawl %r is draining (by %s): this node admits "
+            "no new requests, crawls what is queued, and closes with 'stopped' when the queue has run out",
+            self.run_id,
+            self.frontier.keys.crawl,
+            record.get("drain_by", "an operator"),
+        )
         self.report.count("crawlplug/run_draining")
 
     def ended_by_finish(self, state: str) -> None:

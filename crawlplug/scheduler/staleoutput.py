@@ -53,8 +53,10 @@ class StaleOutputMiddleware:
             self.crawler.stats.inc_value("crawlplug/stale_output", count)
         if not self._logged:
             self._logged = True
-            logger.info("crawlplug: dropped what pages leased before the crawl's reset produced "
-                        "(counted in crawlplug/stale_output)")  # fmt: skip
+            logger.info(
+                "crawlplug: dropped what pages leased before the crawl's reset produced "
+                "(counted in crawlplug/stale_output)"
+            )
 
     def process_spider_output(
         self, response: Response, result: Iterable[object], spider: Spider | None = None

@@ -57,11 +57,25 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 __all__ = [
-    "COMPACT_VERSION", "DEFAULT_MAX_PAYLOAD_BYTES", "DEFAULT_REQUEST_CLASSES", "FORMAT_VERSION", "MIN_SECRET_BYTES",
-    "PAYLOAD_FORMATS", "PICKLE_MAGIC", "PICKLE_PROTOCOL", "PRIVATE_META_PREFIX", "SECRET_ENV", "URL_SCHEME",
-    "URL_SCHEMES", "JsonSerializer", "PickleSerializer", "describe_payload", "get_serializer", "payload_limit",
+    "COMPACT_VERSION",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_REQUEST_CLASSES",
+    "FORMAT_VERSION",
+    "MIN_SECRET_BYTES",
+    "PAYLOAD_FORMATS",
+    "PICKLE_MAGIC",
+    "PICKLE_PROTOCOL",
+    "PRIVATE_META_PREFIX",
+    "SECRET_ENV",
+    "URL_SCHEME",
+    "URL_SCHEMES",
+    "JsonSerializer",
+    "PickleSerializer",
+    "describe_payload",
+    "get_serializer",
+    "payload_limit",
     "serializer_from_settings",
-]  # fmt: skip
+]
 
 
 def get_serializer(

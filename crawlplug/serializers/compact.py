@@ -59,10 +59,20 @@ PAYLOAD_FORMATS = (LONG_VERSIONS[0], COMPACT_VERSION)
 
 #: Request attribute -> its key in a compact payload.
 SHORT: dict[str, str] = {
-    "url": "u", "callback": "c", "errback": "e", "method": "M", "headers": "h", "body": "b",
-    "cookies": "k", "meta": "m", "encoding": "n", "priority": "p", "dont_filter": "d",
-    "flags": "f", "cb_kwargs": "a",
-}  # fmt: skip
+    "url": "u",
+    "callback": "c",
+    "errback": "e",
+    "method": "M",
+    "headers": "h",
+    "body": "b",
+    "cookies": "k",
+    "meta": "m",
+    "encoding": "n",
+    "priority": "p",
+    "dont_filter": "d",
+    "flags": "f",
+    "cb_kwargs": "a",
+}
 LONG: dict[str, str] = {short: name for name, short in SHORT.items()}
 CLASS, XMETA, OTHER, REFERER = "C", "x", "o", "r"
 #: Names an ``o`` entry may not take: the fields the format has a key for.
@@ -95,7 +105,7 @@ def bytes_in(value: Any, what: str) -> bytes:
             return base64.b64decode(value["b64"].encode("ascii"), validate=True)
         except (binascii.Error, UnicodeEncodeError):
             raise DecodeError(f"{what} is not valid base64") from None
-    raise DecodeError(f"{what} is neither text nor {{\"b64\": ...}}")
+    raise DecodeError(f'{what} is neither text nor {{"b64": ...}}')
 
 
 def origin_of(url: str) -> str | None:
@@ -285,6 +295,8 @@ def payload_version(value: Any) -> int:
     if type(value) is str and value.strip().isdigit():
         value = int(value)
     if type(value) is not int or value not in PAYLOAD_FORMATS:
-        raise ConfigError(f"CRAWLPLUG_PAYLOAD_FORMAT must be {COMPACT_VERSION} (compact, the default) or "
-                          f"{LONG_VERSIONS[0]} (what crawlplug wrote before it), got {value!r}")  # fmt: skip
+        raise ConfigError(
+            f"CRAWLPLUG_PAYLOAD_FORMAT must be {COMPACT_VERSION} (compact, the default) or "
+            f"{LONG_VERSIONS[0]} (what crawlplug wrote before it), got {value!r}"
+        )
     return value

@@ -11,8 +11,7 @@ from typing import Any
 
 from scrapy import Request
 
-__all__ = ["DEFAULTS", "KEEP", "MAPPING", "META", "NAME", "PLAIN", "RAW", "SUBCLASS_DEFAULTS", "plain_kwargs",
-           "plan"]  # fmt: skip
+__all__ = ["DEFAULTS", "KEEP", "MAPPING", "META", "NAME", "PLAIN", "RAW", "SUBCLASS_DEFAULTS", "plain_kwargs", "plan"]
 
 #: Request.__init__ defaults: left out of payloads to keep them small.
 DEFAULTS: dict[str, Any] = {
@@ -53,10 +52,13 @@ def plan(cls: type[Request]) -> tuple[tuple[str, int, Any], ...]:
     if found is None:
         subclass = cls is not Request
         found = _PLANS[cls] = tuple(
-            (key, _KINDS.get(key, PLAIN),
-             DEFAULTS[key] if key in DEFAULTS and not (subclass and key in SUBCLASS_DEFAULTS) else KEEP)
+            (
+                key,
+                _KINDS.get(key, PLAIN),
+                DEFAULTS[key] if key in DEFAULTS and not (subclass and key in SUBCLASS_DEFAULTS) else KEEP,
+            )
             for key in cls.attributes
-        )  # fmt: skip
+        )
     return found
 
 

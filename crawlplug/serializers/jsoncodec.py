@@ -67,6 +67,7 @@ PICKLE_MAGIC = b"cpk1"
 #: Environment variable read for the pickle key when the CRAWLPLUG_SECRET setting is unset.
 SECRET_ENV = "CRAWLPLUG_SECRET"
 
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -92,7 +93,6 @@ def _check_json(mapping: dict[str, Any], what: str) -> None:
             ) from None
 
 
-
 def _check_xmeta(d: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     meta, xmeta = d.get("meta", {}), d["xmeta"]
     if not isinstance(meta, dict) or not isinstance(xmeta, dict):
@@ -108,8 +108,13 @@ def payload_limit(value: Any) -> int:
         return 0
     if isinstance(value, bool):
         raise ConfigError(f"CRAWLPLUG_MAX_PAYLOAD_BYTES must be a number of bytes (0: no limit), got {value!r}")
-    return checked_number(value, "CRAWLPLUG_MAX_PAYLOAD_BYTES", int, kind="a number of bytes",
-                          negative="must be a number of bytes (0: no limit)")  # fmt: skip
+    return checked_number(
+        value,
+        "CRAWLPLUG_MAX_PAYLOAD_BYTES",
+        int,
+        kind="a number of bytes",
+        negative="must be a number of bytes (0: no limit)",
+    )
 
 
 class JsonSerializer:
@@ -118,7 +123,10 @@ class JsonSerializer:
     name = "json"
 
     def __init__(
-        self, extra_classes: Iterable[str] = (), *, max_payload_bytes: Any = DEFAULT_MAX_PAYLOAD_BYTES,
+        self,
+        extra_classes: Iterable[str] = (),
+        *,
+        max_payload_bytes: Any = DEFAULT_MAX_PAYLOAD_BYTES,
         payload_format: Any = COMPACT_VERSION,
     ) -> None:
         self.allowed_classes = frozenset(DEFAULT_REQUEST_CLASSES) | frozenset(extra_classes)
@@ -143,9 +151,7 @@ class JsonSerializer:
         if type(request) is not Request:
             cls = f"{type(request).__module__}.{type(request).__name__}"
             if cls not in self.allowed_classes:
-                raise SerializationError(
-                    f"request class {cls} is not allowed; add it to CRAWLPLUG_REQUEST_CLASSES"
-                )
+                raise SerializationError(f"request class {cls} is not allowed; add it to CRAWLPLUG_REQUEST_CLASSES")
         return cls
 
     def _sized(self, payload: bytes, request: Request) -> bytes:
@@ -174,7 +180,9 @@ class JsonSerializer:
             out["_class"] = cls
         for key, value in self._stored_fields(request, spider, cls):
             if key == "headers":
-                out["headers"] = [[_b64(bytes(name)), [_b64(bytes(v)) for v in values]] for name, values in value.items()]
+                out["headers"] = [
+                    [_b64(bytes(name)), [_b64(bytes(v)) for v in values]] for name, values in value.items()
+                ]
             else:
                 out[key] = _b64(value) if key == "body" else value
         return self._sized(self._dump(out, spider, compact_=False), request)
@@ -318,9 +326,7 @@ class JsonSerializer:
                 d["meta"] = metakeys.strip(d["meta"])
         return self._build(d, None, to_bytes)
 
-    def _build(
-        self, d: Any, spider: Spider | None, to_bytes: Callable[[Any, str], bytes] = _unb64
-    ) -> Request:
+    def _build(self, d: Any, spider: Spider | None, to_bytes: Callable[[Any, str], bytes] = _unb64) -> Request:
         """The request a decoded payload describes, every field checked; ``to_bytes``
         reads body and header bytes as the format holds them (JSON: base64 text)."""
         if not isinstance(d, dict):
@@ -376,4 +382,3 @@ class JsonSerializer:
         except (TypeError, ValueError, AttributeError, LookupError) as exc:
             # LookupError: an encoding name Python does not know
             raise DecodeError(f"payload does not make a valid request: {exc}") from None
-

@@ -107,8 +107,9 @@ def encode(value: Any, spider: Spider | None, where: str) -> Any:
                 raise SerializationError(f"{where} has the key {key!r}, not a string; JSON cannot store it")
             out[key] = encode(v, spider, f"{where}[{key!r}]")
         return out
-    raise SerializationError(f"{where} cannot be stored as JSON ({type(value).__name__}) and no meta codec "
-                             "is registered for its type")  # fmt: skip
+    raise SerializationError(
+        f"{where} cannot be stored as JSON ({type(value).__name__}) and no meta codec is registered for its type"
+    )
 
 
 def decode(data: Any, spider: Spider | None, where: str) -> Any:
@@ -120,8 +121,10 @@ def decode(data: Any, spider: Spider | None, where: str) -> Any:
             name = data[MARK]
             codec = _BY_NAME.get(name) if isinstance(name, str) else None
             if codec is None:
-                raise DecodeError(f"{where}: no meta codec {name!r:.80} on this node (is the package that "
-                                  "provides it installed here?)")  # fmt: skip
+                raise DecodeError(
+                    f"{where}: no meta codec {name!r:.80} on this node (is the package that "
+                    "provides it installed here?)"
+                )
             if set(data) != {MARK, "data"}:
                 raise DecodeError(f"{where}: a {name} value has other fields than 'data'")
             return codec.decode(data["data"], spider)

@@ -66,7 +66,7 @@ __all__ = [
     "store",
     "strip",
     "unregister",
-]  # fmt: skip
+]
 
 #: The spider attribute naming the registered keys a spider allows (a list, or a dict of key -> values).
 SPIDER_ATTRIBUTE = "crawlplug_meta_keys"
@@ -107,8 +107,9 @@ class CodeKey:
 _KEYS: dict[str, CodeKey] = {}
 
 
-def register(key: str, does: str, *, store: Check | None = None, read: Check | None = None,
-             always: Iterable[Any] = ()) -> CodeKey:  # fmt: skip
+def register(
+    key: str, does: str, *, store: Check | None = None, read: Check | None = None, always: Iterable[Any] = ()
+) -> CodeKey:
     """Refuse meta ``key`` in stored requests unless the spider opts in (module docstring).
 
     ``does`` says what a stored value would make a node do ("imports the module it
@@ -160,13 +161,11 @@ def _allowance_of(value: Any, where: str) -> dict[str, frozenset[str]]:
             elif isinstance(allowed, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in allowed):
                 out[str(key)] = frozenset(allowed)
             else:
-                raise BadOptIn(f"{where}[{key!r}] must be True or a list of the values allowed, "
-                                         f"not {allowed!r:.80}")  # fmt: skip
+                raise BadOptIn(f"{where}[{key!r}] must be True or a list of the values allowed, not {allowed!r:.80}")
         return out
     if isinstance(value, (list, tuple, set, frozenset)):
         return {str(key): ANY for key in value}
-    raise BadOptIn(f"{where} must be a list of meta keys or a dict of key -> values, not "
-                             f"{type(value).__name__}")  # fmt: skip
+    raise BadOptIn(f"{where} must be a list of meta keys or a dict of key -> values, not {type(value).__name__}")
 
 
 def allowances(spider: Spider | None) -> dict[str, frozenset[str]]:
@@ -188,8 +187,9 @@ def allowances(spider: Spider | None) -> dict[str, frozenset[str]]:
     return out
 
 
-_OPT_IN = (f"list it in the spider's {SPIDER_ATTRIBUTE} attribute or the {SETTING} setting to allow it "
-           "(docs/security.md)")  # fmt: skip
+_OPT_IN = (
+    f"list it in the spider's {SPIDER_ATTRIBUTE} attribute or the {SETTING} setting to allow it (docs/security.md)"
+)
 
 
 # -- the checks ---------------------------------------------------------------------------
@@ -230,8 +230,10 @@ def _handlers(value: Any, allowed: frozenset[str], spider: Spider | None, *, sto
     for event, handler in value.items():
         name = handler if isinstance(handler, str) else _method_name(handler, spider) if stored else None
         if name is None:
-            raise Refused(f"the handler of event {event!r:.40} is not a spider method (a method of the spider, "
-                          "by name, is what a stored request may name)")  # fmt: skip
+            raise Refused(
+                f"the handler of event {event!r:.40} is not a spider method (a method of the spider, "
+                "by name, is what a stored request may name)"
+            )
         _spider_method(name, allowed, spider)
         out[event] = name  # scrapy-playwright looks a name up on the spider itself
     return out
@@ -258,13 +260,15 @@ def _read_init_callback(value: Any, allowed: frozenset[str], spider: Spider | No
         # an import path: only one the node lists, which scrapy-playwright then imports
         if value in allowed and value != "*":
             return value
-        raise Refused(f"{value!r:.80} is an import path this node does not list; nothing is imported by a "
-                      "path read from Redis")  # fmt: skip
+        raise Refused(
+            f"{value!r:.80} is an import path this node does not list; nothing is imported by a path read from Redis"
+        )
     return _spider_method(value, allowed, spider)
 
 
-def _checked(entry: CodeKey, value: Any, allowed: frozenset[str] | None, spider: Spider | None,
-             check: Check | None) -> Any:  # fmt: skip
+def _checked(
+    entry: CodeKey, value: Any, allowed: frozenset[str] | None, spider: Spider | None, check: Check | None
+) -> Any:
     """``value`` as the key's check makes it, or Refused."""
     try:
         if value in entry.always:
@@ -292,8 +296,9 @@ def _apply(meta: dict[str, Any], spider: Spider | None, *, reading: bool) -> dic
         except Refused as why:
             if reading:
                 raise DecodeError(f"a stored request's meta[{key!r}] is refused: {why}") from None
-            raise SerializationError(f"meta[{key!r}] cannot be stored (a node reading it back would refuse it): "
-                                     f"{why}") from None  # fmt: skip
+            raise SerializationError(
+                f"meta[{key!r}] cannot be stored (a node reading it back would refuse it): {why}"
+            ) from None
     return out
 
 
@@ -318,13 +323,28 @@ def strip(meta: dict[str, Any]) -> dict[str, Any]:
 # -- scrapy-playwright's keys (0.0.48): registered whether or not it is installed here, so a
 # node without it refuses them too instead of passing them on to a later version -------------
 
-register("playwright_page_init_callback", "imports a function by the path it names and calls it with the page "
-         "(scrapy-playwright)", store=_store_init_callback, read=_read_init_callback)  # fmt: skip
-register("playwright_page_event_handlers", "attaches spider attributes named there to page events "
-         "(scrapy-playwright)", store=_store_handlers, read=_read_handlers)  # fmt: skip
-register("playwright_context_kwargs", "sets the options of a new browser context: HAR files, videos or a "
-         "persistent profile directory written where it says, a proxy (scrapy-playwright)")  # fmt: skip
+register(
+    "playwright_page_init_callback",
+    "imports a function by the path it names and calls it with the page (scrapy-playwright)",
+    store=_store_init_callback,
+    read=_read_init_callback,
+)
+register(
+    "playwright_page_event_handlers",
+    "attaches spider attributes named there to page events (scrapy-playwright)",
+    store=_store_handlers,
+    read=_read_handlers,
+)
+register(
+    "playwright_context_kwargs",
+    "sets the options of a new browser context: HAR files, videos or a "
+    "persistent profile directory written where it says, a proxy (scrapy-playwright)",
+)
 # scrapy-playwright writes "default" into the meta of every request it downloads
-register("playwright_context", "chooses the browser context the page opens in: a configured one (a logged-in "
-         "profile), or a new one per new name (scrapy-playwright)", always=("default",))  # fmt: skip
+register(
+    "playwright_context",
+    "chooses the browser context the page opens in: a configured one (a logged-in "
+    "profile), or a new one per new name (scrapy-playwright)",
+    always=("default",),
+)
 register("ftp_local_filename", "makes Scrapy's FTP download write the body to the local file it names")

@@ -41,17 +41,47 @@ except ImportError:  # scrapy-playwright is optional (the `playwright` extra)
     PageMethod = None  # type: ignore[assignment,misc]
 
 #: Page methods a stored PageMethod may name without an opt-in (Playwright's Page API).
-ALLOWED = frozenset({
-    # waiting
-    "wait_for_selector", "wait_for_load_state", "wait_for_timeout", "wait_for_url",
-    # acting on the page as a person would: clicks, keys (press "End" scrolls), text
-    "click", "dblclick", "tap", "hover", "focus", "press", "type", "fill", "check", "uncheck",
-    "select_option", "drag_and_drop", "dispatch_event", "set_viewport_size", "bring_to_front",
-    # reading the page (results stay in memory: a path argument is refused)
-    "screenshot", "pdf", "content", "title", "inner_text", "inner_html", "text_content",
-    "get_attribute", "is_visible", "is_hidden", "is_checked", "is_enabled", "is_disabled",
-    "query_selector", "query_selector_all",
-})  # fmt: skip
+ALLOWED = frozenset(
+    {
+        # waiting
+        "wait_for_selector",
+        "wait_for_load_state",
+        "wait_for_timeout",
+        "wait_for_url",
+        # acting on the page as a person would: clicks, keys (press "End" scrolls), text
+        "click",
+        "dblclick",
+        "tap",
+        "hover",
+        "focus",
+        "press",
+        "type",
+        "fill",
+        "check",
+        "uncheck",
+        "select_option",
+        "drag_and_drop",
+        "dispatch_event",
+        "set_viewport_size",
+        "bring_to_front",
+        # reading the page (results stay in memory: a path argument is refused)
+        "screenshot",
+        "pdf",
+        "content",
+        "title",
+        "inner_text",
+        "inner_html",
+        "text_content",
+        "get_attribute",
+        "is_visible",
+        "is_hidden",
+        "is_checked",
+        "is_enabled",
+        "is_disabled",
+        "query_selector",
+        "query_selector_all",
+    }
+)
 #: Argument names refused without an opt-in: they name a file written or read on the node.
 PATH_ARGUMENTS = frozenset({"path"})
 #: Argument names of ``PageMethod.__init__`` itself: a stored kwargs naming one cannot build it.
@@ -73,8 +103,10 @@ def allowed_names(spider: Spider | None) -> frozenset[str]:
 
 
 #: How a refusal ends: what a spider does to allow it.
-_OPT_IN = (f"list it in the spider's {SPIDER_ATTRIBUTE} attribute or the CRAWLPLUG_PAGE_METHODS setting to "
-           "allow it (docs/playwright.md)")  # fmt: skip
+_OPT_IN = (
+    f"list it in the spider's {SPIDER_ATTRIBUTE} attribute or the CRAWLPLUG_PAGE_METHODS setting to "
+    "allow it (docs/playwright.md)"
+)
 
 
 def _refusal(name: str, kwargs: dict[str, Any], opted: frozenset[str]) -> str | None:
@@ -103,8 +135,10 @@ class PageMethodCodec:
         if callable(method):
             name = getattr(getattr(method, "__func__", None), "__name__", None)
             if spider is None or getattr(method, "__self__", None) is not spider or name is None:
-                raise SerializationError(f"PageMethod({method!r}) is a callable that is not a method of the spider: "
-                                         "it cannot be stored (a spider method can, by name, when opted in)")  # fmt: skip
+                raise SerializationError(
+                    f"PageMethod({method!r}) is a callable that is not a method of the spider: "
+                    "it cannot be stored (a spider method can, by name, when opted in)"
+                )
             if name not in opted:
                 raise SerializationError(f"PageMethod of the spider method {name!r} is not allowed; {_OPT_IN}")
             head: dict[str, Any] = {"spider_method": name}
@@ -114,7 +148,9 @@ class PageMethodCodec:
                 raise SerializationError(reason)
             head = {"method": method}
         else:
-            raise SerializationError(f"PageMethod method must be a name or a spider method, got {type(method).__name__}")
+            raise SerializationError(
+                f"PageMethod method must be a name or a spider method, got {type(method).__name__}"
+            )
         where = f"PageMethod({head.get('method') or head['spider_method']!r})"
         args = metacodecs.encode(list(value.args), spider, f"{where} arguments")
         kwargs = metacodecs.encode(dict(value.kwargs), spider, f"{where} arguments")
@@ -137,8 +173,10 @@ class PageMethodCodec:
         if "spider_method" in data:
             name = data["spider_method"]
             if not isinstance(name, str) or name not in opted:
-                raise DecodeError(f"a stored PageMethod names the spider method {name!r:.80}, which this "
-                                  f"node's spider does not allow; {_OPT_IN}")  # fmt: skip
+                raise DecodeError(
+                    f"a stored PageMethod names the spider method {name!r:.80}, which this "
+                    f"node's spider does not allow; {_OPT_IN}"
+                )
             method = getattr(spider, name, None)
             if not callable(method) or getattr(method, "__self__", None) is not spider:
                 raise DecodeError(f"a stored PageMethod names the spider method {name!r}, which the spider lacks")

@@ -113,8 +113,12 @@ class PickleSerializer(JsonSerializer):
                 value = metakeys.store(value, spider)  # keys naming code: only what the spider allows
             else:
                 value = getattr(request, key)
-            if (key in _DEFAULTS and type(value) is type(_DEFAULTS[key]) and value == _DEFAULTS[key]
-                    and (cls is None or key not in _SUBCLASS_DEFAULTS)):  # fmt: skip
+            if (
+                key in _DEFAULTS
+                and type(value) is type(_DEFAULTS[key])
+                and value == _DEFAULTS[key]
+                and (cls is None or key not in _SUBCLASS_DEFAULTS)
+            ):
                 continue
             fields[key] = value
         try:
@@ -175,4 +179,3 @@ def _pickled_bytes(value: Any, what: str) -> bytes:
     if type(value) is not bytes:
         raise DecodeError(f"{what} is not bytes")
     return value
-

@@ -115,8 +115,7 @@ def validate_url(url: str) -> str:
         raise ConfigError(f"malformed REDIS_URL {mask_url(url)!r}: {exc}") from None
     if parts.scheme not in SCHEMES:
         raise ConfigError(
-            f"malformed REDIS_URL {mask_url(url)!r}: scheme must be one of "
-            f"{', '.join(s + '://' for s in SCHEMES)}"
+            f"malformed REDIS_URL {mask_url(url)!r}: scheme must be one of {', '.join(s + '://' for s in SCHEMES)}"
         )
     if parts.scheme == "unix" and not parts.path:
         raise ConfigError(f"malformed REDIS_URL {mask_url(url)!r}: unix:// needs a socket path")
@@ -355,4 +354,6 @@ def _denied(client: redis.Redis) -> list[str]:
     pipe.evalsha("0" * 40, 0)
     pipe.script_load(source("idle"))
     replies = pipe.execute(raise_on_error=False)
-    return [name for name, reply in zip(NODE_COMMANDS, replies) if isinstance(reply, redis.exceptions.NoPermissionError)]
+    return [
+        name for name, reply in zip(NODE_COMMANDS, replies) if isinstance(reply, redis.exceptions.NoPermissionError)
+    ]

@@ -129,17 +129,27 @@ def ensure(data_dir: str | os.PathLike[str], server: str | None = None) -> str:
             sock.unlink()  # left by a server that died
         args = [
             binary,
-            "--port", "0",
-            "--unixsocket", str(sock),
-            "--unixsocketperm", "700",
-            "--dir", str(data_dir),
-            "--appendonly", "yes",
-            "--appendfsync", "everysec",
-            "--daemonize", "yes",
-            "--pidfile", str(data_dir / "redis.pid"),
-            "--logfile", str(data_dir / "redis.log"),
-            "--maxmemory-policy", "noeviction",
-        ]  # fmt: skip
+            "--port",
+            "0",
+            "--unixsocket",
+            str(sock),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(data_dir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(data_dir / "redis.pid"),
+            "--logfile",
+            str(data_dir / "redis.log"),
+            "--maxmemory-policy",
+            "noeviction",
+        ]
         proc = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
         if proc.returncode != 0:
             raise RedisUnavailable(
@@ -148,9 +158,7 @@ def ensure(data_dir: str | os.PathLike[str], server: str | None = None) -> str:
         deadline = time.monotonic() + 30
         while not _ping(sock):
             if time.monotonic() > deadline:
-                raise RedisUnavailable(
-                    f"the embedded Redis did not answer on {sock}; see {data_dir / 'redis.log'}"
-                )
+                raise RedisUnavailable(f"the embedded Redis did not answer on {sock}; see {data_dir / 'redis.log'}")
             time.sleep(0.05)
         # a node's first line from crawlplug says which crawlplug it is, even when it is this one
         logger.info("crawlplug %s: started the embedded Redis (%s), data in %s", __version__, binary, data_dir)

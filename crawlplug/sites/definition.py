@@ -167,7 +167,9 @@ class Match(_Model):
         out = []
         for p in self.patterns:
             # "/item/" matches the path of a link on any host; "https://x/item/" the URL itself
-            out.append(r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*" + re.escape(p) if p.startswith("/") else "^" + re.escape(p))
+            out.append(
+                r"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*" + re.escape(p) if p.startswith("/") else "^" + re.escape(p)
+            )
         return out
 
 
@@ -188,7 +190,9 @@ class Step(_Model):
     @classmethod
     def _name(cls, v: str) -> str:
         if not NAME_RE.match(v):
-            raise ValueError("a step name is letters, digits, '_' and '-' (at most 63), starting with a letter or digit")
+            raise ValueError(
+                "a step name is letters, digits, '_' and '-' (at most 63), starting with a letter or digit"
+            )
         return v
 
 
@@ -246,7 +250,9 @@ class SiteDefinition(_Model):
     @classmethod
     def _name(cls, v: str) -> str:
         if not NAME_RE.match(v):
-            raise ValueError("a site name is letters, digits, '_' and '-' (at most 63), starting with a letter or digit")
+            raise ValueError(
+                "a site name is letters, digits, '_' and '-' (at most 63), starting with a letter or digit"
+            )
         return v
 
     @field_validator("base_url")
@@ -323,7 +329,9 @@ def _cross_errors(site: SiteDefinition, check_imports: bool, pipelines: frozense
         for j, rule in enumerate(step.links):
             if rule.to is None:
                 if i + 1 >= len(names):
-                    errors.append((f"steps[{i}].links[{j}].to", "the last step's links need 'to' (there is no next step)"))
+                    errors.append(
+                        (f"steps[{i}].links[{j}].to", "the last step's links need 'to' (there is no next step)")
+                    )
             elif rule.to not in names:
                 errors.append((f"steps[{i}].links[{j}].to", f"no step named {rule.to!r} (steps: {known})"))
     for i, entry in enumerate(site.start_urls):
@@ -359,15 +367,20 @@ def _pipeline_problem(path: str, allowed: frozenset[str], check_imports: bool) -
     """Why pipeline step ``path`` cannot run here: not listed in the node's settings (then it
     is never imported), or, when ``check_imports``, it does not import as an item pipeline."""
     if path not in allowed:
-        return (f"{path!r:.200} is not a pipeline step this node allows: list it in {PIPELINES_SETTING} (a site "
-                "definition names only steps the nodes' settings list)")  # fmt: skip
+        return (
+            f"{path!r:.200} is not a pipeline step this node allows: list it in {PIPELINES_SETTING} (a site "
+            "definition names only steps the nodes' settings list)"
+        )
     if not check_imports:
         return None
     try:
         obj = load_object(path)
     except Exception as exc:  # noqa: BLE001 - whatever a module raises at import is a definition error
-        return f"cannot import {path!r}: {exc}" if isinstance(exc, ImportError) else \
-            f"cannot import {path!r}: {type(exc).__name__}: {exc}"
+        return (
+            f"cannot import {path!r}: {exc}"
+            if isinstance(exc, ImportError)
+            else f"cannot import {path!r}: {type(exc).__name__}: {exc}"
+        )
     if not isinstance(obj, type) or not callable(getattr(obj, "process_item", None)):
         return f"{path!r} is not an item pipeline class (a class with process_item)"
     return None
@@ -401,8 +414,14 @@ def _pydantic_errors(exc: ValidationError) -> list[tuple[str, str]]:
     return [(loc, "; ".join(msgs)) for loc, msgs in out.items()]
 
 
-def validate(doc: Any, source: str = "<definition>", *, default_name: str | None = None,
-             check_imports: bool = True, pipelines: Iterable[str] = ()) -> SiteDefinition:  # fmt: skip
+def validate(
+    doc: Any,
+    source: str = "<definition>",
+    *,
+    default_name: str | None = None,
+    check_imports: bool = True,
+    pipelines: Iterable[str] = (),
+) -> SiteDefinition:
     """A :class:`SiteDefinition` from a parsed document, or a ConfigError listing every problem.
 
     ``default_name`` (a file's stem) names a definition that has no ``name``.
@@ -411,7 +430,9 @@ def validate(doc: Any, source: str = "<definition>", *, default_name: str | None
     exception an error of the definition) unless ``check_imports`` is false.
     """
     if not isinstance(doc, dict):
-        raise ConfigError(f"invalid site definition {source}: the top level must be a mapping, not {type(doc).__name__}")
+        raise ConfigError(
+            f"invalid site definition {source}: the top level must be a mapping, not {type(doc).__name__}"
+        )
     if default_name is not None and "name" not in doc:
         doc = {"name": default_name, **doc}
     try:
@@ -443,8 +464,9 @@ def parse_text(text: str, source: str = "<definition>") -> Any:
         raise ConfigError(f"{source}: not valid YAML/JSON{where}: {problem}") from None
 
 
-def load_file(path: str | Path, *, check_imports: bool = True,
-              pipelines: Iterable[str] = ()) -> tuple[SiteDefinition, dict[str, Any]]:  # fmt: skip
+def load_file(
+    path: str | Path, *, check_imports: bool = True, pipelines: Iterable[str] = ()
+) -> tuple[SiteDefinition, dict[str, Any]]:
     """(definition, the document as written) of a ``.yaml``/``.yml``/``.json`` file; ``pipelines``
     and ``check_imports`` as :func:`validate` takes them."""
     path = Path(path)

@@ -104,7 +104,7 @@ class _CompiledField:
         spec = self.spec
         value = text.strip()
         if spec.prefix and value.startswith(spec.prefix):
-            value = value[len(spec.prefix):].strip()
+            value = value[len(spec.prefix) :].strip()
         if spec.suffix and value.endswith(spec.suffix):
             value = value[: -len(spec.suffix)].strip()
         for old, new in spec.replace.items():

@@ -47,8 +47,11 @@ def trial_settings(project: Settings, timeout: float = TIMEOUT, log_level: str =
     """The project's settings with crawlplug and every crawl-state writer taken out; every
     HTTP status reaches the trial (redirects are still followed, as in a crawl)."""
     settings = project.copy()
-    addons = {k: v for k, v in settings.getdict("ADDONS").items()
-              if not (k == "crawlplug.Addon" or getattr(k, "__module__", "").startswith("crawlplug"))}  # fmt: skip
+    addons = {
+        k: v
+        for k, v in settings.getdict("ADDONS").items()
+        if not (k == "crawlplug.Addon" or getattr(k, "__module__", "").startswith("crawlplug"))
+    }
     settings.set("ADDONS", addons, priority="cmdline")
     for name in ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "EXTENSIONS"):
         parts = dict(settings.getdict(name))
@@ -116,8 +119,17 @@ def absolute(url: str, site: SiteDefinition) -> str:
     raise ConfigError(f"{url!r} is not an absolute http(s) URL{hint}")
 
 
-def try_definition(site: SiteDefinition, url: str, *, settings: Settings, version: str, origin: str,
-                   step: str | None = None, timeout: float = TIMEOUT, log_level: str = "ERROR") -> dict[str, Any]:  # fmt: skip
+def try_definition(
+    site: SiteDefinition,
+    url: str,
+    *,
+    settings: Settings,
+    version: str,
+    origin: str,
+    step: str | None = None,
+    timeout: float = TIMEOUT,
+    log_level: str = "ERROR",
+) -> dict[str, Any]:
     """Fetch ``url`` and explain it (crawlplug.sites.trial.explain), with what was fetched
     under "page"; CrawlplugError if no page came (it says why)."""
     names = [s.name for s in site.steps]
@@ -130,12 +142,19 @@ def try_definition(site: SiteDefinition, url: str, *, settings: Settings, versio
     response = got.response
     if not isinstance(response, TextResponse):
         kind = response.headers.get("Content-Type", b"").decode(errors="replace") or "unknown"
-        raise CrawlplugError(f"{response.url} is not a text page (Content-Type {kind}, HTTP {response.status}): "
-                             "a definition's selectors cannot read it")  # fmt: skip
+        raise CrawlplugError(
+            f"{response.url} is not a text page (Content-Type {kind}, HTTP {response.status}): "
+            "a definition's selectors cannot read it"
+        )
     out = explain(site, response, step=step, version=version, origin=origin)
     out["url"] = target
-    out["page"] = {"url": response.url, "status": response.status, "bytes": len(response.body), "ms": round(got.ms),
-                   "content_type": response.headers.get("Content-Type", b"").decode(errors="replace")}  # fmt: skip
+    out["page"] = {
+        "url": response.url,
+        "status": response.status,
+        "bytes": len(response.body),
+        "ms": round(got.ms),
+        "content_type": response.headers.get("Content-Type", b"").decode(errors="replace"),
+    }
     return out
 
 
@@ -155,10 +174,14 @@ def main(argv: list[str] | None = None) -> int:
         project = get_project_settings()
         site = validate(doc, str(request.get("origin") or "the definition"), pipelines=allowed_pipelines(project))
         result = try_definition(
-            site, request["url"], settings=project, version=version_of(doc),
-            origin=str(request.get("origin") or "the definition"), step=request.get("step") or None,
+            site,
+            request["url"],
+            settings=project,
+            version=version_of(doc),
+            origin=str(request.get("origin") or "the definition"),
+            step=request.get("step") or None,
             timeout=float(request.get("timeout") or TIMEOUT),
-        )  # fmt: skip
+        )
     except (CrawlplugError, ValueError) as exc:
         json.dump({"error": str(exc)}, sys.stdout)
         return 1

@@ -84,8 +84,12 @@ def describe(what: str) -> str:
     """An outcome in words: ``field/price/missing`` -> ``price is null``."""
     parts = what.split("/")
     if len(parts) == 3 and parts[0] == "field":
-        return {"missing": f"{parts[1]} is null", "invalid": f"{parts[1]} is not a valid value",
-                "default": f"{parts[1]} took its default", "filled": f"{parts[1]} filled"}.get(parts[2], what)  # fmt: skip
+        return {
+            "missing": f"{parts[1]} is null",
+            "invalid": f"{parts[1]} is not a valid value",
+            "default": f"{parts[1]} took its default",
+            "filled": f"{parts[1]} filled",
+        }.get(parts[2], what)
     if len(parts) == 3 and parts[0] == "step":
         return f"step {parts[1]}: {parts[2].replace('_', ' ')}"
     if len(parts) == 2 and parts[0] == "items":
@@ -125,8 +129,11 @@ def status_lines(stats: dict[str, Any]) -> list[str]:
         if empty:
             lines.append("    no links " + ", ".join(f"{s} {n} pages" for s, n in empty.items()))
         lines.append(f"    items    ok {values.get('items/ok', 0)}, incomplete {values.get('items/incomplete', 0)}")
-        problems = [(describe(w), v) for w, v in values.items()
-                    if w.startswith(("field/", "errors/")) and not w.endswith(("/default", "/filled"))]  # fmt: skip
+        problems = [
+            (describe(w), v)
+            for w, v in values.items()
+            if w.startswith(("field/", "errors/")) and not w.endswith(("/default", "/filled"))
+        ]
         width = max((len(p) for p, _ in problems), default=0)
         lines += [f"    {label.ljust(width)}  {value}" for label, value in problems]
     return lines

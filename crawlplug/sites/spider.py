@@ -139,9 +139,16 @@ class SiteSpider(scrapy.Spider):
 
             self.crawler.signals.connect(drop_spider, signal=signals.spider_closed, weak=False)
             raise CloseSpider("site_definition_error") from None
-        logger.info("site %r: definition %s from %s: %d start URLs, steps %s, detail step %r, %d fields",
-                    site.name, site.version, site.origin, len(site.start()), " -> ".join(s.name for s in site.site.steps),
-                    site.detail_step, len(site.fields))  # fmt: skip
+        logger.info(
+            "site %r: definition %s from %s: %d start URLs, steps %s, detail step %r, %d fields",
+            site.name,
+            site.version,
+            site.origin,
+            len(site.start()),
+            " -> ".join(s.name for s in site.site.steps),
+            site.detail_step,
+            len(site.fields),
+        )
         interval = float(setting(self.crawler.settings, "CRAWLPLUG_SITES_REFRESH", "getfloat"))
         if self.store is not None and interval > 0:
             self._loop = LoopingCall(self.refresh)
@@ -169,8 +176,11 @@ class SiteSpider(scrapy.Spider):
             self._own_conn = clients.from_settings(self.crawler.settings)
             clients.check(self._own_conn)
         except (CrawlplugError, OSError, *REDIS_ERRORS) as exc:
-            logger.warning("site spider: no Redis for site definitions (%s); only %s is read", exc,
-                           sites_dir(setting(self.crawler.settings, "CRAWLPLUG_SITES_DIR")))  # fmt: skip
+            logger.warning(
+                "site spider: no Redis for site definitions (%s); only %s is read",
+                exc,
+                sites_dir(setting(self.crawler.settings, "CRAWLPLUG_SITES_DIR")),
+            )
             self._own_conn = None
             return None
         return self._own_conn.client
@@ -192,8 +202,10 @@ class SiteSpider(scrapy.Spider):
             found = load_named_file(directory, name, pipelines)
             if found is None:
                 where = "in Redis (crawlplug sites put FILE) nor " if self.store is not None else ""
-                raise ConfigError(f"no definition of site {name!r}: not {where}in {directory} "
-                                  f"({name}.yaml, {name}.yml or {name}.json)")  # fmt: skip
+                raise ConfigError(
+                    f"no definition of site {name!r}: not {where}in {directory} "
+                    f"({name}.yaml, {name}.yml or {name}.json)"
+                )
             site, doc, path = found
             compiled = self._compile(site, version_of(doc), str(path), name)
         self.sites[name] = compiled
@@ -229,17 +241,27 @@ class SiteSpider(scrapy.Spider):
                 stored = self.store.get(name)
                 if stored is None:
                     continue
-                new = self._compile(stored.definition(pipelines=allowed_pipelines(self.crawler.settings)),
-                                    stored.version, "Redis", name)  # fmt: skip
+                new = self._compile(
+                    stored.definition(pipelines=allowed_pipelines(self.crawler.settings)), stored.version, "Redis", name
+                )
             except REDIS_ERRORS as exc:
-                self._once(("refresh-redis",), logging.WARNING,
-                           "site definitions: cannot check Redis for changes (%s); will retry", exc)  # fmt: skip
+                self._once(
+                    ("refresh-redis",),
+                    logging.WARNING,
+                    "site definitions: cannot check Redis for changes (%s); will retry",
+                    exc,
+                )
                 return
             except CrawlplugError as exc:
                 self._rejected[name] = ver or ""
                 self.crawler.stats.inc_value(out.error(name, "DefinitionError"))
-                logger.error("site %r: the definition stored in Redis (version %s) is not usable here, keeping "
-                             "version %s: %s", name, ver, current.version, exc)  # fmt: skip
+                logger.error(
+                    "site %r: the definition stored in Redis (version %s) is not usable here, keeping version %s: %s",
+                    name,
+                    ver,
+                    current.version,
+                    exc,
+                )
                 continue
             self.sites[name] = new
             stats = self.crawler.stats
@@ -257,8 +279,13 @@ class SiteSpider(scrapy.Spider):
             yield self._request(url, site.name, step, priority)
 
     def _request(self, url: str, site: str, step: str, priority: int) -> scrapy.Request:
-        return scrapy.Request(url, callback=self.parse_page, errback=self.page_failed, priority=priority,
-                              cb_kwargs={"site": site, "step": step})  # fmt: skip
+        return scrapy.Request(
+            url,
+            callback=self.parse_page,
+            errback=self.page_failed,
+            priority=priority,
+            cb_kwargs={"site": site, "step": step},
+        )
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
         """A pushed start entry without a callback: a page of this node's site's first step."""
@@ -275,8 +302,15 @@ class SiteSpider(scrapy.Spider):
         stats = self.crawler.stats
         if step not in compiled.steps:  # queued under a definition that had this step
             stats.inc_value(out.error(site, "UnknownStep"))
-            self._once(("step", site, step), logging.WARNING, "site %r has no step %r any more (definition %s); "
-                       "its pages are skipped: %s", site, step, compiled.version, response.url)  # fmt: skip
+            self._once(
+                ("step", site, step),
+                logging.WARNING,
+                "site %r has no step %r any more (definition %s); its pages are skipped: %s",
+                site,
+                step,
+                compiled.version,
+                response.url,
+            )
             return
         stats.inc_value(out.step_pages(site, step))
         if step == compiled.detail_step:
@@ -308,9 +342,16 @@ class SiteSpider(scrapy.Spider):
         for name, why in result.invalid:
             stats.inc_value(out.field(site.name, name, "invalid"))
             self._sample(f"site/{site.name}/{name} is not valid", response.url)
-            self._once(("invalid", site.name, name), logging.WARNING, "site %r: field %r is not valid (%s) on %s; "
-                       "counted from now on as %s", site.name, name, why, response.url,
-                       out.field(site.name, name, "invalid"))  # fmt: skip
+            self._once(
+                ("invalid", site.name, name),
+                logging.WARNING,
+                "site %r: field %r is not valid (%s) on %s; counted from now on as %s",
+                site.name,
+                name,
+                why,
+                response.url,
+                out.field(site.name, name, "invalid"),
+            )
         for name in result.defaulted:
             stats.inc_value(out.field(site.name, name, "default"))
         for name in result.filled:
@@ -322,9 +363,16 @@ class SiteSpider(scrapy.Spider):
         for name in result.missing:
             stats.inc_value(out.field(site.name, name, "missing"))
             self._sample(f"site/{site.name}/{name} is null", response.url)
-            self._once(("missing", site.name, name), logging.WARNING, "site %r: %s is null on %s (definition %s); "
-                       "counted from now on as %s", site.name, name, response.url, site.version,
-                       out.field(site.name, name, "missing"))  # fmt: skip
+            self._once(
+                ("missing", site.name, name),
+                logging.WARNING,
+                "site %r: %s is null on %s (definition %s); counted from now on as %s",
+                site.name,
+                name,
+                response.url,
+                site.version,
+                out.field(site.name, name, "missing"),
+            )
         if site.site.incomplete_items == "keep":
             return SiteItem(site.name, result.item, _errors=[f"{name} is null" for name in result.missing])
         return None
@@ -341,9 +389,17 @@ class SiteSpider(scrapy.Spider):
     def _error(self, site: str, exc: BaseException, url: str, where: str) -> None:
         self.crawler.stats.inc_value(out.error(site, exc))
         self._sample(f"site/{site}/{type(exc).__name__}", url)
-        self._once(("error", site, type(exc).__name__), logging.ERROR, "site %r: %s while extracting %s from %s: %s "
-                   "(counted from now on as %s)", site, type(exc).__name__, where, url, exc,
-                   out.error(site, exc))  # fmt: skip
+        self._once(
+            ("error", site, type(exc).__name__),
+            logging.ERROR,
+            "site %r: %s while extracting %s from %s: %s (counted from now on as %s)",
+            site,
+            type(exc).__name__,
+            where,
+            url,
+            exc,
+            out.error(site, exc),
+        )
 
     def _once(self, key: tuple[str, ...], level: int, msg: str, *args: Any) -> None:
         """Log a noisy event the first time only; the stats count every time."""
@@ -425,8 +481,14 @@ class SitePipeline:
                 self.crawler.stats.inc_value(out.error(site_name, exc))
                 if (path, type(exc).__name__) not in self._logged:
                     self._logged.add((path, type(exc).__name__))
-                    logger.error("site %r: pipeline step %s raised %s: %s (counted from now on as %s)",
-                                 site_name, path, type(exc).__name__, exc, out.error(site_name, exc))  # fmt: skip
+                    logger.error(
+                        "site %r: pipeline step %s raised %s: %s (counted from now on as %s)",
+                        site_name,
+                        path,
+                        type(exc).__name__,
+                        exc,
+                        out.error(site_name, exc),
+                    )
                 raise DropItem(f"site {site_name!r}: pipeline step {path} raised {type(exc).__name__}: {exc}") from exc
             if result is None:
                 raise DropItem(f"site {site_name!r}: pipeline step {path} returned None")
@@ -446,8 +508,11 @@ class SitePipeline:
 def _call(method: Any, spider: Any, *args: Any) -> Any:
     """Call a pipeline method with or without the (deprecated in Scrapy) spider argument."""
     try:
-        params = [p for p in inspect.signature(method).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]  # fmt: skip
+        params = [
+            p
+            for p in inspect.signature(method).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         params = []
     if len(params) > len(args):

@@ -53,8 +53,6 @@ def sites_key(prefix: str = "crawlplug") -> str:
     return f"{prefix}:sites"
 
 
-
-
 @dataclass(frozen=True)
 class StoredSite:
     """A definition as stored in Redis."""
@@ -77,15 +75,18 @@ class SiteStore:
         self.client = client
         self.key = sites_key(prefix)
 
-    def put(self, doc: dict[str, Any], source: str = "", *, check_imports: bool = True,
-            pipelines: Iterable[str] = ()) -> StoredSite:  # fmt: skip
+    def put(
+        self, doc: dict[str, Any], source: str = "", *, check_imports: bool = True, pipelines: Iterable[str] = ()
+    ) -> StoredSite:
         """Validate ``doc`` (``pipelines``: the steps allowed, CRAWLPLUG_SITE_PIPELINES) and store
         it, replacing the site's previous definition."""
         site = validate(doc, source or "<definition>", check_imports=check_imports, pipelines=pipelines)
         doc = {"name": site.name, **doc}
         stored = StoredSite(site.name, doc, version_of(doc), source, time.time())
         record = {"doc": doc, "version": stored.version, "source": source, "stored_at": stored.stored_at}
-        self.client.hset(self.key, mapping={site.name: json.dumps(record, default=str), f"{site.name}#v": stored.version})
+        self.client.hset(
+            self.key, mapping={site.name: json.dumps(record, default=str), f"{site.name}#v": stored.version}
+        )
         return stored
 
     def version(self, name: str) -> str | None:
@@ -112,11 +113,18 @@ class SiteStore:
     def _decode(name: str, raw: bytes | str) -> StoredSite:
         try:
             record = json.loads(raw)
-            return StoredSite(name, dict(record["doc"]), str(record["version"]), str(record.get("source", "")),
-                              float(record.get("stored_at", 0)))  # fmt: skip
+            return StoredSite(
+                name,
+                dict(record["doc"]),
+                str(record["version"]),
+                str(record.get("source", "")),
+                float(record.get("stored_at", 0)),
+            )
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
-            raise ConfigError(f"the stored definition of site {name!r} is not readable ({str(exc)[:200]}); "
-                              f"store it again with `crawlplug sites put`") from None  # fmt: skip
+            raise ConfigError(
+                f"the stored definition of site {name!r} is not readable ({str(exc)[:200]}); "
+                f"store it again with `crawlplug sites put`"
+            ) from None
 
 
 # -- files ------------------------------------------------------------------------------
@@ -142,8 +150,9 @@ def find_file(directory: Path, name: str) -> Path | None:
     return None
 
 
-def load_named_file(directory: Path, name: str,
-                    pipelines: Iterable[str] = ()) -> tuple[SiteDefinition, dict[str, Any], Path] | None:  # fmt: skip
+def load_named_file(
+    directory: Path, name: str, pipelines: Iterable[str] = ()
+) -> tuple[SiteDefinition, dict[str, Any], Path] | None:
     """The definition of site ``name`` from its file, None if there is no file."""
     path = find_file(directory, name)
     if path is None:

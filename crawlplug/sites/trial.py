@@ -55,14 +55,26 @@ def _field(site: CompiledSite, f: Any, response: Response, result: Any) -> dict[
             why = "the selector matched nothing"
         else:
             reasons = list(dict.fromkeys(refused))
-            why = (f"matched {len(texts)}, but the value was refused: " + "; ".join(reasons[:3])
-                   + (f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""))  # fmt: skip
+            why = (
+                f"matched {len(texts)}, but the value was refused: "
+                + "; ".join(reasons[:3])
+                + (f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else "")
+            )
     errors = [f"{type(exc).__name__}: {exc}" for name, exc in result.errors if name == f.name]
     return {
-        "name": f.name, "required": f.spec.required, "type": f.spec.type, "multiple": f.spec.multiple,
-        "selector": _selector(f.spec), "matched": len(texts), "texts": [t.strip()[:200] for t in texts[:SHOWN_TEXTS]],
-        "value": value, "outcome": outcome, "why": why, "invalid": invalid, "errors": errors,
-    }  # fmt: skip
+        "name": f.name,
+        "required": f.spec.required,
+        "type": f.spec.type,
+        "multiple": f.spec.multiple,
+        "selector": _selector(f.spec),
+        "matched": len(texts),
+        "texts": [t.strip()[:200] for t in texts[:SHOWN_TEXTS]],
+        "value": value,
+        "outcome": outcome,
+        "why": why,
+        "invalid": invalid,
+        "errors": errors,
+    }
 
 
 def _rule_text(rule: Any) -> str:
@@ -79,14 +91,16 @@ def _links(site: CompiledSite, response: Response, step: str) -> dict[str, Any]:
     rules = []
     for i, ((extractor, target, priority), rule) in enumerate(zip(site.rules[step], defined), 1):
         urls = [link.url for link in extractor.extract_links(response)]
-        rules.append({"rule": i, "what": _rule_text(rule), "to": target, "priority": priority, "count": len(urls),
-                      "urls": urls})  # fmt: skip
+        rules.append(
+            {"rule": i, "what": _rule_text(rule), "to": target, "priority": priority, "count": len(urls), "urls": urls}
+        )
     follow = [{"url": x.url, "step": x.step, "priority": x.priority} for x in site.links(response, step)]
     return {"step": step, "rules": rules, "follow": follow}
 
 
-def explain(definition: SiteDefinition, response: Response, *, step: str | None = None, version: str = "",
-            origin: str = "") -> dict[str, Any]:  # fmt: skip
+def explain(
+    definition: SiteDefinition, response: Response, *, step: str | None = None, version: str = "", origin: str = ""
+) -> dict[str, Any]:
     """The definition applied to ``response``: fields (if ``step`` is None or the detail step)
     and the links of each step with rules (only ``step``'s if given); ConfigError for a step
     the definition does not have."""
@@ -94,8 +108,16 @@ def explain(definition: SiteDefinition, response: Response, *, step: str | None 
     names = [s.name for s in definition.steps]
     if step is not None and step not in names:
         raise ConfigError(f"site {definition.name!r} has no step {step!r} (steps: {', '.join(names)})")
-    out: dict[str, Any] = {"site": definition.name, "version": version, "origin": origin, "step": step,
-                           "steps": names, "detail_step": site.detail_step, "fields": None, "links": []}  # fmt: skip
+    out: dict[str, Any] = {
+        "site": definition.name,
+        "version": version,
+        "origin": origin,
+        "step": step,
+        "steps": names,
+        "detail_step": site.detail_step,
+        "fields": None,
+        "links": [],
+    }
     if step is None or step == site.detail_step:
         result = site.extract(response)
         out["fields"] = [_field(site, f, response, result) for f in site.fields]
@@ -119,14 +141,17 @@ def _shown(value: Any) -> str:
 def text_lines(result: dict[str, Any]) -> list[str]:
     """What ``crawlplug sites try`` prints."""
     page = result["page"]
-    lines = [f"site {result['site']!r}, definition {result['version']} from {result['origin']}, tried on "
-             f"{page['url']}: HTTP {page['status']}, {page['bytes']:,} bytes, {page['ms']:,.0f} ms "
-             f"({page['content_type'] or 'no Content-Type'})"]  # fmt: skip
+    lines = [
+        f"site {result['site']!r}, definition {result['version']} from {result['origin']}, tried on "
+        f"{page['url']}: HTTP {page['status']}, {page['bytes']:,} bytes, {page['ms']:,.0f} ms "
+        f"({page['content_type'] or 'no Content-Type'})"
+    ]
     if page["url"] != result["url"]:
         lines.append(f"  (asked for {result['url']}; redirected)")
     if page["status"] >= 400:
-        lines.append(f"  note: the page answered HTTP {page['status']}; a crawl counts it as failed "
-                     "and extracts nothing from it")  # fmt: skip
+        lines.append(
+            f"  note: the page answered HTTP {page['status']}; a crawl counts it as failed and extracts nothing from it"
+        )
     fields = result["fields"]
     if fields is not None:
         lines.append(f"fields, as the detail step {result['detail_step']!r} extracts them:")

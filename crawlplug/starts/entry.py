@@ -43,10 +43,22 @@ from ..serializers import URL_SCHEME, URL_SCHEMES, callbacks, metakeys
 #: Longest entry accepted (a URL, or a JSON request with a small body).
 MAX_ENTRY_BYTES = 1 << 20
 
-KNOWN_KEYS = frozenset({
-    "url", "method", "headers", "body", "meta", "priority", "callback", "errback", "cb_kwargs",
-    "dont_filter", "formdata", "encoding",
-})  # fmt: skip
+KNOWN_KEYS = frozenset(
+    {
+        "url",
+        "method",
+        "headers",
+        "body",
+        "meta",
+        "priority",
+        "callback",
+        "errback",
+        "cb_kwargs",
+        "dont_filter",
+        "formdata",
+        "encoding",
+    }
+)
 
 #: How close (difflib ratio, lower-cased) an unknown key must be to a known one to be
 #: refused as its misspelling: "callbak", "prority", "dont_filtr", "cb_kwarg", "header"
@@ -70,12 +82,12 @@ def _check_keys(obj: dict[str, Any], strict: bool) -> None:
         if meant is not None:
             raise DecodeError(
                 f"unknown key {key!r:.60}: did you mean {meant!r}? (an entry's other keys are form fields, "
-                "scrapy-redis's format; put a field of that name under \"formdata\")"
+                'scrapy-redis\'s format; put a field of that name under "formdata")'
             )
         if strict:
             raise DecodeError(
                 f"unknown key {key!r:.60} (strict: only {', '.join(sorted(KNOWN_KEYS))}; form fields go "
-                "under \"formdata\")"
+                'under "formdata")'
             )
 
 
@@ -286,8 +298,19 @@ def to_line(entry: StartEntry) -> str:
         return entry.url
     out: dict[str, Any] = {"url": entry.url}
     defaults = StartEntry(url=entry.url)
-    for key in ("method", "headers", "body", "meta", "priority", "callback", "errback", "cb_kwargs",
-                "dont_filter", "formdata", "encoding"):  # fmt: skip
+    for key in (
+        "method",
+        "headers",
+        "body",
+        "meta",
+        "priority",
+        "callback",
+        "errback",
+        "cb_kwargs",
+        "dont_filter",
+        "formdata",
+        "encoding",
+    ):
         value = getattr(entry, key)
         if value != getattr(defaults, key):
             out[key] = value

@@ -134,8 +134,6 @@ def make_seed(line: str, *, every: str | None = None, cron: str | None = None, t
     return Seed(entry=to_line(entry), every=parse_every(every) if every else None, cron=cron, tz=tz)
 
 
-
-
 class Seeds:
     """The recurring seeds of one crawl."""
 
@@ -156,9 +154,11 @@ class Seeds:
 
     def remove(self, ident: str) -> bool:
         """Remove by id or by URL/entry."""
-        ids = [ident] if self.client.hexists(self.keys.seeds, ident) else [
-            sid for sid, seed in self.all().items() if seed.entry == ident or _url(seed.entry) == ident
-        ]  # fmt: skip
+        ids = (
+            [ident]
+            if self.client.hexists(self.keys.seeds, ident)
+            else [sid for sid, seed in self.all().items() if seed.entry == ident or _url(seed.entry) == ident]
+        )
         if not ids:
             return False
         pipe = self.client.pipeline(transaction=True)
@@ -223,10 +223,12 @@ class Seeds:
                 fired += 1
                 missed = (now - due) / (seed.every * 1000) if seed.every else 0
                 logger.info(
-                    "crawlplug: seed %s fired (%s)%s; next run %s", _url(seed.entry), seed.schedule(),
+                    "crawlplug: seed %s fired (%s)%s; next run %s",
+                    _url(seed.entry),
+                    seed.schedule(),
                     f", {int(missed)} missed runs caught up once" if missed >= 1 else "",
                     datetime.fromtimestamp(nxt / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-                )  # fmt: skip
+                )
         finally:
             try:
                 lock.release()

@@ -16,6 +16,8 @@ and answers only requests whose ``Host`` header names an allowed host
 (Starlette's TrustedHostMiddleware; loopback names by default, see
 :func:`crawlplug.web.hosts.allowed_hosts`): a web page the browser loaded from elsewhere that
 points its own name at 127.0.0.1 (DNS rebinding) gets 400, not the crawl's state.
+
+Its size: the dashboard's routes, one short handler each, over one :class:`Dashboard`.
 """
 
 from __future__ import annotations
@@ -63,50 +65,56 @@ STATIC = files(__package__).joinpath("static")
 #: The API, as served at GET /api (and documented in docs/dashboard.md).
 API = {
     "GET /api/status": "counts, rates (and what they are taken over), ETA (and why none), work held by silent "
-                       "nodes, paused state, crawl-wide counters and nodes (the crawl now)",
+    "nodes, paused state, crawl-wide counters and nodes (the crawl now)",
     "GET /api/history?minutes=60": "per-10 s points: done, pages_per_min, admitted, queued, in_flight, dead",
     "GET /api/history?since=6h&until=&run=&step=auto&finest=10s": "the history over a range (since, until: ms "
-                                                                   "or a duration back from now; run: that run's "
-                                                                   "time and records only): per 10 s, minute or "
-                                                                   "hour (step; auto: the finest kept, no finer "
-                                                                   "than finest), done, admitted, items, errors "
-                                                                   "per point, queued, in_flight, dead, nodes at "
-                                                                   "its end",
+    "or a duration back from now; run: that run's "
+    "time and records only): per 10 s, minute or "
+    "hour (step; auto: the finest kept, no finer "
+    "than finest), done, admitted, items, errors "
+    "per point, queued, in_flight, dead, nodes at "
+    "its end",
     "GET /api/runs": "every run of the crawl, oldest first (id, state, started, ended, pages...), and the runs "
-                     "whose report is kept",
+    "whose report is kept",
     "GET /api/report?run=": "node x domain (pages, items, errors by kind, success rate, mean response time), "
-                            "node x site definition and per field (filled, missing, invalid, defaulted)",
+    "node x site definition and per field (filled, missing, invalid, defaulted)",
     "GET /api/sites": "the site definitions stored in Redis (name, version, steps, fields)",
     "GET /api/nodes": "every registered node and every node found dead in the last hour: state (live, silent, "
-                      "dead) and what became of its leases, host, pid, uptime, heartbeat age, leases, pages/min, "
-                      "and the Scrapyd job it is (crawlplug start), if any",
+    "dead) and what became of its leases, host, pid, uptime, heartbeat age, leases, pages/min, "
+    "and the Scrapyd job it is (crawlplug start), if any",
     "GET /api/errors": "errors by kind (http/<status>, download/<Exception>, spider/<Exception>) with sample URLs",
     "GET /api/domains?n=50": "per-domain queue: queued, in flight, requests leased so far (its rate), delay and "
-                             "concurrency in force, next start",
+    "concurrency in force, next start",
     "GET /api/fields": "extraction outcomes per site, step and field (Scrapy stats named site/<site>/...), "
-                       "also as rows with a label ('price is null')",
+    "also as rows with a label ('price is null')",
     "GET /api/dead?n=50": "the newest dead letters: index, url, reason, time, deliveries",
     "GET /api/alerts?n=20": "the crawl's alert rules with their state (ok, pending, firing, or unknown with why: "
-                            "its metric cannot be evaluated), the active ones, and the recent events (fired, cleared)",
+    "its metric cannot be evaluated), the active ones, and the recent events (fired, cleared)",
     "POST /api/pause": "pause the crawl (token)",
     "POST /api/resume": "resume the crawl (token)",
     "POST /api/stop": '{"drain": false}: stop the current run now, or ({"drain": true}) admit no new request '
-                      "and stop once the queue has run out; sticky: nodes started later exit (token)",
+    "and stop once the queue has run out; sticky: nodes started later exit (token)",
     "POST /api/continue": "continue a run that was stopped or is draining (token)",
     "POST /api/domains/{domain}": 'set a domain\'s limits: {"delay": s, "concurrency": n} ("*" = default) (token)',
     "DELETE /api/domains/{domain}": "drop the runtime limits of a domain (token)",
     "POST /api/dead/requeue": '{"indexes": [...]} or {"all": true}: dead letters back to the queue (token)',
     "POST /api/sites/try": '{"site": stored name} or {"definition": YAML text}, "url", "step", "base_url": fetch '
-                           "the page through Scrapy with the project's settings and show what the definition "
-                           "extracts and follows; touches no crawl (token: it fetches a URL from this machine)",
+    "the page through Scrapy with the project's settings and show what the definition "
+    "extracts and follows; touches no crawl (token: it fetches a URL from this machine)",
 }
 
 
 class Dashboard:
     """The routes of one crawl's dashboard."""
 
-    def __init__(self, client: redis.Redis, keys: CrawlKeys, token: str | None = None, redis_label: str = "",
-                 top_domains: int = metrics.TOP_DOMAINS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: CrawlKeys,
+        token: str | None = None,
+        redis_label: str = "",
+        top_domains: int = metrics.TOP_DOMAINS,
+    ) -> None:
         self.client = client
         self.keys = keys
         self.token = token or None
@@ -116,13 +124,14 @@ class Dashboard:
     # -- helpers -----------------------------------------------------------------
     def _authorized(self, request: Request) -> JSONResponse | None:
         if self.token is None:
-            return JSONResponse({"error": "read-only dashboard: start it with CRAWLPLUG_DASHBOARD_TOKEN set "
-                                          "to allow actions"}, status_code=403)  # fmt: skip
+            return JSONResponse(
+                {"error": "read-only dashboard: start it with CRAWLPLUG_DASHBOARD_TOKEN set to allow actions"},
+                status_code=403,
+            )
         given = request.headers.get("authorization", "")
         scheme, _, value = given.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(value.encode(), self.token.encode()):
-            return JSONResponse({"error": "a valid token is needed (Authorization: Bearer <token>)"},
-                                status_code=401)  # fmt: skip
+            return JSONResponse({"error": "a valid token is needed (Authorization: Bearer <token>)"}, status_code=401)
         return None
 
     @staticmethod
@@ -157,15 +166,23 @@ class Dashboard:
             since = _time(q.get("since"), now)
             until = _time(q.get("until"), now)
             run = int(q["run"]) if q.get("run") else None
-            got = crawl_history.history(self.client, self.keys, since_ms=since, until_ms=until, run=run,
-                                        step=q.get("step") or "auto", finest=q.get("finest") or "10s")  # fmt: skip
+            got = crawl_history.history(
+                self.client,
+                self.keys,
+                since_ms=since,
+                until_ms=until,
+                run=run,
+                step=q.get("step") or "auto",
+                finest=q.get("finest") or "10s",
+            )
         except (ValueError, CrawlplugError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return JSONResponse(got)
 
     def runs(self, request: Request) -> JSONResponse:
-        return JSONResponse({"runs": frontier_runs.history(self.client, self.keys),
-                             "kept": runstats.kept(self.client, self.keys)})  # fmt: skip
+        return JSONResponse(
+            {"runs": frontier_runs.history(self.client, self.keys), "kept": runstats.kept(self.client, self.keys)}
+        )
 
     def report(self, request: Request) -> JSONResponse:
         raw = request.query_params.get("run")
@@ -203,16 +220,21 @@ class Dashboard:
     def domains(self, request: Request) -> JSONResponse:
         n = self._int(request, "n", 50, 1, 1000)
         view = open_domains(self.client, self.keys)
-        return JSONResponse({
-            "domains": view.scheduled_count(),
-            "rows": view.table(n),
-            "limits": view.limits(),
-        })  # fmt: skip
+        return JSONResponse(
+            {
+                "domains": view.scheduled_count(),
+                "rows": view.table(n),
+                "limits": view.limits(),
+            }
+        )
 
     def fields(self, request: Request) -> JSONResponse:
         sites = site_outcomes(status.crawl_stats(self.client, self.keys))
-        rows = [{"site": site, "outcome": what, "label": site_fields.describe(what), "value": value}
-                for site, found in sites.items() for what, value in found.items()]  # fmt: skip
+        rows = [
+            {"site": site, "outcome": what, "label": site_fields.describe(what), "value": value}
+            for site, found in sites.items()
+            for what, value in found.items()
+        ]
         return JSONResponse({"sites": sites, "rows": rows})
 
     def dead(self, request: Request) -> JSONResponse:
@@ -256,8 +278,16 @@ class Dashboard:
             return JSONResponse({"error": 'bad body: give {"drain": true} or {"drain": false}'}, status_code=400)
         by = f"dashboard ({request.client.host if request.client else '?'})"
         out = control.stop(self.client, self.keys, by=by, drain=drain)
-        return JSONResponse({"stopped": True, "drain": drain, "changed": out.ok, "run": out.run or None,
-                             "state": out.state, "why": None if out.ok else _why(out.outcome, out.state)})  # fmt: skip
+        return JSONResponse(
+            {
+                "stopped": True,
+                "drain": drain,
+                "changed": out.ok,
+                "run": out.run or None,
+                "state": out.state,
+                "why": None if out.ok else _why(out.outcome, out.state),
+            }
+        )
 
     def continue_(self, request: Request) -> JSONResponse:
         denied = self._authorized(request)
@@ -266,8 +296,9 @@ class Dashboard:
         by = f"dashboard ({request.client.host if request.client else '?'})"
         out = control.continue_run(self.client, self.keys, by=by)
         why = None if out.ok else _why(out.outcome, out.state, out.reached)
-        return JSONResponse({"continued": True, "changed": out.ok, "run": out.run or None, "state": out.state,
-                             "why": why})  # fmt: skip
+        return JSONResponse(
+            {"continued": True, "changed": out.ok, "run": out.run or None, "state": out.state, "why": why}
+        )
 
     async def set_domain(self, request: Request) -> JSONResponse:
         denied = self._authorized(request)

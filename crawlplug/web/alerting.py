@@ -29,8 +29,9 @@ def lifespan(client: redis.Redis, keys: CrawlKeys, link: str | None) -> Callable
         stop = threading.Event()
         thread = None
         if link is not None:
-            thread = threading.Thread(target=alert_loop, args=(client, keys, link, stop), daemon=True,
-                                      name="crawlplug-dashboard-alerts")  # fmt: skip
+            thread = threading.Thread(
+                target=alert_loop, args=(client, keys, link, stop), daemon=True, name="crawlplug-dashboard-alerts"
+            )
             thread.start()
         try:
             yield
@@ -45,8 +46,9 @@ def lifespan(client: redis.Redis, keys: CrawlKeys, link: str | None) -> Callable
 def alert_loop(client: redis.Redis, keys: CrawlKeys, link: str, stop: threading.Event, tick: float = 1.0) -> None:
     """Evaluate the crawl's alert rules every ``tick`` s while this dashboard leads them
     (crawlplug.ops.alerts.Evaluator: one leader at a time, a control process or a dashboard)."""
-    evaluator = crawl_alerts.Evaluator(client, f"dashboard-{new_node_id()}", prefix=keys.prefix,
-                                       dashboard_url=link, crawls=[keys.crawl])  # fmt: skip
+    evaluator = crawl_alerts.Evaluator(
+        client, f"dashboard-{new_node_id()}", prefix=keys.prefix, dashboard_url=link, crawls=[keys.crawl]
+    )
     warned = False
     while not stop.wait(tick):
         try:

@@ -30,12 +30,19 @@ def stored_sites(client: redis.Redis) -> list[dict[str, Any]]:
     for stored in SiteStore(client).all():
         doc = stored.doc
         fields = doc.get("fields") if isinstance(doc.get("fields"), dict) else {}
-        out.append({
-            "name": stored.name, "version": stored.version, "source": stored.source, "stored_at": stored.stored_at,
-            "steps": [s.get("name") for s in doc.get("steps", []) if isinstance(s, dict)],
-            "fields": [{"name": n, "required": bool(isinstance(f, dict) and f.get("required"))} for n, f in fields.items()],
-            "base_url": doc.get("base_url"),
-        })  # fmt: skip
+        out.append(
+            {
+                "name": stored.name,
+                "version": stored.version,
+                "source": stored.source,
+                "stored_at": stored.stored_at,
+                "steps": [s.get("name") for s in doc.get("steps", []) if isinstance(s, dict)],
+                "fields": [
+                    {"name": n, "required": bool(isinstance(f, dict) and f.get("required"))} for n, f in fields.items()
+                ],
+                "base_url": doc.get("base_url"),
+            }
+        )
     return out
 
 
@@ -43,7 +50,7 @@ def trial_request(client: redis.Redis, body: Any) -> dict[str, Any]:
     """What ``python -m crawlplug.sites.fetch`` reads, from a POST body: {"site": a stored
     name} or {"definition": YAML/JSON text}, "url", and optional "step", "base_url"."""
     if not isinstance(body, dict):
-        raise ConfigError("send a JSON object: {\"site\" or \"definition\", \"url\", \"step\", \"base_url\"}")
+        raise ConfigError('send a JSON object: {"site" or "definition", "url", "step", "base_url"}')
     url = body.get("url")
     if not isinstance(url, str) or not url.strip():
         raise ConfigError("which page? give its url")
@@ -71,9 +78,13 @@ async def run_trial(request: dict[str, Any], timeout: float = TRIAL_TIMEOUT) -> 
     """(HTTP status, body) of a trial run in its own process: 200 with the trial, 400 with
     the error it met (an invalid definition, a page that did not come), 504 if too slow."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawlplug.sites.fetch",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "crawlplug.sites.fetch",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), timeout)
     except asyncio.TimeoutError:

@@ -32,8 +32,11 @@ def skip_without_chromium() -> None:
     """Skip the calling test module when selenium or Chromium is missing."""
     pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
     if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
-        pytest.skip(f"headless Chromium is not installed ({CHROMIUM} and {CHROMEDRIVER} are needed: "
-                    "apt-get install chromium chromium-driver)", allow_module_level=True)  # fmt: skip
+        pytest.skip(
+            f"headless Chromium is not installed ({CHROMIUM} and {CHROMEDRIVER} are needed: "
+            "apt-get install chromium chromium-driver)",
+            allow_module_level=True,
+        )
 
 
 @pytest.fixture
@@ -42,8 +45,13 @@ def browser(tmp_path: Path) -> Iterator[Any]:
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000",
-                f"--user-data-dir={tmp_path / 'chromium-profile'}"):  # fmt: skip
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1000",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
         options.add_argument(arg)
     options.binary_location = str(CHROMIUM)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -82,8 +90,9 @@ def until(driver: Any, check: Any, timeout: float, what: str) -> Any:
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, patient(timeout), poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
-                         ).until(lambda d: check(d), message=f"waiting {timeout}s for {what}")  # fmt: skip
+    return WebDriverWait(
+        driver, patient(timeout), poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(lambda d: check(d), message=f"waiting {timeout}s for {what}")
 
 
 def fresh(driver: Any, timeout: float = 10) -> None:

@@ -94,8 +94,9 @@ class Proc:
     def start(self) -> Proc:
         self.directory.mkdir(parents=True, exist_ok=True)
         log = open(self.directory / "server.log", "ab")  # kept open by the child
-        self.proc = subprocess.Popen([redis_server_binary(), *self.args], cwd=self.directory,
-                                     stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [redis_server_binary(), *self.args], cwd=self.directory, stdout=log, stderr=subprocess.STDOUT
+        )
         log.close()
         return self
 
@@ -105,6 +106,7 @@ class Proc:
     def wait_ready(self, timeout: float = 20) -> None:
         client = self.client()
         try:
+
             def ping() -> bool:
                 if self.proc is not None and self.proc.poll() is not None:
                     raise RuntimeError(f"{self.name} exited: {self.log_tail()}")
@@ -154,23 +156,54 @@ class RedisCluster3:
         for i in range(self.size):
             port = free_port(bus=True)
             d = self.directory / f"node{i + 1}"
-            self.nodes.append(Proc(f"cluster node {i + 1}", port, d, [
-                "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d),
-                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no",
-            ]).start())  # fmt: skip
+            self.nodes.append(
+                Proc(
+                    f"cluster node {i + 1}",
+                    port,
+                    d,
+                    [
+                        "--port",
+                        str(port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--dir",
+                        str(d),
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "5000",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                    ],
+                ).start()
+            )
         for node in self.nodes:
             node.wait_ready()
         create = subprocess.run(
-            [redis_cli_binary(), "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
-             "--cluster-replicas", "0", "--cluster-yes"],
-            check=False, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [
+                redis_cli_binary(),
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if create.returncode != 0:
             raise RuntimeError(f"redis-cli --cluster create failed:\n{create.stdout}\n{create.stderr}")
         for node in self.nodes:
             client = node.client()
             try:
+
                 def ready(c=client) -> bool:
                     info = c.execute_command("CLUSTER", "INFO")
                     info = info.decode() if isinstance(info, bytes) else info
@@ -342,25 +375,53 @@ class SentinelSetup:
     def start(self) -> SentinelSetup:
         p_port, r_port = free_port(), free_port()
         base = ["--bind", "127.0.0.1", "--save", ""]
-        self.primary = Proc("primary", p_port, self.directory / "primary", [
-            "--port", str(p_port), *base, "--dir", str(self.directory / "primary"),
-            "--appendonly", "yes", "--appendfsync", "always",
-        ]).start()  # fmt: skip
+        self.primary = Proc(
+            "primary",
+            p_port,
+            self.directory / "primary",
+            [
+                "--port",
+                str(p_port),
+                *base,
+                "--dir",
+                str(self.directory / "primary"),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ],
+        ).start()
         self.primary.wait_ready()
         upstream = p_port
         if self.holdable_link:
             self.link = HoldableProxy(p_port).start()
             upstream = self.link.port
         self.primary_address_port = upstream  # where the sentinels and the replica reach the primary
-        self.replica = Proc("replica", r_port, self.directory / "replica", [
-            "--port", str(r_port), *base, "--dir", str(self.directory / "replica"),
-            "--appendonly", "no", "--replicaof", "127.0.0.1", str(upstream),
-        ]).start()  # fmt: skip
+        self.replica = Proc(
+            "replica",
+            r_port,
+            self.directory / "replica",
+            [
+                "--port",
+                str(r_port),
+                *base,
+                "--dir",
+                str(self.directory / "replica"),
+                "--appendonly",
+                "no",
+                "--replicaof",
+                "127.0.0.1",
+                str(upstream),
+            ],
+        ).start()
         self.replica.wait_ready()
         replica = self.replica.client()
         try:
-            wait_for(lambda: replica.info("replication").get("master_link_status") == "up",
-                     20, "the replica's link to the primary")  # fmt: skip
+            wait_for(
+                lambda: replica.info("replication").get("master_link_status") == "up",
+                20,
+                "the replica's link to the primary",
+            )
         finally:
             replica.close()
         for i in range(3):
@@ -381,6 +442,7 @@ class SentinelSetup:
         for s in self.sentinels:
             client = s.client(decode_responses=True)
             try:
+
                 def knows_all(c=client) -> bool:
                     info = c.sentinel_master(SERVICE)
                     return int(info["num-slaves"]) == 1 and int(info["num-other-sentinels"]) == 2
@@ -416,13 +478,20 @@ class SentinelSetup:
         """Wait until a sentinel names the replica as primary and it accepts writes; sets failover_seconds."""
         assert self.replica is not None and self.primary is not None
         old = self.primary_address_port
-        addr = wait_for(lambda: (a := self.primary_addr()) and a[1] != old and a, timeout,
-                        "a sentinel to report the new primary", 0.05)  # fmt: skip
+        addr = wait_for(
+            lambda: (a := self.primary_addr()) and a[1] != old and a,
+            timeout,
+            "a sentinel to report the new primary",
+            0.05,
+        )
         self.failover_seconds = time.monotonic() - killed_at
         client = self.replica.client()
         try:
-            wait_for(lambda: client.info("replication").get("role") == "master",
-                     timeout, "the promoted replica to take writes")  # fmt: skip
+            wait_for(
+                lambda: client.info("replication").get("role") == "master",
+                timeout,
+                "the promoted replica to take writes",
+            )
         finally:
             client.close()
         return addr

@@ -18,11 +18,15 @@ class ControlProcess:
 
     def __init__(self, redis_url: str, log: Path, extra: tuple[str, ...] = ()) -> None:
         self.log = log
-        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CRAWLPLUG_CRAWL", "CRAWLPLUG_DASHBOARD_URL")}
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CRAWLPLUG_CRAWL", "CRAWLPLUG_DASHBOARD_URL")
+        }
         self.proc = subprocess.Popen(
             [CRAWLPLUG, "--redis-url", redis_url, "control", "--tick", "0.2", "--lease", "2", *extra],
-            stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env=env,
-        )  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "wb"),
+            env=env,
+        )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")

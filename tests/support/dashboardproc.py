@@ -75,8 +75,14 @@ class DashboardProcess:
                 self.proc.wait(10)
 
 
-def start_dashboard(redis_url: str, crawl: str, directory: Path, token: str | None = None,
-                    extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> DashboardProcess:  # fmt: skip
+def start_dashboard(
+    redis_url: str,
+    crawl: str,
+    directory: Path,
+    token: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> DashboardProcess:
     """`crawlplug dashboard --redis-url URL --crawl NAME --port P`, ready to answer
     (``env``: more environment variables for it)."""
     port = free_port()
@@ -91,8 +97,11 @@ def start_dashboard(redis_url: str, crawl: str, directory: Path, token: str | No
     with open(err, "wb") as log:
         proc = subprocess.Popen(
             [CRAWLPLUG, "dashboard", "--redis-url", redis_url, "--crawl", crawl, "--port", str(port), *extra_args],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     dash = DashboardProcess(proc, port, err, httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10))
 
     def ready() -> bool:
@@ -127,7 +136,7 @@ def listening_addresses(port: int) -> set[str] | None:
             address, hexport = fields[1].split(":")
             if int(hexport, 16) == port and fields[3] == "0A":  # LISTEN
                 if len(address) == 8:
-                    out.add(".".join(str(int(address[i:i + 2], 16)) for i in (6, 4, 2, 0)))
+                    out.add(".".join(str(int(address[i : i + 2], 16)) for i in (6, 4, 2, 0)))
                 else:
                     out.add(address)
     return out if readable else None

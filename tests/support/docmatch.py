@@ -87,8 +87,10 @@ def excerpt(expected: str, actual: str) -> str | None:
             j += 1
         if j == len(got):
             shown = "\n".join(got[-40:])
-            return (f"line {i + 1} of the page's excerpt is not in the output (after the lines before it):\n"
-                    f"  {line}\nthe output's last lines:\n{shown}")  # fmt: skip
+            return (
+                f"line {i + 1} of the page's excerpt is not in the output (after the lines before it):\n"
+                f"  {line}\nthe output's last lines:\n{shown}"
+            )
         j += 1
     return None
 

@@ -98,7 +98,9 @@ class Session:
 
     def commands(self, text: str, options: Options) -> str:
         text = self.rewrite(text, options)
-        text = re.sub(r"\bpython3? -m venv (\S+)", lambda m: f"ln -sfn {shlex.quote(str(self.venv))} {m.group(1)}", text)
+        text = re.sub(
+            r"\bpython3? -m venv (\S+)", lambda m: f"ln -sfn {shlex.quote(str(self.venv))} {m.group(1)}", text
+        )
         return "\n".join(self._pip(line) for line in text.split("\n"))
 
     def _pip(self, line: str) -> str:
@@ -110,8 +112,12 @@ class Session:
         def wheel(match: re.Match[str]) -> str:
             return shlex.quote(f"{self.wheel}{match.group('extras') or ''}")
 
-        line = re.sub(r"(?<![\w./~-])(['\"]?)(?:[\w./~-]*/)?crawlplug(?:-[\w.]+-py3-none-any\.whl)?"
-                      r"(?P<extras>\[[\w,]+\])?\1(?![\w./-])", wheel, line)  # fmt: skip
+        line = re.sub(
+            r"(?<![\w./~-])(['\"]?)(?:[\w./~-]*/)?crawlplug(?:-[\w.]+-py3-none-any\.whl)?"
+            r"(?P<extras>\[[\w,]+\])?\1(?![\w./-])",
+            wheel,
+            line,
+        )
         # the checkout the reader is in: `pip install .` or `pip install '.[web]'`
         return re.sub(r"(?<=install )(['\"]?)\.(?P<extras>\[[\w,]+\])?\1(?=\s|$)", wheel, line)
 
@@ -124,13 +130,16 @@ def evaluate(example: Example) -> str | None:
     """Sybil's evaluator of every step: None if it did what the page says, else why not."""
     session: Session = example.namespace["session"]
     step: Step = example.parsed
-    return {"commands": _commands, "excerpt": _excerpt, "file": _file, "hidden": _hidden,
-            "orphan": _orphan}[step.kind](session, step)  # fmt: skip
+    return {"commands": _commands, "excerpt": _excerpt, "file": _file, "hidden": _hidden, "orphan": _orphan}[step.kind](
+        session, step
+    )
 
 
 def _orphan(session: Session, step: Step) -> str:
-    return ("a block of output that no command prints: put it right after its commands, or mark it "
-            "(excerpt of terminal NAME / file PATH, illustrative)")  # fmt: skip
+    return (
+        "a block of output that no command prints: put it right after its commands, or mark it "
+        "(excerpt of terminal NAME / file PATH, illustrative)"
+    )
 
 
 def _hidden(session: Session, step: Step) -> str | None:
@@ -276,8 +285,11 @@ def _file(session: Session, step: Step) -> str | None:
     current = path.read_text()
     if action == "in":
         have = {line.strip() for line in current.splitlines()}
-        missing = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
-                   and line.strip() not in have]  # fmt: skip
+        missing = [
+            line
+            for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#") and line.strip() not in have
+        ]
         return f"{path} has no line {missing}" if missing else None
     path.write_text(set_assignments(current, text))
     return None
@@ -293,8 +305,14 @@ def set_assignments(module: str, assignments: str) -> str:
             raise ValueError(f"not an assignment: {ast.unparse(node)}")
         names = {t.id for t in node.targets}  # type: ignore[attr-defined]
         new = ast.get_source_segment(assignments, node) + "\n"  # type: ignore[operator]
-        old = next((n for n in tree.body if isinstance(n, ast.Assign)
-                    and {t.id for t in n.targets if isinstance(t, ast.Name)} & names), None)  # fmt: skip
+        old = next(
+            (
+                n
+                for n in tree.body
+                if isinstance(n, ast.Assign) and {t.id for t in n.targets if isinstance(t, ast.Name)} & names
+            ),
+            None,
+        )
         if old is None:
             lines.append(("\n" if lines and not lines[-1].endswith("\n") else "") + new)
         else:
@@ -326,8 +344,9 @@ def environment(checkout_venv: Path, extra: dict[str, Any] | None = None) -> dic
     """The environment of a reader's shell: PATH without this checkout's venv, no variable of
     the test run (REDIS_URL, a Scrapy settings module, CRAWLPLUG_*) left in it."""
     drop = ("PYTHONPATH", "VIRTUAL_ENV", "REDIS_URL", "PYTHONHOME", "PS1")
-    env = {k: v for k, v in os.environ.items()
-           if k not in drop and not k.startswith(("SCRAPY_", "CRAWLPLUG_", "PYTEST_"))}  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("SCRAPY_", "CRAWLPLUG_", "PYTEST_"))
+    }
     paths = env.get("PATH", "").split(os.pathsep)
     env["PATH"] = os.pathsep.join(p for p in paths if not Path(p).resolve().is_relative_to(checkout_venv.resolve()))
     env["TERM"] = "dumb"

@@ -143,15 +143,18 @@ def _content(text: str, start: int, end: int) -> str:
     indent = len(text[start:]) - len(text[start:].lstrip(" \t"))
     first = text.index("\n", start) + 1
     last = text.rfind("\n", 0, end) + 1
-    return "".join(line[indent:] if line[:indent].strip() == "" else line
-                   for line in text[first:last].splitlines(keepends=True))  # fmt: skip
+    return "".join(
+        line[indent:] if line[:indent].strip() == "" else line for line in text[first:last].splitlines(keepends=True)
+    )
 
 
 def parse_steps(document: Document, evaluator: Evaluator) -> Iterable[Region]:
     """Sybil's parser (with ``evaluator`` bound): the page's steps, one region each (a
     marker, its block and the output block paired with it)."""
     text = document.text
-    blocks = [Block(r.lexemes["info"].strip(), _content(text, r.start, r.end), r.start, r.end) for r in _FENCES(document)]
+    blocks = [
+        Block(r.lexemes["info"].strip(), _content(text, r.start, r.end), r.start, r.end) for r in _FENCES(document)
+    ]
     markers = []
     for region in _MARKERS(document):
         end = text.index("-->", region.end) + 3
@@ -163,15 +166,26 @@ def parse_steps(document: Document, evaluator: Evaluator) -> Iterable[Region]:
     for i, block in enumerate(blocks):
         if i in used:
             continue
-        marker = next(((s, o) for s, e, o in markers
-                       if o.hidden is None and e <= block.start and _between_is_blank(text, e, block.start)), None)
+        marker = next(
+            (
+                (s, o)
+                for s, e, o in markers
+                if o.hidden is None and e <= block.start and _between_is_blank(text, e, block.start)
+            ),
+            None,
+        )
         start, options = marker if marker else (block.start, Options())
         end = block.end
         step: Step | None = None
         if block.language in SHELLS:
             step = Step("commands", options, block)
             after = blocks[i + 1] if i + 1 < len(blocks) else None
-            if block.language != "console" and after and not after.language and _between_is_blank(text, end, after.start):
+            if (
+                block.language != "console"
+                and after
+                and not after.language
+                and _between_is_blank(text, end, after.start)
+            ):
                 step.expected = after.source
                 used.add(i + 1)
                 end = after.end
@@ -184,4 +198,3 @@ def parse_steps(document: Document, evaluator: Evaluator) -> Iterable[Region]:
             step = Step("file", options, block)
         if step is not None:
             yield Region(start, end, step, evaluator)
-

@@ -52,16 +52,20 @@ class ContractSpider(Spider):
 
 
 @contextmanager
-def open_scheduler(redis_url: str, spider_cls: type[Spider] = ContractSpider, **settings: Any
-                   ) -> Iterator[tuple[Scheduler, Engine]]:  # fmt: skip
+def open_scheduler(
+    redis_url: str, spider_cls: type[Spider] = ContractSpider, **settings: Any
+) -> Iterator[tuple[Scheduler, Engine]]:
     """A crawlplug Scheduler opened on crawl ``spider_cls.name`` of ``redis_url``, closed after."""
-    crawler = get_crawler(spider_cls, {
-        "REDIS_URL": redis_url,
-        "SCHEDULER": "crawlplug.scheduler.Scheduler",
-        "DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisSetDupeFilter",
-        "TELNETCONSOLE_ENABLED": False,
-        **settings,
-    })  # fmt: skip
+    crawler = get_crawler(
+        spider_cls,
+        {
+            "REDIS_URL": redis_url,
+            "SCHEDULER": "crawlplug.scheduler.Scheduler",
+            "DUPEFILTER_CLASS": "crawlplug.dupefilters.RedisSetDupeFilter",
+            "TELNETCONSOLE_ENABLED": False,
+            **settings,
+        },
+    )
     engine = Engine()
     crawler.engine = engine  # type: ignore[misc]
     spider = spider_cls.from_crawler(crawler)

@@ -215,8 +215,9 @@ class FaultProxy:
         finally:
             self._close(pair)
 
-    async def _downstream(self, reader: asyncio.StreamReader, pair: _Pair,
-                          replies: asyncio.Queue[tuple[float, bytes]]) -> None:  # fmt: skip
+    async def _downstream(
+        self, reader: asyncio.StreamReader, pair: _Pair, replies: asyncio.Queue[tuple[float, bytes]]
+    ) -> None:
         """Redis -> the delivery queue, stamped with when it may be forwarded."""
         try:
             while data := await reader.read(CHUNK):

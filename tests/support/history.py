@@ -29,8 +29,18 @@ class HistoryAt:
         _, names, args = history.sample_call(keys, at_ms, "", run)
         return self.script(keys=names, args=[*args[:-1], at_ms, args[-1]], client=pipe or self.client)
 
-    def sample(self, keys: CrawlKeys, at_ms: int, *, run: int | None = None, acked: int = 0, enqueued: int = 0,
-               items: int = 0, errors: int = 0, queued: int = 0) -> None:  # fmt: skip
+    def sample(
+        self,
+        keys: CrawlKeys,
+        at_ms: int,
+        *,
+        run: int | None = None,
+        acked: int = 0,
+        enqueued: int = 0,
+        items: int = 0,
+        errors: int = 0,
+        queued: int = 0,
+    ) -> None:
         """Set the run's counters and queue to these values, then sample at ``at_ms``."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(keys.stats, mapping={"acked": acked, "enqueued": enqueued, "items": items, "errors": errors})

@@ -37,13 +37,66 @@ PLUMBING = ("crawlplug.frontier.scripts", "crawlplug.server.clients", "crawlplug
 #: commands that write the key(s) they name, and where their keys are in the arguments
 #: ("first": the first argument; "all": every argument; "pairs": every other one)
 WRITES: dict[str, str] = {
-    **dict.fromkeys(["SET", "SETNX", "SETEX", "PSETEX", "GETSET", "GETDEL", "INCR", "INCRBY", "INCRBYFLOAT", "DECR",
-                     "DECRBY", "APPEND", "SETRANGE", "SETBIT", "HSET", "HSETNX", "HMSET", "HDEL", "HINCRBY",
-                     "HINCRBYFLOAT", "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LREM", "LSET", "LTRIM",
-                     "LINSERT", "SADD", "SREM", "SPOP", "ZADD", "ZREM", "ZINCRBY", "ZREMRANGEBYSCORE",
-                     "ZREMRANGEBYRANK", "ZREMRANGEBYLEX", "ZPOPMIN", "ZPOPMAX", "XADD", "XTRIM", "XDEL", "EXPIRE",
-                     "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST", "RESTORE", "PFADD", "BF.ADD", "BF.MADD",
-                     "BF.RESERVE", "BF.INSERT"], "first"),
+    **dict.fromkeys(
+        [
+            "SET",
+            "SETNX",
+            "SETEX",
+            "PSETEX",
+            "GETSET",
+            "GETDEL",
+            "INCR",
+            "INCRBY",
+            "INCRBYFLOAT",
+            "DECR",
+            "DECRBY",
+            "APPEND",
+            "SETRANGE",
+            "SETBIT",
+            "HSET",
+            "HSETNX",
+            "HMSET",
+            "HDEL",
+            "HINCRBY",
+            "HINCRBYFLOAT",
+            "LPUSH",
+            "RPUSH",
+            "LPUSHX",
+            "RPUSHX",
+            "LPOP",
+            "RPOP",
+            "LREM",
+            "LSET",
+            "LTRIM",
+            "LINSERT",
+            "SADD",
+            "SREM",
+            "SPOP",
+            "ZADD",
+            "ZREM",
+            "ZINCRBY",
+            "ZREMRANGEBYSCORE",
+            "ZREMRANGEBYRANK",
+            "ZREMRANGEBYLEX",
+            "ZPOPMIN",
+            "ZPOPMAX",
+            "XADD",
+            "XTRIM",
+            "XDEL",
+            "EXPIRE",
+            "PEXPIRE",
+            "EXPIREAT",
+            "PEXPIREAT",
+            "PERSIST",
+            "RESTORE",
+            "PFADD",
+            "BF.ADD",
+            "BF.MADD",
+            "BF.RESERVE",
+            "BF.INSERT",
+        ],
+        "first",
+    ),
     **dict.fromkeys(["DEL", "UNLINK", "RENAME", "RENAMENX", "COPY"], "all"),
     "MSET": "pairs",
 }
@@ -59,7 +112,7 @@ def kind_of(key: str) -> str | None:
     key of no crawl), each run of digits as ``#``; None for another prefix's key."""
     if not key.startswith(PREFIX):
         return None
-    name = key.split("}:", 1)[1] if "}:" in key else key[len(PREFIX):]
+    name = key.split("}:", 1)[1] if "}:" in key else key[len(PREFIX) :]
     return re.sub(r"\d+", "#", name)
 
 
@@ -72,7 +125,7 @@ def _keys(args: tuple[Any, ...]) -> list[str]:
         return []
     if name in SCRIPTS:
         try:
-            return [_str(k) for k in rest[2:2 + int(rest[1])]]
+            return [_str(k) for k in rest[2 : 2 + int(rest[1])]]
         except (IndexError, ValueError):
             return []
     where = WRITES.get(name)
@@ -180,11 +233,14 @@ def install() -> None:
 
     redis.Redis.execute_command = wrap(redis.Redis.execute_command)  # type: ignore[method-assign]
     redis.client.Pipeline.pipeline_execute_command = wrap(  # type: ignore[method-assign]
-        redis.client.Pipeline.pipeline_execute_command)
+        redis.client.Pipeline.pipeline_execute_command
+    )
     redis.cluster.RedisCluster.execute_command = wrap(  # type: ignore[method-assign]
-        redis.cluster.RedisCluster.execute_command)
+        redis.cluster.RedisCluster.execute_command
+    )
     redis.cluster.ClusterPipeline.execute_command = wrap(  # type: ignore[method-assign]
-        redis.cluster.ClusterPipeline.execute_command)
+        redis.cluster.ClusterPipeline.execute_command
+    )
 
 
 def _merge(paths: Iterable[Path]) -> dict[str, set[str]]:

@@ -32,37 +32,87 @@ SHOP = "http://127.0.0.1:8000"
 def _page_methods() -> dict[str, Any]:
     from scrapy_playwright.page import PageMethod
 
-    return {"playwright": True, "playwright_page_methods": [PageMethod("wait_for_selector", "div.quote"),
-                                                            PageMethod("click", "a.more", timeout=500)]}  # fmt: skip
+    return {
+        "playwright": True,
+        "playwright_page_methods": [
+            PageMethod("wait_for_selector", "div.quote"),
+            PageMethod("click", "a.more", timeout=500),
+        ],
+    }
 
 
 def _requests(spider: Any) -> dict[str, Callable[[], Request]]:
     ref = {"Referer": f"{SHOP}/category/4/page/3/"}
     return {
         "shop-start": lambda: Request(f"{SHOP}/", callback=spider.parse_list, priority=10),
-        "shop-list": lambda: Request(f"{SHOP}/category/4/page/2/", callback=spider.parse_list, priority=10,
-                                     meta={"depth": 1}, headers={"Referer": f"{SHOP}/"}),
+        "shop-list": lambda: Request(
+            f"{SHOP}/category/4/page/2/",
+            callback=spider.parse_list,
+            priority=10,
+            meta={"depth": 1},
+            headers={"Referer": f"{SHOP}/"},
+        ),
         "shop-item": lambda: Request(f"{SHOP}/item/464/", callback=spider.parse_item, meta={"depth": 4}, headers=ref),
-        "other-origin-referer": lambda: Request("https://shop.example.com/item/7/?colour=red", callback=spider.parse_item,
-                                                meta={"depth": 2}, headers={"Referer": f"{SHOP}/"}),
+        "other-origin-referer": lambda: Request(
+            "https://shop.example.com/item/7/?colour=red",
+            callback=spider.parse_item,
+            meta={"depth": 2},
+            headers={"Referer": f"{SHOP}/"},
+        ),
         "cb-kwargs-errback-flags": lambda: Request(
-            f"{SHOP}/item/9/", callback=spider.parse_item, errback=spider.parse_list, priority=-3,
-            cb_kwargs={"category": 4, "page": "2", "tags": ["a", "é"]}, flags=["seed"], meta={"depth": 1}, headers=ref),
-        "retried": lambda: Request(f"{SHOP}/item/12/", callback=spider.parse_item, priority=-1, dont_filter=True,
-                                   meta={"depth": 3, "retry_times": 1, "download_timeout": 30.5}, headers=ref),
-        "redirected": lambda: Request(f"{SHOP}/item/13/", callback=spider.parse_item, meta={
-            "depth": 3, "redirect_times": 1, "redirect_ttl": 19, "redirect_urls": [f"{SHOP}/old/13/"],
-            "redirect_reasons": [301]}, headers=ref),
+            f"{SHOP}/item/9/",
+            callback=spider.parse_item,
+            errback=spider.parse_list,
+            priority=-3,
+            cb_kwargs={"category": 4, "page": "2", "tags": ["a", "é"]},
+            flags=["seed"],
+            meta={"depth": 1},
+            headers=ref,
+        ),
+        "retried": lambda: Request(
+            f"{SHOP}/item/12/",
+            callback=spider.parse_item,
+            priority=-1,
+            dont_filter=True,
+            meta={"depth": 3, "retry_times": 1, "download_timeout": 30.5},
+            headers=ref,
+        ),
+        "redirected": lambda: Request(
+            f"{SHOP}/item/13/",
+            callback=spider.parse_item,
+            meta={
+                "depth": 3,
+                "redirect_times": 1,
+                "redirect_ttl": 19,
+                "redirect_urls": [f"{SHOP}/old/13/"],
+                "redirect_reasons": [301],
+            },
+            headers=ref,
+        ),
         "headers-binary-body": lambda: Request(
-            f"{SHOP}/upload", method="PUT", body=bytes(range(256)), encoding="latin-1",
-            headers={"Accept": ["text/html", "application/xml"], "X-Bin": [b"\x00\xff\x80"],
-                     "User-Agent": "crawlplug-test/1.0", "Referer": f"{SHOP}/a/"}),
-        "form-cookies": lambda: FormRequest(f"{SHOP}/search", formdata={"q": "lamp", "page": "2"},
-                                            cookies={"session": "abc"}, callback=spider.parse_list),
-        "json-body": lambda: JsonRequest(f"{SHOP}/api/items", data={"ids": [1, 2, 3], "name": "Kettle ☕"},
-                                         callback=spider.parse_item),
-        "unicode-meta": lambda: Request(f"{SHOP}/item/14/", callback=spider.parse_item,
-                                        meta={"depth": 2, "name": "Théière ☕ \u2028"}),
+            f"{SHOP}/upload",
+            method="PUT",
+            body=bytes(range(256)),
+            encoding="latin-1",
+            headers={
+                "Accept": ["text/html", "application/xml"],
+                "X-Bin": [b"\x00\xff\x80"],
+                "User-Agent": "crawlplug-test/1.0",
+                "Referer": f"{SHOP}/a/",
+            },
+        ),
+        "form-cookies": lambda: FormRequest(
+            f"{SHOP}/search",
+            formdata={"q": "lamp", "page": "2"},
+            cookies={"session": "abc"},
+            callback=spider.parse_list,
+        ),
+        "json-body": lambda: JsonRequest(
+            f"{SHOP}/api/items", data={"ids": [1, 2, 3], "name": "Kettle ☕"}, callback=spider.parse_item
+        ),
+        "unicode-meta": lambda: Request(
+            f"{SHOP}/item/14/", callback=spider.parse_item, meta={"depth": 2, "name": "Théière ☕ \u2028"}
+        ),
         "page-methods": lambda: Request(f"{SHOP}/js/", callback=spider.parse_item, meta=_page_methods()),
     }
 
@@ -73,15 +123,25 @@ def describe(request: Request) -> dict[str, Any]:
     meta = {k: v for k, v in request.meta.items() if k != "playwright_page_methods"}
     methods = request.meta.get("playwright_page_methods")
     return {
-        "class": f"{cls.__module__}.{cls.__name__}", "url": request.url, "method": request.method,
-        "headers": [[base64.b64encode(bytes(k)).decode(), [base64.b64encode(bytes(v)).decode() for v in vs]]
-                    for k, vs in request.headers.items()],
-        "body": base64.b64encode(request.body).decode(), "cookies": request.cookies, "meta": meta,
+        "class": f"{cls.__module__}.{cls.__name__}",
+        "url": request.url,
+        "method": request.method,
+        "headers": [
+            [base64.b64encode(bytes(k)).decode(), [base64.b64encode(bytes(v)).decode() for v in vs]]
+            for k, vs in request.headers.items()
+        ],
+        "body": base64.b64encode(request.body).decode(),
+        "cookies": request.cookies,
+        "meta": meta,
         "page_methods": None if methods is None else [[m.method, list(m.args), m.kwargs] for m in methods],
-        "encoding": request.encoding, "priority": request.priority, "dont_filter": request.dont_filter,
-        "flags": request.flags, "cb_kwargs": request.cb_kwargs,
-        "callback": getattr(request.callback, "__name__", None), "errback": getattr(request.errback, "__name__", None),
-    }  # fmt: skip
+        "encoding": request.encoding,
+        "priority": request.priority,
+        "dont_filter": request.dont_filter,
+        "flags": request.flags,
+        "cb_kwargs": request.cb_kwargs,
+        "callback": getattr(request.callback, "__name__", None),
+        "errback": getattr(request.errback, "__name__", None),
+    }
 
 
 def capture() -> dict[str, Any]:

@@ -146,8 +146,9 @@ class PoliteSite:
                 httpd = _HostServer((host, 0), _Handler)
                 httpd.site, httpd.host = self, host
                 self._servers[host] = httpd
-                thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                          name=f"politesite-{host}", daemon=True)  # fmt: skip
+                thread = threading.Thread(
+                    target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name=f"politesite-{host}", daemon=True
+                )
                 thread.start()
                 self._threads.append(thread)
         except BaseException:
@@ -167,8 +168,9 @@ class PoliteSite:
     def __enter__(self) -> PoliteSite:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     # -- addresses ------------------------------------------------------------------
@@ -203,8 +205,10 @@ class PoliteSite:
         else:
             links += [self.start_url(other) for other in self.hosts if other != host]
         body = "".join(f'<li><a href="{href}">{href}</a></li>' for href in links)
-        html = (f"<!DOCTYPE html><html><head><title>{host} page {page}</title></head>"
-                f"<body><h1>{host} page {page}</h1><ul>{body}</ul></body></html>")  # fmt: skip
+        html = (
+            f"<!DOCTYPE html><html><head><title>{host} page {page}</title></head>"
+            f"<body><h1>{host} page {page}</h1><ul>{body}</ul></body></html>"
+        )
         return 200, html.encode(), "text/html; charset=utf-8"
 
     # -- record ---------------------------------------------------------------------
@@ -220,8 +224,10 @@ class PoliteSite:
 
     def pages(self, host: str | None = None) -> list[Visit]:
         """Visits of pages (not robots.txt), of ``host`` only if given, sorted by start."""
-        return sorted((v for v in self.visits if v.path != ROBOTS_PATH and (host is None or v.host == host)),
-                      key=lambda v: v.start)  # fmt: skip
+        return sorted(
+            (v for v in self.visits if v.path != ROBOTS_PATH and (host is None or v.host == host)),
+            key=lambda v: v.start,
+        )
 
     def reset(self) -> None:
         with self._lock:

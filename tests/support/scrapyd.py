@@ -61,9 +61,19 @@ class ScrapydDaemon:
         env.pop("REDIS_URL", None)
         env["HOME"] = str(self.directory)
         self.proc = subprocess.Popen(
-            [SCRAPYD, "--logfile", str(self.directory / "scrapyd.log"), "--pidfile", str(self.directory / "twistd.pid")], cwd=self.project_dir, env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                SCRAPYD,
+                "--logfile",
+                str(self.directory / "scrapyd.log"),
+                "--pidfile",
+                str(self.directory / "twistd.pid"),
+            ],
+            cwd=self.project_dir,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 30
         while True:
             try:

@@ -73,8 +73,9 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))  # fmt: skip
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     path.chmod(0o600)
     return path
 
@@ -89,31 +90,51 @@ def _ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(_name(common_name)).issuer_name(_name(common_name))
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
+        .subject_name(_name(common_name))
+        .issuer_name(_name(common_name))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                     crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .sign(key, hashes.SHA256())
-    )  # fmt: skip
+    )
     return cert, key
 
 
-def _leaf(common_name: str, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, *,
-          server: bool) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:  # fmt: skip
+def _leaf(
+    common_name: str, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, *, server: bool
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _key()
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
         x509.CertificateBuilder()
-        .subject_name(_name(common_name)).issuer_name(ca.subject)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
+        .subject_name(_name(common_name))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
-                                              else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-    )  # fmt: skip
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+            critical=False,
+        )
+    )
     if server:
         builder = builder.add_extension(
             x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
@@ -166,8 +187,13 @@ def _has_tls(binary: str) -> bool:
     tls-port directive, a build with TLS about the log level.
     """
     try:
-        proc = subprocess.run([binary, "--port", "0", "--tls-port", "0", "--loglevel", "no-such-level"],
-                              check=False, capture_output=True, text=True, timeout=20)  # fmt: skip
+        proc = subprocess.run(
+            [binary, "--port", "0", "--tls-port", "0", "--loglevel", "no-such-level"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     text = proc.stdout + proc.stderr
@@ -220,8 +246,15 @@ class SecureRedis:
     def scheme(self) -> str:
         return "rediss" if self.certs else "redis"
 
-    def url(self, user: str | None = None, password: str | None = None, *, client_cert: bool = True,
-            ca: Path | None = None, db: int = 0) -> str:  # fmt: skip
+    def url(
+        self,
+        user: str | None = None,
+        password: str | None = None,
+        *,
+        client_cert: bool = True,
+        ca: Path | None = None,
+        db: int = 0,
+    ) -> str:
         """A REDIS_URL for this server (user and password URL-escaped; TLS options in the query)."""
         auth = ""
         if password is not None:
@@ -238,26 +271,57 @@ class SecureRedis:
         """A client of the all-powerful ``admin`` user."""
         kwargs: dict[str, Any] = {"username": ADMIN, "password": ADMIN_PASSWORD, "socket_connect_timeout": 2}
         if self.certs:
-            kwargs |= {"ssl": True, "ssl_ca_certs": str(self.certs.ca), "ssl_certfile": str(self.certs.client_cert),
-                       "ssl_keyfile": str(self.certs.client_key)}  # fmt: skip
+            kwargs |= {
+                "ssl": True,
+                "ssl_ca_certs": str(self.certs.ca),
+                "ssl_certfile": str(self.certs.client_cert),
+                "ssl_keyfile": str(self.certs.client_key),
+            }
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
     def start(self) -> SecureRedis:
         self.directory.mkdir(parents=True, exist_ok=True)
-        binary = self.binary or (tls_redis_server() if self.certs else None) or find_redis_server(
-            os.environ.get("CRAWLPLUG_REDIS_SERVER"))  # fmt: skip
+        binary = (
+            self.binary
+            or (tls_redis_server() if self.certs else None)
+            or find_redis_server(os.environ.get("CRAWLPLUG_REDIS_SERVER"))
+        )
         acl = self.acl
         if major_version(binary) < 7:  # no FUNCTION command to deny, no read-only scripts before Redis 7
             acl = acl.replace(" -function", "").replace(" +evalsha_ro +eval_ro", "")
         acl_file = self.directory / "users.acl"
         acl_file.write_text(acl)
-        args = [binary, "--bind", "127.0.0.1", "--dir", str(self.directory), "--save", "", "--appendonly", "no",
-                "--aclfile", str(acl_file), "--logfile", str(self.directory / "redis.log")]  # fmt: skip
+        args = [
+            binary,
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.directory),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--aclfile",
+            str(acl_file),
+            "--logfile",
+            str(self.directory / "redis.log"),
+        ]
         if self.certs:
             c = self.certs
-            args += ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(c.server_cert),
-                     "--tls-key-file", str(c.server_key), "--tls-ca-cert-file", str(c.ca),
-                     "--tls-auth-clients", self.auth_clients]  # fmt: skip
+            args += [
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(c.server_cert),
+                "--tls-key-file",
+                str(c.server_key),
+                "--tls-ca-cert-file",
+                str(c.ca),
+                "--tls-auth-clients",
+                self.auth_clients,
+            ]
         else:
             args += ["--port", str(self.port)]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -279,8 +343,7 @@ class SecureRedis:
 def acl_text(*users: str) -> str:
     """An ACL file: the ``default`` user off, ``admin`` with every right, then ``users``
     (each a full ``user NAME on >PASSWORD RULES`` line)."""
-    lines = ["user default off resetkeys resetchannels -@all",
-             f"user {ADMIN} on >{ADMIN_PASSWORD} ~* &* +@all", *users]  # fmt: skip
+    lines = ["user default off resetkeys resetchannels -@all", f"user {ADMIN} on >{ADMIN_PASSWORD} ~* &* +@all", *users]
     return "\n".join(lines) + "\n"
 
 

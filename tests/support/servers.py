@@ -44,10 +44,23 @@ class RedisServer:
     def start(self) -> RedisServer:
         binary = find_redis_server(self.binary or os.environ.get("CRAWLPLUG_REDIS_SERVER"))
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-             "--save", "", "--appendonly", "no", *self.args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.directory),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                *self.args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         client = redis.Redis(port=self.port, socket_connect_timeout=1)
         try:
             if not answers(client, self.proc):

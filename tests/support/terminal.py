@@ -70,9 +70,14 @@ class Terminal:
         cmd_read, self._cmd = os.pipe()
         self.proc = subprocess.Popen(
             ["bash", "--norc", "--noprofile", "-c", _LOOP.replace("{cmd}", str(cmd_read))],
-            cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, pass_fds=(cmd_read,),
+            cwd=cwd,
+            env=env,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            pass_fds=(cmd_read,),
             start_new_session=True,
-        )  # fmt: skip
+        )
         os.close(slave)
         os.close(cmd_read)
         self._master = master
@@ -132,10 +137,12 @@ class Terminal:
                     raise TerminalError(f"the shell of terminal {self.name!r} exited:\n{self.output()[-3000:]}")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TerminalError(f"terminal {self.name!r}: the commands did not end within {timeout:.0f} s; "
-                                        f"so far they printed:\n{self.output()[-3000:]}")  # fmt: skip
+                    raise TerminalError(
+                        f"terminal {self.name!r}: the commands did not end within {timeout:.0f} s; "
+                        f"so far they printed:\n{self.output()[-3000:]}"
+                    )
                 self._lock.wait(min(left, 1.0))
-            return self._parse(self._raw[self._start:])
+            return self._parse(self._raw[self._start :])
 
     def run(self, commands: str, timeout: float = 300) -> Result:
         self.send(commands)
@@ -144,7 +151,7 @@ class Terminal:
     def output(self) -> str:
         """What the running (or last) block printed so far, markers taken out."""
         with self._lock:
-            return self._parse(self._raw[self._start:]).output
+            return self._parse(self._raw[self._start :]).output
 
     def everything(self) -> str:
         """All the terminal showed since it opened, markers taken out."""

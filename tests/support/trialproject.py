@@ -24,7 +24,9 @@ def trial_project(project: Path, redis_url: str) -> Path:
     """Turn the demo project copy ``project`` into the trial project; returns it."""
     (project / "spiders" / "trialmark.py").write_text(_MIDDLEWARE)
     with open(project / "settings" / "__init__.py", "a") as fh:
-        fh.write(f"\nREDIS_URL = {redis_url!r}\n"
-                 "STATS_CLASS = 'crawlplug.stats.RedisStatsCollector'\n"
-                 "DOWNLOADER_MIDDLEWARES = {'spiders.trialmark.MarkPages': 500}\n")  # fmt: skip
+        fh.write(
+            f"\nREDIS_URL = {redis_url!r}\n"
+            "STATS_CLASS = 'crawlplug.stats.RedisStatsCollector'\n"
+            "DOWNLOADER_MIDDLEWARES = {'spiders.trialmark.MarkPages': 500}\n"
+        )
     return project

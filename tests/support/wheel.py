@@ -17,16 +17,27 @@ from .nodes import ROOT
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment of a user's shell: nothing pointing at this checkout or its venv."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "REDIS_URL", "PYTHONHOME") and not k.startswith("SCRAPY_")}  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "REDIS_URL", "PYTHONHOME") and not k.startswith("SCRAPY_")
+    }
     env.update(extra)
     return env
 
 
 def run(cmd: list[str | Path], cwd: Path, timeout: float = 300, **kwargs: object) -> str:
     """``cmd``'s standard output; AssertionError with its output if it exits non-zero."""
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=clean_env(), capture_output=True, text=True,
-                          timeout=timeout, check=False, **kwargs)  # type: ignore[call-overload]  # fmt: skip
+    proc = subprocess.run(
+        [str(c) for c in cmd],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,
+    )  # type: ignore[call-overload]
     assert proc.returncode == 0, f"{cmd} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -36,11 +47,20 @@ def source_tree(dest: Path) -> Path:
     .gitignore ignores). Building in the checkout itself would reuse its crawlplug.egg-info,
     whose SOURCES.txt setuptools adds to the sdist: a file the package configuration no
     longer ships would still be shipped, and the wheel test would not see it."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=False) if shutil.which("git") else None  # fmt: skip
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=False,
+        )
+        if shutil.which("git")
+        else None
+    )
     if listed is None or listed.returncode != 0:  # not a git checkout (an unpacked sdist)
-        ignore = shutil.ignore_patterns("*.egg-info", "build", "dist", ".venv", "__pycache__", ".git", "site",
-                                        ".crawlplug")  # fmt: skip
+        ignore = shutil.ignore_patterns(
+            "*.egg-info", "build", "dist", ".venv", "__pycache__", ".git", "site", ".crawlplug"
+        )
         return Path(shutil.copytree(ROOT, dest, ignore=ignore))
     for name in filter(None, listed.stdout.decode().split("\0")):
         source = ROOT / name
@@ -83,6 +103,9 @@ def make_venv(path: Path, *requirements: str | Path) -> Path:
     """A fresh venv at ``path`` with ``requirements`` (and their dependencies) installed."""
     run([sys.executable, "-m", "venv", path], cwd=path.parent)
     if requirements:
-        run([path / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check", "-q", *requirements],
-            cwd=path.parent, timeout=900)  # fmt: skip
+        run(
+            [path / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check", "-q", *requirements],
+            cwd=path.parent,
+            timeout=900,
+        )
     return path

@@ -21,13 +21,32 @@ STRING_CHUNK = 1 << 20
 _NOT_EXPORTED = ("nodes", "producers", "seedlock", "series", "items", "statnodes", "graveyard")
 #: Every key name export_crawl reads (the rest of the crawl's keys are reported as not exported).
 _EXPORTED = (
-    "queue", "requests", "seq", "leases", "leased", "deliveries", "seen", "seen_ttl", "dead", "stats",
-    "start_urls", "lanes", "seeds", "seeds_due", "dq", "domains", "dstate", "dconf", "crawlstats", "bf", "run", "runs",
-)  # fmt: skip
+    "queue",
+    "requests",
+    "seq",
+    "leases",
+    "leased",
+    "deliveries",
+    "seen",
+    "seen_ttl",
+    "dead",
+    "stats",
+    "start_urls",
+    "lanes",
+    "seeds",
+    "seeds_due",
+    "dq",
+    "domains",
+    "dstate",
+    "dconf",
+    "crawlstats",
+    "bf",
+    "run",
+    "runs",
+)
 #: Keys that only mean something on the Redis they are on: the epoch (an import begins a new one),
 #: the lead of the crawl's schedules and its fencing token (crawlplug.frontier.schedules).
 _LOCAL = ("epoch", "leader", "fence")
-
 
 
 # -- byte strings in JSON ----------------------------------------------------------------
@@ -46,7 +65,7 @@ def _dec(value: Any, what: str) -> bytes:
         return value.encode("utf-8", errors="surrogatepass")
     if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
         return _b64(value["b64"], what)
-    raise ValueError(f"{what} must be a string or {{\"b64\": ...}}, got {_short(value)}")
+    raise ValueError(f'{what} must be a string or {{"b64": ...}}, got {_short(value)}')
 
 
 def _b64(value: Any, what: str) -> bytes:
@@ -61,7 +80,6 @@ def _b64(value: Any, what: str) -> bytes:
 def _short(value: Any) -> str:
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
 
 
 def _batches(iterable: Iterable[Any], size: int = BATCH) -> Iterator[list[Any]]:

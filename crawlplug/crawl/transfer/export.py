@@ -55,8 +55,9 @@ def _not_exported(names: list[str], lanes: set[str]) -> list[str]:
     for name in names:
         if name in _EXPORTED or name in _LOCAL or name in lanes or name.startswith(("bloom", "fph")):
             continue
-        out.add(f"{name.split(':', 1)[0]}:*" if name.startswith(("node:", "reply:", "job:", "hist:", "runstats:"))
-                else name)  # fmt: skip
+        out.add(
+            f"{name.split(':', 1)[0]}:*" if name.startswith(("node:", "reply:", "job:", "hist:", "runstats:")) else name
+        )
     return sorted(out)
 
 
@@ -85,9 +86,20 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
     """
     w = _Out(out)
     counts: dict[str, Any] = {
-        "requests": 0, "leased": 0, "start_entries": 0, "dead": 0, "seeds": 0, "dconf": 0, "domains": 0,
-        "stats": 0, "fingerprints": 0, "bloom_keys": 0, "bloom_bytes": 0, "bf_chunks": 0, "orphans": 0,
-    }  # fmt: skip
+        "requests": 0,
+        "leased": 0,
+        "start_entries": 0,
+        "dead": 0,
+        "seeds": 0,
+        "dconf": 0,
+        "domains": 0,
+        "stats": 0,
+        "fingerprints": 0,
+        "bloom_keys": 0,
+        "bloom_bytes": 0,
+        "bf_chunks": 0,
+        "orphans": 0,
+    }
     now = redis_ms(client)
     all_parts = parts(client, keys)
     shards = len(all_parts) - 1
@@ -97,11 +109,15 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
     counts["live_nodes"] = live_nodes(client, keys, now)
     domain_mode = any(n in part_names for part_names in names.values() for n in ("dq", "domains", "dconf"))
     header = {
-        "type": FORMAT, "version": VERSION, "crawl": keys.crawl,
+        "type": FORMAT,
+        "version": VERSION,
+        "crawl": keys.crawl,
         "exported_at": datetime.fromtimestamp(now / 1000, timezone.utc).isoformat(timespec="milliseconds"),
-        "exported_at_ms": now, "queue": "domain" if domain_mode else "plain",
-        "dedup": _dedup_mode(client, all_parts[-1]), "seq": int(client.get(keys.seq) or 0),
-    }  # fmt: skip
+        "exported_at_ms": now,
+        "queue": "domain" if domain_mode else "plain",
+        "dedup": _dedup_mode(client, all_parts[-1]),
+        "seq": int(client.get(keys.seq) or 0),
+    }
     if shards:
         header["shards"] = shards
     w.write(header, count=False)
@@ -114,8 +130,9 @@ def export_crawl(client: redis.Redis, keys: CrawlKeys, out: TextIO) -> dict[str,
     return counts
 
 
-def _export_part(client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str, Any], now: int,
-                 names: list[str]) -> None:  # fmt: skip
+def _export_part(
+    client: redis.Redis, keys: CrawlKeys, w: _Out, counts: dict[str, Any], now: int, names: list[str]
+) -> None:
     """Every record of one key set (a crawl's, or one shard's)."""
 
     def payloads(ids: list[str]) -> tuple[list[Any], list[Any]]:
@@ -273,8 +290,15 @@ def _export_bloom_key(client: redis.Redis, keys: CrawlKeys, name: str, now: int,
     if kind == "hash":
         first = True
         for batch in _batches(client.hscan_iter(key, count=BATCH)):
-            w.write({"type": "bloom", "key": name, "kind": "hash", "fields": [[_enc(f), _enc(v)] for f, v in batch],
-                     "expire_at": expire_at if first else None})  # fmt: skip
+            w.write(
+                {
+                    "type": "bloom",
+                    "key": name,
+                    "kind": "hash",
+                    "fields": [[_enc(f), _enc(v)] for f, v in batch],
+                    "expire_at": expire_at if first else None,
+                }
+            )
             first = False
         return 0
     if kind != "string":

@@ -160,7 +160,9 @@ def _check(record: Any, plan: _Plan) -> None:
             try:
                 parse_spec(_need(record, "hash_spec", str))
             except ValueError:
-                raise ValueError(f"hash_spec {record['hash_spec']!r} is not split:fill:level or bits:fill:growth") from None
+                raise ValueError(
+                    f"hash_spec {record['hash_spec']!r} is not split:fill:level or bits:fill:growth"
+                ) from None
     elif kind == "seen_ttl":
         for i, entry in enumerate(_need(record, "entries", list)):
             if not isinstance(entry, list) or len(entry) != 2:
@@ -334,9 +336,19 @@ def import_crawl(
 
 def _write(client: redis.Redis, keys: CrawlKeys, plan: _Plan, spool: IO[str]) -> dict[str, Any]:
     counts: dict[str, int] = {
-        "requests": 0, "leased": 0, "start_entries": 0, "dead": 0, "seeds": 0, "dconf": 0, "domains": 0,
-        "stats": 0, "fingerprints": 0, "bloom_keys": 0, "bloom_bytes": 0, "bf_chunks": 0,
-    }  # fmt: skip
+        "requests": 0,
+        "leased": 0,
+        "start_entries": 0,
+        "dead": 0,
+        "seeds": 0,
+        "dconf": 0,
+        "domains": 0,
+        "stats": 0,
+        "fingerprints": 0,
+        "bloom_keys": 0,
+        "bloom_bytes": 0,
+        "bf_chunks": 0,
+    }
     shards = plan.header.get("shards", 1)
     if shards > 1:
         claim_shards(client, keys, shards)  # before any request: nodes must see the layout first
