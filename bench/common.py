@@ -350,7 +350,9 @@ def server_counters(info: dict[str, Any]) -> dict[str, float]:
     """Cumulative server-side counters worth a delta."""
     calls = sum(v.get("calls", 0) for k, v in info.items() if k.startswith("cmdstat_") and isinstance(v, dict))
     evals = sum(
-        v.get("calls", 0) for k, v in info.items() if k in ("cmdstat_evalsha", "cmdstat_eval") and isinstance(v, dict)
+        v.get("calls", 0)
+        for k, v in info.items()
+        if k in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall", "cmdstat_fcall_ro") and isinstance(v, dict)
     )
     return {
         "commandstats_calls": calls,

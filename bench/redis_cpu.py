@@ -210,16 +210,19 @@ def crawl(
     }
     commands.pop("config|resetstat", None)
     commands.pop("info", None)
-    evalsha = commands.get("evalsha", (0, 0))
+    # a script call: EVALSHA of a script, or FCALL of the library's function (Redis 7)
+    calls = [commands.get(name, (0, 0)) for name in ("evalsha", "fcall", "fcall_ro")]
+    evalsha = (sum(c for c, _ in calls), sum(u for _, u in calls))
     inner = {
         name: cu
         for name, cu in commands.items()
-        if name not in ("evalsha", "eval") and not name.startswith(("script", "config", "slowlog"))
+        if name not in ("evalsha", "eval", "fcall", "fcall_ro")
+        and not name.startswith(("script", "function", "config", "slowlog"))
     }
     per_sha: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for entry in entries:
         args = entry["command"].split()
-        if args and args[0].lower() == b"evalsha" and len(args) > 1:
+        if args and args[0].lower() in (b"evalsha", b"fcall") and len(args) > 1:
             row = per_sha[args[1].decode()]
             row[0] += 1
             row[1] += int(entry["duration"])
@@ -541,7 +544,7 @@ def report(
     mine = groups.get((CRAWLPLUG, SET, 1), [])
     theirs = groups.get((BASE, SET, 1), [])
     names = sorted(
-        {c for r in mine + theirs for c in r["commands"] if c not in ("evalsha",)},
+        {c for r in mine + theirs for c in r["commands"] if c not in ("evalsha", "fcall")},
         key=lambda c: -(median([r["commands"].get(c, {}).get("us_per_page") or 0 for r in theirs]) or 0),
     )
     for c in names:

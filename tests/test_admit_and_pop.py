@@ -23,6 +23,7 @@ from crawlplug.frontier.fphash import HashDedup, HashSpec
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.queues import DomainQueue, FifoQueue
 
+from .support.scriptcalls import script_calls
 from .support.scriptspy import AdmitSpy
 
 K = CrawlKeys("fused")
@@ -54,7 +55,7 @@ def snapshot(r: redis.Redis, keys: CrawlKeys = K) -> dict[bytes, Any]:
 
 
 def evalsha_calls(r: redis.Redis) -> int:
-    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+    return script_calls(r)
 
 
 def test_one_script_call_admits_acks_and_pops(r):

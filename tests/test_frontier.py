@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import multiprocessing
 import random
 import time
@@ -549,6 +550,48 @@ def test_leases_are_renewed_on_a_full_redis_and_admissions_refused_whole(fresh_r
         f.admit([(fp("new"), 0, b"new")])
     assert client.scard(K.seen) == seen and client.hlen(K.requests) == 10, "nothing half-written"
     client.close()
+
+
+@pytest.mark.parametrize("how", ["alone", "pipelined"])
+def test_a_full_redis_that_lost_the_library_still_renews_leases_by_the_scripts(fresh_redis, caplog, how):
+    """Redis 7 refuses FUNCTION LOAD over maxmemory (SCRIPT LOAD it lets through): a node
+    whose server lost the library (FUNCTION FLUSH, a restore of a snapshot taken before it
+    was loaded) and is full runs its calls by EVALSHA, so the heartbeat (one call alone, or
+    pipelined with the reap and the history sample) still renews every lease; said once."""
+    client = redis.Redis.from_url(fresh_redis.url)
+    f = Frontier(client, K, node_id="node-a", lease_timeout=2)
+    if f.scripts.functions is None:
+        pytest.skip("Redis Functions need Redis 7 (this server is older)")
+    client.config_set("maxmemory-policy", "noeviction")
+    f.admit([(fp(i), 0, b"x" * 100) for i in range(10)])
+    held = [x.id for x in f.pop(10)]
+    client.function_flush()
+    client.set("filler", "1" * 2_000_000)
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) // 2)
+    before = dict(client.zrange(K.leases, 0, -1, withscores=True))
+    time.sleep(0.05)
+    with caplog.at_level(logging.WARNING, logger="crawlplug.frontier.scripts"):
+        for _ in range(2):
+            if how == "alone":
+                assert f.heartbeat(held) == []
+            else:
+                assert f.heartbeat_and_reap(held).lost == []
+    after = dict(client.zrange(K.leases, 0, -1, withscores=True))
+    assert set(after) == set(before) and all(after[i] > before[i] for i in before), "every lease renewed"
+    told = [x.getMessage() for x in caplog.records if "could not load crawlplug's Functions library" in x.getMessage()]
+    assert len(told) == 1 and "maxmemory" in told[0], told
+    assert f.scripts.functions is None and client.function_list() == [], "no library loaded, none half-made"
+    with pytest.raises(redis.ResponseError, match="maxmemory"):  # the admission's own refusal
+        f.admit([(fp("new"), 0, b"new")])
+    client.config_set("maxmemory", 0)
+    g = Frontier(client, K, node_id="node-b")  # a node made later tries the library again
+    assert g.admit([(fp("new"), 0, b"new")]).admitted == 1 and g.scripts.functions is not None
+    assert [lib[b"library_name"] for lib in map(_pairs, client.function_list())] == [g.scripts.functions.name.encode()]
+    client.close()
+
+
+def _pairs(flat: list[object]) -> dict[object, object]:
+    return dict(zip(flat[::2], flat[1::2]))
 
 
 def test_a_corrupt_key_refuses_the_whole_call_and_names_the_key(r, frontier):

@@ -25,6 +25,7 @@ from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.history import DAY_MS, HOUR_MS, MINUTE_MS
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards
+from crawlplug.frontier.scripts import Scripts
 from crawlplug.frontier.store import redis_ms
 from crawlplug.ops import history
 from crawlplug.web import create_app
@@ -393,6 +394,7 @@ def test_a_sample_pipelined_after_the_heartbeat_counts_the_node_on_a_server_hold
     used to be sent again after the others had run, so the history sample ran before the
     heartbeat ahead of it and counted no live node (CI, a sharded crawl on a cluster)."""
     frontier = Frontier(r, K, node_id="a")
+    frontier.scripts = Scripts(r, functions=False)  # the scripts, not the Functions library (one unit)
     r.script_flush()
     r.script_load(frontier.scripts._scripts["history"].script)  # the sample's script only
     frontier.heartbeat_and_reap([])

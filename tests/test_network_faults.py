@@ -33,11 +33,11 @@ from crawlplug.crawl import Crawl
 from crawlplug.errors import AdmissionIncomplete, RolledBack
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.luatext import source
 from crawlplug.serializers import JsonSerializer
 from crawlplug.server.clients import client_from_url
 
 from .support.faultproxy import FaultProxy
+from .support.scriptcalls import marker
 
 KEYS = CrawlKeys("shop")
 SETTINGS: dict[str, object] = {
@@ -51,7 +51,6 @@ SETTINGS: dict[str, object] = {
 #: CRAWLPLUG_REDIS_TIMEOUT (5 s) and connect timeout (2 s); the old 30 s timeout, tried
 #: twice, took 60 s, with the node's reactor blocked all along.
 NOTICE_BOUND = 30.0
-ADMIT_SHA = hashlib.sha1(source("admit").encode()).hexdigest().encode()
 
 
 @pytest.fixture
@@ -169,7 +168,7 @@ def test_an_admission_sent_again_after_its_reply_was_lost_is_done_once(r, proxie
     frontier.admit([(_fp(0), 0.0, _payload(0))])
     parent = frontier.pop(1)[0].id
     for after in (0, 3):  # no byte of the reply, then a few
-        proxy.reset_reply(ADMIT_SHA, after=after)
+        proxy.reset_reply(marker(r, "admit"), after=after)
         resets = proxy.resets
         result = frontier.admit(
             [(_fp(after + 1), 0.0, _payload(after + 1)), (_fp(after + 2), 0.0, _payload(after + 2))],
@@ -188,7 +187,7 @@ def test_an_admission_whose_retry_failed_is_sent_again_first_by_the_next_call(r,
     frontier = Frontier(client_from_url(proxy.url), KEYS, node_id="node-a")
     frontier.admit([(_fp(i), 0.0, _payload(i)) for i in range(3)])
     parents = [lease.id for lease in frontier.pop(3)]
-    proxy.reset_reply(ADMIT_SHA, times=2)
+    proxy.reset_reply(marker(r, "admit"), times=2)
     with pytest.raises(redis.ConnectionError):
         frontier.admit_and_pop([(_fp(10), 0.0, _payload(10))], [parents[0]], 1)
     assert proxy.resets == 2 and _stats(r)["enqueued"] == 4 and _stats(r)["acked"] == 1, "the lost call ran, once"
@@ -200,7 +199,7 @@ def test_an_admission_whose_retry_failed_is_sent_again_first_by_the_next_call(r,
     # the lost call's pop answered again with the lease it gave: none orphaned (issue 32)
     assert _stats(r) == {"enqueued": 5, "acked": 2, "leased": 3 + 1}, "leased once: the lost pop's lease came back"
     # a call that does not repeat the lost one sends what it is given
-    proxy.reset_reply(ADMIT_SHA, times=2)
+    proxy.reset_reply(marker(r, "admit"), times=2)
     with pytest.raises(redis.ConnectionError):
         frontier.admit([(_fp(20), 0.0, _payload(20))], [parents[2]])
     result = frontier.admit([(_fp(21), 0.0, _payload(21))])
@@ -271,7 +270,7 @@ def test_a_reply_lost_after_the_admission_ran_neither_loses_nor_counts_twice(cra
     a = nodes[0]
     wait_until(lambda: sum(shop.hits.values()) >= 20, 60, "the crawl under way")
     in_flight = leases_of(r, a.proc.pid)
-    proxies[0].reset_reply(ADMIT_SHA, after=after, times=4)
+    proxies[0].reset_reply(marker(r, "admit"), after=after, times=4)
     wait_until(lambda: proxies[0].resets >= 4, 60, "four admissions of node A cut off")
     finish(nodes)
     seen = assert_complete(
@@ -350,7 +349,7 @@ def test_a_sharded_admission_whose_reply_was_lost_is_sent_again_first_and_counte
     frontier.admit([(_fp(0), 0.0, _payload(0), "", hosts[0])])
     parent = frontier.pop(1)[0].id
     children = [(_fp(i), 0.0, _payload(i), "", hosts[i % 2]) for i in range(1, 5)]
-    proxies[0].reset_reply(ADMIT_SHA, times=2)  # the batch's pipeline, and the client's retry of it
+    proxies[0].reset_reply(marker(r, "admit"), times=2)  # the batch's pipeline, and the client's retry of it
     with pytest.raises((redis.ConnectionError, AdmissionIncomplete)):
         frontier.admit(children, [parent])
     assert proxies[0].resets == 2 and Crawl.of(frontier).totals().get("enqueued") == 5, "the lost calls ran, once"

@@ -65,7 +65,9 @@ OTHER_KEYS = crawler_user(
     name="otherkeys",
 )
 WATCHER = crawler_user(rules=WATCHER_RULES, name="watcher")
-USERS = (crawler_user(), NO_SCRIPTS, OTHER_KEYS, WATCHER)
+#: the crawler rule of before the Functions library (no FCALL, no FUNCTION LOAD)
+SCRIPTS_ONLY = crawler_user(rules=CRAWLER_RULES.replace(" +function|load +fcall +fcall_ro", ""), name="scriptsonly")
+USERS = (crawler_user(), NO_SCRIPTS, OTHER_KEYS, WATCHER, SCRIPTS_ONLY)
 
 
 def assert_no_secret(text: str, where: str) -> None:
@@ -328,6 +330,31 @@ def test_a_read_only_user_can_watch_a_crawl(acl_redis):
         assert res.status_code == 503 and "no permissions" in res.json()["error"]
     finally:
         client.close()
+
+
+def test_a_user_refused_the_functions_commands_crawls_by_evalsha_and_is_told_once(crawl, shop, acl_redis):
+    """The crawler rule of before the Functions library (Redis 7): FCALL is refused, so the
+    node runs the scripts by EVALSHA instead, says so once, and crawls to the end."""
+    admin = acl_redis.admin()
+    if int(str(admin.info("server")["redis_version"]).split(".")[0]) < 7:
+        admin.close()
+        pytest.skip("Redis Functions need Redis 7 (this server is older)")
+    url = acl_redis.url("scriptsonly", CRAWLER_PASSWORD)
+    try:
+        admin.config_resetstat()
+        node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": url, **FAST})
+        assert node.wait(180) == 0, node.text()[-3000:]
+        text = node.text()
+        told = [line for line in text.splitlines() if "the scripts run by EVALSHA instead" in line]
+        assert len(told) == 1 and "WARNING" in told[0] and "docs/security.md" in told[0], told
+        assert "'finish_reason': 'finished'" in text and "Traceback" not in text
+        _assert_complete(shop, [node])
+        stats = admin.info("commandstats")
+        assert stats["cmdstat_evalsha"]["calls"] > len(shop.shop.paths()) / 10, stats
+        refused = [e for e in admin.acl_log() if e.get("username") == "scriptsonly"]
+        assert refused and {e["object"] for e in refused} <= {"fcall", "function|load", "fcall_ro"}, refused
+    finally:
+        admin.close()
 
 
 def test_the_documented_rules_are_the_tested_ones():

@@ -19,10 +19,13 @@ __all__ = ["ALLOW_OOM", "PIECES", "READ_ONLY", "source"]
 #: an admission).
 PIECES = ("guard", "epoch", "record", "leases", "domains", "bloom", "dedup", "popping")
 
-#: Scripts whose writes must go through on a full Redis (lease renewal): on Redis 7
-#: and later they declare ``flags=allow-oom``; older servers know no flags, and let
-#: them through because their first write frees memory (guard.lua).
-ALLOW_OOM = frozenset({"heartbeat", "renew"})
+#: Scripts whose writes must go through on a full Redis: lease renewal, and giving leases
+#: back (the reaper, a node's release), which frees more than it adds. On Redis 7 and later
+#: they declare ``allow-oom`` (a script's shebang flag, the library's function flag: a
+#: function without it is refused before it runs by a Redis over its maxmemory); older
+#: servers know no flags, and let them through because their first write frees memory
+#: (guard.lua; the reaper's first write is its ZREMRANGEBYSCORE of the node registry).
+ALLOW_OOM = frozenset({"heartbeat", "renew", "reap", "release"})
 
 #: Scripts that only read: on Redis 7 and later they declare ``flags=no-writes`` and are
 #: run with EVALSHA_RO (:meth:`Scripts.read`), which a read-only ACL user may be given

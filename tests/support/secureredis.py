@@ -41,10 +41,10 @@ from .servers import answers, free_port, stop_process
 #: The ACL rule of docs/security.md for crawlplug's nodes and commands (user name and password apart).
 CRAWLER_RULES = (
     "~crawlplug:* resetchannels -@all +@read +@write +@transaction -@dangerous -function "
-    "+evalsha +script|load +time +ping +info"
+    "+function|load +fcall +fcall_ro +evalsha +script|load +time +ping +info"
 )
 #: The read-only rule of docs/security.md: status, peek, dead letters, the dashboard without actions.
-WATCHER_RULES = "~crawlplug:* resetchannels -@all +@read +evalsha_ro +eval_ro +time +ping +info"
+WATCHER_RULES = "~crawlplug:* resetchannels -@all +@read +fcall_ro +evalsha_ro +eval_ro +time +ping +info"
 ADMIN, ADMIN_PASSWORD = "admin", "admin-pw-4d8e1c"
 CRAWLER, CRAWLER_PASSWORD = "crawler", "Cr4wl:p@ss/w0rd%secret"  # characters a URL must escape
 
@@ -287,8 +287,9 @@ class SecureRedis:
             or find_redis_server(os.environ.get("CRAWLPLUG_REDIS_SERVER"))
         )
         acl = self.acl
-        if major_version(binary) < 7:  # no FUNCTION command to deny, no read-only scripts before Redis 7
-            acl = acl.replace(" -function", "").replace(" +evalsha_ro +eval_ro", "")
+        if major_version(binary) < 7:  # no Functions, no read-only scripts before Redis 7
+            for seven in (" -function", " +function|load", " +fcall_ro", " +fcall", " +evalsha_ro", " +eval_ro"):
+                acl = acl.replace(seven, "")
         acl_file = self.directory / "users.acl"
         acl_file.write_text(acl)
         args = [
