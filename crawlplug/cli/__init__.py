@@ -14,6 +14,7 @@ of commands, each command a thin wrapper over library functions).
     crawlplug stop CRAWL [--drain], continue CRAWL, new-run CRAWL, limits CRAWL   # run control
     crawlplug export / import, migrate from-scrapy-redis | seen-to-hash, items, sites, dashboard
     crawlplug embedded start|stop|url
+    crawlplug functions list|prune           # crawlplug's Functions libraries (Redis 7)
     crawlplug start CRAWL --scrapyd URL ...   # nodes started through Scrapyd; scrapyd cancel ends them
     crawlplug schedule CRAWL --cron EXPR ...  # runs at cron times, fired by `crawlplug control`
     crawlplug alerts add CRAWL --when "error_rate > 0.2 for 2m" --notify URL   # list, delete
@@ -40,6 +41,7 @@ from . import (
     embedded,
     feed,
     forget,
+    functions,
     items,
     launch,
     migrate,
@@ -63,6 +65,7 @@ _COMMANDS = (
     embedded,
     feed,
     forget,
+    functions,
     items,
     launch,
     migrate,

@@ -22,8 +22,11 @@ What a call of a script does, a call of its function does:
   (a pop that finds nothing) is refused too.
 
 Library and function names carry the hash of the library's text, so two crawlplug
-versions on one Redis load libraries of their own. Not yet run by crawlplug's calls
-(the scripts are, crawlplug.frontier.scripts); issue 37's next step.
+versions on one Redis load libraries of their own (a rolling upgrade: each runs its own).
+A library stays in Redis (its snapshots and replicas too) until deleted: :func:`installed`
+lists crawlplug's, :func:`prune` deletes those of other versions (``crawlplug functions``);
+a node still running another version loads its own again at its next call, which did
+nothing when it found none. crawlplug.frontier.scripts runs the calls.
 """
 
 from __future__ import annotations
@@ -34,10 +37,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
+from typing import Any
+
+import redis
 
 from .luatext import ALLOW_OOM, PIECES, READ_ONLY, _only_what_is_used, _uses, _without_comments
 
-__all__ = ["Library", "library"]
+__all__ = ["PREFIX", "Installed", "Library", "installed", "library", "prune"]
+
+#: what the name of every crawlplug library starts with
+PREFIX = "crawlplug_"
 
 #: a line that closes or continues the block above it, at the top level's indentation
 _CONTINUES = re.compile(r"(end|else|elseif|until)\b|[}\])]")
@@ -53,7 +62,7 @@ class Library:
     functions: dict[str, str] = field(default_factory=dict)  #: script name -> function name
 
 
-def _text(name: str) -> str:
+def _lua(name: str) -> str:
     return files(__package__).joinpath("lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
@@ -74,9 +83,9 @@ def _blocks(text: str) -> list[list[str]]:
 def library(names: Sequence[str]) -> Library:
     """The scripts ``names`` (in this order) as one library (module docstring)."""
     names = tuple(names)
-    owns = {name: _without_comments(_text(name)) for name in names}
-    used = {piece for name in names for piece in _uses(name, _text(name))}
-    pieces = _without_comments("\n".join(_text(p) for p in PIECES if p in used))
+    owns = {name: _without_comments(_lua(name)) for name in names}
+    used = {piece for name in names for piece in _uses(name, _lua(name))}
+    pieces = _without_comments("\n".join(_lua(p) for p in PIECES if p in used))
     pieces = _only_what_is_used(pieces, "\n".join(owns.values()))
     top: list[str] = []
     init: list[str] = []
@@ -97,7 +106,7 @@ def library(names: Sequence[str]) -> Library:
         body += [f"local function script_{name}()", *[x for x in own.split("\n") if x.strip()], "end"]
     text = "\n".join(line.strip() for line in body)
     digest = hashlib.sha1(text.encode()).hexdigest()[:12]
-    lib = f"crawlplug_{digest}"
+    lib = f"{PREFIX}{digest}"
     functions = {name: f"{lib}_{name}" for name in names}
     registrations = []
     for name in names:
@@ -107,3 +116,56 @@ def library(names: Sequence[str]) -> Library:
             f"KEYS, ARGV = keys, args init() return script_{name}() end, flags={{{flags}}}}}"
         )
     return Library(lib, "\n".join([f"#!lua name={lib}", text, *registrations]), functions)
+
+
+@dataclass(frozen=True)
+class Installed:
+    """One of crawlplug's libraries a Redis holds."""
+
+    name: str
+    functions: int  #: how many functions it registers
+    code_bytes: int  #: the length of its text
+    current: bool  #: this crawlplug's own (:func:`library` of the scripts it runs)
+
+
+def installed(client: redis.Redis, current: str) -> list[Installed]:
+    """crawlplug's libraries on ``client``'s server (FUNCTION LIST WITHCODE), ``current``
+    (a library's name) marked, sorted by name. Raises redis-py's errors (a server before
+    Redis 7 answers that it knows no FUNCTION command)."""
+    found = []
+    for entry in client.function_list(library=f"{PREFIX}*", withcode=True):
+        fields = _pairs(entry)
+        name = _text(fields.get(b"library_name", fields.get("library_name", b"")))
+        code = fields.get(b"library_code", fields.get("library_code", b""))
+        functions = fields.get(b"functions", fields.get("functions", []))
+        if name.startswith(PREFIX):
+            found.append(Installed(name, len(functions or []), len(code or b""), name == current))
+    return sorted(found, key=lambda x: x.name)
+
+
+def prune(client: redis.Redis, current: str) -> list[Installed]:
+    """Delete crawlplug's libraries other than ``current`` from ``client``'s server; the ones
+    deleted. A node of another crawlplug version that still runs loads its own again at its
+    next call (the call that found no function did nothing)."""
+    gone = []
+    for lib in installed(client, current):
+        if lib.current:
+            continue
+        try:
+            client.function_delete(lib.name)
+        except redis.ResponseError as exc:
+            if "not exist" not in str(exc).lower():  # deleted meanwhile by another operator
+                raise
+            continue
+        gone.append(lib)
+    return gone
+
+
+def _pairs(flat: Any) -> dict[Any, Any]:
+    if isinstance(flat, dict):
+        return flat
+    return dict(zip(flat[::2], flat[1::2]))
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
