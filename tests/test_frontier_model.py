@@ -241,7 +241,6 @@ class FrontierUnderTest:
             for short in (False, True):
                 f = self.frontier(node, short=short)
                 f.epoch = joined.epoch
-                f.data_lost = f.data_lost or lost
                 f.forget_dedup_layers()
         return Rejoined(node, lost, kept, refusal)
 
@@ -314,9 +313,8 @@ class FrontierUnderTest:
         """(whether the crawl reads as finished to ``node`` as the scheduler decides it:
         nothing queued or leased anywhere, no producer, no loss of data marked; the idle
         counts; whether a loss of data is marked)."""
-        f = self.frontier(node)
-        state = f.idle_state()
-        return (state == (0, 0, 0) and not f.data_lost), state, f.data_lost
+        state = self.frontier(node).idle_state()  # its loss mark read with the counts
+        return (state == (0, 0, 0) and not state.data_lost), state, state.data_lost
 
     # -- reading Redis, for the invariants ---------------------------------------------------
     def parts(self) -> list[CrawlKeys]:

@@ -98,7 +98,8 @@ def test_lanes_are_counted_by_status_peek_crawls_and_the_end_of_a_run(r):
     f.heartbeat([])  # no longer reading its start requests
     Crawl.of(f).push_starts(["l1", "l2"], "start_urls:low")
     assert Crawl.of(f).status()["start_urls"] == 2
-    assert f.idle_state()[0] == 2 and f.start_entries == 2
+    idle = f.idle_state()
+    assert idle[0] == 2 and idle.start_entries == 2
     assert Crawl.of(f).finish_run(joined.run, node_id=f.node_id, epoch=f.epoch, lanes=f.lanes)[0] == "busy", (
         "the run does not finish under entries waiting in a lane"
     )

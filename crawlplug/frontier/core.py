@@ -204,13 +204,6 @@ class Frontier:
         self.queue = self.shards[0].queue
         self.lease_ms = self.base.lease_ms
         self.max_deliveries = self.base.max_deliveries
-        #: what the last calls saw (also in their results): for readers and tests
-        self.next_ready_ms = -1
-        self.start_entries = 0
-        self.paused = False
-        self.run_state = ""
-        self.data_lost = False
-        self.start_urls_kind = ""
         self._rr = 0
         self._dry_until = [0.0] * shards
         self._shares_last: dict[int, int] = {}
@@ -385,11 +378,10 @@ class Frontier:
         while pop and len(tally.leased) < pop and len(asked) < self.n:
             if not self._pop_more(pop - len(tally.leased), asked, admitting, tally, waits):
                 break
-        self.next_ready_ms = min(waits) if waits else -1
         if plan.later_acks:
             self._ack_later(plan.later_acks, tally)
         return AdmitResult("".join(tally.flags), tally.acked, tally.stale), Leases(
-            tally.leased, next_ready_ms=self.next_ready_ms, queued_seen=self.queued_seen
+            tally.leased, next_ready_ms=min(waits) if waits else -1, queued_seen=self.queued_seen
         )
 
     def _route(self, items: Sequence[Admission], acks: Sequence[str], events: Sequence[tuple[str, str]]) -> _Plan:
@@ -608,13 +600,13 @@ class Frontier:
         self._shares_last = dict(shares)
         return shares
 
-    def _took(self, shard: int, got: list[Leased], waits: list[int]) -> list[Leased]:
-        """Note what a shard's pop gave: a shard that gave less than asked ran dry."""
+    def _took(self, shard: int, got: Leases, waits: list[int]) -> list[Leased]:
+        """Note what a shard's pop gave: a shard that gave less than asked ran dry; when its
+        per-domain queue's next domain is due."""
         if len(got) < self._shares_last.get(shard, 0):
             self._dry_until[shard] = time.monotonic() + self.SKIP_EMPTY
-        nxt = self.shards[shard].next_ready_ms
-        if getattr(self.queue, "order", None) == "domain" and nxt >= 0:
-            waits.append(nxt)
+        if got.next_ready_ms >= 0:
+            waits.append(got.next_ready_ms)
         return self._wrap(shard, got)
 
     def _give_back(self, leased: list[Leased]) -> None:
@@ -738,16 +730,16 @@ class Frontier:
                 raise raw
         for reply in sampled:
             self.base.history_sampled(reply)
-        lost, self.paused, self.run_state, self.data_lost = self.base.read_beat(results[0])
+        lost, paused, run_state, data_lost = self.base.read_beat(results[0])
         for p, raw in zip(shards, results[1 : 1 + len(shards)]):
             lost += [f"{p}.{x}" for x in self.shards[p].read_renewal(raw)]
         reaped = results[1 + len(shards) :]
         return Beat(
             lost,
             (sum(int(raw[0]) for raw in reaped), sum(int(raw[1]) for raw in reaped)),
-            paused=self.paused,
-            run_state=self.run_state,
-            data_lost=self.data_lost,
+            paused=paused,
+            run_state=run_state,
+            data_lost=data_lost,
         )
 
     # -- when a part went back in time (crawlplug.frontier.record) -------------------------
@@ -835,23 +827,20 @@ class Frontier:
         tell an idle crawl from a done one."""
         queued = leased = producers = 0
         results: list[Any] = self.scripts.run_many([f.idle_call() for f in self.all_parts])  # idle.lua's replies
-        for i, raw in enumerate(results):
+        for raw in results:
             if isinstance(raw, Exception):
                 raise raw
             queued += int(raw[0])
             leased += int(raw[1])
             producers += int(raw[2])
-            if i == 0:
-                self.start_entries = int(raw[3])
-                self.data_lost = bool(int(raw[4]))
-                self.start_urls_kind = text(raw[5])
+        own = results[0]  # the crawl's own keys: its start entries, its loss mark, start_urls
         return Idle(
             queued,
             leased,
             producers,
-            start_entries=self.start_entries,
-            data_lost=self.data_lost,
-            start_urls_kind=self.start_urls_kind,
+            start_entries=int(own[3]),
+            data_lost=bool(int(own[4])),
+            start_urls_kind=text(own[5]),
         )
 
     def __len__(self) -> int:

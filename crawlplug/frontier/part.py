@@ -111,8 +111,6 @@ class Part:
         self.uncertain: tuple[str, list[str], list[Arg], int, int, int] | None = None
         self._epoch = str(epoch)
         k = keys
-        #: ms until the next domain is ready, from the last pop (DomainQueue; -1: unknown)
-        self.next_ready_ms = -1
         #: requests waiting in the queue, as the last pop saw them (-1: none seen yet)
         self.queued_seen = -1
         #: the run this node joined (crawlplug.crawl.runs; None: none): its history samples carry it
@@ -574,13 +572,13 @@ class Part:
             leased = Leases(leased_from(raw), queued_seen=self.queued_seen)
         else:
             # the per-domain queue: a report flag per request, and when its next domain is ready
-            self.next_ready_ms = int(raw[-1])
+            next_ready_ms = int(raw[-1])
             leased = Leases(
                 (
                     Leased(text(raw[i]), raw[i + 1], int(raw[i + 2]), text(raw[i + 3]))
                     for i in range(0, len(raw) - 1, 4)
                 ),
-                next_ready_ms=self.next_ready_ms,
+                next_ready_ms=next_ready_ms,
                 queued_seen=self.queued_seen,
             )
         self.record.took(x.id for x in leased)
