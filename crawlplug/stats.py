@@ -55,7 +55,7 @@ from twisted.internet.task import LoopingCall
 from .config import setting
 from .errors import REDIS_ERRORS
 from .frontier.keys import CrawlKeys, crawl_keys
-from .frontier.luatext import source
+from .frontier.scripts import Scripts
 from .frontier.results import process_node_id
 from .frontier.store import text
 from .server import clients
@@ -227,7 +227,7 @@ class RedisStatsCollector(StatsCollector):
     def bind(self, client: redis.Redis, keys: CrawlKeys, node_id: str) -> None:
         """Write to crawl ``keys`` on ``client`` as node ``node_id`` (``open_spider`` does this)."""
         self.client, self.keys, self.node_id = client, keys, node_id
-        self._script = client.register_script(source("stats"))
+        self._script = Scripts(client).stats  # on Redis 7 the library's function, as every node call
 
     def flush(self) -> bool:
         """Send the stats changed since the last flush; False (changes kept) if Redis failed."""

@@ -71,6 +71,7 @@ NAMES = (
     "forget",
     "history",
     "runctl",
+    "stats",
 )
 
 
