@@ -490,6 +490,13 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
                 "redis_memory_kept_bytes": after["used_memory"] - before["used_memory"],
                 "redis_memory_peak_bytes": after["used_memory_peak"] - before["used_memory"],
                 "redis_memory_kept_per_page": (after["used_memory"] - before["used_memory"]) / pages if pages else None,
+                # the same without Redis 7's per-command latency histograms (memory_kept)
+                "redis_memory_kept_net_per_page": (
+                    memory["used_memory_without_latency_histograms"] - before["used_memory"]
+                )
+                / pages
+                if pages and memory and memory.get("used_memory_without_latency_histograms") is not None
+                else None,
                 "redis_memory_peak_per_page": (after["used_memory_peak"] - before["used_memory"]) / pages
                 if pages
                 else None,
@@ -500,10 +507,16 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
     log(_one_line(result))
     if memory:
         log(
-            f"    used_memory {memory['used_memory'] / 1024:.0f} KB: scripts {memory['scripts'] / 1024:.0f} KB, "
+            f"    used_memory {memory['used_memory'] / 1024:.0f} KB "
+            f"({_kb(memory['used_memory_without_latency_histograms'])} KB without {memory['latency_histograms']} "
+            f"latency histograms): scripts {memory['scripts'] / 1024:.0f} KB, functions {memory['functions'] / 1024:.0f} KB, "
             f"keys {memory['keys'] / 1024:.0f} KB ({', '.join(f'{k} {v / 1024:.1f}' for k, v in memory['by_kind'].items())})"
         )
     return result
+
+
+def _kb(value: int | None) -> str:
+    return "?" if value is None else f"{value / 1024:.0f}"
 
 
 def _mean_active(nodes: list[Node]) -> list[float | None]:
@@ -529,14 +542,28 @@ def memory_kept(client: Any) -> dict[str, Any] | None:
     except redis.RedisError:
         return None
     scripts = int(info.get("used_memory_scripts_eval", info.get("used_memory_scripts", 0)))
+    functions = int(info.get("used_memory_functions", 0))
     try:
         stats = {k: v for k, v in client.memory_stats().items() if isinstance(v, (int, float))}
         stats["slowlog.len"] = client.slowlog_len()
     except redis.RedisError:
         stats = {}
+    # Redis 7 keeps a latency histogram (latency-tracking, on by default) for every command
+    # name it has run, scripts' inner commands too: about 25 KB each, 1.1 MB after a crawl
+    # that used 45 names, whatever its size. CONFIG RESETSTAT frees them (read last: the
+    # crawl's commandstats were read before this).
+    try:
+        histograms = sum(1 for k in client.info("commandstats") if k.startswith("cmdstat_"))
+        client.config_resetstat()
+        without = int(client.info("memory")["used_memory"])
+    except redis.RedisError:
+        histograms, without = 0, None
     return {
         "used_memory": int(info["used_memory"]),
+        "used_memory_without_latency_histograms": without,
+        "latency_histograms": histograms,
         "scripts": scripts,
+        "functions": functions,
         "keys": sum(by_kind.values()),
         "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])[:12]),
         "memory_stats": stats,
@@ -573,6 +600,7 @@ NUMERIC = [
     "commands_per_page",
     "server_command_executions_per_page",
     "redis_memory_kept_per_page",
+    "redis_memory_kept_net_per_page",
     "redis_memory_peak_per_page",
     "site_cpu_s",
     "redis_cpu_s",
@@ -648,6 +676,7 @@ def main_table(summaries: list[dict[str, Any]], stock: dict[str, Any] | None) ->
         "Redis cmds/page",
         "server cmds/page",
         "Redis B/page kept",
+        "kept net",
         "peak",
     ]
     rows = []
@@ -668,6 +697,7 @@ def main_table(summaries: list[dict[str, Any]], stock: dict[str, Any] | None) ->
                 fmt(s["commands_per_page"]),
                 fmt(s["server_command_executions_per_page"], ".1f"),
                 fmt(s["redis_memory_kept_per_page"], ".0f"),
+                fmt(s.get("redis_memory_kept_net_per_page"), ".0f"),
                 fmt(s["redis_memory_peak_per_page"], ".0f"),
             ]
         )
@@ -1316,6 +1346,9 @@ def print_report(report: dict[str, Any]) -> None:
             "cmds/page: INFO commandstats, which also counts the commands Lua scripts run;"
         )
         p("   Redis B/page: used_memory after the crawl minus before (kept), used_memory_peak minus before (peak)")
+        p(
+            "   kept net: kept without Redis 7's latency histograms (about 25 KB per command name run, freed by CONFIG RESETSTAT)"
+        )
         for s in inst["summaries"]:
             for note in s["notes"]:
                 p(f"   note ({s['label']}, {s['nodes']} node(s)): {note}")
