@@ -201,6 +201,8 @@ class Crawl:
     warm: bool = False  # crawlplug only: start workers, then seed the crawl
     timeout: float = 300.0
     label: str = ""
+    #: a command each node runs under (bench/node_instructions.py: valgrind's callgrind)
+    wrapper: list[str] | None = None
 
 
 def _seed_request(url: str, callback: str, **kwargs: Any) -> tuple[Any, Any]:
@@ -339,7 +341,8 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
             # every node's own start request ("/") is filtered: the nodes wait for work
             frontier.admit([(_fingerprint(start_request), 0.0, b"")])
             nodes = [
-                start_node(run_dir, f"node{i + 1}", site.url, settings, tree=c.system.tree) for i in range(c.nodes)
+                start_node(run_dir, f"node{i + 1}", site.url, settings, tree=c.system.tree, wrapper=c.wrapper)
+                for i in range(c.nodes)
             ]
             ready = wait_for(lambda: all("Spider opened" in n.text() or not n.proc.alive for n in nodes), 90, 0.1)
             if not ready or not all(n.proc.alive for n in nodes):
@@ -377,7 +380,8 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
                     notes.append(f"{n.proc.name} did not stop on SIGTERM within 30 s")
         else:
             nodes = [
-                start_node(run_dir, f"node{i + 1}", site.url, settings, tree=c.system.tree) for i in range(c.nodes)
+                start_node(run_dir, f"node{i + 1}", site.url, settings, tree=c.system.tree, wrapper=c.wrapper)
+                for i in range(c.nodes)
             ]
             deadline = time.monotonic() + c.timeout
             for n in nodes:
