@@ -70,8 +70,7 @@ def test_a_crawl_is_read_and_switched_without_a_frontier(r):
 
     assert crawl.pause(by="test") and not crawl.pause(by="test")
     assert crawl.paused_info()["by"] == "test"
-    node.heartbeat([x.id for x in held[1:]])
-    assert node.paused, "the node reads the pause back at its heartbeat"
+    assert node.beat([x.id for x in held[1:]]).paused, "the node reads the pause back at its heartbeat"
     assert crawl.resume() and crawl.paused_info() is None and not crawl.resume()
 
     assert crawl.push_starts(["http://h0.test/start"]) == 1

@@ -301,7 +301,8 @@ def test_heartbeat_and_reap_in_one_round_trip(r):
     assert r.zcard(K.queue) == 2 and {p.id for p in theirs} == set(x.decode() for x in r.zrange(K.queue, 0, -1))
     assert r.hget(K.node("node-a"), "rps") == b"1"
     Crawl.of(a).pause()
-    assert b.heartbeat_and_reap([p.id for p in theirs])[0] == [p.id for p in theirs] and b.paused
+    beat = b.heartbeat_and_reap([p.id for p in theirs])
+    assert beat[0] == [p.id for p in theirs] and beat.paused
 
 
 def test_heartbeat_producing_flag(r, frontier):

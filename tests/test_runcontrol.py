@@ -82,10 +82,10 @@ def test_a_page_limit_leases_no_more_than_it_leaves_room_for(r):
     assert node.pop(10) == [], "the leases held count against the limit"
     node.admit([], [x.id for x in first])  # 3 done, 2 held: still no room
     assert node.pop(10) == []
-    assert node.heartbeat([x.id for x in second]) == [] and node.run_state == "running", "3 of 5 done: it goes on"
+    beat = node.beat([x.id for x in second])
+    assert beat.lost == [] and beat.run_state == "running", "3 of 5 done: it goes on"
     node.admit([], [x.id for x in second])
-    node.heartbeat([])
-    assert node.run_state == "limit"
+    assert node.beat([]).run_state == "limit"
     record = runs.record(r, keys)
     assert (record["reason"], record["by"]) == ("closespider_pagecount", "n1")
     # ended: nothing more is leased, whatever the queue holds
@@ -110,14 +110,15 @@ def test_items_errors_and_time_end_the_run_at_a_heartbeat(r):
         control.apply(r, keys, joined.run, limit, by="n1")
         node.admit([(bytes([i]) * 20, 0.0, _payload(i)) for i in range(4)])
         if counts:
-            node.heartbeat([], totals={name: value - 1 for name, value in counts.items()})
-            assert node.run_state == "running", reason
+            assert node.beat([], totals={name: value - 1 for name, value in counts.items()}).run_state == "running", (
+                reason
+            )
             assert len(node.pop(1)) == 1
-            node.heartbeat([], totals=counts)  # the node's totals: the last one is new
+            beat = node.beat([], totals=counts)  # the node's totals: the last one is new
         else:
             time.sleep(0.01)  # past a deadline of 1 ms: the script compares Redis times, nothing here is timed
-            node.heartbeat([])
-        assert node.run_state == "limit", reason
+            beat = node.beat([])
+        assert beat.run_state == "limit", reason
         assert runs.record(r, keys)["reason"] == reason
         assert node.pop(5) == [], reason
 
@@ -133,10 +134,9 @@ def test_a_sharded_crawl_counts_its_pages_through_the_heartbeat(r):
     joined = runs.join(r, keys, node_id="n1", ttl_ms=10_000)
     node = Frontier(r, keys, shards=2, node_id="n1", epoch=joined.epoch)
     control.apply(r, keys, joined.run, Limits(pages=10), by="n1")
-    node.heartbeat([], totals={"shard_acked": 9})
-    assert node.run_state == "running"
-    node.heartbeat([], totals={"shard_acked": 10})
-    assert node.run_state == "limit" and runs.record(r, keys)["reason"] == "closespider_pagecount"
+    assert node.beat([], totals={"shard_acked": 9}).run_state == "running"
+    assert node.beat([], totals={"shard_acked": 10}).run_state == "limit"
+    assert runs.record(r, keys)["reason"] == "closespider_pagecount"
 
 
 def test_stop_is_sticky_until_the_run_is_continued_or_a_new_one_asked_for(r):
@@ -147,8 +147,7 @@ def test_stop_is_sticky_until_the_run_is_continued_or_a_new_one_asked_for(r):
     out = control.stop(r, keys, by="crawlplug stop (alice@web1)")
     assert out.ok and out.state == "stopped"
     assert node.pop(5) == [], "a stopped run leases nothing"
-    node.heartbeat([x.id for x in held])
-    assert node.run_state == "stopped"
+    assert node.beat([x.id for x in held]).run_state == "stopped"
     summary = json.loads(r.hget(keys.runs, "1"))
     assert (summary["state"], summary["reason"], summary["by"]) == ("stopped", "stopped", "crawlplug stop (alice@web1)")
     assert control.stop(r, keys, by="again").outcome == "state", "stopping twice changes nothing"
@@ -183,8 +182,7 @@ def test_a_node_that_may_begin_after_a_limit_does_so_but_never_after_a_stop(r):
     control.apply(r, keys, joined.run, Limits(pages=2), by="n1")
     node.admit([(bytes([i]) * 20, 0.0, _payload(i)) for i in range(5)])
     node.admit([], [x.id for x in node.pop(2)])
-    node.heartbeat([])
-    assert node.run_state == "limit" and not r.hexists(keys.runs, "1"), "killed: no node closed it"
+    assert node.beat([]).run_state == "limit" and not r.hexists(keys.runs, "1"), "killed: no node closed it"
     with pytest.raises(RunEnded) as ended:
         runs.join(r, keys, node_id="restarted", ttl_ms=10_000)
     assert (ended.value.state, ended.value.run_state) == ("closespider_pagecount", "limit")

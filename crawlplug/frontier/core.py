@@ -667,8 +667,20 @@ class Frontier:
     ) -> list[str]:
         """Mark this node alive, renew its leases, count its ``totals`` in the run's counters
         (what is new since they were counted: sent again, a beat counts nothing twice);
-        return the ids it lost."""
-        return self._beat(lease_ids, producing, metrics, totals, reap_limit=None).lost
+        return the ids it lost (:meth:`beat` answers with the rest of what it read)."""
+        return self.beat(lease_ids, producing=producing, metrics=metrics, totals=totals).lost
+
+    def beat(
+        self,
+        lease_ids: Iterable[str],
+        *,
+        producing: bool = False,
+        metrics: Mapping[str, Arg] | None = None,
+        totals: dict[str, int] | None = None,
+    ) -> Beat:
+        """:meth:`heartbeat`, answering with the :class:`Beat` (the leases lost, the pause, the
+        run's state, a loss of data marked), without the reap."""
+        return self._beat(lease_ids, producing, metrics, totals, reap_limit=None)
 
     def reap(self, limit: int = 1000) -> tuple[int, int]:
         """Requeue expired leases (dead-lettering over-delivered ones) in every part: (requeued, dead)."""
