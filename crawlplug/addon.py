@@ -35,10 +35,10 @@ ADDON_COMPONENTS = (
     ("SPIDER_MIDDLEWARES", "crawlplug.scheduler.startonce.StartOnceMiddleware", 20),
     # a node started through Scrapyd records its job (on only with CRAWLPLUG_SCRAPYD_JOB: crawlplug start)
     ("EXTENSIONS", "crawlplug.probes.scrapydjob.ScrapydJob", 500),
-    # the node's own /metrics (on only with CRAWLPLUG_METRICS_PORT; crawlplug.ops.metrics)
-    ("EXTENSIONS", "crawlplug.ops.nodemetrics.NodeMetrics", 510),
+    # the node's own /metrics (on only with CRAWLPLUG_METRICS_PORT; crawlplug.metrics.exporter)
+    ("EXTENSIONS", "crawlplug.metrics.node.NodeMetrics", 510),
     # alert rules declared in the settings, stored at start (on only with CRAWLPLUG_ALERTS)
-    ("EXTENSIONS", "crawlplug.ops.alertrules.SettingsRules", 520),
+    ("EXTENSIONS", "crawlplug.alerts.declared.SettingsRules", 520),
 )
 
 

@@ -398,7 +398,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
             "site); a change takes effect on every node within this time. 0: never re-check."
         ),
     ),
-    # -- metrics and alerts (crawlplug.ops.metrics, crawlplug.ops.alerts; docs/metrics.md) ----------
+    # -- metrics and alerts (crawlplug.metrics.exporter, crawlplug.alerts.rules; docs/metrics.md) ----------
     "CRAWLPLUG_METRICS_PORT": (
         None,
         "A node serves its crawl's Prometheus metrics at http://CRAWLPLUG_METRICS_HOST:<port>/metrics "

@@ -55,8 +55,8 @@ from twisted.internet.task import LoopingCall
 from .config import setting
 from .errors import REDIS_ERRORS
 from .frontier.keys import CrawlKeys, crawl_keys
-from .frontier.scripts import Scripts
 from .frontier.results import process_node_id
+from .frontier.scripts import Scripts
 from .frontier.store import text
 from .server import clients
 

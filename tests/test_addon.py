@@ -138,7 +138,7 @@ def test_the_components_of_features_left_off_load_none_of_their_libraries():
         "from scrapy.utils.misc import load_object\n"
         "from crawlplug.addon import ADDON_COMPONENTS\n"
         "for _, path, _ in ADDON_COMPONENTS: load_object(path)\n"
-        "print(sorted(m for m in ('lark', 'prometheus_client', 'crawlplug.ops.alerts', 'crawlplug.ops.metrics')"
+        "print(sorted(m for m in ('lark', 'prometheus_client', 'crawlplug.alerts.rules', 'crawlplug.metrics.exporter')"
         " if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -16,14 +16,16 @@ import pytest
 import redis
 from click.testing import CliRunner
 
+from crawlplug.alerts import rules as alerts
+from crawlplug.alerts import store as stored
+from crawlplug.alerts.evaluator import Evaluator
 from crawlplug.cli import main
+from crawlplug.controlprocess import Control
 from crawlplug.errors import ConfigError
-from crawlplug.frontier import alerts as stored
-from crawlplug.frontier import schedules
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.store import redis_ms
-from crawlplug.ops import alerts
-from crawlplug.ops.control import Control
+from crawlplug.ops import status
+from crawlplug.schedules import store as schedules
 
 from .support.control import ControlProcess
 from .support.dashboardproc import wait_for
@@ -191,13 +193,13 @@ def test_a_bad_stored_rule_never_delays_the_schedules_and_is_said_once(r, caplog
     )
     r.sadd(stored.index_key(), "shop")
     control = Control(r, lease=5, tick=0.1, timeout=2)
-    with caplog.at_level("WARNING", logger="crawlplug.ops.alerts"):
+    with caplog.at_level("WARNING", logger="crawlplug.alerts.evaluator"):
         control.tick()
         control.tick()
     spec = schedules.get(r, KEYS, "nightly")
     assert spec["last"] is not None and spec["last"]["state"] == "failed", spec["last"]
     assert "Scrapyd" in spec["last"]["why"] or "cannot reach" in spec["last"]["why"], spec["last"]
-    said = [rec.getMessage() for rec in caplog.records if rec.name == "crawlplug.ops.alerts"]
+    said = [rec.getMessage() for rec in caplog.records if rec.name == "crawlplug.alerts.evaluator"]
     for rule, words in [
         ("spaces", "is unreadable"),
         ("long", "has 10013 characters (at most 500)"),
@@ -242,7 +244,7 @@ def test_each_metric_is_computed_from_the_crawl_in_redis(r):
     r.zadd(KEYS.queue, {"1": 0})  # work queued, and no request finished in the hour
     r.rpush(KEYS.dead, *["{}"] * 3)
     r.hset(KEYS.series, f"x:{(now - 30_000) // 10_000}", 1)  # a heartbeat saw 1 dead letter 30 s ago
-    snap = alerts.status.snapshot(r, KEYS, history_minutes=1)
+    snap = status.snapshot(r, KEYS, history_minutes=1)
 
     def value(metric: str, arg: str | None = None) -> float | None:
         return alerts.METRICS[metric][2](r, KEYS, snap, arg)
@@ -257,12 +259,12 @@ def test_each_metric_is_computed_from_the_crawl_in_redis(r):
     assert value("silent_nodes") == 0.0
     assert value("redis_memory_percent") == 0.0  # no maxmemory on the suite's Redis
     r.delete(KEYS.queue)
-    idle = alerts.status.snapshot(r, KEYS, history_minutes=1)
+    idle = status.snapshot(r, KEYS, history_minutes=1)
     assert alerts.METRICS["no_progress_minutes"][2](r, KEYS, idle, None) == 0.0  # nothing queued: no stall
     r.hset(KEYS.run, "state", "finished")
-    assert alerts.METRICS["limit_reached"][2](r, KEYS, alerts.status.snapshot(r, KEYS), None) == 0.0
+    assert alerts.METRICS["limit_reached"][2](r, KEYS, status.snapshot(r, KEYS), None) == 0.0
     r.delete(KEYS.crawlstats)
-    bare = alerts.status.snapshot(r, KEYS)
+    bare = status.snapshot(r, KEYS)
     assert alerts.METRICS["error_rate"][2](r, KEYS, bare, None) == 0.3, "no Scrapy stats needed: the run counts"
     assert alerts.METRICS["null_rate"][2](r, KEYS, bare, "shop.price") == alerts.NO_SCRAPY_STATS
 
@@ -321,8 +323,8 @@ def _memory_rule(client: redis.Redis, receiver: WebhookReceiver, cooldown: float
 def test_one_leader_sends_each_change_once_and_a_deposed_one_writes_nothing(fresh_redis, receiver):
     client = redis.Redis.from_url(fresh_redis.url)
     _memory_rule(client, receiver, cooldown=3600)
-    first = alerts.Evaluator(client, "first", dashboard_url="http://127.0.0.1:8642/")
-    second = alerts.Evaluator(client, "second")
+    first = Evaluator(client, "first", dashboard_url="http://127.0.0.1:8642/")
+    second = Evaluator(client, "second")
     client.config_set("maxmemory", 1 << 30)  # a limit: used memory is above 0 % of it
     for _ in range(4):
         first.tick()
@@ -367,7 +369,7 @@ def test_a_rule_that_cannot_be_evaluated_shows_as_such_and_resumes_when_it_can(r
     r.hset(KEYS.stats, mapping={"acked": 10, "errors": 1})
     stored.put(r, KEYS, alerts.make_rule("nulls", "null_rate(shop.price) > 0.1", []))
     stored.put(r, KEYS, alerts.make_rule("errors", "error_rate > 0.05", []))
-    evaluator = alerts.Evaluator(r, "one")
+    evaluator = Evaluator(r, "one")
     evaluator.tick()
     states = stored.states(r, KEYS)
     assert states["nulls"]["unknown"] == alerts.NO_SCRAPY_STATS and states["nulls"]["value"] is None
@@ -393,7 +395,7 @@ def test_a_corrupt_alert_log_is_reported_and_the_other_crawls_still_alert(fresh_
     stored.put(client, other, alerts.make_rule("memory", "redis_memory_percent > 0", [receiver.apprise_url("books")]))
     client.set(KEYS.alertlog, "not a list")  # written by hand
     client.config_set("maxmemory", 1 << 30)
-    evaluator = alerts.Evaluator(client, "one")
+    evaluator = Evaluator(client, "one")
     evaluator.tick()
     evaluator.tick()
     wait_for(receiver.bodies, 10, "the other crawl's alert")

@@ -17,13 +17,14 @@ import redis
 from click.testing import CliRunner
 
 from crawlplug.cli import main
+from crawlplug.controlprocess import Control
 from crawlplug.errors import ConfigError
-from crawlplug.frontier import jobs, schedules
+from crawlplug.frontier import jobs
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.schedules import Leadership
 from crawlplug.frontier.store import redis_ms
-from crawlplug.ops import schedules as ops_schedules
-from crawlplug.ops.control import Control
+from crawlplug.schedules import firing as ops_schedules
+from crawlplug.schedules import store as schedules
+from crawlplug.schedules.store import ScheduleLeadership as Leadership
 
 from .support.control import ControlProcess
 from .support.scrapyd import wait_for
@@ -118,7 +119,7 @@ def test_a_cron_whose_times_never_come_is_refused_and_a_stored_one_is_skipped_sa
         r, KEYS, {"name": "nightly", "cron": "* * * * * *", "tz": "UTC", "plan": {}, "next": due, "last": None}
     )
     control = Control(r, lease=5, tick=0.1, timeout=2)
-    with caplog.at_level("WARNING", logger="crawlplug.ops.control"):
+    with caplog.at_level("WARNING", logger="crawlplug.controlprocess"):
         control.tick()
         control.tick()
     assert schedules.get(r, KEYS, "nightly")["last"]["state"] == "failed"  # fired: its empty plan fails, said so
@@ -264,7 +265,7 @@ def test_a_control_process_restarted_across_due_times_fires_them_once(make_scrap
 def test_a_firing_left_half_done_by_a_dead_leader_is_finished_by_the_next(make_scrapyd, make_shop, redis_url, r):
     """A leader claimed a firing, recorded one of its two jobs and died: the next leader (a
     higher fence) adopts the firing and starts only the job that was not recorded."""
-    from crawlplug.ops.control import Control
+    from crawlplug.controlprocess import Control
 
     shop = make_shop(items=10)
     daemon = make_scrapyd()

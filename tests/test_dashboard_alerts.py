@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from crawlplug.frontier import alerts as stored
+from crawlplug.alerts import rules as alerts
+from crawlplug.alerts import store as stored
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.registry import register
-from crawlplug.ops import alerts
 
 from .support.browser import browser, fresh, screenshot, severe_logs, skip_without_chromium, table, until
 from .support.dashboardproc import start_dashboard, wait_for

@@ -18,11 +18,11 @@ import re
 
 from click.testing import CliRunner
 
+from crawlplug.alerts.evaluator import Evaluator
 from crawlplug.cli import main
 from crawlplug.crawl import Crawl, runs
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.ops import alerts
 from crawlplug.probes import errorsamples
 
 from .support.nodes import wait_until
@@ -154,7 +154,7 @@ def test_one_definition_of_a_failure_and_reports_and_alerts_with_the_add_on_alon
         cli(redis_url, "alerts", "add", "shop", "--name", "prices", "--when", "null_rate(shop.price) > 0.1").exit_code
         == 0
     )
-    evaluator = alerts.Evaluator(r, "test")
+    evaluator = Evaluator(r, "test")
     evaluator.tick()
     evaluator.release()
     listed = cli(redis_url, "alerts", "list", "shop").output

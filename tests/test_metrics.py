@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from crawlplug.crawl import Crawl
 from crawlplug.frontier.core import open_frontier
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.ops import metrics
+from crawlplug.metrics import exporter as metrics
 from crawlplug.stats import node_stats
 
 from .support.control import ControlProcess

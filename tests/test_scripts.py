@@ -5,24 +5,21 @@ numbers kept."""
 from __future__ import annotations
 
 import re
-from importlib.resources import files
 
 import pytest
 
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.lualib import library
-from crawlplug.frontier.luatext import PIECES, _only_what_is_used, _uses, _without_comments, source
+from crawlplug.frontier.luatext import PIECES, _only_what_is_used, _uses, _without_comments, lua_text, source
 from crawlplug.frontier.scripts import NAMES
 from crawlplug.queues import PriorityQueue
-
-LUA = files("crawlplug.frontier").joinpath("lua")
 
 
 def _pasted(name: str) -> str:
     """The script as it was sent before: every piece it names, whole, then its own text."""
-    text = LUA.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    pieces = [LUA.joinpath(f"{p}.lua").read_text(encoding="utf-8") for p in _uses(name, text)]
+    text = lua_text(name)
+    pieces = [lua_text(p) for p in _uses(name, text)]
     return "\n".join([*pieces, f"-- ---- {name}.lua ----", text])
 
 
@@ -44,7 +41,7 @@ def test_the_scripts_hold_no_long_strings_or_long_comments():
     to its end (no ``[[ ]]`` text spans lines)."""
     opener = re.compile(r"(?<![\w\])])\[=*\[")  # not an index: t[k[1]]
     for name in (*NAMES, *PIECES):
-        text = LUA.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+        text = lua_text(name)
         assert not opener.search(text), (name, opener.search(text))
 
 

@@ -22,11 +22,13 @@ from hypothesis import strategies as st
 from scrapy import Request, Spider
 from scrapy.settings import Settings
 
+from crawlplug.alerts import rules as alerts
+from crawlplug.alerts.declared import rule_from
+from crawlplug.alerts.evaluator import Evaluator
 from crawlplug.errors import ConfigError, DecodeError
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.store import dq_member, parse_dq_member, parse_lease
-from crawlplug.ops import alerts, schedules
-from crawlplug.ops.alertrules import rule_from
+from crawlplug.schedules import firing as schedules
 from crawlplug.serializers import JsonSerializer, metakeys
 from crawlplug.sites.definition import parse_text, validate
 from crawlplug.sites.store import SiteStore
@@ -171,7 +173,7 @@ def test_any_condition_raises_only_config_error_and_an_accepted_one_reads_back_t
 @FUZZ
 @given(_json, st.text(max_size=8))
 def test_any_rule_read_from_redis_or_the_settings_is_skipped_or_used_never_raising(entry, rule_id):
-    evaluator = alerts.Evaluator(client=None, owner="test")  # type: ignore[arg-type]  # _condition reads no Redis
+    evaluator = Evaluator(client=None, owner="test")  # type: ignore[arg-type]  # _condition reads no Redis
     rule = entry if isinstance(entry, dict) else {"when": entry}
     condition = evaluator._condition(CrawlKeys("c"), rule_id, rule)
     assert condition is None or condition.not_evaluated is None

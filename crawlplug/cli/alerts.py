@@ -5,7 +5,7 @@ the dashboard), notified through Apprise.
     crawlplug alerts list [CRAWL] [--json]
     crawlplug alerts delete CRAWL NAME
 
-Thin commands over :mod:`crawlplug.ops.alerts` and :mod:`crawlplug.frontier.alerts`.
+Thin commands over :mod:`crawlplug.alerts.rules` and :mod:`crawlplug.alerts.store`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 import click
 
 from .. import defaults
-from ..frontier import alerts as stored
+from ..alerts import rules as alerts
+from ..alerts import store as stored
+from ..controlprocess import utc
 from ..frontier import registry
 from ..frontier.keys import CrawlKeys
-from ..ops import alerts
-from ..ops.control import utc
 from .common import Cli, Target, create_if_new, fail, main, pass_cli
 
 

@@ -6,7 +6,7 @@ process that starts them.
     crawlplug schedule delete CRAWL NAME
     crawlplug control                         # fires the schedules; run it next to Redis
 
-Thin commands over :mod:`crawlplug.ops.schedules` and :mod:`crawlplug.ops.control`;
+Thin commands over :mod:`crawlplug.schedules.firing` and :mod:`crawlplug.controlprocess`;
 registered on ``crawlplug.cli.main``.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 import click
 
 from .. import defaults
-from ..frontier import schedules as stored
+from ..controlprocess import LEASE, TICK, Control, utc
 from ..frontier.keys import CrawlKeys
-from ..ops import schedules
-from ..ops.control import LEASE, TICK, Control, utc
+from ..schedules import firing as schedules
+from ..schedules import store as stored
 from .common import (
     Cli,
     Target,
@@ -210,7 +210,7 @@ def control(
         from prometheus_client import start_http_server  # noqa: PLC0415
 
         from ..frontier.registry import registered_crawls  # noqa: PLC0415
-        from ..ops.metrics import registry  # noqa: PLC0415
+        from ..metrics.exporter import registry  # noqa: PLC0415
 
         reg = registry(target.client, lambda: [CrawlKeys(c) for c in registered_crawls(target.client)], top_domains)
         try:

@@ -75,12 +75,12 @@ NAMES = (
     "graveyard",
     # nodes started through Scrapyd (crawlplug.frontier.jobs; `crawlplug start`, schedules)
     "jobs",  # zset: Scrapyd job id -> when it was scheduled (ms); each job's record in job:<id>
-    # scheduled runs (crawlplug.frontier.schedules; lua/leader.lua, lua/firing.lua)
+    # scheduled runs (crawlplug.schedules.store; lua/leader.lua, lua/firing.lua)
     "schedules",  # hash: schedule name -> JSON spec (cron, daemons, settings) and its next and last firing
     "fires",  # list: the last firings of every schedule of the crawl, newest first (JSON)
     "leader",  # string: "<control process id> <fence>", the control process firing this crawl's schedules
     "fence",  # string: the last fencing token handed to a leader (INCR)
-    # alert rules (crawlplug.frontier.alerts; lua/leader.lua, lua/alert.lua)
+    # alert rules (crawlplug.alerts.store; lua/leader.lua, lua/alert.lua)
     "alerts",  # hash: rule id -> JSON rule (when, notify, cooldown)
     "alertstate",  # hash: rule id -> JSON state (ok, pending, firing; since, value, last notified)
     "alertlog",  # list: the crawl's last alert events (fired, cleared), newest first (JSON)

@@ -36,12 +36,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from importlib.resources import files
 from typing import Any
 
 import redis
 
-from .luatext import ALLOW_OOM, PIECES, READ_ONLY, _only_what_is_used, _uses, _without_comments
+from .luatext import ALLOW_OOM, PIECES, READ_ONLY, _only_what_is_used, _uses, _without_comments, lua_text
 
 __all__ = ["PREFIX", "Installed", "Library", "installed", "library", "prune"]
 
@@ -62,8 +61,7 @@ class Library:
     functions: dict[str, str] = field(default_factory=dict)  #: script name -> function name
 
 
-def _lua(name: str) -> str:
-    return files(__package__).joinpath("lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+_lua = lua_text
 
 
 def _blocks(text: str) -> list[list[str]]:

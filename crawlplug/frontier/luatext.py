@@ -9,7 +9,7 @@ import re
 from functools import cache
 from importlib.resources import files
 
-__all__ = ["ALLOW_OOM", "PIECES", "READ_ONLY", "source"]
+__all__ = ["ALLOW_OOM", "HOMES", "PIECES", "READ_ONLY", "lua_text", "source"]
 
 #: The shared pieces a script may name in its ``-- uses:`` header line, in the order they
 #: are put in front of it (a piece may use those before it): the all-or-nothing checks,
@@ -33,6 +33,18 @@ ALLOW_OOM = frozenset({"heartbeat", "renew", "reap", "release"})
 #: command against the user's rules) without the right to run the crawl's writing scripts.
 READ_ONLY = frozenset({"domaintable"})
 
+#: Scripts kept by the feature that owns their keys, as the folder under ``crawlplug/``
+#: holding ``lua/<name>.lua``; every other script and every piece is the frontier's
+#: (``crawlplug/frontier/lua/``). Found by path, without importing the feature: the one
+#: script runner (crawlplug.frontier.scripts) runs them all, and knows no feature's code.
+HOMES = {"alert": "alerts", "firing": "schedules"}
+
+
+def lua_text(name: str) -> str:
+    """The text of ``<name>.lua`` (a script or a piece) as its file holds it."""
+    folder = files("crawlplug").joinpath(HOMES.get(name, "frontier")).joinpath("lua")
+    return folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
 
 def _uses(name: str, text: str) -> list[str]:
     """The pieces ``<name>.lua`` names on its ``-- uses:`` line, checked."""
@@ -51,9 +63,8 @@ def source(name: str, flags: bool = False) -> str:
     """The text of ``<name>.lua`` as sent to Redis: the pieces its ``-- uses:`` line names,
     then its own text (``flags``: with the shebang line of Redis 7's script flags, for the
     scripts in :data:`ALLOW_OOM` and :data:`READ_ONLY`)."""
-    package = files(__package__).joinpath("lua")
-    text = package.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    pieces = [package.joinpath(f"{piece}.lua").read_text(encoding="utf-8") for piece in _uses(name, text)]
+    text = lua_text(name)
+    pieces = [lua_text(piece) for piece in _uses(name, text)]
     own = _without_comments(f"-- ---- {name}.lua ----\n{text}")
     text = "\n".join([_only_what_is_used(_without_comments("\n".join(pieces)), own), own])
     text = "\n".join(line.strip() for line in text.split("\n"))  # Lua needs no indentation

@@ -38,6 +38,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..alerts import rules as crawl_alerts
 from ..crawl import Crawl, control
 from ..crawl import runs as frontier_runs
 from ..errors import CrawlplugError
@@ -45,8 +46,8 @@ from ..frontier import runstats
 from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
-from ..ops import alerts as crawl_alerts
-from ..ops import dead, metrics, status
+from ..metrics import exporter as metrics
+from ..ops import dead, status
 from ..ops import history as crawl_history
 from ..ops import report as run_report
 from ..ops.jobs import annotate_nodes

@@ -1,5 +1,5 @@
 """The dashboard's part in alerting: while it runs it evaluates its crawl's alert rules,
-when it leads them (crawlplug.ops.alerts.Evaluator: one leader at a time, a control
+when it leads them (crawlplug.alerts.evaluator.Evaluator: one leader at a time, a control
 process or a dashboard), in a thread beside the web server."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 
 import redis
 
+from ..alerts.evaluator import Evaluator
 from ..errors import REDIS_ERRORS, CrawlplugError
 from ..frontier.keys import CrawlKeys
 from ..frontier.results import new_node_id
-from ..ops import alerts as crawl_alerts
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +45,8 @@ def lifespan(client: redis.Redis, keys: CrawlKeys, link: str | None) -> Callable
 
 def alert_loop(client: redis.Redis, keys: CrawlKeys, link: str, stop: threading.Event, tick: float = 1.0) -> None:
     """Evaluate the crawl's alert rules every ``tick`` s while this dashboard leads them
-    (crawlplug.ops.alerts.Evaluator: one leader at a time, a control process or a dashboard)."""
-    evaluator = crawl_alerts.Evaluator(
+    (crawlplug.alerts.evaluator.Evaluator: one leader at a time, a control process or a dashboard)."""
+    evaluator = Evaluator(
         client, f"dashboard-{new_node_id()}", prefix=keys.prefix, dashboard_url=link, crawls=[keys.crawl]
     )
     warned = False

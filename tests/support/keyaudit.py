@@ -144,7 +144,7 @@ def _str(value: Any) -> str:
 
 def caller_package() -> str | None:
     """The package of the nearest crawlplug code up the stack, plumbing skipped
-    ("ops" for crawlplug.ops.alerts, "stats" for crawlplug.stats); None if none."""
+    ("ops" for crawlplug.alerts.rules, "stats" for crawlplug.stats); None if none."""
     frame = sys._getframe(2)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")

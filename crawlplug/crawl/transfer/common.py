@@ -45,7 +45,7 @@ _EXPORTED = (
     "runs",
 )
 #: Keys that only mean something on the Redis they are on: the epoch (an import begins a new one),
-#: the lead of the crawl's schedules and its fencing token (crawlplug.frontier.schedules).
+#: the lead of the crawl's schedules and its fencing token (crawlplug.schedules.store).
 _LOCAL = ("epoch", "leader", "fence")
 
 

@@ -1,7 +1,7 @@
 -- leader.lua: a control process (crawlplug control) becomes, stays or stops being
 -- the leader of one crawl's scheduled runs: the one process that fires them
--- (crawlplug/frontier/schedules.py); over the alertleader and alertfence keys, of
--- one crawl's alert rules (crawlplug/frontier/alerts.py). Each new leadership is handed a fencing
+-- (crawlplug/crawl/leadership.py); over the alertleader and alertfence keys, of
+-- one crawl's alert rules (crawlplug/alerts/store.py). Each new leadership is handed a fencing
 -- token, one more than the last (INCR), which firing.lua checks on every write
 -- of a firing: a leader that stalled past its lease and was replaced writes
 -- nothing any more, even if it does not know yet.

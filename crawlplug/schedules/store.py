@@ -6,7 +6,7 @@ its cron expression and time zone, the Scrapyd daemons and what to start on them
 that have schedules are named in ``<prefix>:scheduled`` (a set), so a control
 process finds them without scanning the Redis.
 
-Control processes (``crawlplug control``, crawlplug.ops.control) fire them. Several
+Control processes (``crawlplug control``, crawlplug.controlprocess) fire them. Several
 may run: for each crawl, one of them is the **leader** (``lua/leader.lua``: a lease
 in the crawl's ``leader`` key, renewed while it runs) and holds a **fencing token**,
 one more than the leader before it (``fence``). Every write of a firing goes through
@@ -16,7 +16,7 @@ was replaced writes nothing when it wakes. A firing is **claimed** (the schedule
 ``next`` moved on, in the same step, so no other leader fires the same time again),
 then carried out (crawlplug.ops.launch), then **done** (its outcome recorded, and
 pushed on the crawl's ``fires`` list). A firing left claimed by a leader that died
-is **adopted** by the next one (crawlplug.ops.control decides what becomes of it).
+is **adopted** by the next one (crawlplug.controlprocess decides what becomes of it).
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from typing import Any
 
 import redis
 
-from .keys import CrawlKeys
-from .scripts import Scripts
-from .store import json_record, text
+from ..crawl.leadership import Leadership
+from ..frontier.keys import CrawlKeys
+from ..frontier.scripts import Scripts
+from ..frontier.store import json_record, text
 
-__all__ = ["Leadership", "all_schedules", "delete", "fires", "get", "index_key", "put", "scheduled_crawls"]
+__all__ = ["ScheduleLeadership", "all_schedules", "delete", "fires", "get", "index_key", "put", "scheduled_crawls"]
 
 
 def index_key(prefix: str = "crawlplug") -> str:
@@ -88,52 +89,14 @@ def fires(client: redis.Redis, keys: CrawlKeys, n: int = 200) -> list[dict[str, 
     return [r for r in (json_record(x) for x in client.lrange(keys.fires, 0, n - 1)) if r is not None]
 
 
-class Leadership:
-    """One control process's leadership of one crawl's schedules (``lua/leader.lua``).
-
-    ``duty`` names another duty led the same way, with its own lease and fencing token
-    (``"alerts"``: the ``alertleader`` and ``alertfence`` keys, crawlplug.frontier.alerts),
-    so a dashboard evaluating alert rules never takes the schedules from a control process.
-    """
+class ScheduleLeadership(Leadership):
+    """The leadership of a crawl's schedules (:class:`~crawlplug.crawl.leadership.Leadership`
+    with ``duty="schedules"``) and the firings it writes through ``lua/firing.lua``."""
 
     def __init__(
-        self,
-        client: redis.Redis,
-        keys: CrawlKeys,
-        owner: str,
-        lease_ms: int,
-        scripts: Scripts | None = None,
-        duty: str = "schedules",
+        self, client: redis.Redis, keys: CrawlKeys, owner: str, lease_ms: int, scripts: Scripts | None = None
     ) -> None:
-        self.client = client
-        self.keys = keys
-        self.duty = duty
-        if duty == "schedules":
-            self.leader_key, self.fence_key = keys.leader, keys.fence
-        elif duty == "alerts":
-            self.leader_key, self.fence_key = keys.alertleader, keys.alertfence
-        else:
-            raise ValueError(f"no duty {duty!r}: schedules or alerts")
-        self.owner = owner
-        self.lease_ms = lease_ms
-        self.scripts = scripts or Scripts(client)
-        #: the fencing token of the current leadership (0: not the leader)
-        self.fence = 0
-        #: who leads when this process does not
-        self.holder = ""
-
-    def hold(self) -> str:
-        """Become or stay the leader: "acquired", "renewed", or "held" (by ``holder``)."""
-        fence, what, holder = self.scripts.leader(
-            keys=[self.leader_key, self.fence_key], args=[self.owner, self.lease_ms, "hold"]
-        )
-        self.fence, self.holder = int(fence), text(holder)
-        return text(what)
-
-    def release(self) -> None:
-        """Step down (a control process that stops lets another take over at once)."""
-        self.scripts.leader(keys=[self.leader_key, self.fence_key], args=[self.owner, self.lease_ms, "release"])
-        self.fence = 0
+        super().__init__(client, keys, owner, lease_ms, scripts, duty="schedules")
 
     def _firing(self, name: str, mode: str, due: int, arg: Any = "", times: int = 1) -> tuple[str, str]:
         raw = self.scripts.firing(

@@ -20,9 +20,9 @@ from scrapy.exceptions import NotConfigured
 
 from ..config import setting
 from ..errors import REDIS_ERRORS, ConfigError, RedisUnavailable
-from ..frontier import alerts as stored
 from ..frontier.keys import crawl_keys
 from ..server import clients
+from . import store as stored
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def rule_from(entry: Any, default_cooldown: float) -> dict[str, Any]:
     if isinstance(cooldown, bool) or not isinstance(cooldown, (int, float)):
         raise ConfigError(f"'cooldown' of alert rule {entry['name']!r} must be a number of seconds")
     # imported here: the rule grammar (lark) costs a node ~70 ms of start-up, and most nodes declare no rule
-    from . import alerts  # noqa: PLC0415
+    from . import rules as alerts  # noqa: PLC0415
 
     return alerts.make_rule(entry["name"], entry["when"], notify, float(cooldown))
 

@@ -1,6 +1,6 @@
 """What alert rules watch: a fixed list of metrics, each computed from the crawl's status
 snapshot (:func:`crawlplug.ops.status.snapshot`, the numbers ``crawlplug status`` shows),
-or :class:`Unknown` with why when it cannot be computed now (crawlplug.ops.alerts reads
+or :class:`Unknown` with why when it cannot be computed now (crawlplug.alerts.rules reads
 rules and evaluates them over these)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import redis
 
 from ..frontier.keys import CrawlKeys
-from . import status
+from ..ops import status
 
 __all__ = ["METRICS", "NO_SCRAPY_STATS", "RUN_END_STATES", "WINDOWED", "Metric", "Unknown"]
 

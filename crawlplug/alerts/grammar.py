@@ -14,7 +14,7 @@ longer than :data:`MAX_LENGTH` characters is refused before it is read at all::
 
 A bare metric means ``> 0``; ``for 2m`` (s, m, h, d, w, combined: ``1h30m``) makes the
 condition hold that long before it fires. Which metrics exist, and which arguments each
-takes, is :mod:`crawlplug.ops.alerts`'s to say.
+takes, is :mod:`crawlplug.alerts.rules`'s to say.
 
 Every form of the grammar parses, including forms planned for later issues that are not
 evaluated yet (:attr:`Condition.not_evaluated` names them; ``crawlplug alerts add``
@@ -43,7 +43,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ..errors import ConfigError
-from .history import parse_duration
+from ..ops.history import parse_duration
 
 __all__ = ["MAX_LENGTH", "Condition", "read", "span"]
 

@@ -1,12 +1,12 @@
 """The control process (``crawlplug control``): what must happen when no node runs.
 
 An operator runs it next to Redis, on one machine or several: each process takes
-part in every duty, and for each crawl one of them leads (crawlplug.frontier.
-schedules.Leadership: a lease in Redis with a fencing token). Its duties
-(:attr:`Control.duties`): firing the crawls' scheduled runs (crawlplug.ops.schedules),
-and evaluating their alert rules (crawlplug.ops.alerts, led apart: the ``alerts``
+part in every duty, and for each crawl one of them leads (crawlplug.crawl.leadership:
+a lease in Redis with a fencing token). Its duties (:attr:`Control.duties`): firing the
+crawls' scheduled runs (crawlplug.schedules), and evaluating their alert rules
+(crawlplug.alerts.evaluator, led apart: the ``alerts``
 duty, so a dashboard may lead it). ``crawlplug control --metrics-port`` serves the
-crawls' Prometheus metrics too (crawlplug.ops.metrics).
+crawls' Prometheus metrics too (crawlplug.metrics.exporter).
 
 Each tick (a second by default) it reads which crawls have schedules, holds or
 tries to take each crawl's leadership, and, where it leads, claims and fires every
@@ -16,7 +16,7 @@ them: another control process takes over at its next tick instead of after the l
 
 A firing claimed by a leader that died before it finished is adopted by the next
 leader (its fence is higher): the jobs the dead leader had recorded are kept and the
-ones it had not are started (crawlplug.ops.schedules.fire with ``adopted``).
+ones it had not are started (crawlplug.schedules.firing.fire with ``adopted``).
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from typing import Any
 
 import redis
 
-from ..errors import REDIS_ERRORS, ConfigError, CrawlplugError
-from ..frontier import schedules as stored
-from ..frontier.keys import CrawlKeys
-from ..frontier.results import new_node_id
-from ..frontier.schedules import Leadership
-from ..frontier.store import redis_ms
-from . import schedules
-from .alerts import Evaluator
+from .alerts.evaluator import Evaluator
+from .errors import REDIS_ERRORS, ConfigError, CrawlplugError
+from .frontier.keys import CrawlKeys
+from .frontier.results import new_node_id
+from .frontier.store import redis_ms
+from .schedules import firing as schedules
+from .schedules import store as stored
+from .schedules.store import ScheduleLeadership
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class Control:
         self.tick_seconds = tick
         self.timeout = timeout
         self.owner = owner or f"control-{new_node_id()}"
-        self.leads: dict[str, Leadership] = {}
+        self.leads: dict[str, ScheduleLeadership] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._warned: set[str] = set()
@@ -81,16 +81,16 @@ class Control:
         self._unrecorded: dict[tuple[str, str, int], dict[str, Any]] = {}
         #: evaluates the alert rules of every crawl whose ``alerts`` duty this process leads
         self.alerts = Evaluator(client, self.owner, prefix=prefix, lease_ms=self.lease_ms, dashboard_url=dashboard_url)
-        #: what runs at every tick (metrics are served apart: crawlplug.ops.metrics, read at scrape time)
+        #: what runs at every tick (metrics are served apart: crawlplug.metrics.exporter, read at scrape time)
         self.duties: list[Callable[[], None]] = [self.fire_schedules, self.alerts.tick]
 
     # -- leadership -------------------------------------------------------------------
-    def _hold(self, crawl: str) -> Leadership | None:
+    def _hold(self, crawl: str) -> ScheduleLeadership | None:
         """This process's leadership of ``crawl``, taken or renewed now; None if another leads."""
         with self._lock:
             lead = self.leads.get(crawl)
             if lead is None:
-                lead = self.leads[crawl] = Leadership(
+                lead = self.leads[crawl] = ScheduleLeadership(
                     self.client, CrawlKeys(crawl, self.prefix), self.owner, self.lease_ms
                 )
             was = lead.fence
@@ -134,7 +134,7 @@ class Control:
             self._warned.add(key)
             logger.warning(message, *args)
 
-    def _fire_due(self, lead: Leadership) -> None:
+    def _fire_due(self, lead: ScheduleLeadership) -> None:
         keys = lead.keys
         for name, spec in stored.all_schedules(self.client, keys).items():
             if "unreadable" in spec or not isinstance(spec.get("next"), int):
@@ -192,7 +192,7 @@ class Control:
 
     def _carry_out(
         self,
-        lead: Leadership,
+        lead: ScheduleLeadership,
         spec: dict[str, Any],
         due: int,
         *,

@@ -2,7 +2,7 @@
 -- and alertfence keys) records a rule's new state, and the event of a change
 -- (an alert fired or cleared), checked against its fencing token: a leader that
 -- stalled past its lease and was replaced records nothing, so no episode is
--- announced twice (crawlplug/frontier/alerts.py, crawlplug/ops/alerts.py).
+-- announced twice (crawlplug/alerts/store.py, crawlplug/alerts/evaluator.py).
 --
 -- KEYS[1] alertleader  str   "<owner> <fence>" of the leading evaluator
 -- KEYS[2] alerts       hash  rule id -> JSON rule

@@ -25,12 +25,12 @@ import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ..alerts import store as stored_alerts
 from ..errors import REDIS_ERRORS
-from ..frontier import alerts as stored_alerts
 from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
+from ..ops import status
 from ..stats import node_stats
-from . import status
 
 logger = logging.getLogger(__name__)
 

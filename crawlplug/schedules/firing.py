@@ -4,7 +4,7 @@ A schedule names a crawl, a cron expression (five fields, or six with seconds la
 ``*/5 * * * * *`` is every five seconds; croniter's syntax) read in a time zone (UTC
 unless told), and what to start: the daemons, nodes per daemon, settings, spider
 arguments (crawlplug.ops.launch.Plan). At each due time the control process that
-leads the crawl's schedules (``crawlplug control``, crawlplug.ops.control) fires it
+leads the crawl's schedules (``crawlplug control``, crawlplug.controlprocess) fires it
 with :func:`fire`:
 
 * the last run finished (or there is none): the nodes are started and begin the
@@ -31,12 +31,13 @@ import redis
 from ..crawl import runs
 from ..crawl.nodes import live_nodes
 from ..errors import ConfigError, ScrapydError
-from ..frontier import jobs, schedules
+from ..frontier import jobs
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
+from ..ops.jobs import refresh
+from ..ops.launch import Plan, launch
 from ..starts.seeds import zone
-from .jobs import refresh
-from .launch import Plan, launch
+from . import store as schedules
 
 #: The longest cron expression read (croniter's own parsing is given nothing longer).
 MAX_CRON = 200

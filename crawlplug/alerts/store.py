@@ -1,12 +1,12 @@
 """Alert rules in Redis: each crawl's rules, their state, and the log of what fired.
 
 A rule (``crawlplug alerts add``) is a JSON object in the crawl's ``alerts`` hash
-under its id: ``when`` (the condition's text, parsed by crawlplug.ops.alerts),
+under its id: ``when`` (the condition's text, parsed by crawlplug.alerts.rules),
 ``notify`` (Apprise URLs), ``cooldown`` (s). The crawls that have rules are named in
 ``<prefix>:alerting`` (a set), so an evaluator finds them without scanning the Redis.
 
 One process at a time evaluates a crawl's rules: the leader of its ``alerts`` duty
-(:class:`crawlplug.frontier.schedules.Leadership` with ``duty="alerts"``: a lease
+(:class:`crawlplug.crawl.leadership.Leadership` with ``duty="alerts"``: a lease
 with a fencing token, ``lua/leader.lua``). It records each rule's state in
 ``alertstate`` and each change (fired, cleared) on ``alertlog`` through
 ``lua/alert.lua``, which refuses the write unless it still leads with that token.
@@ -20,9 +20,9 @@ from typing import Any
 
 import redis
 
-from .keys import CrawlKeys
-from .schedules import Leadership
-from .store import json_record, text
+from ..crawl.leadership import Leadership
+from ..frontier.keys import CrawlKeys
+from ..frontier.store import json_record, text
 
 __all__ = ["LOG_KEEP", "alerting_crawls", "delete", "events", "index_key", "put", "record", "rules", "states"]
 

@@ -1,6 +1,6 @@
 -- firing.lua: one firing of a scheduled run, claimed and then closed by the
 -- leader of the crawl's schedules (leader.lua), checked against its fencing
--- token at each step (crawlplug/frontier/schedules.py).
+-- token at each step (crawlplug/schedules/store.py).
 --
 -- KEYS[1] leader     str   "<owner> <fence>" of the leading control process
 -- KEYS[2] schedules  hash  schedule name -> JSON spec: ..., "next" (ms), "last" (the last firing)

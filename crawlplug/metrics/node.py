@@ -2,7 +2,7 @@
 
 A Scrapy extension (the add-on lists it; it stays off without the setting) that
 serves the metrics of the crawl the node joined, as the dashboard and
-``crawlplug control --metrics-port`` serve them (crawlplug.ops.metrics: read from
+``crawlplug control --metrics-port`` serve them (crawlplug.metrics.exporter: read from
 Redis at scrape time), from prometheus_client's own HTTP server in a thread.
 Useful where each machine is scraped on its own; one scrape of any of them gives
 the whole crawl, so a Prometheus should scrape one, not sum them.
@@ -61,7 +61,7 @@ class NodeMetrics:
         # imported here, as prometheus_client: ~25 ms of start-up a node without metrics does without
         from prometheus_client import start_http_server  # noqa: PLC0415
 
-        from . import metrics  # noqa: PLC0415
+        from . import exporter as metrics  # noqa: PLC0415
 
         self.conn = clients.from_settings(self.crawler.settings)
         keys = crawl_keys(self.crawler.settings, spider.name)
