@@ -34,7 +34,7 @@ ADDON_COMPONENTS = (
     # the start URLs of Scrapy's default start() fetched once a run, not once per node start
     ("SPIDER_MIDDLEWARES", "crawlplug.scheduler.startonce.StartOnceMiddleware", 20),
     # a node started through Scrapyd records its job (on only with CRAWLPLUG_SCRAPYD_JOB: crawlplug start)
-    ("EXTENSIONS", "crawlplug.probes.scrapydjob.ScrapydJob", 500),
+    ("EXTENSIONS", "crawlplug.scrapyd.node.ScrapydJob", 500),
     # the node's own /metrics (on only with CRAWLPLUG_METRICS_PORT; crawlplug.metrics.exporter)
     ("EXTENSIONS", "crawlplug.metrics.node.NodeMetrics", 510),
     # alert rules declared in the settings, stored at start (on only with CRAWLPLUG_ALERTS)

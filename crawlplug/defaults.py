@@ -420,7 +420,7 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "Seconds after an alert's notification during which a new episode of the same rule is recorded "
         "but not sent (`crawlplug alerts add --cooldown`).",
     ),
-    # -- nodes started through Scrapyd (`crawlplug start`, scheduled runs; crawlplug.probes.scrapydjob) --
+    # -- nodes started through Scrapyd (`crawlplug start`, scheduled runs; crawlplug.scrapyd.node) --
     "CRAWLPLUG_SCRAPYD_JOB": (
         None,
         (

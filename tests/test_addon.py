@@ -15,7 +15,7 @@ from scrapy.utils.test import get_crawler
 from crawlplug import Addon
 from crawlplug.addon import ADDON_COMPONENTS, ADDON_SETTINGS
 from crawlplug.probes.domainstats import DomainStatsMiddleware
-from crawlplug.probes.scrapydjob import ScrapydJob
+from crawlplug.scrapyd.node import ScrapydJob
 
 ADDONS = {"ADDONS": {"crawlplug.Addon": 0}}
 
@@ -105,7 +105,7 @@ def test_the_addon_enables_each_of_its_components_once():
         ("DOWNLOADER_MIDDLEWARES", "crawlplug.domainstats.DomainStatsMiddleware", DomainStatsMiddleware),
         ("DOWNLOADER_MIDDLEWARES", DomainStatsMiddleware, DomainStatsMiddleware),
         ("EXTENSIONS", "crawlplug.scrapydjob.ScrapydJob", ScrapydJob),
-        ("EXTENSIONS", "crawlplug.probes.scrapydjob.ScrapydJob", ScrapydJob),
+        ("EXTENSIONS", "crawlplug.scrapyd.node.ScrapydJob", ScrapydJob),
     ],
 )
 def test_a_project_turns_a_component_of_the_addon_off_under_any_of_its_paths(setting_name, written, cls):

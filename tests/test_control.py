@@ -19,12 +19,12 @@ from click.testing import CliRunner
 from crawlplug.cli import main
 from crawlplug.controlprocess import Control
 from crawlplug.errors import ConfigError
-from crawlplug.frontier import jobs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.store import redis_ms
 from crawlplug.schedules import firing as ops_schedules
 from crawlplug.schedules import store as schedules
 from crawlplug.schedules.store import ScheduleLeadership as Leadership
+from crawlplug.scrapyd import store as jobs
 
 from .support.control import ControlProcess
 from .support.scrapyd import wait_for

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 
 from crawlplug.cli import main
 from crawlplug.errors import ConfigError
-from crawlplug.frontier import jobs
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.ops.addresses import local_address, resolves_here_to_loopback
-from crawlplug.ops.launch import check_reach
+from crawlplug.scrapyd import store as jobs
+from crawlplug.scrapyd.addresses import local_address, resolves_here_to_loopback
+from crawlplug.scrapyd.launch import check_reach
 
 from .support.servers import free_port
 

@@ -19,10 +19,11 @@ from starlette.testclient import TestClient
 from crawlplug.cli import main
 from crawlplug.crawl import runs
 from crawlplug.errors import ConfigError
-from crawlplug.frontier import jobs, registry
+from crawlplug.frontier import registry
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.ops.jobs import open_jobs
-from crawlplug.ops.launch import check_reach
+from crawlplug.scrapyd import store as jobs
+from crawlplug.scrapyd.jobs import open_jobs
+from crawlplug.scrapyd.launch import check_reach
 from crawlplug.web import create_app
 
 from .support.scrapyd import wait_for

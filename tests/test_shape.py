@@ -42,7 +42,7 @@ SETTINGS_PATHS = [
     "crawlplug.legacy.ScrapyRedisDupeFilter",
     "crawlplug.probes.errorsamples.ErrorSamplesMiddleware",
     "crawlplug.probes.domainstats.DomainStatsMiddleware",
-    "crawlplug.probes.scrapydjob.ScrapydJob",
+    "crawlplug.scrapyd.node.ScrapydJob",
     "crawlplug.errorsamples.ErrorSamplesMiddleware",
     "crawlplug.domainstats.DomainStatsMiddleware",
     "crawlplug.scrapydjob.ScrapydJob",
@@ -56,7 +56,7 @@ SETTINGS_PATHS = [
 MOVED = {
     "crawlplug.domainstats.DomainStatsMiddleware": "crawlplug.probes.domainstats.DomainStatsMiddleware",
     "crawlplug.errorsamples.ErrorSamplesMiddleware": "crawlplug.probes.errorsamples.ErrorSamplesMiddleware",
-    "crawlplug.scrapydjob.ScrapydJob": "crawlplug.probes.scrapydjob.ScrapydJob",
+    "crawlplug.scrapydjob.ScrapydJob": "crawlplug.scrapyd.node.ScrapydJob",
     "crawlplug.connection.client_from_url": "crawlplug.server.clients.client_from_url",
     "crawlplug.connection.from_settings": "crawlplug.server.clients.from_settings",
     "crawlplug.embedded.find_redis_server": "crawlplug.server.embedded.find_redis_server",

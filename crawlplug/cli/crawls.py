@@ -15,10 +15,10 @@ import click
 
 from ..crawl import runs
 from ..errors import ConfigError
-from ..frontier import jobs
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
-from ..ops import jobs as ops_jobs
+from ..scrapyd import jobs as ops_jobs
+from ..scrapyd import store as jobs
 from .common import Cli, fail, main, pass_cli, when
 
 

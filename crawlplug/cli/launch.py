@@ -3,7 +3,7 @@
     crawlplug start CRAWL --scrapyd URL [URL ...] [--nodes-per-host N] [-s NAME=VALUE] [--new-run]
     crawlplug scrapyd cancel CRAWL [--grace S] [--run N] [--signal TERM]
 
-Thin commands over :mod:`crawlplug.ops.launch` and :mod:`crawlplug.ops.jobs`;
+Thin commands over :mod:`crawlplug.scrapyd.launch` and :mod:`crawlplug.scrapyd.jobs`;
 registered on ``crawlplug.cli.main``.
 """
 
@@ -16,8 +16,8 @@ import click
 
 from ..frontier import registry
 from ..frontier.keys import CrawlKeys
-from ..ops import jobs as ops_jobs
-from ..ops.launch import launch
+from ..scrapyd import jobs as ops_jobs
+from ..scrapyd.launch import launch
 from .common import Cli, Target, fail, main, pass_cli
 from .plan import make_plan, plan_options
 

@@ -1,6 +1,6 @@
 """What ``crawlplug start`` and ``crawlplug schedule add`` share: the nodes to start on
 Scrapyd daemons, as options (:func:`plan_options`) and as the launch plan they make
-(:func:`make_plan`, a :class:`crawlplug.ops.launch.Plan`)."""
+(:func:`make_plan`, a :class:`crawlplug.scrapyd.launch.Plan`)."""
 
 from __future__ import annotations
 
@@ -79,8 +79,8 @@ def plan_options(func: F) -> F:
 
 
 def make_plan(target: Target, crawl: str, kw: dict[str, Any], *, new_run: bool = False) -> Any:
-    """The launch plan (crawlplug.ops.launch.Plan) from plan_options' values."""
-    from ..ops.launch import Plan  # noqa: PLC0415 - keep --help fast
+    """The launch plan (crawlplug.scrapyd.launch.Plan) from plan_options' values."""
+    from ..scrapyd.launch import Plan  # noqa: PLC0415 - keep --help fast
 
     given = [*kw["daemons"], *kw.get("more_daemons", ())]
     daemons = [d.strip() for value in given for d in value.split(",") if d.strip()]

@@ -21,7 +21,7 @@ from ..crawl import Crawl, control, runs
 from ..crawl.nodes import live_nodes
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
-from ..ops import jobs as ops_jobs
+from ..scrapyd import jobs as ops_jobs
 from .common import Target, fail, main, pass_cli, when
 
 _LIMIT_OPTIONS = (

@@ -80,7 +80,7 @@ def schedule_add(keys: CrawlKeys, target: Target, cron: str, tz: str, schedule_n
     ran is fired once when one runs again.
     """
     plan = make_plan(target, keys.crawl, kw)
-    from ..ops.launch import check_reach  # noqa: PLC0415
+    from ..scrapyd.launch import check_reach  # noqa: PLC0415
 
     for warning in check_reach(plan.redis_url, plan.daemons, embedded=plan.embedded):
         click.echo(f"crawlplug: warning: {warning}", err=True)

@@ -73,7 +73,7 @@ NAMES = (
     # "<declared dead ms, 0 in a shard> <last change ms> <its leases requeued> <dead-lettered>";
     # per shard, where its leases were reaped (the counts add up across shards)
     "graveyard",
-    # nodes started through Scrapyd (crawlplug.frontier.jobs; `crawlplug start`, schedules)
+    # nodes started through Scrapyd (crawlplug.scrapyd.store; `crawlplug start`, schedules)
     "jobs",  # zset: Scrapyd job id -> when it was scheduled (ms); each job's record in job:<id>
     # scheduled runs (crawlplug.schedules.store; lua/leader.lua, lua/firing.lua)
     "schedules",  # hash: schedule name -> JSON spec (cron, daemons, settings) and its next and last firing
@@ -161,7 +161,7 @@ class CrawlKeys:
         return f"{self.tag}:reply:{node_id}"
 
     def job(self, job_id: str) -> str:
-        """The hash holding one Scrapyd job's record (crawlplug.frontier.jobs)."""
+        """The hash holding one Scrapyd job's record (crawlplug.scrapyd.store)."""
         return f"{self.tag}:job:{job_id}"
 
     def node_stats(self, node_id: str) -> str:

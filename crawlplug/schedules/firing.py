@@ -3,7 +3,7 @@
 A schedule names a crawl, a cron expression (five fields, or six with seconds last:
 ``*/5 * * * * *`` is every five seconds; croniter's syntax) read in a time zone (UTC
 unless told), and what to start: the daemons, nodes per daemon, settings, spider
-arguments (crawlplug.ops.launch.Plan). At each due time the control process that
+arguments (crawlplug.scrapyd.launch.Plan). At each due time the control process that
 leads the crawl's schedules (``crawlplug control``, crawlplug.controlprocess) fires it
 with :func:`fire`:
 
@@ -31,11 +31,11 @@ import redis
 from ..crawl import runs
 from ..crawl.nodes import live_nodes
 from ..errors import ConfigError, ScrapydError
-from ..frontier import jobs
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
-from ..ops.jobs import refresh
-from ..ops.launch import Plan, launch
+from ..scrapyd import store as jobs
+from ..scrapyd.jobs import refresh
+from ..scrapyd.launch import Plan, launch
 from ..starts.seeds import zone
 from . import store as schedules
 

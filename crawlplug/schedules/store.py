@@ -14,7 +14,7 @@ one more than the leader before it (``fence``). Every write of a firing goes thr
 that token: a leader that stalled past its lease (a long pause, a lost network) and
 was replaced writes nothing when it wakes. A firing is **claimed** (the schedule's
 ``next`` moved on, in the same step, so no other leader fires the same time again),
-then carried out (crawlplug.ops.launch), then **done** (its outcome recorded, and
+then carried out (crawlplug.scrapyd.launch), then **done** (its outcome recorded, and
 pushed on the crawl's ``fires`` list). A firing left claimed by a leader that died
 is **adopted** by the next one (crawlplug.controlprocess decides what becomes of it).
 """

@@ -50,8 +50,8 @@ from ..metrics import exporter as metrics
 from ..ops import dead, status
 from ..ops import history as crawl_history
 from ..ops import report as run_report
-from ..ops.jobs import annotate_nodes
 from ..probes import errorsamples
+from ..scrapyd.jobs import annotate_nodes
 from ..sites import outcomes as site_fields
 from . import alerting
 from . import sites as site_pages

@@ -1,7 +1,7 @@
 """The Scrapyd jobs of a crawl, as operators see and end them.
 
 * :func:`refresh` asks each daemon (``listjobs.json``) what became of the crawl's
-  jobs that have not ended, and records its answer (crawlplug.frontier.jobs);
+  jobs that have not ended, and records its answer (crawlplug.scrapyd.store);
 * :func:`cancel_jobs` ends a run's jobs that do not end by themselves within a
   grace time (``cancel.json``): what ``crawlplug stop`` does after it stopped the
   run, and ``crawlplug scrapyd cancel`` alone;
@@ -19,11 +19,11 @@ from typing import Any
 import redis
 
 from ..errors import ScrapydError
-from ..frontier import jobs
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
 from ..server.clients import mask_url
-from .scrapyd import Daemon
+from . import store as jobs
+from .daemon import Daemon
 
 logger = logging.getLogger(__name__)
 

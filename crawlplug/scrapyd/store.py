@@ -1,11 +1,11 @@
 """The Scrapyd jobs of a crawl: which node each daemon started, for which run, and how it ended.
 
-``crawlplug start`` and scheduled runs (crawlplug.ops.launch) record each job they
+``crawlplug start`` and scheduled runs (crawlplug.scrapyd.launch) record each job they
 hand a Scrapyd daemon (``schedule.json``) before the daemon starts it; the node the
-job becomes records, from inside (crawlplug.probes.scrapydjob), when it opened (its node id,
+job becomes records, from inside (crawlplug.scrapyd.node), when it opened (its node id,
 host, pid and the run it joined) and when it closed (reason, pages, items); and what
 the daemon says of the job (``listjobs.json``: pending, running, finished) is written
-by whoever asks it (crawlplug.ops.launch.refresh). Each writer sets its own fields of
+by whoever asks it (crawlplug.scrapyd.launch.refresh). Each writer sets its own fields of
 the job's hash, so no write needs to read the others first.
 
 Redis, under the crawl's hash tag: ``jobs`` (zset: job id -> when it was scheduled, ms)
@@ -21,8 +21,8 @@ from typing import Any
 import redis
 from redis.typing import EncodableT, FieldT
 
-from .keys import CrawlKeys
-from .store import redis_ms, text
+from ..frontier.keys import CrawlKeys
+from ..frontier.store import redis_ms, text
 
 __all__ = [
     "DAEMON_STATES",

@@ -3,7 +3,7 @@
 (``crawlplug start`` and scheduled runs set it to the Scrapyd job id of each node).
 
 When the spider opens (the scheduler has joined the crawl's run by then) it records,
-in the job's record (crawlplug.frontier.jobs): the node's id, host and pid, and the
+in the job's record (crawlplug.scrapyd.store): the node's id, host and pid, and the
 run it joined; when it closes: why (``finish_reason``), the pages it fetched
 (``response_received_count``) and the items it scraped (``item_scraped_count``). A
 node killed with SIGKILL records no end: its daemon's ``listjobs.json`` tells it
@@ -22,10 +22,10 @@ from scrapy.exceptions import NotConfigured
 
 from ..crawl import runs
 from ..errors import REDIS_ERRORS, ConfigError, RedisUnavailable
-from ..frontier import jobs
 from ..frontier.keys import CrawlKeys, crawl_keys
 from ..frontier.results import process_node_id
 from ..server import clients
+from . import store as jobs
 
 if TYPE_CHECKING:
     from scrapy import Spider

@@ -3,7 +3,7 @@
 :func:`launch` schedules the spider on every daemon (``schedule.json``), N jobs
 each, with the settings that make them one crawl: ``REDIS_URL`` (the Redis every
 machine reaches), ``CRAWLPLUG_CRAWL_ID`` (the crawl), ``CRAWLPLUG_SCRAPYD_JOB`` (the
-job, which the node records from inside: crawlplug.probes.scrapydjob),
+job, which the node records from inside: crawlplug.scrapyd.node),
 ``CRAWLPLUG_FOR_RUN`` (the run they are started for: a node its daemon starts after that
 run ended exits with nothing done, instead of beginning the next run and crawling it all
 again), and the operator's own ``-s`` settings and ``-a`` spider arguments. Before it schedules anything it
@@ -21,7 +21,7 @@ checks, and refuses with the reason:
   operator asks for a new run (``new_run``), which is begun here
   (crawlplug.crawl.newrun) before any node starts.
 
-Each job is recorded in Redis (crawlplug.frontier.jobs) before the daemon is asked,
+Each job is recorded in Redis (crawlplug.scrapyd.store) before the daemon is asked,
 so a daemon that answers late or never is still known and shown.
 """
 
@@ -40,12 +40,12 @@ import redis
 from ..crawl import runs
 from ..crawl.newrun import begin_new_run
 from ..errors import ConfigError, ScrapydError
-from ..frontier import jobs
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
 from ..server.clients import mask_url, validate_url
+from . import store as jobs
 from .addresses import is_loopback_host, local_address, resolves_here_to_loopback
-from .scrapyd import Daemon
+from .daemon import Daemon
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def check_reach(redis_url: str, daemons: list[str], *, embedded: bool) -> list[s
     """Refuse (ConfigError, with the reason) to hand the nodes a Redis that a daemon on
     another machine cannot reach: the embedded Redis, a unix socket, an address of this
     machine only in any spelling (``127.1``, ``2130706433``, ``0.0.0.0``, ``[::ffff:127.0.0.1]``,
-    ``[::]``: crawlplug.ops.addresses). A host *name* that resolves to loopback here is not
+    ``[::]``: crawlplug.scrapyd.addresses). A host *name* that resolves to loopback here is not
     refused (the other machines resolve it themselves): the warnings returned (and logged)
     say so."""
     validate_url(redis_url)
