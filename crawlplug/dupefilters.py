@@ -41,8 +41,9 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils import request as scrapy_request
 
 from .config import setting
+from .crawl import registry
 from .errors import REDIS_ERRORS, ConfigError
-from .frontier import open_frontier, registry
+from .frontier import open_frontier
 from .frontier.bloom import BloomSpec
 from .frontier.dedup import (
     BloomDedup,

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import crawlplug
 from crawlplug.cli import main
-from crawlplug.frontier import registry
+from crawlplug.crawl import registry
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys

@@ -21,9 +21,8 @@ from click.testing import CliRunner
 
 from crawlplug import starts
 from crawlplug.cli import main
-from crawlplug.crawl import Crawl
+from crawlplug.crawl import Crawl, registry
 from crawlplug.errors import DecodeError
-from crawlplug.frontier import registry
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.serializers import JsonSerializer, describe_payload

@@ -14,8 +14,8 @@ import redis
 
 from crawlplug.alerts import rules as alerts
 from crawlplug.alerts import store as stored
+from crawlplug.crawl.registry import register
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.frontier.registry import register
 
 from .support.browser import browser, fresh, screenshot, severe_logs, skip_without_chromium, table, until
 from .support.dashboardproc import start_dashboard, wait_for

@@ -168,7 +168,7 @@ def test_close_deletes_nothing_and_the_next_node_still_sees_it(redis_url, r):
 
 
 def test_the_crawl_is_registered_so_the_tools_find_it(redis_url, r):
-    from crawlplug.frontier import registry
+    from crawlplug.crawl import registry
 
     assert not registry.exists(r, K)
     opened("set", redis_url)

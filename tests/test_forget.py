@@ -24,7 +24,8 @@ from scrapy import Request
 from scrapy.utils.test import get_crawler
 
 from crawlplug.cli import main
-from crawlplug.frontier import open_frontier, registry
+from crawlplug.crawl import registry
+from crawlplug.frontier import open_frontier
 from crawlplug.frontier.bloom import BloomSpec
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.dedup import BloomDedup, TtlDedup

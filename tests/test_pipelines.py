@@ -23,8 +23,8 @@ from redis.retry import Retry
 from scrapy.utils.test import get_crawler
 
 from crawlplug.cli import main
+from crawlplug.crawl import registry
 from crawlplug.errors import ConfigError, ItemError
-from crawlplug.frontier import registry
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.pipelines import RedisItemPipeline, count_items, item_json, iter_items
 

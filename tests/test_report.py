@@ -21,9 +21,8 @@ from twisted.internet.error import TimeoutError as TwistedTimeout
 from twisted.python.failure import Failure
 
 from crawlplug.cli import main
-from crawlplug.crawl import runs
+from crawlplug.crawl import runs, runstats
 from crawlplug.failures import FAILED
-from crawlplug.frontier import runstats
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.ops import history, report
 from crawlplug.probes.domainstats import OTHER, DomainStatsMiddleware

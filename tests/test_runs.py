@@ -20,9 +20,9 @@ import redis
 from click.testing import CliRunner
 
 from crawlplug.cli import main
-from crawlplug.crawl import Crawl, runs
+from crawlplug.crawl import Crawl, registry, runs
 from crawlplug.errors import CorruptKey, RunOver, StaleEpoch
-from crawlplug.frontier import open_frontier, registry
+from crawlplug.frontier import open_frontier
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards

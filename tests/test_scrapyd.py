@@ -17,9 +17,8 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from crawlplug.cli import main
-from crawlplug.crawl import runs
+from crawlplug.crawl import registry, runs
 from crawlplug.errors import ConfigError
-from crawlplug.frontier import registry
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.scrapyd import store as jobs
 from crawlplug.scrapyd.jobs import open_jobs

@@ -19,7 +19,7 @@ from .. import defaults
 from ..alerts import rules as alerts
 from ..alerts import store as stored
 from ..controlprocess import utc
-from ..frontier import registry
+from ..crawl import registry
 from ..frontier.keys import CrawlKeys
 from .common import Cli, Target, create_if_new, fail, main, pass_cli
 

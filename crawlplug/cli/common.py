@@ -18,8 +18,8 @@ import click
 import redis
 
 from .. import __version__
+from ..crawl import registry
 from ..errors import CrawlplugError
-from ..frontier import registry
 from ..frontier.keys import CrawlKeys
 from ..server import clients, embedded
 

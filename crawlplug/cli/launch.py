@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ..frontier import registry
+from ..crawl import registry
 from ..frontier.keys import CrawlKeys
 from ..scrapyd import jobs as ops_jobs
 from ..scrapyd.launch import launch

@@ -209,7 +209,7 @@ def control(
     if metrics_port is not None:
         from prometheus_client import start_http_server  # noqa: PLC0415
 
-        from ..frontier.registry import registered_crawls  # noqa: PLC0415
+        from ..crawl.registry import registered_crawls  # noqa: PLC0415
         from ..metrics.exporter import registry  # noqa: PLC0415
 
         reg = registry(target.client, lambda: [CrawlKeys(c) for c in registered_crawls(target.client)], top_domains)

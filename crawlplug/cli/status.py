@@ -8,9 +8,8 @@ from typing import Any
 
 import click
 
-from ..crawl import Crawl, runs
+from ..crawl import Crawl, registry, runs
 from ..crawl.nodes import live_of
-from ..frontier import registry
 from ..frontier.core import open_frontier
 from ..frontier.fpadmin import store_info
 from ..frontier.keys import CrawlKeys

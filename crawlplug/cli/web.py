@@ -9,7 +9,7 @@ import socket
 
 import click
 
-from ..frontier import registry
+from ..crawl import registry
 from .common import Cli, fail, main, pass_cli
 
 TOKEN_ENVVAR = "CRAWLPLUG_DASHBOARD_TOKEN"

@@ -31,7 +31,7 @@ again (the Scheduler's ``_rejoin``).
 
 Its size: a run's whole life (join, begin, finish, reset, read) around the ``run`` hash
 it shares; each step is a few lines around one script (lua/join.lua, runstart.lua,
-finish.lua), and the registry of crawls is crawlplug.frontier.registry.
+finish.lua), and the registry of crawls is crawlplug.crawl.registry.
 """
 
 from __future__ import annotations
@@ -47,12 +47,11 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import redis
 
 from ..errors import ConfigError, CorruptKey, RunEnded, RunOver, StaleEpoch
-from ..frontier import registry, runstats
 from ..frontier.keys import DEDUP_NAMES, DEDUP_PREFIXES, CrawlKeys
 from ..frontier.layout import claim_shards, parts
 from ..frontier.scripts import Scripts
 from ..frontier.store import json_record, redis_ms, text
-from . import views
+from . import registry, runstats, views
 from .nodes import count_live
 from .nodes import live_nodes as count_live_nodes
 
@@ -96,7 +95,7 @@ BEGIN_GRACE_MS = 30_000
 #: run's counters and stats, error samples, node records. Everything not named here
 #: or in DEDUP_NAMES is kept: seq, meta, dconf, seeds, control, series, items, run,
 #: runs, epoch, dead letters of earlier runs, start entries waiting, the history (hist:*)
-#: and the node stats of ended runs (runstats:*, crawlplug.frontier.runstats).
+#: and the node stats of ended runs (runstats:*, crawlplug.crawl.runstats).
 RUN_STATE_NAMES = frozenset(
     {
         "queue",

@@ -28,10 +28,9 @@ from typing import Any
 
 import redis
 
-from ..crawl import runs
+from ..crawl import registry, runs
 from ..errors import ConfigError
 from ..frontier import history as records
-from ..frontier import registry
 from ..frontier.history import DAY_MS, HOUR_MS, MINUTE_MS
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms

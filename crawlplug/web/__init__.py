@@ -39,10 +39,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..alerts import rules as crawl_alerts
-from ..crawl import Crawl, control
+from ..crawl import Crawl, control, runstats
 from ..crawl import runs as frontier_runs
 from ..errors import CrawlplugError
-from ..frontier import runstats
 from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms

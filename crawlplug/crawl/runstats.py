@@ -17,8 +17,8 @@ import json
 import redis
 from redis.typing import EncodableT, FieldT
 
-from .keys import CrawlKeys
-from .store import text
+from ..frontier.keys import CrawlKeys
+from ..frontier.store import text
 
 __all__ = ["KEEP", "keep", "kept", "read", "runstats_key"]
 

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 import redis
 
-from .keys import CrawlKeys
-from .store import json_record, redis_ms, text
+from ..frontier.keys import CrawlKeys
+from ..frontier.store import json_record, redis_ms, text
 
 __all__ = [
     "entry",
