@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ..queues import BaseQueue
     from ..serializers import JsonSerializer
     from .outage import Outage
-    from .report import Reporter
+    from .reporter import Reporter
 
 __all__ = ["RECORD_FP_META", "Batch", "Buffered"]
 

@@ -51,7 +51,7 @@ from .entries import START_META, StartEntries
 from .liveness import Liveness
 from .outage import Outage
 from .politeness import Choice, Politeness, choose
-from .report import Reporter
+from .reporter import Reporter
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..starts.seeds import Seeds
     from .batch import Batch
     from .outage import Outage
-    from .report import Reporter
+    from .reporter import Reporter
 
 __all__ = ["START_META", "StartEntries"]
 

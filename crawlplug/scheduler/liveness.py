@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .batch import Batch
     from .entries import StartEntries
     from .outage import Outage
-    from .report import Reporter
+    from .reporter import Reporter
 
 __all__ = ["DRAIN_GRACE", "LOST_BY_STALLING", "LOST_IN_REDIS", "Liveness"]
 

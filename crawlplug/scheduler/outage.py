@@ -33,7 +33,7 @@ from . import enginehooks
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from .report import Reporter
+    from .reporter import Reporter
 
 __all__ = ["Outage"]
 

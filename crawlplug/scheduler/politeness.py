@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..frontier.interface import CrawlFrontier
     from ..queues import DomainQueue
     from .outage import Outage
-    from .report import Reporter
+    from .reporter import Reporter
 
 __all__ = ["DOMAIN_QUEUE", "Choice", "Politeness", "asked", "choose"]
 

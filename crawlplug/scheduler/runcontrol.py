@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ..crawl import Crawl
     from ..frontier.interface import CrawlFrontier
     from .batch import Batch
-    from .report import Reporter
+    from .reporter import Reporter
 
 __all__ = ["RunControl", "from_settings"]
 
