@@ -18,7 +18,39 @@ class ConfigError(CrawlplugError, ValueError):
 
 
 class RedisUnavailable(CrawlplugError, ConnectionError):
-    """The Redis server cannot be reached (or refused us)."""
+    """The Redis server cannot be reached (or refused us) when a node or a command starts:
+    the message names it (its URL, password masked) and why (crawlplug.server.clients.check)."""
+
+
+class RedisFailure(CrawlplugError):
+    """A call to Redis failed. redis-py's errors are converted once, where crawlplug calls
+    Redis (crawlplug's clients, crawlplug.server.clients; the scripts' runner,
+    crawlplug.frontier.scripts), by :func:`converted`: each converted error is of one of
+    the kinds below *and* still of its redis-py class (``except redis.ConnectionError``
+    still matches), with the same message. The decisions stay where they are made: a
+    heartbeat's outage, a reply lost and sent again, a command's one error line."""
+
+
+class ReplyLost(RedisFailure):
+    """No reply came: Redis could not be reached, the connection broke, or the call timed
+    out. The call may have run: what is sent again must be safe to run twice."""
+
+
+class RedisRefused(RedisFailure):
+    """Redis answered with an error: the call was refused and did nothing (a script's
+    refusal, :class:`ScriptRefusal` and :class:`CorruptKey`, wrote nothing either)."""
+
+
+class RedisFull(RedisRefused):
+    """Redis is over its ``maxmemory`` and refused a write (or a script that would write)."""
+
+
+class RedisForbidden(RedisRefused):
+    """Redis refused this user the command or the key (``NOPERM``), or the credentials."""
+
+
+class RedisReadOnly(RedisRefused):
+    """The server is a read-only replica (a failover not yet seen by the client)."""
 
 
 class SerializationError(CrawlplugError):
@@ -33,7 +65,7 @@ class ItemError(CrawlplugError, TypeError):
     """An item cannot be stored (not an item, or a value JSON cannot hold)."""
 
 
-class ScriptRefusal(CrawlplugError, redis.exceptions.ResponseError):
+class ScriptRefusal(RedisRefused, redis.exceptions.ResponseError):
     """A script refused a node's call before any write, with an error reply that begins
     with :attr:`PREFIX` (each kind converted once, where replies come in: :func:`script_error`)."""
 
@@ -100,7 +132,7 @@ class RunOver(RunEnded):
     failure: ``state`` is "finished" for a run that finished."""
 
 
-class CorruptKey(CrawlplugError, redis.ResponseError):
+class CorruptKey(RedisRefused, redis.ResponseError):
     """A crawl key holds what crawlplug never writes there (a wrong type, a counter
     that is no integer): the script refused the whole call, having written nothing.
     Not an outage: waiting does not repair it, an operator does (the message names
@@ -147,15 +179,88 @@ def corrupt_key(exc: Exception) -> Exception:
 
 def script_error(exc: BaseException) -> BaseException:
     """A script's error reply as crawlplug's error for it (:class:`StaleEpoch`,
-    :class:`RolledBack`, :class:`CorruptKey`), else ``exc`` itself: converted once, where replies come in
-    (crawlplug.frontier.scripts.Scripts)."""
+    :class:`RolledBack`, :class:`CorruptKey`), else ``exc`` :func:`converted`: converted once,
+    where replies come in (crawlplug.frontier.scripts.Scripts)."""
     if not isinstance(exc, redis.exceptions.ResponseError):
-        return exc
+        return converted(exc)
     for kind in (StaleEpoch, RolledBack):
-        converted = kind.check(exc)
-        if converted is not exc:
-            return converted
-    return corrupt_key(exc)
+        refusal = kind.check(exc)
+        if refusal is not exc:
+            return refusal
+    refusal = corrupt_key(exc)  # type: ignore[arg-type]  # a ResponseError is an Exception
+    return refusal if refusal is not exc else converted(exc)
+
+
+#: redis-py errors that are no failure of a call, left as they are: a transaction's WATCH
+#: seen to change (its caller tries again), a value redis-py will not send, a lock's misuse
+_NOT_FAILURES: tuple[type[BaseException], ...] = (
+    redis.exceptions.WatchError,
+    redis.exceptions.DataError,
+    redis.exceptions.LockError,
+)
+_kinds: dict[tuple[type[RedisFailure], type[BaseException]], type[BaseException]] = {}
+
+
+def failure_kind(exc: BaseException) -> type[RedisFailure] | None:
+    """Which :class:`RedisFailure` ``exc`` (a redis-py error) is; None if it is none."""
+    if isinstance(exc, RedisFailure):
+        return type(exc) if type(exc) in _KINDS else next(k for k in _KINDS if isinstance(exc, k))
+    if isinstance(exc, _NOT_FAILURES) or not isinstance(
+        exc, (redis.RedisError, redis.exceptions.RedisClusterException)
+    ):
+        return None
+    text = str(exc)
+    if isinstance(exc, (redis.exceptions.NoPermissionError, redis.exceptions.AuthenticationError)):
+        return RedisForbidden
+    if isinstance(exc, redis.exceptions.OutOfMemoryError) or "maxmemory" in text:
+        return RedisFull
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return RedisReadOnly
+    if isinstance(exc, (redis.exceptions.ResponseError, redis.exceptions.BusyLoadingError)):
+        return RedisRefused  # an answer (LOADING too: nothing ran)
+    return ReplyLost  # no answer: connection refused or broken, a timeout, a cluster in flux
+
+
+_KINDS = (RedisForbidden, RedisFull, RedisReadOnly, RedisRefused, ReplyLost)
+
+
+def _reduce(self: BaseException) -> tuple[Any, ...]:
+    """A converted error pickles as its redis-py error, converted again when read."""
+    original = next(c for c in type(self).__mro__[1:] if c.__module__.startswith("redis"))
+    return (_rebuilt, (original, self.args))
+
+
+def _rebuilt(original: type[BaseException], args: tuple[Any, ...]) -> BaseException:
+    exc = original.__new__(original, *args)
+    exc.args = args
+    return converted(exc)
+
+
+def converted(exc: BaseException) -> BaseException:
+    """``exc`` (a redis-py error) as crawlplug's: the same error, of the same redis-py class
+    and message, and also of its :class:`RedisFailure` kind (:func:`failure_kind`); ``exc``
+    itself when it is crawlplug's already or no failure (:data:`_NOT_FAILURES`)."""
+    if isinstance(exc, RedisFailure):
+        return exc
+    kind = failure_kind(exc)
+    if kind is None:
+        return exc
+    original = type(exc)
+    cls = _kinds.get((kind, original))
+    if cls is None:
+        # the redis-py class's name and module kept, so a log line reads as before
+        cls = _kinds[(kind, original)] = type(
+            original.__name__,
+            (kind, original),
+            {"__module__": original.__module__, "__doc__": kind.__doc__, "__reduce__": _reduce},
+        )
+    new = cls.__new__(cls, *exc.args)
+    new.args = exc.args
+    new.__dict__.update(exc.__dict__)
+    new.__traceback__ = exc.__traceback__
+    new.__cause__, new.__context__ = exc.__cause__, exc.__context__
+    new.__suppress_context__ = exc.__suppress_context__
+    return new
 
 
 class AdmissionIncomplete(CrawlplugError):
@@ -188,12 +293,14 @@ class MigrationError(CrawlplugError):
     """The scrapy-redis crawl cannot be carried over as asked."""
 
 
-def _redis_errors() -> tuple[type[redis.RedisError], type[redis.exceptions.RedisClusterException]]:
-    return (redis.RedisError, redis.exceptions.RedisClusterException)
+def _redis_errors() -> tuple[type[RedisFailure], type[redis.RedisError], type[redis.exceptions.RedisClusterException]]:
+    return (RedisFailure, redis.RedisError, redis.exceptions.RedisClusterException)
 
 
-#: What a Redis call may raise when the server (or the cluster) is unreachable,
-#: busy, failing over or refusing: redis-py's errors and its cluster client's.
+#: What a Redis call may raise when the server (or the cluster) is unreachable, busy,
+#: failing over or refusing: crawlplug's :class:`RedisFailure`, as its clients and script
+#: runner convert them, and redis-py's own (a client crawlplug did not make: a test's, a
+#: project's), which are the same errors unconverted.
 REDIS_ERRORS = _redis_errors()
 
 

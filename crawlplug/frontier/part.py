@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import redis
 
-from ..errors import AdmissionIncomplete, RolledBack, StaleEpoch
+from ..errors import AdmissionIncomplete, RedisFailure, ReplyLost, RolledBack, StaleEpoch, failure_kind
 from ..queues import BaseQueue, PriorityQueue
 from . import history
 from .dedup import Dedup, SetDedup
@@ -316,7 +316,7 @@ class Part:
         the leases it gave, instead of their waiting to expire."""
         _, keys, args = call
         if isinstance(raw, Exception):
-            lost = isinstance(raw, (redis.ConnectionError, redis.TimeoutError)) and keys == self._pop_keys
+            lost = failure_kind(raw) is ReplyLost and keys == self._pop_keys
             self._uncertain_pop = (keys, args) if lost else None
             raise raw
         self._uncertain_pop = None
@@ -387,10 +387,10 @@ class Part:
         _, keys, args = call
         try:
             raw = run(keys=keys, args=args)
-        except (redis.ConnectionError, redis.TimeoutError):  # it may have run: its reply was lost
+        except ReplyLost:  # it may have run: its reply was lost
             self.uncertain = (args[3], keys, args, n_items, n_acks, n_events)
             raise
-        except redis.RedisError:  # refused (a corrupt key, a full Redis, another epoch): it wrote nothing
+        except RedisFailure:  # refused (a corrupt key, a full Redis, another epoch): it wrote nothing
             self.uncertain = None
             raise
         self.uncertain = None
@@ -399,7 +399,7 @@ class Part:
     def note_uncertain(self, call: Call, exc: BaseException, n_items: int, n_acks: int, n_events: int) -> None:
         """An admission ``call`` sent outside :meth:`admit` (a sharded crawl's pipeline) met
         ``exc``: if its reply may have been lost, the next admission sends it again first."""
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        if failure_kind(exc) is ReplyLost:
             _, keys, args = call
             self.uncertain = (cast(str, args[3]), keys, args, n_items, n_acks, n_events)
 

@@ -109,8 +109,8 @@ class _Script:
             except redis.exceptions.NoScriptError:
                 owner.load(client, [self.script])
                 result = client.evalsha(self.script.sha, len(keys), *keys, *args)
-        except redis.ResponseError as exc:
-            raise script_error(exc) from None
+        except (redis.exceptions.RedisError, *_cluster_errors()) as exc:
+            raise script_error(exc) from None  # crawlplug's error for it, converted once here
         if not _is_cluster(client):
             owner.held("", [self.script.sha])
         return result
@@ -307,7 +307,7 @@ class Scripts:
             client, server = client.get_redis_connection(node), node.name
         out: list[Any] = [None] * len(calls)
         self._pipeline(client, server, calls, list(range(len(calls))), out)
-        return [script_error(x) if isinstance(x, redis.ResponseError) else x for x in out]
+        return _converted(out)
 
     def _pipeline(self, client: Any, server: str, calls: Sequence[Call], indexes: list[int], out: list[Any]) -> None:
         """Run ``calls[indexes]`` on ``client`` (one server) in one pipeline, each reply (or
@@ -368,7 +368,7 @@ class Scripts:
                         results.append(script_error(exc))
                         continue
                 except redis.RedisError as exc:
-                    results.append(exc)
+                    results.append(script_error(exc))
                     continue
             script = self._scripts[name]
             try:
@@ -380,10 +380,8 @@ class Scripts:
             except redis.exceptions.NoPermissionError:
                 # a user given EVALSHA but not EVALSHA_RO (docs/security.md's crawler rule)
                 return self.run_many(calls)
-            except redis.ResponseError as exc:
-                results.append(script_error(exc))
             except redis.RedisError as exc:
-                results.append(exc)
+                results.append(script_error(exc))
         return results
 
     def run_many(self, calls: Sequence[Call]) -> list[Reply]:
@@ -399,7 +397,7 @@ class Scripts:
             try:
                 return [_Script(name, self._scripts[name], self)(keys=keys, args=args)]
             except (redis.exceptions.RedisError, *_cluster_errors()) as exc:
-                return [exc]
+                return [script_error(exc)]
         groups: dict[str, tuple[Any, list[int]]] = {}
         cluster = _is_cluster(self.client)
         for i, (_, keys, _) in enumerate(calls):
@@ -415,7 +413,7 @@ class Scripts:
             self._fan_out(calls, list(groups.values()), results)
             retry = [i for i, v in enumerate(results) if not_found(v)]
             if not retry:
-                return results
+                return _converted(results)
             groups = {}
             for i in retry:
                 # several nodes: a cluster
@@ -425,10 +423,7 @@ class Scripts:
             # a node: a cluster's
             client = self.client if node is None else self.client.get_redis_connection(node)  # type: ignore[union-attr]
             self._pipeline(client, "" if node is None else node.name, calls, indexes, results)
-            for i in indexes:
-                if isinstance(results[i], redis.ResponseError):
-                    results[i] = script_error(results[i])
-        return results
+        return _converted(results)
 
     def _fan_out(self, calls: Sequence[Call], groups: list[tuple[Any, list[int]]], results: list[Any]) -> None:
         """EVALSHA ``calls`` on several nodes at once: send to all, then read from each."""
@@ -490,6 +485,11 @@ class Scripts:
             return _Script(name, self._scripts[name], self)
         except KeyError:
             raise AttributeError(name) from None
+
+
+def _converted(replies: list[Any]) -> list[Any]:
+    """Each error among ``replies`` as crawlplug's error for it (:func:`crawlplug.errors.script_error`)."""
+    return [script_error(x) if isinstance(x, BaseException) else x for x in replies]
 
 
 def _cluster_errors() -> tuple[type[RedisClusterException]]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from ..errors import CorruptKey, StaleEpoch
+from ..errors import CorruptKey, RedisForbidden, RedisFull, StaleEpoch, failure_kind
 from ..server import clients
 from . import enginehooks
 
@@ -129,7 +129,8 @@ class Outage:
             )
             return
         self.report.count("crawlplug/redis_errors")
-        if isinstance(exc, redis.exceptions.NoPermissionError) and not self.closing:
+        kind = failure_kind(exc)
+        if kind is RedisForbidden and not self.closing:
             # waiting would not help: the Redis user lacks a grant (an ACL), e.g. on a key
             # outside the crawl's prefix such as scrapy-redis's <spider>:start_urls
             self.closing = True
@@ -143,7 +144,9 @@ class Outage:
             enginehooks.close(self.crawler, "config_error", failed=True)
             return
         now = time.monotonic()
-        self.refused = isinstance(exc, redis.ResponseError)  # the server answered: full, read-only, busy
+        # the server answered (full, read-only, busy): LOADING (a Redis reading its snapshot)
+        # is redis-py's ConnectionError, and counts as unreachable, as a node waiting it out should
+        self.refused = isinstance(exc, redis.ResponseError)
         if self.refused:
             self.unreachable_since = None
         elif self.unreachable_since is None:
@@ -152,7 +155,7 @@ class Outage:
             self.down_since = now
             self._back_done = False
             wait = f"up to {self.timeout:g}s" if self.timeout > 0 else "as long as it takes"
-            if isinstance(exc, redis.exceptions.OutOfMemoryError) or "maxmemory" in str(exc):
+            if kind is RedisFull:
                 logger.error(
                     "crawlplug: Redis is out of memory (%s): it refuses to store new requests. This "
                     "node keeps them, and does not acknowledge the pages they came from, and asks "
