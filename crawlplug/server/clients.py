@@ -26,6 +26,7 @@ pipeline's ``execute``, replies held as values included.
 from __future__ import annotations
 
 import codecs
+import functools
 import logging
 import os
 from collections.abc import Mapping
@@ -181,6 +182,7 @@ class Redis(redis.Redis):
         return pipe
 
 
+@functools.cache
 def _cluster_classes() -> Any:
     """The cluster client and its pipeline, converting (imported when a cluster is used)."""
     from redis.cluster import ClusterPipeline, RedisCluster  # noqa: PLC0415
@@ -200,6 +202,7 @@ def _cluster_classes() -> Any:
             pipe.__class__ = _ClusterPipeline
             return pipe
 
+    Cluster.__name__ = Cluster.__qualname__ = "RedisCluster"  # named as redis-py's, as the errors are
     return Cluster
 
 
