@@ -18,16 +18,13 @@ __all__ = [
     "mark_unloadable",
     "not_found",
     "server_major",
+    "server_of",
     "was_refused",
 ]
 
 logger = logging.getLogger(__name__)
 
 _versions: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-#: the clients whose server refused this user FCALL or FUNCTION LOAD (:meth:`Scripts.refused`)
-_refused_by: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-#: the reasons each client's server gave for not loading the library (said once each)
-_unloadable: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
 def server_major(client: redis.Redis | RedisCluster) -> int:
@@ -78,20 +75,30 @@ def functions_refused(reply: object) -> bool:
     return any(f"run the '{name}' command" in text for name in ("fcall", "fcall_ro", "function|load"))
 
 
+def server_of(client: object) -> tuple[object, ...]:
+    """Which server and user ``client`` talks to (host, port, socket path, database, user),
+    so that what one client learnt of a server holds for the others of the process (a node's
+    frontier and its stats collector each have one)."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None) or {}
+    return tuple(kwargs.get(k) for k in ("host", "port", "path", "db", "username")) or (id(client),)
+
+
+#: the servers (server_of) that refused this process's user FCALL or FUNCTION LOAD
+_refused_servers: set[tuple[object, ...]] = set()
+#: the reasons each client's server gave for not loading the library (said once each: a
+#: full Redis is a passing state, said again by a client made after it)
+_unloadable: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
 def was_refused(client: object) -> bool:
-    try:
-        return _refused_by.get(client, False)
-    except TypeError:
-        return False
+    return server_of(client) in _refused_servers
 
 
 def mark_refused(client: object) -> bool:
     """Note that ``client``'s server refused this user FCALL or FUNCTION LOAD; whether that is news."""
-    first = not was_refused(client)
-    try:
-        _refused_by[client] = True
-    except TypeError:
-        pass
+    server = server_of(client)
+    first = server not in _refused_servers
+    _refused_servers.add(server)
     return first
 
 
