@@ -171,6 +171,12 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
+            older = self._older()
+            if not self.rollbacks and older:
+                # an example whose steps drew no rollback goes back once before the end, to
+                # the latest snapshot older than an admission: every example that can test
+                # the property does (the draws alone gave 8 rollbacks in 30 examples once)
+                self._back_to(older[-1])
             self.drain()
         finally:
             self.client.close()
@@ -395,7 +401,10 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
 
     def redis_goes_back(self, data: st.DataObject) -> None:
         """Redis SIGKILLed and started again from an earlier RDB file."""
-        copy, pushes, _, _ = data.draw(st.sampled_from(self._older()))
+        self._back_to(data.draw(st.sampled_from(self._older())))
+
+    def _back_to(self, snapshot: tuple[Path, int, int, Snapshot | None]) -> None:
+        copy, pushes, _, _ = snapshot
         self.rollbacks += 1
         CrawlWithRollbacks.tally["rollbacks"] += 1
         proc = self.server.proc
