@@ -18,15 +18,12 @@ Every key of a crawl shares one hash tag, so every script runs on one
 cluster slot. Creating a client does no network I/O; :func:`check` does.
 
 The clients are redis-py's, made to convert its errors once into crawlplug's
-(:func:`crawlplug.errors.converted`: the same error, also a
-:class:`~crawlplug.errors.RedisFailure` of its kind) in each command and each
-pipeline's ``execute``, replies held as values included.
+(crawlplug.server.converting).
 """
 
 from __future__ import annotations
 
 import codecs
-import functools
 import logging
 import os
 from collections.abc import Mapping
@@ -40,8 +37,9 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from ..defaults import default
-from ..errors import ConfigError, RedisUnavailable, converted
+from ..errors import ConfigError, RedisUnavailable
 from . import embedded
+from .converting import Redis, cluster_class
 
 logger = logging.getLogger(__name__)
 
@@ -148,64 +146,6 @@ def _hosts(parts: Any) -> list[tuple[str, int]]:
     return out
 
 
-def _converting(execute: Any) -> Any:
-    """``execute`` (a pipeline's) with its errors, raised or held as replies, converted."""
-
-    def run(self: Any, raise_on_error: bool = True) -> Any:
-        try:
-            replies = execute(self, raise_on_error)
-        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
-            raise converted(exc) from None
-        if raise_on_error:
-            return replies
-        return [converted(r) if isinstance(r, BaseException) else r for r in replies]
-
-    return run
-
-
-class _Pipeline(redis.client.Pipeline):
-    execute = _converting(redis.client.Pipeline.execute)
-
-
-class Redis(redis.Redis):
-    """redis-py's client, its errors converted into crawlplug's (module docstring)."""
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        try:
-            return super().execute_command(*args, **options)
-        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
-            raise converted(exc) from None
-
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
-        pipe = super().pipeline(transaction, shard_hint)
-        pipe.__class__ = _Pipeline  # the same object; only its execute converts
-        return pipe
-
-
-@functools.cache
-def _cluster_classes() -> Any:
-    """The cluster client and its pipeline, converting (imported when a cluster is used)."""
-    from redis.cluster import ClusterPipeline, RedisCluster  # noqa: PLC0415
-
-    class _ClusterPipeline(ClusterPipeline):
-        execute = _converting(ClusterPipeline.execute)
-
-    class Cluster(RedisCluster):
-        def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return super().execute_command(*args, **kwargs)
-            except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
-                raise converted(exc) from None
-
-        def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
-            pipe = super().pipeline(transaction, shard_hint)
-            pipe.__class__ = _ClusterPipeline
-            return pipe
-
-    Cluster.__name__ = Cluster.__qualname__ = "RedisCluster"  # named as redis-py's, as the errors are
-    return Cluster
-
-
 def client_from_url(url: str, params: Mapping[str, Any] | None = None, *, cluster: bool = False) -> Any:
     """A redis-py client for ``url`` (validated): Redis, RedisCluster, or a Sentinel-managed
     primary; no I/O."""
@@ -241,7 +181,7 @@ def _cluster(parts: Any, kwargs: dict[str, Any]) -> Any:
     kwargs = _auth(parts, kwargs)
     kwargs.pop("health_check_interval", None)
     nodes = [ClusterNode(host, port) for host, port in _hosts(parts)]
-    return _cluster_classes()(startup_nodes=nodes, **kwargs)
+    return cluster_class()(startup_nodes=nodes, **kwargs)
 
 
 def _sentinel(parts: Any, kwargs: dict[str, Any]) -> Any:
