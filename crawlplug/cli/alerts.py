@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from .. import defaults
+from ..access import audit
 from ..alerts import rules as alerts
 from ..alerts import store as stored
 from ..controlprocess import utc
@@ -93,6 +94,13 @@ def alerts_add(
     if create_if_new(target, keys):
         click.echo(f"crawl {keys.crawl!r} is new: created it")
     new = stored.put(target.client, keys, rule)
+    audit.record(
+        target.client,
+        audit.cli_user(),
+        "alerts.add",
+        keys.crawl,
+        {"rule": rule["id"], "when": rule["when"], "notify": len(notify)},
+    )
     where = f"notifying {len(notify)} URL{'s' if len(notify) != 1 else ''}" if notify else "recorded only (no --notify)"
     click.echo(
         f"{'added' if new else 'replaced'} alert rule {rule['id']!r} of crawl {keys.crawl!r}: {rule['when']}; {where}"
@@ -137,7 +145,16 @@ def alerts_list(cli: Cli, as_json: bool) -> None:
 @click.argument("rule_name", metavar="NAME")
 def alerts_delete(keys: CrawlKeys, target: Target, rule_name: str) -> None:
     """Delete alert rule NAME of CRAWL."""
-    if not stored.delete(target.client, keys, rule_name):
+    deleted = stored.delete(target.client, keys, rule_name)
+    audit.record(
+        target.client,
+        audit.cli_user(),
+        "alerts.delete",
+        keys.crawl,
+        {"rule": rule_name},
+        "ok" if deleted else "no such rule",
+    )
+    if not deleted:
         have = ", ".join(stored.rules(target.client, keys)) or "none"
         fail(f"crawl {keys.crawl!r} has no alert rule {rule_name!r} (it has: {have})")
     click.echo(f"deleted alert rule {rule_name!r} of crawl {keys.crawl!r}")

@@ -10,22 +10,20 @@ import functools
 import inspect
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 import redis
 
 from .. import __version__
+from ..config.project import Project, project_root
+from ..config.project import scrapy_project as _scrapy_project
 from ..crawl import registry
-from ..errors import CrawlplugError
+from ..errors import ConfigError, CrawlplugError
 from ..frontier.keys import CrawlKeys
 from ..server import clients, embedded
-
-if TYPE_CHECKING:
-    from scrapy import Spider
-    from scrapy.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -109,13 +107,6 @@ def friendly_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def project_root() -> Path | None:
-    from scrapy.utils.conf import closest_scrapy_cfg  # noqa: PLC0415 - keep --help fast
-
-    cfg = closest_scrapy_cfg()
-    return Path(cfg).parent if cfg else None
-
-
 def embedded_dir() -> Path:
     if project_root() is None:
         fail(
@@ -128,55 +119,12 @@ def embedded_dir() -> Path:
     return clients.embedded_dir(get_project_settings())
 
 
-@dataclass
-class Project:
-    crawler: Any  # scrapy.crawler.Crawler, never started: settings, request_fingerprinter
-    spidercls: type[Spider] | None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def settings(self) -> Settings:
-        return self.crawler.settings
-
-
 def scrapy_project(spider: str) -> Project:
-    """The Scrapy project's settings (with the spider's own and the add-ons' applied),
-    its request fingerprinter, and the spider class when the project has it: what a
-    command needs to compute fingerprints and check callbacks as the crawl's nodes do
-    (migrate from-scrapy-redis, forget). Outside a project: Scrapy's defaults, said in
-    ``notes``."""
-    # Scrapy's crawler machinery, for these commands only (every crawlplug command would pay its import)
-    from scrapy import Spider  # noqa: PLC0415
-    from scrapy.crawler import Crawler  # noqa: PLC0415
-    from scrapy.settings import Settings  # noqa: PLC0415
-    from scrapy.utils.conf import closest_scrapy_cfg  # noqa: PLC0415
-    from scrapy.utils.misc import build_from_crawler, load_object  # noqa: PLC0415
-    from scrapy.utils.project import get_project_settings  # noqa: PLC0415
-
-    notes = []
-    spidercls: type[Spider] | None = None
-    if closest_scrapy_cfg():
-        try:
-            settings = get_project_settings()
-        except Exception as exc:  # noqa: BLE001 - the project's own settings module failed
-            fail(f"cannot read the Scrapy project's settings ({closest_scrapy_cfg()}): {exc}")
-        try:
-            from scrapy.spiderloader import get_spider_loader  # noqa: PLC0415 - likewise
-
-            spidercls = get_spider_loader(settings).load(spider)
-        except Exception as exc:  # noqa: BLE001 - KeyError, or an import error of the project
-            notes.append(f"spider {spider!r} not loaded from this project ({exc}): callbacks are not checked")
-    else:
-        settings = Settings()
-        notes.append("no Scrapy project here (no scrapy.cfg): Scrapy's default settings, callbacks not checked")
-    crawler = Crawler(spidercls or type("ProjectSpider", (Spider,), {"name": spider}), settings)
+    """:func:`crawlplug.config.project.scrapy_project`, its ConfigError one line (:func:`fail`)."""
     try:
-        crawler.addons.load_settings(crawler.settings)  # e.g. crawlplug.Addon's DUPEFILTER_CLASS
-    except Exception as exc:  # noqa: BLE001
-        notes.append(f"the project's add-ons could not be applied: {exc}")
-    fingerprinter_cls = load_object(crawler.settings["REQUEST_FINGERPRINTER_CLASS"])
-    crawler.request_fingerprinter = build_from_crawler(fingerprinter_cls, crawler)
-    return Project(crawler, spidercls, notes)
+        return _scrapy_project(spider)
+    except ConfigError as exc:
+        fail(str(exc))
 
 
 #: What a command talks to: a client that answered PING, its URL, whether it is embedded.

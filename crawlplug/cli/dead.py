@@ -6,6 +6,7 @@ import json
 
 import click
 
+from ..access import audit
 from ..frontier.keys import CrawlKeys
 from ..ops import dead as dead_letters
 from .common import Target, main, pass_cli, when
@@ -61,6 +62,13 @@ def dead_requeue(keys: CrawlKeys, target: Target, indexes: tuple[int, ...], all_
     entries and undecodable payloads stay dead and are listed.
     """
     requeued, kept = dead_letters.requeue_dead(target.client, keys, indexes, all_)
+    audit.record(
+        target.client,
+        audit.cli_user(),
+        "dead.requeue",
+        keys.crawl,
+        {"indexes": list(indexes), "all": all_, "requeued": requeued},
+    )
     click.echo(f"requeued {requeued} dead letters of crawl {keys.crawl!r}")
     for i, why in kept:
         click.echo(f"  [{i}] kept: {why}", err=True)
@@ -78,4 +86,11 @@ def dead_drop(keys: CrawlKeys, target: Target, indexes: tuple[int, ...], all_: b
         click.echo("Nothing deleted.", err=True)
         raise click.exceptions.Exit(1)
     removed = dead_letters.remove_dead(target.client, keys, [i for i, _ in picked])
+    audit.record(
+        target.client,
+        audit.cli_user(),
+        "dead.drop",
+        keys.crawl,
+        {"indexes": [i for i, _ in picked], "dropped": removed},
+    )
     click.echo(f"dropped {removed} dead letters of crawl {keys.crawl!r}")

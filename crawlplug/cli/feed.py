@@ -12,9 +12,10 @@ from typing import Any, TextIO
 import click
 
 from .. import starts
+from ..access import audit
 from ..config import start_key
 from ..crawl import Crawl, views
-from ..errors import ConfigError, DecodeError
+from ..errors import ConfigError
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
 from ..serializers import describe_payload
@@ -84,14 +85,10 @@ def push(cli: Cli, urls: tuple[str, ...], file: TextIO | None, use_stdin: bool, 
         urls, file = (), sys.stdin
     if not urls and file is None:
         fail("nothing to push: give URLs, --file FILE, or - for standard input")
-    valid: list[str] = []
-    bad = 0
-    for where, text in _lines(urls, file):
-        try:
-            valid.append(starts.to_line(starts.parse(text, strict=strict)))
-        except DecodeError as exc:
-            bad += 1
-            click.echo(f"crawlplug: {where}: skipped: {exc}", err=True)
+    valid, skipped = starts.checked_lines(_lines(urls, file), strict=strict)
+    for where, why in skipped:
+        click.echo(f"crawlplug: {where}: skipped: {why}", err=True)
+    bad = len(skipped)
     keys, target = cli.keys, cli.target  # after the checks of its own arguments
     created = bool(valid) and create_if_new(target, keys)
     waiting = (
@@ -99,6 +96,8 @@ def push(cli: Cli, urls: tuple[str, ...], file: TextIO | None, use_stdin: bool, 
         if valid
         else views.start_entries_waiting(target.client, keys, lane)
     )
+    if valid:
+        audit.record(target.client, audit.cli_user(), "push", keys.crawl, {"lane": lane, "pushed": len(valid)})
     where = "" if lane == "start_urls" else f" {lane}"
     click.echo(
         f"pushed {len(valid)} start entries to crawl {keys.crawl!r}{where} ({waiting} waiting"
@@ -207,6 +206,9 @@ def seeds_add(cli: Cli, urls: tuple[str, ...], every: str | None, cron: str | No
         if not run_now:
             first = seed.next_after(redis_ms(target.client))
         book.add(seed, first_run_ms=first)
+        audit.record(
+            target.client, audit.cli_user(), "seeds.add", keys.crawl, {"seed": seed.id, "every": every, "cron": cron}
+        )
         click.echo(
             f"seed {seed.id}: {starts_url(seed.entry)} ({seed.schedule()}), first run {_utc(first) if first else 'now'}"
         )
@@ -256,6 +258,9 @@ def seeds_remove(keys: CrawlKeys, target: Target, idents: tuple[str, ...]) -> No
     """Remove seeds by id or URL."""
     book = Seeds(target.client, keys)
     missing = [i for i in idents if not book.remove(i)]
+    if len(missing) < len(idents):
+        removed = [i for i in idents if i not in missing]
+        audit.record(target.client, audit.cli_user(), "seeds.remove", keys.crawl, {"seeds": removed})
     click.echo(f"removed {len(idents) - len(missing)} seeds from crawl {keys.crawl!r}")
     if missing:
         fail(f"no seed {', '.join(missing)}")
@@ -291,6 +296,7 @@ def pause(keys: CrawlKeys, target: Target) -> None:
     """Pause the crawl: every node stops taking requests within a heartbeat and
     finishes what it is downloading; prefetched requests go back to the queue."""
     changed = Crawl(target.client, keys).pause(by="crawlplug pause")
+    audit.record(target.client, audit.cli_user(), "pause", keys.crawl, {}, "ok" if changed else "already paused")
     click.echo(f"crawl {keys.crawl!r} {'paused' if changed else 'was already paused'}")
 
 
@@ -303,6 +309,7 @@ def resume(keys: CrawlKeys, target: Target) -> None:
     lost = views.lost(target.client, keys)
     paused = crawl.paused_info() is not None
     crawl.resume()
+    audit.record(target.client, audit.cli_user(), "resume", keys.crawl, {}, "ok" if paused or lost else "not paused")
     if lost:
         click.echo(f"crawl {keys.crawl!r}: the loss of its data is accepted; it may finish again")
     click.echo(f"crawl {keys.crawl!r} {'resumed' if paused else 'was not paused'}")

@@ -12,56 +12,25 @@ shard with the project's queue class. The work is :mod:`crawlplug.frontier.forge
 
 from __future__ import annotations
 
-import dataclasses
-import fnmatch
 import sys
 from typing import Any, TextIO
 
 import click
 from scrapy import Request
 
-from .. import starts
-from ..config import setting
-from ..crawl import Crawl
-from ..errors import DecodeError
-from ..frontier import forgetting
-from ..queues import load_queue_class, route
-from ..serializers import JsonSerializer, metakeys
-from .common import Cli, fail, main, pass_cli, scrapy_project
+from ..access import audit
+from ..errors import ConfigError
+from ..ops.forget import LOCAL_CACHE_NOTE, forget_requests, given_requests
+from ..ops.forget import roll as roll_fingerprints
+from .common import Cli, fail, main, pass_cli
 from .feed import _lines
-
-#: What running nodes still do after a forget (said after every change).
-LOCAL_CACHE_NOTE = (
-    "running nodes still filter the URLs they saw recently (their CRAWLPLUG_FP_CACHE) until "
-    "they restart; a start entry (`crawlplug push`) is crawled even if seen"
-)
 
 
 def _given(urls: tuple[str, ...], file: TextIO | None) -> list[tuple[str, Request]]:
-    """(where, request) of each URL or JSON entry given, callbacks left out (they do not
-    change a fingerprint); a malformed one is a Fail naming where it is."""
-    out = []
-    for where, line in _lines(urls, file):
-        try:
-            entry = starts.parse(line)
-            # meta keys naming code do not change a fingerprint, and no spider here allows them
-            entry = dataclasses.replace(entry, callback=None, errback=None, meta=metakeys.strip(entry.meta))
-            out.append((where, starts.build(entry, None)))
-        except DecodeError as exc:
-            fail(f"{where}: {exc}")
-    return out
-
-
-def _dead(crawl: Crawl) -> tuple[list[tuple[str, Request]], int]:
-    """(where, request) of each dead letter whose payload is a JSON request, and how many are not."""
-    reader = JsonSerializer(max_payload_bytes=0)
-    out, unreadable = [], 0
-    for i, letter in enumerate(crawl.dead_letters()):
-        try:
-            out.append((f"dead letter {i}", reader.loads_unbound(letter.payload)))
-        except DecodeError:
-            unreadable += 1
-    return out, unreadable
+    try:
+        return given_requests(_lines(urls, file))
+    except ConfigError as exc:
+        fail(str(exc))
 
 
 @main.command()
@@ -120,43 +89,27 @@ def forget(
     if roll:
         _roll(target.client, keys, dry_run, yes)
         return
-    kind = forgetting.bloom_kind(target.client, keys)
-    if kind:
-        fail(forgetting.BLOOM_CANNOT_FORGET.format(crawl=keys.crawl, kind=kind))
-    project = scrapy_project(keys.crawl)
-    for note in project.notes:
-        click.echo(f"crawlplug: note: {note}", err=True)
-    candidates = _given(urls, file)
-    if from_dead:
-        dead, unreadable = _dead(Crawl(target.client, keys))
-        candidates += dead
-        if unreadable:
-            click.echo(f"crawlplug: note: {unreadable} dead letters are not JSON requests: left out", err=True)
-    chosen = [(w, r) for w, r in candidates if not patterns or any(fnmatch.fnmatchcase(r.url, p) for p in patterns)]
-    if not chosen:
-        fail(
-            f"no URL to forget ({len(candidates)} given or read, none matching {' or '.join(patterns)})"
-            if patterns
-            else "no URL to forget"
+    try:
+        done = forget_requests(
+            target.client, keys, _given(urls, file), from_dead=from_dead, patterns=patterns, dry_run=dry_run
         )
-    settings = project.settings
-    queue = load_queue_class(setting(settings, "CRAWLPLUG_QUEUE_CLASS")).from_settings(settings)
-    fingerprint = project.crawler.request_fingerprinter.fingerprint
-    items = [(fingerprint(r), route(r, queue.domain(r))) for _, r in chosen]
-    if dry_run:
-        for _, request in chosen:
+    except ConfigError as exc:
+        fail(str(exc))
+    for note in done.notes:
+        click.echo(f"crawlplug: note: {note}", err=True)
+    if done.dry_run:
+        for request in done.chosen:
             click.echo(f"  would forget {request.method} {request.url}")
-        click.echo(f"crawl {keys.crawl!r}: {len(chosen)} URLs would be forgotten (dry run: nothing changed)")
+        click.echo(f"crawl {keys.crawl!r}: {len(done.chosen)} URLs would be forgotten (dry run: nothing changed)")
         return
-    done = forgetting.forget(target.client, keys, items)
-    if done.bloom:
-        fail(forgetting.BLOOM_CANNOT_FORGET.format(crawl=keys.crawl, kind=done.bloom))
-    for (_, request), flag in zip(chosen, done.flags):
+    for request, flag in zip(done.chosen, done.flags):
         click.echo(f"  {'forgot' if flag == '1' else 'not recorded'}  {request.method} {request.url}")
+    chosen = len(done.chosen)
     click.echo(
-        f"crawl {keys.crawl!r}: forgot {done.removed} of {len(chosen)} URLs"
-        + (f" ({len(chosen) - done.removed} were not recorded)" if done.removed < len(chosen) else "")
+        f"crawl {keys.crawl!r}: forgot {done.removed} of {chosen} URLs"
+        + (f" ({chosen - done.removed} were not recorded)" if done.removed < chosen else "")
     )
+    audit.record(target.client, audit.cli_user(), "forget", keys.crawl, {"urls": chosen, "forgot": done.removed})
     if done.removed:
         click.echo(f"crawlplug: {LOCAL_CACHE_NOTE}")
     else:
@@ -171,7 +124,8 @@ def _roll(client: Any, keys: Any, dry_run: bool, yes: bool) -> None:
         f"Forget every fingerprint of crawl {keys.crawl!r}? Every URL will be crawled again when met.", default=False
     ):
         fail("nothing forgotten")
-    deleted = forgetting.roll(client, keys)
+    deleted = roll_fingerprints(client, keys)
+    audit.record(client, audit.cli_user(), "forget.roll", keys.crawl, {"dedup_keys_deleted": deleted})
     if not deleted:
         click.echo(f"crawl {keys.crawl!r} had no fingerprints: nothing to forget")
         return

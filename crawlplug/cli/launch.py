@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from ..access import audit
 from ..crawl import registry
 from ..frontier.keys import CrawlKeys
 from ..scrapyd import jobs as ops_jobs
@@ -57,6 +58,14 @@ def start(keys: CrawlKeys, target: Target, new_run: bool, as_json: bool, **kw: A
         warn=lambda warning: click.echo(f"crawlplug: warning: {warning}", err=True),
     )
     created = new and registry.register(target.client, keys)  # its job records are its first keys
+    audit.record(
+        target.client,
+        audit.cli_user(),
+        "start",
+        keys.crawl,
+        {"daemons": plan.daemons, "nodes_per_host": plan.nodes_per_host, "jobs": len(out.jobs)},
+        "ok" if not out.refused else f"{len(out.refused)} jobs refused",
+    )
     if as_json:
         click.echo(
             json.dumps(

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from ..access import audit
 from ..crawl import Crawl, control, runs
 from ..crawl.nodes import live_nodes
 from ..frontier.keys import CrawlKeys
@@ -102,6 +103,14 @@ def stop(keys: CrawlKeys, target: Target, drain: bool, grace: float, no_cancel: 
         target.client, keys, by=control.operator("crawlplug stop" + (" --drain" if drain else "")), drain=drain
     )
     crawl_name = keys.crawl
+    audit.record(
+        target.client,
+        audit.cli_user(),
+        "stop",
+        crawl_name,
+        {"drain": drain},
+        "ok" if out.ok else f"the run is {out.state}",
+    )
     if out.outcome == "none":
         _no_run(keys)
     if not out.ok:
@@ -160,6 +169,14 @@ def continue_(keys: CrawlKeys, target: Target, **limits: float | None) -> None:
     changes = {k: float(v) for k, v in limits.items() if v is not None}
     out = control.continue_run(target.client, keys, by=control.operator("crawlplug continue"), changes=changes)
     crawl_name = keys.crawl
+    audit.record(
+        target.client,
+        audit.cli_user(),
+        "continue",
+        crawl_name,
+        {"limits": changes},
+        "ok" if out.ok else f"not continued: {out.outcome} {out.state}",
+    )
     if out.outcome == "none":
         _no_run(keys)
     if out.outcome == "reached":
@@ -199,6 +216,9 @@ def new_run(keys: CrawlKeys, target: Target) -> None:
     fingerprints start empty; the ended run stays in `crawlplug crawls show`)."""
     out = control.new_run(target.client, keys, by=control.operator("crawlplug new-run"))
     crawl_name = keys.crawl
+    audit.record(
+        target.client, audit.cli_user(), "new-run", crawl_name, {}, "ok" if out.ok else f"the run is {out.state}"
+    )
     if out.outcome == "none":
         _no_run(keys)
     if not out.ok:
@@ -241,6 +261,14 @@ def limits(keys: CrawlKeys, target: Target, domain_pages: int | None, as_json: b
     changes = {k: float(v) for k, v in given.items() if v is not None}
     if changes:
         out = control.set_limits(target.client, keys, changes, by=control.operator("crawlplug limits"))
+        audit.record(
+            target.client,
+            audit.cli_user(),
+            "limits",
+            keys.crawl,
+            {"limits": changes},
+            "ok" if out.ok else f"the run is {out.state}",
+        )
         if out.outcome == "none":
             _no_run(keys)
         if not out.ok:
@@ -250,6 +278,7 @@ def limits(keys: CrawlKeys, target: Target, domain_pages: int | None, as_json: b
             )
     if domain_pages is not None:
         control.set_domain_pages(target.client, keys, domain_pages)
+        audit.record(target.client, audit.cli_user(), "limits", keys.crawl, {"domain_pages": domain_pages})
     view = runs.view(target.client, keys)
     if view.id is None:
         _no_run(keys)

@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from .. import defaults
+from ..access import audit
 from ..controlprocess import LEASE, TICK, Control, utc
 from ..frontier.keys import CrawlKeys
 from ..schedules import firing as schedules
@@ -87,6 +88,13 @@ def schedule_add(keys: CrawlKeys, target: Target, cron: str, tz: str, schedule_n
     spec = schedules.make(target.client, keys, name=schedule_name, cron=cron, tz=tz, plan=plan)
     created = create_if_new(target, keys)
     new = schedules.add(target.client, keys, spec)
+    audit.record(
+        target.client,
+        audit.cli_user(),
+        "schedules.add",
+        keys.crawl,
+        {"name": schedule_name, "cron": cron, "tz": tz, "daemons": plan.daemons},
+    )
     if created:
         click.echo(f"crawl {keys.crawl!r} is new: created it")
     click.echo(
@@ -144,7 +152,16 @@ def schedule_list(cli: Cli, as_json: bool) -> None:
 @click.argument("schedule_name", metavar="NAME", default="default")
 def schedule_delete(keys: CrawlKeys, target: Target, schedule_name: str) -> None:
     """Delete schedule NAME ("default" if not given) of CRAWL."""
-    if not stored.delete(target.client, keys, schedule_name):
+    deleted = stored.delete(target.client, keys, schedule_name)
+    audit.record(
+        target.client,
+        audit.cli_user(),
+        "schedules.delete",
+        keys.crawl,
+        {"name": schedule_name},
+        "ok" if deleted else "no such schedule",
+    )
+    if not deleted:
         have = ", ".join(stored.all_schedules(target.client, keys)) or "none"
         fail(f"crawl {keys.crawl!r} has no schedule {schedule_name!r} (it has: {have})")
     click.echo(f"deleted schedule {schedule_name!r} of crawl {keys.crawl!r}")

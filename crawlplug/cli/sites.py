@@ -18,15 +18,15 @@ every bad key and stored nothing. Importing this module adds the group to
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ..access import audit
 from ..errors import ConfigError, CrawlplugError
-from .common import Cli, Target, fail, main, pass_cli, project_root
+from .common import Cli, Target, fail, main, pass_cli
 
 try:  # the [sites] extra: pydantic (the schema) and PyYAML (the files)
     import yaml
@@ -34,7 +34,7 @@ try:  # the [sites] extra: pydantic (the schema) and PyYAML (the files)
     from ..sites import fetch as site_fetch
     from ..sites import trial as site_trial
     from ..sites.definition import expand_start_urls, load_file, version_of
-    from ..sites.store import SiteStore, allowed_pipelines
+    from ..sites.store import SiteStore, project_pipelines
 except ImportError as missing:  # pragma: no cover - without the extra
     _MISSING: ImportError | None = missing
 else:
@@ -50,14 +50,7 @@ _REDIS_HELP = "Redis holding the definitions (default: REDIS_URL, else the proje
 
 
 def _project_on_path() -> tuple[str, ...]:
-    """Pipeline steps are class paths of the project (spiders.sitesteps.X): import them as Scrapy
-    would; the ones a definition may name: the project's CRAWLPLUG_SITE_PIPELINES, returned."""
-    from scrapy.utils.project import get_project_settings  # noqa: PLC0415
-
-    root = project_root()
-    if root is not None and str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    return allowed_pipelines(get_project_settings())
+    return project_pipelines()
 
 
 def _store(target: Target) -> tuple[SiteStore, str]:
@@ -123,6 +116,7 @@ def sites_put(cli: Cli, files: tuple[str, ...]) -> None:
     for path, site, doc in loaded:
         before = store.version(site.name)
         stored = store.put(doc, str(Path(path)), pipelines=pipelines)
+        audit.record(store.client, audit.cli_user(), "sites.put", "", {"site": site.name, "version": stored.version})
         if before == stored.version:
             what = "unchanged"
         elif before is None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from ..access import audit
 from ..crawl import Crawl, registry, runs
 from ..crawl.nodes import live_of
 from ..frontier.core import open_frontier
@@ -362,6 +363,7 @@ def purge(keys: CrawlKeys, target: Target, yes: bool) -> None:
         click.echo("Nothing deleted.", err=True)
         raise click.exceptions.Exit(1)
     deleted = runs.purge(target.client, keys)
+    audit.record(target.client, audit.cli_user(), "purge", keys.crawl, {"keys_deleted": deleted})
     click.echo(f"Deleted {deleted} keys of crawl {keys.crawl!r} on {target.safe_url}.")
 
 

@@ -5,11 +5,13 @@ lua/domains.lua's; this module only calls scripts that read or change it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import redis
 
+from ..errors import ConfigError
 from .keys import CrawlKeys
 from .scripts import Scripts
 from .store import text
@@ -64,6 +66,30 @@ class Domains:
                 raise raw
             total += int(raw)
         return total
+
+    def override(self, domain: str, *, delay: float | None = None, concurrency: float | None = None) -> None:
+        """An operator's limits for ``domain`` ("*": every domain's default), crawl-wide and at
+        once: ``delay`` seconds between two request starts, ``concurrency`` requests in flight
+        (0: no limit); one not given keeps coming from the settings. ConfigError for a domain
+        or a value that is not one (the one rule of the CLI, the dashboard and the console)."""
+        if not domain or any(c in domain for c in "\t| "):
+            raise ConfigError(f"invalid domain {domain!r}")
+        if delay is None and concurrency is None:
+            raise ConfigError("give a delay and/or a concurrency")
+        for name, value in (("delay", delay), ("concurrency", concurrency)):
+            if value is not None and (isinstance(value, bool) or not math.isfinite(value) or value < 0):
+                raise ConfigError(f"{name} must be a finite number >= 0, not {value!r}")
+        if concurrency is not None and int(concurrency) != concurrency:
+            raise ConfigError(f"concurrency must be a whole number, not {concurrency!r}")
+        delay_ms = "-" if delay is None else str(round(delay * 1000))
+        conc = "-" if concurrency is None else str(int(concurrency))
+        self.configure({f"o:{domain}": f"{delay_ms} {conc}"})
+
+    def reset(self, domain: str) -> bool:
+        """Drop the operator's limits for ``domain``: the settings rule again. Whether it had some."""
+        had = bool(self.client.hexists(self.parts[-1].dconf, f"o:{domain}"))
+        self.configure({f"o:{domain}": ""})
+        return had
 
     def limits(self) -> dict[str, str]:
         """Every dconf field: "<source>:<domain>" -> "<delay ms> <concurrency>"."""

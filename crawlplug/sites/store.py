@@ -48,6 +48,22 @@ def allowed_pipelines(settings: BaseSettings) -> tuple[str, ...]:
     return tuple(str(p) for p in setting(settings, PIPELINES_SETTING, "getlist") or ())
 
 
+def project_pipelines() -> tuple[str, ...]:
+    """The pipeline steps a site definition may name: the CRAWLPLUG_SITE_PIPELINES of the Scrapy
+    project this runs in, with the project's root on ``sys.path`` so that they import as
+    Scrapy would import them (``crawlplug sites``, the console)."""
+    import sys  # noqa: PLC0415
+
+    from scrapy.utils.project import get_project_settings  # noqa: PLC0415
+
+    from ..config.project import project_root  # noqa: PLC0415
+
+    root = project_root()
+    if root is not None and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return allowed_pipelines(get_project_settings())
+
+
 def sites_key(prefix: str = "crawlplug") -> str:
     """The hash of stored definitions. Not hash-tagged: it is one key, read alone."""
     return f"{prefix}:sites"

@@ -8,6 +8,6 @@ pushed again on a schedule (:mod:`.seeds`).
 
 from __future__ import annotations
 
-from .entry import KNOWN_KEYS, MAX_ENTRY_BYTES, StartEntry, build, near_miss, parse, to_line
+from .entry import KNOWN_KEYS, MAX_ENTRY_BYTES, StartEntry, build, checked_lines, near_miss, parse, to_line
 
-__all__ = ["KNOWN_KEYS", "MAX_ENTRY_BYTES", "StartEntry", "build", "near_miss", "parse", "to_line"]
+__all__ = ["KNOWN_KEYS", "MAX_ENTRY_BYTES", "StartEntry", "build", "checked_lines", "near_miss", "parse", "to_line"]

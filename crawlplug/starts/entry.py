@@ -30,6 +30,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -315,3 +316,19 @@ def to_line(entry: StartEntry) -> str:
         if value != getattr(defaults, key):
             out[key] = value
     return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+
+
+def checked_lines(
+    entries: Iterable[tuple[str, str]], *, strict: bool = False
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Each ``(where, text)`` entry parsed and written back in the stored form: (the valid
+    ones, as pushed; (where, why) of each malformed one, which is left out). The one rule of
+    ``crawlplug push`` and the console's push."""
+    valid: list[str] = []
+    bad: list[tuple[str, str]] = []
+    for where, text in entries:
+        try:
+            valid.append(to_line(parse(text, strict=strict)))
+        except DecodeError as exc:
+            bad.append((where, str(exc)))
+    return valid, bad

@@ -38,6 +38,8 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..access import audit
+from ..access.users import TOKEN_USER, User
 from ..alerts import rules as crawl_alerts
 from ..crawl import Crawl, control, runstats
 from ..crawl import runs as frontier_runs
@@ -133,6 +135,11 @@ class Dashboard:
         if scheme.lower() != "bearer" or not hmac.compare_digest(value.encode(), self.token.encode()):
             return JSONResponse({"error": "a valid token is needed (Authorization: Bearer <token>)"}, status_code=401)
         return None
+
+    def _audit(self, request: Request, action: str, detail: dict[str, Any], outcome: str = "ok") -> None:
+        """Write a change made through the dashboard to the audit log (its token's user: the admin "token")."""
+        who = User(TOKEN_USER, "admin", request.client.host if request.client else "?")
+        audit.record(self.client, who, action, self.keys.crawl, detail, outcome)
 
     @staticmethod
     def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -256,6 +263,7 @@ class Dashboard:
         if denied:
             return denied
         changed = Crawl(self.client, self.keys).pause(by="dashboard")
+        self._audit(request, "pause", {}, "ok" if changed else "already paused")
         return JSONResponse({"paused": True, "changed": changed})
 
     def resume(self, request: Request) -> JSONResponse:
@@ -263,6 +271,7 @@ class Dashboard:
         if denied:
             return denied
         changed = Crawl(self.client, self.keys).resume()
+        self._audit(request, "resume", {}, "ok" if changed else "not paused")
         return JSONResponse({"paused": False, "changed": changed})
 
     async def stop(self, request: Request) -> JSONResponse:
@@ -278,6 +287,7 @@ class Dashboard:
             return JSONResponse({"error": 'bad body: give {"drain": true} or {"drain": false}'}, status_code=400)
         by = f"dashboard ({request.client.host if request.client else '?'})"
         out = control.stop(self.client, self.keys, by=by, drain=drain)
+        self._audit(request, "stop", {"drain": drain}, "ok" if out.ok else _why(out.outcome, out.state))
         return JSONResponse(
             {
                 "stopped": True,
@@ -295,6 +305,7 @@ class Dashboard:
             return denied
         by = f"dashboard ({request.client.host if request.client else '?'})"
         out = control.continue_run(self.client, self.keys, by=by)
+        self._audit(request, "continue", {}, "ok" if out.ok else _why(out.outcome, out.state, out.reached))
         why = None if out.ok else _why(out.outcome, out.state, out.reached)
         return JSONResponse(
             {"continued": True, "changed": out.ok, "run": out.run or None, "state": out.state, "why": why}
@@ -305,27 +316,23 @@ class Dashboard:
         if denied:
             return denied
         domain = request.path_params["domain"]
-        if not domain or any(c in domain for c in "\t|"):
-            return JSONResponse({"error": f"invalid domain {domain!r}"}, status_code=400)
+        view = open_domains(self.client, self.keys)
         if request.method == "DELETE":
-            open_domains(self.client, self.keys).configure({f"o:{domain}": ""})
+            if not domain or any(c in domain for c in "\t| "):
+                return JSONResponse({"error": f"invalid domain {domain!r}"}, status_code=400)
+            had = view.reset(domain)
+            self._audit(request, "domains.reset", {"domain": domain}, "ok" if had else "had no override")
             return JSONResponse({"domain": domain, "override": None})
         try:
             body = await request.json()
             delay = _limit(body.get("delay"), "delay")
             conc = _limit(body.get("concurrency"), "concurrency")
-            if conc is not None:
-                if not conc.is_integer():
-                    raise ValueError("concurrency must be a whole number")
-                conc = int(conc)
-            delay_ms = "-" if delay is None else str(round(delay * 1000))
-            conc_txt = "-" if conc is None else str(conc)
-            if delay is None and conc is None:
-                raise ValueError("give delay and/or concurrency")
-        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+            view.override(domain, delay=delay, concurrency=conc)  # a whole number: checked there
+        except (ValueError, TypeError, AttributeError, OverflowError, CrawlplugError) as exc:
             return JSONResponse({"error": f"bad limits: {exc}"}, status_code=400)
-        open_domains(self.client, self.keys).configure({f"o:{domain}": f"{delay_ms} {conc_txt}"})
-        return JSONResponse({"domain": domain, "override": {"delay": delay, "concurrency": conc}})
+        conc_out = None if conc is None else int(conc)
+        self._audit(request, "domains.set", {"domain": domain, "delay": delay, "concurrency": conc_out})
+        return JSONResponse({"domain": domain, "override": {"delay": delay, "concurrency": conc_out}})
 
     async def requeue(self, request: Request) -> JSONResponse:
         denied = self._authorized(request)
@@ -337,6 +344,7 @@ class Dashboard:
             requeued, kept = dead.requeue_dead(self.client, self.keys, indexes, bool(body.get("all")))
         except (ValueError, TypeError, AttributeError, OverflowError, CrawlplugError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
+        self._audit(request, "dead.requeue", {"indexes": indexes, "all": bool(body.get("all")), "requeued": requeued})
         return JSONResponse({"requeued": requeued, "kept": [{"index": i, "why": why} for i, why in kept]})
 
     def routes(self) -> list[Any]:
