@@ -15,6 +15,8 @@ of commands, each command a thin wrapper over library functions).
     crawlplug export / import, migrate from-scrapy-redis | seen-to-hash, items, sites, dashboard
     crawlplug embedded start|stop|url
     crawlplug functions list|prune           # crawlplug's Functions libraries (Redis 7)
+    crawlplug console [--port 8643]          # the HTTP API over every crawl (/api/v1), for users
+    crawlplug users add NAME --role ROLE     # the console's users; list, revoke
     crawlplug start CRAWL --scrapyd URL ...   # nodes started through Scrapyd; scrapyd cancel ends them
     crawlplug schedule CRAWL --cron EXPR ...  # runs at cron times, fired by `crawlplug control`
     crawlplug alerts add CRAWL --when "error_rate > 0.2 for 2m" --notify URL   # list, delete
@@ -51,6 +53,7 @@ from . import (
     sites,
     status,
     transfer,
+    users,
     web,
 )
 from .common import main
@@ -75,5 +78,6 @@ _COMMANDS = (
     sites,
     status,
     transfer,
+    users,
     web,
 )

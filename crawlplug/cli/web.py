@@ -1,4 +1,5 @@
-"""``crawlplug dashboard``: the live web dashboard (see :mod:`crawlplug.web`)."""
+"""``crawlplug console`` (every crawl of a Redis: the HTTP API of :mod:`crawlplug.console`) and
+``crawlplug dashboard`` (the same, with one crawl's live dashboard: :mod:`crawlplug.web`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import socket
 import click
 
 from ..crawl import registry
-from .common import Cli, fail, main, pass_cli
+from .common import Cli, Target, fail, main, pass_cli
 
 TOKEN_ENVVAR = "CRAWLPLUG_DASHBOARD_TOKEN"
 #: Environment variable: more hosts the dashboard answers (comma- or space-separated), as --allow-host.
@@ -76,17 +77,20 @@ def listen(host: str, port: int) -> socket.socket:
     f"{HOSTS_ENVVAR}). By default only 127.0.0.1, localhost, [::1] and the --host address.",
 )
 def dashboard(cli: Cli, host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
-    """Serve the live dashboard of a crawl (pages, and a JSON API under /api).
+    """Serve the live dashboard of a crawl (pages, and a JSON API under /api), beside the
+    console's API over every crawl (/api/v1: `crawlplug console`).
 
     Read-only unless CRAWLPLUG_DASHBOARD_TOKEN is set: then pausing, resuming,
-    changing a domain's limits and requeueing dead letters need that token.
+    changing a domain's limits and requeueing dead letters need that token (an admin of
+    the console's API too; `crawlplug users add` makes others).
     Requests whose Host header names another host get 400 (DNS rebinding):
     --allow-host adds the name you reach it by.
     """
-    try:  # the [web] extra: Starlette and uvicorn, only for this command
+    try:  # the [web] extra: Starlette, FastAPI and uvicorn, only for this command
         import uvicorn  # noqa: PLC0415
 
-        from ..web import allowed_hosts, create_app  # noqa: PLC0415
+        from ..console.app import create_console  # noqa: PLC0415
+        from ..web import allowed_hosts  # noqa: PLC0415
     except ImportError as exc:
         fail(f"the dashboard needs crawlplug's [web] extra ({exc}): pip install 'crawlplug[web]'")
 
@@ -100,7 +104,7 @@ def dashboard(cli: Cli, host: str, port: int, allow_hosts: tuple[str, ...]) -> N
     port = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     link = os.environ.get("CRAWLPLUG_DASHBOARD_URL") or f"http://{shown}:{port}/"
-    app = create_app(target.client, keys, token, target.safe_url, hosts=hosts, alerts_link=link)
+    app = create_console(target, admin_token=token, hosts=hosts, crawl=keys, alerts_link=link)
     mode = "actions need the token" if token else f"read-only (set {TOKEN_ENVVAR} to allow actions)"
     click.echo(f"crawlplug dashboard of crawl {keys.crawl!r} on http://{shown}:{port}/  ({mode})", err=True)
     if not registry.exists(target.client, keys):  # started before the crawl's first node, or misspelt
@@ -122,6 +126,66 @@ def dashboard(cli: Cli, host: str, port: int, allow_hosts: tuple[str, ...]) -> N
                 if token
                 else ""
             ),
+            err=True,
+        )
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+
+
+@main.command()
+@pass_cli(crawl_option=False)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8643, show_default=True, help="Port (0: any free port).")
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help=f"Answer requests for this host name too (repeatable; also {HOSTS_ENVVAR}).",
+)
+@click.option(
+    "--read-open",
+    is_flag=True,
+    help="Anyone who reaches the console may read every crawl without logging in (changes still need a user).",
+)
+def console(target: Target, host: str, port: int, allow_hosts: tuple[str, ...], read_open: bool) -> None:
+    """Serve the console: one HTTP API over every crawl of this Redis (/api/v1, described by
+    /api/v1/openapi.json), for users with roles.
+
+    `crawlplug users add NAME --role viewer|operator|site-editor|admin` makes a user and
+    prints its token, once; a call sends it as `Authorization: Bearer <token>` (or logs in
+    with it: POST /api/v1/session, a cookie and its CSRF token). CRAWLPLUG_DASHBOARD_TOKEN,
+    if set, is an admin. Every change goes to the audit log (GET /api/v1/audit).
+    """
+    try:  # the [web] extra
+        import uvicorn  # noqa: PLC0415
+
+        from ..console.app import create_console  # noqa: PLC0415
+        from ..web import allowed_hosts  # noqa: PLC0415
+    except ImportError as exc:
+        fail(f"the console needs crawlplug's [web] extra ({exc}): pip install 'crawlplug[web]'")
+    extra = [*os.environ.get(HOSTS_ENVVAR, "").replace(",", " ").split(), *allow_hosts]
+    hosts = allowed_hosts(host, extra)
+    token = os.environ.get(TOKEN_ENVVAR) or None
+    if token is not None and len(token) < 12:
+        fail(f"{TOKEN_ENVVAR} is too short: use at least 12 random characters")
+    sock = listen(host, port)
+    port = sock.getsockname()[1]
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    app = create_console(target, admin_token=token, hosts=hosts, read_open=read_open)
+    known = len(registry.known_crawls(target.client))
+    click.echo(
+        f"crawlplug console on http://{shown}:{port}/ over {known} crawl{'s' if known != 1 else ''} of "
+        f"{target.safe_url}; API /api/v1 (described at /api/v1/openapi.json)",
+        err=True,
+    )
+    click.echo(
+        f"answering Host: {', '.join(hosts)}; reads {'open to anyone who reaches it' if read_open else 'need a user'}",
+        err=True,
+    )
+    if not is_loopback(host):
+        click.echo(
+            f"warning: {host} is not a loopback address: tokens cross the network in clear text (plain "
+            "HTTP): put a TLS-terminating proxy in front",
             err=True,
         )
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -1,0 +1,252 @@
+"""The console's API (issue 39): every call of its OpenAPI document, made once by a role
+that may and once by one that may not (401 without a login, 403 without the permission),
+against a real Redis, two real Scrapyd daemons and the demo shop on loopback; each change
+in the audit log; a schedule added through the API fired by a real `crawlplug control`;
+cookie sessions need their CSRF token."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from crawlplug.access import audit, users
+from crawlplug.console.api import router
+from crawlplug.console.app import create_console
+from crawlplug.crawl import runs
+from crawlplug.frontier.core import Frontier
+from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.schedules import store as schedule_store
+from crawlplug.server.clients import Connection, client_from_url
+
+from .support.control import ControlProcess
+from .support.scrapyd import wait_for
+from .support.webhook import WebhookReceiver
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYS = CrawlKeys("shop")
+#: the roles, each allowed what the one before it is, and more
+LADDER = ("viewer", "operator", "site-editor", "admin")
+FAST = {"CRAWLPLUG_IDLE_CLOSE": "1", "CRAWLPLUG_HEARTBEAT": "0.5", "LOG_LEVEL": "INFO"}
+
+
+def _permissions() -> dict[tuple[str, str], str]:
+    """(METHOD, path) -> the permission its route names (from the route's dependencies)."""
+    out = {}
+    for route in router.routes:
+        if not hasattr(route, "dependant"):
+            continue
+        names = [getattr(d.call, "permission", None) for d in route.dependant.dependencies]
+        for method in route.methods:
+            out[(method, route.path)] = next((n for n in names if n), "")
+    return out
+
+
+def _roles(permission: str) -> tuple[str | None, str]:
+    """(a role that may not, or None for anonymous; the least role that may)."""
+    allowed = next(r for r in LADDER if users.may(r, permission))
+    below = LADDER[: LADDER.index(allowed)]
+    return (below[-1] if below else None), allowed
+
+
+def _dead_letter(r: redis.Redis, n: int) -> None:
+    f = Frontier(r, KEYS, node_id="dead-maker")
+    for i in range(n):
+        fp = hashlib.sha1(f"dead-{i}".encode()).digest()
+        f.admit([(fp, 0.0, b'{"v": 2, "url": "http://a.test/dead/%d"}' % i)])
+    for lease in f.pop(n):
+        f.dead_letter(lease.id, "test: made dead")
+
+
+def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
+    make_scrapyd, make_shop, redis_url, r, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(ROOT)  # the Scrapy project: forget's fingerprints, the site pipelines allowed
+    shop = make_shop(items=20)
+    daemons = [make_scrapyd(), make_scrapyd()]
+    hook = WebhookReceiver()
+    client = client_from_url(redis_url)
+    app = create_console(Connection(client, redis_url, embedded=False), admin_token="the-admin-token-1234")
+    api = TestClient(app, base_url="http://127.0.0.1")
+    tokens = {role: users.add(r, f"u-{role}", role, by="test") for role in LADDER}
+    permission = _permissions()
+    documented = {
+        (method.upper(), path)
+        for path, ops in api.get("/api/v1/openapi.json").json()["paths"].items()
+        for method in ops
+    }
+    assert documented == {k for k, p in permission.items() if k[1].startswith("/api/v1")}, "every route is documented"
+    made: set[tuple[str, str]] = set()
+
+    def call(method: str, path: str, body: Any = None, *, expect: int = 200, **fmt: str) -> Any:
+        """The call by a role that may not (refused, nothing done) and by the least that may."""
+        url = path.format(crawl="shop", **fmt)
+        need = permission[(method, path)]
+        denied, allowed = _roles(need)
+        headers = {} if denied is None else {"Authorization": f"Bearer {tokens[denied]}"}
+        before = len(audit.entries(r, 10_000))
+        refused = api.request(method, url, json=body, headers=headers)
+        assert refused.status_code == (401 if denied is None else 403), (method, url, denied, refused.text)
+        assert len(audit.entries(r, 10_000)) == before, f"a refused call changed the audit log: {method} {url}"
+        res = api.request(method, url, json=body, headers={"Authorization": f"Bearer {tokens[allowed]}"})
+        assert res.status_code == expect, (method, url, allowed, res.text)
+        if method != "GET" and path not in ("/api/v1/sites/check", "/api/v1/sites/try"):
+            newest = audit.entries(r, 1)[0]
+            assert newest["who"] == f"u-{allowed}" and newest["source"] == "testclient", newest
+        made.add((method, path))
+        return res.json()
+
+    call("GET", "/api/v1/crawls")
+    pushed = call("POST", "/api/v1/crawls/{crawl}/start-urls", {"entries": [f"{shop.url}/", "not a url"]})
+    assert pushed["pushed"] == 1 and pushed["skipped"][0]["entry"] == "entry 1"
+    runs.join(r, KEYS, node_id="a-node", ttl_ms=60_000)  # run 1, running
+    for path in ("", "/runs", "/history", "/report", "/nodes", "/limits", "/domains", "/seeds", "/dead"):
+        call("GET", "/api/v1/crawls/{crawl}" + path)
+    for path in ("/schedules", "/alerts"):
+        call("GET", "/api/v1/crawls/{crawl}" + path)
+    call("GET", "/api/v1/audit")
+    assert call("POST", "/api/v1/crawls/{crawl}/pause")["changed"] is True
+    assert call("POST", "/api/v1/crawls/{crawl}/resume")["changed"] is True
+    assert call("PUT", "/api/v1/crawls/{crawl}/limits", {"pages": 1000})["limits"]["pages"] == 1000
+    call("PUT", "/api/v1/crawls/{crawl}/domains/{domain}", {"delay": 1.5, "concurrency": 2}, domain="a.test")
+    assert r.hget(KEYS.dconf, "o:a.test") == b"1500 2"
+    assert call("DELETE", "/api/v1/crawls/{crawl}/domains/{domain}", domain="a.test")["had_override"] is True
+    seed = call("POST", "/api/v1/crawls/{crawl}/seeds", {"entries": [f"{shop.url}/"], "every": "1h"})["added"][0]
+    call("DELETE", "/api/v1/crawls/{crawl}/seeds/{ident}", ident=seed["id"])
+    _dead_letter(r, 2)
+    assert call("POST", "/api/v1/crawls/{crawl}/dead/requeue", {"indexes": [0]})["requeued"] == 1
+    assert call("POST", "/api/v1/crawls/{crawl}/dead/drop", {"all": True})["dropped"] == 1
+    rule = {"name": "rule1", "when": "error_rate > 0.5", "notify": [hook.apprise_url()]}
+    assert call("POST", "/api/v1/crawls/{crawl}/alerts", rule)["rule"]["notify"] == ["json://..."]
+    call("POST", "/api/v1/crawls/{crawl}/alerts/{rule}/test", rule="rule1")
+    wait_for(lambda: hook.bodies(), 10, "the test notification")
+    assert "test of alert rule 'rule1'" in str(hook.bodies()[0])
+    call("DELETE", "/api/v1/crawls/{crawl}/alerts/{rule}", rule="rule1")
+    plan = {"daemons": [d.url for d in daemons], "args": {"base_url": shop.url}, "settings": FAST}
+    added = call("POST", "/api/v1/crawls/{crawl}/schedules", {**plan, "name": "nightly", "cron": "0 2 * * *"})
+    assert len(added["next_five_ms"]) == 5 and added["next_five_ms"] == sorted(added["next_five_ms"])
+    call("DELETE", "/api/v1/crawls/{crawl}/schedules/{name}", name="nightly")
+    definition = (ROOT / "spiders" / "sites" / "shop.yaml").read_text()
+    call("POST", "/api/v1/sites/check", {"definition": definition})
+    assert call("PUT", "/api/v1/sites", {"definition": definition})["name"] == "shop"
+    call("GET", "/api/v1/sites")
+    assert call("GET", "/api/v1/sites/{name}", name="shop")["doc"]["name"] == "shop"
+    tried = call("POST", "/api/v1/sites/try", {"site": "shop", "url": f"{shop.url}/item/3/"})
+    assert tried["page"]["url"] == f"{shop.url}/item/3/", tried
+    forgot = call("POST", "/api/v1/crawls/{crawl}/forget", {"urls": [f"{shop.url}/item/3/"]})
+    assert forgot["urls"] == [f"{shop.url}/item/3/"] and forgot["forgot"] == 0, "never crawled: not recorded"
+    assert call("POST", "/api/v1/crawls/{crawl}/stop", {"drain": False})["state"] == "stopped"
+    assert call("POST", "/api/v1/crawls/{crawl}/continue", {})["state"] == "running"
+    api.post("/api/v1/crawls/shop/stop", json={}, headers={"Authorization": f"Bearer {tokens['operator']}"})
+    assert call("POST", "/api/v1/crawls/{crawl}/new-run")["next_run"] == 2
+    started = call("POST", "/api/v1/crawls/{crawl}/start", {**plan, "nodes_per_host": 1, "new_run": True})
+    assert started["action"] == "new" and started["run"] == 2 and len(started["jobs"]) == 2, started
+    assert not started["refused"], started
+    wait_for(lambda: sum(len(d.jobs("default")["finished"]) for d in daemons) >= 2, 120, "the two started nodes to end")
+    assert runs.view(r, KEYS).id == 2, "the nodes began the run asked for"
+
+    # a schedule added through the API fires in `crawlplug control`
+    every = call("POST", "/api/v1/crawls/{crawl}/schedules", {**plan, "name": "soon", "cron": "* * * * * */2"})
+    assert every["new"] is True
+    control = ControlProcess(redis_url, tmp_path / "control.log")
+    try:
+        fired = wait_for(
+            lambda: (schedule_store.get(r, KEYS, "soon") or {}).get("last"), 60, "the schedule's first firing"
+        )
+        wait_for(
+            lambda: (schedule_store.get(r, KEYS, "soon") or {}).get("last", {}).get("state") not in (None, "firing"),
+            60,
+            "its firing to be carried out",
+        )
+        assert fired["due"] >= every["schedule"]["next"], fired
+        assert schedule_store.fires(r, KEYS, 1), "recorded among the crawl's firings"
+    finally:
+        control.stop()
+    call("DELETE", "/api/v1/crawls/{crawl}/schedules/{name}", name="soon")
+
+    created = call("POST", "/api/v1/users", {"name": "zed", "role": "viewer"})
+    zed = {"Authorization": f"Bearer {created['token']}"}
+    assert api.get("/api/v1/crawls", headers=zed).status_code == 200
+    assert {u["name"] for u in call("GET", "/api/v1/users")["users"]} >= {"zed", "u-admin"}
+    call("DELETE", "/api/v1/users/{name}", name="zed")
+    assert api.get("/api/v1/crawls", headers=zed).status_code == 401, "a revoked token opens nothing"
+    assert call("DELETE", "/api/v1/crawls/{crawl}")["keys_deleted"] > 0
+    assert api.get("/api/v1/crawls/shop", headers={"Authorization": f"Bearer {tokens['viewer']}"}).status_code == 404
+
+    sessions = {("POST", "/api/v1/session"), ("DELETE", "/api/v1/session")}
+    assert made | sessions == documented, f"not exercised: {sorted(documented - made - sessions)}"
+    log = audit.entries(r, 10_000)
+    done = {(e["action"], e["who"]) for e in log}
+    for action, role in [
+        ("push", "operator"),
+        ("pause", "operator"),
+        ("limits", "operator"),
+        ("domains.set", "operator"),
+        ("seeds.add", "operator"),
+        ("dead.requeue", "operator"),
+        ("alerts.add", "operator"),
+        ("alerts.test", "operator"),
+        ("schedules.add", "operator"),
+        ("sites.put", "site-editor"),
+        ("forget", "admin"),
+        ("stop", "operator"),
+        ("new-run", "operator"),
+        ("start", "operator"),
+        ("users.add", "admin"),
+        ("users.revoke", "admin"),
+        ("purge", "admin"),
+    ]:
+        assert (action, f"u-{role}") in done, (action, role)
+    hook.stop()
+    client.close()
+
+
+def test_a_session_cookie_changes_nothing_without_its_csrf_token_and_a_refusal_says_why(redis_url, r):
+    client = client_from_url(redis_url)
+    app = create_console(Connection(client, redis_url, embedded=False))
+    api = TestClient(app, base_url="http://127.0.0.1")
+    token = users.add(r, "olga", "operator", by="test")
+    Frontier(r, KEYS, node_id="n").admit([(b"x" * 20, 0.0, b'{"v": 2, "url": "http://a.test/"}')])
+    runs.join(r, KEYS, node_id="n", ttl_ms=60_000)
+    assert api.post("/api/v1/session", json={"token": "not-a-token"}).status_code == 401
+    login = api.post("/api/v1/session", json={"token": token})
+    assert login.status_code == 200 and login.json()["role"] == "operator"
+    assert "httponly" in login.headers.get("set-cookie", "").lower()
+    assert api.get("/api/v1/crawls").status_code == 200, "reads need no CSRF token"
+    no_csrf = api.post("/api/v1/crawls/shop/pause")
+    assert no_csrf.status_code == 403 and "X-CSRF-Token" in no_csrf.json()["detail"]
+    assert not r.exists(KEYS.control) or b"paused" not in (r.hkeys(KEYS.control) or []), "nothing paused"
+    ok = api.post("/api/v1/crawls/shop/pause", headers={"X-CSRF-Token": login.json()["csrf"]})
+    assert ok.status_code == 200 and ok.json()["changed"] is True
+    # a refusal by the crawl itself is a 4xx with the CLI's reason, and audited as refused
+    refused = api.post("/api/v1/crawls/shop/new-run", headers={"X-CSRF-Token": login.json()["csrf"]})
+    assert refused.status_code == 409 and "stop it first" in refused.json()["detail"], refused.text
+    assert audit.entries(r, 1)[0]["outcome"].startswith("refused: the run is running")
+    unknown = api.post("/api/v1/crawls/shpo/pause", headers={"X-CSRF-Token": login.json()["csrf"]})
+    assert unknown.status_code == 404 and "shop" in unknown.json()["detail"], "names the known crawls"
+    assert api.delete("/api/v1/session").json()["closed"] is True
+    assert api.get("/api/v1/crawls").status_code == 401, "logged out"
+    users.revoke(r, "olga")
+    client.close()
+
+
+@pytest.mark.skipif(os.environ.get("CRAWLPLUG_NO_DASHBOARD_COMPAT") == "1", reason="asked to skip")
+def test_the_dashboard_of_one_crawl_keeps_its_api_beside_the_consoles(redis_url, r):
+    client = client_from_url(redis_url)
+    app = create_console(Connection(client, redis_url, embedded=False), admin_token="tok-0123456789", crawl=KEYS)
+    api = TestClient(app, base_url="http://127.0.0.1")
+    Frontier(r, KEYS, node_id="n").admit([(b"y" * 20, 0.0, b'{"v": 2, "url": "http://a.test/"}')])
+    assert api.get("/api/status").json()["queued"] == 1, "today's /api/* paths"
+    assert api.post("/api/pause").status_code == 401, "its token needed, as before"
+    assert api.post("/api/pause", headers={"Authorization": "Bearer tok-0123456789"}).status_code == 200
+    assert audit.entries(r, 1)[0]["action"] == "pause", "the dashboard's changes are audited too"
+    assert api.get("/api/v1/crawls/shop", headers={"Authorization": "Bearer tok-0123456789"}).json()["paused"]
+    assert api.get("/").status_code == 200
+    client.close()
