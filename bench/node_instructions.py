@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large", type=int, default=1300, help="items of the large shop")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--no-stock", action="store_true", help="leave stock Scrapy out")
+    parser.add_argument("--bloom", action="store_true", help="crawlplug with Bloom dedup (RedisBloomDupeFilter)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "node_instructions.json")
     opts = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     found = tp._systems()
     chosen: list[tp.System] = [] if opts.no_stock else [found[tp.STOCK]]
-    cp = found[tp.CP_SET]
+    cp = found[tp.CP_BLOOM if opts.bloom else tp.CP_SET]
     chosen.append(replace(cp, tree=baseline_tree(opts.tree) if opts.tree else None))
     for name, commit in (("baseline", opts.baseline), ("baseline2", opts.baseline2)):
         if commit:
