@@ -156,6 +156,13 @@ def test_metrics(docs_install, tmp_path):
         _run(ROOT / "docs" / "metrics.md", s)
 
 
+def test_console(docs_install, tmp_path):
+    port = free_port()
+    addresses = {**_shop(), "--port 8643": f"--port {port}", "127.0.0.1:8643": f"127.0.0.1:{port}"}
+    with session(docs_install, tmp_path / "console", addresses=addresses) as s:
+        _run(ROOT / "docs" / "console.md", s)
+
+
 def test_run_control(docs_install, dist, tmp_path):
     """From a checkout: the clean copy the wheel was built from stands for the clone."""
     shop = free_port()

@@ -27,16 +27,17 @@ def users_group() -> None:
 @click.option("--role", required=True, type=click.Choice(list(users.ROLES)), help="What the user may do.")
 def users_add(target: Target, name: str, role: str) -> None:
     """Add user NAME (replacing one of that name, whose old token stops working); print its
-    token, which is shown this once (Redis keeps only its SHA-256)."""
+    token on standard output, shown this once (Redis keeps only its SHA-256)."""
     who = audit.cli_user()
     try:
         token = users.add(target.client, name, role, by=who.name)
     except ConfigError as exc:
         fail(str(exc))
     audit.record(target.client, who, "users.add", "", {"user": name, "role": role})
-    click.echo(f"user {name!r} ({role}) on {target.safe_url}; its token, shown once:")
+    # the token alone on standard output (TOKEN=$(crawlplug users add ...)); the rest on standard error
+    click.echo(f"user {name!r} ({role}) on {target.safe_url}; its token, shown this once:", err=True)
     click.echo(token)
-    click.echo(f"  it may {', '.join(sorted(users.ROLES[role]))}", err=True)
+    click.echo(f"  it may: {', '.join(sorted(users.ROLES[role]))}", err=True)
 
 
 @users_group.command("list")
