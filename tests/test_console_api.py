@@ -229,6 +229,10 @@ def test_a_session_cookie_changes_nothing_without_its_csrf_token_and_a_refusal_s
     refused = api.post("/api/v1/crawls/shop/new-run", headers={"X-CSRF-Token": login.json()["csrf"]})
     assert refused.status_code == 409 and "stop it first" in refused.json()["detail"], refused.text
     assert audit.entries(r, 1)[0]["outcome"].startswith("refused: the run is running")
+    nowhere = api.post(
+        "/api/v1/crawls/shop/start", json={"daemons": []}, headers={"X-CSRF-Token": login.json()["csrf"]}
+    )
+    assert nowhere.status_code == 409 and "give at least one Scrapyd daemon" in nowhere.json()["detail"], nowhere.text
     unknown = api.post("/api/v1/crawls/shpo/pause", headers={"X-CSRF-Token": login.json()["csrf"]})
     assert unknown.status_code == 404 and "shop" in unknown.json()["detail"], "names the known crawls"
     assert api.delete("/api/v1/session").json()["closed"] is True
