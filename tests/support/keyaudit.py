@@ -33,7 +33,12 @@ import redis.cluster
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "crawlplug:"
 #: modules every part writes through: the write is the calling part's
-PLUMBING = ("crawlplug.frontier.scripts", "crawlplug.server.clients", "crawlplug.server.converting", "crawlplug.frontier.calls")
+PLUMBING = (
+    "crawlplug.frontier.scripts",
+    "crawlplug.server.clients",
+    "crawlplug.server.converting",
+    "crawlplug.frontier.calls",
+)
 #: commands that write the key(s) they name, and where their keys are in the arguments
 #: ("first": the first argument; "all": every argument; "pairs": every other one)
 WRITES: dict[str, str] = {
