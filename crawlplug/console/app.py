@@ -66,14 +66,14 @@ def create_console(
     async def redis_down(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": f"Redis error: {exc}"}, status_code=503)
 
+    trusted = list(hosts) if hosts is not None else list(LOOPBACK_HOSTS)
     if crawl is not None:
-        app.mount("/", dashboard_app(client, crawl, admin_token, redis_label or conn.safe_url))
+        app.mount("/", dashboard_app(client, crawl, admin_token, redis_label or conn.safe_url, hosts=trusted))
     else:
 
         @app.get("/", include_in_schema=False)
         def home() -> Any:
             return HTMLResponse(_HOME)
 
-    trusted = list(hosts) if hosts is not None else list(LOOPBACK_HOSTS)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=trusted, www_redirect=False)
     return app
