@@ -1,4 +1,4 @@
-"""A crawl's history (crawlplug.frontier.history, crawlplug.ops.history): minute records
+"""A crawl's history (crawlplug.history.store, crawlplug.history.series): minute records
 for a day and hour records for a month, written by the heartbeats, read as pages, items
 and errors per minute or hour, in bounded memory.
 
@@ -20,14 +20,14 @@ from starlette.testclient import TestClient
 from crawlplug.cli import main
 from crawlplug.crawl import runs
 from crawlplug.errors import ConfigError, StaleEpoch
-from crawlplug.frontier import history as records
 from crawlplug.frontier.core import Frontier
-from crawlplug.frontier.history import DAY_MS, HOUR_MS, MINUTE_MS
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards
 from crawlplug.frontier.scripts import Scripts
 from crawlplug.frontier.store import redis_ms
-from crawlplug.ops import history
+from crawlplug.history import series as history
+from crawlplug.history import store as records
+from crawlplug.history.store import DAY_MS, HOUR_MS, MINUTE_MS
 from crawlplug.web import create_app
 
 from .support.history import HistoryAt
@@ -52,7 +52,7 @@ def history_keys(r) -> dict[str, dict[bytes, bytes]]:
 
 def test_a_heartbeat_samples_the_crawl_into_a_minute_and_an_hour_record(r):
     joined = runs.join(r, K, node_id="a", ttl_ms=10_000)
-    frontier = Frontier(r, K, node_id="a", epoch=joined.epoch, run_id=joined.run)
+    frontier = Frontier(r, K, node_id="a", epoch=joined.epoch, run_id=joined.run, sampler=records.sample_call)
     frontier.admit([payload(i) for i in range(5)])
     held = frontier.pop(2)
     r.hset(K.stats, mapping={"items": 7, "errors": 1})  # the heartbeats' counts so far
@@ -93,7 +93,7 @@ def test_every_part_of_a_sharded_crawl_is_sampled_and_summed(client):
     """On one Redis and on a 3-primary cluster (each shard's keys under its own hash tag)."""
     r = client
     claim_shards(r, K, 3)
-    frontier = Frontier(r, K, shards=3, node_id="a")
+    frontier = Frontier(r, K, shards=3, node_id="a", sampler=records.sample_call)
     frontier.admit([(*payload(i), "", f"site{i}.test") for i in range(9)])
     frontier.pop(4)
     frontier.heartbeat_and_reap([])
@@ -107,7 +107,7 @@ def test_every_part_of_a_sharded_crawl_is_sampled_and_summed(client):
 
 
 def test_a_sample_named_for_another_hour_writes_nothing(r):
-    frontier = Frontier(r, K, node_id="a")
+    frontier = Frontier(r, K, node_id="a", sampler=records.sample_call)
     now = redis_ms(r)
     name, keys, args = frontier.base.history_call(now - 2 * HOUR_MS)  # a clock estimate 2 h off
     reply = frontier.scripts.history(keys=keys, args=args)
@@ -117,7 +117,7 @@ def test_a_sample_named_for_another_hour_writes_nothing(r):
 
 def test_a_node_of_a_purged_crawl_writes_no_history(r):
     joined = runs.join(r, K, node_id="a", ttl_ms=10_000)
-    frontier = Frontier(r, K, node_id="a", epoch=joined.epoch)
+    frontier = Frontier(r, K, node_id="a", epoch=joined.epoch, sampler=records.sample_call)
     frontier.heartbeat_and_reap([])
     assert history_keys(r)
     runs.purge(r, K)
@@ -393,7 +393,7 @@ def test_a_sample_pipelined_after_the_heartbeat_counts_the_node_on_a_server_hold
     scripts and not others (another client loaded one): the EVALSHAs it had no script for
     used to be sent again after the others had run, so the history sample ran before the
     heartbeat ahead of it and counted no live node (CI, a sharded crawl on a cluster)."""
-    frontier = Frontier(r, K, node_id="a")
+    frontier = Frontier(r, K, node_id="a", sampler=records.sample_call)
     frontier.scripts = Scripts(r, functions=False)  # the scripts, not the Functions library (one unit)
     r.script_flush()
     r.script_load(frontier.scripts._scripts["history"].script)  # the sample's script only

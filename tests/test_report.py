@@ -24,7 +24,8 @@ from crawlplug.cli import main
 from crawlplug.crawl import runs, runstats
 from crawlplug.failures import FAILED
 from crawlplug.frontier.keys import CrawlKeys
-from crawlplug.ops import history, report
+from crawlplug.history import series as history
+from crawlplug.ops import report
 from crawlplug.probes.domainstats import OTHER, DomainStatsMiddleware
 from crawlplug.probes.errorsamples import ErrorSamplesMiddleware
 from crawlplug.stats import RedisStatsCollector

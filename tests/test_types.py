@@ -18,7 +18,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("crawlplug/frontier", "crawlplug/crawl", "crawlplug/scheduler")
 #: the feature stores moved out of the frontier (issue 38) stay held to it
-STORES = ("crawlplug/alerts/store.py", "crawlplug/schedules/store.py", "crawlplug/scrapyd/store.py")
+STORES = (
+    "crawlplug/alerts/store.py",
+    "crawlplug/schedules/store.py",
+    "crawlplug/scrapyd/store.py",
+    "crawlplug/history/store.py",
+)
 MODULES = sorted([*(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")), *(ROOT / s for s in STORES)])
 
 

@@ -43,7 +43,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ..errors import ConfigError
-from ..ops.history import parse_duration
+from ..history.series import parse_duration
 
 __all__ = ["MAX_LENGTH", "Condition", "read", "span"]
 

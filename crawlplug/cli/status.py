@@ -15,7 +15,7 @@ from ..frontier.core import open_frontier
 from ..frontier.fpadmin import store_info
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
-from ..ops import history as crawl_history
+from ..history import series as crawl_history
 from ..ops import status as crawl_status
 from ..sites import outcomes
 from .common import Cli, Target, fail, main, pass_cli, table, when

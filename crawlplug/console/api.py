@@ -31,8 +31,8 @@ from ..errors import ConfigError, CrawlplugError, DecodeError, ScrapydError
 from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
+from ..history import series as crawl_history
 from ..ops import dead, forget, status
-from ..ops import history as crawl_history
 from ..ops import report as run_report
 from ..schedules import firing as schedule_firing
 from ..schedules import store as schedule_store

@@ -7,9 +7,13 @@ script's (its header says it), so the function that reads one states the shape i
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
 
-__all__ = ["Arg", "Call", "Reply"]
+if TYPE_CHECKING:
+    from .keys import CrawlKeys
+
+__all__ = ["Arg", "Call", "Reply", "Sampler"]
 
 #: one ARGV value: redis-py sends bytes as they are, text as UTF-8, numbers as their digits
 Arg: TypeAlias = bytes | str | int | float
@@ -21,3 +25,9 @@ Call: TypeAlias = tuple[str, list[str], list[Arg]]
 #: what a script answered, as redis-py hands it back (integers, bulk strings as bytes, nil,
 #: arrays of those), or, from Scripts' pipelined calls, the error the call met (not raised)
 Reply: TypeAlias = object
+
+#: what a part samples into the crawl's history with its heartbeat: (its keys, Redis's clock
+#: as the node estimates it, the epoch, the run joined) -> the call (crawlplug.history.store's
+#: sample_call; handed to the frontier by the node, which knows the history: the frontier
+#: does not)
+Sampler: TypeAlias = "Callable[[CrawlKeys, int, str, int | None], Call]"

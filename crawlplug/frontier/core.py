@@ -702,7 +702,7 @@ class Frontier:
         totals: dict[str, int] | None = None,
         limit: int = 1000,
     ) -> Beat:
-        """:meth:`heartbeat`, then :meth:`reap` and a history sample (crawlplug.frontier.history)
+        """:meth:`heartbeat`, then :meth:`reap` and a history sample (crawlplug.history.store)
         of every part, in one round trip (a shard's renewal before its reap: same keys, same
         node, in call order)."""
         return self._beat(lease_ids, producing, metrics, totals, reap_limit=limit)
@@ -726,14 +726,17 @@ class Frontier:
         calls += [self.shards[p].renew_call(groups.get(p, ())) for p in shards]
         everyone = self.all_parts
         sampled: list[Any] = []
+        samples: list[Call] = []
         if reap_limit is not None:
             calls += [f.reap_call(reap_limit) for f in everyone]
-            # every part's history sample, keys named by the crawl's own clock estimate
+            # every part's history sample (a node's frontier has a sampler: crawlplug.history),
+            # keys named by the crawl's own clock estimate
             now = self.base.redis_now_estimate()
-            calls += [f.history_call(now) for f in everyone]
+            samples = [c for c in (f.history_call(now) for f in everyone) if c is not None]
+            calls += samples
         results: list[Any] = self.scripts.run_many(calls)  # replies, read below by their scripts' shapes
-        if reap_limit is not None:
-            results, sampled = results[: -len(everyone)], results[-len(everyone) :]
+        if samples:
+            results, sampled = results[: -len(samples)], results[-len(samples) :]
         rolled = {p: raw for p, raw in zip([self._own, *shards], results) if isinstance(raw, RolledBack)}
         if rolled:
             raise self.went_back(rolled)

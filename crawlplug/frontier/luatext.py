@@ -37,7 +37,7 @@ READ_ONLY = frozenset({"domaintable"})
 #: holding ``lua/<name>.lua``; every other script and every piece is the frontier's
 #: (``crawlplug/frontier/lua/``). Found by path, without importing the feature: the one
 #: script runner (crawlplug.frontier.scripts) runs them all, and knows no feature's code.
-HOMES = {"alert": "alerts", "firing": "schedules"}
+HOMES = {"alert": "alerts", "firing": "schedules", "history": "history"}
 
 
 def lua_text(name: str) -> str:

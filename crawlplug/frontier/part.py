@@ -28,7 +28,6 @@ import redis
 
 from ..errors import AdmissionIncomplete, RedisFailure, ReplyLost, RolledBack, StaleEpoch, failure_kind
 from ..queues import BaseQueue, PriorityQueue
-from . import history
 from .dedup import Dedup, SetDedup
 from .keys import NAMES, CrawlKeys
 from .record import CallRecord
@@ -37,7 +36,7 @@ from .scripts import Scripts
 from .store import redis_ms, text
 
 if TYPE_CHECKING:
-    from .calls import Arg, Call, Reply
+    from .calls import Arg, Call, Reply, Sampler
 
 __all__ = ["POP_ARG", "POP_AT", "FrontierOptions", "Part", "PartOptions", "admit_in_parts", "log_went_back"]
 
@@ -58,6 +57,8 @@ class PartOptions(TypedDict, total=False):
     heartbeat: float
     max_deliveries: int
     run_id: int | None
+    #: what the heartbeat samples into the crawl's history (None: no history)
+    sampler: Sampler | None
 
 
 class FrontierOptions(PartOptions, total=False):
@@ -90,6 +91,7 @@ class Part:
         scripts: Scripts | None = None,
         epoch: int | str = "",
         run_id: int | None = None,
+        sampler: Sampler | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -103,6 +105,8 @@ class Part:
         self.heartbeat_ms = int(heartbeat * 1000)
         self.max_deliveries = max_deliveries
         self.scripts = scripts or Scripts(client)
+        #: the history's sample call of this part, with each heartbeat (None: none)
+        self.sampler = sampler
         #: the ids of its admissions, the last one Redis recorded, the leases it holds: what
         #: tells it that Redis went back in time, and what it then gives back (record.py)
         self.record = CallRecord()
@@ -531,7 +535,7 @@ class Part:
             ],
         )
 
-    # -- the history (crawlplug.frontier.history) ------------------------------------
+    # -- the history (crawlplug.history.store, through ``sampler``) ------------------
     def note_clock(self, redis_now_ms: int) -> None:
         """Remember Redis's clock as a heartbeat's reply gave it."""
         self._clock = (redis_now_ms, time.monotonic())
@@ -544,10 +548,13 @@ class Part:
         at, then = self._clock
         return at + int((time.monotonic() - then) * 1000)
 
-    def history_call(self, now_ms: int | None = None) -> Call:
-        """The call sampling this part into the crawl's history (lua/history.lua)."""
+    def history_call(self, now_ms: int | None = None) -> Call | None:
+        """The call sampling this part into the crawl's history (crawlplug/history/lua/history.lua);
+        None without a sampler."""
+        if self.sampler is None:
+            return None
         now = self.redis_now_estimate() if now_ms is None else now_ms
-        return history.sample_call(self.keys, now, self.epoch, self.run_id)
+        return self.sampler(self.keys, now, self.epoch, self.run_id)
 
     def history_sampled(self, reply: Reply) -> None:
         """A history sample's reply: a failure (a full Redis refuses it, a key written by hand)

@@ -28,6 +28,7 @@ from ..frontier.keys import CrawlKeys
 from ..frontier.layout import claim_shards
 from ..frontier.results import process_node_id
 from ..frontier.store import redis_ms
+from ..history import store as history_store
 from ..server import clients, memory
 from .politeness import Choice
 
@@ -137,12 +138,13 @@ def join_crawl(
             epoch=joined.epoch,
             dedup_factory=getattr(dupefilter, "make_strategy", None) or Dedup,
             resend_window=setting(crawler.settings, "CRAWLPLUG_RESEND_WINDOW", "getfloat"),
+            sampler=history_store.sample_call,  # the heartbeat samples the crawl's history
         )
 
     frontier = build(queue)
     if fallback is not None and _crawl(conn, frontier).queued_elsewhere(True):
         queue, frontier = fallback, build(fallback)  # the crawl's requests wait in a plain queue: finish it so
-    frontier.run_id = joined.run  # the history samples it sends carry the run (crawlplug.frontier.history)
+    frontier.run_id = joined.run  # the history samples it sends carry the run (crawlplug.history.store)
     frontier.lanes = tuple(name for name in config.start_keys if name != "start_urls")
     crawl = _crawl(conn, frontier)
     crawl.add_lanes(frontier.lanes)  # readers (status, peek, crawls) count the lanes a node reads

@@ -5,7 +5,7 @@ JavaScript, no build step; the charts are drawn by uPlot, vendored in
 ``static/vendor/`` with its licence) and a JSON API under ``/api`` that the page
 uses and scripts may use too. Every number comes from Redis at request time: the
 charts read the crawl's history (per 10 s for the last hour, per minute for a day,
-per hour for a month: crawlplug.ops.history), so a dashboard opened late still
+per hour for a month: crawlplug.history.series), so a dashboard opened late still
 shows what happened; the Report and Sites pages read crawlplug.ops.report.
 
 Read-only unless a token is configured (``CRAWLPLUG_DASHBOARD_TOKEN``):
@@ -47,9 +47,9 @@ from ..errors import CrawlplugError
 from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
+from ..history import series as crawl_history
 from ..metrics import exporter as metrics
 from ..ops import dead, status
-from ..ops import history as crawl_history
 from ..ops import report as run_report
 from ..probes import errorsamples
 from ..scrapyd.jobs import annotate_nodes

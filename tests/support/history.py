@@ -8,9 +8,9 @@ from typing import Any
 
 import redis
 
-from crawlplug.frontier import history
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.luatext import source
+from crawlplug.history import store as history
 
 CLOCK_LINE = "local now = redis_now_ms()"
 

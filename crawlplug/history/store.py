@@ -17,7 +17,7 @@ depends on the time, so the node names the keys by its estimate of Redis's clock
 own clock, writes nothing if that estimate is off across an hour's end.
 
 This module names the keys and reads the records back, part by part;
-:mod:`crawlplug.ops.history` turns them into numbers per minute or hour.
+:mod:`crawlplug.history.series` turns them into numbers per minute or hour.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from .keys import CrawlKeys
-from .layout import parts
-from .store import text
+from ..frontier.keys import CrawlKeys
+from ..frontier.layout import parts
+from ..frontier.store import text
 
 if TYPE_CHECKING:
-    from .calls import Arg, Call
+    from ..frontier.calls import Arg, Call
 
 __all__ = [
     "COUNTERS",

@@ -1,7 +1,7 @@
 """A crawl's history as numbers per 10 s, minute or hour: one definition for
 ``crawlplug status --since``, its JSON and the dashboard's charts.
 
-The records (crawlplug.frontier.history) hold the run's counters as they stood
+The records (crawlplug.history.store) hold the run's counters as they stood
 at the last heartbeat of each minute (hour); a minute's pages are the difference
 from the record before it. So:
 
@@ -30,11 +30,11 @@ import redis
 
 from ..crawl import registry, runs
 from ..errors import ConfigError
-from ..frontier import history as records
-from ..frontier.history import DAY_MS, HOUR_MS, MINUTE_MS
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
-from . import status
+from ..ops import status
+from . import store as records
+from .store import DAY_MS, HOUR_MS, MINUTE_MS
 
 #: The resolutions, by name: their step in ms.
 STEPS = {"10s": status.BUCKET_MS, "minute": MINUTE_MS, "hour": HOUR_MS}

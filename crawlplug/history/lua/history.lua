@@ -26,7 +26,7 @@
 -- A record is "<run> <second> <acked> <enqueued> <items> <errors> <queued> <in flight>
 -- <dead> <live nodes>": the run ("-" unknown), the second of the minute (of the hour,
 -- in an hour record) it was taken at, the run's counters as they stand (cumulative:
--- crawlplug.ops.history takes the differences, so a sample written twice counts
+-- crawlplug.history.series takes the differences, so a sample written twice counts
 -- nothing twice), then the gauges ("-" for the live nodes in a shard). The last sample
 -- of a minute (an hour) is its record, under the minute's number; when a new run
 -- samples a minute the last run sampled too, the last run's record moves to
