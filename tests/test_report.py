@@ -1,4 +1,4 @@
-"""Reports per node (crawlplug.probes.domainstats, crawlplug.ops.report, `crawlplug report`): node x
+"""Reports per node (crawlplug.probes.domainstats, crawlplug.reports.report, `crawlplug report`): node x
 domain, node x site definition and per field, for the current run and the ended ones; and, in
 the last test, two real runs of a crawl of the demo shop, reported and charted."""
 
@@ -21,13 +21,14 @@ from twisted.internet.error import TimeoutError as TwistedTimeout
 from twisted.python.failure import Failure
 
 from crawlplug.cli import main
-from crawlplug.crawl import runs, runstats
+from crawlplug.crawl import runs
 from crawlplug.failures import FAILED
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.history import series as history
-from crawlplug.ops import report
 from crawlplug.probes.domainstats import OTHER, DomainStatsMiddleware
 from crawlplug.probes.errorsamples import ErrorSamplesMiddleware
+from crawlplug.reports import report
+from crawlplug.reports import store as runstats
 from crawlplug.stats import RedisStatsCollector
 from crawlplug.web import create_app
 

@@ -95,7 +95,7 @@ def test_every_room_has_a_layer():
     # the modules of these sit on different layers: compat's names table under the settings
     # reader; the history's store under the Scheduler that samples it, its reading beside the
     # status snapshot it joins
-    for split in ("compat", "history"):
+    for split in ("compat", "history", "reports"):
         rooms.discard(f"crawlplug.{split}")
         rooms |= {f"crawlplug.{split}.{m.name}" for m in pkgutil.iter_modules([str(ROOT / "crawlplug" / split)])}
     unplaced = sorted(r for r in rooms if r not in placed and not r.startswith("crawlplug.web.static"))

@@ -23,6 +23,7 @@ STORES = (
     "crawlplug/schedules/store.py",
     "crawlplug/scrapyd/store.py",
     "crawlplug/history/store.py",
+    "crawlplug/reports/store.py",
 )
 MODULES = sorted([*(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")), *(ROOT / s for s in STORES)])
 

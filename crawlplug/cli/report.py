@@ -1,5 +1,5 @@
 """``crawlplug report [CRAWL] [--run R] [--json | --csv]``: a run per node and domain, per
-node and site definition, and per field (see :mod:`crawlplug.ops.report`)."""
+node and site definition, and per field (see :mod:`crawlplug.reports.report`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import click
 
-from ..ops import report as run_report
+from ..reports import report as run_report
 from .common import Cli, fail, main, pass_cli
 
 _TEXT_COLUMNS = frozenset({"node", "domain", "site", "field", "versions", "errors by kind"})

@@ -26,14 +26,15 @@ from ..access.users import User
 from ..alerts import rules as alert_rules
 from ..alerts import store as alert_store
 from ..config import start_key
-from ..crawl import Crawl, control, registry, runs, runstats
+from ..crawl import Crawl, control, registry, runs
 from ..errors import ConfigError, CrawlplugError, DecodeError, ScrapydError
 from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import redis_ms
 from ..history import series as crawl_history
 from ..ops import dead, forget, status
-from ..ops import report as run_report
+from ..reports import report as run_report
+from ..reports import store as runstats
 from ..schedules import firing as schedule_firing
 from ..schedules import store as schedule_store
 from ..scrapyd import store as jobs

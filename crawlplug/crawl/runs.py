@@ -51,7 +51,8 @@ from ..frontier.keys import DEDUP_NAMES, DEDUP_PREFIXES, CrawlKeys
 from ..frontier.layout import claim_shards, parts
 from ..frontier.scripts import Scripts
 from ..frontier.store import json_record, redis_ms, text
-from . import registry, runstats, views
+from ..reports import store as runstats
+from . import registry, views
 from .nodes import count_live
 from .nodes import live_nodes as count_live_nodes
 

@@ -19,7 +19,7 @@ the run's ``errors`` counter). What a failure is, and that a robots.txt fetch is
 is :mod:`crawlplug.failures`' definition, the one every view counts by.
 
 So a domain's success rate is ``ok / (pages + download errors)`` and its mean
-response time ``latency_ms / pages`` (crawlplug.ops.report does the sums). With
+response time ``latency_ms / pages`` (crawlplug.reports.report does the sums). With
 :class:`crawlplug.stats.RedisStatsCollector` they reach Redis with the node's other
 stats, every CRAWLPLUG_STATS_INTERVAL seconds: no round trip of their own. A node
 counts at most CRAWLPLUG_REPORT_DOMAINS hosts by name; pages of further hosts count

@@ -6,7 +6,7 @@ JavaScript, no build step; the charts are drawn by uPlot, vendored in
 uses and scripts may use too. Every number comes from Redis at request time: the
 charts read the crawl's history (per 10 s for the last hour, per minute for a day,
 per hour for a month: crawlplug.history.series), so a dashboard opened late still
-shows what happened; the Report and Sites pages read crawlplug.ops.report.
+shows what happened; the Report and Sites pages read crawlplug.reports.report.
 
 Read-only unless a token is configured (``CRAWLPLUG_DASHBOARD_TOKEN``):
 actions (pause, resume, stop or drain the run and continue it, a domain's limits,
@@ -41,7 +41,7 @@ from starlette.staticfiles import StaticFiles
 from ..access import audit
 from ..access.users import TOKEN_USER, User
 from ..alerts import rules as crawl_alerts
-from ..crawl import Crawl, control, runstats
+from ..crawl import Crawl, control
 from ..crawl import runs as frontier_runs
 from ..errors import CrawlplugError
 from ..frontier.core import open_domains
@@ -50,8 +50,9 @@ from ..frontier.store import redis_ms
 from ..history import series as crawl_history
 from ..metrics import exporter as metrics
 from ..ops import dead, status
-from ..ops import report as run_report
 from ..probes import errorsamples
+from ..reports import report as run_report
+from ..reports import store as runstats
 from ..scrapyd.jobs import annotate_nodes
 from ..sites import outcomes as site_fields
 from . import alerting

@@ -5,7 +5,7 @@ Every number comes from the Scrapy stats each node keeps in Redis
 :mod:`crawlplug.probes.domainstats` (the add-on counts them) and the outcomes of site
 spiders (:mod:`crawlplug.sites.outcomes`). The current run reads the nodes' stats
 as they stand; an ended run reads what was kept of them when the next run began
-(:mod:`crawlplug.crawl.runstats`, the last 20 runs). ``crawlplug report`` prints
+(:mod:`crawlplug.reports.store`, the last 20 runs). ``crawlplug report`` prints
 it (text, JSON, CSV) and the dashboard serves it: one definition of each number.
 
 * domains: pages (responses), items, errors by kind (``http/<status>``,
@@ -31,11 +31,12 @@ from typing import Any
 
 import redis
 
-from ..crawl import runs, runstats
+from ..crawl import runs
 from ..errors import ConfigError
 from ..frontier.keys import CrawlKeys
 from ..probes.domainstats import PREFIX as DOMAIN_PREFIX
 from ..stats import decode, node_stats
+from . import store as runstats
 
 #: The node name of the rows that add up every node.
 ALL = "all nodes"
