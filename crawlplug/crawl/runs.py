@@ -96,7 +96,7 @@ BEGIN_GRACE_MS = 30_000
 #: run's counters and stats, error samples, node records. Everything not named here
 #: or in DEDUP_NAMES is kept: seq, meta, dconf, seeds, control, series, items, run,
 #: runs, epoch, dead letters of earlier runs, start entries waiting, the history (hist:*)
-#: and the node stats of ended runs (runstats:*, crawlplug.crawl.runstats).
+#: and the node stats of ended runs (runstats:*, crawlplug.reports.store).
 RUN_STATE_NAMES = frozenset(
     {
         "queue",
