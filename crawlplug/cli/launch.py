@@ -67,21 +67,7 @@ def start(keys: CrawlKeys, target: Target, new_run: bool, as_json: bool, **kw: A
         "ok" if not out.refused else f"{len(out.refused)} jobs refused",
     )
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "crawl": keys.crawl,
-                    "action": out.action,
-                    "run": out.run,
-                    "message": out.message,
-                    "jobs": out.jobs,
-                    "refused": out.refused,
-                    "warnings": out.warnings,
-                },
-                indent=2,
-                default=str,
-            )
-        )
+        click.echo(json.dumps({"crawl": keys.crawl, **out.as_dict()}, indent=2, default=str))
     else:
         if created:
             click.echo(f"crawl {keys.crawl!r} is new: created it")

@@ -53,6 +53,23 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _serving(host: str, port: int, allow_hosts: tuple[str, ...]) -> tuple[list[str], str | None]:
+    """(the Host names answered, CRAWLPLUG_DASHBOARD_TOKEN) for a server on ``host``: checked
+    before connecting, so a bad name or a short token fails fast."""
+    from ..web import allowed_hosts  # noqa: PLC0415 - the [web] extra, checked by the caller
+
+    extra = [*os.environ.get(HOSTS_ENVVAR, "").replace(",", " ").split(), *allow_hosts]
+    hosts = allowed_hosts(host, extra)
+    token = os.environ.get(TOKEN_ENVVAR) or None
+    if token is not None and len(token) < 12:
+        fail(f"{TOKEN_ENVVAR} is too short: use at least 12 random characters")
+    return hosts, token
+
+
+def _shown(host: str) -> str:
+    return f"[{host.strip('[]')}]" if ":" in host else host
+
+
 @main.command()
 @pass_cli()
 @click.option(
@@ -90,19 +107,14 @@ def dashboard(cli: Cli, host: str, port: int, allow_hosts: tuple[str, ...]) -> N
         import uvicorn  # noqa: PLC0415
 
         from ..console.app import create_console  # noqa: PLC0415
-        from ..web import allowed_hosts  # noqa: PLC0415
     except ImportError as exc:
         fail(f"the dashboard needs crawlplug's [web] extra ({exc}): pip install 'crawlplug[web]'")
 
-    extra = [*os.environ.get(HOSTS_ENVVAR, "").replace(",", " ").split(), *allow_hosts]
-    hosts = allowed_hosts(host, extra)  # before connecting: a bad name fails fast
+    hosts, token = _serving(host, port, allow_hosts)
     keys, target = cli.keys, cli.target  # after the checks of its own arguments
-    token = os.environ.get(TOKEN_ENVVAR) or None
-    if token is not None and len(token) < 12:
-        fail(f"{TOKEN_ENVVAR} is too short: use at least 12 random characters")
     sock = listen(host, port)
     port = sock.getsockname()[1]
-    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    shown = _shown(host)
     link = os.environ.get("CRAWLPLUG_DASHBOARD_URL") or f"http://{shown}:{port}/"
     app = create_console(target, admin_token=token, hosts=hosts, crawl=keys, alerts_link=link)
     mode = "actions need the token" if token else f"read-only (set {TOKEN_ENVVAR} to allow actions)"
@@ -160,17 +172,12 @@ def console(target: Target, host: str, port: int, allow_hosts: tuple[str, ...], 
         import uvicorn  # noqa: PLC0415
 
         from ..console.app import create_console  # noqa: PLC0415
-        from ..web import allowed_hosts  # noqa: PLC0415
     except ImportError as exc:
         fail(f"the console needs crawlplug's [web] extra ({exc}): pip install 'crawlplug[web]'")
-    extra = [*os.environ.get(HOSTS_ENVVAR, "").replace(",", " ").split(), *allow_hosts]
-    hosts = allowed_hosts(host, extra)
-    token = os.environ.get(TOKEN_ENVVAR) or None
-    if token is not None and len(token) < 12:
-        fail(f"{TOKEN_ENVVAR} is too short: use at least 12 random characters")
+    hosts, token = _serving(host, port, allow_hosts)
     sock = listen(host, port)
     port = sock.getsockname()[1]
-    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    shown = _shown(host)
     app = create_console(target, admin_token=token, hosts=hosts, read_open=read_open)
     known = len(registry.known_crawls(target.client))
     click.echo(

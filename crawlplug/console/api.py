@@ -244,8 +244,8 @@ def crawl_history_(
         return crawl_history.history(
             client,
             keys,
-            since_ms=_time(since, now),
-            until_ms=_time(until, now),
+            since_ms=crawl_history.parse_time(since, now),
+            until_ms=crawl_history.parse_time(until, now),
             run=run,
             step=step,
             finest=finest,
@@ -290,14 +290,7 @@ def start(request: Request, crawl: str, body: StartBody, who: Starter) -> dict[s
     if new:
         registry.register(client, keys)
     _done(request, who, "start", crawl, {**detail, "jobs": len(out.jobs)}, "ok" if not out.refused else "some refused")
-    return {
-        "action": out.action,
-        "run": out.run,
-        "message": out.message,
-        "jobs": out.jobs,
-        "refused": out.refused,
-        "warnings": out.warnings,
-    }
+    return out.as_dict()
 
 
 def _plan(body: PlanBody, crawl: str, conn: Any, *, new_run: bool = False) -> Plan:
@@ -797,12 +790,3 @@ def logout(request: Request, response: Response) -> dict[str, Any]:
     response.delete_cookie(SESSION_COOKIE, path="/")
     response.delete_cookie(CSRF_COOKIE, path="/")
     return {"closed": closed}
-
-
-def _time(raw: str | None, now_ms: int) -> int | None:
-    """A time of the API: ms since the epoch, or a duration back from now (6h, 90m)."""
-    if raw is None or raw == "":
-        return None
-    if raw.lstrip("-").isdigit():
-        return int(raw)
-    return now_ms - crawl_history.parse_duration(raw)

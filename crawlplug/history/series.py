@@ -50,6 +50,16 @@ _UNITS = {"s": 1000, "m": MINUTE_MS, "h": HOUR_MS, "d": DAY_MS, "w": 7 * DAY_MS}
 _PIECE = re.compile(r"([0-9]{1,15})([smhdw])")
 
 
+def parse_time(raw: str | None, now_ms: int) -> int | None:
+    """A time as the dashboard's and the console's calls give it: ms since the epoch, or a
+    duration back from now (6h, 90m); None for none. ConfigError for what is neither."""
+    if raw is None or raw == "":
+        return None
+    if raw.lstrip("-").isdigit():
+        return int(raw)
+    return now_ms - parse_duration(raw)
+
+
 def parse_duration(value: str) -> int:
     """``6h``, ``90m``, ``1h30m``, ``2d``, ``1w`` as ms; ConfigError for anything else."""
     text = value.strip().lower()

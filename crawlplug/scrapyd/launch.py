@@ -124,6 +124,17 @@ class Launched:
     refused: list[str] = field(default_factory=list)  #: daemons that refused a job, and why
     warnings: list[str] = field(default_factory=list)  #: what the checks found doubtful but not wrong
 
+    def as_dict(self) -> dict[str, Any]:
+        """What ``crawlplug start --json`` prints and the console answers."""
+        return {
+            "action": self.action,
+            "run": self.run,
+            "message": self.message,
+            "jobs": self.jobs,
+            "refused": self.refused,
+            "warnings": self.warnings,
+        }
+
 
 def redis_hosts(url: str) -> list[str] | None:
     """The hosts a Redis URL names (several for a cluster or sentinels); None for a unix socket."""

@@ -171,8 +171,8 @@ class Dashboard:
             return JSONResponse(status.history(self.client, self.keys, minutes))
         try:
             now = redis_ms(self.client)
-            since = _time(q.get("since"), now)
-            until = _time(q.get("until"), now)
+            since = crawl_history.parse_time(q.get("since"), now)
+            until = crawl_history.parse_time(q.get("until"), now)
             run = int(q["run"]) if q.get("run") else None
             got = crawl_history.history(
                 self.client,
@@ -373,15 +373,6 @@ class Dashboard:
             Route("/api/dead/requeue", self.requeue, methods=["POST"]),
             Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
         ]
-
-
-def _time(raw: str | None, now_ms: int) -> int | None:
-    """A time of the API: ms since the epoch, or a duration back from now (6h, 90m)."""
-    if raw is None or raw == "":
-        return None
-    if raw.lstrip("-").isdigit():
-        return int(raw)
-    return now_ms - crawl_history.parse_duration(raw)
 
 
 def _why(outcome: str, state: str, reached: str = "") -> str:
