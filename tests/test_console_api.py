@@ -254,3 +254,34 @@ def test_the_dashboard_of_one_crawl_keeps_its_api_beside_the_consoles(redis_url,
     assert api.get("/api/v1/crawls/shop", headers={"Authorization": "Bearer tok-0123456789"}).json()["paused"]
     assert api.get("/").status_code == 200
     client.close()
+
+
+def test_changes_made_with_the_command_are_audited_under_the_os_user_and_host(redis_url, r):
+    import getpass
+    import socket
+
+    from click.testing import CliRunner
+
+    from crawlplug.cli import main
+
+    def cli(*args: str) -> Any:
+        res = CliRunner().invoke(
+            main, ["--redis-url", redis_url, *args], env={"REDIS_URL": None, "CRAWLPLUG_CRAWL": None}
+        )
+        assert res.exit_code == 0, res.output
+        return res
+
+    cli("push", "--crawl", "shop", "http://a.test/")
+    cli("pause", "--crawl", "shop")
+    token = cli("users", "add", "vera", "--role", "viewer").stdout.strip().splitlines()[-1]
+    assert users.authenticate(r, token) is not None, "the token alone on standard output"
+    cli("users", "revoke", "vera")
+    log = audit.entries(r, 10)
+    me = f"cli:{getpass.getuser()}@{socket.gethostname()}"
+    assert [(e["action"], e["crawl"], e["who"], e["source"]) for e in reversed(log)] == [
+        ("push", "shop", me, socket.gethostname()),
+        ("pause", "shop", me, socket.gethostname()),
+        ("users.add", "", me, socket.gethostname()),
+        ("users.revoke", "", me, socket.gethostname()),
+    ]
+    assert log[1]["detail"] == {"user": "vera", "role": "viewer"}, "no token in the log"
