@@ -85,6 +85,22 @@ def _wait_hits(shop, n: int, nodes, timeline: list[tuple[float, int]], timeout: 
         time.sleep(0.05)
 
 
+def _wait_snapshot_after(server: RedisServer, began: float, timeout: float = 30) -> None:
+    """Until an RDB snapshot finished that was begun after ``began`` (a Unix time; LASTSAVE
+    counts whole seconds, and a snapshot of this size forks milliseconds before it ends)."""
+    client = redis.Redis.from_url(server.url)
+    deadline = time.monotonic() + patient(timeout)
+    try:
+        while True:
+            info = client.info("persistence")
+            if not info["rdb_bgsave_in_progress"] and info["rdb_last_save_time"] > began + 1:
+                return
+            assert time.monotonic() < deadline, f"no RDB snapshot since the crawl began: {info}"
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
 def _fetched_since(timeline: list[tuple[float, int]], seconds: float) -> int:
     now, total = timeline[-1]
     before = next((n for t, n in reversed(timeline) if t <= now - seconds), 0)
@@ -102,7 +118,13 @@ def test_redis_crashes_and_restarts_mid_crawl(crawl, make_shop, tmp_path, mode):
     nodes = [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": server.url, **SETTINGS}) for _ in range(2)]
     timeline: list[tuple[float, int]] = []
     pages = len(shop.shop.paths())
+    _wait_hits(shop, 1, nodes, timeline)
+    crawl_began = time.time()
     _wait_hits(shop, pages // 3, nodes, timeline)
+    if mode == "rdb-every-second":
+        # a snapshot taken once the crawl began: a crash before the first one is Redis
+        # coming back empty ("none"'s case), not going back in time
+        _wait_snapshot_after(server, crawl_began)
     recent = _fetched_since(timeline, 2.0)  # what a persistence lag of up to ~1-2 s may have to redo
     _crash(server)
     fetched_at_crash = sum(shop.hits.values())

@@ -29,8 +29,9 @@ Cluster primary replaced by a replica that lagged). Every part keeps each node's
 record (lua/record.lua), checked by the node's admissions and heartbeats there: the node
 then gives back every lease it holds, in every part, and a shard found to have gone back
 gets again what the node admitted to it within ``resend_window`` seconds
-(crawlplug.frontier.record.ResendLog; unsharded, the node's own buffer sent again covers
-it, as the Scheduler does).
+(crawlplug.frontier.record.ResendLog). Unsharded, a restored lease makes its page's links
+again, and the node's own buffer is sent again (as the Scheduler does); what no lease
+stands behind (a spider's start requests) is logged and sent again the same way.
 
 Time is Redis's clock in milliseconds throughout (crawlplug.frontier.store.redis_ms), so
 nodes with skewed clocks agree on what expired.
@@ -207,8 +208,11 @@ class Frontier:
         self._rr = 0
         self._dry_until = [0.0] * shards
         self._shares_last: dict[int, int] = {}
-        #: what this node admitted to each shard lately, sent again to a shard that went back
-        self.resend = [ResendLog(resend_window) for _ in range(shards)] if self.sharded else []
+        #: what this node admitted lately, sent again to a part that went back in time: to each
+        #: shard everything (a page's ack may have gone to another shard than its links);
+        #: unsharded, the requests no lease stands behind (start requests: Admission's sixth
+        #: element), as a restored lease makes the rest again
+        self.resend = [ResendLog(resend_window) for _ in range(shards)]
 
     # -- who it is ---------------------------------------------------------------
     @property
@@ -505,6 +509,10 @@ class Frontier:
             self.resend[part].add(call_id, [item for item, f in zip(part_items, result.flags) if f == "1"])
             if "1" in result.flags:
                 self._dry_until[part] = 0.0
+        elif not self.sharded and "1" in result.flags:
+            roots = [item for item, f in zip(part_items, result.flags) if f == "1" and len(item) > 5 and item[5]]
+            if roots:  # numbered by the part's last call: a Bloom filter's growth may have stored them in a later one
+                self.resend[part].add(f":{frontier.record.last}", roots)
         tally.acked += result.acked
         tally.stale += result.stale
         tally.acks_done += self._named(part, part_acks)
@@ -775,23 +783,27 @@ class Frontier:
             given += self._named(index, self.part(index).give_back_held())
         for index, exc in sorted(rolled.items()):
             log_went_back(self.part(index).keys, len(given))
-            if self.sharded and index != BASE:
+            if index != BASE:  # (unsharded, the crawl's own part is index 0)
                 self._resend_to(index, exc.found)
         out = RolledBack(str(first), given)
         out.settled = True
         return out
 
     def _resend_to(self, shard: int, found: int) -> None:
-        """Admit again in ``shard`` what this node admitted there after its call ``found``."""
+        """Admit again in ``shard`` what this node logged admitting there after its call
+        ``found`` (unsharded: its start requests)."""
+        where = f"shard {shard}" if self.sharded else "Redis"
+        what = "requests" if self.sharded else "start requests"
         items, complete = self.resend[shard].since(found)
         if not complete:
             logger.error(
-                "crawlplug: shard %d of crawl %r went back further than this node's resend log reaches "
-                "(CRAWLPLUG_RESEND_WINDOW=%ss): requests it admitted there before then may be lost; the "
-                "crawl goes on with what the shard holds (docs/faults.md, 'When Redis goes back in time')",
-                shard,
+                "crawlplug: %s of crawl %r went back further than this node's resend log reaches "
+                "(CRAWLPLUG_RESEND_WINDOW=%ss): %s it admitted there before then may be lost; the "
+                "crawl goes on with what it holds (docs/faults.md, 'When Redis goes back in time')",
+                where,
                 self.keys.crawl,
                 self.resend[shard].window,
+                what,
             )
         if not items:
             return
@@ -799,17 +811,18 @@ class Frontier:
             result = self.shards[shard].admit(items)
         except (redis.RedisError, RuntimeError) as exc:
             logger.error(
-                "crawlplug: could not send %d requests again to shard %d after it went back in time "
-                "(%s): they may be lost",
+                "crawlplug: could not send %d %s again to %s after it went back in time (%s): they may be lost",
                 len(items),
-                shard,
+                what,
+                where,
                 exc,
             )
             return
         logger.warning(
-            "crawlplug: sent %d requests again to shard %d, which went back in time (%d of them were missing there)",
+            "crawlplug: sent %d %s again to %s, which went back in time (%d of them were missing there)",
             len(items),
-            shard,
+            what,
+            where,
             result.admitted,
         )
 

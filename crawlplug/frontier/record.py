@@ -35,6 +35,8 @@ class CallRecord:
         #: record is ever taken for ours
         self.prefix = uuid.uuid4().hex[:8]
         self._numbers = itertools.count(1)
+        #: the number of the last call id handed out (0: none yet)
+        self.last = 0
         #: the number of the last admission Redis said it recorded (0: none, or not known)
         self.confirmed = 0
         #: lease ids this part handed to its node and the node has not yet acked, released,
@@ -44,7 +46,8 @@ class CallRecord:
     # -- call ids ---------------------------------------------------------------------
     def next_call(self) -> str:
         """admit.lua's ARGV[4] for a new admission: "<prefix>:<n> <confirmed>"."""
-        return f"{self.prefix}:{next(self._numbers)} {self.confirmed}"
+        self.last = next(self._numbers)
+        return f"{self.prefix}:{self.last} {self.confirmed}"
 
     def check(self) -> str:
         """The check a heartbeat or renewal carries (heartbeat.lua, renew.lua): "" for none."""

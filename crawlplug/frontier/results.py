@@ -26,10 +26,18 @@ __all__ = [
 ]
 
 #: One request to admit: fingerprint (b"" = never deduplicated), score, payload,
-#: optionally its domain ("" or absent = the plain queue; DomainQueue sets it), and the
+#: optionally its domain ("" or absent = the plain queue; DomainQueue sets it), the
 #: request's URL (or host), which routes it to a shard of a sharded crawl (the frontier's
-#: own choice: crawlplug.frontier.core.route_key; an unsharded crawl's ignores it).
-Admission = tuple[bytes, float, bytes] | tuple[bytes, float, bytes, str] | tuple[bytes, float, bytes, str, str]
+#: own choice: crawlplug.frontier.core.route_key; an unsharded crawl's ignores it), and
+#: True for a request no lease stands behind (a spider's start request): if Redis goes
+#: back in time past its admission, no restored lease makes it again, so the frontier
+#: keeps it to send again (crawlplug.frontier.record.ResendLog).
+Admission = (
+    tuple[bytes, float, bytes]
+    | tuple[bytes, float, bytes, str]
+    | tuple[bytes, float, bytes, str, str]
+    | tuple[bytes, float, bytes, str, str, bool]
+)
 
 
 def new_node_id() -> str:

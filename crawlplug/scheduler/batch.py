@@ -52,10 +52,24 @@ if TYPE_CHECKING:
     from .outage import Outage
     from .reporter import Reporter
 
-__all__ = ["RECORD_FP_META", "Batch", "Buffered"]
+__all__ = ["RECORD_FP_META", "START_META", "Batch", "Buffered", "unrooted"]
 
 #: Meta flag of requests made from start entries: admitted even if seen, fingerprint recorded.
 RECORD_FP_META = "_crawlplug_record_fp"
+
+#: Meta key of requests made from a start entry: the entry's lease id.
+START_META = "_crawlplug_start"
+
+
+def unrooted(request: Request) -> bool:
+    """Whether no lease stands behind ``request``: a spider's start request (Scrapy marks
+    them ``is_start_request``) not made from a start entry. A request made by a leased
+    page's callback is made again when Redis loses it (the page's restored lease is
+    fetched again), and one made from a start entry with the entry; such a one only if
+    the frontier sends it again (crawlplug.frontier.core: the resend log)."""
+    meta = request.meta
+    return bool(meta.get("is_start_request")) and START_META not in meta
+
 
 #: (request, dedup argument, score, payload, domain): one request waiting to be admitted
 Buffered = tuple[Request, bytes, float, bytes, str]
@@ -202,7 +216,10 @@ class Batch(Switches):
                 )
         # the URL rides along: a sharded crawl's frontier routes by it (crawlplug.frontier.core.route_key)
         items: list[Admission] = [
-            (fp, score, payload, domain, request.url) for request, fp, score, payload, domain in batch
+            (fp, score, payload, domain, request.url, True)
+            if unrooted(request)
+            else (fp, score, payload, domain, request.url)
+            for request, fp, score, payload, domain in batch
         ]
         try:
             if pop:

@@ -19,7 +19,7 @@ from scrapy import Request, Spider
 from .. import starts
 from ..errors import REDIS_ERRORS, ConfigError, DecodeError, SerializationError
 from . import enginehooks
-from .batch import RECORD_FP_META
+from .batch import RECORD_FP_META, START_META
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -36,9 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["START_META", "StartEntries"]
 
 logger = logging.getLogger(__name__)
-
-#: Meta key of requests made from a start entry: the entry's lease id.
-START_META = "_crawlplug_start"
 
 
 class StartEntries:
