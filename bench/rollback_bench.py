@@ -158,8 +158,12 @@ def one_run(workdir: Path, tree: Path | None, label: str, items: int, early: boo
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{label}: no snapshot since the crawl began")
             time.sleep(0.05)
+        while early and _persistence(server.port)["rdb_bgsave_in_progress"]:
+            time.sleep(0.005)  # not while a snapshot is being written (it may or may not land)
         snapshots = int(_persistence(server.port).get("rdb_saves", -1))
         server.crash()
+        if not (server.dir / "dump.rdb").exists():
+            snapshots = 0
         at_crash = site.total()
         time.sleep(1.5)
         server.start()

@@ -74,11 +74,13 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     ),
     "CRAWLPLUG_RESEND_WINDOW": (
         300.0,
-        "A sharded crawl only: seconds a node keeps what it admitted to each shard, to send it "
-        "again to a shard found gone back in time (a Cluster primary restarted from its "
-        "snapshot, or replaced by a replica that lagged) after another shard took the ack of "
-        "the page that produced it. A shard that goes back further may lose those requests, "
-        "and the node says so. Costs the node the memory of those requests. See docs/faults.md.",
+        "Seconds a node keeps what it admitted, to send it again to a Redis (or a shard) found "
+        "gone back in time (restarted from its snapshot, or replaced by a replica that lagged): "
+        "unsharded, its spider's start requests (no lease stands behind them; a page's links come "
+        "back with its restored lease); sharded, everything it admitted to each shard (another "
+        "shard may have taken the ack of the page that produced it). Going back further may lose "
+        "those requests, and the node says so. Costs the node the memory of those requests. See "
+        "docs/faults.md.",
     ),
     # -- queue and dedup ----------------------------------------------------
     "CRAWLPLUG_QUEUE_CLASS": (
