@@ -13,8 +13,8 @@ loss this guards against showed under load (1 run in 3 to 5 lost pages before th
 Redis took at the crawl's first write (``save 1 1`` after a second of quiet saves at once): the
 nodes' join, before the spider's start request was admitted. No lease stands behind a start
 request, so only the node's resend log brings it back (10 of 321 pages lost in CI before it).
-A run whose Redis had no snapshot yet (came back empty: a loss the nodes report, not a
-rollback) is counted apart. Without ``--early``, the crash waits for a snapshot taken after
+A run whose Redis came back without the run (no snapshot yet, or one of a write before the
+join: a loss the nodes report, not a rollback) is counted apart. Without ``--early``, the crash waits for a snapshot taken after
 the crawl began.
 
 ``--baseline COMMIT`` runs the same crawls on that commit's crawlplug (a ``git archive``
@@ -74,7 +74,7 @@ class Run:
     twice: int
     found: int  # node log lines "Redis went back in time"
     exits: list[int | None]
-    snapshots: int  # RDB snapshots Redis had taken when it was killed (0: it came back empty)
+    snapshots: int  # RDB snapshots Redis had taken when it was killed (0: it came back without the run)
 
 
 class Redis:
@@ -162,11 +162,15 @@ def one_run(workdir: Path, tree: Path | None, label: str, items: int, early: boo
             time.sleep(0.005)  # not while a snapshot is being written (it may or may not land)
         snapshots = int(_persistence(server.port).get("rdb_saves", -1))
         server.crash()
-        if not (server.dir / "dump.rdb").exists():
-            snapshots = 0
         at_crash = site.total()
         time.sleep(1.5)
         server.start()
+        # what the snapshot held of the run (before the nodes reconnect, seconds from now): none
+        # is Redis come back empty of it (the first snapshot may be of a write before the join)
+        client = redis.Redis(port=server.port)
+        if not client.exists("crawlplug:{shop}:epoch"):
+            snapshots = 0
+        client.close()
         # Redis with no snapshot came back empty: the nodes report the loss and wait for an operator
         exits = [node.proc.wait(240 if snapshots else 1) for node in nodes]
         hits = site.hits()
