@@ -5,7 +5,8 @@ model cannot follow Redis back in time (what a node holds and what Redis holds p
 on purpose). This machine drives the same frontier, through the same adapter
 (:class:`~tests.test_frontier_model.FrontierUnderTest`), the way a crawl does instead: a
 site whose every URL yields the same children each time it is fetched, start entries
-pushed by an operator, three nodes that lease pages, fetch them, admit their children in
+pushed by an operator, start requests a node's spider makes itself (no lease behind them:
+the node's resend log brings them back), three nodes that lease pages, fetch them, admit their children in
 several calls while "the callback runs" and ack each page in the same call as its last
 children or a later one, beat, release and reap. At any step Redis may be SIGKILLed and
 started again from an RDB file saved at an earlier step (a restart from a snapshot, a
@@ -15,7 +16,7 @@ may go back (a Cluster primary: its keys put back as they were, tests/support/ro
 At teardown the nodes drain the crawl as nodes do (every page fetched, every child sent,
 every ack made, expired leases reaped) and the property is checked: every request a node
 admitted from a page or a start entry it leased was fetched by the end, and every URL
-reachable from the start entries was. Excluded, as docs/faults.md says: start entries an
+reachable from the start entries and the spiders' start requests was. Excluded, as docs/faults.md says: start entries an
 operator pushed after the snapshot that was restored (that push is lost with everything
 else Redis lost; the subtree of each push is its own here, so its pages are excluded with
 it).
@@ -70,6 +71,7 @@ LEASE = 1.0  # a lease nobody renews (restored by a rollback, its node gone on) 
 K = CrawlKeys("rollback-model")
 SHARDS = 2
 ROOT_HOSTS = ("a.test", "b.test", "c.test")  # one site per start entry: pushes 0, 1, 2
+SPIDER_HOSTS = ("s.test", "t.test")  # one site per start request a node's spider makes
 DEPTH = 3
 
 
@@ -143,6 +145,7 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
         self.admissions = 0  # admission calls that went through
         self.saved = 0
         self.pushed: list[str] = []  # the roots pushed, in order
+        self.spider_roots: list[str] = []  # the start requests nodes' spiders made, in order
         self.excluded: set[str] = set()  # roots whose push Redis lost (pushed after the snapshot restored)
         self.admitted: set[str] = set()  # URLs a node admitted as new from a page or entry it leased
         self.fetched: set[str] = set()
@@ -212,15 +215,17 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
         out = []
         for _, url, kind in sent:
             self.n += 1
-            arg = b"" if kind == "d" else node.frontier.dedup.argument(fingerprint(url))
+            arg = b"" if kind in ("d", "s") else node.frontier.dedup.argument(fingerprint(url))
             item: tuple[Any, ...] = (
                 arg,
                 0.0,
                 f"{url}#{self.n}".encode() if kind != "r" else b"",
                 host(url) if self.config.domains else "",
             )
-            if self.config.sharded:
-                item += (host(url),)
+            if self.config.sharded or kind == "s":
+                item += (host(url) if self.config.sharded else "",)
+            if kind == "s":  # a spider's start request (dont_filter, as Scrapy's are): no lease behind it
+                item += (True,)
             out.append(item)
         return out
 
@@ -277,6 +282,15 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
         Crawl.of(self.nodes["a"].frontier).push_starts([root])
         self.pushed.append(root)
 
+    def spider_start(self, name: str) -> None:
+        """Node ``name``'s spider makes the next site's root, a start request of its own (its
+        start(), as Scrapy calls it): admitted with the node's next call, no lease behind it."""
+        if len(self.spider_roots) >= len(SPIDER_HOSTS):
+            return
+        root = f"http://{SPIDER_HOSTS[len(self.spider_roots)]}/"
+        self.nodes[name].pending.append(("", root, "s"))
+        self.spider_roots.append(root)
+
     #: what happens next: a node's action, an operator's push, or Redis saving a snapshot
     #: or going back to one (all of it, or one shard of a sharded crawl). One rule, so that
     #: hypothesis's choice of rules per example (swarm testing) never leaves one out.
@@ -294,6 +308,7 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
         "reap",
         "release",
         "push",
+        "start",
         "snapshot",
         "snapshot",
         "back",
@@ -305,6 +320,8 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
     def step(self, data: st.DataObject, name: str, action: str) -> None:
         if action == "push":
             self.push_start_entry()
+        elif action == "start":
+            self.spider_start(name)
         elif action == "snapshot":
             if self._work_left():
                 self.save_snapshot()
@@ -448,10 +465,13 @@ class CrawlWithRollbacks(RuleBasedStateMachine):
                 break
             assert time.monotonic() < deadline, f"the crawl did not drain: {self.nodes}"
             time.sleep(0.05)
-        expected = set().union(*(site(r) for r in self.pushed if r not in self.excluded)) if self.pushed else set()
+        roots = [r for r in self.pushed if r not in self.excluded] + self.spider_roots
+        expected = set().union(*(site(r) for r in roots)) if roots else set()
         kept = {u for u in self.admitted if f"http://{host(u)}/" not in self.excluded}
         CrawlWithRollbacks.tally["pages fetched"] += len(self.fetched)
-        assert kept <= self.fetched, f"admitted from a leased page and never fetched: {sorted(kept - self.fetched)}"
+        assert kept <= self.fetched, (
+            f"admitted (from a leased page or as a start request) and never fetched: {sorted(kept - self.fetched)}"
+        )
         assert expected <= self.fetched, f"reachable and never fetched: {sorted(expected - self.fetched)}"
 
 
