@@ -15,9 +15,10 @@ may go back (a Cluster primary: its keys put back as they were, tests/support/ro
 
 At teardown the nodes drain the crawl as nodes do (every page fetched, every child sent,
 every ack made, expired leases reaped) and the property is checked: every request a node
-admitted from a page or a start entry it leased was fetched by the end, and every URL
-reachable from the start entries and the spiders' start requests was. Excluded, as docs/faults.md says: start entries an
-operator pushed after the snapshot that was restored (that push is lost with everything
+admitted from a page or a start entry it leased, or as its spider's start request, was
+fetched by the end, and every URL reachable from the start entries and the spiders' start
+requests was. Excluded, as docs/faults.md says: start entries an operator pushed after the
+snapshot that was restored (that push is lost with everything
 else Redis lost; the subtree of each push is its own here, so its pages are excluded with
 it).
 
