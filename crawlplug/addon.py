@@ -39,6 +39,9 @@ ADDON_COMPONENTS = (
     ("EXTENSIONS", "crawlplug.metrics.node.NodeMetrics", 510),
     # alert rules declared in the settings, stored at start (on only with CRAWLPLUG_ALERTS)
     ("EXTENSIONS", "crawlplug.alerts.declared.SettingsRules", 520),
+    # the node's WARNING-and-above log records, kept in Redis for the console and `crawlplug logs`
+    # (off with CRAWLPLUG_NODE_LOG = 0)
+    ("EXTENSIONS", "crawlplug.nodelog.node.NodeLog", 530),
 )
 
 

@@ -401,6 +401,12 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         ),
     ),
     # -- metrics and alerts (crawlplug.metrics.exporter, crawlplug.alerts.rules; docs/metrics.md) ----------
+    "CRAWLPLUG_NODE_LOG": (
+        200,
+        "Log records of level WARNING and above each node keeps in Redis (its last N, each cut at "
+        "2,000 characters, kept an hour after the last), for the console's node log and "
+        "`crawlplug logs`. 0: none kept.",
+    ),
     "CRAWLPLUG_METRICS_PORT": (
         None,
         "A node serves its crawl's Prometheus metrics at http://CRAWLPLUG_METRICS_HOST:<port>/metrics "

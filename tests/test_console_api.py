@@ -21,6 +21,7 @@ from crawlplug.console.app import create_console
 from crawlplug.crawl import runs
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
+from crawlplug.nodelog import store as nodelog
 from crawlplug.schedules import store as schedule_store
 from crawlplug.server.clients import Connection, client_from_url
 
@@ -109,6 +110,18 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
     runs.join(r, KEYS, node_id="a-node", ttl_ms=60_000)  # run 1, running
     for path in ("", "/runs", "/history", "/report", "/nodes", "/limits", "/domains", "/seeds", "/dead"):
         call("GET", "/api/v1/crawls/{crawl}" + path)
+    # a node's log (crawlplug.nodelog; what a real node sends: tests/test_nodelog.py)
+    warned = {"t": 1, "level": "WARNING", "logger": "scrapy.core.scraper", "text": "a warning"}
+    nodelog.append(r, KEYS, "a-node", [warned, {**warned, "t": 2, "level": "ERROR", "text": "an error"}], keep=10)
+    logged = call("GET", "/api/v1/crawls/{crawl}/nodes/{node}/log", node="a-node")
+    assert [x["text"] for x in logged["records"]] == ["a warning", "an error"]
+    assert logged["summary"] == {"levels": {"WARNING": 1, "ERROR": 1}, "loggers": {"scrapy.core.scraper": 2}}
+    viewer = {"Authorization": f"Bearer {tokens['viewer']}"}
+    errors = api.get("/api/v1/crawls/shop/nodes/a-node/log?level=error&q=AN%20err", headers=viewer).json()
+    assert [x["text"] for x in errors["records"]] == ["an error"], errors
+    unknown = api.get("/api/v1/crawls/shop/nodes/nobody/log", headers=viewer)
+    assert unknown.status_code == 404 and "no node 'nobody' in crawl 'shop' (its nodes: a-node)" in unknown.text
+    assert api.get("/api/v1/crawls/shop/nodes/a-node/log?level=info", headers=viewer).status_code == 400
     for path in ("/schedules", "/alerts"):
         call("GET", "/api/v1/crawls/{crawl}" + path)
     call("GET", "/api/v1/audit")

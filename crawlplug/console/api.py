@@ -30,8 +30,9 @@ from ..crawl import Crawl, control, registry, runs
 from ..errors import ConfigError, CrawlplugError, DecodeError, ScrapydError
 from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
-from ..frontier.store import redis_ms
+from ..frontier.store import redis_ms, text
 from ..history import series as crawl_history
+from ..nodelog import store as nodelog
 from ..ops import dead, forget, status
 from ..reports import report as run_report
 from ..reports import store as runstats
@@ -270,6 +271,30 @@ def crawl_nodes(request: Request, crawl: str, who: Viewer) -> dict[str, Any]:
     st = Crawl(client, keys).status()
     rows = status.nodes(client, keys, st["nodes"], redis_ms(client))
     return {"nodes": annotate_nodes(client, keys, rows)}
+
+
+@router.get(
+    "/crawls/{crawl}/nodes/{node}/log",
+    summary="a node's last WARNING-and-above log records (CRAWLPLUG_NODE_LOG), with counts by level and logger",
+)
+def node_log(
+    request: Request,
+    crawl: str,
+    node: str,
+    who: Viewer,
+    level: str | None = Query(None, description="this level and above: WARNING, ERROR or CRITICAL"),
+    q: str | None = Query(None, description="only records whose text or logger holds this (any case)"),
+    limit: int = Query(200, ge=1, le=10_000),
+) -> dict[str, Any]:
+    keys = _keys(request, crawl)
+    client = _client(request)
+    if level is not None and level.upper() not in ("WARNING", "ERROR", "CRITICAL"):
+        raise HTTPException(400, f"level must be WARNING, ERROR or CRITICAL, not {level!r}")
+    if not client.exists(keys.node(node), nodelog.key(keys, node)):
+        known = sorted(text(n) for n in client.zrange(keys.nodes, 0, -1))
+        raise HTTPException(404, f"no node {node!r} in crawl {crawl!r} (its nodes: {', '.join(known) or 'none'})")
+    records = nodelog.read(client, keys, [node], level=level, search=q, limit=limit)
+    return {"node": node, "records": records, "summary": nodelog.summary(records)}
 
 
 # -- the run ---------------------------------------------------------------------------------
