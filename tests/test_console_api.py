@@ -164,6 +164,10 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
     assert not started["refused"], started
     wait_for(lambda: sum(len(d.jobs("default")["finished"]) for d in daemons) >= 2, 120, "the two started nodes to end")
     assert runs.view(r, KEYS).id == 2, "the nodes began the run asked for"
+    got = call("GET", "/api/v1/crawls/{crawl}/jobs/{job}/log", job=started["jobs"][0]["id"])
+    assert got["levels"]["INFO"] > 0 and any("Spider closed (finished)" in x for x in got["lines"]), got
+    missing = api.get("/api/v1/crawls/shop/jobs/nope/log", headers={"Authorization": f"Bearer {tokens['viewer']}"})
+    assert missing.status_code == 404 and "has no Scrapyd job 'nope'" in missing.text
 
     # a schedule added through the API fires in `crawlplug control`
     every = call("POST", "/api/v1/crawls/{crawl}/schedules", {**plan, "name": "soon", "cron": "* * * * * */2"})

@@ -21,6 +21,7 @@ from crawlplug.crawl import registry, runs
 from crawlplug.errors import ConfigError
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.scrapyd import store as jobs
+from crawlplug.scrapyd.daemon import Daemon
 from crawlplug.scrapyd.jobs import open_jobs
 from crawlplug.scrapyd.launch import check_reach
 from crawlplug.web import create_app
@@ -73,6 +74,20 @@ def test_start_on_two_daemons_is_one_crawl_and_shows_each_nodes_job(make_scrapyd
         log = daemon.job_log(job["id"])
         # started for run 1 (CRAWLPLUG_FOR_RUN): started late, after run 1 ended, it would begin no run 2
         assert f"this node is Scrapyd job {job['id']} of crawl 'shop', started for run 1" in log
+        # the same, read from the daemon by `crawlplug scrapyd log` (its web server's logs/)
+        shown = cli(redis_url, "scrapyd", "log", "shop", job["id"], "--grep", "started for run")
+        assert shown.exit_code == 0, shown.output
+        assert f"this node is Scrapyd job {job['id']} of crawl 'shop', started for run 1" in shown.output
+        assert shown.output.count("] INFO: ") == 1, "only the records holding the text"
+        level_line = next(x for x in shown.output.splitlines() if x.startswith("by level: "))
+        assert f"INFO {log.count('] INFO: ')}" in level_line, (level_line, "counted over the whole log")
+        # a long log is read from its end (a Range request), starting at a whole line
+        part = Daemon.of(str(job["daemon"])).log("default", "shop", str(job["id"]), last_bytes=300)
+        assert len(log) > 300 and 0 < len(part) <= 300 and log.endswith(part) and log[-len(part) - 1] == "\n"
+        last = json.loads(cli(redis_url, "scrapyd", "log", "shop", job["id"], "--tail", "3", "--json").output)
+        assert last["lines"] == log.splitlines()[-3:] and last["daemon"] in (a.url, b.url)
+    unknown = cli(redis_url, "scrapyd", "log", "shop", "no-such-job")
+    assert unknown.exit_code == 1 and "crawl 'shop' has no Scrapyd job 'no-such-job' (its latest: " in unknown.output
 
     show = cli(redis_url, "crawls", "show", "shop")
     assert show.exit_code == 0, show.output
@@ -272,3 +287,25 @@ def test_an_egg_deployed_with_scrapyd_deploy_runs(
     (job,) = jobs.all_jobs(r, KEYS)
     assert job["state"] == "ended" and job["reason"] == "finished" and job["items"] == 10
     assert job["project"] == "crawlplug_demo"
+
+
+@pytest.mark.unit
+def test_a_job_logs_analysis_counts_records_and_keeps_a_records_lines_together():
+    from crawlplug.scrapyd.logs import analyse
+
+    lines = [
+        "mid-line of a record cut at the head of the part read",
+        "2026-12-07 10:00:00 [scrapy.core.engine] INFO: Spider opened",
+        "2026-12-07 10:00:01 [scrapy.core.scraper] ERROR: Spider error processing <GET http://a.test/>",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in parse',
+        "ValueError: bad price",
+        "2026-12-07 10:00:02 [scrapy.core.engine] INFO: Spider closed (finished)",
+    ]
+    text = "\n".join(lines)
+    got = analyse(text, tail=3)
+    assert got["records"] == 3 and got["levels"] == {"INFO": 2, "ERROR": 1}
+    assert got["loggers"] == {"scrapy.core.engine": 2, "scrapy.core.scraper": 1}
+    assert got["lines"] == text.splitlines()[-3:]
+    found = analyse(text, search="bad PRICE")
+    assert found["lines"] == text.splitlines()[2:6], "the whole record whose traceback holds the text"

@@ -16,8 +16,10 @@ import click
 
 from ..access import audit
 from ..crawl import registry
+from ..errors import ScrapydError
 from ..frontier.keys import CrawlKeys
 from ..scrapyd import jobs as ops_jobs
+from ..scrapyd import logs as ops_logs
 from ..scrapyd.launch import launch
 from .common import Cli, Target, fail, main, pass_cli
 from .plan import make_plan, plan_options
@@ -125,3 +127,27 @@ def scrapyd_cancel(cli: Cli, grace: float, run_id: int | None, sig: str) -> None
         click.echo(f"  {line}")
     if report.problems or report.still_running:
         raise SystemExit(1)
+
+
+@scrapyd_group.command("log")
+@pass_cli(crawl_argument="CRAWL")
+@click.argument("job")
+@click.option("--tail", type=click.IntRange(min=1), default=200, show_default=True, help="The last N lines.")
+@click.option("--grep", "search", default=None, metavar="TEXT", help="Only the records holding TEXT (any case).")
+@click.option("--json", "as_json", is_flag=True, help="Print the lines and the counts as one JSON object.")
+def scrapyd_log(keys: CrawlKeys, target: Target, job: str, tail: int, search: str | None, as_json: bool) -> None:
+    """Job JOB's log, read from its Scrapyd daemon (its last megabyte): the last --tail
+    lines, then how many records of each level and logger it holds. JOB is a job id
+    `crawlplug crawls show CRAWL` lists."""
+    try:
+        got = ops_logs.job_log(target.client, keys, job, tail=tail, search=search)
+    except ScrapydError as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(got, indent=2))
+        return
+    for line in got["lines"]:
+        click.echo(line)
+    click.echo(f"job {job} on Scrapyd {got['daemon']}: {got['records']} records in the part read")
+    click.echo("by level: " + (", ".join(f"{k} {v}" for k, v in got["levels"].items()) or "none"))
+    click.echo("by logger: " + (", ".join(f"{k} {v}" for k, v in got["loggers"].items()) or "none"))

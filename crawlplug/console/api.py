@@ -38,6 +38,7 @@ from ..reports import report as run_report
 from ..reports import store as runstats
 from ..schedules import firing as schedule_firing
 from ..schedules import store as schedule_store
+from ..scrapyd import logs as job_logs
 from ..scrapyd import store as jobs
 from ..scrapyd.jobs import annotate_nodes
 from ..scrapyd.launch import Plan, check_reach, launch
@@ -295,6 +296,26 @@ def node_log(
         raise HTTPException(404, f"no node {node!r} in crawl {crawl!r} (its nodes: {', '.join(known) or 'none'})")
     records = nodelog.read(client, keys, [node], level=level, search=q, limit=limit)
     return {"node": node, "records": records, "summary": nodelog.summary(records)}
+
+
+@router.get(
+    "/crawls/{crawl}/jobs/{job}/log",
+    summary="a Scrapyd job's log from its daemon: the last lines, and counts by level and logger",
+)
+def job_log(
+    request: Request,
+    crawl: str,
+    job: str,
+    who: Viewer,
+    tail: int = Query(200, ge=1, le=100_000),
+    q: str | None = Query(None, description="only the records holding this (any case)"),
+) -> dict[str, Any]:
+    keys = _keys(request, crawl)
+    try:
+        return job_logs.job_log(_client(request), keys, job, tail=tail, search=q)
+    except ScrapydError as exc:
+        status_code = 404 if "has no Scrapyd job" in str(exc) else 502
+        raise HTTPException(status_code, str(exc)) from None
 
 
 # -- the run ---------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Only what crawlplug uses: ``daemonstatus.json`` (is it there), ``listprojects.json``
 and ``listspiders.json`` (can it run this spider), ``schedule.json`` (start a node),
-``listjobs.json`` (what became of it), ``cancel.json`` (stop it). Plain ``urllib``
+``listjobs.json`` (what became of it), ``cancel.json`` (stop it), and a job's log file
+(``logs/<project>/<spider>/<job>.log``, its last bytes). Plain ``urllib``
 with a timeout: Scrapyd answers small JSON documents. A daemon URL may carry
 Scrapyd's ``username:password`` (``http://user:pass@host:6800``); it is sent as HTTP
 basic authentication and never shown (:attr:`Daemon.label`).
@@ -64,6 +65,27 @@ class Daemon:
         return urllib.parse.urlsplit(self.url).hostname or ""
 
     def _request(self, endpoint: str, *, params: list[tuple[str, str]] | None = None, post: bool = False) -> Any:
+        body = self._fetch(endpoint, params=params, post=post)
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            raise ScrapydError(f"Scrapyd {self.label} answered {endpoint} with no JSON: {body[:120]!r}") from None
+        if not isinstance(answer, dict) or answer.get("status") != "ok":
+            message = answer.get("message") if isinstance(answer, dict) else answer
+            raise ScrapydError(f"Scrapyd {self.label} refused {endpoint}: {message}")
+        return answer
+
+    def _fetch(
+        self,
+        endpoint: str,
+        *,
+        params: list[tuple[str, str]] | None = None,
+        post: bool = False,
+        headers: dict[str, str] | None = None,
+        method: str | None = None,
+        length: bool = False,
+    ) -> bytes:
+        """The body of the daemon's answer (``length``: its Content-Length instead, as text)."""
         parts = urllib.parse.urlsplit(self.url)
         netloc = parts.hostname or ""
         if ":" in netloc:
@@ -78,7 +100,9 @@ class Daemon:
             data = query.encode()
         elif query:
             url += f"?{query}"
-        request = urllib.request.Request(url, data=data, method="POST" if post else "GET")
+        request = urllib.request.Request(
+            url, data=data, method=method or ("POST" if post else "GET"), headers=headers or {}
+        )
         if parts.username is not None:
             user = urllib.parse.unquote(parts.username)
             password = urllib.parse.unquote(parts.password or "")
@@ -86,21 +110,15 @@ class Daemon:
             request.add_header("Authorization", f"Basic {token}")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # http(s) only: normalize()
-                body = response.read()
+                if length:
+                    return str(response.headers.get("Content-Length") or 0).encode()
+                return bytes(response.read())
         except urllib.error.HTTPError as exc:
             why = "wrong username or password (Scrapyd's username/password)" if exc.code == 401 else f"HTTP {exc.code}"
             raise ScrapydError(f"Scrapyd {self.label} answered {endpoint} with {why}") from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ScrapydError(f"cannot reach Scrapyd {self.label}: {reason}") from None
-        try:
-            answer = json.loads(body)
-        except ValueError:
-            raise ScrapydError(f"Scrapyd {self.label} answered {endpoint} with no JSON: {body[:120]!r}") from None
-        if not isinstance(answer, dict) or answer.get("status") != "ok":
-            message = answer.get("message") if isinstance(answer, dict) else answer
-            raise ScrapydError(f"Scrapyd {self.label} refused {endpoint}: {message}")
-        return answer
 
     def status(self) -> dict[str, Any]:
         """``daemonstatus.json``: pending, running, finished, node_name."""
@@ -126,6 +144,29 @@ class Daemon:
         for state in ("pending", "running", "finished"):
             for job in answer.get(state, []):
                 out[str(job.get("id"))] = {**job, "state": state}
+        return out
+
+    def log(self, project: str, spider: str, job: str, *, last_bytes: int = 1_000_000) -> str:
+        """The last ``last_bytes`` of job ``job``'s log file, as the daemon's web server serves
+        it (a Range request: a long job's log is not read whole). The first line is dropped
+        when the file is longer (it would be cut). :class:`ScrapydError` if the daemon has
+        none (its ``logs_dir`` off, or the job long gone: ``jobs_to_keep``)."""
+        path = "/".join(urllib.parse.quote(x, safe="") for x in (project, spider, f"{job}.log"))
+        try:
+            # its size first: Twisted's file server fails a suffix range longer than the file
+            size = int(self._fetch(f"logs/{path}", method="HEAD", length=True) or 0)
+            tail = {"Range": f"bytes={size - last_bytes}-"} if size > last_bytes else None
+            body = self._fetch(f"logs/{path}", headers=tail)
+        except ScrapydError as exc:
+            if "HTTP 404" in str(exc):
+                raise ScrapydError(
+                    f"Scrapyd {self.label} has no log of job {job} (its logs_dir is off, or it kept "
+                    "only newer jobs' logs: jobs_to_keep)"
+                ) from None
+            raise
+        out = body.decode("utf-8", errors="replace")
+        if len(body) >= last_bytes and "\n" in out:
+            out = out.split("\n", 1)[1]
         return out
 
     def cancel(self, project: str, job: str, signal: str = "TERM") -> str | None:
