@@ -251,13 +251,16 @@ def test_a_link_that_stops_answering_is_noticed_and_the_crawl_completes(crawl, m
     finish(nodes)
     assert "crawlplug: Redis is back after" in a.text()
     assert blackholed > 0, "the fault happened: the node sent into the void"
+    # what A held when the link went dark is what B reaped from it (only A stopped beating): A
+    # may have leased more between the count above and the blackhole (CI: 2 counted, 4 reaped)
+    reaped = int(r.hget(KEYS.stats, "reaped") or 0)
     assert_complete(
         shop,
         nodes,
-        in_flight,
+        max(in_flight, reaped),
         "blackhole on node A",
         noticed_after_s=f"{noticed:.1f}",
-        reaped=int(r.hget(KEYS.stats, "reaped") or 0),
+        reaped=reaped,
     )
 
 
