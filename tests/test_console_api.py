@@ -168,6 +168,9 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
     assert got["levels"]["INFO"] > 0 and any("Spider closed (finished)" in x for x in got["lines"]), got
     missing = api.get("/api/v1/crawls/shop/jobs/nope/log", headers={"Authorization": f"Bearer {tokens['viewer']}"})
     assert missing.status_code == 404 and "has no Scrapyd job 'nope'" in missing.text
+    fleet = call("GET", "/api/v1/daemons")["daemons"]
+    assert sorted(d["url"] for d in fleet) == sorted(d.url for d in daemons), fleet
+    assert all(d["reachable"] and d["crawls"] == ["shop"] and d["finished"] >= 1 for d in fleet), fleet
 
     # a schedule added through the API fires in `crawlplug control`
     every = call("POST", "/api/v1/crawls/{crawl}/schedules", {**plan, "name": "soon", "cron": "* * * * * */2"})

@@ -27,6 +27,7 @@ from crawlplug.scrapyd.launch import check_reach
 from crawlplug.web import create_app
 
 from .support.scrapyd import wait_for
+from .support.servers import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -88,6 +89,24 @@ def test_start_on_two_daemons_is_one_crawl_and_shows_each_nodes_job(make_scrapyd
         assert last["lines"] == log.splitlines()[-3:] and last["daemon"] in (a.url, b.url)
     unknown = cli(redis_url, "scrapyd", "log", "shop", "no-such-job")
     assert unknown.exit_code == 1 and "crawl 'shop' has no Scrapyd job 'no-such-job' (its latest: " in unknown.output
+
+    # the daemons the crawl knows (its jobs), and one given that does not answer
+    fleet = cli(redis_url, "scrapyd", "daemons")
+    assert fleet.exit_code == 0, fleet.output
+    for daemon in (a, b):
+        line = next(x for x in fleet.output.splitlines() if x.startswith(daemon.url))
+        assert "(crawls: shop): node " in line and "0 running, 0 pending, 1 finished" in line, line
+    assert fleet.output.count("  project default (version ") == 2 and ": shop" in fleet.output
+    dead = f"http://127.0.0.1:{free_port()}"
+    given = cli(redis_url, "scrapyd", "daemons", a.url, dead, "--json")
+    assert given.exit_code == 1
+    rows = json.loads(given.output)["daemons"]
+    assert [row["reachable"] for row in rows] == [True, False]
+    assert rows[1]["error"].startswith(f"cannot reach Scrapyd {dead}")
+    assert (
+        rows[0]["projects"][0]["spiders"] == sorted(rows[0]["projects"][0]["spiders"])
+        and "shop" in rows[0]["projects"][0]["spiders"]
+    )
 
     show = cli(redis_url, "crawls", "show", "shop")
     assert show.exit_code == 0, show.output

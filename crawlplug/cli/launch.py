@@ -18,6 +18,8 @@ from ..access import audit
 from ..crawl import registry
 from ..errors import ScrapydError
 from ..frontier.keys import CrawlKeys
+from ..schedules import store as schedule_store
+from ..scrapyd import fleet
 from ..scrapyd import jobs as ops_jobs
 from ..scrapyd import logs as ops_logs
 from ..scrapyd.launch import launch
@@ -151,3 +153,40 @@ def scrapyd_log(keys: CrawlKeys, target: Target, job: str, tail: int, search: st
     click.echo(f"job {job} on Scrapyd {got['daemon']}: {got['records']} records in the part read")
     click.echo("by level: " + (", ".join(f"{k} {v}" for k, v in got["levels"].items()) or "none"))
     click.echo("by logger: " + (", ".join(f"{k} {v}" for k, v in got["loggers"].items()) or "none"))
+
+
+@scrapyd_group.command("daemons")
+@pass_cli(crawl_option=False)
+@click.argument("urls", nargs=-1, metavar="[URL]...")
+@click.option("--json", "as_json", is_flag=True, help="Print every daemon as one JSON object.")
+def scrapyd_daemons(target: Target, urls: tuple[str, ...], as_json: bool) -> None:
+    """The Scrapyd daemons the crawls on this Redis know (a job started there, a schedule's
+    plan), or those given: reachable or not and why, node name, projects with their
+    versions and spiders, pending and running jobs. Exit code 1 if one is unreachable."""
+    if urls:
+        rows = fleet.describe(urls)
+    else:
+        rows = fleet.describe_known(fleet.job_daemons(target.client), schedule_store.plan_daemons(target.client))
+    if as_json:
+        click.echo(json.dumps({"daemons": rows}, indent=2))
+    elif not rows:
+        click.echo("no Scrapyd daemon known: no crawl started jobs or has a schedule (name some: URL...)")
+    for row in [] if as_json else rows:
+        used = f" (crawls: {', '.join(row['crawls'])})" if row.get("crawls") else ""
+        if not row["reachable"]:
+            click.echo(f"{row['url']}{used}: UNREACHABLE: {row['error']}")
+            continue
+        click.echo(
+            f"{row['url']}{used}: node {row['node_name']}, {len(row['running'])} running, "
+            f"{len(row['pending'])} pending, {row['finished']} finished"
+        )
+        for p in row["projects"]:
+            version = p["versions"][-1] if p["versions"] else "-"
+            click.echo(
+                f"  project {p['project']} (version {version} of {len(p['versions'])}): {', '.join(p['spiders'])}"
+            )
+        for job in row["running"] + row["pending"]:
+            state = "running" if job in row["running"] else "pending"
+            click.echo(f"  {state} {job['project']}/{job['spider']} job {job['job']}")
+    if any(not row["reachable"] for row in rows):
+        raise SystemExit(1)

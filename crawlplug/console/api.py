@@ -38,6 +38,7 @@ from ..reports import report as run_report
 from ..reports import store as runstats
 from ..schedules import firing as schedule_firing
 from ..schedules import store as schedule_store
+from ..scrapyd import fleet
 from ..scrapyd import logs as job_logs
 from ..scrapyd import store as jobs
 from ..scrapyd.jobs import annotate_nodes
@@ -316,6 +317,12 @@ def job_log(
     except ScrapydError as exc:
         status_code = 404 if "has no Scrapyd job" in str(exc) else 502
         raise HTTPException(status_code, str(exc)) from None
+
+
+@router.get("/daemons", summary="the Scrapyd daemons the crawls know: reachable, projects, versions, spiders, jobs")
+def daemons(request: Request, who: Viewer) -> dict[str, Any]:
+    client = _client(request)
+    return {"daemons": fleet.describe_known(fleet.job_daemons(client), schedule_store.plan_daemons(client))}
 
 
 # -- the run ---------------------------------------------------------------------------------

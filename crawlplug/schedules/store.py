@@ -71,6 +71,18 @@ def all_schedules(client: redis.Redis, keys: CrawlKeys) -> dict[str, dict[str, o
     return dict(sorted(out.items()))
 
 
+def plan_daemons(client: redis.Redis, prefix: str = "crawlplug") -> dict[str, set[str]]:
+    """Scrapyd daemon URL -> the crawls whose schedules start nodes on it."""
+    out: dict[str, set[str]] = {}
+    for crawl in scheduled_crawls(client, prefix):
+        for spec in all_schedules(client, CrawlKeys(crawl, prefix)).values():
+            plan = spec.get("plan")
+            daemons = plan.get("daemons") if isinstance(plan, dict) else None
+            for url in daemons if isinstance(daemons, list) else []:
+                out.setdefault(str(url), set()).add(crawl)
+    return out
+
+
 def scheduled_crawls(client: redis.Redis, prefix: str = "crawlplug") -> list[str]:
     """The crawls with schedules (the index); a crawl whose schedules are gone (purged) is
     dropped from it."""

@@ -127,6 +127,10 @@ class Daemon:
     def projects(self) -> list[str]:
         return list(self._request("listprojects.json").get("projects", []))
 
+    def versions(self, project: str) -> list[str]:
+        """``listversions.json``: the project's versions deployed, the newest last."""
+        return [str(v) for v in self._request("listversions.json", params=[("project", project)]).get("versions", [])]
+
     def spiders(self, project: str) -> list[str]:
         return list(self._request("listspiders.json", params=[("project", project)]).get("spiders", []))
 
