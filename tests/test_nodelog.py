@@ -48,7 +48,7 @@ def test_a_nodes_warning_reaches_crawlplug_logs_with_its_node_and_counts(crawl, 
 
 
 def _record(i: int, level: str = "WARNING", logger: str = "x") -> store.Record:
-    return store.Record(t=1_000 + i, level=level, logger=logger, text=f"record {i}")
+    return store.Record(n=i, t=1_000 + i, level=level, logger=logger, text=f"record {i}")
 
 
 def test_a_nodes_log_keeps_its_last_records_and_expires(r: redis.Redis):
@@ -70,3 +70,14 @@ def test_two_nodes_logs_read_in_time_order_and_bad_values_are_left_out(r: redis.
     got = store.read(r, KEYS, ["n1", "n2", "n3"])
     assert [(g["node"], g["text"]) for g in got] == [("n1", "record 1"), ("n2", "record 2"), ("n1", "record 3")]
     assert [g["text"] for g in store.read(r, KEYS, ["n1", "n2"], limit=1)] == ["record 3"]
+
+
+def test_a_batch_sent_again_after_its_reply_was_lost_is_read_once(r: redis.Redis):
+    batch = [_record(1), _record(2, "ERROR")]
+    store.append(r, KEYS, "n1", batch, keep=10)
+    store.append(r, KEYS, "n1", batch, keep=10)  # the node did not hear the first, and sent it again
+    assert r.llen(store.key(KEYS, "n1")) == 4
+    got = store.read(r, KEYS, ["n1"])
+    assert [g["text"] for g in got] == ["record 1", "record 2"]
+    assert store.summary(got)["levels"] == {"WARNING": 1, "ERROR": 1}
+    assert store.kept(r, KEYS) == ["n1"]

@@ -62,6 +62,12 @@ def fail(message: str) -> NoReturn:
     raise Fail(message)
 
 
+def echo_counts(levels: dict[str, int], loggers: dict[str, int]) -> None:
+    """A log's records counted by level and by logger, a line each (`logs`, `scrapyd log`)."""
+    click.echo("by level: " + (", ".join(f"{k} {v}" for k, v in levels.items()) or "none"))
+    click.echo("by logger: " + (", ".join(f"{k} {v}" for k, v in loggers.items()) or "none"))
+
+
 def shared_options(*, envvar: bool) -> Callable[[F], F]:
     """``--redis-url`` and ``--crawl``; on the group they read the environment,
     on a command they override the group's values."""

@@ -23,7 +23,7 @@ from ..scrapyd import fleet
 from ..scrapyd import jobs as ops_jobs
 from ..scrapyd import logs as ops_logs
 from ..scrapyd.launch import launch
-from .common import Cli, Target, fail, main, pass_cli
+from .common import Cli, Target, echo_counts, fail, main, pass_cli
 from .plan import make_plan, plan_options
 
 
@@ -151,8 +151,7 @@ def scrapyd_log(keys: CrawlKeys, target: Target, job: str, tail: int, search: st
     for line in got["lines"]:
         click.echo(line)
     click.echo(f"job {job} on Scrapyd {got['daemon']}: {got['records']} records in the part read")
-    click.echo("by level: " + (", ".join(f"{k} {v}" for k, v in got["levels"].items()) or "none"))
-    click.echo("by logger: " + (", ".join(f"{k} {v}" for k, v in got["loggers"].items()) or "none"))
+    echo_counts(got["levels"], got["loggers"])
 
 
 @scrapyd_group.command("daemons")

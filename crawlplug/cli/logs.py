@@ -9,9 +9,8 @@ import json
 
 import click
 
-from ..frontier.store import text
 from ..nodelog import store as nodelog
-from .common import Cli, fail, main, pass_cli
+from .common import Cli, echo_counts, fail, main, pass_cli
 
 
 @main.command()
@@ -35,9 +34,7 @@ def logs(cli: Cli, nodes: tuple[str, ...], level: str | None, search: str | None
     CRAWLPLUG_NODE_LOG in Redis, an hour after its last), oldest first, then how many of
     each level and logger. Exit code 1 if a node named has none kept."""
     keys, client = cli.keys, cli.target.client
-    kept = sorted(
-        text(k)[len(keys.node("")) : -len(":log")] for k in client.scan_iter(match=nodelog.key(keys, "*"), count=1000)
-    )
+    kept = nodelog.kept(client, keys)
     missing = [n for n in nodes if n not in kept]
     if missing:
         fail(
@@ -55,5 +52,4 @@ def logs(cli: Cli, nodes: tuple[str, ...], level: str | None, search: str | None
     for r in records:
         when = dt.datetime.fromtimestamp(r["t"] / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         click.echo(f"{when} {r['node']} [{r['logger']}] {r['level']}: {r['text']}")
-    click.echo("by level: " + ", ".join(f"{k} {v}" for k, v in counts["levels"].items()))
-    click.echo("by logger: " + ", ".join(f"{k} {v}" for k, v in counts["loggers"].items()))
+    echo_counts(counts["levels"], counts["loggers"])

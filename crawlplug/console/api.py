@@ -26,11 +26,11 @@ from ..access.users import User
 from ..alerts import rules as alert_rules
 from ..alerts import store as alert_store
 from ..config import start_key
-from ..crawl import Crawl, control, registry, runs
+from ..crawl import Crawl, control, registry, runs, views
 from ..errors import ConfigError, CrawlplugError, DecodeError, ScrapydError
 from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
-from ..frontier.store import redis_ms, text
+from ..frontier.store import redis_ms
 from ..history import series as crawl_history
 from ..nodelog import store as nodelog
 from ..ops import dead, forget, status
@@ -292,8 +292,8 @@ def node_log(
     client = _client(request)
     if level is not None and level.upper() not in ("WARNING", "ERROR", "CRITICAL"):
         raise HTTPException(400, f"level must be WARNING, ERROR or CRITICAL, not {level!r}")
-    if not client.exists(keys.node(node), nodelog.key(keys, node)):
-        known = sorted(text(n) for n in client.zrange(keys.nodes, 0, -1))
+    known = sorted({*views.node_ids(client, keys), *nodelog.kept(client, keys)})
+    if node not in known:
         raise HTTPException(404, f"no node {node!r} in crawl {crawl!r} (its nodes: {', '.join(known) or 'none'})")
     records = nodelog.read(client, keys, [node], level=level, search=q, limit=limit)
     return {"node": node, "records": records, "summary": nodelog.summary(records)}

@@ -28,6 +28,7 @@ __all__ = [
     "head",
     "key_count",
     "lost",
+    "node_ids",
     "node_records",
     "remove_dead_at",
     "series_per_part",
@@ -94,6 +95,11 @@ def has_override(client: redis.Redis, keys: CrawlKeys, domain: str) -> bool:
 
 
 # -- nodes -------------------------------------------------------------------------------
+
+
+def node_ids(client: redis.Redis, keys: CrawlKeys) -> list[str]:
+    """The nodes the crawl's registry holds (live, or dead and not yet forgotten), by name."""
+    return sorted(text(n) for n in client.zrange(keys.nodes, 0, -1))
 
 
 def node_records(client: redis.Redis, keys: CrawlKeys, ids: Sequence[str]) -> list[dict[str, str]]:

@@ -4,6 +4,7 @@ timer (``CRAWLPLUG_HEARTBEAT``), in a round trip of their own only when there ar
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ class _Keeper(logging.Handler):
     def __init__(self, keep: int) -> None:
         super().__init__(logging.WARNING)
         self.records: deque[Record] = deque(maxlen=keep)
+        self.numbers = itertools.count(1)
         self.traceback = logging.Formatter()
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -42,7 +44,13 @@ class _Keeper(logging.Handler):
         except Exception:  # noqa: BLE001 - a message whose arguments do not format: said so, never raised
             body = f"(unformattable log message {record.msg!r})"
         self.records.append(
-            Record(t=int(record.created * 1000), level=record.levelname, logger=record.name, text=body[:MAX_TEXT])
+            Record(
+                n=next(self.numbers),
+                t=int(record.created * 1000),
+                level=record.levelname,
+                logger=record.name,
+                text=body[:MAX_TEXT],
+            )
         )
 
 

@@ -13,7 +13,7 @@ import redis
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import text
 
-__all__ = ["KEEP_MS", "MAX_TEXT", "Record", "append", "key", "read", "summary"]
+__all__ = ["KEEP_MS", "MAX_TEXT", "Record", "append", "kept", "key", "read", "summary"]
 
 #: characters of a record's text kept (its message, then its traceback): a record is at most
 #: about this many bytes (more for characters outside ASCII), so a node's log at most
@@ -24,8 +24,10 @@ KEEP_MS = 3_600_000
 
 
 class Record(TypedDict):
-    """One log record: when (Unix ms), its level's name, its logger, its text."""
+    """One log record: its number in its node's process (a record sent twice, its reply
+    lost, is read once), when (Unix ms), its level's name, its logger, its text."""
 
+    n: int
     t: int
     level: str
     logger: str
@@ -34,6 +36,13 @@ class Record(TypedDict):
 
 def key(keys: CrawlKeys, node_id: str) -> str:
     return f"{keys.node(node_id)}:log"
+
+
+def kept(client: redis.Redis, keys: CrawlKeys) -> list[str]:
+    """The nodes of the crawl that have a log kept, by name."""
+    head, tail = keys.node(""), ":log"
+    names = (text(k) for k in client.scan_iter(match=key(keys, "*"), count=1000))
+    return sorted(name[len(head) : -len(tail)] for name in names)
 
 
 def append(client: redis.Redis, keys: CrawlKeys, node_id: str, records: Sequence[Record], keep: int) -> None:
@@ -57,7 +66,11 @@ def _parse(raw: Any) -> Record | None:
         return None
     try:
         return Record(
-            t=int(value["t"]), level=str(value["level"]), logger=str(value["logger"]), text=str(value["text"])
+            n=int(value.get("n", 0)),
+            t=int(value["t"]),
+            level=str(value["level"]),
+            logger=str(value["logger"]),
+            text=str(value["text"]),
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -74,7 +87,8 @@ def read(
 ) -> list[dict[str, Any]]:
     """The records of ``node_ids``' logs, oldest first, each with its ``node``: those of
     ``level`` (a level's name, e.g. ERROR) and above, whose text or logger holds ``search``
-    (case-insensitive), the last ``limit``. A key of another type reads as empty."""
+    (case-insensitive), the last ``limit``; each once (a batch sent again after its reply
+    was lost is in the list twice). A key of another type reads as empty."""
     nodes = list(node_ids)
     pipe = client.pipeline(transaction=False)
     for node in nodes:
@@ -85,9 +99,13 @@ def read(
     for node, raws in zip(nodes, pipe.execute(raise_on_error=False)):
         if isinstance(raws, Exception):  # WRONGTYPE: a key written by hand
             continue
+        seen: set[tuple[int, int]] = set()
         for raw in raws:
             record = _parse(raw)
-            if record is None or _LEVELS.get(record["level"], 0) < floor:
+            if record is None or (record["n"], record["t"]) in seen:
+                continue
+            seen.add((record["n"], record["t"]))
+            if _LEVELS.get(record["level"], 0) < floor:
                 continue
             if needle and needle not in record["text"].lower() and needle not in record["logger"].lower():
                 continue
