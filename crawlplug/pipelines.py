@@ -28,6 +28,16 @@ not acknowledged: crawlplug acknowledges a request only after its items went
 through the pipelines) for up to ``CRAWLPLUG_ITEMS_RETRY`` seconds, or until
 the node is asked to stop; then the Redis error is raised and Scrapy logs it.
 An error Redis answers (a key of another type, out of memory) is raised at once.
+
+A write whose reply was lost (the connection dropped after Redis ran it: a
+restart, a failover, a reset) is never simply sent again, which would store the
+item twice: the pipeline's client does not resend by itself, and each retry is
+one script that first looks for the item's JSON among the entries appended since
+this node's last confirmed write (at most :data:`SEARCH_CAP` of the newest) and
+appends it only if it is not there (a consumer popping the list meanwhile
+narrows that search). An item identical to one appended in that
+window by another request counts as already stored; that is the one case where
+an item is kept once where it was scraped twice.
 """
 
 from __future__ import annotations
@@ -49,6 +59,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 from itemadapter import ItemAdapter
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .config import setting, warn_misspelt_settings
 from .errors import ConfigError, CrawlplugError, ItemError
@@ -76,6 +88,45 @@ TRANSIENT = (
     redis.exceptions.ClusterDownError,
 )
 _MAX_BACKOFF = 5.0
+#: A retry looks for its item among at most this many of the newest entries.
+SEARCH_CAP = {"list": 100_000, "stream": 10_000}
+
+#: A retried write: append ARGV[1] to the list KEYS[1] unless it is among the entries
+#: appended since the length ARGV[2] this node last saw (-1: unknown, then the newest
+#: ARGV[4]); ARGV[3] the list's cap (0: none). Returns {appended 0/1, the list's length}.
+_RETRY_LIST = """
+local n = redis.call('LLEN', KEYS[1])
+local known, cap, window = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if known >= 0 and cap == 0 and n >= known then window = math.min(window, n - known) end
+if window > 0 and redis.call('LPOS', KEYS[1], ARGV[1], 'RANK', -1, 'MAXLEN', window) then
+  return {0, n}
+end
+n = redis.call('RPUSH', KEYS[1], ARGV[1])
+if cap > 0 then redis.call('LTRIM', KEYS[1], -cap, -1) end
+return {1, n}
+"""
+#: The same for a stream: ARGV[2] the id of this node's last confirmed entry ('' unknown);
+#: entries newer than it (at most ARGV[4]) are searched for an ``item`` field equal to
+#: ARGV[1]; ARGV[3] the approximate cap. Returns {appended 0/1, the entry's id}.
+_RETRY_STREAM = """
+local low = ARGV[2] ~= '' and ARGV[2] or '-'
+local rows = redis.call('XREVRANGE', KEYS[1], '+', low, 'COUNT', tonumber(ARGV[4]))
+for _, row in ipairs(rows) do
+  if row[1] ~= ARGV[2] then
+    local fields = row[2]
+    for i = 1, #fields, 2 do
+      if fields[i] == 'item' and fields[i + 1] == ARGV[1] then return {0, row[1]} end
+    end
+  end
+end
+local id
+if tonumber(ARGV[3]) > 0 then
+  id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'item', ARGV[1])
+else
+  id = redis.call('XADD', KEYS[1], '*', 'item', ARGV[1])
+end
+return {1, id}
+"""
 
 
 # -- items as JSON -------------------------------------------------------------------------
@@ -189,6 +240,9 @@ class RedisItemPipeline:
         self._conn: clients.Connection | None = None
         self._stop_aware = False
         self._down_since: float | None = None
+        #: the list's length (a stream: the entry id) after this node's last confirmed write
+        self._last: int | str | None = None
+        self._retry_script: Any = None
         #: how the pipeline waits between retries (a test may give a fake clock)
         self.sleep: Callable[[float], Awaitable[None]] = _reactor_sleep
 
@@ -222,13 +276,19 @@ class RedisItemPipeline:
         settings = self.crawler.settings
         key = self.key_for(crawl_keys(settings, name), name)
         self._conn = clients.from_settings(settings)
+        # the pipeline retries itself, never resending blindly (see the module docstring)
+        self._conn.client.set_retry(Retry(NoBackoff(), 0))
         self.bind(self._conn.client, key)
         self._stop_aware = bool(getattr(self.crawler, "crawling", False))
         logger.info("crawlplug: items go to the Redis %s %s", self.format, key)
 
     def bind(self, client: redis.Redis, key: str) -> None:
-        """Store into ``key`` on ``client`` (``open_spider`` does this)."""
+        """Store into ``key`` on ``client`` (``open_spider`` does this, with a client of
+        its own). Give a client that does not resend a command by itself: a write sent
+        again after a lost reply would store the item twice (see the module docstring)."""
         self.client, self.key = client, key
+        self._last = None
+        self._retry_script = client.register_script(_RETRY_STREAM if self.format == "stream" else _RETRY_LIST)
 
     def close_spider(self, spider: Spider | None = None) -> None:
         if self._conn is not None:
@@ -236,13 +296,14 @@ class RedisItemPipeline:
 
     def process_item(self, item: Any, spider: Spider | None = None) -> Any:
         data = item_json(item)  # ItemError: Scrapy logs the item as failed
+        last = self._last
         try:
             self.store(data)
         except TRANSIENT as exc:
             if self.retry <= 0:
                 self._inc("crawlplug/items_failed")
                 raise
-            return self._wait_and_store(item, data, exc)  # Scrapy awaits it
+            return self._wait_and_store(item, data, exc, last)  # Scrapy awaits it
         self._inc("crawlplug/items_stored")
         return item
 
@@ -250,16 +311,30 @@ class RedisItemPipeline:
         """Append one item's JSON to the key (one round trip)."""
         assert self.client is not None, "the pipeline is not open"
         if self.format == "stream":
-            self.client.xadd(self.key, {STREAM_FIELD: data}, maxlen=self.maxlen or None, approximate=True)
+            self._last = text(
+                self.client.xadd(self.key, {STREAM_FIELD: data}, maxlen=self.maxlen or None, approximate=True)
+            )
         elif self.maxlen:
             pipe = self.client.pipeline(transaction=False)
             pipe.rpush(self.key, data)
             pipe.ltrim(self.key, -self.maxlen, -1)
-            pipe.execute()
+            self._last = int(pipe.execute()[0])
         else:
-            self.client.rpush(self.key, data)
+            self._last = int(self.client.rpush(self.key, data))
 
-    async def _wait_and_store(self, item: Any, data: str, exc: Exception) -> Any:
+    def store_again(self, data: str, last: int | str | None) -> bool:
+        """Append one item's JSON unless an earlier attempt of it landed after ``last``
+        (this node's last confirmed write before the first attempt); True if appended."""
+        assert self._retry_script is not None, "the pipeline is not open"
+        if self.format == "stream":
+            known: int | str = last if isinstance(last, str) else ""
+        else:
+            known = last if isinstance(last, int) else -1
+        appended, where = self._retry_script(keys=[self.key], args=[data, known, self.maxlen, SEARCH_CAP[self.format]])
+        self._last = text(where) if self.format == "stream" else int(where)
+        return bool(appended)
+
+    async def _wait_and_store(self, item: Any, data: str, exc: Exception, last: int | str | None) -> Any:
         started = time.monotonic()
         if self._down_since is None:
             self._down_since = started
@@ -282,10 +357,13 @@ class RedisItemPipeline:
             delay = min(delay * 2, _MAX_BACKOFF)
             self._inc("crawlplug/items_retried")
             try:
-                self.store(data)
+                appended = self.store_again(data, last)
             except TRANSIENT as again:
                 exc = again
                 continue
+            if not appended:
+                self._inc("crawlplug/items_found_stored")
+                logger.info("crawlplug: an item sent before the connection dropped was in Redis already: kept once")
             if self._down_since is not None:
                 logger.info("crawlplug: items reach Redis again after %.1fs", time.monotonic() - self._down_since)
                 self._down_since = None

@@ -28,6 +28,7 @@ from crawlplug.errors import ConfigError, ItemError
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.pipelines import RedisItemPipeline, count_items, item_json, iter_items
 
+from .support.faultproxy import FaultProxy
 from .support.servers import RedisServer
 from .test_integration import FAST
 
@@ -238,6 +239,51 @@ def test_an_item_gives_up_after_the_retry_time(fresh_redis):
     p.sleep = no_sleep
     with pytest.raises(redis.ConnectionError):
         asyncio.run(p.process_item({"n": 1}))  # backoff 0.1 + 0.2 + 0.4, then 0.8 would pass 1.0 s
+
+
+@pytest.mark.parametrize(("fmt", "maxlen"), [("list", 0), ("list", 50), ("stream", 0)])
+def test_an_item_whose_reply_was_lost_is_stored_once(fmt, maxlen, fresh_redis):
+    """Redis runs the write, the connection is reset before the reply: the retry finds it."""
+    proxy = FaultProxy.for_url(fresh_redis.url).start()
+    try:
+        client = redis.Redis.from_url(proxy.url, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+        p = pipeline(client, fmt=fmt, maxlen=maxlen)
+        p.sleep = _no_sleep
+        for n in range(3):
+            assert p.process_item({"n": n}) == {"n": n}
+        # the write of item 3 runs in Redis and its reply never arrives; then the first
+        # retry's reply is lost too (the script ran: it appended nothing, found it)
+        command = b"XADD" if fmt == "stream" else b"RPUSH"
+        proxy.reset_reply(command)
+        pending = p.process_item({"n": 3})
+        assert asyncio.iscoroutine(pending)
+        proxy.reset_reply(b"EVALSHA")
+        assert asyncio.run(pending) == {"n": 3}
+        # a write lost before Redis ran it is still stored, once
+        proxy.cut()
+        pending = p.process_item({"n": 4})
+        proxy.restore()
+        assert asyncio.run(pending) == {"n": 4}
+        assert p.process_item({"n": 5}) == {"n": 5}
+        assert stored(redis.Redis.from_url(fresh_redis.url)) == [{"n": n} for n in range(6)]
+        assert proxy.resets >= 3  # both lost replies and the cut really happened
+    finally:
+        proxy.stop()
+
+
+def test_a_retry_does_not_take_an_older_equal_item_for_its_own(fresh_redis):
+    """The search covers only what was appended since this node's last confirmed write."""
+    client = redis.Redis.from_url(fresh_redis.url, retry=Retry(NoBackoff(), 0))
+    p = pipeline(client)
+    p.process_item({"same": 1})
+    p.process_item({"other": 2})
+    assert p.store_again(json.dumps({"same": 1}, separators=(",", ":")), 2) is True
+    assert p.store_again(json.dumps({"same": 1}, separators=(",", ":")), 2) is False  # the one just appended
+    assert [item for item in stored(client)] == [{"same": 1}, {"other": 2}, {"same": 1}]
+
+
+async def _no_sleep(seconds: float) -> None:
+    pass
 
 
 # -- crawlplug items ---------------------------------------------------------------------------------
