@@ -1,0 +1,12 @@
+"""Scraped items into Redis: ``RedisItemPipeline`` (``crawlplug.pipelines.RedisItemPipeline``
+in a project's ``ITEM_PIPELINES``), and reading them back (``crawlplug items``).
+
+* :mod:`.itemjson` an item as one line of JSON (the conversions JSON needs);
+* :mod:`.redisitems` the pipeline (a list or a stream; its retries never store an item
+  twice) and the readers.
+"""
+
+from .itemjson import item_json
+from .redisitems import RedisItemPipeline, count_items, iter_items
+
+__all__ = ["RedisItemPipeline", "count_items", "item_json", "iter_items"]
