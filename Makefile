@@ -12,7 +12,7 @@ TEST_WORKERS ?= 3
 TEST_PATIENCE ?= 3
 BENCH_ARGS ?=
 
-.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-dedup bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-capacity bench-bloom-scale bench-scale bench-rollback bench-all lint docs docs-site clean
+.PHONY: help venv crawl test test-fast bench bench-quick bench-bloom bench-dedup bench-kill bench-domains bench-shards bench-payload bench-redis-cpu bench-capacity bench-bloom-scale bench-scale bench-rollback bench-all lint docs docs-site screenshots clean
 
 help:
 	@echo "make crawl   run a real 2-node distributed crawl of the local demo shop (embedded Redis)"
@@ -37,6 +37,8 @@ help:
 	@echo "make bench-scale   issue 26's scale economics, every part at its default size, in one go (~1 h):"
 	@echo "             bench-dedup, bench-payload, bench-redis-cpu, bench-capacity, bench-bloom-scale"
 	@echo "make docs    regenerate docs/settings.md from crawlplug/defaults.py"
+	@echo "make screenshots   regenerate the docs' pictures of the console and the dashboard (their browser"
+	@echo "             tests in headless Chromium, writing docs/console-*.png and docs/dashboard*.png; ~3 min)"
 	@echo "make docs-site   build the documentation site from docs/ into site/ (mkdocs build --strict)"
 	@echo "make lint    ruff (checks and format), the import contracts between the package's rooms (lint-imports), and mypy"
 	@echo "make clean   stop the embedded Redis, remove .crawlplug/ and the venv"
@@ -125,6 +127,12 @@ $(BIN)/.installed-docs: $(BIN)/.installed
 
 # --strict: a broken link or anchor, or a page left out of mkdocs.yml's nav, fails the build.
 # NO_MKDOCS_2_WARNING: Material prints a notice of its end of life (May 2027) on every build.
+# the browser tests that take the docs' pictures, told to write them into docs/
+screenshots: venv
+	CRAWLPLUG_UPDATE_SCREENSHOT=1 $(BIN)/python -m pytest -q -p no:randomly tests/test_console_pages.py \
+	  tests/test_dashboard_e2e.py tests/test_dashboard_pages.py
+	@ls -l docs/*.png
+
 docs-site: $(BIN)/.installed-docs
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 	@echo "The documentation site is in site/: open site/index.html"

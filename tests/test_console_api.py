@@ -86,9 +86,9 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
     assert documented == {k for k, p in permission.items() if k[1].startswith("/api/v1")}, "every route is documented"
     made: set[tuple[str, str]] = set()
 
-    def call(method: str, path: str, body: Any = None, *, expect: int = 200, **fmt: str) -> Any:
+    def call(method: str, path: str, body: Any = None, *, expect: int = 200, query: str = "", **fmt: str) -> Any:
         """The call by a role that may not (refused, nothing done) and by the least that may."""
-        url = path.format(crawl="shop", **fmt)
+        url = path.format(crawl="shop", **fmt) + query
         need = permission[(method, path)]
         denied, allowed = _roles(need)
         headers = {} if denied is None else {"Authorization": f"Bearer {tokens[denied]}"}
@@ -98,7 +98,7 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
         assert len(audit.entries(r, 10_000)) == before, f"a refused call changed the audit log: {method} {url}"
         res = api.request(method, url, json=body, headers={"Authorization": f"Bearer {tokens[allowed]}"})
         assert res.status_code == expect, (method, url, allowed, res.text)
-        if method != "GET" and path not in ("/api/v1/sites/check", "/api/v1/sites/try"):
+        if method != "GET" and path not in ("/api/v1/sites/check", "/api/v1/sites/try", "/api/v1/alerts/check"):
             newest = audit.entries(r, 1)[0]
             assert newest["who"] == f"u-{allowed}" and newest["source"] == "testclient", newest
         made.add((method, path))
@@ -125,6 +125,18 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
     for path in ("/schedules", "/alerts"):
         call("GET", "/api/v1/crawls/{crawl}" + path)
     call("GET", "/api/v1/audit")
+    # what the console's pages ask beside: who is logged in, a home row, a cron's times, a condition's grammar
+    assert call("GET", "/api/v1/session") == {"name": "u-viewer", "role": "viewer", "may": ["read"]}
+    home = api.get("/api/v1/crawls?detail=true", headers=viewer).json()["crawls"][0]
+    assert home["crawl"] == "shop" and home["nodes"] == {"live": 1, "silent": 0, "dead": 0} and home["firing"] == []
+    assert set(home) >= {"pages_per_min", "items_per_min", "paused", "failed", "dead"}
+    times = call("GET", "/api/v1/cron", query="?cron=0%203%20*%20*%20*&tz=Europe/Paris")["next_five_ms"]
+    assert len(times) == 5 and times == sorted(times) and times[1] - times[0] == 86_400_000
+    bad = api.get("/api/v1/cron?cron=61%20*%20*%20*%20*", headers=viewer)
+    assert bad.status_code == 400 and "cron" in bad.json()["detail"]
+    assert call("POST", "/api/v1/alerts/check", {"when": "error_rate > 0.1 for 5m"})["ok"] is True
+    wrong = call("POST", "/api/v1/alerts/check", {"when": "error_rate >"})
+    assert wrong["ok"] is False and wrong["error"]
     assert call("POST", "/api/v1/crawls/{crawl}/pause")["changed"] is True
     assert call("POST", "/api/v1/crawls/{crawl}/resume")["changed"] is True
     assert call("PUT", "/api/v1/crawls/{crawl}/limits", {"pages": 1000})["limits"]["pages"] == 1000

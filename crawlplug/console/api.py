@@ -205,13 +205,72 @@ def _why(outcome: control.Outcome) -> str:
 
 
 @router.get("/crawls", summary="every crawl on this Redis")
-def crawls(request: Request, who: Viewer) -> dict[str, Any]:
+def crawls(
+    request: Request,
+    who: Viewer,
+    detail: bool = Query(False, description="also rates, nodes by state and firing alerts (the console's home)"),
+) -> dict[str, Any]:
     client = _client(request)
     rows = runs.crawl_rows(client)
     for row in rows:
         if row["run"] is not None:
             row["jobs"] = len(jobs.all_jobs(client, CrawlKeys(row["crawl"]), run=row["run"]))
+        if detail:
+            row.update(_home_row(client, CrawlKeys(str(row["crawl"]))))
     return {"crawls": rows}
+
+
+def _home_row(client: redis.Redis, keys: CrawlKeys) -> dict[str, Any]:
+    """What the console's home shows of a crawl beside its row: pages and items a minute,
+    its nodes by state, the alert rules firing."""
+    now = redis_ms(client)
+    snap = status.snapshot(client, keys)
+    by_state = {"live": 0, "silent": 0, "dead": 0}
+    for node in snap["nodes"]:
+        state = str(node.get("state") or "")
+        by_state[state if state in by_state else "dead"] += 1
+    # items a minute: the history's last whole minute (the snapshot's rates count pages only)
+    # (the last whole minute's; the current minute's while it is the run's first)
+    items = None
+    with contextlib.suppress(CrawlplugError, ValueError):
+        counts = crawl_history.history(client, keys, since_ms=now - 120_000, until_ms=now, step="minute")["items"]
+        items = counts[-2] if len(counts) >= 2 and counts[-2] is not None else (counts[-1] if counts else None)
+    alerting = alert_rules.view(client, keys, 1)
+    return {
+        "paused": snap["paused"],
+        "pages_per_min": snap["pages_per_min"],
+        "items_per_min": items,
+        "nodes": by_state,
+        "firing": [str(rule.get("id") or rule.get("name")) for rule in alerting["active"]],
+        "failed": snap["failed"],
+        "dead": snap["dead"],
+    }
+
+
+@router.get("/session", summary="who is logged in: name, role and what it may do")
+def whoami(request: Request, who: Viewer) -> dict[str, Any]:
+    return {"name": who.name, "role": who.role, "may": sorted(users.ROLES.get(who.role, ()))}
+
+
+@router.get("/cron", summary="check a cron expression: its next five firing times")
+def cron_times(request: Request, who: Viewer, cron: str, tz: str = "UTC") -> dict[str, Any]:
+    try:
+        return {"cron": cron, "tz": tz, "next_five_ms": _next_times(cron, tz, redis_ms(_client(request)))}
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+class WhenBody(BaseModel):
+    when: str
+
+
+@router.post("/alerts/check", summary="check an alert condition's grammar, storing nothing")
+def check_alert(request: Request, body: WhenBody, who: Viewer) -> dict[str, Any]:
+    try:
+        rule = alert_rules.make_rule("check", body.when, [], alert_rules.COOLDOWN)
+    except ConfigError as exc:
+        return {"ok": False, "error": str(exc)}
+    return {"ok": True, "rule": rule}
 
 
 @router.get("/crawls/{crawl}", summary="a crawl's status: counts, rates, ETA, nodes")

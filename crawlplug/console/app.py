@@ -4,18 +4,22 @@ A FastAPI application: the API under ``/api/v1`` (crawlplug.console.api), its Op
 document at ``/api/v1/openapi.json`` made from the routes. With a crawl named (``crawlplug
 dashboard --crawl X``, or ``crawlplug console --crawl X``) the dashboard of that crawl is
 served beside it as before (its page at ``/``, its ``/api/*`` and ``/metrics``; while it
-runs it evaluates the crawl's alert rules when it leads them). Requests whose Host header
+runs it evaluates the crawl's alert rules when it leads them). The console's pages are at
+``/console/`` (``/`` leads there when no crawl is named): ``static/console.html`` and
+``static/console.js``, Alpine.js over the API, every action one API call. Requests whose Host header
 names another host get 400 (DNS rebinding), as the dashboard's always have.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import redis
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from ..frontier.keys import CrawlKeys
@@ -28,11 +32,7 @@ from .auth import Access
 
 __all__ = ["create_console"]
 
-_HOME = """<!doctype html><html><head><meta charset="utf-8"><title>crawlplug console</title></head>
-<body><h1>crawlplug console</h1><p>The API is under <code>/api/v1</code>; its description is
-<a href="/api/v1/openapi.json">/api/v1/openapi.json</a>. Every call needs a user's token
-(<code>Authorization: Bearer ...</code>; <code>crawlplug users add NAME --role viewer</code> makes one).</p>
-</body></html>"""
+STATIC = Path(__file__).with_name("static")
 
 
 def create_console(
@@ -66,6 +66,17 @@ def create_console(
     async def redis_down(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": f"Redis error: {exc}"}, status_code=503)
 
+    # the console's pages (console.html: Alpine.js over this API), at /console/
+    @app.get("/console", include_in_schema=False)
+    def console_slash() -> Any:
+        return RedirectResponse("/console/")
+
+    @app.get("/console/", include_in_schema=False)
+    def console_page() -> Any:
+        return FileResponse(STATIC / "console.html", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/console/static", StaticFiles(directory=STATIC), name="console-static")
+
     trusted = list(hosts) if hosts is not None else list(LOOPBACK_HOSTS)
     if crawl is not None:
         app.mount("/", dashboard_app(client, crawl, admin_token, redis_label or conn.safe_url, hosts=trusted))
@@ -73,7 +84,7 @@ def create_console(
 
         @app.get("/", include_in_schema=False)
         def home() -> Any:
-            return HTMLResponse(_HOME)
+            return RedirectResponse("/console/")
 
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=trusted, www_redirect=False)
     return app
