@@ -282,7 +282,6 @@ def test_an_operators_day_in_the_console(browser, make_scrapyd, make_shop, redis
         hook.stop()
 
 
-
 def test_the_run_buttons_dead_letters_and_a_file_of_start_urls(browser, redis_url, r, tmp_path):
     """What the day above does not: pause and resume, drain, a new run, dead letters requeued
     and dropped, start URLs from a file into a lane, and the login and audit pages."""

@@ -10,6 +10,7 @@ import json
 import signal
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from click.testing import CliRunner
 
 from crawlplug.cli import main
 from crawlplug.controlprocess import Control
+from crawlplug.crawl import runs
 from crawlplug.errors import ConfigError
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.store import redis_ms
@@ -307,3 +309,61 @@ def test_a_firing_left_half_done_by_a_dead_leader_is_finished_by_the_next(make_s
     assert sorted(j["id"] for j in jobs.with_firing(r, KEYS, firing)) == [f"shop-default-{due}-0-{s}" for s in (0, 1)]
     assert _scrapyd_jobs(daemon) == [f"shop-default-{due}-0-1"]  # the recorded one was not started again
     assert schedules.get(r, KEYS, "default")["last"]["state"] == "fired"
+
+
+def _at(seconds: float) -> str:
+    """A cron expression (seconds last) that fires once a day, ``seconds`` from now (UTC)."""
+    when = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    return f"{when.minute} {when.hour} * * * {when.second}"
+
+
+@pytest.mark.e2e
+def test_a_daily_incremental_and_a_weekly_full_schedule_each_decide_the_run_it_begins(
+    make_scrapyd, make_shop, redis_url, r, controls
+):
+    """Two schedules of one crawl: the incremental one's runs skip the pages seen before, the
+    full one's fetch every page again, whoever begins the run and whatever the last run was
+    (a stopped incremental run does not make the full firing after it incremental)."""
+    shop = make_shop(items=40, delay=0.1)
+    daemon = make_scrapyd()
+    controls()
+    node = ["-s", "CRAWLPLUG_IDLE_CLOSE=1", "-s", "CRAWLPLUG_HEARTBEAT=0.5", "-s", "CONCURRENT_REQUESTS=2"]
+
+    def schedule(name: str, kind: str, cron: str) -> str:
+        res = cli(redis_url, "schedule", "shop", "--name", name, "--cron", cron, f"--{kind}", "--scrapyd",
+                  daemon.url, *node, "-a", f"base_url={shop.url}")  # fmt: skip
+        assert res.exit_code == 0, res.output
+        return res.output
+
+    # run 1, begun by the daily (incremental) firing, stopped by the operator part-way
+    said = schedule("daily", "incremental", _at(3))
+    assert "each run it begins is incremental: pages seen in earlier runs are skipped" in said
+    wait_for(lambda: runs.view(r, KEYS).id == 1 and runs.view(r, KEYS).state == "running", 30, "run 1")
+    wait_for(lambda: sum(shop.hits.values()) >= 10, 30, "run 1 to fetch 10 pages")
+    assert cli(redis_url, "stop", "shop").exit_code == 0
+    wait_for(lambda: not daemon.jobs()["running"] and not daemon.jobs()["pending"], 60, "run 1's node to close")
+    run_1 = shop.hits
+    assert runs.view(r, KEYS).state == "stopped" and runs.view(r, KEYS).raw.get("incremental") == "1"
+    assert 10 <= sum(run_1.values()) < len(shop.shop.item_paths()), "stopped part-way"
+
+    # run 2, begun by the weekly (full) firing itself (the run was stopped): full, as it says
+    listed = schedule("weekly", "full", _at(3))
+    assert "each run it begins is full: every page is fetched again" in listed
+    wait_for(lambda: runs.view(r, KEYS).id == 2 and runs.view(r, KEYS).state == "finished", 90, "run 2")
+    fires = [f for f in schedules.fires(r, KEYS) if f["schedule"] == "weekly"]
+    assert fires and "fingerprints cleared" in fires[0]["message"], fires
+    after_2 = shop.hits
+    # every page run 1 fetched was fetched again, and every page once in run 2
+    assert all(after_2[path] == 2 for path in run_1), [p for p in run_1 if after_2[p] != 2][:5]
+    assert {p.rstrip("/") for p in after_2 if p.startswith("/item/")} >= {p.rstrip("/") for p in shop.shop.item_paths()}
+    assert max(n - run_1[p] for p, n in after_2.items()) == 1
+
+    # run 3, the daily (incremental) firing after a finished full run: known pages skipped
+    schedule("daily", "incremental", _at(3))
+    wait_for(lambda: runs.view(r, KEYS).id == 3 and runs.view(r, KEYS).state == "finished", 90, "run 3")
+    run_3 = shop.hits - after_2
+    assert not [p for p in run_3 if p.startswith("/item/")], run_3  # no item page fetched again
+    assert sum(run_3.values()) <= 2, run_3  # the start page (and robots.txt, if asked)
+    assert [s.get("incremental") for s in runs.history(r, KEYS)] == [True, False, True]
+    listing = cli(redis_url, "schedule", "list", "shop")
+    assert "daemons, incremental" in listing.output and "daemons, full" in listing.output

@@ -22,7 +22,7 @@ def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
 
 
 def plan_options(func: F) -> F:
-    """--scrapyd, --nodes-per-host, --spider, --project, -s, -a, --node-redis-url."""
+    """--scrapyd, --nodes-per-host, --spider, --project, -s, -a, --incremental/--full, --node-redis-url."""
     for option in reversed(
         [
             click.argument("more_daemons", metavar="[URL ...]", nargs=-1),
@@ -67,6 +67,15 @@ def plan_options(func: F) -> F:
                 help="A spider argument for every node (repeatable).",
             ),
             click.option(
+                "--incremental/--full",
+                "incremental",
+                default=None,
+                help="The run these nodes begin keeps the crawl's fingerprints (--incremental: pages "
+                "seen in earlier runs are skipped) or clears them (--full: every page is fetched again). "
+                "Default: as the nodes' -s CRAWLPLUG_INCREMENTAL says, and for a new run begun here, as "
+                "the last run did.",
+            ),
+            click.option(
                 "--node-redis-url",
                 metavar="URL",
                 default=None,
@@ -96,4 +105,5 @@ def make_plan(target: Target, crawl: str, kw: dict[str, Any], *, new_run: bool =
         redis_url=node_url or target.url,
         embedded=target.embedded and not node_url,
         new_run=new_run,
+        incremental=kw.get("incremental"),
     )

@@ -103,6 +103,11 @@ def schedule_add(keys: CrawlKeys, target: Target, cron: str, tz: str, schedule_n
         f"{len(plan.daemons)} Scrapyd daemon{'s' if len(plan.daemons) != 1 else ''}; next run "
         f"{utc(spec['next'])}"
     )
+    if plan.kind:
+        click.echo(
+            f"  each run it begins is {plan.kind}: "
+            + ("pages seen in earlier runs are skipped" if plan.incremental else "every page is fetched again")
+        )
     click.echo("  it is fired by `crawlplug control` (run it next to Redis; several may run, one fires)")
 
 
@@ -142,7 +147,7 @@ def schedule_list(cli: Cli, as_json: bool) -> None:
             click.echo(
                 f"  {crawl_name}/{spec_name}  cron '{spec.get('cron')}' ({spec.get('tz')})  next "
                 f"{utc(spec.get('next'))}  {plan.get('nodes_per_host')} x {len(plan.get('daemons') or [])} "
-                f"daemons"
+                f"daemons" + {True: ", incremental", False: ", full"}.get(plan.get("incremental"), "")  # type: ignore[arg-type]
             )
             click.echo(f"    {_last(spec)}")
 

@@ -116,6 +116,11 @@ class PlanBody(BaseModel):
     settings: dict[str, str] = {}
     args: dict[str, str] = {}
     node_redis_url: str | None = Field(None, description="the Redis URL as the nodes reach it (default: the console's)")
+    incremental: bool | None = Field(
+        None,
+        description="the run begun keeps the fingerprints (true) or clears them (false); "
+        "null: as the nodes' settings say",
+    )
 
 
 class StartBody(PlanBody):
@@ -417,6 +422,7 @@ def _plan(body: PlanBody, crawl: str, conn: Any, *, new_run: bool = False) -> Pl
         redis_url=body.node_redis_url or conn.url,
         embedded=conn.embedded and not body.node_redis_url,
         new_run=new_run,
+        incremental=body.incremental,
     )
 
 

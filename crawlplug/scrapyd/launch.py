@@ -19,7 +19,10 @@ checks, and refuses with the reason:
   begin the next one themselves (their own settings decide whether it is
   incremental); a run ended by a limit or an operator stays ended unless the
   operator asks for a new run (``new_run``), which is begun here
-  (crawlplug.crawl.newrun) before any node starts.
+  (crawlplug.crawl.newrun) before any node starts. A plan that says whether its run is
+  incremental (``Plan.incremental``: ``--incremental``/``--full``, a schedule's own
+  choice) begins the next run here too, so that its choice holds, not that of the last
+  run or of the first node.
 
 Each job is recorded in Redis (crawlplug.scrapyd.store) before the daemon is asked,
 so a daemon that answers late or never is still known and shown.
@@ -49,6 +52,9 @@ from .daemon import Daemon
 
 logger = logging.getLogger(__name__)
 
+INCREMENTAL_SETTING = "CRAWLPLUG_INCREMENTAL"
+_BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
 #: Settings crawlplug sets on every node it starts; the operator gives them otherwise
 #: (--redis-url/--node-redis-url, the crawl's name), not with -s.
 OWN_SETTINGS = ("REDIS_URL", "CRAWLPLUG_CRAWL_ID", "CRAWLPLUG_SCRAPYD_JOB", "CRAWLPLUG_FOR_RUN")
@@ -70,6 +76,10 @@ class Plan:
     #: the Redis is this project's embedded one (reachable from this machine only)
     embedded: bool = False
     new_run: bool = False
+    #: the run this plan begins keeps the fingerprints (True) or clears them (False); None:
+    #: as the nodes' settings say (a new run begun here: as the last run did). Given, it
+    #: decides whoever begins the run, and the nodes get it as CRAWLPLUG_INCREMENTAL.
+    incremental: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.daemons:
@@ -82,9 +92,35 @@ class Plan:
                 f"-s {own[0]}=... is set by crawlplug on every node it starts (the Redis: --redis-url or "
                 "--node-redis-url; the crawl: its name)"
             )
+        self._settle_incremental()
         self.daemons = [Daemon.of(u).url for u in self.daemons]
         if len(set(self.daemons)) != len(self.daemons):
             raise ConfigError("a Scrapyd daemon is named twice (--nodes-per-host starts several nodes on one)")
+
+    def _settle_incremental(self) -> None:
+        """One choice from --incremental/--full and -s CRAWLPLUG_INCREMENTAL: the same one, or
+        a ConfigError; the nodes get it as the setting."""
+        raw = self.settings.get(INCREMENTAL_SETTING)
+        said: bool | None = None
+        if raw is not None:
+            word = str(raw).strip().lower()
+            if word not in _BOOLS:
+                raise ConfigError(f"-s {INCREMENTAL_SETTING}={raw!r}: give 1 or 0 (true or false)")
+            said = _BOOLS[word]
+        if self.incremental is not None and said is not None and said != self.incremental:
+            raise ConfigError(
+                f"-s {INCREMENTAL_SETTING}={raw} says the opposite of "
+                f"{'--incremental' if self.incremental else '--full'}: give one of them"
+            )
+        if self.incremental is None:
+            self.incremental = said
+        if self.incremental is not None:
+            self.settings = {**self.settings, INCREMENTAL_SETTING: "1" if self.incremental else "0"}
+
+    @property
+    def kind(self) -> str:
+        """The run it begins: "incremental", "full", or "" (as the nodes' settings say)."""
+        return "" if self.incremental is None else ("incremental" if self.incremental else "full")
 
     @property
     def spider_name(self) -> str:
@@ -101,15 +137,19 @@ class Plan:
             "args": self.args,
             "redis_url": self.redis_url,
             "embedded": self.embedded,
+            "incremental": self.incremental,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], **override: Any) -> Plan:
         names = ("crawl", "daemons", "spider", "project", "nodes_per_host", "settings", "args", "redis_url", "embedded")
+        names += ("incremental",)
         # cjson (lua/firing.lua) writes an empty object where Python wrote an empty list, and back
         values = {k: data[k] for k in names if k in data}
         for k in ("settings", "args"):
             values[k] = dict(values.get(k) or {})
+        if not isinstance(values.get("incremental"), bool):  # absent (older plans), null
+            values["incremental"] = None
         return cls(**{**values, **override})
 
 
@@ -264,8 +304,12 @@ def launch(
         warn(warning)
     action, run_id, message = run_decision(client, keys, new_run=plan.new_run)
     preflight(plan, timeout)
+    if action == "next" and plan.incremental is not None:
+        action = "new"  # the plan's choice decides the run, not whichever node begins it first
     if action == "new":
-        joined = begin_new_run(client, keys, by=by, reason=f"replaced by a new run ({by})")
+        joined = begin_new_run(
+            client, keys, by=by, reason=f"replaced by a new run ({by})", incremental=plan.incremental
+        )
         if joined.action == "new":
             before = (
                 f"run {joined.previous.get('id')} {joined.previous.get('state')}"

@@ -52,7 +52,7 @@ function lines(text) {
 }
 
 function planForm() {
-  return { daemons: "", nodes: 1, args: "", settings: "", error: "", result: "" };
+  return { daemons: "", nodes: 1, args: "", settings: "", kind: "", error: "", result: "" };
 }
 
 function consoleApp() {
@@ -243,6 +243,7 @@ function consoleApp() {
         nodes_per_host: Number(form.nodes) || 1,
         args: pairs(form.args, "spider arguments"),
         settings: pairs(form.settings, "settings"),
+        incremental: form.kind === "" ? null : form.kind === "incremental",
       };
     },
 
