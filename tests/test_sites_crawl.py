@@ -4,7 +4,8 @@ a) the demo shop crawled from its definition file alone: every item equals the g
 b) the car catalogue (three steps) from its definition stored in Redis, two nodes: the same;
 c) a broken selector shows up as per-field error counts in the crawl-wide stats, no crash;
 d) a definition changed in Redis mid-crawl changes the extraction on every node;
-e) no site named, or a missing or broken definition: one clear error line and a non-zero exit.
+e) no site named, or a missing or broken definition: one clear error line and a non-zero exit;
+f) a region between two strings (sub_prefix/sub_suffix): only the links and values inside it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import yaml
 
 from crawlplug.demo.cars import DemoCars
 from crawlplug.demo.cars import serve as serve_cars
+from crawlplug.demo.shop import ShopServer
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.probes import errorsamples
 from crawlplug.sites.store import SiteStore
@@ -276,3 +278,94 @@ def test_a_missing_or_broken_definition_is_one_clear_error(crawl, redis_url, r):
     assert "  steps: List should have at least 1 item after validation, not 0" in text
     assert "  fields: Dictionary should have at least 1 item after validation, not 0" in text
     assert "Traceback" not in text
+
+
+# -- f) a region between two strings ------------------------------------------------------------
+
+
+def lamp(name: str, price: str, before: str = "<!-- product -->", after: str = "<!-- /product -->") -> str:
+    return (
+        f'<html><body><div class="promo">Today only <span class="price">1.00</span></div>'
+        f'{before}<h1>{name}</h1><span class="price">{price}</span>{after}'
+        f'<div class="related"><span class="price">2.00</span></div></body></html>'
+    )
+
+
+class LampSite:
+    """A list page whose products are between two HTML comments, with links around them (a nav
+    bar, a "popular" box), a second list page without the comments, and the lamps' pages."""
+
+    delay = 0.0
+    pages = {
+        "/cat/list.html": """<html><head><base href="/shop/"><title>Lamps</title></head><body>
+            <nav><a href="p/8">Our favourite</a></nav>
+            <!-- products --><ul>
+              <li><a href="p/1">Desk lamp</a></li>
+              <li><a href="p/2">Floor lamp</a></li>
+              <li><a href="/shop/p/3">Wall lamp</a></li>
+            </ul><a class="next" href="/cat/list2.html">next</a><!-- /products -->
+            <aside><a href="/shop/p/9">Popular</a></aside></body></html>""",
+        "/cat/list2.html": '<html><body><ul><li><a href="/shop/p/7">Lamp shade</a></li></ul></body></html>',
+        "/shop/p/1": lamp("Desk lamp", "10.50"),
+        "/shop/p/2": lamp("Floor lamp", "20.00", before="", after=""),  # no region: no price
+        # the first sub_suffix after the first sub_prefix: not the one before it
+        "/shop/p/3": lamp(
+            "Wall lamp", "30.25", before='<!-- /product --><span class="price">3.00</span><!-- product -->'
+        ),
+        **{f"/shop/p/{i}": lamp(f"Lamp {i}", "9.99") for i in (7, 8, 9)},
+    }
+
+    def render(self, path: str) -> tuple[int, bytes]:
+        body = self.pages.get(path)
+        return (200, body.encode()) if body is not None else (404, b"no such page")
+
+
+def test_a_region_between_two_strings_keeps_links_and_values_inside_it(crawl, redis_url, r):
+    with ShopServer(LampSite()) as server:  # type: ignore[arg-type] # any render()/delay object
+        base = server.url
+        doc = {
+            "name": "lamps",
+            "base_url": base,
+            "start_urls": ["/cat/list.html"],
+            "steps": [
+                {
+                    "name": "list",
+                    "links": [
+                        {
+                            "region": {"sub_prefix": "<!-- products -->", "sub_suffix": "<!-- /products -->"},
+                            "match": {"prefix": "/shop/p/"},
+                            "to": "item",
+                        },
+                        {"region": {"css": "a.next"}, "to": "list"},
+                    ],
+                },
+                {"name": "item"},
+            ],
+            "fields": {
+                "name": {"css": "h1::text", "required": True},
+                "price": {
+                    "css": "span.price::text",
+                    "sub_prefix": "<!-- product -->",
+                    "sub_suffix": "<!-- /product -->",
+                    "type": "float",
+                },
+            },
+        }
+        SiteStore(r).put(doc, "lamps.yaml")
+        node = crawl("site", args={"site": "lamps"}, settings={"REDIS_URL": redis_url, **SETTINGS})
+        finished([node])
+        hits = server.hits
+    assert set(hits) == {"/cat/list.html", "/cat/list2.html", "/shop/p/1", "/shop/p/2", "/shop/p/3"}, (
+        "the products inside the comments (relative ones through the <base href>), not the nav bar, the popular "
+        "box, nor the products of a list page without the comments"
+    )
+    assert all(n == 1 for n in hits.values()), hits
+    items = sorted(items_of([node]), key=lambda item: item["url"])
+    assert [(item["url"][len(base) :], item["name"], item["price"]) for item in items] == [
+        ("/shop/p/1", "Desk lamp", 10.5),
+        ("/shop/p/2", "Floor lamp", None),  # its page has prices, but none between the comments
+        ("/shop/p/3", "Wall lamp", 30.25),
+    ]
+    stats = crawl_stats(r, CrawlKeys("site-lamps"))
+    assert stats["site/lamps/field/price/filled"] == 2 and stats["site/lamps/field/price/default"] == 1
+    assert stats["site/lamps/step/list/pages"] == 2 and stats["site/lamps/step/list/no_links"] == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from scrapy.exceptions import DropItem
-from scrapy.http import HtmlResponse, TextResponse
+from scrapy.http import HtmlResponse, Response, TextResponse
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
@@ -125,6 +125,47 @@ def test_required_fields_and_exactly_one_selector():
     doc = doc_of("shop")
     doc["fields"]["url"] = {"css": "a::attr(href)"}
     assert errors_of(doc) == ["fields: 'url' is reserved: every item has the URL of its page"]
+
+
+PRODUCTS = {"sub_prefix": "<!-- products -->", "sub_suffix": "<!-- /products -->"}
+
+
+def test_a_region_between_two_strings_for_links_and_fields():
+    doc = doc_of("shop")
+    doc["steps"][0]["links"][0]["region"] = PRODUCTS
+    doc["steps"][0]["links"][1]["region"] = {"sub_suffix": "<!-- /pager -->"}  # from the page's start
+    doc["fields"]["sku"]["sub_prefix"] = "<!-- product -->"  # to the page's end
+    doc["fields"]["price"] |= {"sub_prefix": "<h1", "sub_suffix": "</body>"}  # and its prefix/suffix stay
+    site = validate(doc)
+    [products, pager] = site.steps[0].links
+    assert products.region is not None and products.region.bounds == ("<!-- products -->", "<!-- /products -->")
+    assert pager.region is not None and pager.region.bounds == (None, "<!-- /pager -->")
+    assert site.fields["sku"].bounds == ("<!-- product -->", None) and site.fields["name"].bounds is None
+    price = site.fields["price"]
+    assert price.bounds == ("<h1", "</body>") and (price.prefix, price.suffix) == ("Price:", "USD")
+
+    bad = doc_of("shop")
+    bad["steps"][0]["links"][0]["region"] = {"css": "ul.products", "sub_prefix": "<!-- products -->"}
+    bad["steps"][0]["links"][1]["region"] = {}
+    bad["steps"][1]["links"] = [
+        {"region": {"sub_prefix": "", "sub_suffix": "<!-- /related -->"}, "to": "item"},
+        {"region": {"xpath": "//ul", "sub_suffix": "<!-- /related -->"}, "to": "item"},
+        {"region": {"sub_prefix": "<!-- related -->", "sub_suffix": 5}, "to": "item"},
+        {"region": {"sub_prefix": "<!-- related -->", "sub_sufix": "<!-- /related -->"}, "to": "item"},
+    ]
+    bad["fields"]["name"]["sub_suffix"] = ""
+    bad["fields"]["sku"] = {"sub_prefix": "<!-- product -->", "sub_suffix": "<!-- /product -->"}
+    assert errors_of(bad) == [
+        "steps[0].links[0].region: give exactly one of css, xpath, or sub_prefix/sub_suffix",
+        "steps[0].links[1].region: give exactly one of css, xpath, or sub_prefix/sub_suffix",
+        "steps[1].links[0].region.sub_prefix: an empty sub_prefix cuts nothing: leave it out to cut from the "
+        "page's start",
+        "steps[1].links[1].region: give exactly one of css, xpath, or sub_prefix/sub_suffix",
+        "steps[1].links[2].region.sub_suffix: Input should be a valid string",
+        "steps[1].links[3].region.sub_sufix: Extra inputs are not permitted",
+        "fields.name.sub_suffix: an empty sub_suffix cuts nothing: leave it out to cut to the page's end",
+        "fields.sku: give exactly one of css or xpath",
+    ]
 
 
 def test_relative_start_urls_need_base_url_and_yaml_errors_say_where():
@@ -259,6 +300,50 @@ def test_broken_selectors_are_data_not_exceptions():
     binary = TextResponse(BASE + "/x.json", body=b'{"a": 1}', encoding="utf-8")
     with pytest.raises(Exception):  # noqa: B017 - the spider counts whatever this raises
         site.links(binary, "series")
+
+
+LAMPS = """<html><head><meta charset="latin-1"><base href="/shop/"><title>Lamps</title></head><body>
+<nav><a href="p/8">Our favourite</a> <span class="price">1.00</span></nav>
+<!-- products --><ul>
+  <li><a href="p/1">Desk lamp</a> <span class="price">10.50</span></li>
+  <li><a href="/shop/p/2?colour=crème">Floor lamp</a></li>
+</ul><!-- /products -->
+<aside><a href="p/9">Popular</a></aside>
+<!-- products --><a href="p/10">a second region: only the first is cut</a><!-- /products -->
+</body></html>"""
+
+
+def test_a_region_between_two_strings_on_a_page():
+    doc = doc_of("shop")
+    doc["steps"][0]["links"] = [{"region": PRODUCTS, "to": "item"}]
+    doc["fields"] = {
+        "price": {"css": "span.price::text", **PRODUCTS, "type": "float"},
+        "first_price": {"css": "span.price::text", "type": "float"},
+        "count": {"xpath": "count(//a)", "sub_suffix": "<!-- /products -->"},
+    }
+    site = compiled("shop", doc)
+    lamps = HtmlResponse(BASE + "/cat/lamps.html", body=LAMPS.encode("latin-1"), encoding="latin-1")
+    links = [link.url for link in site.links(lamps, "list")]
+    # relative links resolve against the <base href> outside the cut; the query in the page's encoding
+    assert links == [f"{BASE}/shop/p/1", f"{BASE}/shop/p/2?colour=cr%E8me"]
+    by_css = copy.deepcopy(doc)
+    by_css["steps"][0]["links"] = [{"region": {"css": "ul"}, "to": "item"}]
+    css = compiled("shop", by_css)
+    assert [link.url for link in css.links(lamps, "list")] == links, "what a selector of the same region gives"
+    result = site.extract(lamps)
+    assert result.item["price"] == 10.5 and result.item["first_price"] == 1.0, "the price outside is not taken"
+    assert result.item["count"] == "3.0", "the cut from the page's start: the nav and the two products"
+
+    # a bound not found: the region is empty, never the whole page
+    for body in (LAMPS.replace("<!-- products -->", ""), LAMPS.replace("<!-- /products -->", "")):
+        page_without = HtmlResponse(BASE + "/cat/lamps.html", body=body.encode("latin-1"), encoding="latin-1")
+        assert site.links(page_without, "list") == []
+        assert site.extract(page_without).item["price"] is None
+    no_suffix = HtmlResponse(BASE + "/x", body=LAMPS.replace("<!-- /products -->", "").encode(), encoding="utf-8")
+    assert site.extract(no_suffix).item["count"] is None, "not even count() runs on a region not found"
+    # nor does a page without text raise: a field with a region is null (the one without fails selecting)
+    binary = site.extract(Response(BASE + "/x.bin", body=b"\x00\x01"))
+    assert binary.item["price"] is None and [name for name, _ in binary.errors] == ["first_price"]
 
 
 def test_outcome_names_and_the_status_section():

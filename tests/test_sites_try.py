@@ -25,7 +25,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.sites.definition import load_file, validate
 from crawlplug.sites.extract import CompiledSite
 from crawlplug.sites.store import SiteStore
-from crawlplug.sites.trial import explain
+from crawlplug.sites.trial import explain, text_lines
 from crawlplug.web import create_app
 
 from .support.nodes import ROOT
@@ -97,6 +97,94 @@ def test_a_default_says_why_and_each_step_shows_its_links():
     ]
     with pytest.raises(ConfigError, match="has no step 'detail' \\(steps: list, item\\)"):
         explain(load_file(SHOP_YAML)[0], page(shop, "/category/2/"), step="detail")
+
+
+LAMPS = {
+    "name": "lamps",
+    "base_url": "http://shop.test",
+    "start_urls": ["/cat/list.html"],
+    "steps": [
+        {
+            "name": "list",
+            "links": [
+                {"region": {"sub_prefix": "<!-- products -->", "sub_suffix": "<!-- /products -->"}, "to": "item"}
+            ],
+        },
+        {"name": "item"},
+    ],
+    "fields": {
+        "name": {"css": "h1::text", "required": True},
+        "price": {"css": "span.price::text", "sub_prefix": "<!-- product -->", "type": "float", "required": True},
+    },
+}
+LIST = """<html><body><nav><a href="/p/8">Our favourite</a></nav>
+<!-- products --><ul><li><a href="/p/1">Desk lamp</a></li><li><a href="/p/2">Floor lamp</a></li></ul>
+<!-- /products --><aside><a href="/p/9">Popular</a></aside></body></html>"""
+ITEM = '<html><body><span class="price">1.00</span><!-- product --><h1>Desk lamp</h1><span class="price">10.50</span>'
+
+
+def tried(body: str, path: str, **kwargs: str) -> tuple[dict, list[str]]:
+    """explain() on a page, and the lines `crawlplug sites try` prints for it."""
+    result = explain(validate(LAMPS), HtmlResponse("http://shop.test" + path, body=body, encoding="utf-8"), **kwargs)
+    json.dumps(result)  # what --json prints
+    page = {"url": "http://shop.test" + path, "status": 200, "bytes": len(body), "ms": 1, "content_type": None}
+    return result, text_lines({**result, "page": page, "url": page["url"]})
+
+
+def test_a_region_between_two_strings_found_and_not_found():
+    listing, lines = tried(LIST, "/cat/list.html", step="list")
+    [rule] = listing["links"][0]["rules"]
+    cut = LIST.split("<!-- products -->")[1].split("<!-- /products -->")[0]
+    assert rule["urls"] == ["http://shop.test/p/1", "http://shop.test/p/2"], "not the nav bar nor the popular box"
+    assert rule["region"] == {
+        "sub_prefix": "<!-- products -->",
+        "sub_suffix": "<!-- /products -->",
+        "prefix_found": True,
+        "suffix_found": True,
+        "found": True,
+        "chars": len(cut),
+        "why": None,
+    }
+    rule_line = (
+        "  rule 1 (region from sub_prefix '<!-- products -->' to sub_suffix '<!-- /products -->') -> step item: 2 links"
+    )
+    assert lines[lines.index(rule_line) + 1] == f"    region: sub_prefix found, sub_suffix found, {len(cut)} characters"
+
+    unclosed, lines = tried(LIST.replace("<!-- /products -->", ""), "/cat/list.html", step="list")
+    [rule] = unclosed["links"][0]["rules"]
+    assert rule["urls"] == [] and rule["region"]["prefix_found"] is True and rule["region"]["suffix_found"] is False
+    why = "sub_suffix '<!-- /products -->' not found after sub_prefix"
+    assert rule["region"]["found"] is False and rule["region"]["chars"] == 0 and rule["region"]["why"] == why
+    assert lines[lines.index(rule_line.replace("2 links", "0 links")) + 1] == f"    region: empty, {why}"
+
+    item, lines = tried(ITEM, "/p/1")
+    price = next(f for f in item["fields"] if f["name"] == "price")
+    assert price["value"] == 10.5 and price["texts"] == ["10.50"], "the price before sub_prefix is not taken"
+    assert price["region"]["found"] and price["region"]["suffix_found"] is None  # to the page's end
+    assert (
+        "         region from sub_prefix '<!-- product -->' to the page's end: sub_prefix found, "
+        f"{len(ITEM.split('<!-- product -->')[1])} characters"
+    ) in lines
+    assert next(f for f in item["fields"] if f["name"] == "name")["region"] is None
+
+    missing, lines = tried(ITEM.replace("<!-- product -->", ""), "/p/1")
+    price = next(f for f in missing["fields"] if f["name"] == "price")
+    assert price["outcome"] == "missing" and price["matched"] == 0
+    assert price["why"] == "sub_prefix '<!-- product -->' not found on the page", "not: the selector matched nothing"
+    assert price["region"] == {
+        "sub_prefix": "<!-- product -->",
+        "sub_suffix": None,
+        "prefix_found": False,
+        "suffix_found": None,
+        "found": False,
+        "chars": 0,
+        "why": "sub_prefix '<!-- product -->' not found on the page",
+    }
+    assert "  price  MISSING (required): sub_prefix '<!-- product -->' not found on the page" in lines
+    assert (
+        "         region from sub_prefix '<!-- product -->' to the page's end: empty, sub_prefix '<!-- product -->' "
+        "not found on the page"
+    ) in lines
 
 
 # -- through Scrapy, in real processes -----------------------------------------------------------

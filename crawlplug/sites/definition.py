@@ -4,9 +4,11 @@ A definition names the site, its start URLs (with ``{1..100}`` ranges or a
 template and its variables), the discovery steps (which region of a page to
 take links from, which links, into which step, at which priority), the step
 whose pages are detail pages, the fields to extract there, and optional item
-pipeline steps. ``docs/sites.md`` describes the format with two worked
-examples (``spiders/sites/shop.yaml``, ``spiders/sites/cars.yaml``); start URL
-ranges and templates are expanded by :mod:`crawlplug.sites.starts`.
+pipeline steps. A region is one CSS or XPath selector, or the page's text cut
+between two strings (``sub_prefix``/``sub_suffix``, which a field may take too).
+``docs/sites.md`` describes the format with two worked examples
+(``spiders/sites/shop.yaml``, ``spiders/sites/cars.yaml``); start URL ranges and
+templates are expanded by :mod:`crawlplug.sites.starts`.
 
 :func:`validate` checks a parsed document against the schema (pydantic) and
 then what a schema cannot see (a link into an unknown step, a CSS selector
@@ -45,6 +47,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -56,6 +59,7 @@ from .starts import expand, var_values
 __all__ = [
     "NAME_RE",
     "PIPELINES_SETTING",
+    "Bounds",
     "FieldSpec",
     "LinkRule",
     "SiteDefinition",
@@ -104,20 +108,46 @@ def _check_regex(value: str) -> str:
     return value
 
 
+#: A string cut: (sub_prefix, sub_suffix), at least one of them given.
+Bounds = tuple[str | None, str | None]
+
+
+def _check_bound(value: str | None, info: ValidationInfo) -> str | None:
+    if value == "":
+        instead = "from the page's start" if info.field_name == "sub_prefix" else "to the page's end"
+        raise ValueError(f"an empty {info.field_name} cuts nothing: leave it out to cut {instead}")
+    return value
+
+
+def _bounds(sub_prefix: str | None, sub_suffix: str | None) -> Bounds | None:
+    return None if sub_prefix is None and sub_suffix is None else (sub_prefix, sub_suffix)
+
+
 class Region(_Model):
-    """The part(s) of a page links are taken from: one CSS or one XPath selector."""
+    """The part(s) of a page links are taken from: one CSS or one XPath selector, or the
+    page's text (its HTML source, decoded) after the first ``sub_prefix`` up to the first
+    ``sub_suffix`` after it (one of the two may be left out: from the page's start, to its end)."""
 
     css: str | None = None
     xpath: str | None = None
+    sub_prefix: str | None = None
+    sub_suffix: str | None = None
 
     _css = field_validator("css")(lambda v: v if v is None else _check_css(v))
     _xpath = field_validator("xpath")(lambda v: v if v is None else _check_xpath(v))
+    _bound = field_validator("sub_prefix", "sub_suffix")(_check_bound)
 
     @model_validator(mode="after")
     def _one(self) -> Region:
-        if (self.css is None) == (self.xpath is None):
-            raise ValueError("give exactly one of css or xpath")
+        kinds = (self.css is not None) + (self.xpath is not None) + (self.bounds is not None)
+        if kinds != 1:
+            raise ValueError("give exactly one of css, xpath, or sub_prefix/sub_suffix")
         return self
+
+    @property
+    def bounds(self) -> Bounds | None:
+        """(sub_prefix, sub_suffix) of a string cut; None for a CSS or XPath region."""
+        return _bounds(self.sub_prefix, self.sub_suffix)
 
 
 StrOrList = str | list[str]
@@ -208,10 +238,18 @@ FieldType = Literal["str", "int", "float", "bool"]
 
 
 class FieldSpec(_Model):
-    """One field of an item: where it is, how to clean it, its type, whether it is required."""
+    """One field of an item: where it is, how to clean it, its type, whether it is required.
+
+    ``sub_prefix``/``sub_suffix`` say where on the page the selector looks: only in the
+    page's text after the first ``sub_prefix`` up to the first ``sub_suffix`` after it (as a
+    :class:`Region` cuts it). ``prefix``/``suffix`` are another thing: they are stripped from
+    the text of each value the selector found.
+    """
 
     css: str | None = None
     xpath: str | None = None
+    sub_prefix: str | None = None
+    sub_suffix: str | None = None
     multiple: bool = False
     prefix: str | None = None
     suffix: str | None = None
@@ -225,6 +263,7 @@ class FieldSpec(_Model):
     _css = field_validator("css")(lambda v: v if v is None else _check_css(v))
     _xpath = field_validator("xpath")(lambda v: v if v is None else _check_xpath(v))
     _regex = field_validator("regex")(lambda v: v if v is None else _check_regex(v))
+    _bound = field_validator("sub_prefix", "sub_suffix")(_check_bound)
 
     @model_validator(mode="after")
     def _consistent(self) -> FieldSpec:
@@ -233,6 +272,11 @@ class FieldSpec(_Model):
         if self.required and "default" in self.model_fields_set:
             raise ValueError("a required field takes no default (a page without it is an error, not a default)")
         return self
+
+    @property
+    def bounds(self) -> Bounds | None:
+        """(sub_prefix, sub_suffix) of the part of the page the selector looks in; None: all of it."""
+        return _bounds(self.sub_prefix, self.sub_suffix)
 
 
 class SiteDefinition(_Model):

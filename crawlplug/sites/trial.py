@@ -10,10 +10,15 @@ when it has no value, why:
 * ``the selector matched nothing``: no element, text or attribute there;
 * ``matched N, but the value was refused``: each text it matched was cleaned to
   nothing (empty, the regex did not match, ``map`` made it null) or did not convert
-  to the field's type (invalid).
+  to the field's type (invalid);
+* ``sub_prefix '...' not found on the page`` (or ``sub_suffix '...' not found after
+  sub_prefix``): the field looks only in a region between two strings, and the page
+  has none.
 
 For every step with link rules (or the one step asked for), each rule's links on the
 page and the requests the step would make (a URL once, the first rule naming it wins).
+Each rule and field says its region (``region`` in the JSON): for a region between two
+strings, whether each was found and how many characters the cut has.
 Nothing is written anywhere: no crawl's state is touched.
 """
 
@@ -24,8 +29,8 @@ from typing import Any
 from scrapy.http import Response
 
 from ..errors import ConfigError
-from .definition import SiteDefinition
-from .extract import CompiledSite
+from .definition import Bounds, SiteDefinition
+from .extract import CompiledSite, PageCuts
 
 __all__ = ["explain", "text_lines"]
 
@@ -39,8 +44,40 @@ def _selector(spec: Any) -> str:
     return f"css {spec.css}" if spec.css is not None else f"xpath {spec.xpath}"
 
 
-def _field(site: CompiledSite, f: Any, response: Response, result: Any) -> dict[str, Any]:
-    texts, refused = f.explain(response)
+def _bounds_text(bounds: Bounds) -> str:
+    prefix, suffix = bounds
+    start = f"sub_prefix {prefix!r}" if prefix is not None else "the page's start"
+    end = f"sub_suffix {suffix!r}" if suffix is not None else "the page's end"
+    return f"from {start} to {end}"
+
+
+def _cut(bounds: Bounds | None, cuts: PageCuts) -> dict[str, Any] | None:
+    """The region between two strings as this page has it (None: no such region)."""
+    if bounds is None:
+        return None
+    cut = cuts.cut(bounds)
+    return {
+        "sub_prefix": bounds[0],
+        "sub_suffix": bounds[1],
+        "prefix_found": cut.prefix_found,
+        "suffix_found": cut.suffix_found,
+        "found": cut.found,
+        "chars": len(cut.text) if cut.text is not None else 0,
+        "why": cut.why,
+    }
+
+
+def _region_status(region: dict[str, Any]) -> str:
+    """A region between two strings on this page: each bound found and the cut's size, or why it is empty."""
+    if not region["found"]:
+        return f"empty, {region['why']}"
+    said = [f"{k} found" for k in ("sub_prefix", "sub_suffix") if region[k] is not None]
+    return f"{', '.join(said)}, {region['chars']:,} characters"
+
+
+def _field(site: CompiledSite, f: Any, response: Response, result: Any, cuts: PageCuts) -> dict[str, Any]:
+    texts, refused = f.explain(response, cuts)
+    region = _cut(f.bounds, cuts)
     value = result.item.get(f.name)
     invalid = dict(result.invalid).get(f.name)
     if f.name in result.missing:
@@ -51,8 +88,10 @@ def _field(site: CompiledSite, f: Any, response: Response, result: Any) -> dict[
         outcome = "filled"
     why = None
     if outcome != "filled":
-        if not texts:
-            why = "the selector matched nothing"
+        if region is not None and not region["found"]:
+            why = region["why"]
+        elif not texts:
+            why = "the selector matched nothing" + (" in its region" if region is not None else "")
         else:
             reasons = list(dict.fromkeys(refused))
             why = (
@@ -74,27 +113,41 @@ def _field(site: CompiledSite, f: Any, response: Response, result: Any) -> dict[
         "why": why,
         "invalid": invalid,
         "errors": errors,
+        "region": region,
     }
 
 
 def _rule_text(rule: Any) -> str:
     parts = []
     if rule.region is not None:
-        parts.append(f"region {_selector(rule.region)}")
+        bounds = rule.region.bounds
+        parts.append(f"region {_bounds_text(bounds) if bounds is not None else _selector(rule.region)}")
     if rule.match is not None:
         parts.append(f"{rule.match.method} {', '.join(rule.match.patterns)}")
     return ", ".join(parts) or "every link"
 
 
-def _links(site: CompiledSite, response: Response, step: str) -> dict[str, Any]:
+def _links(site: CompiledSite, response: Response, step: str, cuts: PageCuts) -> dict[str, Any]:
     defined = site.site.step(step).links
     rules = []
-    for i, ((extractor, target, priority), rule) in enumerate(zip(site.rules[step], defined), 1):
-        urls = [link.url for link in extractor.extract_links(response)]
+    for i, (run, rule) in enumerate(zip(site.rules[step], defined), 1):
+        urls = [link.url for link in run.extract_links(response, cuts)]
+        region: dict[str, Any] | None = None
+        if rule.region is not None:
+            kind = "css" if rule.region.css is not None else "xpath"
+            region = _cut(run.bounds, cuts) or {kind: getattr(rule.region, kind)}
         rules.append(
-            {"rule": i, "what": _rule_text(rule), "to": target, "priority": priority, "count": len(urls), "urls": urls}
+            {
+                "rule": i,
+                "what": _rule_text(rule),
+                "to": run.target,
+                "priority": run.priority,
+                "count": len(urls),
+                "urls": urls,
+                "region": region,
+            }
         )
-    follow = [{"url": x.url, "step": x.step, "priority": x.priority} for x in site.links(response, step)]
+    follow = [{"url": x.url, "step": x.step, "priority": x.priority} for x in site.links(response, step, cuts)]
     return {"step": step, "rules": rules, "follow": follow}
 
 
@@ -105,6 +158,7 @@ def explain(
     and the links of each step with rules (only ``step``'s if given); ConfigError for a step
     the definition does not have."""
     site = CompiledSite(definition, version, origin)
+    cuts = PageCuts(response)  # each region between two strings cut once, for every field and rule
     names = [s.name for s in definition.steps]
     if step is not None and step not in names:
         raise ConfigError(f"site {definition.name!r} has no step {step!r} (steps: {', '.join(names)})")
@@ -119,15 +173,15 @@ def explain(
         "links": [],
     }
     if step is None or step == site.detail_step:
-        result = site.extract(response)
-        out["fields"] = [_field(site, f, response, result) for f in site.fields]
+        result = site.extract(response, cuts)
+        out["fields"] = [_field(site, f, response, result, cuts) for f in site.fields]
         out["item"] = result.item
         out["complete"] = result.complete
         out["missing"] = result.missing
         out["dropped"] = not result.complete and definition.incomplete_items == "drop"
     for name in names if step is None else [step]:
         if site.has_links(name):
-            out["links"].append(_links(site, response, name))
+            out["links"].append(_links(site, response, name, cuts))
     return out
 
 
@@ -166,6 +220,10 @@ def text_lines(result: dict[str, Any]) -> list[str]:
                 said = f"null, took its default {_shown(f['value'])}: {f['why']}"
             lines.append(f"  {f['name'].ljust(width)}  {said}")
             lines.append(f"  {''.ljust(width)}  {f['selector']} -> {f['type']}, matched {f['matched']}")
+            if f.get("region") is not None:
+                cut = f["region"]
+                where = _bounds_text((cut["sub_prefix"], cut["sub_suffix"]))
+                lines.append(f"  {''.ljust(width)}  region {where}: {_region_status(cut)}")
             if f["invalid"] and f["outcome"] == "filled":
                 lines.append(f"  {''.ljust(width)}  (one text was refused: {f['invalid']})")
             for err in f["errors"]:
@@ -179,6 +237,8 @@ def text_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"links a page of step {block['step']!r} follows: {len(block['follow'])} requests")
         for rule in block["rules"]:
             lines.append(f"  rule {rule['rule']} ({rule['what']}) -> step {rule['to']}: {rule['count']} links")
+            if rule.get("region") is not None and "found" in rule["region"]:
+                lines.append(f"    region: {_region_status(rule['region'])}")
             lines += [f"    {u}" for u in rule["urls"][:SHOWN_LINKS]]
             if rule["count"] > SHOWN_LINKS:
                 lines.append(f"    ... and {rule['count'] - SHOWN_LINKS} more (--json lists them all)")
