@@ -400,6 +400,12 @@ SETTINGS: dict[str, tuple[Any, str]] = {
             "site); a change takes effect on every node within this time. 0: never re-check."
         ),
     ),
+    "CRAWLPLUG_SITES_RENDER": (
+        False,
+        "Site spiders: download through scrapy-playwright (the [playwright] extra) so that a definition's "
+        "render: can render pages in a browser. Needed only for a definition stored in Redis alone: a "
+        "definition file that renders turns it on by itself. See docs/sites.md.",
+    ),
     # -- metrics and alerts (crawlplug.metrics.exporter, crawlplug.alerts.rules; docs/metrics.md) ----------
     "CRAWLPLUG_NODE_LOG": (
         200,

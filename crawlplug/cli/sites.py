@@ -34,6 +34,8 @@ try:  # the [sites] extra: pydantic (the schema) and PyYAML (the files)
     from ..sites import fetch as site_fetch
     from ..sites import trial as site_trial
     from ..sites.definition import expand_start_urls, load_file, version_of
+    from ..sites.render import problems as render_problems
+    from ..sites.render import uses_render
     from ..sites.store import SiteStore, project_pipelines
 except ImportError as missing:  # pragma: no cover - without the extra
     _MISSING: ImportError | None = missing
@@ -88,6 +90,11 @@ def sites_check(files: tuple[str, ...]) -> None:
             bad += 1
             continue
         click.echo(f"{path}: site {site.name!r} is valid: {_summary(site)}")
+        if uses_render(site):
+            from scrapy.utils.project import get_project_settings  # noqa: PLC0415
+
+            for problem in render_problems(get_project_settings()):
+                click.echo(f"{path}: warning: it renders pages (render:), and this machine cannot: {problem}")
     if bad:
         fail(f"{bad} of {len(files)} definitions are invalid")
 

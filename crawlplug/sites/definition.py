@@ -211,10 +211,22 @@ class LinkRule(_Model):
     to: str | None = Field(default=None, description="step of the linked pages (default: the next step)")
 
 
+class Render(_Model):
+    """The page rendered by a browser before it is parsed (crawlplug.sites.render)."""
+
+    engine: Literal["playwright"] = "playwright"
+    wait_for: str | None = Field(default=None, description="a CSS selector to wait for")
+    timeout: float = Field(default=10.0, gt=0, le=300, description="seconds wait_for may take")
+    wait: float = Field(default=0.0, ge=0, le=60, description="seconds to wait after it (or after the load)")
+
+    _css = field_validator("wait_for")(lambda v: v if v is None else _check_css(v))
+
+
 class Step(_Model):
     name: str
     priority: int | None = Field(default=None, description="of the requests for pages of this step")
     links: list[LinkRule] = Field(default_factory=list)
+    render: Render | None = Field(default=None, description="render this step's pages (default: the site's)")
 
     @field_validator("name")
     @classmethod
@@ -289,6 +301,7 @@ class SiteDefinition(_Model):
     fields: dict[str, FieldSpec] = Field(min_length=1)
     pipelines: list[str] = Field(default_factory=list)
     incomplete_items: Literal["drop", "keep"] = "drop"
+    render: Render | None = Field(default=None, description="render every page in a browser (a step may differ)")
 
     @field_validator("name")
     @classmethod
@@ -335,6 +348,11 @@ class SiteDefinition(_Model):
             if s.name == step:
                 return s.priority if s.priority is not None else 10 * (len(self.steps) - 1 - i)
         raise KeyError(step)
+
+    def render_for(self, step: str) -> Render | None:
+        """How pages of ``step`` are rendered: the step's own ``render``, else the site's."""
+        own = self.step(step).render
+        return own if own is not None else self.render
 
     def next_step(self, step: str) -> str | None:
         names = [s.name for s in self.steps]

@@ -24,6 +24,7 @@ from scrapy.http import Response, TextResponse
 from scrapy.settings import Settings
 
 from ..errors import ConfigError, CrawlplugError
+from . import render
 from .definition import SiteDefinition, validate, version_of
 from .store import allowed_pipelines
 from .trial import explain
@@ -75,9 +76,12 @@ def trial_settings(project: Settings, timeout: float = TIMEOUT, log_level: str =
     return settings
 
 
-def fetch(url: str, settings: Settings, timeout: float = TIMEOUT, log_level: str = "ERROR") -> Fetched:
-    """GET ``url`` through Scrapy with ``settings`` (trial_settings applied). Runs the
-    reactor: once per process."""
+def fetch(
+    url: str, settings: Settings, timeout: float = TIMEOUT, log_level: str = "ERROR", meta: dict[str, Any] | None = None
+) -> Fetched:
+    """GET ``url`` through Scrapy with ``settings`` (trial_settings applied), the request
+    carrying ``meta`` (a definition's render: scrapy-playwright's handlers then download
+    it). Runs the reactor: once per process."""
     from scrapy.crawler import CrawlerProcess  # noqa: PLC0415 - installs the reactor
 
     box: dict[str, Any] = {}
@@ -86,7 +90,7 @@ def fetch(url: str, settings: Settings, timeout: float = TIMEOUT, log_level: str
         name = "crawlplug-try"
 
         async def start(self) -> AsyncIterator[Any]:
-            yield scrapy.Request(url, callback=self.got, errback=self.failed, dont_filter=True)
+            yield scrapy.Request(url, callback=self.got, errback=self.failed, dont_filter=True, meta=dict(meta or {}))
 
         def got(self, response: Response) -> None:
             box["response"] = response
@@ -95,7 +99,10 @@ def fetch(url: str, settings: Settings, timeout: float = TIMEOUT, log_level: str
             box["error"] = f"{type(failure.value).__name__}: {failure.value}"
 
     started = time.monotonic()
-    process = CrawlerProcess(trial_settings(settings, timeout, log_level))
+    tried = trial_settings(settings, timeout, log_level)
+    if meta and meta.get("playwright"):
+        render.handlers(tried, priority="cmdline")
+    process = CrawlerProcess(tried)
     process.crawl(TrySpider)
     process.start()
     ms = (time.monotonic() - started) * 1000
@@ -136,7 +143,12 @@ def try_definition(
     if step is not None and step not in names:
         raise ConfigError(f"site {site.name!r} has no step {step!r} (steps: {', '.join(names)})")
     target = absolute(url, site)
-    got = fetch(target, settings, timeout, log_level)
+    how = site.render_for(step or site.detail_step)
+    if how is not None:
+        missing = render.problems(settings)
+        if missing:
+            raise ConfigError(f"site {site.name!r} renders its pages (render:), but this machine cannot: {missing[0]}")
+    got = fetch(target, settings, timeout, log_level, meta=render.meta(how) if how is not None else None)
     if got.response is None:
         raise CrawlplugError(f"could not fetch {target}: {got.error}")
     response = got.response
@@ -154,6 +166,7 @@ def try_definition(
         "bytes": len(response.body),
         "ms": round(got.ms),
         "content_type": response.headers.get("Content-Type", b"").decode(errors="replace"),
+        "rendered": how is not None,
     }
     return out
 

@@ -60,6 +60,11 @@ def error(site: str, exc: BaseException | str) -> str:
     return f"site/{site}/errors/{name}"
 
 
+def render_unavailable(site: str) -> str:
+    """Pages of a site whose definition renders them, requested by a node that cannot render."""
+    return f"site/{site}/render_unavailable"
+
+
 def version(site: str, ver: str) -> str:
     return f"site/{site}/version/{ver}"
 

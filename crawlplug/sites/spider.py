@@ -51,6 +51,7 @@ from ..probes.errorsamples import ErrorSamplesMiddleware
 from ..scheduler import enginehooks
 from ..server import clients
 from . import outcomes as out
+from . import render
 from .definition import NAME_RE, version_of
 from .extract import CompiledSite
 from .store import SiteStore, allowed_pipelines, load_named_file, sites_dir
@@ -122,6 +123,20 @@ class SiteSpider(scrapy.Spider):
         # loads, so a project's None under the path keeps the pipeline off (given the path,
         # it compared a class with a string and wrote its order over the None; as the add-on)
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", load_object(PIPELINE), PIPELINE_ORDER)
+        # rendering needs scrapy-playwright's download handlers, chosen before the definition
+        # is read from Redis: its file says so, or the setting does (a definition only in Redis)
+        wanted = self._problem is None and (settings.getbool("CRAWLPLUG_SITES_RENDER") or self._file_renders(settings))
+        if wanted and not render.problems(settings):  # else each rendered request would fail: said at open
+            render.handlers(settings)
+
+    def _file_renders(self, settings: BaseSettings) -> bool:
+        """Whether the site's definition file (CRAWLPLUG_SITES_DIR) renders any page."""
+        try:
+            directory = sites_dir(setting(settings, "CRAWLPLUG_SITES_DIR"))
+            found = load_named_file(directory, self.site_name, allowed_pipelines(settings))
+        except CrawlplugError:
+            return False  # reported when the spider opens
+        return found is not None and render.uses_render(found[0])
 
     def _opened(self, spider: scrapy.Spider) -> None:
         client = self._redis_client()
@@ -279,13 +294,36 @@ class SiteSpider(scrapy.Spider):
             yield self._request(url, site.name, step, priority)
 
     def _request(self, url: str, site: str, step: str, priority: int) -> scrapy.Request:
+        compiled = self.sites.get(site)
+        how = compiled.site.render_for(step) if compiled is not None else None
+        meta: dict[str, Any] = {}
+        if how is not None:
+            if self._renders():
+                meta = render.meta(how)
+            else:
+                self.crawler.stats.inc_value(out.render_unavailable(site))
+                self._once(
+                    ("render", site),
+                    logging.ERROR,
+                    "site %r renders its pages (render:), but this node downloads without a browser: %s; its "
+                    "pages are parsed as fetched",
+                    site,
+                    "; ".join(render.problems(self.crawler.settings))
+                    or "set CRAWLPLUG_SITES_RENDER = True (a definition only in Redis) and start the node again",
+                )
         return scrapy.Request(
             url,
             callback=self.parse_page,
             errback=self.page_failed,
             priority=priority,
             cb_kwargs={"site": site, "step": step},
+            meta=meta,
         )
+
+    def _renders(self) -> bool:
+        """Whether this node downloads through scrapy-playwright (decided when it started)."""
+        handlers = self.crawler.settings.getdict("DOWNLOAD_HANDLERS")
+        return all(handlers.get(scheme) == render.HANDLER for scheme in ("http", "https"))
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
         """A pushed start entry without a callback: a page of this node's site's first step."""

@@ -198,7 +198,7 @@ def text_lines(result: dict[str, Any]) -> list[str]:
     lines = [
         f"site {result['site']!r}, definition {result['version']} from {result['origin']}, tried on "
         f"{page['url']}: HTTP {page['status']}, {page['bytes']:,} bytes, {page['ms']:,.0f} ms "
-        f"({page['content_type'] or 'no Content-Type'})"
+        f"({page['content_type'] or 'no Content-Type'})" + (", rendered in a browser" if page.get("rendered") else "")
     ]
     if page["url"] != result["url"]:
         lines.append(f"  (asked for {result['url']}; redirected)")
