@@ -59,6 +59,8 @@ INTEGRATION_FIXTURES = frozenset(
         "redis_sentinel",
         "fresh_redis",
         "bloom_redis",
+        "postgres",
+        "pg_url",
         "shop",
         "make_shop",
     }
@@ -192,6 +194,32 @@ def bloom_redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[object]:
+    """The suite's throwaway PostgreSQL server on loopback (a tests.support.postgres.PostgresServer:
+    .url, .create_database(name), .port), started once; skips, saying why, where none can run
+    (no server binaries, no psycopg, root without a postgres user)."""
+    from .support.postgres import PostgresServer, skip_reason
+
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres) -> str:
+    """SQLAlchemy URL (postgresql+psycopg://...) of a new, empty database of its own on the
+    suite's PostgreSQL server."""
+    import uuid
+
+    return postgres.create_database(f"test_{uuid.uuid4().hex[:16]}")
 
 
 @pytest.fixture

@@ -218,6 +218,83 @@ def test_deterministic_bytes() -> None:
     assert other.paths() == a.paths()
 
 
+def test_change_prices_shows_on_the_page_and_in_truth(shop: DemoShop, server: ShopServer) -> None:
+    before = shop.truth()
+    assert fetch(server.url + "/item/5/")[0] == 200  # cached before the change: the change empties the cache
+    shop.change(prices={5: 12.5, 17: 999.999})
+    after = shop.truth()
+    assert after["/item/5/"] == {**before["/item/5/"], "price": 12.5}
+    assert after["/item/17/"]["price"] == 1000.0  # rounded to cents
+    assert shop.item(5)["price"] == 12.5
+    unchanged = set(before) - {"/item/5/", "/item/17/"}
+    assert {p: after[p] for p in unchanged} == {p: before[p] for p in unchanged}
+    for item_id, shown in ((5, "12.50"), (17, "1000.00")):
+        status, body, _ = fetch(server.url + f"/item/{item_id}/")
+        assert status == 200
+        assert f'<span class="price">Price: {shown} USD</span>' in body.decode()
+    assert shop.paths() == DemoShop(**SMALL).paths()
+    shop.change(prices={5: 13})  # changes add up
+    assert shop.item(5)["price"] == 13.0 and shop.item(17)["price"] == 1000.0
+
+
+def test_removed_item_is_404_and_linked_from_nowhere(shop: DemoShop, server: ShopServer) -> None:
+    unchanged = DemoShop(**SMALL)
+    for path in sorted(shop.paths()):  # every page cached before the change
+        assert fetch(server.url + path)[0] == 200
+    gone = 14  # on /category/2/page/2/, and a related link of item 32
+    assert gone in unchanged.related_ids(32)
+    shop.change(removed=[gone, 50])
+    shop.change(removed=[50])  # again: harmless
+
+    status, _, _ = fetch(server.url + f"/item/{gone}/")
+    assert status == 404
+    assert fetch(server.url + "/item/50/")[0] == 404
+    assert f"/item/{gone}/" not in shop.item_paths() and "/item/50/" not in shop.truth()
+    assert shop.item_paths() == unchanged.item_paths() - {f"/item/{gone}/", "/item/50/"}
+    assert shop.list_paths() == unchanged.list_paths()  # list pages stay where they were
+    with pytest.raises(KeyError):
+        shop.item(gone)
+
+    page2 = fetch(server.url + "/category/2/page/2/")[1].decode()
+    products = re.findall(r'<li class="product"><a href="(/item/\d+/)">', page2)
+    assert products == ["/item/17/", "/item/20/", "/item/23/"]
+    assert '<a class="next" href="/category/2/page/3/">' in page2
+    assert fetch(server.url + "/category/2/page/5/")[0] == 200  # the last page stays
+    assert "/item/14/" not in links(fetch(server.url + "/item/32/")[1])
+    assert len(shop.related_ids(32)) == 2
+
+    # what is left is closed under links and all of it reachable from home, and the rest is as it was
+    seen, todo = {"/"}, ["/"]
+    while todo:
+        status, body, _ = fetch(server.url + todo.pop())
+        assert status == 200
+        for href in links(body):
+            if href not in seen:
+                seen.add(href)
+                todo.append(href)
+    assert seen == shop.paths()
+    assert shop.truth() == {p: t for p, t in unchanged.truth().items() if p in shop.item_paths()}
+    sitemap = fetch(server.url + "/sitemap/2.xml")[1].decode()
+    assert "/item/14/<" not in sitemap and "/item/17/<" in sitemap
+
+    with pytest.raises(KeyError):
+        shop.change(prices={gone: 1.0})  # a removed item has no price to change
+    with pytest.raises(KeyError):
+        shop.change(removed=[51])
+    with pytest.raises(ValueError):
+        shop.change(prices={1: -1.0})
+    assert shop.item(1) == unchanged.item(1)  # a refused change changes nothing
+
+
+def test_unchanged_shop_is_the_pure_function_of_its_parameters(shop: DemoShop) -> None:
+    changed = DemoShop(**SMALL)
+    changed.change()  # nothing to change
+    assert changed == shop
+    assert [changed.render(p) for p in sorted(shop.paths())] == [shop.render(p) for p in sorted(shop.paths())]
+    changed.change(prices={1: 1.0})
+    assert changed != shop
+
+
 @pytest.mark.integration  # starts processes of its own
 def test_cli_port_file(tmp_path: Path) -> None:
     port_file = tmp_path / "port"

@@ -39,7 +39,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -139,6 +139,9 @@ class DemoShop:
     ``1..categories`` (item ``i`` is in category ``(i - 1) % categories + 1``).
     Every category has at least one list page, even when it has no items.
     Pages are rendered lazily and cached; rendering is thread-safe.
+
+    :meth:`change` alters the shop between two crawls (new prices, removed items); a
+    shop never changed is exactly the pure function of its parameters described above.
     """
 
     items: int = 2000
@@ -152,6 +155,11 @@ class DemoShop:
     """Changes names, prices, stock and related links, not the site's shape."""
 
     _cache: dict[str, tuple[int, bytes]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # What change() did. Replaced, never mutated (copy on write), so a reader on another
+    # thread sees the old or the new value whole; _lock orders change() against rendering.
+    _prices: Mapping[int, float] = field(default_factory=dict, init=False, repr=False)
+    _removed: frozenset[int] = field(default_factory=frozenset, init=False, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.items < 0:
@@ -172,14 +180,22 @@ class DemoShop:
         self._check_item(item_id)
         return (item_id - 1) % self.categories + 1
 
-    def category_items(self, category: int) -> range:
-        """Item ids of ``category`` in the order its list pages show them."""
+    def category_items(self, category: int) -> Sequence[int]:
+        """Item ids of ``category`` in the order its list pages show them (a removed item
+        left out)."""
+        removed = self._removed
+        ids = self._category_range(category)
+        return [i for i in ids if i not in removed] if removed else ids
+
+    def _category_range(self, category: int) -> range:
+        """Every item id ever in ``category``, removed ones included: the list pages' slots."""
         self._check_category(category)
         return range(category, self.items + 1, self.categories)
 
     def list_pages(self, category: int) -> int:
-        """Number of list pages of ``category`` (at least 1)."""
-        return max(1, math.ceil(len(self.category_items(category)) / self.per_page))
+        """Number of list pages of ``category`` (at least 1). Removing items does not change
+        it: a removed item leaves a gap on its page, the later pages stay where they were."""
+        return max(1, math.ceil(len(self._category_range(category)) / self.per_page))
 
     @staticmethod
     def list_path(category: int, page: int = 1) -> str:
@@ -198,8 +214,13 @@ class DemoShop:
         return {self.list_path(c, n) for c in range(1, self.categories + 1) for n in range(1, self.list_pages(c) + 1)}
 
     def item_paths(self) -> set[str]:
-        """Paths of all item pages."""
-        return {self.item_path(i) for i in range(1, self.items + 1)}
+        """Paths of all item pages (a removed item's not among them)."""
+        return {self.item_path(i) for i in self.item_ids()}
+
+    def item_ids(self) -> list[int]:
+        """Ids of the items in the shop, ascending (a removed item's not among them)."""
+        removed = self._removed
+        return [i for i in range(1, self.items + 1) if i not in removed]
 
     def paths(self) -> set[str]:
         """Paths of every page reachable from ``/`` (home, list and item pages)."""
@@ -245,13 +266,17 @@ class DemoShop:
         """Ground truth of item ``item_id``: exactly the fields a spider should extract.
 
         Keys: ``url_path``, ``sku``, ``name``, ``price`` (float with 2
-        decimals), ``category`` (e.g. ``"Category 3"``), ``in_stock``.
+        decimals), ``category`` (e.g. ``"Category 3"``), ``in_stock``. The price is the
+        one :meth:`change` gave, if any; a removed item raises KeyError.
         """
         self._check_item(item_id)
+        if item_id in self._removed:
+            raise KeyError(f"item {item_id} was removed from the shop")
         rng = self._rng(item_id)
         name = f"{rng.choice(_ADJECTIVES)} {rng.choice(_MATERIALS)} {rng.choice(_NOUNS)} {item_id}"
         price = rng.randint(99, 99_999) / 100
         in_stock = rng.random() < 0.8
+        price = self._prices.get(item_id, price)
         return {
             "url_path": self.item_path(item_id),
             "sku": f"SKU-{item_id:06d}",
@@ -268,7 +293,8 @@ class DemoShop:
         return " ".join(rng.sample(_BLURBS, 3))
 
     def related_ids(self, item_id: int) -> list[int]:
-        """Ids linked as ``related`` from item ``item_id`` (distinct, never itself)."""
+        """Ids linked as ``related`` from item ``item_id`` (distinct, never itself, never a
+        removed item: a removed one's link is left out, not replaced)."""
         self._check_item(item_id)
         count = min(self.related, self.items - 1)
         if count <= 0:
@@ -276,11 +302,44 @@ class DemoShop:
         rng = random.Random(f"crawlplug-demo-related:{self.seed}:{item_id}")
         # Sample from the other ids without building a list of all of them.
         picks = rng.sample(range(1, self.items), count)
-        return [p if p < item_id else p + 1 for p in picks]
+        removed = self._removed
+        return [k for k in (p if p < item_id else p + 1 for p in picks) if k not in removed]
 
     def truth(self) -> dict[str, dict[str, Any]]:
-        """``{item path: item(id)}`` for every item."""
-        return {self.item_path(i): self.item(i) for i in range(1, self.items + 1)}
+        """``{item path: item(id)}`` for every item in the shop (a removed one's not)."""
+        return {self.item_path(i): self.item(i) for i in self.item_ids()}
+
+    # ---------------------------------------------------------------- change
+
+    def change(self, prices: Mapping[int, float] | None = None, removed: Iterable[int] = ()) -> None:
+        """Change the shop, as a real one changes between two crawls.
+
+        ``prices``: ``{item id: new price}`` (rounded to cents), what :meth:`item`,
+        :meth:`truth` and the item's page say from now on. ``removed``: ids of items taken
+        out: their pages answer 404, their list pages (whose paths do not move) and other
+        items' ``related`` lists stop linking them, their sitemap leaves them out, and
+        :meth:`truth`, :meth:`item_paths` and :meth:`paths` no longer have them; removing one
+        twice is harmless. Changes add up over calls. Thread-safe: a page rendered after the
+        call shows the change (the page cache is emptied). An unknown or already removed id,
+        or a negative price, raises and changes nothing.
+        """
+        new_prices: dict[int, float] = {}
+        for item_id, price in (prices or {}).items():
+            self._check_item(item_id)
+            value = round(float(price), 2)
+            if not value >= 0:  # catches NaN too
+                raise ValueError(f"price of item {item_id} must be >= 0, not {price!r}")
+            new_prices[item_id] = value
+        gone = frozenset(removed)
+        for item_id in gone:
+            self._check_item(item_id)
+        with self._lock:
+            for item_id in new_prices:
+                if item_id in self._removed:
+                    raise KeyError(f"item {item_id} was removed from the shop")
+            self._prices = {**self._prices, **new_prices}
+            self._removed = self._removed | gone
+            self._cache.clear()
 
     # ------------------------------------------------------------- rendering
 
@@ -293,9 +352,15 @@ class DemoShop:
         cached = self._cache.get(path)
         if cached is not None:
             return cached
-        result = self._render(path)
-        if result[0] == 200:
-            self._cache[path] = result  # dict assignment is atomic under the GIL
+        # Under the lock: a change() cannot land halfway through a page, nor its emptying of
+        # the cache before a page rendered from the old shop is stored.
+        with self._lock:
+            cached = self._cache.get(path)
+            if cached is not None:
+                return cached
+            result = self._render(path)
+            if result[0] == 200:
+                self._cache[path] = result
         return result
 
     def _render(self, path: str) -> tuple[int, bytes]:
@@ -315,7 +380,7 @@ class DemoShop:
         match = _ITEM_RE.match(path)
         if match:
             item_id = int(match.group(1))
-            if item_id <= self.items:
+            if item_id <= self.items and item_id not in self._removed:
                 return 200, self._render_item(item_id)
         return 404, _NOT_FOUND
 
@@ -336,7 +401,7 @@ class DemoShop:
     def _render_home(self) -> bytes:
         body = [
             "<h1>Demo Shop</h1>",
-            f"<p>{self.items} products in {self.categories} categories.</p>",
+            f"<p>{self.items - len(self._removed)} products in {self.categories} categories.</p>",
             '<ul class="categories">',
             *(f'<li><a href="{self.list_path(c)}">Category {c}</a></li>' for c in range(1, self.categories + 1)),
             "</ul>",
@@ -344,9 +409,10 @@ class DemoShop:
         return self._page("Home", body)
 
     def _render_list(self, category: int, page: int) -> bytes:
-        ids = self.category_items(category)
+        ids = self._category_range(category)
         start = (page - 1) * self.per_page
-        shown = ids[start : start + self.per_page]
+        removed = self._removed
+        shown = [i for i in ids[start : start + self.per_page] if i not in removed]
         pages = self.list_pages(category)
         body = [
             self._nav(),
