@@ -378,6 +378,21 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "RedisItemPipeline: seconds an item waits for an unreachable Redis (its request stays "
         "unacknowledged) before the error is raised; 0: raise at once.",
     ),
+    "CRAWLPLUG_ITEMS_SQL_URL": (
+        None,
+        "SQLItemPipeline: the database items are upserted into, as an SQLAlchemy URL: "
+        "postgresql+psycopg://user:password@host:5432/db (crawls on many machines) or sqlite:///items.db "
+        "(one machine). Needs the [sql] extra. See docs/items.md.",
+    ),
+    "CRAWLPLUG_ITEM_KEY": (
+        ["url"],
+        "SQLItemPipeline: the fields that say which item an item is (one row per crawl, site and key); a site "
+        "definition's item_key wins for its items. An item without one of them is an item error.",
+    ),
+    "CRAWLPLUG_ITEMS_TABLE": (
+        "crawlplug_items",
+        "SQLItemPipeline: the table (made if missing) every crawl's items go to, one row per crawl, site and key.",
+    ),
     # -- site spiders (crawlplug.sites.spider, `scrapy crawl site -a site=NAME`) ---------
     "CRAWLPLUG_SITES_DIR": (
         "spiders/sites",

@@ -12,6 +12,7 @@ import redis
 
 from ..frontier.keys import CrawlKeys
 from ..ops import status
+from ..pipelines.sqlitems import kept_report
 
 __all__ = ["METRICS", "NO_SCRAPY_STATS", "RUN_END_STATES", "WINDOWED", "Metric", "Unknown"]
 
@@ -85,6 +86,26 @@ def _run_end(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: st
     return 1.0 if snap["run"].get("state") == arg else 0.0
 
 
+def _changes(what: str) -> Metric:
+    """Items ``what`` (new, changed, gone) in the crawl's last run, from the change report the
+    nodes of SQLItemPipeline keep when the run ends (crawlplug.pipelines.sqlitems)."""
+
+    def metric(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
+        run = snap["run"].get("id")
+        rep = kept_report(client, keys, int(run)) if run else None
+        if rep is None:
+            return Unknown(
+                f"no change report of run {run or '-'} (its items are counted when it ends, by "
+                "crawlplug.pipelines.SQLItemPipeline)"
+            )
+        value = rep["total"][what]
+        if not isinstance(value, int):
+            return Unknown(f"run {run}: gone items are not checked (the run did not finish, or was incremental)")
+        return float(value)
+
+    return metric
+
+
 def _memory(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
     memory = snap["redis_memory"]
     if not memory:
@@ -130,6 +151,18 @@ METRICS: dict[str, tuple[str, str | None, Metric]] = {
         _run_end,
     ),
     "redis_memory_percent": ("Redis memory used, % of maxmemory (0 when no maxmemory is set)", None, _memory),
+    "new_items": ("items first seen in the last run (items stored by key: SQLItemPipeline)", None, _changes("new")),
+    "changed_items": (
+        "items of the last run that differ from what the run before saw (items stored by key)",
+        None,
+        _changes("changed"),
+    ),
+    "gone_items": (
+        "items seen in the last full run that finished before, and not in the last run (items stored by "
+        "key; unknown unless the last run finished and was not incremental)",
+        None,
+        _changes("gone"),
+    ),
 }
 #: Metrics that take a window as a second argument (parsed; not evaluated yet).
 WINDOWED = frozenset({"null_rate"})

@@ -3,6 +3,8 @@ node and site definition, and per field (see :mod:`crawlplug.reports.report`).""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import click
@@ -56,7 +58,22 @@ def _lines(rep: dict) -> list[str]:
     show_default=True,
     help="With --csv: node x domain, node x site, or per field.",
 )
-def report(cli: Cli, run: int | None, as_json: bool, as_csv: bool, table: str) -> None:
+@click.option(
+    "--changes",
+    is_flag=True,
+    help="What changed in the items stored by key (SQLItemPipeline): new, changed (and which fields), "
+    "unchanged and gone, per site.",
+)
+@click.option(
+    "--sql-url",
+    default=None,
+    metavar="URL",
+    help="With --changes: count from this database (default: the project's CRAWLPLUG_ITEMS_SQL_URL); "
+    "without one, the report the nodes kept in Redis when the run ended.",
+)
+def report(
+    cli: Cli, run: int | None, as_json: bool, as_csv: bool, table: str, changes: bool, sql_url: str | None
+) -> None:
     """Per node: pages, items, errors by kind, success rate and mean response time of each
     domain; pages, items and errors of each site definition, and each field's filled,
     missing, invalid and defaulted counts.
@@ -68,6 +85,9 @@ def report(cli: Cli, run: int | None, as_json: bool, as_csv: bool, table: str) -
     if as_json and as_csv:
         fail("--json and --csv: give one of them")
     keys, target = cli.keys, cli.target  # after the checks of its own arguments
+    if changes:
+        _changes(cli, run, sql_url, as_json, as_csv)
+        return
     rep = run_report.report(target.client, keys, run)
     if as_json:
         click.echo(json.dumps(rep, indent=2))
@@ -75,3 +95,61 @@ def report(cli: Cli, run: int | None, as_json: bool, as_csv: bool, table: str) -
         click.echo(run_report.as_csv(rep, table), nl=False)
     else:
         click.echo("\n".join(_lines(rep)))
+
+
+def _changes(cli: Cli, run: int | None, sql_url: str | None, as_json: bool, as_csv: bool) -> None:
+    from ..crawl import runs  # noqa: PLC0415
+    from ..errors import ConfigError  # noqa: PLC0415
+    from ..pipelines import sqlitems  # noqa: PLC0415
+
+    keys, client = cli.keys, cli.target.client
+    run = run or runs.view(client, keys).id
+    if not run:
+        fail(f"crawl {keys.crawl!r} has no run yet")
+    url = sql_url
+    if url is None:
+        from scrapy.utils.project import get_project_settings  # noqa: PLC0415
+
+        url = get_project_settings().get("CRAWLPLUG_ITEMS_SQL_URL")
+    if url:
+        try:
+            engine = sqlitems.make_engine(str(url))
+            rep = sqlitems.report_for(client, keys, engine, sqlitems.open_table(engine), run)
+            engine.dispose()
+        except ConfigError as exc:
+            fail(str(exc))
+        rep["source"] = "database"
+    else:
+        kept = sqlitems.kept_report(client, keys, run)
+        if kept is None:
+            fail(
+                f"no change report of run {run} of crawl {keys.crawl!r}: the nodes of SQLItemPipeline keep one "
+                "when the run ends; give --sql-url (or run in the project) to count it from the database"
+            )
+        rep = {**kept, "source": "kept"}
+    if as_json:
+        click.echo(json.dumps(rep, indent=2))
+        return
+    rows = [("(all)", rep["total"]), *rep["sites"].items()]
+    if as_csv:
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["site", "new", "changed", "unchanged", "gone", "changed fields"])
+        for site, t in rows:
+            fields = " ".join(f"{k}:{n}" for k, n in sorted(t["fields"].items()))
+            writer.writerow([site, t["new"], t["changed"], t["unchanged"], t["gone"], fields])
+        click.echo(out.getvalue(), nl=False)
+        return
+    against = rep.get("gone_checked_against")
+    click.echo(
+        f"changes in run {rep['run']} of crawl {rep['crawl']!r} ({rep.get('state') or 'running'}"
+        f"{', incremental' if rep.get('incremental') else ''}), from the "
+        f"{'database' if rep['source'] == 'database' else 'report kept when it ended'}; gone: "
+        + (f"against run {against}" if against else "not checked (only for a finished full run after another)")
+    )
+    for site, t in rows:
+        fields = ", ".join(f"{k} {n}" for k, n in sorted(t["fields"].items()))
+        click.echo(
+            f"  {site or '(no site)'}: {t['new']} new, {t['changed']} changed{f' ({fields})' if fields else ''}, "
+            f"{t['unchanged']} unchanged, {t['gone']} gone"
+        )

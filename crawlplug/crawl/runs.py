@@ -87,6 +87,10 @@ __all__ = [
     "view",
 ]
 
+#: The Scrapy stat holding the run a node works for, set when it joins one (for pipelines
+#: that mark what each run saw: crawlplug.pipelines.sqlitems).
+RUN_STAT = "crawlplug/run"
+
 logger = logging.getLogger(__name__)
 
 #: How long a node beginning a run may take to clear the last one before another takes over (ms).

@@ -60,6 +60,7 @@ NAMES = (
     "crawlstats",  # hash: stat -> value aggregated over every node (summed, earliest start, latest finish)
     "statnodes",  # zset: node id -> its last stats flush (ms); each node's own stats in node:<id>:stats
     "items",  # list or stream: scraped items as JSON (crawlplug.pipelines.RedisItemPipeline)
+    "changes",  # hash: run id -> JSON change report of the items stored by key (crawlplug.pipelines.sqlitems)
     "meta",  # hash: the crawl's fixed layout ("shards" -> N), checked by every node at start, and its
     # exact store ("dedup_store" -> "hash" | "set", crawlplug.frontier.fphash.choose_store)
     # crawl runs (crawlplug.crawl.runs; lua/join.lua, runstart.lua, finish.lua, epoch.lua) and their

@@ -145,6 +145,8 @@ def join_crawl(
     if fallback is not None and _crawl(conn, frontier).queued_elsewhere(True):
         queue, frontier = fallback, build(fallback)  # the crawl's requests wait in a plain queue: finish it so
     frontier.run_id = joined.run  # the history samples it sends carry the run (crawlplug.history.store)
+    if crawler.stats is not None:  # the run this node works for, for pipelines (crawlplug.pipelines.sqlitems)
+        crawler.stats.set_value(runs.RUN_STAT, joined.run)
     frontier.lanes = tuple(name for name in config.start_keys if name != "start_urls")
     crawl = _crawl(conn, frontier)
     crawl.add_lanes(frontier.lanes)  # readers (status, peek, crawls) count the lanes a node reads

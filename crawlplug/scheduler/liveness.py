@@ -461,6 +461,7 @@ class Liveness:
         self.base = self.counts()  # what this node did before belongs to the old state
         self.frontier.epoch = joined.epoch  # (the frontier forgets what it knew of a Bloom filter's layers)
         self.frontier.run_id = joined.run
+        self.crawler.stats.set_value(runs.RUN_STAT, joined.run)
         self.data_lost = self.data_lost or lost
         self.termination = Termination(self.config.idle_close)
         try:

@@ -302,6 +302,9 @@ class SiteDefinition(_Model):
     pipelines: list[str] = Field(default_factory=list)
     incomplete_items: Literal["drop", "keep"] = "drop"
     render: Render | None = Field(default=None, description="render every page in a browser (a step may differ)")
+    item_key: list[str] = Field(
+        default_factory=list, description="fields that say which item it is, for items stored by key (SQLItemPipeline)"
+    )
 
     @field_validator("name")
     @classmethod
@@ -418,6 +421,9 @@ def _cross_errors(site: SiteDefinition, check_imports: bool, pipelines: frozense
                     hint = "" if site.base_url else " (relative start URLs need base_url)"
                     errors.append(("start_urls", f"{url!r} is not an absolute http(s) URL{hint}"))
                     break
+    for i, name in enumerate(site.item_key):
+        if name != "url" and name not in site.fields:
+            errors.append((f"item_key[{i}]", f"no field named {name!r} (fields: url, {', '.join(site.fields)})"))
     for i, path in enumerate(site.pipelines):
         problem = _pipeline_problem(path, pipelines, check_imports)
         if problem:

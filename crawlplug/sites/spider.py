@@ -320,6 +320,11 @@ class SiteSpider(scrapy.Spider):
             meta=meta,
         )
 
+    def site_item_key(self, site: str) -> list[str] | None:
+        """The fields a site's definition names as its items' key (SQLItemPipeline), or None."""
+        compiled = self.sites.get(site)
+        return list(compiled.site.item_key) or None if compiled is not None else None
+
     def _renders(self) -> bool:
         """Whether this node downloads through scrapy-playwright (decided when it started)."""
         handlers = self.crawler.settings.getdict("DOWNLOAD_HANDLERS")
