@@ -31,6 +31,7 @@ from typing import Any
 import redis
 
 from .alerts.evaluator import Evaluator
+from .alerts.outbox import Sender
 from .errors import REDIS_ERRORS, ConfigError, CrawlplugError
 from .frontier.keys import CrawlKeys
 from .frontier.results import new_node_id
@@ -257,6 +258,8 @@ class Control:
         """Tick until :meth:`stop` (or ``ticks`` ticks); releases the leads at the end."""
         keeper = threading.Thread(target=self._renew, name="crawlplug-control-leases", daemon=True)
         keeper.start()
+        # the alert notifications go out (and are retried) beside the ticks, never in their way
+        sender = Sender(self.client, self.alerts.leading).start()
         n = 0
         try:
             while not self._stop.is_set():
@@ -269,6 +272,7 @@ class Control:
         finally:
             self._stop.set()
             keeper.join(5)
+            sender.stop()
             self.release()
             self.alerts.release()
 

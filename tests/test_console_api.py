@@ -124,6 +124,11 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
     assert api.get("/api/v1/crawls/shop/nodes/a-node/log?level=info", headers=viewer).status_code == 400
     for path in ("/schedules", "/alerts"):
         call("GET", "/api/v1/crawls/{crawl}" + path)
+    # the crawl's schedules paused and resumed (a firing due meanwhile is skipped: tests/test_alert_actions.py)
+    paused = call("POST", "/api/v1/crawls/{crawl}/schedules/pause")
+    assert paused["changed"] is True and paused["paused"]["by"] == "u-operator"
+    assert api.get("/api/v1/crawls/shop/schedules", headers=viewer).json()["paused"]["by"] == "u-operator"
+    assert call("POST", "/api/v1/crawls/{crawl}/schedules/resume") == {"paused": None, "changed": True}
     call("GET", "/api/v1/audit")
     # what the console's pages ask beside: who is logged in, a home row, a cron's times, a condition's grammar
     assert call("GET", "/api/v1/session") == {"name": "u-viewer", "role": "viewer", "may": ["read"]}

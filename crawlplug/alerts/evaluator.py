@@ -9,8 +9,15 @@ does, whichever of the control processes and dashboards runs. A rule's states: `
 resumes once the metric is known again, nothing is announced). A new episode that starts
 within the rule's cooldown of the last announcement fires quietly (recorded and shown, not
 sent), and so does its clearing. The state is recorded (``alerts/lua/alert.lua``) before
-the notification is sent: a leader that dies in between loses that one notification
-rather than sending it twice.
+the notification is queued in the crawl's outbox (crawlplug.alerts.outbox: sent and
+retried by a thread of its own, so a webhook that does not answer holds up no schedule).
+
+A rule ``at end`` is checked once per run, when the run has ended: it fires (or not) for
+that run, and says nothing while the next one runs. A threshold ``N * last_run.METRIC``
+is scaled by the run before the current one's value. A rule with ``then`` acts when it
+fires, by this leader only (its record fenced first): ``pause``, ``drain`` or ``stop`` the
+running run, or ``pause-schedules``; the action is written to the run's record (``by``:
+the rule), the audit log and the rule's state.
 """
 
 from __future__ import annotations
@@ -20,14 +27,18 @@ from typing import Any
 
 import redis
 
+from ..access import audit
+from ..access.users import User
+from ..crawl import Crawl, control
 from ..crawl.leadership import Leadership
 from ..errors import REDIS_ERRORS, ConfigError, CrawlplugError
 from ..frontier.keys import CrawlKeys
 from ..ops import status
+from . import outbox
 from . import store as stored
 from .grammar import MAX_LENGTH, Condition
-from .measures import METRICS, Unknown
-from .rules import COOLDOWN, message, notify, parse, step
+from .measures import METRICS, RUN_END_STATES, Unknown, run_summaries, run_value
+from .rules import COOLDOWN, message, parse, step
 
 __all__ = ["Evaluator"]
 
@@ -88,6 +99,10 @@ class Evaluator:
                     self._once(
                         f"{crawl}/error", "crawlplug alerts: the rules of crawl %r not evaluated: %s", crawl, exc
                     )
+
+    def leading(self) -> list[CrawlKeys]:
+        """The crawls whose alerts this process leads now (their outboxes are its to send)."""
+        return [lead.keys for lead in list(self.leads.values()) if lead.fence]
 
     def release(self) -> None:
         for lead in self.leads.values():
@@ -173,8 +188,19 @@ class Evaluator:
     ) -> bool:
         """Evaluate one rule, record its state and send its notification; False once deposed."""
         keys = lead.keys
-        value = METRICS[condition.metric][2](self.client, keys, snap, condition.arg)
         last = states.get(rule_id, {})
+        run_id = snap["run"].get("id")
+        if condition.at_end and (
+            snap["run"].get("state") not in RUN_END_STATES or run_id is None or last.get("end_run") == run_id
+        ):
+            return True  # checked once a run, when it has ended
+        value = METRICS[condition.metric][2](self.client, keys, snap, condition.arg)
+        baseline: float | Unknown | None = None
+        if condition.baseline is not None and not isinstance(value, Unknown):
+            _, before = run_summaries(self.client, keys, snap)
+            baseline = run_value(condition.baseline, before, snap["now_ms"])
+            if isinstance(baseline, Unknown):
+                value = Unknown(f"last_run.{condition.baseline}: {baseline} before run {run_id}")
         if isinstance(value, Unknown) or value is None:  # recorded as unknown, with why: shown so, not "ok"
             why = value if isinstance(value, Unknown) else Unknown(f"{condition.metric} is unknown")
             self._once(
@@ -186,7 +212,12 @@ class Evaluator:
             )
             return last.get("unknown") == why or self._record_unknown(lead, rule_id, last, why, snap)
         cooldown_ms = int(float(rule.get("cooldown", COOLDOWN)) * 1000)
-        new, event = step(last, condition.holds(value), snap["now_ms"], condition.for_ms, cooldown_ms)
+        holds = condition.holds(value, baseline if isinstance(baseline, float) else None)
+        if condition.at_end:  # once for this run: fires if it holds, quiet otherwise
+            new = {"state": "firing" if holds else "ok", "since": snap["now_ms"], "end_run": run_id}
+            event = "fired" if holds else None
+        else:
+            new, event = step(last, holds, snap["now_ms"], condition.for_ms, cooldown_ms)
         new.pop("unknown", None)
         new["value"] = value
         new["checked_ms"] = snap["now_ms"]
@@ -223,21 +254,32 @@ class Evaluator:
             value,
             "" if send else " (within its cooldown: not sent)",
         )
+        if event == "fired" and rule.get("then"):
+            self._act(lead, rule_id, str(rule["then"]), value, new)
         if send and rule.get("notify"):
             title, body = message(record)
-            try:
-                ok = notify(list(rule["notify"]), title, body)
-            except ConfigError as exc:
-                self._once("apprise", "crawlplug alerts: %s", exc)
-                ok = False
-            if not ok:
-                logger.warning(
-                    "crawlplug alerts: crawl %r: the notification of rule %r did not go through "
-                    "(see Apprise's log above)",
-                    keys.crawl,
-                    rule_id,
-                )
+            outbox.enqueue(self.client, keys, rule_id, [str(u) for u in rule["notify"]], title, body)
         return True
+
+    def _act(self, lead: Leadership, rule_id: str, then: str, value: float, state: dict[str, Any]) -> None:
+        """Take the rule's action (its firing is recorded: this process leads), and say so in
+        the run's record, the audit log and the rule's state."""
+        keys = lead.keys
+        by = f"alert rule {rule_id}"
+        if then == "pause":
+            done = Crawl(self.client, keys).pause(by=by)
+            outcome = "ok" if done else "already paused"
+        elif then in ("drain", "stop"):
+            out = control.stop(self.client, keys, by=by, drain=then == "drain")
+            outcome = "ok" if out.ok else f"not done: the run is {out.state}"
+        else:
+            done = control.pause_schedules(self.client, keys, by=by, why=f"it fired with {value:g}")
+            outcome = "ok" if done else "already paused"
+        who = User(by, "alerts", self.owner)
+        audit.record(self.client, who, f"alerts.then.{then}", keys.crawl, {"rule": rule_id, "value": value}, outcome)
+        state["action"] = {"then": then, "at": state.get("checked_ms"), "outcome": outcome}
+        stored.record(lead, rule_id, state, None)
+        logger.warning("crawlplug alerts: crawl %r: rule %r fired: %s (%s)", keys.crawl, rule_id, then, outcome)
 
     def _record_unknown(
         self, lead: Leadership, rule_id: str, last: dict[str, Any], why: str, snap: dict[str, Any]

@@ -16,14 +16,11 @@ A bare metric means ``> 0``; ``for 2m`` (s, m, h, d, w, combined: ``1h30m``) mak
 condition hold that long before it fires. Which metrics exist, and which arguments each
 takes, is :mod:`crawlplug.alerts.rules`'s to say.
 
-Every form of the grammar parses, including forms planned for later issues that are not
-evaluated yet (:attr:`Condition.not_evaluated` names them; ``crawlplug alerts add``
-refuses them, saying so, and an evaluator skips a stored one with one log line):
-
-* ``NUMBER * last_run.METRIC`` (or ``last_run.METRIC``) on the right: a threshold
-  relative to the last run's value;
-* ``at end``: the condition checked once, when a run ends;
-* ``null_rate(SITE.FIELD, 10m)``: the null rate over a window instead of the whole run.
+``NUMBER * last_run.METRIC`` (or ``last_run.METRIC``) on the right makes the threshold
+relative to the last run's value of a run metric; ``at end`` checks the condition once,
+when a run ends. One form parses and is not evaluated yet (:attr:`Condition.not_evaluated`;
+``crawlplug alerts add`` refuses it, saying so, and an evaluator skips a stored one with
+one log line): ``null_rate(SITE.FIELD, 10m)``, the null rate over a window.
 
 ``run_end(STATE)`` parses and is evaluated (1 while the crawl's last run ended in
 STATE).
@@ -106,16 +103,15 @@ class Condition:
     @property
     def not_evaluated(self) -> str | None:
         """Which part of this condition no evaluator computes yet (None: all of it is)."""
-        if self.baseline is not None:
-            return f"a threshold relative to the last run (last_run.{self.baseline})"
         if self.window_ms:
             return f"a window ({span(self.window_ms)}) for {self.metric}"
-        if self.at_end:
-            return "'at end' (checked once, when a run ends)"
         return None
 
-    def holds(self, value: float) -> bool:
-        return _OPS[self.op](value, self.threshold)
+    def holds(self, value: float, baseline: float | None = None) -> bool:
+        """Whether ``value`` meets the condition (``baseline``: the last run's value of
+        ``last_run.METRIC``, which the threshold scales)."""
+        threshold = self.threshold if self.baseline is None else self.threshold * float(baseline or 0.0)
+        return _OPS[self.op](value, threshold)
 
     def __str__(self) -> str:
         args = f"({', '.join(self.args)})" if self.args else ""

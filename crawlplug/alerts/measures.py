@@ -10,11 +10,22 @@ from typing import Any
 
 import redis
 
+from ..crawl import runs
 from ..frontier.keys import CrawlKeys
 from ..ops import status
 from ..pipelines.sqlitems import kept_report
 
-__all__ = ["METRICS", "NO_SCRAPY_STATS", "RUN_END_STATES", "WINDOWED", "Metric", "Unknown"]
+__all__ = [
+    "METRICS",
+    "NO_SCRAPY_STATS",
+    "RUN_END_STATES",
+    "RUN_METRICS",
+    "WINDOWED",
+    "Metric",
+    "Unknown",
+    "run_summaries",
+    "run_value",
+]
 
 
 class Unknown(str):
@@ -83,7 +94,8 @@ RUN_END_STATES = ("finished", "limit", "stopped", "interrupted")
 
 
 def _run_end(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
-    return 1.0 if snap["run"].get("state") == arg else 0.0
+    state = snap["run"].get("state")
+    return 1.0 if (state == arg if arg else state in RUN_END_STATES) else 0.0
 
 
 def _changes(what: str) -> Metric:
@@ -102,6 +114,44 @@ def _changes(what: str) -> Metric:
         if not isinstance(value, int):
             return Unknown(f"run {run}: gone items are not checked (the run did not finish, or was incremental)")
         return float(value)
+
+    return metric
+
+
+# -- the run's own numbers, and the last run's (for last_run.METRIC) --------------------------
+
+
+def run_summaries(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the current run's summary, the run before it's; {} when there is none), from the runs'
+    records (crawlplug.crawl.runs.history: the current run with its totals so far)."""
+    history = runs.history(client, keys)
+    run_id = snap["run"].get("id")
+    current = next((s for s in history if s.get("id") == run_id), {})
+    earlier = [s for s in history if run_id is not None and (s.get("id") or 0) < run_id]
+    return current, (earlier[-1] if earlier else {})
+
+
+def run_value(name: str, summary: dict[str, Any], now_ms: int) -> float | Unknown:
+    """A run metric (:data:`RUN_METRICS`) of one run's summary."""
+    if not summary:
+        return Unknown("no such run")
+    if name == "duration":
+        started = summary.get("started")
+        if not started:
+            return Unknown("the run has not started")
+        return round((int(summary.get("ended") or now_ms) - int(started)) / 1000, 1)
+    pages, errors = int(summary.get("pages") or 0), int(summary.get("errors") or 0)
+    if name in ("success_rate", "error_rate"):
+        if not pages:
+            return Unknown("no page done in the run")
+        return round((pages - errors) / pages if name == "success_rate" else errors / pages, 4)
+    return float(int(summary.get(name) or 0))
+
+
+def _run_metric(name: str) -> Metric:
+    def metric(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None) -> float | Unknown:
+        current, _ = run_summaries(client, keys, snap)
+        return run_value(name, current, snap["now_ms"])
 
     return metric
 
@@ -146,11 +196,17 @@ METRICS: dict[str, tuple[str, str | None, Metric]] = {
     ),
     "limit_reached": ("1 when the run ended by a limit (run state 'limit'), else 0", None, _limit_reached),
     "run_end": (
-        "1 when the crawl's last run ended in STATE (finished, limit, stopped, interrupted), else 0: run_end(STATE)",
-        "STATE",
+        "1 when the crawl's last run ended (run_end), or ended in STATE (finished, limit, stopped, "
+        "interrupted): run_end(STATE); else 0",
+        "STATE?",
         _run_end,
     ),
     "redis_memory_percent": ("Redis memory used, % of maxmemory (0 when no maxmemory is set)", None, _memory),
+    "pages": ("pages done in the run (acknowledged, over every node)", None, _run_metric("pages")),
+    "items": ("items scraped in the run, over every node (as their heartbeats count them)", None, _run_metric("items")),
+    "errors": ("failed requests in the run", None, _run_metric("errors")),
+    "success_rate": ("pages of the run that did not fail, per page done", None, _run_metric("success_rate")),
+    "duration": ("seconds since the run began (a run that ended: how long it ran)", None, _run_metric("duration")),
     "new_items": ("items first seen in the last run (items stored by key: SQLItemPipeline)", None, _changes("new")),
     "changed_items": (
         "items of the last run that differ from what the run before saw (items stored by key)",
@@ -166,3 +222,5 @@ METRICS: dict[str, tuple[str, str | None, Metric]] = {
 }
 #: Metrics that take a window as a second argument (parsed; not evaluated yet).
 WINDOWED = frozenset({"null_rate"})
+#: Metrics of one run that last_run.METRIC reads of the run before the current one.
+RUN_METRICS = frozenset({"pages", "items", "errors", "success_rate", "error_rate", "duration"})

@@ -39,9 +39,10 @@ from ..errors import ConfigError
 from ..frontier.keys import CrawlKeys
 from . import store as stored
 from .grammar import MAX_LENGTH, Condition, read
-from .measures import METRICS, NO_SCRAPY_STATS, RUN_END_STATES, WINDOWED, Unknown
+from .measures import METRICS, NO_SCRAPY_STATS, RUN_END_STATES, RUN_METRICS, WINDOWED, Unknown
 
 __all__ = [
+    "ACTIONS",
     "COOLDOWN",
     "MAX_LENGTH",
     "METRICS",
@@ -76,8 +77,13 @@ def parse(text: str, *, max_length: int | None = MAX_LENGTH) -> Condition:
     for name in (metric, condition.baseline):
         if name is not None and name not in METRICS:
             raise ConfigError(f"no metric {name!r} for alerts: one of {', '.join(METRICS)}")
+    if condition.baseline is not None and condition.baseline not in RUN_METRICS:
+        raise ConfigError(
+            f"last_run.{condition.baseline}: the last run's value is kept for {', '.join(sorted(RUN_METRICS))}"
+        )
     wants = METRICS[metric][1]
-    if wants and not arg:
+    optional = bool(wants and wants.endswith("?"))
+    if wants and not arg and not optional:
         raise ConfigError(f"{metric} needs an argument: {metric}({wants})")
     if not wants and arg:
         raise ConfigError(f"{metric} takes no argument (given {arg!r})")
@@ -85,13 +91,21 @@ def parse(text: str, *, max_length: int | None = MAX_LENGTH) -> Condition:
         raise ConfigError(f"{metric} takes one argument, not a window too: {metric}({wants})")
     if metric == "null_rate" and (arg or "").count(".") < 1:
         raise ConfigError(f"null_rate takes SITE.FIELD (a site definition and one of its fields), not {arg!r}")
-    if metric == "run_end" and arg not in RUN_END_STATES:
+    if metric == "run_end" and arg is not None and arg not in RUN_END_STATES:
         raise ConfigError(f"run_end takes the state a run ends in: one of {', '.join(RUN_END_STATES)}, not {arg!r}")
     return condition
 
 
-def make_rule(rule_id: str, when: str, notify: list[str], cooldown: float = COOLDOWN) -> dict[str, Any]:
-    """A rule to store, its condition parsed (ConfigError) and its URLs checked by Apprise."""
+#: What a rule may do when it fires (``--then``), besides notifying: on the running run, and
+#: (the one a run-end rule may take) on the crawl's schedules.
+ACTIONS = ("pause", "drain", "stop", "pause-schedules")
+
+
+def make_rule(
+    rule_id: str, when: str, notify: list[str], cooldown: float = COOLDOWN, then: str | None = None
+) -> dict[str, Any]:
+    """A rule to store, its condition parsed (ConfigError) and its URLs checked by Apprise;
+    ``then``: what it does when it fires (:data:`ACTIONS`)."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", rule_id):
         raise ConfigError(f"invalid rule name {rule_id!r}: letters, digits, '_', '.', '-' (at most 64)")
     condition = parse(when)
@@ -102,9 +116,24 @@ def make_rule(rule_id: str, when: str, notify: list[str], cooldown: float = COOL
         )
     if cooldown < 0:
         raise ConfigError(f"the cooldown must be >= 0 seconds, not {cooldown:g}")
+    if then is not None:
+        if then not in ACTIONS:
+            raise ConfigError(f"--then {then!r}: one of {', '.join(ACTIONS)}")
+        if then != "pause-schedules" and (condition.at_end or condition.metric in _ENDED):
+            raise ConfigError(
+                f"--then {then}: a rule checked when a run has ended acts on no run (it has ended); "
+                "it may pause the crawl's schedules (--then pause-schedules)"
+            )
     for url in notify:
         check_url(url)
-    return {"id": rule_id, "when": str(condition), "notify": list(notify), "cooldown": float(cooldown)}
+    rule = {"id": rule_id, "when": str(condition), "notify": list(notify), "cooldown": float(cooldown)}
+    if then is not None:
+        rule["then"] = then
+    return rule
+
+
+#: Metrics that are about a run that has ended.
+_ENDED = frozenset({"run_end", "limit_reached", "new_items", "changed_items", "gone_items"})
 
 
 def _apprise() -> Any:
@@ -206,6 +235,7 @@ def view(client: redis.Redis, keys: CrawlKeys, n: int = 20) -> dict[str, Any]:
                 "fired_ms": state.get("fired_ms"),
                 "value": state.get("value"),
                 "checked_ms": state.get("checked_ms"),
+                "action": state.get("action"),
             }
         )
     return {

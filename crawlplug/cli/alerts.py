@@ -21,6 +21,7 @@ from ..alerts import rules as alerts
 from ..alerts import store as stored
 from ..controlprocess import utc
 from ..crawl import registry
+from ..errors import ConfigError
 from ..frontier.keys import CrawlKeys
 from .common import Cli, Target, create_if_new, fail, main, pass_cli
 
@@ -69,6 +70,15 @@ def _free_name(have: dict[str, Any]) -> str:
     help="Seconds after a notification during which a new episode is not sent.",
 )
 @click.option(
+    "--then",
+    "then",
+    type=click.Choice(list(alerts.ACTIONS)),
+    default=None,
+    help="What the rule does when it fires, besides notifying: pause, drain or stop the running run, "
+    "or pause-schedules (the crawl's schedules wait until `crawlplug schedule resume`; the one "
+    "action of a rule checked 'at end').",
+)
+@click.option(
     "--create",
     is_flag=True,
     help="CRAWL does not exist yet (its first node has not started): create it. "
@@ -81,6 +91,7 @@ def alerts_add(
     notify: tuple[str, ...],
     rule_name: str | None,
     cooldown: float,
+    then: str | None,
     create: bool,
 ) -> None:
     """Add an alert rule to CRAWL."""
@@ -90,7 +101,7 @@ def alerts_add(
             "starts, give --create"
         )
     have = stored.rules(target.client, keys)
-    rule = alerts.make_rule(rule_name or _free_name(have), when, list(notify), cooldown)
+    rule = alerts.make_rule(rule_name or _free_name(have), when, list(notify), cooldown, then)
     if create_if_new(target, keys):
         click.echo(f"crawl {keys.crawl!r} is new: created it")
     new = stored.put(target.client, keys, rule)
@@ -99,11 +110,12 @@ def alerts_add(
         audit.cli_user(),
         "alerts.add",
         keys.crawl,
-        {"rule": rule["id"], "when": rule["when"], "notify": len(notify)},
+        {"rule": rule["id"], "when": rule["when"], "notify": len(notify), "then": then},
     )
     where = f"notifying {len(notify)} URL{'s' if len(notify) != 1 else ''}" if notify else "recorded only (no --notify)"
     click.echo(
         f"{'added' if new else 'replaced'} alert rule {rule['id']!r} of crawl {keys.crawl!r}: {rule['when']}; {where}"
+        + (f"; then {then}" if then else "")
     )
     click.echo("  it is evaluated by `crawlplug control` (or the crawl's dashboard) while one runs")
 
@@ -115,7 +127,16 @@ def alerts_list(cli: Cli, as_json: bool) -> None:
     """The alert rules of CRAWL, or of every crawl: condition, state, recent events."""
     target = cli.target
     crawls = [cli.crawl] if cli.crawl else stored.alerting_crawls(target.client)
-    found = {c: alerts.view(target.client, CrawlKeys(c)) for c in crawls}
+    from ..alerts import outbox  # noqa: PLC0415
+
+    found = {
+        c: {
+            **alerts.view(target.client, CrawlKeys(c)),
+            "pending": outbox.pending(target.client, CrawlKeys(c)),
+            "failed": outbox.failed(target.client, CrawlKeys(c)),
+        }
+        for c in crawls
+    }
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
@@ -129,15 +150,48 @@ def alerts_list(cli: Cli, as_json: bool) -> None:
             value = f", value {rule['value']:g}" if isinstance(rule.get("value"), (int, float)) else ""
             if rule.get("why"):  # its metric cannot be evaluated now
                 value = f" ({rule['why']})"
+            then = f", then {rule['then']}" if rule.get("then") else ""
             click.echo(
                 f"  {crawl_name}/{rule['id']}  {rule['when']}  {rule['state']}{value}  "
-                f"notify {len(rule.get('notify') or [])} URL(s), cooldown {rule.get('cooldown', 0):g} s"
+                f"notify {len(rule.get('notify') or [])} URL(s), cooldown {rule.get('cooldown', 0):g} s{then}"
             )
+            action = rule.get("action")
+            if isinstance(action, dict):
+                click.echo(f"    {utc(action.get('at'))}: did {action.get('then')} ({action.get('outcome')})")
         for event in got["events"][:5]:
             click.echo(
                 f"    {utc(event.get('at'))}: {event.get('rule')} {event.get('event')} "
                 f"(value {event.get('value')}){'' if event.get('sent') else ', not sent'}"
             )
+        for note in got.get("pending", []):
+            click.echo(
+                f"    notification of {note['rule']} waiting: attempt {note['attempts'] + 1} at {utc(note['due'])}"
+                + (f" (last: {note['last_error']})" if note.get("last_error") else "")
+            )
+        for note in got.get("failed", [])[:5]:
+            click.echo(
+                f"    notification of {note['rule']} NOT DELIVERED after {note['attempts']} attempts "
+                f"(last {utc(note.get('last_attempt'))}: {note.get('last_error')})"
+            )
+
+
+@alerts_group.command("test")
+@pass_cli(crawl_argument="CRAWL", required=True)
+@click.argument("rule_name", metavar="RULE")
+def alerts_test(keys: CrawlKeys, target: Target, rule_name: str) -> None:
+    """Send one test notification of RULE of CRAWL to its URLs now, and say whether it went through."""
+    from ..alerts import outbox  # noqa: PLC0415
+
+    who = audit.cli_user()
+    try:
+        sent = outbox.send_test(target.client, keys, rule_name, who.name)
+    except ConfigError as exc:
+        audit.record(target.client, who, "alerts.test", keys.crawl, {"rule": rule_name}, f"refused: {exc}")
+        fail(str(exc))
+    audit.record(target.client, who, "alerts.test", keys.crawl, {"rule": rule_name}, "ok" if sent else "not sent")
+    if not sent:
+        fail(f"the test notification of rule {rule_name!r} was not sent (its URLs refused it or could not be reached)")
+    click.echo(f"sent a test notification of alert rule {rule_name!r} of crawl {keys.crawl!r}")
 
 
 @alerts_group.command("delete")

@@ -22,6 +22,7 @@ import click
 from .. import defaults
 from ..access import audit
 from ..controlprocess import LEASE, TICK, Control, utc
+from ..crawl import control as runctl
 from ..frontier.keys import CrawlKeys
 from ..schedules import firing as schedules
 from ..schedules import store as stored
@@ -139,6 +140,9 @@ def schedule_list(cli: Cli, as_json: bool) -> None:
     total = sum(len(s) for s in found.values())
     click.echo(f"{total} schedule{'s' if total != 1 else ''} on {target.safe_url}")
     for crawl_name, specs in found.items():
+        paused = runctl.schedules_paused(target.client, CrawlKeys(crawl_name))
+        if paused:
+            click.echo(f"  {crawl_name}: PAUSED by {paused.get('by')} ({paused.get('why') or 'no reason given'})")
         for spec_name, spec in specs.items():
             if "unreadable" in spec:
                 click.echo(f"  {crawl_name}/{spec_name}: unreadable ({spec['unreadable']!r}): delete it")
@@ -150,6 +154,33 @@ def schedule_list(cli: Cli, as_json: bool) -> None:
                 f"daemons" + {True: ", incremental", False: ", full"}.get(plan.get("incremental"), "")  # type: ignore[arg-type]
             )
             click.echo(f"    {_last(spec)}")
+
+
+@schedule_group.command("pause")
+@pass_cli(crawl_argument="CRAWL", required=True)
+def schedule_pause(keys: CrawlKeys, target: Target) -> None:
+    """Hold every schedule of CRAWL: a firing due meanwhile is recorded as skipped."""
+    who = audit.cli_user()
+    done = runctl.pause_schedules(target.client, keys, by=who.name, why="paused by an operator")
+    audit.record(target.client, who, "schedules.pause", keys.crawl, {}, "ok" if done else "already paused")
+    if not done:
+        paused = runctl.schedules_paused(target.client, keys) or {}
+        click.echo(f"the schedules of crawl {keys.crawl!r} were paused already (by {paused.get('by')})")
+        return
+    click.echo(f"paused the schedules of crawl {keys.crawl!r} (crawlplug schedule resume {keys.crawl} lets them fire)")
+
+
+@schedule_group.command("resume")
+@pass_cli(crawl_argument="CRAWL", required=True)
+def schedule_resume(keys: CrawlKeys, target: Target) -> None:
+    """Let the schedules of CRAWL fire again (paused by `schedule pause` or an alert rule)."""
+    paused = runctl.schedules_paused(target.client, keys)
+    done = runctl.resume_schedules(target.client, keys)
+    audit.record(target.client, audit.cli_user(), "schedules.resume", keys.crawl, {}, "ok" if done else "not paused")
+    if not done:
+        click.echo(f"the schedules of crawl {keys.crawl!r} were not paused")
+        return
+    click.echo(f"the schedules of crawl {keys.crawl!r} fire again (they were paused by {(paused or {}).get('by')})")
 
 
 @schedule_group.command("delete")

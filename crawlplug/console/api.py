@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from .. import starts
 from ..access import audit, users
 from ..access.users import User
+from ..alerts import outbox
 from ..alerts import rules as alert_rules
 from ..alerts import store as alert_store
 from ..config import start_key
@@ -138,6 +139,7 @@ class AlertBody(BaseModel):
     notify: list[str] = Field([], description="Apprise URLs")
     name: str | None = None
     cooldown: float = Field(alert_rules.COOLDOWN, ge=0)
+    then: str | None = Field(None, description="pause, drain, stop or pause-schedules: what it does when it fires")
     create: bool = Field(False, description="the crawl does not exist yet: create it")
 
 
@@ -653,7 +655,27 @@ def schedules(request: Request, crawl: str, who: Viewer) -> dict[str, Any]:
         with contextlib.suppress(ConfigError, TypeError, ValueError):
             row["next_five_ms"] = _next_times(str(spec["cron"]), str(spec.get("tz") or "UTC"), now)
         out.append(row)
-    return {"schedules": out, "fires": schedule_store.fires(client, keys, 20)}
+    return {
+        "schedules": out,
+        "fires": schedule_store.fires(client, keys, 20),
+        "paused": control.schedules_paused(client, keys),
+    }
+
+
+@router.post("/crawls/{crawl}/schedules/pause", summary="hold every schedule of the crawl until resumed")
+def pause_schedules(request: Request, crawl: str, who: Scheduler) -> dict[str, Any]:
+    keys = _keys(request, crawl)
+    done = control.pause_schedules(_client(request), keys, by=who.name, why="paused from the console")
+    _done(request, who, "schedules.pause", crawl, {}, "ok" if done else "already paused")
+    return {"paused": control.schedules_paused(_client(request), keys), "changed": done}
+
+
+@router.post("/crawls/{crawl}/schedules/resume", summary="let the crawl's schedules fire again")
+def resume_schedules(request: Request, crawl: str, who: Scheduler) -> dict[str, Any]:
+    keys = _keys(request, crawl)
+    done = control.resume_schedules(_client(request), keys)
+    _done(request, who, "schedules.resume", crawl, {}, "ok" if done else "not paused")
+    return {"paused": None, "changed": done}
 
 
 def _next_times(cron: str, tz: str, after_ms: int, n: int = 5) -> list[int]:
@@ -700,7 +722,10 @@ def delete_schedule(request: Request, crawl: str, name: str, who: Scheduler) -> 
 
 @router.get("/crawls/{crawl}/alerts", summary="alert rules with their state, the firing ones, recent events")
 def alerts(request: Request, crawl: str, who: Viewer, n: int = Query(20, ge=1, le=200)) -> dict[str, Any]:
-    return alert_rules.view(_client(request), _keys(request, crawl), n)
+    keys = _keys(request, crawl)
+    client = _client(request)
+    view = alert_rules.view(client, keys, n)
+    return {**view, "pending": outbox.pending(client, keys), "failed": outbox.failed(client, keys)}
 
 
 @router.post("/crawls/{crawl}/alerts", summary="add (or replace) an alert rule")
@@ -711,7 +736,7 @@ def add_alert(request: Request, crawl: str, body: AlertBody, who: Alerter) -> di
     name = body.name or next(f"rule{i}" for i in range(1, len(have) + 2) if f"rule{i}" not in have)
     detail = {"rule": name, "when": body.when, "notify": len(body.notify)}
     try:
-        rule = alert_rules.make_rule(name, body.when, list(body.notify), body.cooldown)
+        rule = alert_rules.make_rule(name, body.when, list(body.notify), body.cooldown, body.then)
     except ConfigError as exc:
         raise _refused(request, who, "alerts.add", crawl, detail, 400, str(exc)) from None
     registry.register(client, keys)
@@ -732,17 +757,11 @@ def delete_alert(request: Request, crawl: str, rule: str, who: Alerter) -> dict[
 @router.post("/crawls/{crawl}/alerts/{rule}/test", summary="send a test notification to a rule's URLs")
 def test_alert(request: Request, crawl: str, rule: str, who: Alerter) -> dict[str, Any]:
     keys = _keys(request, crawl)
-    found = alert_store.rules(_client(request), keys).get(rule)
-    if found is None or "unreadable" in found:
-        raise _refused(request, who, "alerts.test", crawl, {"rule": rule}, 404, f"no readable alert rule {rule!r}")
-    urls = [str(u) for u in found.get("notify") or []]  # type: ignore[union-attr]
-    if not urls:
-        raise _refused(request, who, "alerts.test", crawl, {"rule": rule}, 409, "the rule notifies no URL")
-    sent = alert_rules.notify(
-        urls,
-        f"crawlplug: test of alert rule {rule!r} of crawl {crawl!r}",
-        f"A test notification, sent by {who.name} from the console. The rule: {found.get('when')}",
-    )
+    try:
+        sent = outbox.send_test(_client(request), keys, rule, f"{who.name} from the console")
+    except ConfigError as exc:
+        status_code = 409 if "notifies no URL" in str(exc) else 404
+        raise _refused(request, who, "alerts.test", crawl, {"rule": rule}, status_code, str(exc)) from None
     _done(request, who, "alerts.test", crawl, {"rule": rule}, "ok" if sent else "not sent")
     if not sent:
         raise HTTPException(502, "the notification was not sent (its URLs refused it or could not be reached)")

@@ -43,7 +43,7 @@ from ..errors import ConfigError
 from ..frontier.core import open_domains
 from ..frontier.keys import CrawlKeys
 from ..frontier.scripts import Scripts
-from ..frontier.store import text
+from ..frontier.store import redis_ms, text
 from . import runs
 
 if TYPE_CHECKING:
@@ -59,7 +59,10 @@ __all__ = [
     "from_settings",
     "new_run",
     "operator",
+    "pause_schedules",
     "record_summary",
+    "resume_schedules",
+    "schedules_paused",
     "set_domain_pages",
     "set_limits",
     "stop",
@@ -265,3 +268,30 @@ def domain_pages(client: redis.Redis, keys: CrawlKeys) -> int:
         except (KeyError, ValueError):
             continue
     return 0
+
+
+# -- the crawl's schedules, paused (an alert rule's --then pause-schedules, an operator) ----
+
+
+def pause_schedules(client: redis.Redis, keys: CrawlKeys, *, by: str, why: str = "") -> bool:
+    """Hold every schedule of the crawl until :func:`resume_schedules`: a firing due meanwhile
+    is recorded as skipped, saying who paused them. False if they were paused already."""
+    record = json.dumps({"by": by, "at": redis_ms(client), "why": why}, separators=(",", ":"))
+    return bool(client.set(keys.schedpause, record, nx=True))
+
+
+def resume_schedules(client: redis.Redis, keys: CrawlKeys) -> bool:
+    """Let the crawl's schedules fire again; False if they were not paused."""
+    return bool(client.delete(keys.schedpause))
+
+
+def schedules_paused(client: redis.Redis, keys: CrawlKeys) -> dict[str, object] | None:
+    """Who paused the crawl's schedules, when and why; None when they are not paused."""
+    raw = client.get(keys.schedpause)
+    if raw is None:
+        return None
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return {"by": "?", "at": None, "why": f"unreadable: {raw[:80]!r}"}
+    return found if isinstance(found, dict) else {"by": "?", "at": None, "why": "unreadable"}

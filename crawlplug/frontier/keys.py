@@ -87,6 +87,11 @@ NAMES = (
     "alertlog",  # list: the crawl's last alert events (fired, cleared), newest first (JSON)
     "alertleader",  # string: "<owner> <fence>", the process evaluating this crawl's alert rules
     "alertfence",  # string: the last fencing token handed to an alert leader (INCR)
+    # alert notifications waiting to be sent, retried with backoff (crawlplug.alerts.outbox)
+    "alertsend",  # zset: notification id -> when its next attempt is due (ms)
+    "alertmsg",  # hash: notification id -> JSON (rule, urls, title, body, attempts, last error)
+    "alertfailed",  # list: notifications that still failed after their last attempt, newest first (JSON)
+    "schedpause",  # string: JSON {by, at, why}: the crawl's schedules are paused (crawlplug.schedules.store)
 )
 
 #: Keys that a sharded crawl (CRAWLPLUG_SHARDS > 1) keeps once per shard, under the

@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 
-from ..crawl import runs
+from ..crawl import control, runs
 from ..crawl.nodes import live_nodes
 from ..errors import ConfigError, ScrapydError
 from ..frontier.keys import CrawlKeys
@@ -152,6 +152,14 @@ def fire(
     firing = f"{name}@{due}"
     done = {j["id"] for j in jobs.with_firing(client, keys, firing)} if adopted else set()
     view = runs.view(client, keys)
+    paused = control.schedules_paused(client, keys) if not done else None
+    if paused is not None:
+        said = f": {paused.get('why')}" if paused.get("why") else ""
+        return {
+            "state": "skipped",
+            "run": view.id,
+            "why": f"the crawl's schedules are paused by {paused.get('by')}{said} (crawlplug schedule resume)",
+        }
     live = live_nodes(client, keys)
     if not done and view.state in ("running", "starting") and live > 0:
         return {

@@ -13,6 +13,7 @@ from typing import Any
 import redis
 
 from ..alerts.evaluator import Evaluator
+from ..alerts.outbox import Sender
 from ..errors import REDIS_ERRORS, CrawlplugError
 from ..frontier.keys import CrawlKeys
 from ..frontier.results import new_node_id
@@ -50,6 +51,7 @@ def alert_loop(client: redis.Redis, keys: CrawlKeys, link: str, stop: threading.
         client, f"dashboard-{new_node_id()}", prefix=keys.prefix, dashboard_url=link, crawls=[keys.crawl]
     )
     warned = False
+    sender = Sender(client, evaluator.leading).start()  # its notifications, sent and retried apart
     while not stop.wait(tick):
         try:
             evaluator.tick()
@@ -58,6 +60,7 @@ def alert_loop(client: redis.Redis, keys: CrawlKeys, link: str, stop: threading.
             if not warned:
                 logger.warning("crawlplug dashboard: alert rules not evaluated: %s", exc)
                 warned = True
+    sender.stop()
     try:
         evaluator.release()
     except REDIS_ERRORS:

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
 class WebhookReceiver:
-    """``url`` takes POSTs; ``received`` holds (path, decoded JSON body) in arrival order."""
+    """``url`` takes POSTs; ``received`` holds (path, decoded JSON body) in arrival order.
 
-    def __init__(self) -> None:
+    ``fail_first``: the first N POSTs are answered 500 (a receiver that is down), and not
+    kept in ``received``; ``attempts`` has every POST as (arrival ms, status answered)."""
+
+    def __init__(self, fail_first: int = 0) -> None:
         self.received: list[tuple[str, Any]] = []
+        self.attempts: list[tuple[int, int]] = []
+        self.fail_first = fail_first
         self._lock = threading.Lock()
         receiver = self
 
@@ -26,8 +32,11 @@ class WebhookReceiver:
                 except ValueError:
                     body = raw.decode(errors="replace")
                 with receiver._lock:
-                    receiver.received.append((self.path, body))
-                self.send_response(200)
+                    failing = len(receiver.attempts) < receiver.fail_first
+                    receiver.attempts.append((int(time.time() * 1000), 500 if failing else 200))
+                    if not failing:
+                        receiver.received.append((self.path, body))
+                self.send_response(500 if failing else 200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

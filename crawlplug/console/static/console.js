@@ -63,13 +63,13 @@ function consoleApp() {
     home: [], newCrawl: "", daemons: [], audit: [],
     st: {}, runs: [], limitsNow: null, limits: { pages: "", items: "", errors: "", timeout: "" },
     dead: { total: 0, rows: [], chosen: [] },
-    schedules: { rows: [], fires: [] }, alerts: { rules: [], active: [], events: [] }, crawlAudit: [],
+    schedules: { rows: [], fires: [], paused: null }, alerts: { rules: [], active: [], events: [], pending: [], failed: [] }, crawlAudit: [],
     nodes: [],
     log: { node: null, level: "", q: "", records: [], summary: null, job: null, jobLog: null, jobQ: "", tail: 200, jobError: "" },
     startForm: { ...planForm(), newRun: false },
     pushForm: { entries: "", lane: "start_urls", error: "", result: "" },
     scheduleForm: { ...planForm(), name: "nightly", cron: "", tz: "UTC", next: [], cronError: "" },
-    alertForm: { name: "", when: "", notify: "", check: "", ok: false, error: "" },
+    alertForm: { name: "", when: "", notify: "", then: "", check: "", ok: false, error: "" },
 
     async start() {
       window.addEventListener("hashchange", () => this.routeFromHash());
@@ -146,7 +146,7 @@ function consoleApp() {
       ]);
       this.runs = runs.runs.slice().reverse();
       this.dead = { ...this.dead, total: dead.total, rows: dead.rows };
-      this.schedules = { rows: schedules.schedules, fires: schedules.fires };
+      this.schedules = { rows: schedules.schedules, fires: schedules.fires, paused: schedules.paused };
       this.alerts = alerts;
       this.crawlAudit = audit.entries;
       if (this.daemons.length === 0 && this.may("start")) {
@@ -216,6 +216,7 @@ function consoleApp() {
         const out = await call("POST", this.path("/" + action), body);
         if (action === "continue") this.limits = { pages: "", items: "", errors: "", timeout: "" };
         this.flash = action + ": " + (out.state ? "the run is " + out.state : out.changed === false ? "nothing to change" : "done");
+        if (action.startsWith("schedules/")) this.flash = out.paused ? "the schedules are paused" : "the schedules fire again";
       } catch (e) { this.error = action + " refused: " + e.message; }
       this.refresh();
     },
@@ -324,6 +325,7 @@ function consoleApp() {
       f.error = "";
       try {
         const body = { when: f.when, notify: lines(f.notify) };
+        if (f.then) body.then = f.then;
         if (f.name.trim()) body.name = f.name.trim();
         const out = await call("POST", this.path("/alerts"), body);
         this.flash = "alert rule " + out.rule.id + " saved";
