@@ -367,7 +367,8 @@ SETTINGS: dict[str, tuple[Any, str]] = {
     ),
     "CRAWLPLUG_ITEMS_FORMAT": (
         "list",
-        "RedisItemPipeline: 'list' (RPUSH one JSON text per item) or 'stream' (XADD, field 'item').",
+        "RedisItemPipeline: 'list' (RPUSH one JSON text per item), 'stream' (XADD, field 'item'), or 'hash' "
+        "(one item per key: HSET field = the CRAWLPLUG_ITEM_KEY values as JSON, value = the item's JSON).",
     ),
     "CRAWLPLUG_ITEMS_MAXLEN": (
         0,

@@ -184,8 +184,10 @@ def test_settings(r):
     assert default.key_for(CrawlKeys("shop"), "shop") == "crawlplug:{shop}:items"
     legacy = RedisItemPipeline.from_crawler(get_crawler(settings_dict={"REDIS_ITEMS_KEY": "%(spider)s:items"}))
     assert legacy.key_for(CrawlKeys("c"), "shop") == "shop:items"
-    with pytest.raises(ConfigError, match="'list' or 'stream'"):
-        RedisItemPipeline.from_crawler(get_crawler(settings_dict={"CRAWLPLUG_ITEMS_FORMAT": "hash"}))
+    with pytest.raises(ConfigError, match="'list', 'stream' or 'hash'"):
+        RedisItemPipeline.from_crawler(get_crawler(settings_dict={"CRAWLPLUG_ITEMS_FORMAT": "set"}))
+    by_key = RedisItemPipeline.from_crawler(get_crawler(settings_dict={"CRAWLPLUG_ITEMS_FORMAT": "hash"}))
+    assert (by_key.format, by_key.item_key) == ("hash", ["url"])  # CRAWLPLUG_ITEM_KEY's default
     with pytest.raises(ConfigError, match="MAXLEN"):
         RedisItemPipeline(maxlen=-1)
     with pytest.raises(ConfigError, match="CRAWLPLUG_ITEMS_KEY"):
@@ -286,6 +288,25 @@ async def _no_sleep(seconds: float) -> None:
     pass
 
 
+def test_a_hash_keeps_one_item_per_key_and_a_run_again_updates_it(r, redis_url):
+    p = pipeline(r, fmt="hash", item_key=["sku"])
+    for sku, price in (("a", 1.0), ("b", 2.0), ("a", 1.5)):  # "a" seen again, changed
+        assert p.process_item({"sku": sku, "price": price}) == {"sku": sku, "price": price}
+    assert sorted(stored(r), key=lambda i: i["sku"]) == [{"sku": "a", "price": 1.5}, {"sku": "b", "price": 2.0}]
+    assert r.hget(KEYS.items, '["a"]') == b'{"sku":"a","price":1.5}'
+    assert count_items(r, KEYS.items) == ("hash", 2)
+    with pytest.raises(ItemError, match=r"by its key \['sku'\]: it has no sku"):
+        p.process_item({"price": 3})
+    with pytest.raises(ConfigError, match="a hash keeps one item per key"):
+        RedisItemPipeline(fmt="hash", maxlen=10, item_key=["sku"])
+    with pytest.raises(ConfigError, match="name it in CRAWLPLUG_ITEM_KEY"):
+        RedisItemPipeline(fmt="hash", item_key=[])
+    res = run("items", "export", "--redis-url", redis_url, "--crawl", KEYS.crawl)
+    assert res.exit_code == 0, res.output
+    exported = [json.loads(line) for line in res.output.splitlines() if line.startswith("{")]
+    assert sorted(item["sku"] for item in exported) == ["a", "b"] and "2 in the hash" in res.output
+
+
 # -- crawlplug items ---------------------------------------------------------------------------------
 
 
@@ -321,10 +342,10 @@ def test_cli_without_items(r, redis_url):
     res = run("items", "export", "--redis-url", redis_url, "--crawl", KEYS.crawl)
     assert res.exit_code == 0 and res.stdout == ""
     assert "exported 0 items" in res.stderr and "no items key" in res.stderr
-    r.hset(KEYS.items, "a", "b")
+    r.sadd(KEYS.items, "a")
     res = run("items", "export", "--redis-url", redis_url, "--crawl", KEYS.crawl)
     assert res.exit_code == 1
-    assert "is a Redis hash, not a list or stream of items" in res.output
+    assert "is a Redis set, not a list, stream or hash of items" in res.output
     res = run("items", "count", "--redis-url", redis_url)
     assert res.exit_code == 1 and "which crawl?" in res.output
 

@@ -1,6 +1,9 @@
 """Scraped items into Redis, as JSON: ``RedisItemPipeline``.
 
 Turn it on with ``ITEM_PIPELINES = {"crawlplug.pipelines.RedisItemPipeline": 300}``.
+With ``CRAWLPLUG_ITEMS_FORMAT = "hash"`` it keeps one item per key instead (a Redis hash:
+field = the values of ``CRAWLPLUG_ITEM_KEY`` as JSON, value = the item's JSON; a run
+again updates them); ``SQLItemPipeline`` does the same in a database, with what changed.
 Every item (a dict, a scrapy ``Item``, a dataclass, an attrs class: whatever
 itemadapter knows) becomes one compact JSON object, appended to a Redis list
 (``RPUSH``) or a stream (``XADD``, the JSON in field ``item``), by default the
@@ -41,7 +44,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..config import setting, warn_misspelt_settings
-from ..errors import ConfigError, CrawlplugError
+from ..errors import ConfigError, CrawlplugError, ItemError
 from ..frontier.keys import CrawlKeys, crawl_keys
 from ..frontier.store import text
 from ..server import clients
@@ -55,7 +58,7 @@ __all__ = ["RedisItemPipeline", "count_items", "iter_items"]
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("list", "stream")
+FORMATS = ("list", "stream", "hash")
 #: The stream field holding an item's JSON.
 STREAM_FIELD = "item"
 #: Redis errors worth waiting out: the server is unreachable, loading, or failing over.
@@ -131,9 +134,14 @@ class RedisItemPipeline:
         fmt: str = "list",
         maxlen: int = 0,
         retry: float = 300.0,
+        item_key: list[str] | None = None,
     ) -> None:
         if fmt not in FORMATS:
-            raise ConfigError(f"CRAWLPLUG_ITEMS_FORMAT must be 'list' or 'stream', got {fmt!r}")
+            raise ConfigError(f"CRAWLPLUG_ITEMS_FORMAT must be 'list', 'stream' or 'hash', got {fmt!r}")
+        if fmt == "hash" and maxlen:
+            raise ConfigError("CRAWLPLUG_ITEMS_MAXLEN is for a list or a stream: a hash keeps one item per key")
+        if fmt == "hash" and not item_key:
+            raise ConfigError("CRAWLPLUG_ITEMS_FORMAT 'hash' stores one item per key: name it in CRAWLPLUG_ITEM_KEY")
         if maxlen < 0:
             raise ConfigError(f"CRAWLPLUG_ITEMS_MAXLEN must be 0 (no limit) or more, got {maxlen}")
         self.crawler = crawler
@@ -141,6 +149,8 @@ class RedisItemPipeline:
         self.format = fmt
         self.maxlen = maxlen
         self.retry = retry
+        #: with the "hash" format: the fields that say which item an item is (CRAWLPLUG_ITEM_KEY)
+        self.item_key = list(item_key or [])
         self.client: redis.Redis | None = None
         self.key = ""
         self._conn: clients.Connection | None = None
@@ -162,6 +172,7 @@ class RedisItemPipeline:
             fmt=str(setting(s, "CRAWLPLUG_ITEMS_FORMAT")).strip().lower(),
             maxlen=setting(s, "CRAWLPLUG_ITEMS_MAXLEN", "getint"),
             retry=setting(s, "CRAWLPLUG_ITEMS_RETRY", "getfloat"),
+            item_key=setting(s, "CRAWLPLUG_ITEM_KEY", "getlist"),
         )
 
     def key_for(self, keys: CrawlKeys, spider_name: str) -> str:
@@ -200,8 +211,18 @@ class RedisItemPipeline:
         if self._conn is not None:
             self._conn.client.close()
 
+    def field_of(self, data: str) -> str:
+        """With the "hash" format: the hash field of an item (its key's values, as JSON)."""
+        values = json.loads(data)
+        missing = [f for f in self.item_key if values.get(f) in (None, "")]
+        if missing:
+            raise ItemError(f"cannot store the item by its key {self.item_key}: it has no {', '.join(missing)}")
+        return json.dumps([values[f] for f in self.item_key], ensure_ascii=False, separators=(",", ":"))
+
     def process_item(self, item: Any, spider: Spider | None = None) -> Any:
         data = item_json(item)  # ItemError: Scrapy logs the item as failed
+        if self.format == "hash":
+            data = json.dumps([self.field_of(data), data])  # stored as HSET field value: idempotent
         last = self._last
         try:
             self.store(data)
@@ -216,7 +237,10 @@ class RedisItemPipeline:
     def store(self, data: str) -> None:
         """Append one item's JSON to the key (one round trip)."""
         assert self.client is not None, "the pipeline is not open"
-        if self.format == "stream":
+        if self.format == "hash":
+            field, value = json.loads(data)
+            self.client.hset(self.key, field, value)  # the same item stored again is the same write
+        elif self.format == "stream":
             self._last = text(
                 self.client.xadd(self.key, {STREAM_FIELD: data}, maxlen=self.maxlen or None, approximate=True)
             )
@@ -232,6 +256,9 @@ class RedisItemPipeline:
         """Append one item's JSON unless an earlier attempt of it landed after ``last``
         (this node's last confirmed write before the first attempt); True if appended."""
         assert self._retry_script is not None, "the pipeline is not open"
+        if self.format == "hash":  # HSET of the same field and value: sending it again is harmless
+            self.store(data)
+            return True
         if self.format == "stream":
             known: int | str = last if isinstance(last, str) else ""
         else:
@@ -292,8 +319,8 @@ class RedisItemPipeline:
 def _kind(client: redis.Redis, key: str) -> str:
     kind = client.type(key)
     kind = kind.decode() if isinstance(kind, bytes) else str(kind)
-    if kind not in ("list", "stream", "none"):
-        raise CrawlplugError(f"{key} is a Redis {kind}, not a list or stream of items")
+    if kind not in ("list", "stream", "hash", "none"):
+        raise CrawlplugError(f"{key} is a Redis {kind}, not a list, stream or hash of items")
     return kind
 
 
@@ -304,6 +331,8 @@ def count_items(client: redis.Redis, key: str) -> tuple[str, int]:
         return kind, int(client.llen(key))
     if kind == "stream":
         return kind, int(client.xlen(key))
+    if kind == "hash":
+        return kind, int(client.hlen(key))
     return kind, 0
 
 
@@ -350,3 +379,8 @@ def iter_items(client: redis.Redis, key: str, *, limit: int = 0, chunk: int = 10
             last = text(rows[-1][0])
             ms, _, seq = last.partition("-")
             start = f"{ms}-{int(seq) + 1}"
+    elif kind == "hash":  # one item per key (CRAWLPLUG_ITEMS_FORMAT = "hash"), in no order
+        for n, (_, value) in enumerate(client.hscan_iter(key, count=chunk)):
+            if left is not None and n >= left:
+                return
+            yield value
