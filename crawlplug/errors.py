@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -307,3 +308,14 @@ REDIS_ERRORS = _redis_errors()
 class ScrapydError(CrawlplugError):
     """A Scrapyd daemon could not be reached, or refused a request (``schedule.json``,
     ``cancel.json``, ...): the message names the daemon (its URL, password masked) and why."""
+
+
+def optional_module(name: str, extra: str, what: str) -> Any:
+    """Module ``name`` of crawlplug's ``[extra]``, imported; ConfigError saying what needs it
+    and how to install it when it is missing."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{what} needs crawlplug's [{extra}] extra ({exc}): pip install 'crawlplug[{extra}]'"
+        ) from None

@@ -35,7 +35,7 @@ from typing import Any
 
 import redis
 
-from ..errors import ConfigError
+from ..errors import ConfigError, optional_module
 from ..frontier.keys import CrawlKeys
 from . import store as stored
 from .grammar import MAX_LENGTH, Condition, read
@@ -137,13 +137,7 @@ _ENDED = frozenset({"run_end", "limit_reached", "new_items", "changed_items", "g
 
 
 def _apprise() -> Any:
-    try:
-        import apprise  # noqa: PLC0415 - the [alerts] extra
-    except ImportError as exc:
-        raise ConfigError(
-            f"alert notifications need crawlplug's [alerts] extra ({exc}): pip install 'crawlplug[alerts]'"
-        ) from None
-    return apprise
+    return optional_module("apprise", "alerts", "sending alert notifications")
 
 
 def check_url(url: str) -> None:

@@ -42,7 +42,7 @@ import redis
 from ..config import setting, warn_misspelt_settings
 from ..crawl import runs
 from ..crawl.runs import RUN_STAT
-from ..errors import REDIS_ERRORS, ConfigError, ItemError
+from ..errors import REDIS_ERRORS, ConfigError, ItemError, optional_module
 from ..frontier.keys import CrawlKeys, crawl_keys
 from ..server import clients
 from .itemjson import item_json
@@ -59,13 +59,7 @@ logger = logging.getLogger(__name__)
 
 
 def _sqlalchemy() -> Any:
-    try:
-        import sqlalchemy  # noqa: PLC0415 - the [sql] extra
-    except ImportError as exc:
-        raise ConfigError(
-            f"SQLItemPipeline needs crawlplug's [sql] extra ({exc}): pip install 'crawlplug[sql]'"
-        ) from None
-    return sqlalchemy
+    return optional_module("sqlalchemy", "sql", "SQLItemPipeline")
 
 
 def make_engine(url: str) -> Engine:
