@@ -115,14 +115,15 @@ def test_a_failing_webhook_gets_the_notification_once_and_a_schedule_fires_meanw
     added = cli(redis_url, "alerts", "add", "shop", "--name", "done", "--when", "run_end(finished)",
                 "--notify", hook.apprise_url("done"))  # fmt: skip
     assert added.exit_code == 0, added.output
+    # a schedule due 5 s from now: the control process (started next) sends the notification's
+    # first attempt in a second or two, and its third 6 s after that; the firing falls between
+    when = datetime.now(timezone.utc) + timedelta(seconds=5)
+    res = cli(redis_url, "schedule", "add", "shop", "--cron", f"{when.minute} {when.hour} * * * {when.second}",
+              "--scrapyd", daemon.url, "-s", "CRAWLPLUG_IDLE_CLOSE=1", "-a", f"base_url={shop.url}")  # fmt: skip
+    assert res.exit_code == 0, res.output
     control = ControlProcess(redis_url, tmp_path / "control.log")
     try:
         wait_for(lambda: hook.attempts, 20, "the first attempt")  # refused: 500
-        # a schedule due in a few seconds, while the notification waits for its next attempts
-        when = datetime.now(timezone.utc) + timedelta(seconds=2)
-        res = cli(redis_url, "schedule", "add", "shop", "--cron", f"{when.minute} {when.hour} * * * {when.second}",
-                  "--scrapyd", daemon.url, "-s", "CRAWLPLUG_IDLE_CLOSE=1", "-a", f"base_url={shop.url}")  # fmt: skip
-        assert res.exit_code == 0, res.output
         wait_for(lambda: len(hook.received) == 1, 40, "the notification, at its third attempt")
         time.sleep(2)
         # refused twice, then delivered, once; the rule's clearing (run 2 runs) waits for it

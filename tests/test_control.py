@@ -336,7 +336,7 @@ def test_a_daily_incremental_and_a_weekly_full_schedule_each_decide_the_run_it_b
         return res.output
 
     # run 1, begun by the daily (incremental) firing, stopped by the operator part-way
-    said = schedule("daily", "incremental", _at(3))
+    said = schedule("daily", "incremental", _at(6))
     assert "each run it begins is incremental: pages seen in earlier runs are skipped" in said
     wait_for(lambda: runs.view(r, KEYS).id == 1 and runs.view(r, KEYS).state == "running", 30, "run 1")
     wait_for(lambda: sum(shop.hits.values()) >= 10, 30, "run 1 to fetch 10 pages")
@@ -347,7 +347,7 @@ def test_a_daily_incremental_and_a_weekly_full_schedule_each_decide_the_run_it_b
     assert 10 <= sum(run_1.values()) < len(shop.shop.item_paths()), "stopped part-way"
 
     # run 2, begun by the weekly (full) firing itself (the run was stopped): full, as it says
-    listed = schedule("weekly", "full", _at(3))
+    listed = schedule("weekly", "full", _at(6))
     assert "each run it begins is full: every page is fetched again" in listed
     wait_for(lambda: runs.view(r, KEYS).id == 2 and runs.view(r, KEYS).state == "finished", 90, "run 2")
     fires = [f for f in schedules.fires(r, KEYS) if f["schedule"] == "weekly"]
@@ -359,7 +359,7 @@ def test_a_daily_incremental_and_a_weekly_full_schedule_each_decide_the_run_it_b
     assert max(n - run_1[p] for p, n in after_2.items()) == 1
 
     # run 3, the daily (incremental) firing after a finished full run: known pages skipped
-    schedule("daily", "incremental", _at(3))
+    schedule("daily", "incremental", _at(6))
     wait_for(lambda: runs.view(r, KEYS).id == 3 and runs.view(r, KEYS).state == "finished", 90, "run 3")
     run_3 = shop.hits - after_2
     assert not [p for p in run_3 if p.startswith("/item/")], run_3  # no item page fetched again
