@@ -53,6 +53,7 @@ from scrapy.statscollectors import StatsCollector, StatsT
 from twisted.internet.task import LoopingCall
 
 from .config import setting
+from .crawl import runs
 from .errors import REDIS_ERRORS
 from .frontier.keys import CrawlKeys, crawl_keys
 from .frontier.results import process_node_id
@@ -78,7 +79,12 @@ class RedisStatsCollector(StatsCollector):
 
     #: Stats whose crawl-wide value is not the sum over the nodes: "min", "max" or "set"
     #: (for datetimes "min" is the earliest, "max" the latest). Extend it in a subclass.
-    AGGREGATE: ClassVar[dict[str, str]] = {"start_time": _MIN, "finish_time": _MAX, "elapsed_time_seconds": _MAX}
+    AGGREGATE: ClassVar[dict[str, str]] = {
+        "start_time": _MIN,
+        "finish_time": _MAX,
+        "elapsed_time_seconds": _MAX,
+        runs.RUN_STAT: _MAX,  # the run a node works for: crawl-wide, the latest, never a sum
+    }
 
     # Scrapy's StatsCollector.__getattribute__ runs for every attribute read, the collector's
     # own ``self._stats`` included: it tries a ``_cached_<name>`` attribute first (an

@@ -18,11 +18,13 @@ from click.testing import CliRunner
 from crawlplug.access import audit
 from crawlplug.alerts import outbox
 from crawlplug.cli import main
-from crawlplug.crawl import runs
+from crawlplug.crawl import control, runs
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.schedules import store as schedules
+from crawlplug.server.clients import client_from_url
 
 from .support.control import ControlProcess
+from .support.faultproxy import FaultProxy
 from .support.scrapyd import wait_for
 from .support.webhook import WebhookReceiver
 from .test_integration import FAST
@@ -172,3 +174,17 @@ def test_a_notification_that_never_goes_through_is_kept_and_shown(redis_url, r):
         )
     finally:
         hook.stop()
+
+
+def test_a_pause_of_the_schedules_sent_again_after_a_lost_reply_is_still_this_calls(fresh_redis):
+    """Redis pauses them and the reply is lost; redis-py sends the SET again: it finds its own record."""
+    proxy = FaultProxy.for_url(fresh_redis.url).start()
+    try:
+        client = client_from_url(proxy.url)  # crawlplug's client: one quick retry of a dropped connection
+        proxy.reset_reply(b"schedpause")
+        assert control.pause_schedules(client, KEYS, by="olga", why="test") is True
+        assert proxy.resets == 1, "the reply really was lost"
+        assert control.schedules_paused(client, KEYS)["by"] == "olga"
+        assert control.pause_schedules(client, KEYS, by="victor") is False  # another's pause: said so
+    finally:
+        proxy.stop()

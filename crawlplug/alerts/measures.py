@@ -123,8 +123,11 @@ def _changes(what: str) -> Metric:
 
 def run_summaries(client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the current run's summary, the run before it's; {} when there is none), from the runs'
-    records (crawlplug.crawl.runs.history: the current run with its totals so far)."""
-    history = runs.history(client, keys)
+    records (crawlplug.crawl.runs.history: the current run with its totals so far), read once
+    per snapshot: every rule of an evaluation shares them."""
+    history = snap.get("_runs")
+    if history is None:
+        history = snap["_runs"] = runs.history(client, keys)
     run_id = snap["run"].get("id")
     current = next((s for s in history if s.get("id") == run_id), {})
     earlier = [s for s in history if run_id is not None and (s.get("id") or 0) < run_id]

@@ -277,7 +277,9 @@ def pause_schedules(client: redis.Redis, keys: CrawlKeys, *, by: str, why: str =
     """Hold every schedule of the crawl until :func:`resume_schedules`: a firing due meanwhile
     is recorded as skipped, saying who paused them. False if they were paused already."""
     record = json.dumps({"by": by, "at": redis_ms(client), "why": why}, separators=(",", ":"))
-    return bool(client.set(keys.schedpause, record, nx=True))
+    if client.set(keys.schedpause, record, nx=True):
+        return True
+    return text(client.get(keys.schedpause) or b"") == record  # this call's own, sent again after a lost reply
 
 
 def resume_schedules(client: redis.Redis, keys: CrawlKeys) -> bool:

@@ -91,7 +91,7 @@ NAMES = (
     "alertsend",  # zset: notification id -> when its next attempt is due (ms)
     "alertmsg",  # hash: notification id -> JSON (rule, urls, title, body, attempts, last error)
     "alertfailed",  # list: notifications that still failed after their last attempt, newest first (JSON)
-    "schedpause",  # string: JSON {by, at, why}: the crawl's schedules are paused (crawlplug.schedules.store)
+    "schedpause",  # string: JSON {by, at, why}: the crawl's schedules are paused (crawlplug.crawl.control)
 )
 
 #: Keys that a sharded crawl (CRAWLPLUG_SHARDS > 1) keeps once per shard, under the
