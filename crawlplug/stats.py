@@ -9,7 +9,11 @@ once more at close, sends what changed in one script call (``lua/stats.lua``):
 * ``crawlplug:{<crawl>}:node:<node id>:stats`` (hash): this node's stats;
 * ``crawlplug:{<crawl>}:crawlstats`` (hash): the crawl-wide stats, over every
   node that ever ran in the crawl;
-* ``crawlplug:{<crawl>}:statnodes`` (sorted set): node id -> its last flush (ms).
+* ``crawlplug:{<crawl>}:statnodes`` (sorted set): node id -> its last flush (ms);
+* ``crawlplug:{<crawl>}:sitem:<minute>`` (hash, kept a day): the site spiders' outcomes
+  (pages, items, field outcomes: :data:`MINUTE_STAT`) counted in that minute, crawl-wide,
+  which :mod:`crawlplug.sites.minutes` reads as each site's history per minute. A flush
+  whose changes hold none sends no such key.
 
 Crawl-wide, a number is the sum over the nodes (counters such as
 ``response_received_count``; a number set with ``set_value`` too), except
@@ -69,6 +73,12 @@ __all__ = ["RedisStatsCollector", "crawl_stats", "decode", "node_stats", "stats_
 
 logger = logging.getLogger(__name__)
 
+#: The stats also counted per minute (lua/stats.lua's "hsum"): a site's pages and failures per
+#: step, its items, its fields' outcomes (crawlplug.sites.outcomes names them)
+MINUTE_STAT = re.compile(
+    r"site/[^/]+/(?:step/[^/]+/(?:pages|failed)|items/(?:ok|incomplete)|field/[^/]+/(?:filled|missing|invalid|default))"
+)
+
 # how a stat was last changed, hence how it adds up crawl-wide (lua/stats.lua)
 _SUM, _MAX, _MIN, _SET = "sum", "max", "min", "set"
 _BY_METHOD = {"inc": _SUM, "set": _SUM, "max": _MAX, "min": _MIN}
@@ -107,6 +117,7 @@ class RedisStatsCollector(StatsCollector):
         self._dirty: set[str] = set()  # stats changed since the last flush Redis took
         self._flushed = False  # Redis took a flush of this node (its hash should exist)
         self._down_since: float | None = None
+        self._clock_ms = 0.0  # Redis's clock less this machine's (ms), from the last flush's reply
         self._loop: LoopingCall | None = None
         #: scrapy-redis's STATS_KEY template; the hash it names once open (see mirror())
         self.mirror_template: str | None = crawler.settings.get("STATS_KEY") or None
@@ -244,16 +255,25 @@ class RedisStatsCollector(StatsCollector):
         keys = self.keys
         sent = list(self._dirty)
         args: list[Any] = [self.node_id, "1" if self._flushed else "0"]
+        per_minute = False
         for key in sent:
-            args += self._field(key)
+            field = self._field(key)
+            if field[0] == _SUM and key.startswith("site/") and MINUTE_STAT.fullmatch(key):
+                field[0], per_minute = "hsum", True
+            args += field
+        names = [keys.crawlstats, keys.node_stats(self.node_id), keys.statnodes]
+        if per_minute:  # named by this node's estimate of Redis's clock: the minute the counts go in
+            names.append(keys.site_minute(int((time.time() * 1000 + self._clock_ms) // 60_000)))
         try:
-            now = self._script(keys=[keys.crawlstats, keys.node_stats(self.node_id), keys.statnodes], args=args)
+            now = self._script(keys=names, args=args)
         except REDIS_ERRORS as exc:
             self._redis_error(exc)
             return False
         if self._down_since is not None:
             logger.info("crawlplug: stats reach Redis again after %.1fs", time.monotonic() - self._down_since)
             self._down_since = None
+        if int(now) > 0:
+            self._clock_ms = int(now) - time.time() * 1000
         if int(now) == -1:
             # Redis lost this node's hash (restarted without its data): send everything
             logger.warning("crawlplug: Redis lost this node's stats; sending all of them again")

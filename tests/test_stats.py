@@ -104,6 +104,45 @@ def test_a_repeated_flush_counts_once(r):
     assert crawl_stats(r, KEYS)["bytes"] == 2.5
 
 
+def test_site_outcomes_are_counted_per_minute_once_over_every_node(r):
+    """The site spiders' outcomes also land in the minute they were flushed in, summed over
+    the nodes; a flush sent again (its reply lost) adds nothing; other stats stay out."""
+    from crawlplug.sites import minutes
+
+    a, b = collector(r, "node-a"), collector(r, "node-b")
+    for stats, missing in ((a, 3), (b, 2)):
+        stats.inc_value("site/shop/step/item/pages", 10)
+        stats.inc_value("site/shop/items/ok", 10 - missing)
+        stats.inc_value("site/shop/items/incomplete", missing)
+        stats.inc_value("site/shop/field/price/filled", 10 - missing)
+        stats.inc_value("site/shop/field/price/missing", missing)
+        stats.inc_value("site/shop/v/abc/field/price/missing", missing)  # per version: the run's stats only
+        stats.inc_value("response_received_count", 10)
+    assert a.flush() and b.flush()
+    a._dirty.add("site/shop/field/price/missing")  # as if the reply had been lost
+    assert a.flush()
+    now = int(r.time()[0]) * 1000
+    got = minutes.series(r, KEYS, "shop", now - 120_000, now)
+    assert sum(got.pages) == 20 and sum(got.items_ok) == 15 and sum(got.items_incomplete) == 5
+    assert sum(got.fields["price"]["missing"]) == 5 and sum(got.fields["price"]["filled"]) == 15
+    assert minutes.null_rate(r, KEYS, "shop", "price", 600_000, now) == 0.25
+    assert minutes.null_rate(r, KEYS, "shop", "name", 600_000, now) is None  # no such field counted
+    assert minutes.null_rate(r, KEYS, "other", "price", 600_000, now) is None
+    (key,) = r.keys(KEYS.key("sitem:*"))
+    fields = {k.decode() for k in r.hgetall(key)}
+    assert all(f.startswith("shop/") for f in fields) and not any("/v/" in f for f in fields)
+    assert 0 < r.pttl(key) <= 86_460_000  # kept a day after its last count
+    # ten minutes later the window no longer sees them (whole minutes: the one now and the ten before)
+    assert minutes.null_rate(r, KEYS, "shop", "price", 600_000, now + 11 * 60_000 + 60_000) is None
+
+
+def test_a_flush_without_site_outcomes_names_no_minute_key(r):
+    a = collector(r, "node-a")
+    a.inc_value("response_received_count", 3)
+    assert a.flush()
+    assert r.keys(KEYS.key("sitem:*")) == []
+
+
 def test_removed_stats_leave_the_sums(r):
     a, b = collector(r, "node-a"), collector(r, "node-b")
     a.inc_value("pages", 3)

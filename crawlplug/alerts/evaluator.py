@@ -37,7 +37,7 @@ from ..ops import status
 from . import outbox
 from . import store as stored
 from .grammar import MAX_LENGTH, Condition
-from .measures import METRICS, RUN_END_STATES, Unknown, run_summaries, run_value
+from .measures import METRICS, RUN_END_STATES, WINDOWED, Unknown, run_summaries, run_value
 from .rules import COOLDOWN, message, parse, step
 
 __all__ = ["Evaluator"]
@@ -194,7 +194,10 @@ class Evaluator:
             snap["run"].get("state") not in RUN_END_STATES or run_id is None or last.get("end_run") == run_id
         ):
             return True  # checked once a run, when it has ended
-        value = METRICS[condition.metric][2](self.client, keys, snap, condition.arg)
+        if condition.window_ms:
+            value = WINDOWED[condition.metric](self.client, keys, snap, condition.arg, condition.window_ms)
+        else:
+            value = METRICS[condition.metric][2](self.client, keys, snap, condition.arg)
         baseline: float | Unknown | None = None
         if condition.baseline is not None and not isinstance(value, Unknown):
             _, before = run_summaries(self.client, keys, snap)

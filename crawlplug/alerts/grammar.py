@@ -18,9 +18,10 @@ takes, is :mod:`crawlplug.alerts.rules`'s to say.
 
 ``NUMBER * last_run.METRIC`` (or ``last_run.METRIC``) on the right makes the threshold
 relative to the last run's value of a run metric; ``at end`` checks the condition once,
-when a run ends. One form parses and is not evaluated yet (:attr:`Condition.not_evaluated`;
-``crawlplug alerts add`` refuses it, saying so, and an evaluator skips a stored one with
-one log line): ``null_rate(SITE.FIELD, 10m)``, the null rate over a window.
+when a run ends. ``null_rate(SITE.FIELD, 10m)`` is the null rate over a window (the site's
+minutes, crawlplug.sites.minutes). Every form that parses is evaluated today; a form added to
+the grammar before its evaluator says so by :attr:`Condition.not_evaluated` (``crawlplug
+alerts add`` refuses it, and an evaluator skips a stored one with one log line).
 
 ``run_end(STATE)`` parses and is evaluated (1 while the crawl's last run ended in
 STATE).
@@ -102,9 +103,8 @@ class Condition:
 
     @property
     def not_evaluated(self) -> str | None:
-        """Which part of this condition no evaluator computes yet (None: all of it is)."""
-        if self.window_ms:
-            return f"a window ({span(self.window_ms)}) for {self.metric}"
+        """Which part of this condition no evaluator computes yet (None: all of it is; every
+        form the grammar reads today is evaluated)."""
         return None
 
     def holds(self, value: float, baseline: float | None = None) -> bool:

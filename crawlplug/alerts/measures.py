@@ -15,8 +15,13 @@ from ..frontier.keys import CrawlKeys
 from ..ops import status
 from ..pipelines.sqlitems import kept_report
 
+#: A window's bounds (the site's minutes are kept a day: crawlplug.sites.minutes)
+MINUTE_MS, DAY_MS = 60_000, 86_400_000
+
 __all__ = [
+    "DAY_MS",
     "METRICS",
+    "MINUTE_MS",
     "NO_SCRAPY_STATS",
     "RUN_END_STATES",
     "RUN_METRICS",
@@ -191,9 +196,9 @@ METRICS: dict[str, tuple[str, str | None, Metric]] = {
         _silent_nodes,
     ),
     "null_rate": (
-        "share of a site definition's items whose field was null: null_rate(SITE.FIELD); unknown "
-        "until an item of it is counted; null_rate(SITE.FIELD, 10m), over a window, parses but is not "
-        "evaluated yet",
+        "share of a site definition's items whose field was null: null_rate(SITE.FIELD) over the run; "
+        "null_rate(SITE.FIELD, 10m) over the last 10 minutes (whole minutes, the current one included); "
+        "unknown until an item of it is counted",
         "SITE.FIELD",
         _null_rate,
     ),
@@ -223,7 +228,23 @@ METRICS: dict[str, tuple[str, str | None, Metric]] = {
         _changes("gone"),
     ),
 }
-#: Metrics that take a window as a second argument (parsed; not evaluated yet).
-WINDOWED = frozenset({"null_rate"})
+
+
+def _null_rate_window(
+    client: redis.Redis, keys: CrawlKeys, snap: dict[str, Any], arg: str | None, window_ms: int
+) -> float | Unknown:
+    from ..sites.minutes import null_rate  # noqa: PLC0415 - the [sites] extra's package, read only here
+
+    site, _, field = (arg or "").rpartition(".")
+    rate = null_rate(client, keys, site, field, window_ms, snap["now_ms"])
+    if rate is None:
+        return Unknown(f"no item of site {site!r} counted for field {field!r} in the window (is {arg!r} right?)")
+    return rate
+
+
+#: Metrics that take a window as a second argument: name -> f(client, keys, snapshot, arg, window ms).
+WINDOWED: dict[str, Callable[[redis.Redis, CrawlKeys, dict[str, Any], str | None, int], float | Unknown]] = {
+    "null_rate": _null_rate_window
+}
 #: Metrics of one run that last_run.METRIC reads of the run before the current one.
 RUN_METRICS = frozenset({"pages", "items", "errors", "success_rate", "error_rate", "duration"})

@@ -39,7 +39,7 @@ from ..errors import ConfigError, optional_module
 from ..frontier.keys import CrawlKeys
 from . import store as stored
 from .grammar import MAX_LENGTH, Condition, read
-from .measures import METRICS, NO_SCRAPY_STATS, RUN_END_STATES, RUN_METRICS, WINDOWED, Unknown
+from .measures import DAY_MS, METRICS, MINUTE_MS, NO_SCRAPY_STATS, RUN_END_STATES, RUN_METRICS, WINDOWED, Unknown
 
 __all__ = [
     "ACTIONS",
@@ -89,6 +89,11 @@ def parse(text: str, *, max_length: int | None = MAX_LENGTH) -> Condition:
         raise ConfigError(f"{metric} takes no argument (given {arg!r})")
     if condition.window_ms and metric not in WINDOWED:
         raise ConfigError(f"{metric} takes one argument, not a window too: {metric}({wants})")
+    if condition.window_ms and not MINUTE_MS <= condition.window_ms <= DAY_MS:
+        raise ConfigError(
+            f"the window of {metric} is read from the site's minutes, kept a day: between 1m and 1d, "
+            f"not {condition.args[-1]}"
+        )
     if metric == "null_rate" and (arg or "").count(".") < 1:
         raise ConfigError(f"null_rate takes SITE.FIELD (a site definition and one of its fields), not {arg!r}")
     if metric == "run_end" and arg is not None and arg not in RUN_END_STATES:

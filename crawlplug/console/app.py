@@ -29,6 +29,7 @@ from ..web import create_app as dashboard_app
 from ..web.hosts import LOOPBACK_HOSTS
 from .api import router
 from .auth import Access
+from .studio import router as studio_router
 
 __all__ = ["create_console"]
 
@@ -61,6 +62,7 @@ def create_console(
     app.state.access = Access(client, admin_token=admin_token, read_open=read_open)
     app.state.conn = conn
     app.include_router(router)
+    app.include_router(studio_router)
 
     @app.exception_handler(redis.RedisError)
     async def redis_down(request: Request, exc: Exception) -> JSONResponse:

@@ -174,6 +174,11 @@ class CrawlKeys:
         """The hash holding one node's Scrapy stats (under ``node:`` so purge deletes it)."""
         return f"{self.tag}:node:{node_id}:stats"
 
+    def site_minute(self, minute: int) -> str:
+        """The hash of the site spiders' outcomes counted in ``minute`` (ms // 60000, Redis's
+        clock): crawlplug.stats writes it, crawlplug.sites.minutes reads it."""
+        return f"{self.tag}:sitem:{minute}"
+
     def domain_keys(self) -> list[str]:
         """The per-domain queue's keys, in the order the scripts take them."""
         return [self.key(n) for n in DOMAIN_NAMES]

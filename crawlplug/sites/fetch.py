@@ -29,7 +29,7 @@ from .definition import SiteDefinition, validate, version_of
 from .store import allowed_pipelines
 from .trial import explain
 
-__all__ = ["Fetched", "fetch", "main", "trial_settings", "try_definition"]
+__all__ = ["Fetched", "fetch", "fetch_many", "main", "trial_settings", "try_definition", "try_pages"]
 
 #: Seconds a trial waits for its page, unless told otherwise.
 TIMEOUT = 30.0
@@ -82,37 +82,60 @@ def fetch(
     """GET ``url`` through Scrapy with ``settings`` (trial_settings applied), the request
     carrying ``meta`` (a definition's render: scrapy-playwright's handlers then download
     it). Runs the reactor: once per process."""
+    return fetch_many([(url, meta)], settings, timeout, log_level)[0]
+
+
+def fetch_many(
+    targets: list[tuple[str, dict[str, Any] | None]],
+    settings: Settings,
+    timeout: float = TIMEOUT,
+    log_level: str = "ERROR",
+) -> list[Fetched]:
+    """GET each (url, meta) of ``targets`` through one Scrapy crawler (the reactor runs once
+    per process), as :func:`fetch` does one; the results in the same order."""
     from scrapy.crawler import CrawlerProcess  # noqa: PLC0415 - installs the reactor
 
-    box: dict[str, Any] = {}
+    boxes: list[dict[str, Any]] = [{} for _ in targets]
 
     class TrySpider(scrapy.Spider):
         name = "crawlplug-try"
 
         async def start(self) -> AsyncIterator[Any]:
-            yield scrapy.Request(url, callback=self.got, errback=self.failed, dont_filter=True, meta=dict(meta or {}))
+            for i, (url, meta) in enumerate(targets):
+                yield scrapy.Request(
+                    url,
+                    callback=self.got,
+                    errback=self.failed,
+                    dont_filter=True,
+                    meta={**(meta or {}), "crawlplug_try": i},
+                )
 
         def got(self, response: Response) -> None:
-            box["response"] = response
+            boxes[response.meta["crawlplug_try"]]["response"] = response
 
         def failed(self, failure: Any) -> None:
-            box["error"] = f"{type(failure.value).__name__}: {failure.value}"
+            i = failure.request.meta.get("crawlplug_try", 0)
+            boxes[i]["error"] = f"{type(failure.value).__name__}: {failure.value}"
 
     started = time.monotonic()
     tried = trial_settings(settings, timeout, log_level)
-    if meta and meta.get("playwright"):
+    if any(meta and meta.get("playwright") for _, meta in targets):
         render.handlers(tried, priority="cmdline")
     process = CrawlerProcess(tried)
     process.crawl(TrySpider)
     process.start()
-    ms = (time.monotonic() - started) * 1000
-    response = box.get("response")
-    latency = response.meta.get("download_latency") if response is not None else None
-    if isinstance(latency, (int, float)):
-        ms = latency * 1000  # the download itself, not Scrapy's start
-    if response is None and "error" not in box:
-        box["error"] = "the request was dropped before it was sent (a middleware or the project's settings)"
-    return Fetched(response, box.get("error"), ms)
+    elapsed = (time.monotonic() - started) * 1000
+    out = []
+    for box in boxes:
+        response = box.get("response")
+        ms = elapsed
+        latency = response.meta.get("download_latency") if response is not None else None
+        if isinstance(latency, (int, float)):
+            ms = latency * 1000  # the download itself, not Scrapy's start
+        if response is None and "error" not in box:
+            box["error"] = "the request was dropped before it was sent (a middleware or the project's settings)"
+        out.append(Fetched(response, box.get("error"), ms))
+    return out
 
 
 def absolute(url: str, site: SiteDefinition) -> str:
@@ -142,32 +165,82 @@ def try_definition(
     names = [s.name for s in site.steps]
     if step is not None and step not in names:
         raise ConfigError(f"site {site.name!r} has no step {step!r} (steps: {', '.join(names)})")
-    target = absolute(url, site)
-    how = site.render_for(step or site.detail_step)
-    if how is not None:
-        missing = render.problems(settings)
-        if missing:
-            raise ConfigError(f"site {site.name!r} renders its pages (render:), but this machine cannot: {missing[0]}")
-    got = fetch(target, settings, timeout, log_level, meta=render.meta(how) if how is not None else None)
-    if got.response is None:
-        raise CrawlplugError(f"could not fetch {target}: {got.error}")
-    response = got.response
-    if not isinstance(response, TextResponse):
-        kind = response.headers.get("Content-Type", b"").decode(errors="replace") or "unknown"
-        raise CrawlplugError(
-            f"{response.url} is not a text page (Content-Type {kind}, HTTP {response.status}): "
-            "a definition's selectors cannot read it"
-        )
-    out = explain(site, response, step=step, version=version, origin=origin)
-    out["url"] = target
-    out["page"] = {
-        "url": response.url,
-        "status": response.status,
-        "bytes": len(response.body),
-        "ms": round(got.ms),
-        "content_type": response.headers.get("Content-Type", b"").decode(errors="replace"),
-        "rendered": how is not None,
-    }
+    absolute(url, site)  # a ConfigError before anything is fetched
+    result = try_pages(
+        site, [(url, step)], settings=settings, version=version, origin=origin, timeout=timeout, log_level=log_level
+    )[0]
+    if "error" in result:
+        raise CrawlplugError(result["error"])
+    return result
+
+
+def try_pages(
+    site: SiteDefinition,
+    pages: list[tuple[str, str | None]],
+    *,
+    settings: Settings,
+    version: str,
+    origin: str,
+    timeout: float = TIMEOUT,
+    log_level: str = "ERROR",
+) -> list[dict[str, Any]]:
+    """Fetch each (url, step) of ``pages`` in one crawler and explain it as :func:`try_definition`
+    does; a page that could not be tried is {"url", "step", "error"} (why), in its place."""
+    how_render = render.problems(settings)
+    targets: list[tuple[str, dict[str, Any] | None]] = []
+    refused: dict[int, str] = {}
+    names = [s.name for s in site.steps]
+    for i, (url, step) in enumerate(pages):
+        how = site.render_for(step or site.detail_step) if step in (None, *names) else None
+        try:
+            if step is not None and step not in names:
+                raise ConfigError(f"site {site.name!r} has no step {step!r} (steps: {', '.join(names)})")
+            target = absolute(url, site)
+            if how is not None and how_render:
+                raise ConfigError(
+                    f"site {site.name!r} renders its pages (render:), but this machine cannot: {how_render[0]}"
+                )
+        except ConfigError as exc:
+            refused[i] = str(exc)
+            target = url
+        targets.append((target, render.meta(how) if how is not None else None))
+    wanted = [i for i in range(len(pages)) if i not in refused]
+    fetched = (
+        dict(zip(wanted, fetch_many([targets[i] for i in wanted], settings, timeout, log_level))) if wanted else {}
+    )
+    out: list[dict[str, Any]] = []
+    for i, (url, step) in enumerate(pages):
+        target, meta = targets[i]
+        got = fetched.get(i)
+        if got is None or got.response is None:
+            why = refused.get(i) or f"could not fetch {target}: {got.error if got else 'not tried'}"
+            out.append({"url": target, "step": step, "error": why})
+            continue
+        response = got.response
+        if not isinstance(response, TextResponse):
+            kind = response.headers.get("Content-Type", b"").decode(errors="replace") or "unknown"
+            out.append(
+                {
+                    "url": target,
+                    "step": step,
+                    "error": (
+                        f"{response.url} is not a text page (Content-Type {kind}, HTTP {response.status}): "
+                        "a definition's selectors cannot read it"
+                    ),
+                }
+            )
+            continue
+        result = explain(site, response, step=step, version=version, origin=origin)
+        result["url"] = target
+        result["page"] = {
+            "url": response.url,
+            "status": response.status,
+            "bytes": len(response.body),
+            "ms": round(got.ms),
+            "content_type": response.headers.get("Content-Type", b"").decode(errors="replace"),
+            "rendered": meta is not None,
+        }
+        out.append(result)
     return out
 
 
@@ -179,8 +252,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         request = json.load(sys.stdin)
+        pages = request.get("pages") if isinstance(request, dict) else None
+        if isinstance(pages, list):
+            return _main_pages(request, pages)
         if not isinstance(request, dict) or not isinstance(request.get("url"), str):
-            raise ConfigError("give a JSON object with the definition and the url")
+            raise ConfigError("give a JSON object with the definition and the url (or pages)")
         doc = request.get("definition")
         if request.get("base_url") and isinstance(doc, dict):
             doc = {**doc, "base_url": request["base_url"]}  # as -a base_url: relative start URLs go there
@@ -199,6 +275,35 @@ def main(argv: list[str] | None = None) -> int:
         json.dump({"error": str(exc)}, sys.stdout)
         return 1
     json.dump(result, sys.stdout, default=repr)
+    return 0
+
+
+def _main_pages(request: dict[str, Any], pages: list[Any]) -> int:
+    """main() for {"definition", "pages": [{"url", "step"}], ...}: {"trials": [...]} out."""
+    from scrapy.utils.project import get_project_settings  # noqa: PLC0415
+
+    try:
+        wanted = [(str(p["url"]), p.get("step") or None) for p in pages if isinstance(p, dict) and p.get("url")]
+        if not wanted:
+            raise ConfigError('no page to try: give pages as [{"url": ..., "step": ...}]')
+        doc = request.get("definition")
+        if request.get("base_url") and isinstance(doc, dict):
+            doc = {**doc, "base_url": request["base_url"]}
+        project = get_project_settings()
+        origin = str(request.get("origin") or "the definition")
+        site = validate(doc, origin, pipelines=allowed_pipelines(project))
+        trials = try_pages(
+            site,
+            wanted,
+            settings=project,
+            version=version_of(doc),
+            origin=origin,
+            timeout=float(request.get("timeout") or TIMEOUT),
+        )
+    except (CrawlplugError, ValueError) as exc:
+        json.dump({"error": str(exc)}, sys.stdout)
+        return 1
+    json.dump({"trials": trials, "version": version_of(doc), "origin": origin}, sys.stdout, default=repr)
     return 0
 
 

@@ -16,6 +16,9 @@ under stat names that start with ``site/<site>/``:
 ``site/<site>/field/<field>/default``       an optional field was null and got its default
 ``site/<site>/errors/<ExceptionClass>``     exceptions while extracting or in a pipeline step
 ``site/<site>/version/<version>``           nodes running that definition version (1 or 0 per node)
+``site/<site>/v/<version>/pages``           item pages parsed with that definition version
+``site/<site>/v/<version>/items/<ok|...>``  their items, complete or not
+``site/<site>/v/<version>/field/<f>/<o>``   their fields' outcomes (filled, missing, invalid, default)
 ``site/<site>/steps``                       the steps in order, "brand,series,model" (text)
 =========================================  ================================================
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["describe", "outcomes", "status_lines"]
+__all__ = ["by_version", "describe", "outcomes", "status_lines", "versions"]
 
 
 def step_pages(site: str, step: str) -> str:
@@ -67,6 +70,31 @@ def render_unavailable(site: str) -> str:
 
 def version(site: str, ver: str) -> str:
     return f"site/{site}/version/{ver}"
+
+
+def by_version(site: str, ver: str, what: str) -> str:
+    """``what`` (pages, items/ok, field/<f>/missing...) of the item pages a definition version parsed."""
+    return f"site/{site}/v/{ver}/{what}"
+
+
+def versions(stats: dict[str, Any], site: str) -> dict[str, dict[str, Any]]:
+    """The outcomes of ``site``'s item pages per definition version that parsed them:
+    {version: {"pages", "items_ok", "items_incomplete", "fields": {field: {outcome: n}}}}."""
+    out: dict[str, dict[str, Any]] = {}
+    prefix = f"site/{site}/v/"
+    for key, value in stats.items():
+        if not key.startswith(prefix) or not isinstance(value, int):
+            continue
+        ver, _, what = key[len(prefix) :].partition("/")
+        row = out.setdefault(ver, {"pages": 0, "items_ok": 0, "items_incomplete": 0, "fields": {}})
+        parts = what.split("/")
+        if what == "pages":
+            row["pages"] = value
+        elif what in ("items/ok", "items/incomplete"):
+            row["items_" + parts[1]] = value
+        elif len(parts) == 3 and parts[0] == "field":
+            row["fields"].setdefault(parts[1], {})[parts[2]] = value
+    return out
 
 
 def steps(site: str) -> str:
@@ -134,6 +162,12 @@ def status_lines(stats: dict[str, Any]) -> list[str]:
         if empty:
             lines.append("    no links " + ", ".join(f"{s} {n} pages" for s, n in empty.items()))
         lines.append(f"    items    ok {values.get('items/ok', 0)}, incomplete {values.get('items/incomplete', 0)}")
+        for ver, row in versions(stats, site).items():
+            nulls = ", ".join(f"{f} {o['missing']}" for f, o in row["fields"].items() if o.get("missing"))
+            lines.append(
+                f"    {ver}  {row['pages']} item pages: ok {row['items_ok']}, incomplete {row['items_incomplete']}"
+                + (f"; null: {nulls}" if nulls else "")
+            )
         problems = [
             (describe(w), v)
             for w, v in values.items()

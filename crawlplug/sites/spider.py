@@ -17,7 +17,11 @@
 * outcomes are counted as Scrapy stats named ``site/<site>/...``
   (:mod:`crawlplug.sites.outcomes`), crawl-wide through
   :class:`crawlplug.stats.RedisStatsCollector`, which this spider turns on
-  unless the project chose another STATS_CLASS.
+  unless the project chose another STATS_CLASS (it also counts them per minute:
+  :mod:`crawlplug.sites.minutes`); an item page's outcomes are counted under the
+  definition version that parsed it too (``site/<site>/v/<version>/...``);
+* the pages parsed last are kept per site for trials (:mod:`crawlplug.sites.recent`),
+  sent with each refresh.
 
 Requests carry their site and step in ``cb_kwargs`` (JSON, as crawlplug
 stores requests), so a node can take any request of its crawl, whichever
@@ -54,6 +58,7 @@ from . import outcomes as out
 from . import render
 from .definition import NAME_RE, version_of
 from .extract import CompiledSite
+from .recent import Recent
 from .store import SiteStore, allowed_pipelines, load_named_file, sites_dir
 
 if TYPE_CHECKING:
@@ -99,6 +104,7 @@ class SiteSpider(scrapy.Spider):
         self._logged: set[tuple[str, ...]] = set()
         self._loop: LoopingCall | None = None
         self._own_conn: clients.Connection | None = None
+        self.recent: Recent | None = None
 
     # -- Scrapy plumbing ---------------------------------------------------------------
     @classmethod
@@ -141,7 +147,9 @@ class SiteSpider(scrapy.Spider):
     def _opened(self, spider: scrapy.Spider) -> None:
         client = self._redis_client()
         if client is not None:
-            self.store = SiteStore(client, setting(self.crawler.settings, "CRAWLPLUG_KEY_PREFIX"))
+            prefix = setting(self.crawler.settings, "CRAWLPLUG_KEY_PREFIX")
+            self.store = SiteStore(client, prefix)
+            self.recent = Recent(str(self.crawler.settings.get("CRAWLPLUG_CRAWL_ID") or self.name), prefix)
         try:
             if self._problem is not None:
                 raise ConfigError(self._problem)
@@ -248,6 +256,11 @@ class SiteSpider(scrapy.Spider):
         """Switch every site whose stored version changed to the new definition (the timer calls this)."""
         if self.store is None:
             return
+        if self.recent is not None:
+            try:
+                self.recent.push(self.store.client)
+            except REDIS_ERRORS as exc:  # a sample lost, nothing else: the next push sends newer pages
+                logger.debug("site spider: recent URLs not sent (%s)", exc)
         for name, current in list(self.sites.items()):
             try:
                 ver = self.store.version(name)
@@ -356,6 +369,8 @@ class SiteSpider(scrapy.Spider):
             )
             return
         stats.inc_value(out.step_pages(site, step))
+        if self.recent is not None:
+            self.recent.saw(site, response.url, step)
         if step == compiled.detail_step:
             item = self._item(compiled, response)
             if item is not None:
@@ -382,8 +397,11 @@ class SiteSpider(scrapy.Spider):
             return None
         for name, exc in result.errors:
             self._error(site.name, exc, response.url, name)
+        ver = site.version
+        stats.inc_value(out.by_version(site.name, ver, "pages"))
         for name, why in result.invalid:
             stats.inc_value(out.field(site.name, name, "invalid"))
+            stats.inc_value(out.by_version(site.name, ver, f"field/{name}/invalid"))
             self._sample(f"site/{site.name}/{name} is not valid", response.url)
             self._once(
                 ("invalid", site.name, name),
@@ -397,14 +415,19 @@ class SiteSpider(scrapy.Spider):
             )
         for name in result.defaulted:
             stats.inc_value(out.field(site.name, name, "default"))
+            stats.inc_value(out.by_version(site.name, ver, f"field/{name}/default"))
         for name in result.filled:
             stats.inc_value(out.field(site.name, name, "filled"))
+            stats.inc_value(out.by_version(site.name, ver, f"field/{name}/filled"))
         if result.complete:
             stats.inc_value(out.items(site.name, "ok"))
+            stats.inc_value(out.by_version(site.name, ver, "items/ok"))
             return SiteItem(site.name, result.item)
         stats.inc_value(out.items(site.name, "incomplete"))
+        stats.inc_value(out.by_version(site.name, ver, "items/incomplete"))
         for name in result.missing:
             stats.inc_value(out.field(site.name, name, "missing"))
+            stats.inc_value(out.by_version(site.name, ver, f"field/{name}/missing"))
             self._sample(f"site/{site.name}/{name} is null", response.url)
             self._once(
                 ("missing", site.name, name),

@@ -3,10 +3,14 @@
 -- KEYS[1] crawlstats  hash  stat -> value over every node of the crawl
 -- KEYS[2] node stats  hash  stat -> this node's value (node:<id>:stats)
 -- KEYS[3] statnodes   zset  node id -> its last stats flush (ms, Redis clock)
+-- KEYS[4] (optional) sitem:<minute>  hash  what the kind "hsum" added in that minute (the
+--         site spiders' outcomes per minute: crawlplug.sites.minutes), kept a day
 -- ARGV[1] node id
 -- ARGV[2] "1" if this node flushed before (its stats hash should exist), else "0"
 -- then triples: kind, stat name, value. Kinds:
 --   sum    number; crawl-wide value += (value - the node's previous value)
+--   hsum   as sum, and the same difference added to KEYS[4]'s field named as the stat less
+--          its "site/" (an integer difference only): counted in the minute the node named
 --   max    number; crawl-wide value = the largest node value
 --   min    number; crawl-wide value = the smallest
 --   tmax   ISO-8601 UTC time; the latest (string order is time order)
@@ -24,11 +28,13 @@
 --
 -- uses: guard leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
-local crawl, node, registry = KEYS[1], KEYS[2], KEYS[3]
+local crawl, node, registry, minute = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local node_id, flushed_before = ARGV[1], ARGV[2]
 
 do
-  local refused = guard({{crawl, "hash"}, {node, "hash"}, {registry, "zset"}})
+  local spec = {{crawl, "hash"}, {node, "hash"}, {registry, "zset"}}
+  if minute then spec[4] = {minute, "hash"} end
+  local refused = guard(spec)
   if refused then return refused end
 end
 
@@ -59,11 +65,15 @@ end
 
 for i = 3, #ARGV, 3 do
   local kind, field, value = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if kind == "sum" then
+  if kind == "sum" or kind == "hsum" then
     local old = redis.call("HGET", node, field)
     if tonumber(old) == nil then old = nil end
     add(field, value, old)
     redis.call("HSET", node, field, value)
+    if kind == "hsum" and minute and is_int(value) and (not old or is_int(old)) then
+      local d = tonumber(value) - (tonumber(old) or 0)
+      if d ~= 0 then redis.call("HINCRBY", minute, string.sub(field, 6), string.format("%d", d)) end
+    end
   elseif kind == "dsum" or kind == "del" then
     local old = redis.call("HGET", node, field)
     if kind == "dsum" and tonumber(old) ~= nil then
@@ -89,4 +99,5 @@ for i = 3, #ARGV, 3 do
     end
   end
 end
+if minute then redis.call("PEXPIRE", minute, 86460000) end -- a day (and a minute) after its last count
 return now

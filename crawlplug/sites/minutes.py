@@ -1,0 +1,139 @@
+"""A site's history per minute in one crawl: pages, items and field outcomes counted in each
+minute, over every node, for the last day.
+
+The site spiders count their outcomes as Scrapy stats (:mod:`crawlplug.sites.outcomes`);
+crawlplug's stats collector, at each flush, also adds what a node counted since its last
+flush to the hash of the minute it is in (``<crawl's tag>:sitem:<minute>``, field
+``<site>/<outcome>``, e.g. ``shop/field/price/missing``; :data:`crawlplug.stats.MINUTE_STAT`
+names the outcomes kept, lua/stats.lua's "hsum"). A minute's hash expires a day after its
+last count: the history never holds more than a day, whatever the crawl did. A flush
+resent after a lost reply adds nothing twice (the node's stats hash holds absolute
+values, the difference is taken from them). A flush lands in the minute its node was in
+when it sent it (up to one stats interval, 5 s by default, after the counts were made).
+
+Bytes: a minute of one site with 5 fields and 2 steps is one hash of about 16 short
+fields in Redis's listpack encoding, 350-400 bytes with its key (docs/sites.md, measured):
+about 0.55 MB per site per day of minutes that counted something.
+
+This module reads it: :func:`series` per minute, :func:`null_rate` over a window (the
+alert grammar's ``null_rate(SITE.FIELD, 10m)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from ..frontier.keys import CrawlKeys
+from ..frontier.store import text
+
+__all__ = ["FIELD_OUTCOMES", "MINUTE_MS", "Minutes", "null_rate", "series"]
+
+MINUTE_MS = 60_000
+#: The outcomes a field has on an item page (crawlplug.sites.outcomes): each item page counts one.
+FIELD_OUTCOMES = ("filled", "missing", "invalid", "default")
+
+
+@dataclass
+class Minutes:
+    """A site's counts per minute, oldest first: ``t`` the minutes' starts (ms), and a list of
+    counts per outcome (0 in a minute that counted none)."""
+
+    t: list[int]
+    pages: list[int]  #: pages of every step parsed
+    failed: list[int]  #: requests that failed
+    items_ok: list[int]
+    items_incomplete: list[int]
+    #: field -> outcome (FIELD_OUTCOMES) -> counts
+    fields: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    #: step -> pages of it
+    steps: dict[str, list[int]] = field(default_factory=dict)
+
+    def null_rates(self) -> dict[str, list[float | None]]:
+        """Each field's share of item pages where it was null ("missing"), minute by minute
+        (None in a minute with no item page)."""
+        out: dict[str, list[float | None]] = {}
+        for name, counts in self.fields.items():
+            rates: list[float | None] = []
+            for i in range(len(self.t)):
+                total = sum(counts[o][i] for o in FIELD_OUTCOMES)
+                rates.append(round(counts["missing"][i] / total, 4) if total else None)
+            out[name] = rates
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "t": self.t,
+            "pages": self.pages,
+            "failed": self.failed,
+            "items_ok": self.items_ok,
+            "items_incomplete": self.items_incomplete,
+            "steps": self.steps,
+            "fields": self.fields,
+            "null_rate": self.null_rates(),
+        }
+
+
+def _raw(client: redis.Redis, keys: CrawlKeys, first: int, last: int) -> list[dict[str, int]]:
+    """The hashes of minutes first..last (minute numbers), as {field: count}."""
+    pipe = client.pipeline(transaction=False)
+    for minute in range(first, last + 1):
+        pipe.hgetall(keys.base.site_minute(minute))
+    out = []
+    for raw in pipe.execute():
+        counts: dict[str, int] = {}
+        for k, v in raw.items():
+            try:
+                counts[text(k)] = int(v)
+            except (TypeError, ValueError):
+                continue  # written by hand: counts nothing
+        out.append(counts)
+    return out
+
+
+def series(client: redis.Redis, keys: CrawlKeys, site: str, since_ms: int, until_ms: int) -> Minutes:
+    """Site ``site``'s counts per minute of crawl ``keys`` for the minutes from the one holding
+    ``since_ms`` to the one holding ``until_ms`` (Redis's clock), at most a day."""
+    last = until_ms // MINUTE_MS
+    first = max(since_ms // MINUTE_MS, last - 24 * 60)
+    rows = _raw(client, keys, first, last)
+    prefix = f"{site}/"
+    out = Minutes([m * MINUTE_MS for m in range(first, last + 1)], [], [], [], [])
+    n = len(rows)
+    for i, counts in enumerate(rows):
+        pages = failed = 0
+        for name, value in counts.items():
+            if not name.startswith(prefix):
+                continue
+            parts = name[len(prefix) :].split("/")
+            if parts[0] == "step" and len(parts) == 3:
+                per = out.steps.setdefault(parts[1], [0] * n)
+                if parts[2] == "pages":
+                    per[i] += value
+                    pages += value
+                else:
+                    failed += value
+            elif parts[0] == "field" and len(parts) == 3 and parts[2] in FIELD_OUTCOMES:
+                out.fields.setdefault(parts[1], {o: [0] * n for o in FIELD_OUTCOMES})[parts[2]][i] += value
+        out.pages.append(pages)
+        out.failed.append(failed)
+        out.items_ok.append(counts.get(f"{prefix}items/ok", 0))
+        out.items_incomplete.append(counts.get(f"{prefix}items/incomplete", 0))
+    return out
+
+
+def null_rate(client: redis.Redis, keys: CrawlKeys, site: str, name: str, window_ms: int, now_ms: int) -> float | None:
+    """The share of item pages of ``site`` whose field ``name`` was null ("missing") over the
+    last ``window_ms`` by whole minutes, the current one included (a 10 minutes window reads
+    the minute now and the 10 before it: up to 11 minutes); None if no item page was counted
+    in it."""
+    last = now_ms // MINUTE_MS
+    first = (now_ms - window_ms) // MINUTE_MS
+    totals = dict.fromkeys(FIELD_OUTCOMES, 0)
+    for counts in _raw(client, keys, first, last):
+        for outcome in FIELD_OUTCOMES:
+            totals[outcome] += counts.get(f"{site}/field/{name}/{outcome}", 0)
+    total = sum(totals.values())
+    return round(totals["missing"] / total, 4) if total else None
