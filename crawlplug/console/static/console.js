@@ -57,6 +57,7 @@ function planForm() {
 
 function consoleApp() {
   return {
+    ...studio(),
     me: null, checked: false, token: "", loginError: "",
     flash: "", error: "", refreshed: 0,
     route: { page: "home", crawl: null },
@@ -90,6 +91,8 @@ function consoleApp() {
       if (parts[0] === "crawl" && parts[1]) route = { page: parts[2] === "nodes" ? "nodes" : "crawl", crawl: parts[1] };
       else if (parts[0] === "daemons") route = { page: "daemons", crawl: null };
       else if (parts[0] === "audit") route = { page: "audit", crawl: null };
+      else if (parts[0] === "sites") route = { page: "sites", crawl: null };
+      else if (parts[0] === "site" && parts[1]) route = { page: "site", crawl: null, site: parts[1] };
       const changed = route.crawl !== this.route.crawl;
       this.route = route;
       if (changed) this.log = { ...this.log, node: null, job: null, jobLog: null, records: [] };
@@ -121,6 +124,8 @@ function consoleApp() {
         else if (r.page === "audit") this.audit = (await call("GET", "/audit?n=200")).entries;
         else if (r.page === "crawl") await this.refreshCrawl(r.crawl);
         else if (r.page === "nodes") await this.refreshNodes(r.crawl);
+        else if (r.page === "sites") await this.refreshSites();
+        else if (r.page === "site") await this.refreshSite(r.site);
         this.refreshed += 1;
         document.body.dataset.refreshed = String(Date.now()); // when the page last showed what is now
       } catch (e) {
