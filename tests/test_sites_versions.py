@@ -197,3 +197,15 @@ def test_a_delete_keeps_the_history_and_a_rollback_restores(r):
     # a put of the deleted document is a new version too: it was not in force
     store.delete("cars")
     assert store.put(doc_of(), pipelines=STEPS).n == 3
+
+
+def test_on_redis_cluster_the_history_and_the_definition_in_force_are_written_too(cluster_client):
+    """The hash and a history are in two slots of a cluster: the record under the WATCH,
+    the definition in force right after it."""
+    store = SiteStore(cluster_client)
+    one = store.put(doc_of(), "cars.yaml", by="ana", pipelines=STEPS)
+    two = store.put(changed(doc_of(), "h1.title"), by="ana", pipelines=STEPS)
+    assert store.put(changed(doc_of(), "h1.title"), pipelines=STEPS).unchanged
+    back = store.rollback("cars", 1, by="bob", pipelines=STEPS)
+    assert [v.n for v in store.history("cars")] == [one.n, two.n, back.n] == [1, 2, 3]
+    assert store.version("cars") == one.version and store.in_force("cars") == 3
