@@ -164,10 +164,25 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
     assert len(added["next_five_ms"]) == 5 and added["next_five_ms"] == sorted(added["next_five_ms"])
     call("DELETE", "/api/v1/crawls/{crawl}/schedules/{name}", name="nightly")
     definition = (ROOT / "spiders" / "sites" / "shop.yaml").read_text()
-    call("POST", "/api/v1/sites/check", {"definition": definition})
-    assert call("PUT", "/api/v1/sites", {"definition": definition})["name"] == "shop"
+    checked = call("POST", "/api/v1/sites/check", {"definition": definition})
+    assert checked["valid"] is True and checked["errors"] == [] and checked["name"] == "shop", checked
+    put = call("PUT", "/api/v1/sites", {"definition": definition})
+    assert put == {"name": "shop", "version": put["version"], "n": 1, "unchanged": False}
     call("GET", "/api/v1/sites")
     assert call("GET", "/api/v1/sites/{name}", name="shop")["doc"]["name"] == "shop"
+    # its versions: a second one, compared, and the first stored again (tests/test_sites_versions.py)
+    edited = definition.replace('{css: "h1.name::text", required: true}', '{css: "h2.name::text", required: true}')
+    editor = {"Authorization": f"Bearer {tokens['site-editor']}"}
+    assert api.put("/api/v1/sites", json={"definition": edited}, headers=editor).json()["n"] == 2
+    versions = call("GET", "/api/v1/sites/{name}/versions", name="shop")
+    assert versions["in_force"] == 2 and [v["n"] for v in versions["versions"]] == [2, 1]
+    assert versions["versions"][0]["by"] == "u-site-editor" and "doc" not in versions["versions"][0]
+    first = call("GET", "/api/v1/sites/{name}/versions/{n}", name="shop", n="1")
+    assert first["doc"]["fields"]["name"]["css"] == "h1.name::text" and first["in_force"] is False
+    diff = call("GET", "/api/v1/sites/{name}/diff", name="shop")
+    assert (diff["a"], diff["b"]) == (1, 2) and "+    css: h2.name::text" in diff["diff"].splitlines(), diff
+    back = call("POST", "/api/v1/sites/{name}/rollback", {"to": 1}, name="shop")
+    assert back == {"name": "shop", "n": 3, "version": first["version"], "rollback_of": 1}
     tried = call("POST", "/api/v1/sites/try", {"site": "shop", "url": f"{shop.url}/item/3/"})
     assert tried["page"]["url"] == f"{shop.url}/item/3/", tried
     forgot = call("POST", "/api/v1/crawls/{crawl}/forget", {"urls": [f"{shop.url}/item/3/"]})
@@ -232,6 +247,7 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
         ("alerts.test", "operator"),
         ("schedules.add", "operator"),
         ("sites.put", "site-editor"),
+        ("sites.rollback", "site-editor"),
         ("forget", "admin"),
         ("stop", "operator"),
         ("new-run", "operator"),
@@ -322,3 +338,60 @@ def test_changes_made_with_the_command_are_audited_under_the_os_user_and_host(re
         ("users.revoke", "", me, socket.gethostname()),
     ]
     assert log[1]["detail"] == {"user": "vera", "role": "viewer"}, "no token in the log"
+
+
+def test_site_versions_through_the_api_refusals_and_a_check_with_lines(redis_url, r, monkeypatch):
+    """What a console page on the versions needs: an identical PUT says unchanged, a
+    rollback refused says why (404, 409) and is audited, a check answers 200 with each
+    problem at its line."""
+    monkeypatch.chdir(ROOT)  # the Scrapy project: the site pipelines allowed
+    client = client_from_url(redis_url)
+    api = TestClient(create_console(Connection(client, redis_url, embedded=False)), base_url="http://127.0.0.1")
+    editor = {"Authorization": f"Bearer {users.add(r, 'eda', 'site-editor', by='test')}"}
+    definition = (ROOT / "spiders" / "sites" / "shop.yaml").read_text()
+    stored = api.put("/api/v1/sites", json={"definition": definition}, headers=editor).json()
+    again = api.put("/api/v1/sites", json={"definition": definition}, headers=editor).json()
+    assert again == {**stored, "unchanged": True} and stored["unchanged"] is False
+    assert audit.entries(r, 1)[0]["outcome"] == "unchanged"
+    assert r.llen("crawlplug:sites:log:shop") == 1
+
+    same = api.post("/api/v1/sites/shop/rollback", json={"to": 1}, headers=editor)
+    assert same.status_code == 409 and "is the definition in force already" in same.json()["detail"]
+    refused = audit.entries(r, 1)[0]
+    assert refused["action"] == "sites.rollback" and refused["outcome"].startswith("refused: version 1 of site 'shop'")
+    assert refused["detail"] == {"site": "shop", "to": 1}
+    unknown = api.post("/api/v1/sites/shop/rollback", json={"to": 4}, headers=editor)
+    assert unknown.status_code == 404 and "(its versions: v1)" in unknown.json()["detail"]
+    nosite = api.post("/api/v1/sites/nosuch/rollback", json={"to": 1}, headers=editor)
+    assert nosite.status_code == 404 and "has no versions stored" in nosite.json()["detail"]
+    assert api.post("/api/v1/sites/shop/rollback", json={"to": 0}, headers=editor).status_code == 422
+    assert api.get("/api/v1/sites/nosuch/versions", headers=editor).status_code == 404
+    assert api.get("/api/v1/sites/shop/versions/2", headers=editor).status_code == 404
+    assert api.get("/api/v1/sites/shop/diff?a=3", headers=editor).status_code == 404
+    r.rpush("crawlplug:sites:log:shop", b"not json")
+    assert api.get("/api/v1/sites/shop/versions", headers=editor).json()["versions"][0]["n"] == 1
+    corrupt = api.get("/api/v1/sites/shop/versions/2", headers=editor)
+    assert corrupt.status_code == 409 and "version 2 of site 'shop' is not readable" in corrupt.json()["detail"]
+
+    wrong = definition.replace("    type: bool\n", "    type: boolean\n")
+    checked = api.post("/api/v1/sites/check", json={"definition": wrong}, headers=editor)
+    assert checked.status_code == 200
+    line = wrong.splitlines().index("    type: boolean") + 1
+    assert checked.json() == {
+        "valid": False,
+        "errors": [
+            {
+                "line": line,
+                "column": 5,
+                "path": "fields.in_stock.type",
+                "message": "Input should be 'str', 'int', 'float' or 'bool'",
+            }
+        ],
+        "name": "shop",
+        "steps": [],
+        "fields": [],
+    }
+    broken = api.post("/api/v1/sites/check", json={"definition": "name: x\nsteps: [\n"}, headers=editor).json()
+    assert broken["valid"] is False and broken["errors"][0]["line"] == 3 and broken["errors"][0]["path"] == ""
+    users.revoke(r, "eda")
+    client.close()

@@ -1,15 +1,17 @@
-"""`crawlplug sites check|put|list|show|delete` and the sites section of `crawlplug status`,
-against the real test Redis."""
+"""`crawlplug sites check|put|list|show|delete|history|diff|rollback` and the sites section of
+`crawlplug status`, against the real test Redis."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import yaml
 from click.testing import CliRunner
 from scrapy.utils.test import get_crawler
 from starlette.testclient import TestClient
 
+from crawlplug.access import audit
 from crawlplug.cli import main
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.sites.store import SiteStore
@@ -42,10 +44,24 @@ def test_check_validates_without_redis(tmp_path):
     bad.write_text(yaml.safe_dump(doc))
     res = run("sites", "check", CARS, str(bad))
     assert res.exit_code == 1
-    assert f"invalid site definition {bad}:" in res.output
-    assert "  steps[0].links[0].match: give exactly one of prefix, contains or regex" in res.output
-    assert "  fields.year.type: Input should be 'str', 'int', 'float' or 'bool'" in res.output
+    lines = bad.read_text().splitlines()
+    match = re.search(
+        rf"^{re.escape(str(bad))}:(\d+): steps\[0\]\.links\[0\]\.match: give exactly one of prefix, contains or regex$",
+        res.output,
+        re.MULTILINE,
+    )
+    assert match and lines[int(match[1]) - 1].strip().endswith("match:"), res.output
+    typed = re.search(
+        rf"^{re.escape(str(bad))}:(\d+): fields\.year\.type: Input should be 'str', 'int', 'float' or 'bool'$",
+        res.output,
+        re.MULTILINE,
+    )
+    assert typed and lines[int(typed[1]) - 1].strip() == "type: integer", res.output
     assert "crawlplug: error: 1 of 2 definitions are invalid" in res.output
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nsteps: [\n")
+    res = run("sites", "check", str(broken))
+    assert res.exit_code == 1 and f"{broken}:3: not valid YAML/JSON" in res.output, res.output
 
 
 def test_put_list_show_delete(redis_url, r, tmp_path):
@@ -53,11 +69,13 @@ def test_put_list_show_delete(redis_url, r, tmp_path):
     assert res.exit_code == 0, res.output
     store = SiteStore(r)
     version = store.version("cars")
-    assert f"stored site 'cars' version {version} (new) on {redis_url}" in res.output
+    assert f"stored site 'cars' version {version} as v1 (new) on {redis_url}" in res.output
     assert store.names() == ["cars", "shop"]
 
     res = run("sites", "put", "--redis-url", redis_url, CARS)
-    assert f"stored site 'cars' version {version} (unchanged)" in res.output
+    assert res.output.startswith(f"site 'cars' version {version} unchanged, nothing stored (v1 is in force)")
+    assert r.llen("crawlplug:sites:log:cars") == 1
+    assert audit.entries(r, 1)[0]["outcome"] == "unchanged"
 
     res = run("sites", "list", "--redis-url", redis_url)
     assert res.exit_code == 0, res.output
@@ -82,7 +100,7 @@ def test_put_list_show_delete(redis_url, r, tmp_path):
     changed = tmp_path / "cars.yaml"
     changed.write_text(yaml.safe_dump(doc))
     res = run("sites", "put", "--redis-url", redis_url, str(changed))
-    assert f"(replaces version {version})" in res.output
+    assert f"as v2 (replaces version {version})" in res.output
     new_version = store.version("cars")
     doc["steps"][2]["name"] = "model page"
     changed.write_text(yaml.safe_dump(doc))
@@ -134,3 +152,70 @@ def test_status_shows_the_outcomes_per_site(redis_url, r):
         "value": 7,
     }
     assert rows["steps"]["value"] == "brand,series,model"
+
+
+def test_history_diff_rollback(redis_url, r, tmp_path):
+    import getpass
+    import socket
+
+    me = f"cli:{getpass.getuser()}@{socket.gethostname()}"
+    assert run("sites", "put", "--redis-url", redis_url, CARS).exit_code == 0
+    doc = cars_doc()
+    doc["fields"]["name"]["css"] = "h1.title"
+    changed = tmp_path / "cars.yaml"
+    changed.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert run("sites", "put", "--redis-url", redis_url, str(changed)).exit_code == 0
+    store = SiteStore(r)
+    v1, v2 = (v.version for v in store.history("cars"))
+
+    res = run("sites", "history", "--redis-url", redis_url, "cars")
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0] == f"site 'cars': 2 versions on {redis_url}, v2 in force"
+    assert re.fullmatch(
+        rf"  v1  {v1}  \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC  by {re.escape(me)}  from {re.escape(CARS)}", lines[1]
+    )
+    assert lines[2].startswith(f"  v2  {v2}  ") and lines[2].endswith(f"from {changed}  <- in force")
+    listed = json.loads(run("sites", "history", "--redis-url", redis_url, "cars", "--json").output)
+    assert listed["in_force"] == 2 and [v["n"] for v in listed["versions"]] == [1, 2]
+    assert listed["versions"][0]["by"] == me and "doc" not in listed["versions"][0]
+
+    res = run("sites", "diff", "--redis-url", redis_url, "cars")
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[:2] == ["--- v1", "+++ v2"]
+    assert "-    css: h2.title" in res.output.splitlines() and "+    css: h1.title" in res.output.splitlines()
+    assert run("sites", "diff", "--redis-url", redis_url, "cars", "2", "1").output.startswith("--- v2\n+++ v1\n")
+    same = run("sites", "diff", "--redis-url", redis_url, "cars", "1", "1")
+    assert same.output == "v1 and v1 of site 'cars' are the same document\n"
+    unknown = run("sites", "diff", "--redis-url", redis_url, "cars", "5")
+    assert unknown.exit_code == 1 and "site 'cars' has no version 5 (its versions: v1, v2)" in unknown.output
+
+    res = run("sites", "rollback", "--redis-url", redis_url, "cars", "1")
+    assert res.exit_code == 0, res.output
+    assert res.output == (
+        f"site 'cars': stored version 1's document again as v3 (version {v1}, rollback of v1), in force now on {redis_url}\n"
+    )
+    assert store.version("cars") == v1
+    entry = audit.entries(r, 1)[0]
+    assert (entry["action"], entry["who"], entry["detail"]) == (
+        "sites.rollback",
+        me,
+        {"site": "cars", "to": 1, "n": 3, "version": v1},
+    )
+    again = run("sites", "rollback", "--redis-url", redis_url, "cars", "1")
+    assert again.exit_code == 1
+    assert (
+        "version 1 of site 'cars' is the definition in force already: nothing to roll back; nothing was stored"
+        in again.output
+    )
+    nowhere = run("sites", "rollback", "--redis-url", redis_url, "cars", "9")
+    assert nowhere.exit_code == 1 and "has no version 9 (its versions: v1, v2, v3)" in nowhere.output
+    assert r.llen("crawlplug:sites:log:cars") == 3
+    lines = run("sites", "history", "--redis-url", redis_url, "cars").output.splitlines()
+    assert lines[3].endswith("rollback of v1  <- in force") and not lines[1].endswith("in force")
+
+    assert run("sites", "delete", "--redis-url", redis_url, "cars").exit_code == 0
+    res = run("sites", "history", "--redis-url", redis_url, "cars")
+    assert res.output.splitlines()[0] == f"site 'cars': 3 versions on {redis_url}, none in force (deleted)"
+    missing = run("sites", "history", "--redis-url", redis_url, "nosuch")
+    assert missing.exit_code == 1 and "site 'nosuch' has no versions stored on" in missing.output

@@ -4,7 +4,10 @@
     crawlplug sites put spiders/sites/cars.yaml      # validate and store; running nodes switch to it
     crawlplug sites list [--json]
     crawlplug sites show cars [--json]
-    crawlplug sites delete cars
+    crawlplug sites delete cars                      # the definition in force; its history stays
+    crawlplug sites history cars [--json]            # every version stored: who, when, from where
+    crawlplug sites diff cars [A [B]]                # what changed (default: the one in force vs the one before)
+    crawlplug sites rollback cars 2                  # store version 2 again, as a new version
     crawlplug sites try spiders/sites/cars.yaml http://127.0.0.1:8001/model/3.html [--step model] [--json]
 
 Definitions live in one hash shared by every crawl (:mod:`crawlplug.sites.store`),
@@ -33,6 +36,7 @@ try:  # the [sites] extra: pydantic (the schema) and PyYAML (the files)
 
     from ..sites import fetch as site_fetch
     from ..sites import trial as site_trial
+    from ..sites.checking import check_text
     from ..sites.definition import expand_start_urls, load_file, version_of
     from ..sites.render import problems as render_problems
     from ..sites.render import uses_render
@@ -78,17 +82,24 @@ def sites() -> None:
 def sites_check(files: tuple[str, ...]) -> None:
     """Validate definition FILES (YAML or JSON); store nothing.
 
-    Every problem is printed with the path of its key; exit 1 if any file is invalid.
+    Every problem is printed as FILE:LINE: the path of its key, and what is wrong; exit 1
+    if any file is invalid.
     """
     pipelines = _project_on_path()
     bad = 0
     for path in files:
         try:
-            site, _ = load_file(path, pipelines=pipelines)
-        except ConfigError as exc:
-            click.echo(str(exc), err=True)
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            click.echo(f"cannot read site definition {path}: {exc.strerror or exc}", err=True)
             bad += 1
             continue
+        checked = check_text(text, default_name=Path(path).stem, pipelines=pipelines)
+        if checked.site is None or checked.errors:
+            click.echo("\n".join(problem.text(path) for problem in checked.errors), err=True)
+            bad += 1
+            continue
+        site = checked.site
         click.echo(f"{path}: site {site.name!r} is valid: {_summary(site)}")
         if uses_render(site):
             from scrapy.utils.project import get_project_settings  # noqa: PLC0415
@@ -120,17 +131,22 @@ def sites_put(cli: Cli, files: tuple[str, ...]) -> None:
         click.echo("\n".join(errors), err=True)
         fail(f"{len(errors)} of {len(files)} definitions are invalid; nothing was stored")
     store, where = _store(cli.server)
+    who = audit.cli_user()
     for path, site, doc in loaded:
         before = store.version(site.name)
-        stored = store.put(doc, str(Path(path)), pipelines=pipelines)
-        audit.record(store.client, audit.cli_user(), "sites.put", "", {"site": site.name, "version": stored.version})
-        if before == stored.version:
-            what = "unchanged"
-        elif before is None:
-            what = "new"
-        else:
-            what = f"replaces version {before}"
-        click.echo(f"stored site {site.name!r} version {stored.version} ({what}) on {where}: {_summary(site)}")
+        stored = store.put(doc, str(Path(path)), by=who.name, pipelines=pipelines)
+        detail = {"site": site.name, "version": stored.version, "n": stored.n}
+        audit.record(store.client, who, "sites.put", "", detail, "unchanged" if stored.unchanged else "ok")
+        if stored.unchanged:
+            click.echo(
+                f"site {site.name!r} version {stored.version} unchanged, nothing stored "
+                f"(v{stored.n or 1} is in force) on {where}"
+            )
+            continue
+        what = "new" if before is None else f"replaces version {before}"
+        click.echo(
+            f"stored site {site.name!r} version {stored.version} as v{stored.n} ({what}) on {where}: {_summary(site)}"
+        )
 
 
 @sites.command("list")
@@ -206,6 +222,78 @@ def sites_delete(target: Target, name: str) -> None:
     if not store.delete(name):
         fail(f"no site {name!r} stored on {where}")
     click.echo(f"deleted site {name!r} from {where}")
+
+
+@sites.command("history")
+@pass_cli(crawl_option=False, redis_help=_REDIS_HELP)
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def sites_history(target: Target, name: str, as_json: bool) -> None:
+    """Every version of site NAME stored, oldest first: its number, digest, when (UTC), by
+    whom, from where, and which one is in force (a deleted site has none)."""
+    store, where = _store(target)
+    history = store.history(name)
+    if not history:
+        known = ", ".join(store.names()) or "none"
+        fail(f"site {name!r} has no versions stored on {where} (stored: {known})")
+    in_force = store.in_force(name)
+    if as_json:
+        rows = [v.as_dict(with_doc=False) for v in history]
+        click.echo(json.dumps({"redis": where, "name": name, "in_force": in_force, "versions": rows}, indent=2))
+        return
+    state = f"v{in_force} in force" if in_force else "none in force (deleted)"
+    click.echo(f"site {name!r}: {len(history)} versions on {where}, {state}")
+    for v in history:
+        parts = [
+            f"v{v.n}",
+            v.version,
+            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(v.at)),
+            f"by {v.by or 'unknown'}",
+        ]
+        parts += [f"from {v.source}"] if v.source else []
+        parts += [f"rollback of v{v.rollback_of}"] if v.rollback_of else []
+        parts += [f"({v.note})"] if v.note else []
+        parts += ["<- in force"] if v.n == in_force else []
+        click.echo("  " + "  ".join(parts))
+
+
+@sites.command("diff")
+@pass_cli(crawl_option=False, redis_help=_REDIS_HELP)
+@click.argument("name")
+@click.argument("a", type=click.IntRange(min=1), required=False)
+@click.argument("b", type=click.IntRange(min=1), required=False)
+def sites_diff(target: Target, name: str, a: int | None, b: int | None) -> None:
+    """What changed in site NAME from version A to version B, as a unified diff of the two
+    documents in YAML. B defaults to the version in force, A to the version before B."""
+    store, _ = _store(target)
+    compared = store.compare(name, a, b)
+    if not compared.text:
+        click.echo(f"v{compared.a} and v{compared.b} of site {name!r} are the same document")
+        return
+    click.echo(compared.text)
+
+
+@sites.command("rollback")
+@pass_cli(crawl_option=False, redis_help=_REDIS_HELP)
+@click.argument("name")
+@click.argument("n", type=click.IntRange(min=1))
+def sites_rollback(cli: Cli, name: str, n: int) -> None:
+    """Store version N of site NAME again, as a new version in force (running nodes switch to
+    it as to any stored definition). Refused, storing nothing: an unknown N, the version in
+    force already, a document that is no longer valid here (its pipeline steps)."""
+    pipelines = _project_on_path()
+    store, where = _store(cli.server)
+    who = audit.cli_user()
+    try:
+        stored = store.rollback(name, n, by=who.name, pipelines=pipelines)
+    except ConfigError as exc:
+        fail(f"{exc}; nothing was stored")
+    detail = {"site": name, "to": n, "n": stored.n, "version": stored.version}
+    audit.record(store.client, who, "sites.rollback", "", detail)
+    click.echo(
+        f"site {name!r}: stored version {n}'s document again as v{stored.n} (version {stored.version}, "
+        f"rollback of v{n}), in force now on {where}"
+    )
 
 
 @sites.command("try")

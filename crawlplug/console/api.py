@@ -14,6 +14,7 @@ Its size: the API's routes, one short handler each over the library.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import redis
@@ -145,6 +146,10 @@ class AlertBody(BaseModel):
 
 class DefinitionBody(BaseModel):
     definition: str = Field(description="a site definition, YAML or JSON text")
+
+
+class RollbackBody(BaseModel):
+    to: int = Field(ge=1, description="the version whose document is stored again, as a new version")
 
 
 class TryBody(BaseModel):
@@ -793,18 +798,22 @@ def site(request: Request, name: str, who: Viewer) -> dict[str, Any]:
     stored = site_store.SiteStore(_client(request)).get(name)
     if stored is None:
         raise HTTPException(404, f"no site definition {name!r}")
-    return {"name": stored.name, "version": stored.version, "source": stored.source, "doc": stored.doc}
+    return {
+        "name": stored.name,
+        "version": stored.version,
+        "n": stored.n,
+        "by": stored.by,
+        "source": stored.source,
+        "doc": stored.doc,
+    }
 
 
-@router.post("/sites/check", summary="check a site definition, storing nothing")
+@router.post("/sites/check", summary="check a site definition's text, storing nothing: each problem at its line")
 def check_site(request: Request, body: DefinitionBody, who: Viewer) -> dict[str, Any]:
-    site_store, parse_text, validate = _sites()
-    try:
-        doc = parse_text(body.definition, "the definition given")
-        found = validate(doc, "the definition given", pipelines=site_store.project_pipelines())
-    except ConfigError as exc:
-        raise HTTPException(400, str(exc)) from None
-    return {"valid": True, "name": found.name, "steps": [s.name for s in found.steps], "fields": list(found.fields)}
+    site_store, _, _ = _sites()
+    from ..sites.checking import check_text  # noqa: PLC0415 - the [sites] extra
+
+    return check_text(body.definition, pipelines=site_store.project_pipelines()).as_dict()
 
 
 @router.put("/sites", summary="store a site definition (its name is its own); running nodes pick it up")
@@ -815,11 +824,12 @@ def put_site(request: Request, body: DefinitionBody, who: SiteEditor) -> dict[st
         doc = parse_text(body.definition, "the definition given")
         if not isinstance(doc, dict):
             raise ConfigError("the definition given: a site definition is a mapping (name, start_urls, steps, fields)")
-        stored = store.put(doc, f"console ({who.name})", pipelines=site_store.project_pipelines())
+        stored = store.put(doc, f"console ({who.name})", by=who.name, pipelines=site_store.project_pipelines())
     except ConfigError as exc:
         raise _refused(request, who, "sites.put", "", {}, 400, str(exc)) from None
-    _done(request, who, "sites.put", "", {"site": stored.name, "version": stored.version})
-    return {"name": stored.name, "version": stored.version}
+    detail = {"site": stored.name, "version": stored.version, "n": stored.n}
+    _done(request, who, "sites.put", "", detail, "unchanged" if stored.unchanged else "ok")
+    return {"name": stored.name, "version": stored.version, "n": stored.n, "unchanged": stored.unchanged}
 
 
 @router.post("/sites/try", summary="fetch a page and show what a definition extracts and follows")
@@ -834,6 +844,71 @@ async def try_site(request: Request, body: TryBody, who: SiteTrier) -> Response:
         raise HTTPException(400, str(exc)) from None
     code, out = await site_pages.run_trial(trial)
     return JSONResponse(out, status_code=code)
+
+
+# -- site definitions: versions ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _versions_read() -> Iterator[None]:
+    """A version asked for that is not there: 404; one whose record is not readable: 409."""
+    from ..sites.versions import UnknownVersion  # noqa: PLC0415 - the [sites] extra
+
+    try:
+        yield
+    except ConfigError as exc:
+        raise HTTPException(404 if isinstance(exc, UnknownVersion) else 409, str(exc)) from None
+
+
+@router.get("/sites/{name}/versions", summary="a site definition's versions, newest first, and the one in force")
+def site_versions(request: Request, name: str, who: Viewer) -> dict[str, Any]:
+    store = _sites()[0].SiteStore(_client(request))
+    history = store.history(name)
+    if not history:
+        raise HTTPException(404, f"site {name!r} has no versions stored")
+    newest_first = [v.as_dict(with_doc=False) for v in reversed(history)]
+    return {"name": name, "in_force": store.in_force(name), "versions": newest_first}
+
+
+@router.get("/sites/{name}/versions/{n}", summary="one version of a site definition, with its document")
+def site_version(request: Request, name: str, n: int, who: Viewer) -> dict[str, Any]:
+    store = _sites()[0].SiteStore(_client(request))
+    with _versions_read():
+        version = store.get_version(name, n)
+    return {**version.as_dict(), "in_force": store.in_force(name) == n}
+
+
+@router.get(
+    "/sites/{name}/diff", summary="what changed from version a to b (default: the one before b, the one in force)"
+)
+def site_diff(
+    request: Request,
+    name: str,
+    who: Viewer,
+    a: Annotated[int | None, Query(ge=1)] = None,
+    b: Annotated[int | None, Query(ge=1)] = None,
+) -> dict[str, Any]:
+    store = _sites()[0].SiteStore(_client(request))
+    with _versions_read():
+        compared = store.compare(name, a, b)
+    return {"a": compared.a, "b": compared.b, "diff": compared.text}
+
+
+@router.post("/sites/{name}/rollback", summary="store an earlier version's document again, as a new version")
+def rollback_site(request: Request, name: str, body: RollbackBody, who: SiteEditor) -> dict[str, Any]:
+    site_store, _, _ = _sites()
+    from ..sites.versions import InForce, UnknownVersion  # noqa: PLC0415 - the [sites] extra
+
+    detail = {"site": name, "to": body.to}
+    try:
+        stored = site_store.SiteStore(_client(request)).rollback(
+            name, body.to, by=who.name, pipelines=site_store.project_pipelines()
+        )
+    except ConfigError as exc:
+        code = 404 if isinstance(exc, UnknownVersion) else 409 if isinstance(exc, InForce) else 400
+        raise _refused(request, who, "sites.rollback", "", detail, code, str(exc)) from None
+    _done(request, who, "sites.rollback", "", {**detail, "n": stored.n, "version": stored.version})
+    return {"name": name, "n": stored.n, "version": stored.version, "rollback_of": stored.rollback_of}
 
 
 # -- forgetting and purging ---------------------------------------------------------------------------

@@ -62,9 +62,11 @@ __all__ = [
     "Bounds",
     "FieldSpec",
     "LinkRule",
+    "Loc",
     "SiteDefinition",
     "StartSpec",
     "Step",
+    "errors_of",
     "expand_start_urls",
     "load_file",
     "parse_text",
@@ -77,6 +79,9 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 FIELD_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 #: The node-side list of the pipeline steps (class paths) a site definition may name.
 PIPELINES_SETTING = "CRAWLPLUG_SITE_PIPELINES"
+#: Where an error is: the keys and list indexes from the top of the document down
+#: (``("steps", 1, "links", 0, "to")``); shown as ``steps[1].links[0].to``.
+Loc = tuple[str | int, ...]
 
 
 class _Model(BaseModel):
@@ -381,53 +386,53 @@ def expand_start_urls(site: SiteDefinition) -> list[tuple[str, str]]:
     return expand(site.start_urls, site.base_url, site.steps[0].name)
 
 
-def _cross_errors(site: SiteDefinition, check_imports: bool, pipelines: frozenset[str]) -> list[tuple[str, str]]:
-    errors: list[tuple[str, str]] = []
+def _cross_errors(site: SiteDefinition, check_imports: bool, pipelines: frozenset[str]) -> list[tuple[Loc, str]]:
+    errors: list[tuple[Loc, str]] = []
     names = [s.name for s in site.steps]
     known = ", ".join(names)
     for i, name in enumerate(names):
         if name in names[:i]:
-            errors.append((f"steps[{i}].name", f"step {name!r} is defined twice"))
+            errors.append((("steps", i, "name"), f"step {name!r} is defined twice"))
     if site.last_step is not None and site.last_step not in names:
-        errors.append(("last_step", f"no step named {site.last_step!r} (steps: {known})"))
+        errors.append((("last_step",), f"no step named {site.last_step!r} (steps: {known})"))
     for i, step in enumerate(site.steps):
         for j, rule in enumerate(step.links):
             if rule.to is None:
                 if i + 1 >= len(names):
                     errors.append(
-                        (f"steps[{i}].links[{j}].to", "the last step's links need 'to' (there is no next step)")
+                        (("steps", i, "links", j, "to"), "the last step's links need 'to' (there is no next step)")
                     )
             elif rule.to not in names:
-                errors.append((f"steps[{i}].links[{j}].to", f"no step named {rule.to!r} (steps: {known})"))
+                errors.append((("steps", i, "links", j, "to"), f"no step named {rule.to!r} (steps: {known})"))
     for i, entry in enumerate(site.start_urls):
         spec = entry if isinstance(entry, StartSpec) else StartSpec(url=entry)
-        where = f"start_urls[{i}]"
+        where: Loc = ("start_urls", i)
         if spec.step is not None and spec.step not in names:
-            errors.append((f"{where}.step", f"no step named {spec.step!r} (steps: {known})"))
+            errors.append(((*where, "step"), f"no step named {spec.step!r} (steps: {known})"))
         for var, value in spec.vars.items():
             try:
                 var_values(value)
             except ValueError as exc:
-                errors.append((f"{where}.vars.{var}", str(exc)))
-    if not any(err[0].startswith("start_urls") for err in errors):
+                errors.append(((*where, "vars", var), str(exc)))
+    if not any(err[0][0] == "start_urls" for err in errors):
         try:
             urls = expand_start_urls(site)
         except ValueError as exc:
-            errors.append(("start_urls", str(exc)))
+            errors.append((("start_urls",), str(exc)))
         else:
             for url, _ in urls:
                 parts = urlsplit(url)
                 if parts.scheme not in ("http", "https") or not parts.netloc:
                     hint = "" if site.base_url else " (relative start URLs need base_url)"
-                    errors.append(("start_urls", f"{url!r} is not an absolute http(s) URL{hint}"))
+                    errors.append((("start_urls",), f"{url!r} is not an absolute http(s) URL{hint}"))
                     break
     for i, name in enumerate(site.item_key):
         if name != "url" and name not in site.fields:
-            errors.append((f"item_key[{i}]", f"no field named {name!r} (fields: url, {', '.join(site.fields)})"))
+            errors.append((("item_key", i), f"no field named {name!r} (fields: url, {', '.join(site.fields)})"))
     for i, path in enumerate(site.pipelines):
         problem = _pipeline_problem(path, pipelines, check_imports)
         if problem:
-            errors.append((f"pipelines[{i}]", problem))
+            errors.append((("pipelines", i), problem))
     return errors
 
 
@@ -465,9 +470,13 @@ def _loc(loc: tuple[Any, ...]) -> str:
 
 
 def _pydantic_errors(exc: ValidationError) -> list[tuple[str, str]]:
+    return [(_loc(loc), msg) for loc, msg in _pydantic_locs(exc)]
+
+
+def _pydantic_locs(exc: ValidationError) -> list[tuple[Loc, str]]:
     """(path, message) of each error; the branch names pydantic puts in the path of a
     union (``str``, ``StartSpec``) are dropped, and so is the branch that does not apply."""
-    out: dict[str, list[str]] = {}
+    out: dict[Loc, list[str]] = {}
     branches = {"str", "int", "StartSpec", "list[union[str,int]]", "list[str]"}
     for err in exc.errors(include_url=False):
         loc = err["loc"]
@@ -476,9 +485,9 @@ def _pydantic_errors(exc: ValidationError) -> list[tuple[str, str]]:
         if len(kept) != len(loc) and isinstance(err.get("input"), (dict, list)) and err["type"] == "string_type":
             continue
         msg = err["msg"].removeprefix("Value error, ")
-        out.setdefault(_loc(kept), [])
-        if msg not in out[_loc(kept)]:
-            out[_loc(kept)].append(msg)
+        out.setdefault(kept, [])
+        if msg not in out[kept]:
+            out[kept].append(msg)
     return [(loc, "; ".join(msgs)) for loc, msgs in out.items()]
 
 
@@ -501,16 +510,27 @@ def validate(
         raise ConfigError(
             f"invalid site definition {source}: the top level must be a mapping, not {type(doc).__name__}"
         )
+    site, errors = errors_of(doc, default_name=default_name, check_imports=check_imports, pipelines=pipelines)
+    if site is None or errors:
+        raise ConfigError(_message(source, [(_loc(loc), msg) for loc, msg in errors]))
+    return site
+
+
+def errors_of(
+    doc: Any, *, default_name: str | None = None, check_imports: bool = True, pipelines: Iterable[str] = ()
+) -> tuple[SiteDefinition | None, list[tuple[Loc, str]]]:
+    """What :func:`validate` finds, as data: (the definition, or None if the schema refused
+    it; every problem with where it is, as a :data:`Loc`), ``(site, [])`` for a valid one.
+    An editor marks each problem at the line of its key (crawlplug.sites.checking)."""
+    if not isinstance(doc, dict):
+        return None, [((), f"the top level must be a mapping, not {type(doc).__name__}")]
     if default_name is not None and "name" not in doc:
         doc = {"name": default_name, **doc}
     try:
         site = SiteDefinition.model_validate(doc)
     except ValidationError as exc:
-        raise ConfigError(_message(source, _pydantic_errors(exc))) from None
-    errors = _cross_errors(site, check_imports, frozenset(pipelines))
-    if errors:
-        raise ConfigError(_message(source, errors))
-    return site
+        return None, _pydantic_locs(exc)
+    return site, _cross_errors(site, check_imports, frozenset(pipelines))
 
 
 def _message(source: str, errors: list[tuple[str, str]]) -> str:
