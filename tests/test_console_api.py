@@ -18,12 +18,14 @@ from fastapi.testclient import TestClient
 from crawlplug.access import audit, users
 from crawlplug.console.api import router
 from crawlplug.console.app import create_console
+from crawlplug.console.studio import router as studio_router
 from crawlplug.crawl import runs
 from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.nodelog import store as nodelog
 from crawlplug.schedules import store as schedule_store
 from crawlplug.server.clients import Connection, client_from_url
+from crawlplug.sites.recent import Recent
 
 from .support.control import ControlProcess
 from .support.scrapyd import wait_for
@@ -41,7 +43,7 @@ FAST = {"CRAWLPLUG_IDLE_CLOSE": "1", "CRAWLPLUG_HEARTBEAT": "0.5", "LOG_LEVEL": 
 def _permissions() -> dict[tuple[str, str], str]:
     """(METHOD, path) -> the permission its route names (from the route's dependencies)."""
     out = {}
-    for route in router.routes:
+    for route in [*router.routes, *studio_router.routes]:
         if not hasattr(route, "dependant"):
             continue
         names = [getattr(d.call, "permission", None) for d in route.dependant.dependencies]
@@ -98,7 +100,12 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
         assert len(audit.entries(r, 10_000)) == before, f"a refused call changed the audit log: {method} {url}"
         res = api.request(method, url, json=body, headers={"Authorization": f"Bearer {tokens[allowed]}"})
         assert res.status_code == expect, (method, url, allowed, res.text)
-        if method != "GET" and path not in ("/api/v1/sites/check", "/api/v1/sites/try", "/api/v1/alerts/check"):
+        if method != "GET" and path not in (
+            "/api/v1/sites/check",
+            "/api/v1/sites/try",
+            "/api/v1/sites/try-recent",
+            "/api/v1/alerts/check",
+        ):
             newest = audit.entries(r, 1)[0]
             assert newest["who"] == f"u-{allowed}" and newest["source"] == "testclient", newest
         made.add((method, path))
@@ -185,6 +192,15 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
     assert back == {"name": "shop", "n": 3, "version": first["version"], "rollback_of": 1}
     tried = call("POST", "/api/v1/sites/try", {"site": "shop", "url": f"{shop.url}/item/3/"})
     assert tried["page"]["url"] == f"{shop.url}/item/3/", tried
+    # the site studio's reads and its trial on recent URLs (tests/test_site_studio.py, a real crawl)
+    seen = Recent("shop")
+    seen.saw("shop", f"{shop.url}/item/4/", "item")
+    seen.push(r)
+    assert call("GET", "/api/v1/sites/{site}/recent", site="shop")["urls"][0]["url"] == f"{shop.url}/item/4/"
+    minutes = call("GET", "/api/v1/crawls/{crawl}/sites/{site}/minutes", site="shop")
+    assert len(minutes["t"]) == 60 and minutes["by_version"] == {} and [a["n"] for a in minutes["applied"]] == [1, 2, 3]
+    recent = call("POST", "/api/v1/sites/try-recent", {"site": "shop", "n": 1})
+    assert [t["url"] for t in recent["trials"]] == [f"{shop.url}/item/4/"] and recent["summary"]["item_pages"] == 1
     forgot = call("POST", "/api/v1/crawls/{crawl}/forget", {"urls": [f"{shop.url}/item/3/"]})
     assert forgot["urls"] == [f"{shop.url}/item/3/"] and forgot["forgot"] == 0, "never crawled: not recorded"
     assert call("POST", "/api/v1/crawls/{crawl}/stop", {"drain": False})["state"] == "stopped"

@@ -75,7 +75,9 @@ def test_an_operator_mends_a_broken_site_in_the_console(browser, crawl, redis_ur
     control = ControlProcess(redis_url, tmp_path / "control.log")
     server = ShopServer(shop).start()
     try:
-        node = crawl("site", args={"site": "shop", "base_url": server.url}, settings={"REDIS_URL": redis_url, **NODE_SETTINGS})
+        node = crawl(
+            "site", args={"site": "shop", "base_url": server.url}, settings={"REDIS_URL": redis_url, **NODE_SETTINGS}
+        )
         wait_for(lambda: crawl_stats(r, KEYS).get("site/shop/items/ok") == 20, 60, "20 items with their price")
 
         # -- an alert rule on the price's windowed null rate, checked as typed
@@ -97,7 +99,7 @@ def test_an_operator_mends_a_broken_site_in_the_console(browser, crawl, redis_ur
         browser.get(url + "/console/#/site/shop")
         until(browser, lambda d: shown(d, "site-in-force").startswith("v1 in force"), 10, "the site's page")
         until(browser, lambda d: shown(d, "site-null-rate") == "42.9 %", 20, "15 of 35 null in the window")
-        assert "v1 " + v1 in shown(browser, "site-versions-outcomes")
+        assert f"v1 ({v1}) 35 20 15 20 15 0" in shown(browser, "site-versions-outcomes")
         wait_for(lambda: any("price FIRING" in str(body) for body in hook.bodies()), 30, "the rule's notification")
         assert any("null_rate(shop.price, 10m) > 0.3" in str(body) for body in hook.bodies())
         screenshot(browser, "console-site-broken")

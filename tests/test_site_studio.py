@@ -89,7 +89,7 @@ def test_a_markup_change_shows_in_the_minutes_the_window_and_per_version_and_a_f
         assert node.wait(90) == 0, node.text()[-3000:]
 
     stats = crawl_stats(r, KEYS)
-    by = outcomes.versions(stats, "shop")
+    by = outcomes.per_version(stats, "shop")
     assert by[v1]["fields"]["price"].get("missing") == 15 and by[v1]["fields"]["price"]["filled"] == 20
     assert by[v2]["pages"] == 25 and by[v2]["fields"]["price"] == {"filled": 25}, by  # 0 null under v2
     assert by[v1]["pages"] + by[v2]["pages"] == stats["site/shop/step/item/pages"] == 60

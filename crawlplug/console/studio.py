@@ -54,26 +54,13 @@ def site_minutes(
     now = redis_ms(client)
     out = mins.series(client, keys, site, now - (minutes - 1) * mins.MINUTE_MS, now).as_dict()
     stats = crawl_stats(client, keys)
-    out["by_version"] = outcomes.versions(stats, site)
+    out["by_version"] = outcomes.per_version(stats, site)
     out["now_ms"] = now
-    store = site_store.SiteStore(client)
-    history = getattr(store, "history", None)  # each version stored: when, by whom (the charts mark them)
-    out["applied"] = [] if history is None else _applied(history(site))
-    return out
-
-
-def _applied(versions: list[Any]) -> list[dict[str, Any]]:
-    out = []
-    for v in versions:
-        out.append(
-            {
-                "n": getattr(v, "n", None),
-                "version": getattr(v, "version", None),
-                "at_ms": int(float(getattr(v, "at", 0) or 0) * 1000),
-                "by": getattr(v, "by", ""),
-                "rollback_of": getattr(v, "rollback_of", None),
-            }
-        )
+    # each version stored, when and by whom: the charts mark the moments
+    out["applied"] = [
+        {"n": v.n, "version": v.version, "at_ms": int(v.at * 1000), "by": v.by, "rollback_of": v.rollback_of}
+        for v in site_store.SiteStore(client).history(site)
+    ]
     return out
 
 

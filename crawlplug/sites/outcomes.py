@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["by_version", "describe", "outcomes", "status_lines", "versions"]
+__all__ = ["by_version", "describe", "outcomes", "per_version", "status_lines"]
 
 
 def step_pages(site: str, step: str) -> str:
@@ -77,7 +77,7 @@ def by_version(site: str, ver: str, what: str) -> str:
     return f"site/{site}/v/{ver}/{what}"
 
 
-def versions(stats: dict[str, Any], site: str) -> dict[str, dict[str, Any]]:
+def per_version(stats: dict[str, Any], site: str) -> dict[str, dict[str, Any]]:
     """The outcomes of ``site``'s item pages per definition version that parsed them:
     {version: {"pages", "items_ok", "items_incomplete", "fields": {field: {outcome: n}}}}."""
     out: dict[str, dict[str, Any]] = {}
@@ -162,7 +162,7 @@ def status_lines(stats: dict[str, Any]) -> list[str]:
         if empty:
             lines.append("    no links " + ", ".join(f"{s} {n} pages" for s, n in empty.items()))
         lines.append(f"    items    ok {values.get('items/ok', 0)}, incomplete {values.get('items/incomplete', 0)}")
-        for ver, row in versions(stats, site).items():
+        for ver, row in per_version(stats, site).items():
             nulls = ", ".join(f"{f} {o['missing']}" for f, o in row["fields"].items() if o.get("missing"))
             lines.append(
                 f"    {ver}  {row['pages']} item pages: ok {row['items_ok']}, incomplete {row['items_incomplete']}"

@@ -36,6 +36,8 @@ def stored_sites(client: redis.Redis) -> list[dict[str, Any]]:
                 "version": stored.version,
                 "source": stored.source,
                 "stored_at": stored.stored_at,
+                "n": stored.n,
+                "by": stored.by,
                 "steps": [s.get("name") for s in doc.get("steps", []) if isinstance(s, dict)],
                 "fields": [
                     {"name": n, "required": bool(isinstance(f, dict) and f.get("required"))} for n, f in fields.items()

@@ -210,5 +210,16 @@ function studio() {
       const marks = (m.applied || []).filter((a) => a.at_ms >= t0 && a.at_ms <= t1).map((a) => ({ x: x(a.at_ms), label: "v" + a.n }));
       return { w: W, h: H, bars, line: pts.join(" "), marks, max };
     },
+
+    // the chart as SVG text (Alpine's x-for does not run inside <svg>): numbers and "v<n>" only
+    chartSvg() {
+      const c = this.chart();
+      const f = (v) => Number(v).toFixed(1);
+      const bars = c.bars.map((b) => `<rect class="bar" x="${f(b.x)}" y="${f(b.y)}" width="${f(b.w)}" height="${f(b.h)}"></rect>`);
+      const marks = c.marks.map((m) => `<g class="applied"><line class="mark" x1="${f(m.x)}" x2="${f(m.x)}" y1="10" y2="${c.h - 20}"></line>`
+        + `<text x="${f(m.x + 3)}" y="20">v${Number(m.label.slice(1))}</text></g>`);
+      const dots = c.line ? c.line.split(" ").map((p) => { const [x, y] = p.split(","); return `<circle class="dot" cx="${x}" cy="${y}" r="2.5"></circle>`; }) : [];
+      return `<svg class="chart" width="${c.w}" height="${c.h}">${bars.join("")}<polyline class="rate" points="${c.line}"></polyline>${dots.join("")}${marks.join("")}</svg>`;
+    },
   };
 }
