@@ -129,7 +129,7 @@ $(BIN)/.installed-docs: $(BIN)/.installed
 # NO_MKDOCS_2_WARNING: Material prints a notice of its end of life (May 2027) on every build.
 # the browser tests that take the docs' pictures, told to write them into docs/
 screenshots: venv
-	CRAWLPLUG_UPDATE_SCREENSHOT=1 $(BIN)/python -m pytest -q -p no:randomly tests/test_console_pages.py \
+	CRAWLPLUG_UPDATE_SCREENSHOT=1 $(BIN)/python -m pytest -q -p no:randomly tests/test_console_pages.py tests/test_console_studio.py \
 	  tests/test_dashboard_e2e.py tests/test_dashboard_pages.py
 	@ls -l docs/*.png
 

@@ -38,14 +38,15 @@ class Recent:
 
     def __init__(self, crawl: str, prefix: str = "crawlplug", kept: int = KEPT) -> None:
         self.crawl, self.prefix, self.kept = crawl, prefix, kept
-        self._new: dict[str, deque[str]] = {}
+        self._new: dict[str, deque[tuple[str, str, float]]] = {}
 
     def saw(self, site: str, url: str, step: str) -> None:
-        """A page of ``site`` of step ``step`` was parsed (a few hundred ns: on every page)."""
+        """A page of ``site`` of step ``step`` was parsed (on every page: a tuple kept, the JSON
+        made at the push, for the last :attr:`kept` only)."""
         new = self._new.get(site)
         if new is None:
             new = self._new[site] = deque(maxlen=self.kept)
-        new.append(json.dumps({"url": url, "step": step, "at": round(time.time(), 1), "crawl": self.crawl}))
+        new.append((url, step, time.time()))
 
     def push(self, client: redis.Redis) -> int:
         """Send the pages met since the last push (one round trip); the number sent. Raises
@@ -54,8 +55,12 @@ class Recent:
         if not new:
             return 0
         pipe = client.pipeline(transaction=False)
-        for site, entries in new.items():
+        for site, pages in new.items():
             key = recent_key(site, self.prefix)
+            entries = [
+                json.dumps({"url": url, "step": step, "at": round(at, 1), "crawl": self.crawl})
+                for url, step, at in pages
+            ]
             pipe.lpush(key, *entries)
             pipe.ltrim(key, 0, self.kept - 1)
         pipe.execute()
