@@ -11,6 +11,7 @@ import json
 
 import pytest
 import yaml
+from scrapy.utils.test import get_crawler
 
 from crawlplug.alerts.measures import WINDOWED
 from crawlplug.demo.shop import ShopServer
@@ -101,3 +102,35 @@ def test_a_markup_change_shows_in_the_minutes_the_window_and_per_version_and_a_f
     assert sum(got.steps["item"]) == 60 and sum(got.steps["list"]) == stats["site/shop/step/list/pages"]
     assert json.loads(json.dumps(got.as_dict()))["null_rate"]["price"]  # serialisable, one rate a minute
     assert len(node.item_lines()) == 45  # incomplete items are dropped (the definition's default)
+
+
+def test_hand_written_minutes_and_recent_urls_count_nothing_and_break_no_flush(r):
+    """A writer of the minutes or of the recent URLs makes the studio show wrong numbers or
+    try a URL of their choosing (http(s) only); no reader raises, no stats flush is refused."""
+    from crawlplug.stats import RedisStatsCollector
+
+    keys = CrawlKeys("planted")
+    now = redis_ms(r)
+    minute = now // 60_000
+    r.set(keys.site_minute(minute), "not a hash")
+    r.hset(keys.site_minute(minute - 1), mapping={"shop/field/price/missing": "many", "shop/field/price/filled": 3})
+    stats = RedisStatsCollector(get_crawler(settings_dict={"STATS_DUMP": False}))
+    stats.bind(r, keys, "node-a")
+    stats.inc_value("site/shop/field/price/filled", 2)
+    assert stats.flush(), "the flush is written whatever the minute's key holds"
+    assert crawl_stats(r, keys)["site/shop/field/price/filled"] == 2
+    got = minutes.series(r, keys, "shop", now - 120_000, now + 60_000)
+    assert sum(got.fields["price"]["filled"]) in (3, 5)  # the planted 3, and 2 if the flush named the next minute
+    assert sum(got.fields["price"]["missing"]) == 0
+    assert minutes.null_rate(r, keys, "shop", "price", 600_000, now) == 0.0
+    r.rpush(
+        "crawlplug:sites:recent:shop",
+        "not json",
+        json.dumps({"url": "file:///etc/passwd", "step": "item"}),
+        json.dumps({"url": "http://127.0.0.1:9/item/1/", "step": "item"}),
+        json.dumps(["a", "list"]),
+    )
+    assert [u["url"] for u in recent_urls(r, "shop")] == ["http://127.0.0.1:9/item/1/"]
+    r.delete("crawlplug:sites:recent:shop")
+    r.set("crawlplug:sites:recent:shop", "a string")
+    assert recent_urls(r, "shop") == []

@@ -78,13 +78,17 @@ class Minutes:
 
 
 def _raw(client: redis.Redis, keys: CrawlKeys, first: int, last: int) -> list[dict[str, int]]:
-    """The hashes of minutes first..last (minute numbers), as {field: count}."""
+    """The hashes of minutes first..last (minute numbers), as {field: count}; a key of another
+    type (written by hand) counts nothing, as a field that is no integer."""
     pipe = client.pipeline(transaction=False)
     for minute in range(first, last + 1):
         pipe.hgetall(keys.base.site_minute(minute))
     out = []
-    for raw in pipe.execute():
+    for raw in pipe.execute(raise_on_error=False):
         counts: dict[str, int] = {}
+        if not isinstance(raw, dict):
+            out.append(counts)
+            continue
         for k, v in raw.items():
             try:
                 counts[text(k)] = int(v)

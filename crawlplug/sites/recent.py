@@ -17,6 +17,7 @@ import json
 import time
 from collections import deque
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 
@@ -69,15 +70,22 @@ class Recent:
 
 def recent_urls(client: redis.Redis, site: str, n: int = KEPT, prefix: str = "crawlplug") -> list[dict[str, Any]]:
     """The last ``n`` distinct URLs of ``site``, newest first: {"url", "step", "at", "crawl"};
-    an entry that is not one (written by hand) is skipped."""
+    an entry that is not one (written by hand), or whose URL is not http(s), is skipped, and a
+    key of another type holds none."""
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for raw in client.lrange(recent_key(site, prefix), 0, -1):
+    try:
+        raws = client.lrange(recent_key(site, prefix), 0, -1)
+    except redis.ResponseError:  # WRONGTYPE: not a list
+        return out
+    for raw in raws:
         try:
             entry = json.loads(text(raw))
         except ValueError:
             continue
         if not isinstance(entry, dict) or not isinstance(entry.get("url"), str) or entry["url"] in seen:
+            continue
+        if urlsplit(entry["url"]).scheme not in ("http", "https"):
             continue
         seen.add(entry["url"])
         out.append(

@@ -180,6 +180,11 @@ class SiteSpider(scrapy.Spider):
     def _closed(self, spider: scrapy.Spider) -> None:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
+        if self.recent is not None and self.store is not None:
+            try:
+                self.recent.push(self.store.client)  # the last pages parsed since the last refresh
+            except REDIS_ERRORS as exc:
+                logger.debug("site spider: recent URLs not sent at close (%s)", exc)
         if self._own_conn is not None:
             self._own_conn.client.close()
 

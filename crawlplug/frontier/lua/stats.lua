@@ -4,7 +4,8 @@
 -- KEYS[2] node stats  hash  stat -> this node's value (node:<id>:stats)
 -- KEYS[3] statnodes   zset  node id -> its last stats flush (ms, Redis clock)
 -- KEYS[4] (optional) sitem:<minute>  hash  what the kind "hsum" added in that minute (the
---         site spiders' outcomes per minute: crawlplug.sites.minutes), kept a day
+--         site spiders' outcomes per minute: crawlplug.sites.minutes), kept a day; a key of
+--         another type there is left alone and counts nothing (the stats are written)
 -- ARGV[1] node id
 -- ARGV[2] "1" if this node flushed before (its stats hash should exist), else "0"
 -- then triples: kind, stat name, value. Kinds:
@@ -32,10 +33,12 @@ local crawl, node, registry, minute = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local node_id, flushed_before = ARGV[1], ARGV[2]
 
 do
-  local spec = {{crawl, "hash"}, {node, "hash"}, {registry, "zset"}}
-  if minute then spec[4] = {minute, "hash"} end
-  local refused = guard(spec)
+  local refused = guard({{crawl, "hash"}, {node, "hash"}, {registry, "zset"}})
   if refused then return refused end
+end
+if minute then -- the minutes are a history beside the stats: one of another type is skipped, not the flush
+  local t = redis.call("TYPE", minute)["ok"]
+  if t ~= "hash" and t ~= "none" then minute = nil end
 end
 
 if flushed_before == "1" and redis.call("EXISTS", node) == 0 then
