@@ -379,7 +379,9 @@ def choose_store(frontier: DedupFrontier, wanted: str, spec: Spec) -> None:
     client, base = parts[0].client, parts[0].keys.base
     recorded = client.hget(base.meta, STORE_FIELD)
     if recorded is None:
-        legacy = [p for p in parts if p.client.exists(p.keys.seen)]
+        # TYPE, not EXISTS: the same answer, and a command name fewer for Redis 7 to keep a
+        # latency histogram of (about 25 KB: docs/scaling.md)
+        legacy = [p for p in parts if text(p.client.type(p.keys.seen)) != "none"]
         store = "set" if legacy else wanted
         client.hsetnx(base.meta, STORE_FIELD, store)
         recorded = client.hget(base.meta, STORE_FIELD)

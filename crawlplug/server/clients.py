@@ -319,7 +319,9 @@ def server_settings(settings: Any) -> tuple[str | None, dict[str, Any]]:
 #: Commands every node runs that no key names, so that a Redis ACL may deny them
 #: without it showing at the first write: the scripts (EVALSHA; SCRIPT LOAD when the
 #: server lost them, as after a restart) and TIME (leases, heartbeats and domain delays
-#: follow Redis's clock, never the node's). The ACL crawlplug needs: docs/security.md.
+#: follow Redis's clock, never the node's). On Redis 7 a node runs the scripts as the
+#: Functions library (FCALL), and the scripts only when FCALL is refused; the check
+#: then asks FCALL first (:func:`_denied`). The ACL crawlplug needs: docs/security.md.
 NODE_COMMANDS = ("time", "evalsha", "script|load")
 ACL_DOC = "docs/security.md"
 
@@ -348,16 +350,27 @@ def check(conn: Connection) -> None:
 def _denied(client: redis.Redis) -> list[str]:
     """Which of :data:`NODE_COMMANDS` the server refuses with NOPERM (one round trip).
 
-    EVALSHA is asked for a script that does not exist (NOSCRIPT when allowed); SCRIPT
-    LOAD loads crawlplug's smallest script, as the node itself does next.
+    On Redis 7 FCALL is asked first, for a function that does not exist ("Function not
+    found" when allowed): a node allowed it runs the scripts as the library and never sends
+    EVALSHA or SCRIPT LOAD, so they are not asked (each command name a server has run costs
+    it a latency histogram, about 25 KB: docs/scaling.md). Else EVALSHA is asked for a
+    script that does not exist (NOSCRIPT when allowed), and SCRIPT LOAD loads crawlplug's
+    smallest script, as the node itself does next.
     """
     from ..frontier.luatext import source  # noqa: PLC0415 - the scripts' text, read once
+    from ..frontier.serverinfo import server_major  # noqa: PLC0415
 
+    refused = redis.exceptions.NoPermissionError
+    if server_major(client) >= 7:  # asked once per client: the node's scripts ask it too
+        pipe = client.pipeline(transaction=False)
+        pipe.time()
+        pipe.fcall("crawlplug_probe_0", 0)
+        when, fcall = pipe.execute(raise_on_error=False)
+        if not isinstance(fcall, refused):
+            return ["time"] if isinstance(when, refused) else []
     pipe = client.pipeline(transaction=False)
     pipe.time()
     pipe.evalsha("0" * 40, 0)
     pipe.script_load(source("idle"))
     replies = pipe.execute(raise_on_error=False)
-    return [
-        name for name, reply in zip(NODE_COMMANDS, replies) if isinstance(reply, redis.exceptions.NoPermissionError)
-    ]
+    return [name for name, reply in zip(NODE_COMMANDS, replies) if isinstance(reply, refused)]

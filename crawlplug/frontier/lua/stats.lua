@@ -41,7 +41,7 @@ if minute then -- the minutes are a history beside the stats: one of another typ
   if t ~= "hash" and t ~= "none" then minute = nil end
 end
 
-if flushed_before == "1" and redis.call("EXISTS", node) == 0 then
+if flushed_before == "1" and redis.call("HLEN", node) == 0 then -- (a hash: none is empty; HLEN, not EXISTS: a command name fewer)
   return -1
 end
 

@@ -31,7 +31,7 @@
 -- of a minute (an hour) is its record, under the minute's number; when a new run
 -- samples a minute the last run sampled too, the last run's record moves to
 -- "<minute>.<its run>" first, so each run keeps its last record. Keys expire on their
--- own (PEXPIREAT): a crawl's history never holds more than a day of minutes and a month
+-- own (an expiry set to a deadline): a crawl's history never holds more than a day of minutes and a month
 -- of hours, whatever it did. crawlplug/frontier/history.py reads the format.
 --
 -- uses: guard epoch leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
@@ -80,7 +80,9 @@ end
 local in_hour, in_day = now - hour * 3600000, now - day * 86400000
 put(minutes, tostring(math.floor(in_hour / 60000)), math.floor(in_hour % 60000 / 1000))
 put(hours, tostring(math.floor(in_day / 3600000)), math.floor(in_day % 3600000 / 1000))
--- the end of a record's keeping, by Redis's clock (PEXPIREAT: deadlines are times, not durations)
-redis.call("PEXPIREAT", minutes, (hour + 1) * 3600000 + keep_minutes)
-redis.call("PEXPIREAT", hours, (day + 1) * 86400000 + keep_hours)
+-- the end of a record's keeping, by Redis's clock: a deadline, sent as the time left until it
+-- from the script's own TIME (PEXPIRE, which replicas receive as the deadline, PEXPIREAT: one
+-- command name fewer than PEXPIREAT beside the PEXPIRE other scripts send, docs/scaling.md)
+redis.call("PEXPIRE", minutes, (hour + 1) * 3600000 + keep_minutes - now)
+redis.call("PEXPIRE", hours, (day + 1) * 86400000 + keep_hours - now)
 return {now, 1}
