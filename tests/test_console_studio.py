@@ -134,7 +134,7 @@ def test_an_operator_mends_a_broken_site_in_the_console(browser, crawl, redis_ur
         def row_of(d, digest):
             return next((row for row in table(d, "site-versions-outcomes") if digest in row[0]), None)
 
-        until(browser, lambda d: (row_of(d, v2) or [""])[1] == "25", 20, "25 item pages under v2")
+        until(browser, lambda d: (row_of(d, v2) or ["", ""])[1] == "25", 20, "25 item pages under v2")
         assert row_of(browser, v2)[4:6] == ["25", "0"], row_of(browser, v2)  # price filled 25, null 0
         assert row_of(browser, v1)[4:6] == ["20", "15"], row_of(browser, v1)
         stats = crawl_stats(r, KEYS)
