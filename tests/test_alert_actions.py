@@ -55,9 +55,19 @@ def test_a_run_with_far_fewer_items_than_the_last_fires_its_rule_once(crawl, mak
         _crawl_once(crawl, shop, redis_url)
         assert runs.view(r, KEYS).state == "finished"
         added = cli(
-            redis_url, "alerts", "add", "shop", "--name", "fewer", "--when", "items < 0.5 * last_run.items at end",
-            "--notify", hook.apprise_url("fewer"), "--then", "pause-schedules",
-        )  # fmt: skip
+            redis_url,
+            "alerts",
+            "add",
+            "shop",
+            "--name",
+            "fewer",
+            "--when",
+            "items < 0.5 * last_run.items at end",
+            "--notify",
+            hook.apprise_url("fewer"),
+            "--then",
+            "pause-schedules",
+        )
         assert added.exit_code == 0, added.output
         # run 1 has no run before it: the rule cannot say, and says nothing
         wait_for(lambda: "last_run.items" in str(r.hget(KEYS.alertstate, "fewer") or b""), 20, "run 1 unknown")
@@ -85,8 +95,9 @@ def test_a_rule_with_then_stop_stops_a_running_crawl(crawl, make_shop, redis_url
     shop = make_shop(items=300, delay=0.05)
     control = ControlProcess(redis_url, tmp_path / "control.log")
     try:
-        added = cli(redis_url, "alerts", "add", "shop", "--create", "--name", "enough", "--when", "pages > 15",
-                    "--then", "stop")  # fmt: skip
+        added = cli(
+            redis_url, "alerts", "add", "shop", "--create", "--name", "enough", "--when", "pages > 15", "--then", "stop"
+        )
         assert added.exit_code == 0, added.output
         settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 2}
         nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
@@ -114,14 +125,36 @@ def test_a_failing_webhook_gets_the_notification_once_and_a_schedule_fires_meanw
     daemon = make_scrapyd()
     hook = WebhookReceiver(fail_first=2)
     _crawl_once(crawl, shop, redis_url)
-    added = cli(redis_url, "alerts", "add", "shop", "--name", "done", "--when", "run_end(finished)",
-                "--notify", hook.apprise_url("done"))  # fmt: skip
+    added = cli(
+        redis_url,
+        "alerts",
+        "add",
+        "shop",
+        "--name",
+        "done",
+        "--when",
+        "run_end(finished)",
+        "--notify",
+        hook.apprise_url("done"),
+    )
     assert added.exit_code == 0, added.output
     # a schedule due 5 s from now: the control process (started next) sends the notification's
     # first attempt in a second or two, and its third 6 s after that; the firing falls between
     when = datetime.now(timezone.utc) + timedelta(seconds=5)
-    res = cli(redis_url, "schedule", "add", "shop", "--cron", f"{when.minute} {when.hour} * * * {when.second}",
-              "--scrapyd", daemon.url, "-s", "CRAWLPLUG_IDLE_CLOSE=1", "-a", f"base_url={shop.url}")  # fmt: skip
+    res = cli(
+        redis_url,
+        "schedule",
+        "add",
+        "shop",
+        "--cron",
+        f"{when.minute} {when.hour} * * * {when.second}",
+        "--scrapyd",
+        daemon.url,
+        "-s",
+        "CRAWLPLUG_IDLE_CLOSE=1",
+        "-a",
+        f"base_url={shop.url}",
+    )
     assert res.exit_code == 0, res.output
     control = ControlProcess(redis_url, tmp_path / "control.log")
     try:
@@ -148,14 +181,31 @@ def test_a_failing_webhook_gets_the_notification_once_and_a_schedule_fires_meanw
 def test_a_notification_that_never_goes_through_is_kept_and_shown(redis_url, r):
     hook = WebhookReceiver(fail_first=100)
     try:
-        assert cli(redis_url, "alerts", "add", "shop", "--create", "--name", "x", "--when", "run_end",
-                   "--notify", hook.apprise_url()).exit_code == 0  # fmt: skip
+        assert (
+            cli(
+                redis_url,
+                "alerts",
+                "add",
+                "shop",
+                "--create",
+                "--name",
+                "x",
+                "--when",
+                "run_end",
+                "--notify",
+                hook.apprise_url(),
+            ).exit_code
+            == 0
+        )
         outbox.enqueue(r, KEYS, "x", [hook.apprise_url()], "t", "b")
         for attempt in range(1, outbox.MAX_ATTEMPTS + 1):
             r.zadd(KEYS.alertsend, {m: 0 for m in r.zrange(KEYS.alertsend, 0, -1)})  # due now
             counts = outbox.send_due(r, KEYS)
-            assert counts == ({"sent": 0, "retry": 1, "failed": 0} if attempt < outbox.MAX_ATTEMPTS else
-                              {"sent": 0, "retry": 0, "failed": 1}), (attempt, counts)  # fmt: skip
+            assert counts == (
+                {"sent": 0, "retry": 1, "failed": 0}
+                if attempt < outbox.MAX_ATTEMPTS
+                else {"sent": 0, "retry": 0, "failed": 1}
+            ), (attempt, counts)
         assert len(hook.attempts) == outbox.MAX_ATTEMPTS and outbox.pending(r, KEYS) == []
         [kept] = outbox.failed(r, KEYS)
         assert kept["attempts"] == outbox.MAX_ATTEMPTS and kept["urls"] == ["json://..."]

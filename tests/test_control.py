@@ -330,8 +330,21 @@ def test_a_daily_incremental_and_a_weekly_full_schedule_each_decide_the_run_it_b
     node = ["-s", "CRAWLPLUG_IDLE_CLOSE=1", "-s", "CRAWLPLUG_HEARTBEAT=0.5", "-s", "CONCURRENT_REQUESTS=2"]
 
     def schedule(name: str, kind: str, cron: str) -> str:
-        res = cli(redis_url, "schedule", "shop", "--name", name, "--cron", cron, f"--{kind}", "--scrapyd",
-                  daemon.url, *node, "-a", f"base_url={shop.url}")  # fmt: skip
+        res = cli(
+            redis_url,
+            "schedule",
+            "shop",
+            "--name",
+            name,
+            "--cron",
+            cron,
+            f"--{kind}",
+            "--scrapyd",
+            daemon.url,
+            *node,
+            "-a",
+            f"base_url={shop.url}",
+        )
         assert res.exit_code == 0, res.output
         return res.output
 

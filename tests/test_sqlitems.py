@@ -181,8 +181,12 @@ def test_one_node_into_sqlite(crawl, make_shop, redis_url, r, tmp_path):
     _run(crawl, shop, _settings(redis_url, url), nodes=1)
     two = sqlitems.kept_report(r, KEYS, 2)
     assert two is not None and two["total"] == {
-        "new": 0, "changed": 1, "unchanged": 29, "gone": 0, "fields": {"price": 1}
-    }, two  # fmt: skip
+        "new": 0,
+        "changed": 1,
+        "unchanged": 29,
+        "gone": 0,
+        "fields": {"price": 1},
+    }, two
     assert len(sqlite3.connect(tmp_path / "items.db").execute("select * from crawlplug_items").fetchall()) == 30
     text = CliRunner().invoke(main, ["--redis-url", redis_url, "report", "shop", "--changes"])
     assert text.exit_code == 0, text.output

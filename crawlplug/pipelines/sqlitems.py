@@ -124,9 +124,10 @@ def _insert(engine: Engine, table: Table) -> Any:
 def _said(total: dict[str, Any]) -> str:
     fields = ", ".join(f"{name} {n}" for name, n in sorted(total["fields"].items()))
     return (
-        f"{total['new']} new, {total['changed']} changed" + (f" ({fields})" if fields else "")
+        f"{total['new']} new, {total['changed']} changed"
+        + (f" ({fields})" if fields else "")
         + f", {total['unchanged']} unchanged, {total['gone']} gone"
-    )  # fmt: skip
+    )
 
 
 def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -234,17 +235,30 @@ class SQLItemPipeline:
             row = conn.execute(sa.select(t).where(where)).mappings().first()
             if row is None:
                 values = {
-                    "crawl": self.crawl, "site": site, "item_key": key, "item": data, "digest": digest,
-                    "first_run": run, "last_run": run, "changed_run": None, "changed_fields": None,
-                    "first_seen": now, "last_seen": now, "last_changed": None,
-                }  # fmt: skip
+                    "crawl": self.crawl,
+                    "site": site,
+                    "item_key": key,
+                    "item": data,
+                    "digest": digest,
+                    "first_run": run,
+                    "last_run": run,
+                    "changed_run": None,
+                    "changed_fields": None,
+                    "first_seen": now,
+                    "last_seen": now,
+                    "last_changed": None,
+                }
                 stmt = _insert(self.engine, t).values(**values)
                 # another node inserted it meanwhile (the same page twice): seen, nothing more
                 stmt = stmt.on_conflict_do_update(
                     index_elements=[t.c.crawl, t.c.site, t.c.item_key],
-                    set_={"last_run": sa.func.max(t.c.last_run, run) if self.engine.dialect.name == "sqlite"
-                          else sa.func.greatest(t.c.last_run, run), "last_seen": now},
-                )  # fmt: skip
+                    set_={
+                        "last_run": sa.func.max(t.c.last_run, run)
+                        if self.engine.dialect.name == "sqlite"
+                        else sa.func.greatest(t.c.last_run, run),
+                        "last_seen": now,
+                    },
+                )
                 conn.execute(stmt)
                 return "new"
             if run < row["last_run"]:
