@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import threading
 import time
 from collections import Counter
@@ -68,10 +69,18 @@ def _configure(server: RedisServer, mode: str) -> RedisServer:
     return server
 
 
-def _crash(server: RedisServer) -> None:
+def _crash(server: RedisServer) -> socket.socket:
+    """SIGKILL the server, and hold its port until it is started again (close the socket
+    returned first): bound, not listening, so the nodes' connections are refused as by a
+    server that is down, and no other test's server is handed the port meanwhile (with
+    three workers starting servers, one once took it and a node's heartbeat reached it)."""
     assert server.proc is not None
     server.proc.send_signal(signal.SIGKILL)
     server.proc.wait(10)
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # over the killed server's TIME_WAITs
+    held.bind(("127.0.0.1", server.port))
+    return held
 
 
 def _wait_hits(shop, n: int, nodes, timeline: list[tuple[float, int]], timeout: float = 60) -> None:
@@ -128,9 +137,10 @@ def test_redis_crashes_and_restarts_mid_crawl(crawl, make_shop, tmp_path, mode):
         # coming back empty ("none"'s case), not going back in time
         _wait_snapshot_after(server, crawl_began)
     recent = _fetched_since(timeline, 2.0)  # what a persistence lag of up to ~1-2 s may have to redo
-    _crash(server)
+    held = _crash(server)
     fetched_at_crash = sum(shop.hits.values())
     time.sleep(1.5)
+    held.close()
     server = _configure(RedisServer(server.port, server.directory, MODES[mode]).start(), mode)
     try:
         if mode == "none":
@@ -191,7 +201,7 @@ def test_a_longer_outage_closes_the_node_and_its_leases_return(crawl, make_shop,
         args={"base_url": shop.url}, settings={"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_REDIS_OUTAGE_TIMEOUT": 3}
     )
     _wait_hits(shop, 60, [first], [])
-    _crash(server)
+    held = _crash(server)
     assert first.wait(90) == 1, "a node that gave up on Redis exits 1: " + first.text()[-3000:]
     text = first.text()
     assert "'finish_reason': 'redis_unavailable'" in text, text[-3000:]
@@ -199,6 +209,7 @@ def test_a_longer_outage_closes_the_node_and_its_leases_return(crawl, make_shop,
     assert "Traceback" not in text, text[-3000:]
     assert _outage_lines(text) == 1
     # Redis comes back; a new node finishes the crawl, the first node's leases included
+    held.close()
     server = RedisServer(server.port, server.directory, args).start()
     try:
         second = crawl(
