@@ -161,9 +161,10 @@ function studio() {
       } catch (e) { this.error = e.message; }
     },
 
+    // every number a document had (a roll back stores an old document again: "v1, v3")
     versionName(digest) {
-      const v = this.studio.versions.find((x) => x.version === digest);
-      return v ? "v" + v.n : digest;
+      const ns = this.studio.versions.filter((x) => x.version === digest).map((x) => x.n).sort((a, b) => a - b);
+      return ns.length ? ns.map((n) => "v" + n).join(", ") : digest;
     },
 
     // -- the site's minutes ------------------------------------------------------------------
