@@ -36,6 +36,20 @@ class _Links(HTMLParser):
             self.hrefs.extend(v for k, v in attrs if k == "href" and v is not None)
 
 
+def reachable(get) -> set[str]:
+    """Every path reachable by links from the home page, ``get(path)`` giving (status, body);
+    each must answer 200."""
+    seen, todo = {"/"}, ["/"]
+    while todo:
+        status, body = get(todo.pop())
+        assert status == 200
+        for href in links(body):
+            if href not in seen:
+                seen.add(href)
+                todo.append(href)
+    return seen
+
+
 def links(body: bytes) -> list[str]:
     parser = _Links()
     parser.feed(body.decode("utf-8"))
@@ -77,15 +91,7 @@ def test_every_page_answers_and_site_is_closed_under_links(shop: DemoShop, serve
 
 
 def test_everything_is_reachable_from_home(shop: DemoShop) -> None:
-    seen, todo = {"/"}, ["/"]
-    while todo:
-        status, body = shop.render(todo.pop())
-        assert status == 200
-        for href in links(body):
-            if href not in seen:
-                seen.add(href)
-                todo.append(href)
-    assert seen == shop.paths()
+    assert reachable(lambda path: shop.render(path)) == shop.paths()
 
 
 def test_page_count(shop: DemoShop) -> None:
@@ -264,15 +270,7 @@ def test_removed_item_is_404_and_linked_from_nowhere(shop: DemoShop, server: Sho
     assert len(shop.related_ids(32)) == 2
 
     # what is left is closed under links and all of it reachable from home, and the rest is as it was
-    seen, todo = {"/"}, ["/"]
-    while todo:
-        status, body, _ = fetch(server.url + todo.pop())
-        assert status == 200
-        for href in links(body):
-            if href not in seen:
-                seen.add(href)
-                todo.append(href)
-    assert seen == shop.paths()
+    assert reachable(lambda path: fetch(server.url + path)[:2]) == shop.paths()
     assert shop.truth() == {p: t for p, t in unchanged.truth().items() if p in shop.item_paths()}
     sitemap = fetch(server.url + "/sitemap/2.xml")[1].decode()
     assert "/item/14/<" not in sitemap and "/item/17/<" in sitemap

@@ -126,6 +126,7 @@ def test_site_outcomes_are_counted_per_minute_once_over_every_node(r):
     assert sum(got.pages) == 20 and sum(got.items_ok) == 15 and sum(got.items_incomplete) == 5
     assert sum(got.fields["price"]["missing"]) == 5 and sum(got.fields["price"]["filled"]) == 15
     assert minutes.null_rate(r, KEYS, "shop", "price", 600_000, now) == 0.25
+    assert got.window_rates(now, 600_000) == {"price": 0.25}  # what the console shows: the rule's rate
     assert minutes.null_rate(r, KEYS, "shop", "name", 600_000, now) is None  # no such field counted
     assert minutes.null_rate(r, KEYS, "other", "price", 600_000, now) is None
     (key,) = r.keys(KEYS.key("sitem:*"))

@@ -52,7 +52,10 @@ def site_minutes(
     mins, outcomes, _, site_store = _site_modules()
     client = _client(request)
     now = redis_ms(client)
-    out = mins.series(client, keys, site, now - (minutes - 1) * mins.MINUTE_MS, now).as_dict()
+    got = mins.series(client, keys, site, now - (max(minutes, 11) - 1) * mins.MINUTE_MS, now)
+    out = got.as_dict()
+    # each field's null rate over the last 10 minutes, as null_rate(SITE.FIELD, 10m) reads it
+    out["null_rate_10m"] = got.window_rates(now, 10 * mins.MINUTE_MS)
     stats = crawl_stats(client, keys)
     out["by_version"] = outcomes.per_version(stats, site)
     out["now_ms"] = now

@@ -30,7 +30,7 @@ import redis
 from ..frontier.keys import CrawlKeys
 from ..frontier.store import text
 
-__all__ = ["FIELD_OUTCOMES", "MINUTE_MS", "Minutes", "null_rate", "series"]
+__all__ = ["FIELD_OUTCOMES", "MINUTE_MS", "Minutes", "null_rate", "series", "window"]
 
 MINUTE_MS = 60_000
 #: The outcomes a field has on an item page (crawlplug.sites.outcomes): each item page counts one.
@@ -60,9 +60,19 @@ class Minutes:
             rates: list[float | None] = []
             for i in range(len(self.t)):
                 total = sum(counts[o][i] for o in FIELD_OUTCOMES)
-                rates.append(round(counts["missing"][i] / total, 4) if total else None)
+                rates.append(_rate(counts["missing"][i], total))
             out[name] = rates
         return out
+
+    def window_rates(self, now_ms: int, window_ms: int) -> dict[str, float | None]:
+        """Each field's null rate over the window :func:`null_rate` reads (the minutes held
+        here must cover it), as the alert rule ``null_rate(SITE.FIELD, 10m)`` computes it."""
+        first, _ = window(now_ms, window_ms)
+        inside = [i for i, t in enumerate(self.t) if t // MINUTE_MS >= first]
+        return {
+            name: _rate(sum(c["missing"][i] for i in inside), sum(c[o][i] for o in FIELD_OUTCOMES for i in inside))
+            for name, c in self.fields.items()
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -129,16 +139,22 @@ def series(client: redis.Redis, keys: CrawlKeys, site: str, since_ms: int, until
     return out
 
 
+def window(now_ms: int, window_ms: int) -> tuple[int, int]:
+    """The minutes (first, last, by number) a window of ``window_ms`` ending ``now_ms`` reads:
+    whole minutes, the current one included (10 minutes: the minute now and the 10 before)."""
+    return (now_ms - window_ms) // MINUTE_MS, now_ms // MINUTE_MS
+
+
+def _rate(missing: int, total: int) -> float | None:
+    return round(missing / total, 4) if total else None
+
+
 def null_rate(client: redis.Redis, keys: CrawlKeys, site: str, name: str, window_ms: int, now_ms: int) -> float | None:
     """The share of item pages of ``site`` whose field ``name`` was null ("missing") over the
-    last ``window_ms`` by whole minutes, the current one included (a 10 minutes window reads
-    the minute now and the 10 before it: up to 11 minutes); None if no item page was counted
-    in it."""
-    last = now_ms // MINUTE_MS
-    first = (now_ms - window_ms) // MINUTE_MS
+    last ``window_ms`` (:func:`window`); None if no item page was counted in it."""
+    first, last = window(now_ms, window_ms)
     totals = dict.fromkeys(FIELD_OUTCOMES, 0)
     for counts in _raw(client, keys, first, last):
         for outcome in FIELD_OUTCOMES:
             totals[outcome] += counts.get(f"{site}/field/{name}/{outcome}", 0)
-    total = sum(totals.values())
-    return round(totals["missing"] / total, 4) if total else None
+    return _rate(totals["missing"], sum(totals.values()))

@@ -169,18 +169,10 @@ function studio() {
 
     // -- the site's minutes ------------------------------------------------------------------
     windowRate() {
-      // the field's null rate over the last 10 minutes, as null_rate(SITE.FIELD, 10m) reads it
+      // the field's null rate over the last 10 minutes, as the server computes it for null_rate(SITE.FIELD, 10m)
       const m = this.studio.minutes;
-      const f = m && m.fields && m.fields[this.studio.field];
-      if (!f) return null;
-      const from = m.now_ms - 10 * 60000 - 60000;
-      let missing = 0, total = 0;
-      m.t.forEach((t, i) => {
-        if (t <= from) return;
-        missing += f.missing[i];
-        total += f.missing[i] + f.filled[i] + f.invalid[i] + f["default"][i];
-      });
-      return total ? missing / total : null;
+      const r = m && m.null_rate_10m ? m.null_rate_10m[this.studio.field] : null;
+      return r === undefined ? null : r;
     },
 
     percent(v) { return v === null || v === undefined ? "-" : (100 * v).toFixed(1) + " %"; },

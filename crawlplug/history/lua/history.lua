@@ -32,7 +32,7 @@
 -- samples a minute the last run sampled too, the last run's record moves to
 -- "<minute>.<its run>" first, so each run keeps its last record. Keys expire on their
 -- own (an expiry set to a deadline): a crawl's history never holds more than a day of minutes and a month
--- of hours, whatever it did. crawlplug/frontier/history.py reads the format.
+-- of hours, whatever it did. crawlplug/history/store.py reads the format.
 --
 -- uses: guard epoch leases   (the pieces put in front of this script: crawlplug/frontier/scripts.py)
 
