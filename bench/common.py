@@ -189,6 +189,9 @@ class Proc:
     ended: float | None = None
     cpu: float | None = None
     maxrss_kb: int | None = None
+    #: the split of ``cpu`` and what drives the kernel's share: user s, system s, voluntary and
+    #: involuntary context switches, minor page faults
+    usage: dict[str, float] | None = None
 
     @property
     def pid(self) -> int:
@@ -213,6 +216,13 @@ class Proc:
         self.ended = time.monotonic()
         self.cpu = ru.ru_utime + ru.ru_stime
         self.maxrss_kb = ru.ru_maxrss
+        self.usage = {
+            "user_s": ru.ru_utime,
+            "system_s": ru.ru_stime,
+            "voluntary_switches": ru.ru_nvcsw,
+            "involuntary_switches": ru.ru_nivcsw,
+            "minor_faults": ru.ru_minflt,
+        }
         return True
 
     def poll(self) -> int | None:

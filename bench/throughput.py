@@ -461,6 +461,11 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
         "wall_s": wall,
         "cpu_s": cpu_total,
         "cpu_s_per_node": cpu,
+        # user/system split, context switches and page faults summed over the nodes (os.wait4)
+        "node_usage": {
+            key: sum((n.proc.usage or {}).get(key, 0) for n in nodes)
+            for key in ("user_s", "system_s", "voluntary_switches", "involuntary_switches", "minor_faults")
+        },
         "cpu_per_1000": 1000 * cpu_total / pages if pages else None,
         "crawl_cpu_s": cpu_crawl,
         "crawl_cpu_per_1000": 1000 * cpu_crawl / pages if pages else None,
