@@ -107,6 +107,7 @@ from bench.common import (
     Node,
     RedisProc,
     SiteProc,
+    SpeedProbe,
     baseline_tree,
     expected_pages,
     foreign_load,
@@ -333,6 +334,8 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
     began = time.monotonic()
     sampler = CpuSampler(0.2)
     sampler.start()
+    probe = SpeedProbe()
+    probe.start()
     try:
         if c.warm:
             assert redis_proc is not None
@@ -390,6 +393,7 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
                     n.proc.kill()
     finally:
         sampler.stop()
+        probe.stop()
         for n in nodes:
             if n.proc.alive:
                 n.proc.kill()
@@ -470,6 +474,8 @@ def _run_crawl(c: Crawl, workdir: Path, tag: str, log: Callable[[str], None]) ->
         "crawl_cpu_s": cpu_crawl,
         "crawl_cpu_per_1000": 1000 * cpu_crawl / pages if pages else None,
         "site_cpu_s": site_cpu,
+        # CPU ms of bench.common.speed_loop meanwhile (median): the machine's speed during this crawl
+        "probe_ms": probe.median_ms(),
         "redis_cpu_s": redis_cpu,
         "finish_reasons": finish,
         "exit_codes": exit_codes,
@@ -588,6 +594,8 @@ def _one_line(r: dict[str, Any]) -> str:
     if r.get("roundtrips_per_page") is not None:
         parts.append(f"{r['roundtrips_per_page']:.2f} RT/page")
     parts.append(f"wall {r['wall_s']:.1f}s")
+    if r.get("probe_ms"):
+        parts.append(f"speed probe {r['probe_ms']:.2f} ms")
     if r["status"] != "done":
         parts.append(r["status"])
     if r["notes"]:
