@@ -269,6 +269,12 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         32,
         "Most requests leased in one pop; a node never leases more than its free downloader slots.",
     ),
+    "CRAWLPLUG_ASYNC_CALLS": (
+        "auto",
+        "Where a node makes its pops (with the admissions and acks they carry): on (a worker thread, so the "
+        "reactor parses pages meanwhile), off (the reactor, which waits for each round trip) or auto (on when "
+        "Redis's round trip, measured at start, is 0.5 ms or more: a Redis on another machine).",
+    ),
     "CRAWLPLUG_FP_CACHE": (
         50_000,
         "Fingerprints this node remembers as already recorded, so repeated links never reach Redis; 0 disables.",

@@ -120,8 +120,8 @@ def outages(nodes: list) -> list[float]:
     return [float(m) for node in nodes for m in re.findall(r"Redis is back after ([0-9.]+)s", node.text())]
 
 
-def start_nodes(crawl, shop, proxies: list[FaultProxy]) -> list:
-    return [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **SETTINGS}) for p in proxies]
+def start_nodes(crawl, shop, proxies: list[FaultProxy], **extra: object) -> list:
+    return [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **SETTINGS, **extra}) for p in proxies]
 
 
 def finish(nodes: list, timeout: float = 240) -> None:
@@ -264,12 +264,19 @@ def test_a_link_that_stops_answering_is_noticed_and_the_crawl_completes(crawl, m
     )
 
 
-@pytest.mark.parametrize("after", [0, 3], ids=["no-reply-byte", "3-reply-bytes"])
-def test_a_reply_lost_after_the_admission_ran_neither_loses_nor_counts_twice(crawl, make_shop, r, proxies, after):
+@pytest.mark.parametrize(
+    ("after", "calls"),
+    [(0, "off"), (3, "off"), (0, "on")],
+    ids=["no-reply-byte", "3-reply-bytes", "no-reply-byte-async-calls"],
+)
+def test_a_reply_lost_after_the_admission_ran_neither_loses_nor_counts_twice(
+    crawl, make_shop, r, proxies, after, calls
+):
     """The admission scripts ran in Redis (requests stored, parents acked) and the reply
-    was cut off; the node's retry must find the admission done, not redo it."""
+    was cut off; the node's retry must find the admission done, not redo it. With async
+    calls on, the cut-off call is the worker thread's (crawlplug.scheduler.calls)."""
     shop = make_shop(items=200, delay=0.05)
-    nodes = start_nodes(crawl, shop, proxies)
+    nodes = start_nodes(crawl, shop, proxies, CRAWLPLUG_ASYNC_CALLS=calls)
     a = nodes[0]
     wait_until(lambda: sum(shop.hits.values()) >= 20, 60, "the crawl under way")
     in_flight = leases_of(r, a.proc.pid)
@@ -310,9 +317,10 @@ def test_two_hundred_ms_of_latency(crawl, make_shop, r, proxies):
     assert not any("Redis error" in node.text() for node in nodes), "latency is no outage"
 
 
-def test_links_cut_and_restored_every_few_seconds(crawl, make_shop, r, proxies):
+@pytest.mark.parametrize("calls", ["off", "on"], ids=["reactor-calls", "async-calls"])
+def test_links_cut_and_restored_every_few_seconds(crawl, make_shop, r, proxies, calls):
     shop = make_shop(items=200, delay=0.1)
-    nodes = start_nodes(crawl, shop, proxies)
+    nodes = start_nodes(crawl, shop, proxies, CRAWLPLUG_ASYNC_CALLS=calls)
     wait_until(lambda: sum(shop.hits.values()) >= 10, 60, "the crawl under way")
     cuts, in_flight = 0, 0
     while any(node.proc.poll() is None for node in nodes) and cuts < 20:

@@ -122,11 +122,17 @@ def _outage_lines(text: str) -> int:
     return len(re.findall(r"crawlplug: Redis (error|is out of memory)", text))
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-def test_redis_crashes_and_restarts_mid_crawl(crawl, make_shop, tmp_path, mode):
+@pytest.mark.parametrize(
+    ("mode", "calls"),
+    # a crash back to the last snapshot with the nodes' pops in a worker thread (crawlplug.scheduler.calls)
+    [(mode, "off") for mode in MODES] + [("rdb-every-second", "on")],
+    ids=[*MODES, "rdb-every-second-async-calls"],
+)
+def test_redis_crashes_and_restarts_mid_crawl(crawl, make_shop, tmp_path, mode, calls):
     shop = make_shop(items=300, delay=0.05)
     server = _configure(_server(tmp_path, MODES[mode]), mode)
-    nodes = [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": server.url, **SETTINGS}) for _ in range(2)]
+    settings = {"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_ASYNC_CALLS": calls}
+    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
     timeline: list[tuple[float, int]] = []
     pages = len(shop.shop.paths())
     _wait_hits(shop, 1, nodes, timeline)

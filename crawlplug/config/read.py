@@ -150,6 +150,21 @@ def _run_id(value: Any) -> int | None:
         raise ConfigError(f"CRAWLPLUG_FOR_RUN must be a run id (1 or more), got {value!r}") from None
 
 
+def _async_calls(value: Any) -> str:
+    """CRAWLPLUG_ASYNC_CALLS as "on", "off" or "auto"; ConfigError naming it if it is none."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    text = str(value).strip().lower()
+    for mode, spellings in (
+        ("auto", ("auto",)),
+        ("on", ("1", "true", "on", "yes")),
+        ("off", ("0", "false", "off", "no")),
+    ):
+        if text in spellings:
+            return mode
+    raise ConfigError(f"CRAWLPLUG_ASYNC_CALLS must be auto, on or off, got {value!r}")
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     crawl_id: str | None = None
@@ -158,6 +173,8 @@ class SchedulerConfig:
     batch_size: int = default("CRAWLPLUG_BATCH_SIZE")
     flush_interval: float = default("CRAWLPLUG_FLUSH_INTERVAL")
     prefetch: int = default("CRAWLPLUG_PREFETCH")
+    #: "on", "off" or "auto" (crawlplug.scheduler.calls)
+    async_calls: str = default("CRAWLPLUG_ASYNC_CALLS")
     heartbeat: float = default("CRAWLPLUG_HEARTBEAT")
     lease_timeout: float = default("CRAWLPLUG_LEASE_TIMEOUT")
     max_deliveries: int = default("CRAWLPLUG_MAX_DELIVERIES")
@@ -205,6 +222,7 @@ class SchedulerConfig:
             batch_size=setting(s, "CRAWLPLUG_BATCH_SIZE", "getint"),
             flush_interval=setting(s, "CRAWLPLUG_FLUSH_INTERVAL", "getfloat"),
             prefetch=setting(s, "CRAWLPLUG_PREFETCH", "getint"),
+            async_calls=_async_calls(s.get("CRAWLPLUG_ASYNC_CALLS", "auto")),
             heartbeat=setting(s, "CRAWLPLUG_HEARTBEAT", "getfloat"),
             lease_timeout=setting(s, "CRAWLPLUG_LEASE_TIMEOUT", "getfloat"),
             max_deliveries=setting(s, "CRAWLPLUG_MAX_DELIVERIES", "getint"),

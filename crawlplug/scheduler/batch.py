@@ -38,6 +38,7 @@ from ..errors import (
 )
 from ..frontier import Admission, AdmitResult, Leased
 from . import enginehooks
+from .calls import Flights
 from .leases import LEASE_META, LeaseBook, PopPacing
 from .switches import Switches
 
@@ -73,6 +74,9 @@ def unrooted(request: Request) -> bool:
 
 #: (request, dedup argument, score, payload, domain): one request waiting to be admitted
 Buffered = tuple[Request, bytes, float, bytes, str]
+
+#: one frontier call: (buffer, acks, reports, admissions, pop) as taken out of the node's lists
+_Call = tuple[list[Buffered], list[str], list[tuple[str, str]], list[Admission], int]
 
 
 class Batch(Switches):
@@ -119,11 +123,25 @@ class Batch(Switches):
         self._wake_call: Any = None
         #: other holders of this node's leases (start entries), told what Redis no longer lets it keep
         self.lease_holders: list[Callable[[set[str]], None]] = []
+        #: pops made by a worker thread (crawlplug.scheduler.calls; None: every call on the reactor)
+        self.flights: Flights | None = None
+        self.sending: set[bytes] = set()  # the dedup arguments of the admission in flight
+
+    def async_calls(self) -> None:
+        """Make this node's pops in a worker thread from now on (CRAWLPLUG_ASYNC_CALLS)."""
+        self.flights = Flights(lambda: enginehooks.wake(self.crawler))
+
+    def settle(self) -> None:
+        """Land the call in flight, if any: before any other use of the frontier."""
+        if self.flights is not None:
+            self.flights.settle()
 
     # -- what the node holds ---------------------------------------------------
     def pending(self) -> bool:
         """Anything not yet sent to Redis, or leased and not yet handed to the engine."""
-        return bool(self.prefetched or self.buffer or self.acks or self.events)
+        return bool(
+            self.prefetched or self.buffer or self.acks or self.events or (self.flights and self.flights.flying)
+        )
 
     def has_requests(self) -> bool:
         """Scrapy's ``has_pending_requests``: this node's own work, or requests waiting in Redis
@@ -134,6 +152,7 @@ class Batch(Switches):
     def held(self) -> list[str]:
         """Every lease this node holds, acks not yet sent included (the heartbeat renews them:
         while admissions fail and heartbeats go through, finished pages must not expire)."""
+        self.settle()
         return list(dict.fromkeys([*self.book.active, *(x.id for x in self.prefetched), *self.acks]))
 
     def __len__(self) -> int:
@@ -168,7 +187,7 @@ class Batch(Switches):
                 self.report.once(f"dedup:{exc}", logging.ERROR, "crawlplug: request %s refused: %s", request, exc)
                 self.report.count("crawlplug/unserializable")
                 return False
-            if arg in self.recent or arg in self.buffered:
+            if arg in self.recent or arg in self.buffered or arg in self.sending:
                 if arg in self.recent:
                     self.recent.move_to_end(arg)
                 self.df.log(request, self.spider)
@@ -206,8 +225,32 @@ class Batch(Switches):
 
     def flush(self, pop: int = 0) -> None:
         """Admit the buffer, ack finished leases and (if ``pop``) lease more: one round trip."""
-        if not (self.buffer or self.acks or self.events or pop) or self.outage.waiting():
+        self.settle()
+        call = self._take(pop)
+        if call is None:
             return
+        try:
+            outcome, error = self._send(call), None
+        except Exception as exc:  # noqa: BLE001 - _land raises what it does not handle, as before
+            outcome, error = None, exc
+        self._land(call, outcome, error)
+
+    def _pop_in_flight(self, pop: int) -> None:
+        """The same call as ``flush(pop)``, made by the worker thread (async calls)."""
+        assert self.flights is not None
+        call = self._take(pop)
+        if call is not None:
+            self.flights.start(lambda: self._send(call), lambda outcome, error: self._landed_pop(call, outcome, error))
+
+    def _landed_pop(self, call: _Call, outcome: Any, error: BaseException | None) -> None:
+        self._land(call, outcome, error)
+        if not self.prefetched:  # nothing ready: as after a pop on the reactor (next_request)
+            self.nothing_until = time.monotonic() + self._pause()
+
+    def _take(self, pop: int) -> _Call | None:
+        """What the next call sends, taken out of the buffer, the acks and the reports."""
+        if not (self.buffer or self.acks or self.events or pop) or self.outage.waiting():
+            return None
         batch, acks, events = self.buffer, self.acks, self.events
         if acks:
             for error in enginehooks.flush_feeds(self.crawler):
@@ -221,38 +264,55 @@ class Batch(Switches):
             else (fp, score, payload, domain, request.url)
             for request, fp, score, payload, domain in batch
         ]
-        try:
-            if pop:
-                result, leased = self.frontier.admit_and_pop(items, acks, pop, events)
-            else:
-                # no pop: a plain list, whose queue fields are read only after a pop
-                result, leased = self.frontier.admit(items, acks, events), []  # type: ignore[assignment]
-        except AdmissionIncomplete as exc:
-            # part of the batch is stored, part of the acks made (other shards): account
-            # for them and keep only the rest, so a retry counts none of it twice
-            done = [(entry, flag) for entry, flag in zip(batch, exc.flags) if flag != "-"]
-            self.buffer = [entry for entry, flag in zip(batch, exc.flags) if flag == "-"]
-            self.buffered = {entry[1] for entry in self.buffer if entry[1]}
-            made = set(exc.acks_done)
-            self.acks = [lease_id for lease_id in acks if lease_id not in made]
-            self._account([entry for entry, _ in done], AdmitResult("".join(f for _, f in done), exc.acked, exc.stale))
-            if isinstance(exc.cause, RolledBack):
-                self.rolled_back(exc.cause.given_back)
-            else:
-                self.outage.error(exc.cause)
-            return
-        except RolledBack as exc:  # nothing written: the buffer is sent again, the leases are given back
-            self.rolled_back(exc.given_back)
-            return
-        except REDIS_ERRORS as exc:
-            self.outage.error(exc)
-            return
+        self.buffer, self.acks, self.events = [], [], []
+        self.sending, self.buffered = self.buffered, set()
+        return (batch, acks, events, items, pop)
+
+    def _send(self, call: _Call) -> tuple[AdmitResult | None, Any]:
+        """The frontier call itself (the reactor's thread, or the worker's)."""
+        _, acks, events, items, pop = call
+        if pop:
+            return self.frontier.admit_and_pop(items, acks, pop, events)
+        # no pop: a plain list, whose queue fields are read only after a pop
+        return self.frontier.admit(items, acks, events), []
+
+    def _land(self, call: _Call, outcome: tuple[AdmitResult | None, Any] | None, error: BaseException | None) -> None:
+        """Apply what a call answered; on a failure put back in front what it was to send."""
+        batch, acks, events, _, pop = call
+        self.sending = set()
+        if error is not None:
+            self._unsent(call)
+            if isinstance(error, AdmissionIncomplete):
+                # part of the batch is stored, part of the acks made (other shards): account
+                # for them and keep only the rest, so a retry counts none of it twice
+                exc = error
+                done = [(entry, flag) for entry, flag in zip(batch, exc.flags) if flag != "-"]
+                kept = len(batch)
+                self.buffer = [entry for entry, flag in zip(batch, exc.flags) if flag == "-"] + self.buffer[kept:]
+                self.buffered = {entry[1] for entry in self.buffer if entry[1]}
+                made = set(exc.acks_done)
+                self.acks = [lease_id for lease_id in self.acks if lease_id not in made]
+                self._account(
+                    [entry for entry, _ in done], AdmitResult("".join(f for _, f in done), exc.acked, exc.stale)
+                )
+                if isinstance(exc.cause, RolledBack):
+                    self.rolled_back(exc.cause.given_back)
+                else:
+                    self.outage.error(exc.cause)
+                return
+            if isinstance(error, RolledBack):  # nothing written: the buffer is sent again, the leases are given back
+                self.rolled_back(error.given_back)
+                return
+            if isinstance(error, REDIS_ERRORS):
+                self.outage.error(error)
+                return
+            raise error
+        assert outcome is not None
+        result, leased = outcome
         if batch or acks or events or leased:
             # a write went through (a pop that found nothing wrote nothing: a full
             # Redis still answers those, and is not back yet); new requests stored: it is
             self.outage.ok(confirmed=result is not None and result.admitted > 0)
-        self.buffer, self.acks, self.events = [], [], []
-        self.buffered.clear()
         if result is not None:
             self._account(batch, result)
         if pop and leased.queued_seen >= 0:  # what the pop saw (crawlplug.frontier.results.Leases)
@@ -260,6 +320,14 @@ class Batch(Switches):
         if leased:
             self.prefetched.extend(leased)
             self.report.count("crawlplug/leased", len(leased))
+
+    def _unsent(self, call: _Call) -> None:
+        """A call that failed: what it was to send goes back in front of what came meanwhile."""
+        batch, acks, events, _, _ = call
+        self.buffer = batch + self.buffer
+        self.buffered = {entry[1] for entry in self.buffer if entry[1]}
+        self.acks = acks + self.acks
+        self.events = events + self.events
 
     def _account(self, batch: list[Buffered], result: AdmitResult) -> None:
         admitted = filtered = capped = 0
@@ -317,10 +385,17 @@ class Batch(Switches):
         if self._paused or self._closing:
             self.idle = True
             return None
+        if not self.prefetched and self.flights is not None and self.flights.flying:
+            self.idle = False  # leases are on their way: the engine is woken when they land
+            return None
         if not self.prefetched and time.monotonic() >= self.nothing_until:
             free, busy = enginehooks.download_slots(self.crawler, self.config.prefetch)
             if self.pacing.wait(free, busy):  # a slot or two free of a busy downloader: wait for more
                 self.report.count("crawlplug/pops_deferred")
+                return None
+            if self.flights is not None:
+                self._pop_in_flight(max(1, min(self.config.prefetch, free)))
+                self.idle = False
                 return None
             self.flush(pop=max(1, min(self.config.prefetch, free)))
             if not self.prefetched:
@@ -446,12 +521,14 @@ class Batch(Switches):
 
     def give_back_prefetched(self) -> int:
         """Prefetched leases back to the queue (a pause, a close); returns how many."""
+        self.settle()
         unstarted = [x.id for x in self.prefetched]
         self.prefetched.clear()
         return self.frontier.release(unstarted, unstarted=True) if unstarted else 0
 
     def drop(self) -> tuple[set[str], int]:
         """Forget everything of a crawl state that is gone: (leases in flight, things waiting)."""
+        self.settle()
         in_flight = set(self.book.active)
         waiting = len(self.buffer) + len(self.prefetched) + len(self.acks)
         self.book.active.clear()

@@ -45,7 +45,7 @@ from ..errors import REDIS_ERRORS, ConfigError, RedisUnavailable, RunEnded, RunO
 from ..queues import BaseQueue, DomainQueue, PriorityQueue
 from ..serializers import serializer_from_settings
 from ..starts.seeds import Seeds
-from . import enginehooks, joining, runcontrol
+from . import calls, enginehooks, joining, runcontrol
 from .batch import Batch
 from .entries import START_META, StartEntries
 from .liveness import Liveness
@@ -232,6 +232,18 @@ class Scheduler(BaseScheduler):
             reporter=self.report,
             spider=spider,
         )
+        if self.config.async_calls != "off":
+            # a Redis far away: pops in a worker thread, the other parts reach the frontier through
+            # Settled, which lands the pop in flight before each of their calls (scheduler.calls)
+            rtt = calls.round_trip_ms(node.conn.client.ping) if self.config.async_calls == "auto" else None
+            if rtt is None or rtt >= calls.AUTO_MS:
+                batch.async_calls()
+                self.frontier = frontier = cast("CrawlFrontier", calls.Settled(frontier, batch.settle))
+                logger.info(
+                    "crawlplug: pops run off the reactor (CRAWLPLUG_ASYNC_CALLS=%s%s)",
+                    self.config.async_calls,
+                    "" if rtt is None else f"; Redis answers a PING in {rtt:.2f} ms",
+                )
         seeds = Seeds(node.conn.client, frontier.keys) if self.config.seeds else None
         self.entries = StartEntries(
             self.crawler,
@@ -313,6 +325,8 @@ class Scheduler(BaseScheduler):
                 self.config.lease_timeout,
             )
         finally:
+            if self.batch.flights is not None:
+                self.batch.flights.close()
             self.df.close(reason)
             if self.conn is not None:
                 self.conn.client.close()

@@ -1,0 +1,123 @@
+"""A node's pops made by a worker thread (CRAWLPLUG_ASYNC_CALLS, crawlplug.scheduler.calls):
+turned on by a Redis far away, and losing nothing, counting nothing twice, when the node is
+killed or Redis goes back in time. Real nodes, a real Redis, and a proxy on loopback that
+holds every reply (tests/support/faultproxy.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import time
+
+from crawlplug.crawl import Crawl
+from crawlplug.frontier import open_frontier
+from crawlplug.frontier.keys import CrawlKeys
+
+from .support.faultproxy import FaultProxy
+
+KEYS = CrawlKeys("shop")
+SETTINGS: dict[str, object] = {
+    "CRAWLPLUG_IDLE_CLOSE": 1,
+    "CRAWLPLUG_HEARTBEAT": 0.5,
+    "CRAWLPLUG_LEASE_TIMEOUT": 3,
+    "CONCURRENT_REQUESTS": 8,
+}
+ON_LINE = re.compile(
+    r"crawlplug: pops run off the reactor \(CRAWLPLUG_ASYNC_CALLS=(\w+)(?:; Redis answers a PING in ([0-9.]+) ms)?\)"
+)
+
+
+def _stats(r) -> dict[str, int]:
+    return {k.decode(): int(v) for k, v in r.hgetall(KEYS.stats).items()}
+
+
+def _node_stat(node, name: str) -> int:
+    found = re.search(rf"'{re.escape(name)}': (\d+)", node.text())
+    return int(found.group(1)) if found else 0
+
+
+def _finish(nodes, timeout: float = 180) -> None:
+    for node in nodes:
+        assert node.wait(timeout) == 0, node.text()[-3000:]
+        assert "'finish_reason': 'finished'" in node.text(), node.text()[-3000:]
+        assert "Traceback" not in node.text(), node.text()[-3000:]
+
+
+def test_a_redis_far_away_turns_them_on_and_the_crawl_is_whole(crawl, make_shop, r, redis_url):
+    """Two nodes reach Redis through a proxy that holds each reply 3 ms (auto: on); a third
+    on loopback keeps its pops on the reactor. Every page fetched once, admitted once and
+    acknowledged once, crawl-wide and by the nodes' own counts."""
+    shop = make_shop(items=150, delay=0.01)
+    proxies = [FaultProxy.for_url(redis_url).start() for _ in range(2)]
+    try:
+        for proxy in proxies:
+            proxy.latency(0.003)
+        far = [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **SETTINGS}) for p in proxies]
+        near = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **SETTINGS})
+        nodes = [*far, near]
+        _finish(nodes)
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+    for node in far:
+        found = ON_LINE.search(node.text())
+        assert found and found.group(1) == "auto" and float(found.group(2)) >= 3.0, node.text()[-2000:]
+    assert not ON_LINE.search(near.text()), "a Redis on loopback answers in well under 0.5 ms"
+    hits, paths = shop.hits, shop.shop.paths()
+    assert set(hits) >= paths and all(hits[p] == 1 for p in paths), "every page fetched once"
+    stats = _stats(r)
+    assert stats["enqueued"] == stats["acked"] == len(paths), stats
+    assert stats.get("stale_acks", 0) == 0 and stats.get("reaped", 0) == 0, stats
+    assert sum(_node_stat(n, "crawlplug/acked") for n in nodes) == len(paths)
+    assert sum(_node_stat(n, "crawlplug/admitted") for n in nodes) == len(paths)
+    assert all(_node_stat(n, "response_received_count") > 0 for n in far), "the far nodes crawled"
+    status = Crawl.of(open_frontier(r, KEYS)).status()
+    assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
+
+
+def _leases_of(r, pid: int) -> int:
+    prefix = f"{socket.gethostname()}:{pid}:".encode()
+    return sum(1 for v in r.hvals(KEYS.leased) if v.startswith(prefix))
+
+
+def test_a_node_killed_with_a_pop_in_flight_loses_nothing(crawl, make_shop, r, redis_url):
+    """Both nodes make their pops in a worker thread (on) through a 20 ms proxy, so the
+    victim is killed with calls on their way: its leases are reaped and fetched by the other,
+    every page fetched, none twice but those the victim held."""
+    shop = make_shop(items=200, delay=0.02)
+    proxies = [FaultProxy.for_url(redis_url).start() for _ in range(2)]
+    try:
+        for proxy in proxies:
+            proxy.latency(0.02)
+        settings = {**SETTINGS, "CRAWLPLUG_ASYNC_CALLS": "on"}
+        victim, survivor = (
+            crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **settings}) for p in proxies
+        )
+        deadline = time.monotonic() + 60
+        held = 0
+        while not held and time.monotonic() < deadline:
+            if sum(shop.hits.values()) >= 40 and _leases_of(r, victim.proc.pid):
+                victim.signal(signal.SIGSTOP)
+                held = _leases_of(r, victim.proc.pid)
+                if not held:
+                    victim.signal(signal.SIGCONT)
+            time.sleep(0.02)
+        assert held, "the victim held leases within 60 s"
+        victim.kill()
+        _finish([survivor])
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+    assert ON_LINE.search(victim.text()) and ON_LINE.search(survivor.text())
+    hits, paths = shop.hits, shop.shop.paths()
+    assert not paths - set(hits), f"never fetched: {sorted(paths - set(hits))[:10]}"
+    twice = sum(1 for p in paths if hits[p] > 1)
+    assert twice <= held, (twice, held)
+    stats = _stats(r)
+    assert stats["reaped"] >= held, stats
+    status = Crawl.of(open_frontier(r, KEYS)).status()
+    assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
+    items = {json.loads(line)["url"] for n in (victim, survivor) for line in n.item_lines() if line.endswith("}")}
+    assert {u.split(shop.url, 1)[1] for u in items} == shop.shop.item_paths(), "every item scraped"
