@@ -55,7 +55,7 @@ def test_a_redis_far_away_turns_them_on_and_the_crawl_is_whole(crawl, make_shop,
         for proxy in proxies:
             proxy.latency(0.003)
         far = [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **SETTINGS}) for p in proxies]
-        near = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **SETTINGS})
+        near = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **SETTINGS, "LOG_LEVEL": "DEBUG"})
         nodes = [*far, near]
         _finish(nodes)
     finally:
@@ -64,7 +64,13 @@ def test_a_redis_far_away_turns_them_on_and_the_crawl_is_whole(crawl, make_shop,
     for node in far:
         found = ON_LINE.search(node.text())
         assert found and found.group(1) == "auto" and float(found.group(2)) >= 3.0, node.text()[-2000:]
-    assert not ON_LINE.search(near.text()), "a Redis on loopback answers in well under 0.5 ms"
+    # a Redis on loopback answers in a tenth of a millisecond: the pops stay on the reactor (the
+    # rule, not the machine's speed, is what is checked: a starved machine may take longer)
+    stay = re.search(r"Redis answers a PING in ([0-9.]+) ms: pops stay on the reactor", near.text())
+    on = ON_LINE.search(near.text())
+    assert bool(stay) != bool(on), near.text()[-2000:]
+    assert (float(stay.group(1)) < 0.5) if stay else (float(on.group(2)) >= 0.5)
+    print(f"\nloopback PING {(stay or on).group(1 if stay else 2)} ms: async calls {'off' if stay else 'on'}")
     hits, paths = shop.hits, shop.shop.paths()
     assert set(hits) >= paths and all(hits[p] == 1 for p in paths), "every page fetched once"
     stats = _stats(r)

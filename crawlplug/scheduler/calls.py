@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 AUTO_MS = 0.5
 
 
-def round_trip_ms(ping: Callable[[], object], samples: int = 3) -> float:
+def round_trip_ms(ping: Callable[[], object], samples: int = 5) -> float:
     """The fastest of ``samples`` PINGs, in milliseconds (the least a call can take)."""
     best = float("inf")
     for _ in range(samples):
@@ -81,9 +81,8 @@ class Flights:
         reactor.callFromThread(self._landed, flight)
 
     def _landed(self, flight: Flight) -> None:
-        if self.flying is flight:
+        if self.flying is flight:  # else a settle landed it already
             self.settle()
-            self._wake()
 
     def settle(self) -> None:
         """Wait for the call in flight, if any, and land it here (the reactor thread)."""
@@ -98,7 +97,12 @@ class Flights:
         except Exception as exc:  # noqa: BLE001 - the call's own error: land() handles it or raises it
             error = exc
         self.landed += 1
-        flight.land(result, error)
+        try:
+            flight.land(result, error)
+        finally:
+            # the engine takes what landed now, whoever landed it (a heartbeat, a flush, the
+            # reactor's callback): else it waits for its own next heartbeat, 5 s
+            self._wake()
 
     def close(self) -> None:
         self.settle()

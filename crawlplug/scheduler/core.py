@@ -244,6 +244,8 @@ class Scheduler(BaseScheduler):
                     self.config.async_calls,
                     "" if rtt is None else f"; Redis answers a PING in {rtt:.2f} ms",
                 )
+            else:
+                logger.debug("crawlplug: Redis answers a PING in %.2f ms: pops stay on the reactor", rtt)
         seeds = Seeds(node.conn.client, frontier.keys) if self.config.seeds else None
         self.entries = StartEntries(
             self.crawler,
