@@ -6,16 +6,21 @@ holds every reply (tests/support/faultproxy.py)."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import socket
 import time
 
+import scrapy
+
 from crawlplug.crawl import Crawl
 from crawlplug.frontier import open_frontier
 from crawlplug.frontier.keys import CrawlKeys
 
+from .support.engine import open_scheduler
 from .support.faultproxy import FaultProxy
+from .support.rollback import restore, snapshot
 
 KEYS = CrawlKeys("shop")
 SETTINGS: dict[str, object] = {
@@ -127,3 +132,57 @@ def test_a_node_killed_with_a_pop_in_flight_loses_nothing(crawl, make_shop, r, r
     assert (status["queued"], status["in_flight"], status["dead"]) == (0, 0, 0)
     items = {json.loads(line)["url"] for n in (victim, survivor) for line in n.item_lines() if line.endswith("}")}
     assert {u.split(shop.url, 1)[1] for u in items} == shop.shop.item_paths(), "every item scraped"
+
+
+# -- the Scheduler's contract, in process: a pop in flight ---------------------------------------
+
+
+def test_a_pop_in_flight_leaves_work_pending_and_lands_before_any_other_call(redis_url, r):
+    """next_request starts the pop and answers None (Scrapy asks again); the node has work
+    pending meanwhile; the pop lands before the next frontier call of any part, so what it
+    leased is the node's before that call is made."""
+    with open_scheduler(redis_url, CRAWLPLUG_ASYNC_CALLS="on") as (scheduler, _):
+        batch = scheduler.batch
+        assert batch.flights is not None
+        assert scheduler.enqueue_request(scrapy.Request("http://site.test/a"))
+        batch.flush()  # stored (a flush of the node's own is made on the reactor)
+        assert batch.flights.flying is None
+        assert scheduler.next_request() is None, "the pop is on its way"
+        assert batch.flights.flying is not None and scheduler.has_pending_requests()
+        assert scheduler.next_request() is None, "one call at a time: no second pop"
+        # another part's call (the idle poll) lands the pop first, through Settled
+        landed = batch.flights.landed
+        queued, leased, _ = scheduler.frontier.idle_state()[:3]
+        assert batch.flights.landed == landed + 1 and batch.flights.flying is None
+        assert (queued, leased) == (0, 1), "the idle poll ran after the pop: the request is leased"
+        request = scheduler.next_request()
+        assert request is not None and request.url == "http://site.test/a"
+        scheduler.batch.finished(request)
+        assert scheduler.next_request() is None  # the ack rides with this pop
+        batch.settle()
+        assert int(r.hget(CrawlKeys("contract").stats, "acked")) == 1
+        assert not scheduler.has_pending_requests()
+
+
+def test_a_pop_in_flight_that_finds_redis_went_back_sends_the_start_request_again(redis_url, r, caplog):
+    """The rollback rule with the call made by the worker thread: the start request Redis
+    lost is sent again by the node's next call, and what the pop answered lands as on the
+    reactor (tests/test_rollback.py has the same on the reactor)."""
+    with open_scheduler(redis_url, CRAWLPLUG_ASYNC_CALLS="on") as (scheduler, _):
+        keys = scheduler.frontier.keys
+        scheduler.enqueue_request(scrapy.Request("http://site.test/earlier"))
+        scheduler.batch.flush()
+        before = snapshot(r)
+        scheduler.enqueue_request(
+            scrapy.Request("http://site.test/", meta={"is_start_request": True}, dont_filter=True)
+        )
+        scheduler.enqueue_request(scrapy.Request("http://site.test/link"))
+        scheduler.batch.flush()
+        restore(r, before)
+        with caplog.at_level(logging.WARNING, "crawlplug"):
+            assert scheduler.next_request() is None  # the pop goes out in the worker thread
+            scheduler.batch.settle()
+        urls = sorted(json.loads(p)["u"] for p in r.hvals(keys.requests))
+        assert urls == ["http://site.test/", "http://site.test/earlier"], urls
+        assert "sent 1 start requests again to Redis" in caplog.text
+        assert scheduler.batch.flights.landed >= 1
