@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/redis_cpu.py [--items 3000] [--runs 2] [--nodes 1,2]
                                         [--baseline d7f69e2] [--no-breakdown] [--out FILE]
-                                        [--remote-delay-ms 1]
+                                        [--remote-delay-ms 1 [--remote-only]]
 
 Every crawl is a real crawl: ``scrapy crawl shop`` nodes of the demo project (one, then
 two) against the demo shop served on loopback by its own process (``--items`` items, about
@@ -36,8 +36,10 @@ What is reported, per crawl:
 With ``--remote-delay-ms N``, every round also crawls with crawlplug (exact dedup) reaching
 its Redis through bench/delayproxy.py, N ms each way (a process of its own, so its CPU
 counts against neither side): the pages/s of those crawls against the loopback ones' is the
-remote-Redis ratio (a node's calls block its reactor for a round trip each, so fewer calls
-a page keep it near 1).
+remote-Redis ratio (a node's calls block its reactor for a round trip each, unless its pops
+run in a worker thread: CRAWLPLUG_ASYNC_CALLS, which turns on by itself for such a Redis).
+``--remote-only`` leaves out the other crawls of a round (baseline, Bloom, scrapy-redis),
+so more rounds fit: each round is then crawlplug exact on loopback and through the proxy.
 
 Then, unless ``--no-instructions`` (or valgrind is missing), the number that a loaded machine
 does not move: the instructions the Redis server executes per page in a fixed admit-and-pop
@@ -370,6 +372,11 @@ def main() -> int:
         "working tree, which must then not change during the run)",
     )
     parser.add_argument("--no-scrapy-redis", action="store_true")
+    parser.add_argument(
+        "--remote-only",
+        action="store_true",
+        help="with --remote-delay-ms: each round crawls only crawlplug (exact) on loopback and through the proxy",
+    )
     parser.add_argument("--no-breakdown", action="store_true", help="skip the SLOWLOG crawls (per-script times)")
     parser.add_argument(
         "--no-instructions",
@@ -397,6 +404,7 @@ def main() -> int:
         for n in node_counts
         for system, dedup in [(CRAWLPLUG, SET), (BASE, SET), (CRAWLPLUG, BLOOM), (BASE, BLOOM), (SR, SET)]
         if not (system == SR and args.no_scrapy_redis)
+        and not (args.remote_only and (system, dedup) != (CRAWLPLUG, SET))
     ]
     log(
         f"Redis CPU per page: {args.items} items ({expected_pages(args.items)} pages), {args.runs} rounds of "
