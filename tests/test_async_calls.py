@@ -6,11 +6,8 @@ holds every reply (tests/support/faultproxy.py)."""
 from __future__ import annotations
 
 import json
-import logging
 import re
-import signal
 import socket
-import time
 
 import scrapy
 
@@ -20,7 +17,7 @@ from crawlplug.frontier.keys import CrawlKeys
 
 from .support.engine import open_scheduler
 from .support.faultproxy import FaultProxy
-from .support.rollback import restore, snapshot
+from .support.nodes import stop_holding
 
 KEYS = CrawlKeys("shop")
 SETTINGS: dict[str, object] = {
@@ -106,16 +103,9 @@ def test_a_node_killed_with_a_pop_in_flight_loses_nothing(crawl, make_shop, r, r
         victim, survivor = (
             crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **settings}) for p in proxies
         )
-        deadline = time.monotonic() + 60
-        held = 0
-        while not held and time.monotonic() < deadline:
-            if sum(shop.hits.values()) >= 40 and _leases_of(r, victim.proc.pid):
-                victim.signal(signal.SIGSTOP)
-                held = _leases_of(r, victim.proc.pid)
-                if not held:
-                    victim.signal(signal.SIGCONT)
-            time.sleep(0.02)
-        assert held, "the victim held leases within 60 s"
+        held = stop_holding(
+            victim, ready=lambda: sum(shop.hits.values()) >= 40, holding=lambda: _leases_of(r, victim.proc.pid)
+        )
         victim.kill()
         _finish([survivor])
     finally:
@@ -162,27 +152,3 @@ def test_a_pop_in_flight_leaves_work_pending_and_lands_before_any_other_call(red
         batch.settle()
         assert int(r.hget(CrawlKeys("contract").stats, "acked")) == 1
         assert not scheduler.has_pending_requests()
-
-
-def test_a_pop_in_flight_that_finds_redis_went_back_sends_the_start_request_again(redis_url, r, caplog):
-    """The rollback rule with the call made by the worker thread: the start request Redis
-    lost is sent again by the node's next call, and what the pop answered lands as on the
-    reactor (tests/test_rollback.py has the same on the reactor)."""
-    with open_scheduler(redis_url, CRAWLPLUG_ASYNC_CALLS="on") as (scheduler, _):
-        keys = scheduler.frontier.keys
-        scheduler.enqueue_request(scrapy.Request("http://site.test/earlier"))
-        scheduler.batch.flush()
-        before = snapshot(r)
-        scheduler.enqueue_request(
-            scrapy.Request("http://site.test/", meta={"is_start_request": True}, dont_filter=True)
-        )
-        scheduler.enqueue_request(scrapy.Request("http://site.test/link"))
-        scheduler.batch.flush()
-        restore(r, before)
-        with caplog.at_level(logging.WARNING, "crawlplug"):
-            assert scheduler.next_request() is None  # the pop goes out in the worker thread
-            scheduler.batch.settle()
-        urls = sorted(json.loads(p)["u"] for p in r.hvals(keys.requests))
-        assert urls == ["http://site.test/", "http://site.test/earlier"], urls
-        assert "sent 1 start requests again to Redis" in caplog.text
-        assert scheduler.batch.flights.landed >= 1

@@ -284,11 +284,13 @@ def test_a_shard_that_went_back_further_than_the_resend_log_says_what_may_be_los
 # -- a node: its Scheduler marks the requests no lease stands behind -------------------------------
 
 
-def test_a_spiders_start_request_redis_lost_is_crawled_after_all_by_the_node(redis_url, r, caplog):
+@pytest.mark.parametrize("calls", ["off", "on"], ids=["reactor-calls", "async-calls"])
+def test_a_spiders_start_request_redis_lost_is_crawled_after_all_by_the_node(redis_url, r, caplog, calls):
     """The node's side of the start requests' resend log: Scrapy's start requests (meta
     is_start_request) are logged, a page's links are not; Redis going back past the start
-    request's admission gets it queued again by the node's next call."""
-    with open_scheduler(redis_url) as (scheduler, _):
+    request's admission gets it queued again by the node's next call, made on the reactor
+    or (CRAWLPLUG_ASYNC_CALLS on) by the worker thread and landed before anything is read."""
+    with open_scheduler(redis_url, CRAWLPLUG_ASYNC_CALLS=calls) as (scheduler, _):
         keys = scheduler.frontier.keys
         scheduler.enqueue_request(scrapy.Request("http://site.test/earlier"))
         scheduler.batch.flush()
@@ -301,6 +303,7 @@ def test_a_spiders_start_request_redis_lost_is_crawled_after_all_by_the_node(red
         restore(r, before)
         with caplog.at_level(logging.WARNING, "crawlplug"):
             scheduler.next_request()  # its next call finds Redis went back, sends the start request again
+            scheduler.batch.settle()  # (on: the call made by the worker thread lands)
         urls = [json.loads(p)["u"] for p in r.hvals(keys.requests)]
         assert sorted(urls) == ["http://site.test/", "http://site.test/earlier"], urls
         assert "sent 1 start requests again to Redis" in caplog.text

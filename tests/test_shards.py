@@ -36,6 +36,7 @@ from crawlplug.frontier.layout import claim_shards, parts, shard_of
 from crawlplug.queues import DomainQueue
 from crawlplug.serializers import describe_payload
 
+from .support.nodes import stop_holding
 from .support.scriptcalls import script_calls
 
 K = CrawlKeys("sharded")
@@ -386,19 +387,11 @@ def test_a_killed_node_loses_nothing_on_a_sharded_crawl(crawl, redis_url, r):
         keys = CrawlKeys("multisite")
         victim = crawl("multisite", args={"start_urls": _start_urls(servers)}, settings=settings)
         survivor = crawl("multisite", args={"start_urls": _start_urls(servers)}, settings=settings)
-        # the victim is stopped while it holds leases: under load it may still be starting when the
-        # survivor has fetched 60 pages, and a node stopped between claims holds none (the clean-clone
-        # CI of cc5ccc2 stopped it holding 0); it is counted stopped, so the count cannot move
-        deadline = time.monotonic() + 60
-        held = 0
-        while not held and time.monotonic() < deadline:
-            if sum(sum(s.hits.values()) for s in servers) >= 60 and _leases_of(r, keys, victim.proc.pid):
-                victim.signal(signal.SIGSTOP)
-                held = _leases_of(r, keys, victim.proc.pid)
-                if not held:
-                    victim.signal(signal.SIGCONT)
-            time.sleep(0.02)
-        assert held, "the victim held leases within 60 s"
+        held = stop_holding(
+            victim,
+            ready=lambda: sum(sum(s.hits.values()) for s in servers) >= 60,
+            holding=lambda: _leases_of(r, keys, victim.proc.pid),
+        )
         victim.kill()
         _finish([survivor])
         _check_every_page_once(servers, allowed_twice=held)

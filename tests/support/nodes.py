@@ -122,3 +122,19 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0, 
             tails = "\n---\n".join(node.text()[-2000:] for node in nodes if node.log.exists())
             pytest.fail(f"timed out waiting for {what}:\n{tails}")
         time.sleep(0.05)
+
+
+def stop_holding(node: Node, ready: Callable[[], bool], holding: Callable[[], int], timeout: float = 60.0) -> int:
+    """SIGSTOP ``node`` once ``ready()`` and while it holds leases (``holding()``, counted again
+    once it is stopped, so the count cannot move): a node stopped between claims, or still
+    starting, holds none (a CI run stopped one holding 0). Returns what it holds, stopped."""
+    deadline = time.monotonic() + patient(timeout)
+    while time.monotonic() < deadline:
+        if ready() and holding():
+            node.signal(signal.SIGSTOP)
+            held = holding()
+            if held:
+                return held
+            node.signal(signal.SIGCONT)
+        time.sleep(0.02)
+    pytest.fail(f"the node held no lease within {timeout} s:\n{node.text()[-2000:]}")
