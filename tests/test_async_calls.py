@@ -9,6 +9,7 @@ import json
 import re
 import socket
 
+import pytest
 import scrapy
 
 from crawlplug.crawl import Crawl
@@ -152,3 +153,17 @@ def test_a_pop_in_flight_leaves_work_pending_and_lands_before_any_other_call(red
         batch.settle()
         assert int(r.hget(CrawlKeys("contract").stats, "acked")) == 1
         assert not scheduler.has_pending_requests()
+
+
+def test_a_value_that_is_none_of_auto_on_off_is_refused_with_its_name():
+    """A misspelt mode stops the node at start with the setting's name (config_error), never
+    a guess; the usual spellings of a boolean are taken."""
+    from scrapy.settings import Settings
+
+    from crawlplug.config import SchedulerConfig
+    from crawlplug.errors import ConfigError
+
+    for value, mode in (("auto", "auto"), ("On", "on"), (True, "on"), ("0", "off"), (False, "off")):
+        assert SchedulerConfig.from_settings(Settings({"CRAWLPLUG_ASYNC_CALLS": value})).async_calls == mode
+    with pytest.raises(ConfigError, match="CRAWLPLUG_ASYNC_CALLS must be auto, on or off, got 'sometimes'"):
+        SchedulerConfig.from_settings(Settings({"CRAWLPLUG_ASYNC_CALLS": "sometimes"}))

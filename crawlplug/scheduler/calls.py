@@ -2,7 +2,8 @@
 
 Each frontier call blocks Scrapy's reactor for its round trip. On loopback that is a tenth
 of a millisecond; to a Redis 1 ms away each way it is 2.5 ms, in which the node parses
-nothing: at 0.19 calls a page, a node reached Redis at 0.83x its loopback pages/s. With
+nothing: at 0.18 calls a page, such a node crawled at 0.88x its loopback pages/s
+(bench/redis_cpu.py --remote-delay-ms 1; docs/scaling.md). With
 async calls on, the pop a ``next_request`` makes (it carries the admissions and acks
 waiting, as always) runs in one worker thread: ``next_request`` returns at once, and the
 engine is woken when the leases land.
@@ -20,7 +21,6 @@ reactor thread.
 from __future__ import annotations
 
 import inspect
-import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["AUTO_MS", "Flight", "Flights", "Settled", "round_trip_ms"]
-
-logger = logging.getLogger(__name__)
 
 #: "auto" turns async calls on when Redis's round trip, measured at start, is at least this
 #: (loopback: 0.05-0.3 ms on these machines; a Redis on another machine of the same rack: 0.2-0.5)

@@ -235,7 +235,13 @@ class Scheduler(BaseScheduler):
         if self.config.async_calls != "off":
             # a Redis far away: pops in a worker thread, the other parts reach the frontier through
             # Settled, which lands the pop in flight before each of their calls (scheduler.calls)
-            rtt = calls.round_trip_ms(node.conn.client.ping) if self.config.async_calls == "auto" else None
+            rtt: float | None = None
+            if self.config.async_calls == "auto":
+                try:
+                    rtt = calls.round_trip_ms(node.conn.client.ping)
+                except REDIS_ERRORS as exc:  # the heartbeat that follows says what is wrong
+                    logger.debug("crawlplug: could not time Redis's round trip (%s): pops stay on the reactor", exc)
+                    rtt = 0.0
             if rtt is None or rtt >= calls.AUTO_MS:
                 batch.async_calls()
                 self.frontier = frontier = cast("CrawlFrontier", calls.Settled(frontier, batch.settle))
