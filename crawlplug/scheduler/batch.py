@@ -12,9 +12,15 @@ lost one of those earlier calls, the frontier refuses the ack's call and gives b
 every lease the node holds (:meth:`Batch.rolled_back`), so those pages are fetched
 again instead.
 
+With a Redis far away (``CRAWLPLUG_ASYNC_CALLS``) the pop of :meth:`Batch.next_request` is
+made by a worker thread: a call is taken out of the node's lists (``_take``), sent
+(``_send``) and landed (``_land``), and on the reactor those three run in a row; the
+threading and the one-call-at-a-time rule are in calls.py.
+
 Its size: one class whose state moves together in each frontier call; its ``__all__`` and
-checked types (issue 38) took it past 420 lines. The flags the other parts set on it (a
-pause, a drain, the end of a run, when to ask Redis again) are in switches.py.
+checked types (issue 38) took it past 420 lines, and the take/send/land split of a call to
+550. The flags the other parts set on it (a pause, a drain, the end of a run, when to ask
+Redis again) are in switches.py.
 """
 
 from __future__ import annotations
