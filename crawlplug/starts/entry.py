@@ -119,7 +119,9 @@ def _check_url(url: Any) -> str:
     scheme, _, rest = url.partition(":")
     if scheme.lower() not in URL_SCHEMES:
         raise DecodeError(f"URL scheme {scheme!r:.40} is not crawlable (http or https only): {url!r:.200}")
-    if not rest.startswith("//"):
+    if not rest.startswith("//") or rest[2:3] in ("", "/", "?", "#"):
+        # "http:///path" has an empty host: w3lib 2.6 makes it "http://path/" (WHATWG's reading),
+        # 2.5 kept it; refused here whatever the URL library installed reads into it
         raise DecodeError(f"URL has no host: {url!r:.200}")
     try:
         # w3lib's normalisation is not always idempotent ("HTTP://\U0001d400" -> "http://A" ->
