@@ -98,6 +98,7 @@ class Scheduler(BaseScheduler):
         self._politeness: Politeness | None = None
         self._limits: tuple[runcontrol.Limits, bool] = (runcontrol.Limits(), True)
         self._loops: list[LoopingCall] = []
+        self._calls_note = ""  # what _build says of async calls, logged after the first lines
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -189,6 +190,8 @@ class Scheduler(BaseScheduler):
         self.batch.saw_queued(int(status.get("queued", 0)))  # has_pending_requests before the first pop
         joining.log_join(self.frontier, node.joined, status, self.config)
         joining.log_politeness(self.frontier, self.politeness, self.queue)
+        if self._calls_note:
+            logger.info("%s", self._calls_note)
         try:
             self.liveness.control.apply(node.joined.run)  # the run's crawl-wide limits, said in these first lines
         except REDIS_ERRORS as exc:
@@ -245,10 +248,10 @@ class Scheduler(BaseScheduler):
             if rtt is None or rtt >= calls.AUTO_MS:
                 batch.async_calls()
                 self.frontier = frontier = cast("CrawlFrontier", calls.Settled(frontier, batch.settle))
-                logger.info(
-                    "crawlplug: pops run off the reactor (CRAWLPLUG_ASYNC_CALLS=%s%s)",
-                    self.config.async_calls,
-                    "" if rtt is None else f"; Redis answers a PING in {rtt:.2f} ms",
+                # said by open() after the node's first lines (its version, its crawl, its run)
+                ping = "" if rtt is None else f"; Redis answers a PING in {rtt:.2f} ms"
+                self._calls_note = (
+                    f"crawlplug: pops run off the reactor (CRAWLPLUG_ASYNC_CALLS={self.config.async_calls}{ping})"
                 )
             else:
                 logger.debug("crawlplug: Redis answers a PING in %.2f ms: pops stay on the reactor", rtt)
