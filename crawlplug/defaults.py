@@ -275,6 +275,12 @@ SETTINGS: dict[str, tuple[Any, str]] = {
         "reactor parses pages meanwhile), off (the reactor, which waits for each round trip) or auto (on when "
         "Redis's round trip, measured at start, is 0.5 ms or more: a Redis on another machine).",
     ),
+    "CRAWLPLUG_GC_FREEZE": (
+        True,
+        "Leave the objects alive when the node starts (Scrapy's, Twisted's and crawlplug's modules, the "
+        "crawler: about 110,000) out of the garbage collector's full sweeps until the node closes, which "
+        "otherwise take about a quarter of a busy node's CPU; False leaves the collector as Python sets it.",
+    ),
     "CRAWLPLUG_FP_CACHE": (
         50_000,
         "Fingerprints this node remembers as already recorded, so repeated links never reach Redis; 0 disables.",

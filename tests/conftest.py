@@ -17,6 +17,7 @@ Tiers (markers; ``make test-fast`` runs the unit tier, ``make test`` all three):
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ import pytest
 import redis
 
 from crawlplug.demo.shop import DemoShop, ShopServer, serve
+from crawlplug.scheduler import gcfreeze
 
 from .support import keyaudit
 from .support.nodes import ROOT, SCRAPY, Node, tty_process
@@ -123,6 +125,17 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         subprocess.Popen._execute_child, os.fork, os.forkpty = saved  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def _collector_unfrozen() -> Iterator[None]:
+    """A test that opened a crawlplug Scheduler in this process and never closed it leaves the
+    objects alive then frozen (crawlplug.scheduler.gcfreeze): give them back, so the tests
+    after it run with the collector as Python sets it."""
+    yield
+    if gcfreeze._held:
+        gcfreeze._held = 0
+        gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)

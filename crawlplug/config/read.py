@@ -41,7 +41,10 @@ def setting(settings: BaseSettings, name: str, kind: str = "get") -> Any:
     if settings.get(name) is None:
         value = scrapy_redis_value(settings, name)
         return default(name) if value is None else value
-    return getattr(settings, kind)(name)
+    try:
+        return getattr(settings, kind)(name)
+    except (TypeError, ValueError) as exc:  # Scrapy's own message does not name the setting
+        raise ConfigError(f"{name}: {settings.get(name)!r} is not a valid value ({exc})") from exc
 
 
 def is_set(settings: BaseSettings, name: str) -> bool:
@@ -175,6 +178,8 @@ class SchedulerConfig:
     prefetch: int = default("CRAWLPLUG_PREFETCH")
     #: "on", "off" or "auto" (crawlplug.scheduler.calls)
     async_calls: str = default("CRAWLPLUG_ASYNC_CALLS")
+    #: freeze the objects alive at start out of the collector's sweeps (crawlplug.scheduler.gcfreeze)
+    gc_freeze: bool = default("CRAWLPLUG_GC_FREEZE")
     heartbeat: float = default("CRAWLPLUG_HEARTBEAT")
     lease_timeout: float = default("CRAWLPLUG_LEASE_TIMEOUT")
     max_deliveries: int = default("CRAWLPLUG_MAX_DELIVERIES")
@@ -223,6 +228,7 @@ class SchedulerConfig:
             flush_interval=setting(s, "CRAWLPLUG_FLUSH_INTERVAL", "getfloat"),
             prefetch=setting(s, "CRAWLPLUG_PREFETCH", "getint"),
             async_calls=_async_calls(s.get("CRAWLPLUG_ASYNC_CALLS", "auto")),
+            gc_freeze=setting(s, "CRAWLPLUG_GC_FREEZE", "getbool"),
             heartbeat=setting(s, "CRAWLPLUG_HEARTBEAT", "getfloat"),
             lease_timeout=setting(s, "CRAWLPLUG_LEASE_TIMEOUT", "getfloat"),
             max_deliveries=setting(s, "CRAWLPLUG_MAX_DELIVERIES", "getint"),

@@ -45,7 +45,7 @@ from ..errors import REDIS_ERRORS, ConfigError, RedisUnavailable, RunEnded, RunO
 from ..queues import BaseQueue, DomainQueue, PriorityQueue
 from ..serializers import serializer_from_settings
 from ..starts.seeds import Seeds
-from . import calls, enginehooks, joining, runcontrol
+from . import calls, enginehooks, gcfreeze, joining, runcontrol
 from .batch import Batch
 from .entries import START_META, StartEntries
 from .liveness import Liveness
@@ -99,6 +99,7 @@ class Scheduler(BaseScheduler):
         self._limits: tuple[runcontrol.Limits, bool] = (runcontrol.Limits(), True)
         self._loops: list[LoopingCall] = []
         self._calls_note = ""  # what _build says of async calls, logged after the first lines
+        self._frozen = False  # open() froze the objects alive at start (gcfreeze); close() releases them
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -206,6 +207,9 @@ class Scheduler(BaseScheduler):
             loop = LoopingCall(func)
             loop.start(interval, now=False)
             self._loops.append(loop)
+        if self.config.gc_freeze:
+            gcfreeze.hold()  # last: what open() built lives until close
+            self._frozen = True
 
     def _build(self, spider: Spider, node: joining.Joined) -> None:
         """The parts of a node that joined its crawl, each owning its state."""
@@ -304,6 +308,9 @@ class Scheduler(BaseScheduler):
             self._politeness = politeness  # signals hold weak references
 
     def close(self, reason: str) -> None:
+        if self._frozen:
+            self._frozen = False
+            gcfreeze.release()
         for loop in self._loops:
             if loop.running:
                 loop.stop()
