@@ -103,6 +103,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import (
+    PROBE,
     CpuSampler,
     Node,
     RedisProc,
@@ -122,6 +123,7 @@ from bench.common import (
 
 CRAWL = "shop"
 STOCK = "stock Scrapy"
+STOCK_FREEZE = "stock Scrapy + gc.freeze"
 SR = "scrapy-redis"
 CP_SET = "crawlplug (set)"
 CP_BLOOM = "crawlplug (Bloom)"
@@ -162,6 +164,11 @@ def systems() -> dict[str, System]:
 def _systems() -> dict[str, System]:
     return {
         STOCK: System(STOCK, False, {"ADDONS": "{}"}),
+        STOCK_FREEZE: System(
+            STOCK_FREEZE,
+            False,
+            {"ADDONS": "{}", "EXTENSIONS": json.dumps({**PROBE, "bench.gcfreeze_ext.FreezeAtOpen": 0})},
+        ),
         SR: System(
             SR,
             True,
@@ -726,7 +733,7 @@ def main_table(summaries: list[dict[str, Any]], stock: dict[str, Any] | None) ->
 
 def scenario_instant(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> dict[str, Any]:
     sy = systems()
-    order = [sy[STOCK], sy[SR], sy[CP_SET], sy[CP_BLOOM]]
+    order = [sy[STOCK], *([sy[STOCK_FREEZE]] if args.stock_freeze else []), sy[SR], sy[CP_SET], sy[CP_BLOOM]]
     if CP_BASE_SET in sy:  # --baseline: its crawlplug beside this one's, interleaved in every round
         order += [sy[CP_BASE_SET], sy[CP_BASE_BLOOM]]
     if CP_BASE2_SET in sy:  # --baseline2: a second one, as the first
@@ -746,7 +753,7 @@ def scenario_instant(args: argparse.Namespace, workdir: Path, log: Callable[[str
     runs2: dict[str, list[dict[str, Any]]] = {}
     for rnd in range(args.runs2):
         log(f"instant site, 2 nodes, round {rnd + 1}/{args.runs2}")
-        for s in [s for s in order if s.name != STOCK]:
+        for s in [s for s in order if s.name not in (STOCK, STOCK_FREEZE)]:
             c = Crawl(s, 2, args.items, 0.0, args.concurrency, timeout=args.crawl_timeout, label=s.name)
             runs2.setdefault(s.name, []).append(run_crawl(c, workdir, f"instant-2n-{slug(s.name)}-r{rnd}", log))
     summaries = [summarize(runs[s.name]) for s in order] + [summarize(v) for v in runs2.values()]
@@ -1629,6 +1636,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-bloom",
         action="store_true",
         help="instant-site crawls: leave crawlplug's Bloom variants out (exact dedup only)",
+    )
+    parser.add_argument(
+        "--stock-freeze",
+        action="store_true",
+        help="instant-site crawls: stock Scrapy with gc.freeze() at open too (bench/gcfreeze_ext.py), "
+        "what crawlplug's CRAWLPLUG_GC_FREEZE does",
     )
     parser.add_argument("--no-scrapy-redis", action="store_true", help="instant-site crawls: leave scrapy-redis out")
     parser.add_argument(
