@@ -36,6 +36,7 @@ def test_what_is_alive_at_open_is_frozen_until_close_then_given_back(redis_url):
     with open_scheduler(redis_url) as (scheduler, _):
         assert scheduler._frozen
         assert gc.get_freeze_count() > 10_000, "the modules, the crawler and its components"
+        assert scheduler.crawler.stats.get_value("crawlplug/gc_frozen_objects") > 10_000, "said in the stats"
         before = weakref.ref(holder.pop())  # now a garbage cycle, frozen
         gc.collect()
         assert before() is not None, "a full collection does not sweep what was alive at open"

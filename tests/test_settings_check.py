@@ -75,3 +75,27 @@ def test_a_run_id_that_is_none_is_refused_naming_the_setting(bad):
     with pytest.raises(ConfigError, match="CRAWLPLUG_FOR_RUN must be a run id"):
         SchedulerConfig.from_settings(Settings({"CRAWLPLUG_FOR_RUN": bad}))
     assert SchedulerConfig.from_settings(Settings({"CRAWLPLUG_FOR_RUN": "3"})).for_run == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("CRAWLPLUG_GC_FREEZE", "sometimes", "CRAWLPLUG_GC_FREEZE: 'sometimes' is not a valid value"),
+        ("CRAWLPLUG_ASYNC_CALLS", "sometimes", "CRAWLPLUG_ASYNC_CALLS must be auto, on or off"),
+        ("CRAWLPLUG_HEARTBEAT", "-1", "CRAWLPLUG_HEARTBEAT must be positive"),
+        ("CRAWLPLUG_HEARTBEAT", "often", "CRAWLPLUG_HEARTBEAT: 'often' is not a valid value"),
+    ],
+)
+def test_a_scheduler_setting_crawlplug_cannot_read_stops_the_node_in_one_line(
+    crawl, shop, redis_url, r, name, value, said
+):
+    """A real node: one ERROR line naming the setting, no traceback, finish reason config_error,
+    and nothing written to the crawl."""
+    node = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, name: value})
+    assert node.wait(120) != 0
+    text = node.text()
+    errors = [line for line in text.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and said in errors[0], text[-2000:]
+    assert "Traceback" not in text
+    assert "'finish_reason': 'config_error'" in text
+    assert not r.keys("shop*") and sum(shop.hits.values()) == 0

@@ -14,7 +14,8 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet.task import LoopingCall
 
 from ..config import setting
-from ..errors import REDIS_ERRORS
+from ..defaults import default
+from ..errors import REDIS_ERRORS, ConfigError
 from ..scheduler import enginehooks
 from .store import MAX_TEXT, Record, append
 
@@ -72,7 +73,13 @@ class NodeLog:
         keep = int(setting(crawler.settings, "CRAWLPLUG_NODE_LOG", "getint"))
         if keep <= 0:
             raise NotConfigured  # no message: Scrapy would log a WARNING for a feature turned off
-        ext = cls(crawler, keep, float(setting(crawler.settings, "CRAWLPLUG_HEARTBEAT", "getfloat")))
+        try:
+            interval = float(setting(crawler.settings, "CRAWLPLUG_HEARTBEAT", "getfloat"))
+        except ConfigError:
+            interval = 0.0
+        if interval <= 0:  # the Scheduler refuses it at open, in one line: no second error here
+            interval = float(default("CRAWLPLUG_HEARTBEAT"))
+        ext = cls(crawler, keep, interval)
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext

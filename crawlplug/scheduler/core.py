@@ -76,7 +76,7 @@ class Scheduler(BaseScheduler):
         dupefilter: BaseDupeFilter,
         queue: BaseQueue,
         serializer: JsonSerializer | ConfigError,
-        config: SchedulerConfig | None = None,
+        config: SchedulerConfig | ConfigError | None = None,
         politeness: Choice | ConfigError | None = None,
     ) -> None:
         self.crawler = crawler
@@ -84,7 +84,9 @@ class Scheduler(BaseScheduler):
         self.queue = queue
         self.politeness = politeness
         self.serializer = serializer
-        self.config = config or SchedulerConfig()
+        #: a setting's value crawlplug cannot read: open() says it in one line (as the serializer's)
+        self._config_error = config if isinstance(config, ConfigError) else None
+        self.config = config if isinstance(config, SchedulerConfig) else SchedulerConfig()
         self.report = Reporter(crawler.stats)
         #: the frontier and the control plane over its parts (joining.Joined.crawl): None until
         #: open() has joined the crawl
@@ -120,19 +122,23 @@ class Scheduler(BaseScheduler):
             choice: Choice | ConfigError = choose(s)  # the queue, and whether a site's limits hold crawl-wide
         except ConfigError as exc:  # raised by open(), as above
             choice = exc
+        try:
+            config: SchedulerConfig | ConfigError = SchedulerConfig.from_settings(s)
+        except ConfigError as exc:  # raised by open(), as above
+            config = exc
         return cls(
             crawler,
             dupefilter=dupefilter,
             queue=choice.queue if isinstance(choice, Choice) else PriorityQueue(),
             serializer=serializer,
-            config=SchedulerConfig.from_settings(s),
+            config=config,
             politeness=choice,
         )
 
     # -- open / close -----------------------------------------------------------
     def open(self, spider: Spider) -> None:
         try:
-            for error in (self.serializer, self.politeness):  # e.g. pickle without CRAWLPLUG_SECRET
+            for error in (self._config_error, self.serializer, self.politeness):  # e.g. pickle without CRAWLPLUG_SECRET
                 if isinstance(error, ConfigError):
                     raise error
             self._limits = runcontrol.from_settings(self.crawler.settings)
@@ -208,7 +214,8 @@ class Scheduler(BaseScheduler):
             loop.start(interval, now=False)
             self._loops.append(loop)
         if self.config.gc_freeze:
-            gcfreeze.hold()  # last: what open() built lives until close
+            frozen = gcfreeze.hold()  # last: what open() built lives until close
+            self.crawler.stats.set_value("crawlplug/gc_frozen_objects", frozen)
             self._frozen = True
 
     def _build(self, spider: Spider, node: joining.Joined) -> None:

@@ -28,15 +28,18 @@ logger = logging.getLogger(__name__)
 _held = 0  # crawlplug Schedulers of this process that froze and have not closed
 
 
-def hold() -> None:
-    """Freeze what is alive now (another Scheduler of the process may have frozen before)."""
+def hold() -> int:
+    """Freeze what is alive now (another Scheduler of the process may have frozen before);
+    answers how many objects the collector's sweeps now leave out."""
     global _held
     gc.freeze()
     _held += 1
+    frozen = gc.get_freeze_count()
     logger.debug(
         "crawlplug: %d objects alive at start are left out of the garbage collector's sweeps (CRAWLPLUG_GC_FREEZE)",
-        gc.get_freeze_count(),
+        frozen,
     )
+    return frozen
 
 
 def release() -> None:
