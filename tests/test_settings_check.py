@@ -44,6 +44,9 @@ def test_a_node_names_each_misspelt_setting_once(crawl, shop, redis_url, r):
     assert re.search(rf"INFO: crawlplug {re.escape(crawlplug.__version__)}: crawl 'shop' on Redis ", first), first
     # the crawl itself ran as configured (the misspelt names changed nothing)
     assert sum(shop.hits.values()) == len(shop.shop.paths())
+    # and, by default, with the objects made at start frozen out of the collector's sweeps
+    frozen = re.search(r"'crawlplug/gc_frozen_objects': (\d+)", log)
+    assert frozen and int(frozen.group(1)) > 50_000, "CRAWLPLUG_GC_FREEZE is on in a real node"
 
 
 def test_names_crawlplug_does_not_know_and_those_it_leaves_alone():
