@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import time
 
 import pytest
 import scrapy
@@ -58,6 +59,12 @@ def test_a_redis_far_away_turns_them_on_and_the_crawl_is_whole(crawl, make_shop,
         for proxy in proxies:
             proxy.latency(0.003)
         far = [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **SETTINGS}) for p in proxies]
+        # the near node starts once both far ones have joined: started together, a node on
+        # loopback (and a node is now faster) could crawl the whole shop before a far one joined
+        deadline = time.monotonic() + 120
+        while not all(ON_LINE.search(n.text()) for n in far):
+            assert time.monotonic() < deadline and all(n.proc.poll() is None for n in far), far[0].text()[-2000:]
+            time.sleep(0.05)
         near = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **SETTINGS, "LOG_LEVEL": "DEBUG"})
         nodes = [*far, near]
         _finish(nodes)
