@@ -45,6 +45,7 @@ from crawlplug.pipelines import count_items
 from crawlplug.queues import DomainQueue, PriorityQueue
 from crawlplug.serializers import JsonSerializer
 from crawlplug.server.clients import client_from_url
+from crawlplug.starts.seeds import Seeds, make_seed
 from crawlplug.stats import crawl_stats, node_stats
 
 from . import test_bloom, test_domainqueue, test_frontier
@@ -478,6 +479,24 @@ def test_cli_answers_the_same_on_one_redis_and_on_the_cluster(single, redis_url,
     res = run("purge", "--yes", *common)
     assert res.exit_code == 0, res.output
     assert list(cluster_client.scan_iter(match=CLI.pattern())) == []
+
+
+def test_a_due_seed_fires_on_the_cluster(cluster_client):
+    """The seed timer reads Redis's clock and the first due time in one round trip; a cluster
+    pipeline refuses TIME, and every node's timer once failed there with one ERROR line and
+    fired nothing."""
+    keys = CrawlKeys("seeded")
+    book = Seeds(cluster_client, keys)
+    try:
+        seed = book.add(make_seed("http://127.0.0.1:9/every-minute", every="60s"))
+        first = book.due_times()[seed.id]
+        assert book.fire_due() == 1
+        assert cluster_client.lrange(keys.start_urls, 0, -1) == [b"http://127.0.0.1:9/every-minute"]
+        assert book.fire_due() == 0, "not again before its next run"
+        assert book.due_times() == {seed.id: first + 60_000}, "the next run, on its grid"
+    finally:
+        for key in cluster_client.scan_iter(match=keys.pattern()):
+            cluster_client.delete(key)
 
 
 # -- real crawls ---------------------------------------------------------------------------------

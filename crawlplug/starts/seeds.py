@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from ..errors import ConfigError
 from ..frontier.keys import CrawlKeys
@@ -188,7 +189,10 @@ class Seeds:
 
         ``now_ms`` defaults to Redis's clock (tests pass a fake one).
         """
-        if now_ms is None:
+        if now_ms is None and isinstance(self.client, RedisCluster):
+            # a cluster pipeline refuses TIME: two round trips (the clock of the cluster's default node)
+            now, first = redis_ms(self.client), self.next_due()
+        elif now_ms is None:
             # one round trip: every node asks on every heartbeat, each one blocking its reactor
             pipe = self.client.pipeline(transaction=False)
             pipe.time()
