@@ -34,6 +34,7 @@ from click.testing import CliRunner
 from redis.crc import key_slot
 
 from crawlplug.cli import main
+from crawlplug.compat import legacy
 from crawlplug.crawl import Crawl
 from crawlplug.dupefilters import bloom_info
 from crawlplug.frontier.bloom import BloomSpec
@@ -494,6 +495,24 @@ def test_a_due_seed_fires_on_the_cluster(cluster_client):
         assert cluster_client.lrange(keys.start_urls, 0, -1) == [b"http://127.0.0.1:9/every-minute"]
         assert book.fire_due() == 0, "not again before its next run"
         assert book.due_times() == {seed.id: first + 60_000}, "the next run, on its grid"
+    finally:
+        for key in cluster_client.scan_iter(match=keys.pattern()):
+            cluster_client.delete(key)
+
+
+def test_scrapy_redis_fingerprints_migrate_onto_the_cluster(cluster_client):
+    """`crawlplug migrate` packs a scrapy-redis crawl's fingerprints beside its keys, written
+    aside and renamed into place; a cluster pipeline refuses RENAME."""
+    keys = CrawlKeys("migrated")
+    try:
+        assert legacy.merge(cluster_client, keys, [3, 1, 2], "json", "old:dupefilter") == 3
+        assert legacy.merge(cluster_client, keys, [2, 5], "json", "old2:dupefilter") == 4
+        held = legacy.load(cluster_client, keys)
+        assert held is not None and legacy.read_meta(cluster_client, keys)["source"] == (
+            "old:dupefilter, old2:dupefilter"
+        )
+        assert sorted(legacy.unpack(legacy.read_packed(cluster_client, keys))) == [1, 2, 3, 5]
+        assert not cluster_client.exists(keys.key("seen:scrapy_redis:tmp")), "nothing left aside"
     finally:
         for key in cluster_client.scan_iter(match=keys.pattern()):
             cluster_client.delete(key)

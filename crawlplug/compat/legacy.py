@@ -222,20 +222,24 @@ def load(client: redis.Redis, keys: CrawlKeys) -> ScrapyRedisFingerprints | None
     return ScrapyRedisFingerprints(values, meta.get("function", "json"))
 
 
+#: KEYS: the packed string written aside, its place, its meta; ARGV: "1" if there is one, the meta's fields
+_STORE = """
+if ARGV[1] == "1" then redis.call("RENAME", KEYS[1], KEYS[2]) else redis.call("DEL", KEYS[2]) end
+redis.call("DEL", KEYS[3])
+redis.call("HSET", KEYS[3], unpack(ARGV, 2))
+return 1
+"""
+
+
 def store(client: redis.Redis, keys: CrawlKeys, packed: bytes, meta: dict[str, Any]) -> None:
     """Replace the packed string (written beside it, then renamed: never half there) and its meta."""
     key, tmp = packed_key(keys), keys.key("seen:scrapy_redis:tmp")
     client.delete(tmp)
     for start in range(0, len(packed), CHUNK):
         client.append(tmp, packed[start : start + CHUNK])
-    pipe = client.pipeline(transaction=True)
-    if packed:
-        pipe.rename(tmp, key)
-    else:
-        pipe.delete(key)
-    pipe.delete(meta_key(keys))
-    pipe.hset(meta_key(keys), mapping={**meta, "count": len(packed) // PREFIX_BYTES})
-    pipe.execute()
+    # one script, not a MULTI: a Redis Cluster pipeline refuses RENAME (the keys share the crawl's slot)
+    fields = [str(x) for pair in {**meta, "count": len(packed) // PREFIX_BYTES}.items() for x in pair]
+    client.register_script(_STORE)(keys=[tmp, key, meta_key(keys)], args=["1" if packed else "0", *fields])
 
 
 def merge(client: redis.Redis, keys: CrawlKeys, values: Iterable[int], function: str, source: str) -> int:
