@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -195,6 +196,36 @@ def test_delay_slows_answers() -> None:
         started = time.monotonic()
         assert fetch(srv.url + "/item/1/")[0] == 200
         assert time.monotonic() - started >= 0.2
+
+
+def test_a_held_shop_answers_once_released(server: ShopServer) -> None:
+    got: list[int] = []
+    server.hold()
+    reader = threading.Thread(target=lambda: got.append(fetch(server.url + "/item/2/")[0]))
+    reader.start()
+    reader.join(0.5)
+    assert reader.is_alive() and got == [] and server.hits == {}, "no page while held"
+    assert fetch(server.url + "/__hits")[0] == 200, "the hit counter answers while held"
+    server.release()
+    reader.join(10)
+    assert got == [200] and server.hits == {"/item/2/": 1}
+    ended: list[str] = []
+
+    def held() -> None:
+        try:
+            fetch(server.url + "/")
+        except OSError as exc:  # the server went away: the request ends either way
+            ended.append(type(exc).__name__)
+        else:
+            ended.append("answered")
+
+    server.hold()
+    holder = threading.Thread(target=held)
+    holder.start()
+    time.sleep(0.2)
+    server.stop()  # a held request ends with the server
+    holder.join(10)
+    assert ended, "the held request ended when the server stopped"
 
 
 def test_server_lifecycle(shop: DemoShop) -> None:

@@ -479,6 +479,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.dumps(dict(owner.hits), sort_keys=True).encode("utf-8")
             self._send(200, body, "application/json")
             return
+        owner._open.wait()  # held (ShopServer.hold): the page waits for release()
         shop = owner.shop
         if shop.delay:
             time.sleep(shop.delay)
@@ -541,6 +542,8 @@ class ShopServer:
         self._lock = threading.Lock()
         self._hits: collections.Counter[str] = collections.Counter()
         self._hit_log: list[tuple[float, str]] = []
+        self._open = threading.Event()
+        self._open.set()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -565,6 +568,7 @@ class ShopServer:
 
     def stop(self) -> None:
         """Stop serving and close the listening socket. Safe to call twice."""
+        self._open.set()  # held requests end with the server
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
@@ -585,6 +589,15 @@ class ShopServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+    def hold(self) -> None:
+        """Answer no page until :meth:`release` (the requests wait, connected): a test starts
+        several nodes and lets the crawl begin once all of them have joined it."""
+        self._open.clear()
+
+    def release(self) -> None:
+        """Answer the held requests, and every later one, as usual."""
+        self._open.set()
 
     @property
     def running(self) -> bool:
