@@ -127,6 +127,7 @@ STOCK_FREEZE = "stock Scrapy + gc.freeze"
 SR = "scrapy-redis"
 CP_SET = "crawlplug (set)"
 CP_BLOOM = "crawlplug (Bloom)"
+CP_ASYNC = "crawlplug (set, async calls on)"
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,8 @@ def _systems() -> dict[str, System]:
             },
         ),
         CP_SET: System(CP_SET, True, {"CRAWLPLUG_IDLE_CLOSE": 0.5}, crawlplug=True),
+        # --async-on: the frontier calls off the reactor even on loopback, where `auto` keeps them on it
+        CP_ASYNC: System(CP_ASYNC, True, {"CRAWLPLUG_IDLE_CLOSE": 0.5, "CRAWLPLUG_ASYNC_CALLS": "on"}, crawlplug=True),
         CP_BLOOM: System(
             CP_BLOOM,
             True,
@@ -733,7 +736,8 @@ def main_table(summaries: list[dict[str, Any]], stock: dict[str, Any] | None) ->
 
 def scenario_instant(args: argparse.Namespace, workdir: Path, log: Callable[[str], None]) -> dict[str, Any]:
     sy = systems()
-    order = [sy[STOCK], *([sy[STOCK_FREEZE]] if args.stock_freeze else []), sy[SR], sy[CP_SET], sy[CP_BLOOM]]
+    order = [sy[STOCK], *([sy[STOCK_FREEZE]] if args.stock_freeze else []), sy[SR], sy[CP_SET]]
+    order += [*([sy[CP_ASYNC]] if args.async_on else []), sy[CP_BLOOM]]
     if CP_BASE_SET in sy:  # --baseline: its crawlplug beside this one's, interleaved in every round
         order += [sy[CP_BASE_SET], sy[CP_BASE_BLOOM]]
     if CP_BASE2_SET in sy:  # --baseline2: a second one, as the first
@@ -1642,6 +1646,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="instant-site crawls: stock Scrapy with gc.freeze() at open too (bench/gcfreeze_ext.py), "
         "what crawlplug's CRAWLPLUG_GC_FREEZE does",
+    )
+    parser.add_argument(
+        "--async-on",
+        action="store_true",
+        help="instant-site crawls: crawlplug (set) with CRAWLPLUG_ASYNC_CALLS=on too, the frontier calls off "
+        "the reactor where `auto` would keep them on it (loopback)",
     )
     parser.add_argument("--no-scrapy-redis", action="store_true", help="instant-site crawls: leave scrapy-redis out")
     parser.add_argument(
