@@ -55,6 +55,7 @@ from crawlplug.frontier.dedup import BloomDedup, TtlDedup
 from crawlplug.frontier.keys import CrawlKeys
 
 from .support.fuzz import examples
+from .support.nodes import start_joined
 from .support.scriptspy import AdmitSpy
 
 K = CrawlKeys("bloomy")
@@ -533,7 +534,7 @@ def test_two_real_nodes_with_a_scaling_bloom_filter_fetch_every_page_once(crawl,
         "CRAWLPLUG_BLOOM_ERROR_RATE": 1e-8,
         **FAST,
     }
-    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop)
     for node in nodes:
         assert node.wait(180) == 0, node.text()[-3000:]
         assert "'finish_reason': 'finished'" in node.text()

@@ -50,6 +50,7 @@ from crawlplug.starts.seeds import Seeds, make_seed
 from crawlplug.stats import crawl_stats, node_stats
 
 from . import test_bloom, test_domainqueue, test_frontier
+from .support.nodes import start_joined
 
 # -- the existing suites, on the cluster ---------------------------------------------------------
 
@@ -542,13 +543,7 @@ def test_two_node_crawl_on_the_cluster_fetches_every_page_once(
     started = time.monotonic()
     # the shop answers once both nodes have joined: started together, the node that came up first
     # (nodes are faster since the freeze of issue 37) once crawled all 300 items alone
-    shop.hold()
-    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
-    deadline = time.monotonic() + 90
-    while not all(re.search(r"node \S+ (starting|joining) run", node.text()) for node in nodes):
-        assert time.monotonic() < deadline and all(n.proc.poll() is None for n in nodes), nodes[0].text()[-3000:]
-        time.sleep(0.05)
-    shop.release()
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop)
     for node in nodes:
         assert node.wait(80) == 0, node.text()[-3000:]
     elapsed = time.monotonic() - started

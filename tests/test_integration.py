@@ -9,7 +9,7 @@ import redis
 
 from crawlplug.crawl import Crawl
 from crawlplug.frontier.keys import CrawlKeys
-from tests.support.nodes import wait_for_fetches
+from tests.support.nodes import start_joined, wait_for_fetches
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 1, "CRAWLPLUG_LEASE_TIMEOUT": 10}
 
@@ -35,7 +35,7 @@ def _assert_complete(shop, nodes) -> None:
 
 def test_two_nodes_share_one_crawl(crawl, shop, redis_url):
     settings = {"REDIS_URL": redis_url, **FAST}
-    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop)
     for node in nodes:
         assert node.wait(180) == 0, node.text()[-3000:]
     _assert_complete(shop, nodes)

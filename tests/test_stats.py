@@ -31,6 +31,7 @@ from crawlplug.stats import (
     stats_nodes,
 )
 
+from .support.nodes import start_joined
 from .support.servers import RedisServer
 from .test_integration import FAST
 
@@ -305,7 +306,7 @@ def test_two_node_crawl_stats_and_items(crawl, shop, redis_url, tmp_path):
         "CRAWLPLUG_STATS_INTERVAL": 0.5,
         "ITEM_PIPELINES": json.dumps({"crawlplug.pipelines.RedisItemPipeline": 300}),
     }
-    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop)
     seen_running = 0  # crawl-wide pages read while a node still ran
     deadline = time.monotonic() + 120
     while any(n.proc.poll() is None for n in nodes):

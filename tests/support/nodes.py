@@ -102,6 +102,27 @@ def run_together(nodes: Sequence[Node], go: Path, crawl_id: str, timeout: float)
     return list(nodes)
 
 
+def start_joined(start: Callable[[], Node], shop: Any, n: int = 2, timeout: float = 90) -> list[Node]:
+    """Start ``n`` nodes (``start()`` each) against the demo ``shop`` held, and release it once
+    every node has logged that it started or joined the run: started together, the node that
+    comes up first on a loaded machine may crawl a small shop alone before the other joins."""
+    shop.hold()
+    nodes = [start() for _ in range(n)]
+    try:
+        wait_until(
+            lambda: all(
+                node.log.exists() and (" starting run " in node.text() or " joining run " in node.text())
+                for node in nodes
+            ),
+            "every node to join the run",
+            timeout,
+            nodes,
+        )
+    finally:
+        shop.release()
+    return nodes
+
+
 def wait_for_fetches(shop: Any, node: Node, fetches: int, timeout: float = 60) -> None:
     """Wait until the demo shop answered ``fetches`` requests, the node still running."""
     deadline = time.monotonic() + patient(timeout)
