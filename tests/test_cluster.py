@@ -33,6 +33,8 @@ import scrapy
 from click.testing import CliRunner
 from redis.crc import key_slot
 
+from crawlplug.access import users
+from crawlplug.alerts import store as alert_store
 from crawlplug.cli import main
 from crawlplug.compat import legacy
 from crawlplug.crawl import Crawl
@@ -44,6 +46,7 @@ from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.pipelines import count_items
 from crawlplug.queues import DomainQueue, PriorityQueue
+from crawlplug.schedules import store as schedule_store
 from crawlplug.serializers import JsonSerializer
 from crawlplug.server.clients import client_from_url
 from crawlplug.starts.seeds import Seeds, make_seed
@@ -516,6 +519,52 @@ def test_scrapy_redis_fingerprints_migrate_onto_the_cluster(cluster_client):
         assert not cluster_client.exists(keys.key("seen:scrapy_redis:tmp")), "nothing left aside"
     finally:
         for key in cluster_client.scan_iter(match=keys.pattern()):
+            cluster_client.delete(key)
+
+
+def test_users_alerts_and_schedules_are_stored_on_the_cluster(cluster_url, cluster_client):
+    """Each of these writes a crawl's key (or the users) and a Redis-wide index (or the tokens)
+    together: keys of two slots, in a MULTI that a cluster refuses ("All keys involved in a
+    cluster transaction must map to the same slot"). Stored there, each is found again."""
+    common = ["--redis-url", cluster_url]
+    try:
+        res = run("users", "add", "ann", "--role", "viewer", *common)
+        assert res.exit_code == 0, res.output
+        token = res.stdout.strip()  # the token alone on standard output, the rest on standard error
+        user = users.authenticate(cluster_client, token)
+        assert user is not None and (user.name, user.role) == ("ann", "viewer")
+        again = run("users", "add", "ann", "--role", "operator", *common)
+        assert again.exit_code == 0, again.output
+        assert users.authenticate(cluster_client, token) is None, "the old token stopped working"
+        assert run("users", "revoke", "ann", *common).exit_code == 0
+        assert users.users(cluster_client) == []
+
+        res = run(
+            "alerts",
+            "add",
+            "plat",
+            "--create",
+            "--name",
+            "x",
+            "--when",
+            "run_end",
+            "--notify",
+            "json://127.0.0.1:9/",
+            *common,
+        )
+        assert res.exit_code == 0, res.output
+        assert alert_store.alerting_crawls(cluster_client) == ["plat"]
+        assert "x" in run("alerts", "list", *common).output
+
+        res = run("schedule", "add", "plat", "--cron", "0 3 * * *", "--scrapyd", "http://127.0.0.1:9", *common)
+        assert res.exit_code == 0, res.output
+        assert schedule_store.scheduled_crawls(cluster_client) == ["plat"]
+        assert run("schedule", "delete", "plat", *common).exit_code == 0
+        assert schedule_store.scheduled_crawls(cluster_client) == []
+    finally:
+        mine = [*cluster_client.scan_iter(match=CrawlKeys("plat").pattern())]
+        mine += [users.users_key(), alert_store.index_key(), schedule_store.index_key()]
+        for key in mine:
             cluster_client.delete(key)
 
 

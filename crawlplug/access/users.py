@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import redis
 
 from ..errors import ConfigError
-from ..frontier.store import redis_ms, text
+from ..frontier.store import multi, redis_ms, text
 
 __all__ = [
     "PERMISSIONS",
@@ -122,7 +122,7 @@ def add(client: redis.Redis, name: str, role: str, *, by: str, prefix: str = "cr
         raise ConfigError(f"role {role!r} is none of {', '.join(ROLES)}")
     token = f"cp_{secrets.token_urlsafe(32)}"
     record = {"role": role, "created_ms": redis_ms(client), "by": by}
-    pipe = client.pipeline(transaction=True)
+    pipe = multi(client)  # the users and their tokens: two slots on a cluster
     for digest, who in client.hgetall(_tokens_key(prefix)).items():
         if text(who) == name:
             pipe.hdel(_tokens_key(prefix), digest)  # the old token stops working with the new one
@@ -146,7 +146,7 @@ def users(client: redis.Redis, prefix: str = "crawlplug") -> list[dict[str, obje
 
 def revoke(client: redis.Redis, name: str, prefix: str = "crawlplug") -> bool:
     """Remove user ``name`` and its token; False if there was none."""
-    pipe = client.pipeline(transaction=True)
+    pipe = multi(client)
     for digest, who in client.hgetall(_tokens_key(prefix)).items():
         if text(who) == name:
             pipe.hdel(_tokens_key(prefix), digest)

@@ -22,7 +22,7 @@ import redis
 
 from ..crawl.leadership import Leadership
 from ..frontier.keys import CrawlKeys
-from ..frontier.store import json_record, text
+from ..frontier.store import json_record, multi, text
 
 __all__ = ["LOG_KEEP", "alerting_crawls", "delete", "events", "index_key", "put", "record", "rules", "states"]
 
@@ -41,7 +41,7 @@ def _dumps(value: Mapping[str, object]) -> str:
 
 def put(client: redis.Redis, keys: CrawlKeys, rule: Mapping[str, object]) -> bool:
     """Store rule ``rule["id"]`` (replacing one of that id: True if it is new); its state starts over."""
-    pipe = client.pipeline(transaction=True)
+    pipe = multi(client)  # the crawl's keys and the Redis-wide index: two slots on a cluster
     rule_id = str(rule["id"])
     pipe.hset(keys.alerts, rule_id, _dumps(rule))
     pipe.hdel(keys.alertstate, rule_id)

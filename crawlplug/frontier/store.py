@@ -3,6 +3,7 @@ that knows their formats besides the scripts (crawlplug/frontier/lua/).
 
 * text: Redis replies as text;
 * Redis-clock time: every time a crawl shows or compares comes from Redis's TIME;
+* one write over keys of several hash slots (:func:`multi`);
 * ranks and members of the per-domain queue (``<domain>\\t<rank><id>``, lua/domains.lua);
 * lease records (``node|score|deliveries[|domain][|f]``, lua/leases.lua).
 """
@@ -23,6 +24,7 @@ __all__ = [
     "LeaseRecord",
     "dq_member",
     "json_record",
+    "multi",
     "parse_dq_member",
     "parse_lease",
     "rank_of",
@@ -37,6 +39,17 @@ RANK_OFFSET = 2**50
 def text(value: object) -> str:
     """A reply as text (bytes decoded, undecodable bytes replaced)."""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def multi(client: redis.Redis) -> redis.client.Pipeline:
+    """The pipeline of one write whose keys lie outside one crawl's hash tag (a crawl's key and
+    a Redis-wide index, the users and their tokens): a MULTI on one Redis. A Redis Cluster
+    refuses a transaction over several slots, so there it is a plain pipeline, each command
+    sent to its slot's primary: not atomic, and a write that fails raises (the command that
+    made it can be run again)."""
+    from redis.cluster import RedisCluster  # noqa: PLC0415 - only the type is needed, once a write
+
+    return client.pipeline(transaction=not isinstance(client, RedisCluster))
 
 
 def json_record(value: object) -> dict[str, object] | None:

@@ -30,7 +30,7 @@ import redis
 from ..crawl.leadership import Leadership
 from ..frontier.keys import CrawlKeys
 from ..frontier.scripts import Scripts
-from ..frontier.store import json_record, text
+from ..frontier.store import json_record, multi, text
 
 __all__ = ["ScheduleLeadership", "all_schedules", "delete", "fires", "get", "index_key", "put", "scheduled_crawls"]
 
@@ -42,7 +42,7 @@ def index_key(prefix: str = "crawlplug") -> str:
 
 def put(client: redis.Redis, keys: CrawlKeys, spec: Mapping[str, object]) -> bool:
     """Store schedule ``spec["name"]`` (replacing one of that name: True if it is new)."""
-    pipe = client.pipeline(transaction=True)
+    pipe = multi(client)  # the crawl's key and the Redis-wide index: two slots on a cluster
     pipe.hset(keys.schedules, str(spec["name"]), json.dumps(spec, separators=(",", ":")))
     pipe.sadd(index_key(keys.prefix), keys.crawl)
     return bool(pipe.execute()[0])
