@@ -40,6 +40,16 @@ LADDER = ("viewer", "operator", "site-editor", "admin")
 FAST = {"CRAWLPLUG_IDLE_CLOSE": "1", "CRAWLPLUG_HEARTBEAT": "0.5", "LOG_LEVEL": "INFO"}
 
 
+@pytest.fixture(params=["one Redis", "Redis Cluster"])
+def store(request: pytest.FixtureRequest) -> tuple[str, redis.Redis]:
+    """The Redis the console serves (its URL, a client for the test's own checks): one Redis,
+    then a cluster of three primaries, where a write over a crawl's key and a Redis-wide
+    index (users, alerts, schedules) once failed."""
+    if request.param == "one Redis":
+        return request.getfixturevalue("redis_url"), request.getfixturevalue("r")
+    return request.getfixturevalue("cluster_url"), request.getfixturevalue("cluster_client")
+
+
 def _permissions() -> dict[tuple[str, str], str]:
     """(METHOD, path) -> the permission its route names (from the route's dependencies)."""
     out = {}
@@ -69,8 +79,9 @@ def _dead_letter(r: redis.Redis, n: int) -> None:
 
 
 def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
-    make_scrapyd, make_shop, redis_url, r, tmp_path, monkeypatch
+    make_scrapyd, make_shop, store, tmp_path, monkeypatch
 ):
+    redis_url, r = store
     monkeypatch.chdir(ROOT)  # the Scrapy project: forget's fingerprints, the site pipelines allowed
     shop = make_shop(items=20)
     daemons = [make_scrapyd(), make_scrapyd()]
@@ -277,7 +288,8 @@ def test_every_call_of_the_api_by_a_role_that_may_and_one_that_may_not(
     client.close()
 
 
-def test_a_session_cookie_changes_nothing_without_its_csrf_token_and_a_refusal_says_why(redis_url, r):
+def test_a_session_cookie_changes_nothing_without_its_csrf_token_and_a_refusal_says_why(store):
+    redis_url, r = store
     client = client_from_url(redis_url)
     app = create_console(Connection(client, redis_url, embedded=False))
     api = TestClient(app, base_url="http://127.0.0.1")
@@ -325,7 +337,8 @@ def test_the_dashboard_of_one_crawl_keeps_its_api_beside_the_consoles(redis_url,
     client.close()
 
 
-def test_changes_made_with_the_command_are_audited_under_the_os_user_and_host(redis_url, r):
+def test_changes_made_with_the_command_are_audited_under_the_os_user_and_host(store):
+    redis_url, r = store
     import getpass
     import socket
 
@@ -356,10 +369,11 @@ def test_changes_made_with_the_command_are_audited_under_the_os_user_and_host(re
     assert log[1]["detail"] == {"user": "vera", "role": "viewer"}, "no token in the log"
 
 
-def test_site_versions_through_the_api_refusals_and_a_check_with_lines(redis_url, r, monkeypatch):
+def test_site_versions_through_the_api_refusals_and_a_check_with_lines(store, monkeypatch):
     """What a console page on the versions needs: an identical PUT says unchanged, a
     rollback refused says why (404, 409) and is audited, a check answers 200 with each
     problem at its line."""
+    redis_url, r = store
     monkeypatch.chdir(ROOT)  # the Scrapy project: the site pipelines allowed
     client = client_from_url(redis_url)
     api = TestClient(create_console(Connection(client, redis_url, embedded=False)), base_url="http://127.0.0.1")
