@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeGuard, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -38,6 +38,7 @@ from .serverinfo import (
     server_major,
     was_refused,
 )
+from .store import is_cluster
 
 if TYPE_CHECKING:
     from redis.commands.core import Script
@@ -111,7 +112,7 @@ class _Script:
                 result = client.evalsha(self.script.sha, len(keys), *keys, *args)
         except (redis.exceptions.RedisError, *_cluster_errors()) as exc:
             raise script_error(exc) from None  # crawlplug's error for it, converted once here
-        if not _is_cluster(client):
+        if not is_cluster(client):
             owner.held("", [self.script.sha])
         return result
 
@@ -154,7 +155,7 @@ class Scripts:
         major = server_major(client)
         self._scripts = {name: client.register_script(source(name, major >= 7)) for name in NAMES}
         if functions is None:
-            functions = major >= 7 and not _is_cluster(client) and not was_refused(client)
+            functions = major >= 7 and not is_cluster(client) and not was_refused(client)
         #: the Functions library the calls run (FCALL), or None: the scripts, by EVALSHA
         self.functions: Library | None = library(NAMES) if functions else None
         #: what each server (a cluster node's name; "" for one Redis) was seen to hold, the
@@ -276,7 +277,7 @@ class Scripts:
         if self.functions is not None and self.load_library(client):
             return
         scripts = list({id(s): s for s in scripts}.values())
-        if _is_cluster(client):
+        if is_cluster(client):
             for script in scripts:  # sent to every primary
                 script.sha = client.script_load(script.script)
             return
@@ -300,7 +301,7 @@ class Scripts:
         by the loads the server was not seen to hold (:meth:`_loads`).
         """
         client, server = self.client, ""
-        if calls and _is_cluster(client):
+        if calls and is_cluster(client):
             # Every key of a crawl shares one hash tag: the whole pipeline goes to the
             # node owning that slot (redis-py's cluster pipeline refuses EVALSHA).
             node = client.get_node_from_key(calls[0][1][0])
@@ -353,7 +354,7 @@ class Scripts:
         unknown = [name for name, _, _ in calls if name not in READ_ONLY]
         if unknown:
             raise ValueError(f"not read-only scripts: {unknown}")
-        if _is_cluster(self.client) or server_major(self.client) < 7:
+        if is_cluster(self.client) or server_major(self.client) < 7:
             return self.run_many(calls)
         results: list[Any] = []
         for name, keys, args in calls:
@@ -399,7 +400,7 @@ class Scripts:
             except (redis.exceptions.RedisError, *_cluster_errors()) as exc:
                 return [script_error(exc)]
         groups: dict[str, tuple[Any, list[int]]] = {}
-        cluster = _is_cluster(self.client)
+        cluster = is_cluster(self.client)
         for i, (_, keys, _) in enumerate(calls):
             if cluster:
                 node = self.client.get_node_from_key(keys[0])  # type: ignore[union-attr]  # a cluster's
@@ -494,7 +495,3 @@ def _converted(replies: list[Any]) -> list[Any]:
 
 def _cluster_errors() -> tuple[type[RedisClusterException]]:
     return (RedisClusterException,)
-
-
-def _is_cluster(client: object) -> TypeGuard[RedisCluster]:
-    return isinstance(client, RedisCluster)

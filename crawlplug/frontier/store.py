@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
+
+from redis.cluster import RedisCluster
 
 if TYPE_CHECKING:
     import redis
@@ -23,6 +25,7 @@ __all__ = [
     "DqMember",
     "LeaseRecord",
     "dq_member",
+    "is_cluster",
     "json_record",
     "multi",
     "parse_dq_member",
@@ -41,15 +44,19 @@ def text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def is_cluster(client: object) -> TypeGuard[RedisCluster]:
+    """Whether ``client`` is redis-py's cluster client (whose pipelines refuse some commands,
+    and whose transactions stay in one slot)."""
+    return isinstance(client, RedisCluster)
+
+
 def multi(client: redis.Redis) -> redis.client.Pipeline:
     """The pipeline of one write whose keys lie outside one crawl's hash tag (a crawl's key and
     a Redis-wide index, the users and their tokens): a MULTI on one Redis. A Redis Cluster
     refuses a transaction over several slots, so there it is a plain pipeline, each command
     sent to its slot's primary: not atomic, and a write that fails raises (the command that
     made it can be run again)."""
-    from redis.cluster import RedisCluster  # noqa: PLC0415 - only the type is needed, once a write
-
-    return client.pipeline(transaction=not isinstance(client, RedisCluster))
+    return client.pipeline(transaction=not is_cluster(client))
 
 
 def json_record(value: object) -> dict[str, object] | None:

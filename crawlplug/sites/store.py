@@ -40,7 +40,7 @@ from scrapy.utils.conf import closest_scrapy_cfg
 
 from ..config import setting
 from ..errors import ConfigError
-from ..frontier.store import text
+from ..frontier.store import is_cluster, text
 from . import versions
 from .definition import NAME_RE, PIPELINES_SETTING, SiteDefinition, load_file, validate, version_of
 from .versions import InForce, UnknownVersion, Version
@@ -262,7 +262,7 @@ class SiteStore:
         # On Redis Cluster the hash and a history are in two slots, which no MULTI spans: the
         # HSET follows the EXEC there (a failure in between leaves a version in the history
         # that is not in force, which a rollback can make so)
-        cluster = _is_cluster(self.client)
+        cluster = is_cluster(self.client)
         while True:
             with self.client.pipeline(transaction=True) as pipe:
                 try:
@@ -327,12 +327,6 @@ def _predating(current: StoredSite) -> Version:
     return Version(
         current.name, 1, current.version, current.doc, current.source, "", current.stored_at, None, versions.PREDATES
     )
-
-
-def _is_cluster(client: Any) -> bool:
-    from redis.cluster import RedisCluster  # noqa: PLC0415
-
-    return isinstance(client, RedisCluster)
 
 
 # -- files ------------------------------------------------------------------------------

@@ -30,11 +30,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 import redis
-from redis.cluster import RedisCluster
 
 from ..errors import ConfigError
 from ..frontier.keys import CrawlKeys
-from ..frontier.store import redis_ms
+from ..frontier.store import is_cluster, redis_ms
 from .entry import parse, to_line
 
 logger = logging.getLogger(__name__)
@@ -189,7 +188,7 @@ class Seeds:
 
         ``now_ms`` defaults to Redis's clock (tests pass a fake one).
         """
-        if now_ms is None and isinstance(self.client, RedisCluster):
+        if now_ms is None and is_cluster(self.client):
             # a cluster pipeline refuses TIME: two round trips (the clock of the cluster's default node)
             now, first = redis_ms(self.client), self.next_due()
         elif now_ms is None:
