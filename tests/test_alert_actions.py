@@ -99,6 +99,9 @@ def test_a_rule_with_then_stop_stops_a_running_crawl(crawl, make_shop, redis_url
             redis_url, "alerts", "add", "shop", "--create", "--name", "enough", "--when", "pages > 15", "--then", "stop"
         )
         assert added.exit_code == 0, added.output
+        # the control process evaluating before a page is fetched: one that starts seconds late
+        # on a loaded machine would find the 331 pages (4 s of this crawl) done
+        wait_for(control.ready, 60, "the control process to evaluate the rules")
         settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 2}
         nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
         for node in nodes:

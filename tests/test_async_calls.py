@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import time
 
 import pytest
 import scrapy
@@ -19,7 +18,7 @@ from crawlplug.frontier.keys import CrawlKeys
 
 from .support.engine import open_scheduler
 from .support.faultproxy import FaultProxy
-from .support.nodes import stop_holding
+from .support.nodes import start_each_joined, stop_holding
 
 KEYS = CrawlKeys("shop")
 SETTINGS: dict[str, object] = {
@@ -58,15 +57,22 @@ def test_a_redis_far_away_turns_them_on_and_the_crawl_is_whole(crawl, make_shop,
     try:
         for proxy in proxies:
             proxy.latency(0.003)
-        far = [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **SETTINGS}) for p in proxies]
-        # the near node starts once both far ones have joined: started together, a node on
-        # loopback (and a node is now faster) could crawl the whole shop before a far one joined
-        deadline = time.monotonic() + 120
-        while not all(ON_LINE.search(n.text()) for n in far):
-            assert time.monotonic() < deadline and all(n.proc.poll() is None for n in far), far[0].text()[-2000:]
-            time.sleep(0.05)
-        near = crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **SETTINGS, "LOG_LEVEL": "DEBUG"})
-        nodes = [*far, near]
+        # the shop is held until all three have joined the run: a node that comes up first (the
+        # near one, or a far one on a loaded machine) could crawl the whole shop, and end the run,
+        # before another joined, which then starts a run of its own and fetches every page again
+        nodes = start_each_joined(
+            [
+                *(
+                    lambda p=p: crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **SETTINGS})
+                    for p in proxies
+                ),
+                lambda: crawl(
+                    args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **SETTINGS, "LOG_LEVEL": "DEBUG"}
+                ),
+            ],
+            shop,
+        )
+        far, near = nodes[:2], nodes[2]
         _finish(nodes)
     finally:
         for proxy in proxies:
@@ -108,8 +114,12 @@ def test_a_node_killed_with_a_pop_in_flight_loses_nothing(crawl, make_shop, r, r
         for proxy in proxies:
             proxy.latency(0.02)
         settings = {**SETTINGS, "CRAWLPLUG_ASYNC_CALLS": "on"}
-        victim, survivor = (
-            crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **settings}) for p in proxies
+        victim, survivor = start_each_joined(
+            [
+                lambda p=p: crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **settings})
+                for p in proxies
+            ],
+            shop,
         )
         held = stop_holding(
             victim, ready=lambda: sum(shop.hits.values()) >= 40, holding=lambda: _leases_of(r, victim.proc.pid)

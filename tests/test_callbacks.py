@@ -36,6 +36,7 @@ from spiders.redisshop import RedisShopSpider
 from spiders.shop import ShopSpider
 from spiders.sitemapshop import SitemapShopSpider
 
+from .support.nodes import start_joined
 from .test_redisspider import items_of, push
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 5}
@@ -308,7 +309,7 @@ def test_a_sitemap_spider_crawls_the_shop_on_two_nodes(crawl, make_shop, redis_u
     sitemap and every item page is fetched, once, by one of two nodes."""
     shop = make_shop(items=150, categories=6)
     settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 2}
-    nodes = [crawl("sitemapshop", args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+    nodes = start_joined(lambda: crawl("sitemapshop", args={"base_url": shop.url}, settings=settings), shop, 2)
     for node in nodes:
         assert node.wait(120) == 0, node.text()[-3000:]
         assert "'finish_reason': 'finished'" in node.text()

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from crawlplug.cli import main
 from crawlplug.frontier.keys import CrawlKeys
 
-from .support.nodes import wait_until
+from .support.nodes import start_joined, wait_until
 
 KEYS = CrawlKeys("shop")
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 0.5, "CONCURRENT_REQUESTS": 2}
@@ -54,7 +54,7 @@ def test_a_start_urls_set_at_start_is_one_error_and_the_crawl_finishes(crawl, ma
     shop = make_shop(items=100)
     entry = f"{shop.url}/item/1/"
     r.sadd(KEYS.start_urls, entry)
-    nodes = [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST}) for _ in range(2)]
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST}), shop, 2)
     for node in nodes:
         assert node.wait(120) == 0, node.text()[-3000:]
     _assert_finished_with_one_error_about(
@@ -70,7 +70,7 @@ def test_a_start_urls_set_planted_mid_crawl_then_repaired(crawl, make_shop, r, r
     entries with `crawlplug push`, delete the key) gets it crawled."""
     shop = make_shop(items=300, delay=0.1)
     other = make_shop(items=1)  # reached only through the planted entry
-    nodes = [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST}) for _ in range(2)]
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings={"REDIS_URL": redis_url, **FAST}), shop, 2)
     wait_until(lambda: sum(shop.hits.values()) >= 30, "30 pages fetched", nodes=nodes)
     entry = json.dumps({"url": f"{other.url}/", "callback": "parse_list"})  # the shop spider has no parse()
     r.sadd(KEYS.start_urls, entry)

@@ -12,6 +12,7 @@ import time
 
 from .support.browser import browser, number, refreshed, screenshot, severe_logs, skip_without_chromium, table, until
 from .support.dashboardproc import CRAWL_SETTINGS, SHOP_DELAY, SHOP_ITEMS, start_dashboard
+from .support.nodes import start_joined
 
 skip_without_chromium()
 
@@ -35,7 +36,7 @@ def test_dashboard_in_chromium_during_a_crawl(browser, crawl, make_shop, redis_u
         assert browser.find_element(By.ID, "pause").is_enabled(), "a token is configured: actions on"
 
         settings = {"REDIS_URL": redis_url, **CRAWL_SETTINGS}
-        nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+        nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, 2)
 
         # the numbers move
         first = until(browser, lambda d: number(d, "#n-done"), 30, "a first page done")

@@ -18,6 +18,8 @@ from crawlplug.frontier.domains import Domains
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.queues import DomainQueue, domain_limits, registered_domain
 
+from .support.nodes import start_joined
+
 K = CrawlKeys("dq")
 
 
@@ -334,7 +336,7 @@ def test_two_nodes_crawl_the_shop_through_the_domain_queue_exactly_once(crawl, m
         **DOMAIN,
         **FAST,
     }
-    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, 2)
     for node in nodes:
         assert node.wait(180) == 0, node.text()[-3000:]
         assert "'finish_reason': 'finished'" in node.text()

@@ -25,7 +25,7 @@ from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.probes import errorsamples
 
-from .support.nodes import wait_until
+from .support.nodes import start_each_joined, wait_until
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4}
 SHOP = CrawlKeys("shop")
@@ -171,14 +171,12 @@ def test_start_urls_of_the_default_start_are_fetched_once_in_a_run(crawl, make_s
     links back to it are duplicates too: done == seen == the site's pages."""
     shop = make_shop(items=20, delay=0.05)
     pages = len(shop.shop.paths())
-    plain = CrawlKeys("plain")
     settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 2}
-    first = crawl("plain", args={"start_urls": f"{shop.url}/"}, settings=settings)
-    wait_until(lambda: shop.hits["/"] >= 1, "the start URL fetched", nodes=[first])
-    Crawl.of(Frontier(r, plain)).pause(by="the test, until the second node is in the run")
-    second = crawl("plain", args={"start_urls": f"{shop.url}/"}, settings=settings)
-    wait_until(lambda: "joining run 1 of crawl 'plain'" in second.text(), "the second node to join", nodes=[second])
-    Crawl.of(Frontier(r, plain)).resume()
+    # the shop answers once both are in run 1: each yields the start URL, the second a join
+    first, second = start_each_joined(
+        [lambda: crawl("plain", args={"start_urls": f"{shop.url}/"}, settings=settings)] * 2, shop
+    )
+    assert sum("joining run 1 of crawl 'plain'" in node.text() for node in (first, second)) == 1
     for node in (first, second):
         assert node.wait(90) == 0, node.text()[-3000:]
     assert shop.hits["/"] == 1, "the start URL, yielded by both nodes, fetched once"

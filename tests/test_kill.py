@@ -40,6 +40,7 @@ from scrapy.extensions.feedexport import FileFeedStorage
 
 from crawlplug.frontier.keys import CrawlKeys
 
+from .support.nodes import start_each_joined, start_joined
 from .support.patience import patient
 
 SETTINGS: dict[str, object] = {
@@ -223,7 +224,7 @@ def test_random_kills_of_three_nodes_lose_nothing(feed, crawl, make_shop, redis_
     def start():
         return crawl(args={"base_url": shop.url}, settings=settings)
 
-    slots = [start() for _ in range(3)]
+    slots = start_joined(start, shop, 3)
     every = list(slots)
     # kill at random moments of the crawl: once a random share of the site was fetched,
     # plus a random fraction of a second, a random node among those crawling (holding
@@ -263,7 +264,8 @@ def test_random_kills_of_three_nodes_lose_nothing(feed, crawl, make_shop, redis_
             flush=True,
         )
         time.sleep(rng.uniform(0, 1.0))
-        slots[slot] = start()
+        # the shop held until it is in the run: else the others may end it first, and it begins another
+        slots[slot] = start_each_joined([start], shop)[0]
         every.append(slots[slot])
     assert fetched(shop) < pages, "the crawl ended before the last kill; slow the site down"
 
@@ -317,7 +319,7 @@ def test_all_nodes_killed_at_once_then_restarted(feed, crawl, make_shop, redis_u
     assert at_kill < pages
     assert client.zcard(KEYS.queue) > 0 and client.zcard(KEYS.leases) == held > 0
 
-    second = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(3)]
+    second = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, 3)
     finish(second)
     hits = assert_everything_fetched(shop)
     extra = sum(hits.values()) - pages

@@ -23,6 +23,7 @@ from crawlplug.stats import node_stats
 from .support.control import ControlProcess
 from .support.dashboardproc import start_dashboard, wait_for
 from .support.fingerprints import recorded
+from .support.nodes import start_each_joined
 from .support.servers import free_port
 
 KEYS = CrawlKeys("shop")
@@ -73,10 +74,14 @@ def test_metrics_scraped_during_a_real_crawl_agree_with_redis(
         "STATS_DUMP": False,
         "CRAWLPLUG_STATS_INTERVAL": 0.5,
     }
-    nodes = [
-        crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_METRICS_PORT": node_port}),
-        crawl(args={"base_url": shop.url}, settings=settings),
-    ]
+    # both nodes in the run before a page is answered: the scrape below counts two live nodes
+    nodes = start_each_joined(
+        [
+            lambda: crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_METRICS_PORT": node_port}),
+            lambda: crawl(args={"base_url": shop.url}, settings=settings),
+        ],
+        shop,
+    )
     wait_for(lambda: int(r.hget(KEYS.stats, "acked") or 0) >= 10, 60, "pages crawled")
     dash = start_dashboard(redis_url, "shop", tmp_path)
     control = ControlProcess(redis_url, tmp_path / "control.log", ("--metrics-port", "0", "--top-domains", "0"))

@@ -37,6 +37,7 @@ from crawlplug.serializers import JsonSerializer
 from crawlplug.server.clients import client_from_url
 
 from .support.faultproxy import FaultProxy
+from .support.nodes import start_each_joined
 from .support.scriptcalls import marker
 
 KEYS = CrawlKeys("shop")
@@ -121,7 +122,14 @@ def outages(nodes: list) -> list[float]:
 
 
 def start_nodes(crawl, shop, proxies: list[FaultProxy], **extra: object) -> list:
-    return [crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **SETTINGS, **extra}) for p in proxies]
+    """A node through each proxy, the shop held until every one is in the run."""
+    return start_each_joined(
+        [
+            lambda p=p: crawl(args={"base_url": shop.url}, settings={"REDIS_URL": p.url, **SETTINGS, **extra})
+            for p in proxies
+        ],
+        shop,
+    )
 
 
 def finish(nodes: list, timeout: float = 240) -> None:

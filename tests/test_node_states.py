@@ -30,6 +30,7 @@ from crawlplug.ops.status import rates, snapshot
 from crawlplug.web import create_app
 
 from .support.dashboardproc import wait_for
+from .support.nodes import joined
 
 HOSTS = [f"127.0.0.{i}" for i in range(21, 27)]
 KEYS = CrawlKeys("multisite")
@@ -93,6 +94,8 @@ def test_a_killed_node_is_shown_silent_then_dead_with_its_leases(crawl, redis_ur
         survivor = crawl("multisite", args={"start_urls": start_urls}, settings=settings)
         dashboard = TestClient(create_app(r, KEYS), base_url="http://127.0.0.1")
         victim_id = wait_for(lambda: _node_id(r, victim.proc.pid), 60, "the victim to register")
+        # the survivor in the run before the victim stops: the views below count it live
+        wait_for(lambda: joined(survivor), 60, "the survivor to join the run")
 
         def busy() -> bool:  # the victim holds leases and has published them
             views = _views(redis_url, dashboard, victim_id)

@@ -31,6 +31,7 @@ from crawlplug.cli import main
 from crawlplug.demo.shop import DemoShop, ShopServer
 from crawlplug.frontier.keys import CrawlKeys
 
+from .support.nodes import start_joined
 from .support.patience import patient
 from .support.servers import RedisServer, free_port
 
@@ -132,7 +133,8 @@ def test_redis_crashes_and_restarts_mid_crawl(crawl, make_shop, tmp_path, mode, 
     shop = make_shop(items=300, delay=0.05)
     server = _configure(_server(tmp_path, MODES[mode]), mode)
     settings = {"REDIS_URL": server.url, **SETTINGS, "CRAWLPLUG_ASYNC_CALLS": calls}
-    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+    # both nodes in the run before a page is answered: each must see the outage
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, 2)
     timeline: list[tuple[float, int]] = []
     pages = len(shop.shop.paths())
     _wait_hits(shop, 1, nodes, timeline)

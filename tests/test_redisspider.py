@@ -24,6 +24,7 @@ from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.serializers import describe_payload
 
+from .support.nodes import start_joined
 from .support.patience import patient
 
 CRAWLPLUG = str(Path(sys.executable).with_name("crawlplug"))
@@ -66,7 +67,7 @@ def test_two_redisshop_nodes_crawl_a_pushed_site_once(crawl, make_shop, redis_ur
         "CRAWLPLUG_LEASE_TIMEOUT": 5,
         "CONCURRENT_REQUESTS": 8,
     }
-    nodes = [crawl("redisshop", settings=settings) for _ in range(2)]
+    nodes = start_joined(lambda: crawl("redisshop", settings=settings), shop, 2)
     pushed = push(redis_url, "redisshop", shop.url + "/")
     assert "pushed 1 start entries" in pushed.stdout
     for node in nodes:

@@ -32,6 +32,8 @@ from crawlplug.reports import store as runstats
 from crawlplug.stats import RedisStatsCollector
 from crawlplug.web import create_app
 
+from .support.nodes import start_joined
+
 K = CrawlKeys("rep")
 
 
@@ -351,7 +353,7 @@ def test_two_real_runs_are_reported_and_charted(crawl, shop, r, redis_url):
         "CRAWLPLUG_STATS_INTERVAL": 0.5,
     }
     pages, items = len(shop.shop.paths()), len(shop.shop.item_paths())
-    first = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+    first = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, 2)
     for n in first:
         assert n.wait(120) == 0, n.text()[-3000:]
 

@@ -31,6 +31,7 @@ from crawlplug.queues import DomainQueue
 from crawlplug.scheduler.politeness import choose
 
 from .support.fingerprints import recorded
+from .support.nodes import start_joined
 from .support.patience import patient
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1.5, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4}
@@ -393,8 +394,8 @@ def test_five_nodes_stop_at_a_crawl_wide_page_limit(crawl, make_shop, redis_url,
 def test_stop_ends_the_run_on_every_node_and_stays_stopped(crawl, make_shop, redis_url, r):
     shop = make_shop(items=300, delay=0.05)
     settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 4}
-    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
     # both nodes in the run (on a loaded machine the second may start after the first's 30 pages)
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, 2)
     _wait_for(lambda: sum(shop.hits.values()) >= 30 and _live_nodes(r) == 2, "both nodes crawling", nodes=nodes)
     res = cli(redis_url, "stop", "shop")
     assert res.exit_code == 0, res.output

@@ -27,8 +27,9 @@ from crawlplug.frontier.core import Frontier
 from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.frontier.layout import claim_shards
 
-from .support.nodes import SCRAPY
+from .support.nodes import SCRAPY, start_each_joined, start_joined
 from .support.nodes import wait_until as _wait_for
+from .support.patience import patient
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 1.5, "CRAWLPLUG_HEARTBEAT": 0.5, "CRAWLPLUG_LEASE_TIMEOUT": 4}
 SHOP = CrawlKeys("shop")
@@ -152,7 +153,7 @@ def test_a_node_started_during_the_idle_grace_joins_that_run_and_finishes_with_i
     shop = make_shop(items=40)
     # the late node must be up and registered before the first one's grace ends: a node takes
     # 3-5 s to start on a loaded 2-core machine (a grace of 6 s failed under a load of 7)
-    settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": 14}
+    settings = {"REDIS_URL": redis_url, **FAST, "CRAWLPLUG_IDLE_CLOSE": round(patient(14))}
     first = crawl(args={"base_url": shop.url}, settings=settings)
     _wait_for(lambda: set(shop.hits) == shop.shop.paths(), "the first node to fetch every page", nodes=[first])
     _wait_for(
@@ -175,7 +176,7 @@ def test_a_node_started_during_the_idle_grace_joins_that_run_and_finishes_with_i
 def test_nodes_started_at_once_agree_on_one_run(crawl, make_shop, redis_url):
     shop = make_shop(items=60)
     settings = {"REDIS_URL": redis_url, **FAST}
-    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(3)]
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, 3)
     _wait_ok(*nodes)
     lines = [_run_line(n) for n in nodes]
     assert all(" run 1 of crawl 'shop'" in line for line in lines), lines
@@ -183,7 +184,7 @@ def test_nodes_started_at_once_agree_on_one_run(crawl, make_shop, redis_url):
     assert max(shop.hits.values()) == 1 and set(shop.hits) == shop.shop.paths()
     # and again: the three of them, at once, begin run 2 together
     before = Counter(shop.hits)
-    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(3)]
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, 3)
     _wait_ok(*nodes)
     lines = [_run_line(n) for n in nodes]
     assert all(" run 2 of crawl 'shop'" in line for line in lines), lines
@@ -289,7 +290,10 @@ def test_flush_on_start_under_a_live_node(crawl, make_shop, redis_url):
     settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 2}
     first = crawl(args={"base_url": shop.url}, settings=settings)
     _wait_for(lambda: sum(shop.hits.values()) > 40, "the first node under way", nodes=[first])
-    flusher = crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_FLUSH_ON_START": True})
+    # the shop held until the flusher has begun run 2: else the first node may end run 1 before
+    (flusher,) = start_each_joined(
+        [lambda: crawl(args={"base_url": shop.url}, settings={**settings, "CRAWLPLUG_FLUSH_ON_START": True})], shop
+    )
     _wait_ok(first, flusher, timeout=240)
     assert (
         "starting run 2 of crawl 'shop' (run 1 reset by CRAWLPLUG_FLUSH_ON_START, fingerprints cleared)"

@@ -41,7 +41,7 @@ from crawlplug.server.clients import (
 )
 from crawlplug.web import create_app
 
-from .support.nodes import ROOT
+from .support.nodes import ROOT, start_joined
 from .support.secureredis import (
     CRAWLER,
     CRAWLER_PASSWORD,
@@ -128,7 +128,7 @@ def test_two_nodes_crawl_over_tls_as_a_restricted_user(crawl, shop, tls_redis, t
     complete, the ACL refused nothing, and the password is nowhere in what anyone can read."""
     url = tls_redis.url(CRAWLER, CRAWLER_PASSWORD)
     settings = {"REDIS_URL": url, **FAST, "LOG_LEVEL": "DEBUG", "STATS_CLASS": "crawlplug.stats.RedisStatsCollector"}
-    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, 2)
     for node in nodes:
         assert node.wait(180) == 0, node.text()[-3000:]
         assert "'finish_reason': 'finished'" in node.text()

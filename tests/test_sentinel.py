@@ -45,6 +45,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.server.clients import client_from_url
 
 from .support.fingerprints import recorded
+from .support.nodes import start_joined
 
 FAST = {"CRAWLPLUG_IDLE_CLOSE": 2, "CRAWLPLUG_HEARTBEAT": 1, "CRAWLPLUG_LEASE_TIMEOUT": 10}
 
@@ -77,7 +78,7 @@ def _crawl_through_a_failover(
     keys = CrawlKeys("shop")
     settings = {"REDIS_URL": setup.url, "CONCURRENT_REQUESTS": 8, **FAST, **(settings or {})}
     started = time.monotonic()
-    nodes = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(2)]
+    nodes = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, 2)
 
     deadline = time.monotonic() + 60
     while sum(shop.hits.values()) < len(pages) * at:

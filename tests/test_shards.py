@@ -36,7 +36,7 @@ from crawlplug.frontier.layout import claim_shards, parts, shard_of
 from crawlplug.queues import DomainQueue
 from crawlplug.serializers import describe_payload
 
-from .support.nodes import stop_holding
+from .support.nodes import start_joined, stop_holding
 from .support.scriptcalls import script_calls
 
 K = CrawlKeys("sharded")
@@ -332,7 +332,9 @@ VARIANTS = {
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_two_nodes_crawl_eight_hosts_over_four_shards_on_one_redis(crawl, sites, redis_url, r, variant):
     settings = {"REDIS_URL": redis_url, **FAST, **VARIANTS[variant]}
-    nodes = [crawl("multisite", args={"start_urls": _start_urls(sites)}, settings=settings) for _ in range(2)]
+    nodes = start_joined(
+        lambda: crawl("multisite", args={"start_urls": _start_urls(sites)}, settings=settings), sites, 2
+    )
     _finish(nodes)
     pages = _check_every_page_once(sites)
     status = Crawl(r, CrawlKeys("multisite")).status()
@@ -354,7 +356,9 @@ def test_two_nodes_crawl_over_four_shards_on_the_cluster(
     crawl, sites, cluster_url, cluster_client, cluster_deployment, variant
 ):
     settings = {"REDIS_URL": cluster_url, **FAST, **VARIANTS[variant]}
-    nodes = [crawl("multisite", args={"start_urls": _start_urls(sites)}, settings=settings) for _ in range(2)]
+    nodes = start_joined(
+        lambda: crawl("multisite", args={"start_urls": _start_urls(sites)}, settings=settings), sites, 2
+    )
     _finish(nodes)
     pages = _check_every_page_once(sites)
     keys = CrawlKeys("multisite")
@@ -385,8 +389,9 @@ def test_a_killed_node_loses_nothing_on_a_sharded_crawl(crawl, redis_url, r):
     try:
         settings = {"REDIS_URL": redis_url, **FAST, "CONCURRENT_REQUESTS": 4}
         keys = CrawlKeys("multisite")
-        victim = crawl("multisite", args={"start_urls": _start_urls(servers)}, settings=settings)
-        survivor = crawl("multisite", args={"start_urls": _start_urls(servers)}, settings=settings)
+        victim, survivor = start_joined(
+            lambda: crawl("multisite", args={"start_urls": _start_urls(servers)}, settings=settings), servers, 2
+        )
         held = stop_holding(
             victim,
             ready=lambda: sum(sum(s.hits.values()) for s in servers) >= 60,

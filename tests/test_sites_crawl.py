@@ -26,7 +26,7 @@ from crawlplug.sites.store import SiteStore
 from crawlplug.stats import crawl_stats, node_stats
 
 from .support.dashboardproc import wait_for
-from .support.nodes import ROOT
+from .support.nodes import ROOT, start_joined
 
 SITES = ROOT / "spiders" / "sites"
 #: the demo project's CRAWLPLUG_SITE_PIPELINES (settings/__init__.py)
@@ -146,10 +146,13 @@ def test_broken_selectors_are_counted_per_field_not_a_crash(crawl, redis_url, r)
     SiteStore(r).put(doc, pipelines=STEPS)
     with serve_cars(cars) as server:
         base = server.url
-        nodes = [
-            crawl("site", args={"site": "cars", "base_url": base}, settings={"REDIS_URL": redis_url, **SETTINGS})
-            for _ in range(2)
-        ]
+        nodes = start_joined(
+            lambda: crawl(
+                "site", args={"site": "cars", "base_url": base}, settings={"REDIS_URL": redis_url, **SETTINGS}
+            ),
+            server,
+            2,
+        )
         finished(nodes)
     keys = CrawlKeys("site-cars")
     stats = crawl_stats(r, keys)

@@ -22,7 +22,7 @@ from crawlplug.frontier.keys import CrawlKeys
 from crawlplug.pipelines import sqlitems
 from crawlplug.pipelines.sqlitems import SQLItemPipeline, change_report
 
-from .support.nodes import wait_for_fetches
+from .support.nodes import start_joined, wait_for_fetches
 from .test_integration import FAST
 
 KEYS = CrawlKeys("shop")
@@ -115,11 +115,11 @@ def _settings(redis_url: str, sql_url: str) -> dict[str, object]:
 
 
 def _run(crawl, shop, settings, nodes: int = 2, *, kill_one: bool = False):
-    started = [crawl(args={"base_url": shop.url}, settings=settings) for _ in range(nodes)]
+    started = start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, nodes)
     if kill_one:
         wait_for_fetches(shop, started[0], sum(shop.hits.values()) + 20)
         started[0].kill()  # mid-run: its leases come back, another node stores those items again
-        started.append(crawl(args={"base_url": shop.url}, settings=settings))
+        started += start_joined(lambda: crawl(args={"base_url": shop.url}, settings=settings), shop, 1)
     for node in started[1:] if kill_one else started:
         assert node.wait(180) == 0, node.text()[-3000:]
     return started

@@ -31,6 +31,10 @@ class ControlProcess:
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def ready(self) -> bool:
+        """Whether it has begun firing schedules and evaluating alert rules."""
+        return "firing the scheduled runs and evaluating the alert rules" in self.text()
+
     def metrics_url(self) -> str | None:
         """The /metrics address it printed (with --metrics-port), once it has."""
         found = re.search(r"Prometheus metrics at (http://\S+/metrics)", self.text())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import signal
 import subprocess
 import sys
@@ -106,21 +107,34 @@ def start_joined(start: Callable[[], Node], shop: Any, n: int = 2, timeout: floa
     """Start ``n`` nodes (``start()`` each) against the demo ``shop`` held, and release it once
     every node has logged that it started or joined the run: started together, the node that
     comes up first on a loaded machine may crawl a small shop alone before the other joins."""
-    shop.hold()
-    nodes = [start() for _ in range(n)]
+    return start_each_joined([start] * n, shop, timeout)
+
+
+def start_each_joined(starts: Sequence[Callable[[], Node]], shop: Any, timeout: float = 90) -> list[Node]:
+    """:func:`start_joined` for nodes started each its own way (``starts``, in order); ``shop``
+    is a demo server or a sequence of them (every one held). A node that resumes the run (it
+    was left with no node running) has joined it too."""
+    servers = list(shop) if isinstance(shop, Sequence) else [shop]
+    for server in servers:
+        server.hold()
+    nodes: list[Node] = []
     try:
-        wait_until(
-            lambda: all(
-                node.log.exists() and (" starting run " in node.text() or " joining run " in node.text())
-                for node in nodes
-            ),
-            "every node to join the run",
-            timeout,
-            nodes,
-        )
+        for start in starts:
+            nodes.append(start())
+        wait_until(lambda: all(joined(node) for node in nodes), "every node to join the run", timeout, nodes)
     finally:
-        shop.release()
+        for server in servers:
+            server.release()
     return nodes
+
+
+def joined(node: Node) -> bool:
+    """Whether ``node`` has logged that it started, joined or resumed its crawl's run."""
+    return bool(JOINED.search(node.text()))
+
+
+#: the line a node logs once it is part of a run (crawlplug.scheduler.joining)
+JOINED = re.compile(r"crawlplug: node \S+ (?:starting|joining|resuming) run \d+ ")
 
 
 def wait_for_fetches(shop: Any, node: Node, fetches: int, timeout: float = 60) -> None:
