@@ -105,7 +105,7 @@ def run_together(nodes: Sequence[Node], go: Path, crawl_id: str, timeout: float)
 
 def start_joined(start: Callable[[], Node], shop: Any, n: int = 2, timeout: float = 90) -> list[Node]:
     """Start ``n`` nodes (``start()`` each) against the demo ``shop`` held, and release it once
-    every node has logged that it started or joined the run: started together, the node that
+    every node has logged that it started, joined or resumed the run: started together, the node that
     comes up first on a loaded machine may crawl a small shop alone before the other joins."""
     return start_each_joined([start] * n, shop, timeout)
 
